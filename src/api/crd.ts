@@ -1,0 +1,137 @@
+/**
+ * Generates CustomResourceDefinitions from the zod schemas. zod's JSON Schema output is close to, but not,
+ * a Kubernetes structural schema; {@link toStructural} bridges the gap (see the rules it applies).
+ */
+import { z } from 'zod';
+import { GROUP, VERSION } from './common.ts';
+import { ModelPreheatSpec, ModelPreheatStatus } from './modelpreheat.ts';
+import { ServedModelSpec, ServedModelStatus } from './servedmodel.ts';
+
+type Json = Record<string, unknown>;
+
+export interface KindInfo {
+  kind: string;
+  plural: string;
+  singular: string;
+  shortNames: string[];
+  spec: z.ZodType;
+  status: z.ZodType;
+  description: string;
+  printerColumns: { name: string; type: string; jsonPath: string; description?: string; priority?: number }[];
+}
+
+export const KINDS: KindInfo[] = [
+  {
+    kind: 'ModelPreheat',
+    plural: 'modelpreheats',
+    singular: 'modelpreheat',
+    shortNames: ['mph'],
+    spec: ModelPreheatSpec,
+    status: ModelPreheatStatus,
+    description: 'A preheat job on the P2P manager that makes model files available in the network ahead of use.',
+    printerColumns: [
+      { name: 'Type', type: 'string', jsonPath: '.spec.type' },
+      { name: 'State', type: 'string', jsonPath: '.status.state' },
+      { name: 'Job', type: 'integer', jsonPath: '.status.jobID' },
+      { name: 'Attempts', type: 'integer', jsonPath: '.status.attempts', priority: 1 },
+      { name: 'Group', type: 'string', jsonPath: '.status.groupID', priority: 1 },
+      { name: 'Age', type: 'date', jsonPath: '.metadata.creationTimestamp' },
+    ],
+  },
+  {
+    kind: 'ServedModel',
+    plural: 'servedmodels',
+    singular: 'servedmodel',
+    shortNames: ['sm'],
+    spec: ServedModelSpec,
+    status: ServedModelStatus,
+    description: 'A model registered, scaled and kept ready on every replica of a model server.',
+    printerColumns: [
+      { name: 'Model', type: 'string', jsonPath: '.spec.modelName' },
+      { name: 'Version', type: 'string', jsonPath: '.status.servedVersion' },
+      { name: 'Ready', type: 'string', jsonPath: '.status.ready' },
+      { name: 'File', type: 'string', jsonPath: '.spec.fileName', priority: 1 },
+      { name: 'Age', type: 'date', jsonPath: '.metadata.creationTimestamp' },
+    ],
+  },
+];
+
+const SAFE_INT = Number.MAX_SAFE_INTEGER;
+
+/**
+ * Rewrites zod's JSON Schema into a structural schema the apiserver accepts:
+ * - drops `$schema`, `propertyNames` and `additionalProperties: false` (unknown fields are pruned anyway);
+ * - drops the ±2^53 bounds zod puts on every integer;
+ * - an int-or-string union becomes `x-kubernetes-int-or-string`;
+ * - a `format: date-time` string keeps the format and loses zod's long regex.
+ */
+export function toStructural(node: unknown): unknown {
+  if (Array.isArray(node)) return node.map(toStructural);
+  if (node === null || typeof node !== 'object') return node;
+  const src = node as Json;
+  const anyOf = src.anyOf as Json[] | undefined;
+  if (anyOf && anyOf.length === 2) {
+    const types = anyOf.map((a) => a.type).sort();
+    if (types[0] === 'integer' && types[1] === 'string') {
+      const out: Json = { 'x-kubernetes-int-or-string': true };
+      for (const k of ['description', 'default']) if (k in src) out[k] = src[k];
+      return out;
+    }
+  }
+  const out: Json = {};
+  for (const [k, v] of Object.entries(src)) {
+    if (k === '$schema' || k === 'propertyNames' || k === 'id') continue;
+    if (k === 'additionalProperties' && v === false) continue;
+    if ((k === 'minimum' || k === 'maximum') && Math.abs(v as number) >= SAFE_INT) continue;
+    if (k === 'pattern' && src.format === 'date-time') continue;
+    out[k] = toStructural(v);
+  }
+  return out;
+}
+
+export function openAPISchema(schema: z.ZodType): Json {
+  return toStructural(z.toJSONSchema(schema, { io: 'input', unrepresentable: 'throw' })) as Json;
+}
+
+export function customResourceDefinition(info: KindInfo): Json {
+  return {
+    apiVersion: 'apiextensions.k8s.io/v1',
+    kind: 'CustomResourceDefinition',
+    metadata: { name: `${info.plural}.${GROUP}` },
+    spec: {
+      group: GROUP,
+      scope: 'Namespaced',
+      names: {
+        kind: info.kind,
+        listKind: `${info.kind}List`,
+        plural: info.plural,
+        singular: info.singular,
+        shortNames: info.shortNames,
+        categories: ['peerload'],
+      },
+      versions: [
+        {
+          name: VERSION,
+          served: true,
+          storage: true,
+          subresources: { status: {} },
+          additionalPrinterColumns: info.printerColumns,
+          schema: {
+            openAPIV3Schema: {
+              type: 'object',
+              description: info.description,
+              required: ['spec'],
+              properties: {
+                apiVersion: { type: 'string' },
+                kind: { type: 'string' },
+                metadata: { type: 'object' },
+                spec: openAPISchema(info.spec),
+                status: openAPISchema(info.status),
+              },
+            },
+          },
+        },
+      ],
+    },
+  };
+}

@@ -1,0 +1,199 @@
+/**
+ * ModelPreheat: make content available in the P2P network ahead of use, through one manager preheat job
+ * (seed 1.5, 2.1, 3, 4.1, 4.2; wire contract in shared/contracts/manager-jobs.md).
+ */
+import { z } from 'zod';
+import {
+  API_VERSION,
+  Conditions,
+  Duration,
+  HttpUrl,
+  ObjectMeta,
+  SecretRef,
+  Timestamp,
+  countSet,
+  withRules,
+} from './common.ts';
+import { ManagerRef } from './manager.ts';
+import { ObjectStorageSource } from './objectstorage.ts';
+
+export const PREHEAT_SCOPES = ['single_seed_peer', 'all_seed_peers', 'all_peers'] as const;
+export const JOB_STATES = ['PENDING', 'RECEIVED', 'STARTED', 'RETRY', 'SUCCESS', 'FAILURE'] as const;
+export type JobState = (typeof JOB_STATES)[number];
+
+const IMAGE_MANIFEST_PATTERN = '^(.*)://(.*)/v2/(.*)/manifests/(.*)$';
+
+export const ModelPreheatSpec = withRules(
+  z.object({
+    type: z
+      .enum(['file', 'image'])
+      .default('file')
+      .meta({
+        description:
+          'file: preheat the URLs as they are; image: resolve an OCI manifest and preheat its blobs.',
+      }),
+    url: HttpUrl.optional().meta({
+      description: 'One URL to preheat (an image manifest URL for type image).',
+    }),
+    urls: z
+      .array(HttpUrl)
+      .min(1)
+      .max(100)
+      .optional()
+      .meta({ description: 'Several file URLs preheated in one job (type file only).' }),
+    objectStorage: ObjectStorageSource.optional().meta({
+      description:
+        'Objects in a bucket: the operator signs each key and preheats it with the matching filter.',
+    }),
+    filteredQueryParams: z
+      .array(
+        z
+          .string()
+          .min(1)
+          .max(128)
+          .regex(/^[^&,\s]+$/, 'must be one query parameter name'),
+      )
+      .max(64)
+      .optional()
+      .meta({
+        description:
+          'Query parameters left out of the task id (seed `filter`). Default: the manager default (S3, GCS, OSS, OBS, COS signatures and ns).',
+      }),
+    headers: z
+      .record(z.string().regex(/^[A-Za-z0-9-]+$/), z.string().max(8192))
+      .optional()
+      .meta({ description: 'HTTP headers the seed peers send to the origin.' }),
+    imageCredentialsSecretRef: SecretRef.optional().meta({
+      description: 'type image: Secret with keys `username` and `password` for the registry.',
+    }),
+    platform: z
+      .string()
+      .regex(/^[a-z0-9]+\/[a-z0-9_]+(\/[a-z0-9]+)?$/, 'must look like linux/amd64')
+      .optional()
+      .meta({ description: 'type image: platform to pick from a manifest list, e.g. linux/amd64.' }),
+    tag: z.string().max(256).optional().meta({ description: 'Task tag; part of the task id.' }),
+    application: z
+      .string()
+      .max(256)
+      .optional()
+      .meta({ description: 'Task application; part of the task id.' }),
+    pieceLength: z
+      .int()
+      .min(4194304)
+      .max(67108864)
+      .optional()
+      .meta({ description: 'Piece length in bytes (4 MiB to 64 MiB); part of the task id.' }),
+    scope: z
+      .enum(PREHEAT_SCOPES)
+      .default('single_seed_peer')
+      .meta({ description: 'Which peers download the content.' }),
+    schedulerClusterIDs: z
+      .array(z.int().min(1))
+      .max(100)
+      .optional()
+      .meta({ description: 'Scheduler clusters to preheat in; empty means all (seed 2.1).' }),
+    timeout: Duration.optional().meta({ description: 'Job time-out on the manager (default 60m there).' }),
+    manager: ManagerRef.optional().meta({
+      description: "Manager to use; defaults to the operator's --manager-url.",
+    }),
+    retry: z
+      .object({
+        limit: z
+          .int()
+          .min(0)
+          .max(100)
+          .default(3)
+          .meta({ description: 'Jobs created again after a FAILURE.' }),
+        backoff: Duration.default('30s').meta({
+          description: 'First delay before a retry; doubles each time.',
+        }),
+      })
+      .default({ limit: 3, backoff: '30s' })
+      .meta({ description: 'What to do when the job ends in FAILURE.' }),
+    deleteJobOnCleanup: z
+      .boolean()
+      .default(false)
+      .meta({
+        description: 'Delete the manager job record when this resource is deleted (the P2P cache stays).',
+      }),
+  }),
+  [
+    {
+      rule: '[has(self.url), has(self.urls), has(self.objectStorage)].filter(x, x).size() == 1',
+      message: 'set exactly one of url, urls and objectStorage',
+      fieldPath: '.url',
+      reason: 'FieldValueInvalid',
+      check: (s) => countSet(s.url, s.urls, s.objectStorage) === 1,
+    },
+    {
+      rule: `self.type != 'image' || (has(self.url) && self.url.matches('${IMAGE_MANIFEST_PATTERN}'))`,
+      message:
+        'type image needs url to be a manifest URL: <scheme>://<registry>/v2/<repository>/manifests/<reference>',
+      fieldPath: '.url',
+      reason: 'FieldValueInvalid',
+      check: (s) =>
+        s.type !== 'image' || (s.url !== undefined && new RegExp(IMAGE_MANIFEST_PATTERN).test(s.url)),
+    },
+    {
+      rule: "self.type == 'image' || (!has(self.platform) && !has(self.imageCredentialsSecretRef))",
+      message: 'platform and imageCredentialsSecretRef apply to type image only',
+      fieldPath: '.platform',
+      reason: 'FieldValueForbidden',
+      check: (s) => s.type === 'image' || countSet(s.platform, s.imageCredentialsSecretRef) === 0,
+    },
+  ],
+);
+export type ModelPreheatSpec = z.infer<typeof ModelPreheatSpec>;
+
+const PeerTask = z.object({
+  url: z.string(),
+  hostname: z.string().optional(),
+  ip: z.string().optional(),
+  description: z.string().optional(),
+});
+
+export const MAX_LISTED_TASKS = 20;
+
+export const ModelPreheatStatus = z.object({
+  observedGeneration: z.int().optional(),
+  state: z.enum(JOB_STATES).optional().meta({ description: "The manager job's state." }),
+  jobID: z.int().optional().meta({ description: 'Manager job id (the poll path).' }),
+  groupID: z.string().optional().meta({ description: 'Manager task group id (group_<uuid>).' }),
+  managerURL: z.string().optional().meta({ description: 'Manager the job lives on.' }),
+  jobGeneration: z
+    .int()
+    .optional()
+    .meta({ description: 'metadata.generation the current job was created for.' }),
+  attempts: z.int().optional().meta({ description: 'Jobs created for this generation.' }),
+  startedAt: Timestamp.optional(),
+  completedAt: Timestamp.optional(),
+  nextRetryAt: Timestamp.optional().meta({ description: 'When a failed job will be created again.' }),
+  tasks: z
+    .array(z.object({ url: z.string(), taskID: z.string() }))
+    .max(100)
+    .optional()
+    .meta({ description: 'The P2P task id of each preheated URL, to match with peer logs.' }),
+  successCount: z.int().optional(),
+  failureCount: z.int().optional(),
+  successTasks: z
+    .array(PeerTask)
+    .max(MAX_LISTED_TASKS)
+    .optional()
+    .meta({ description: 'First peers that succeeded.' }),
+  failureTasks: z
+    .array(PeerTask)
+    .max(MAX_LISTED_TASKS)
+    .optional()
+    .meta({ description: 'First peers that failed.' }),
+  conditions: Conditions.optional(),
+});
+export type ModelPreheatStatus = z.infer<typeof ModelPreheatStatus>;
+
+export const ModelPreheat = z.object({
+  apiVersion: z.literal(API_VERSION),
+  kind: z.literal('ModelPreheat'),
+  metadata: ObjectMeta,
+  spec: ModelPreheatSpec,
+  status: ModelPreheatStatus.optional(),
+});
+export type ModelPreheat = z.infer<typeof ModelPreheat>;

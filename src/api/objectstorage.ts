@@ -1,0 +1,99 @@
+/**
+ * Where a model archive lives in object storage. The same fields (and the same Secret keys) are used by the
+ * plugin's configuration file (seed 2.2), so an admin can copy values from one to the other.
+ */
+import { z } from 'zod';
+import { HttpUrl, SecretRef, Duration, withRules, type CelRule } from './common.ts';
+
+export const OBJECT_STORAGE_TYPES = ['s3', 'oss', 'gcs', 'abs'] as const;
+export type ObjectStorageType = (typeof OBJECT_STORAGE_TYPES)[number];
+
+/** Secret keys read for each storage kind; they mirror the plugin configuration's `object_storage` fields. */
+export const CREDENTIAL_KEYS: Record<ObjectStorageType, readonly string[]> = {
+  s3: ['access_key', 'secret_key'],
+  oss: ['access_key_id', 'access_key_secret'],
+  gcs: ['service_account.json'],
+  abs: ['account_key'],
+};
+
+const BucketName = z
+  .string()
+  .min(1)
+  .max(255)
+  .regex(/^[A-Za-z0-9][A-Za-z0-9._-]*$/, 'must be a bucket name');
+
+const locationFields = {
+  type: z
+    .enum(OBJECT_STORAGE_TYPES)
+    .meta({ description: 'Object storage kind (seed 1.3): s3, oss, gcs or abs.' }),
+  bucket: BucketName.optional().meta({ description: 'Bucket name (s3, oss, gcs).' }),
+  container: BucketName.optional().meta({ description: 'Blob container name (abs).' }),
+  accountName: z
+    .string()
+    .regex(/^[a-z0-9]{3,24}$/, 'must be a storage account name')
+    .optional()
+    .meta({ description: 'Storage account name (abs).' }),
+  region: z.string().max(64).optional().meta({ description: 'Region (s3; default us-east-1).' }),
+  endpoint: HttpUrl.optional().meta({
+    description:
+      'Service endpoint. Required for oss; optional for s3 (S3-compatible stores) and abs (defaults to https://<account>.blob.core.windows.net).',
+  }),
+  pathStyle: z
+    .boolean()
+    .optional()
+    .meta({ description: 's3: address the bucket in the path, not the host.' }),
+  projectID: z.string().max(64).optional().meta({ description: 'Project id (gcs).' }),
+  credentialsSecretRef: SecretRef.optional().meta({
+    description:
+      'Secret with the credentials: s3 access_key/secret_key; oss access_key_id/access_key_secret; gcs service_account.json; abs account_key.',
+  }),
+  signedURLExpiry: Duration.default('1h').meta({ description: 'Validity of each signed URL.' }),
+  filteredQueryParams: z.array(z.string().min(1).max(128)).max(64).optional().meta({
+    description:
+      'Query parameters left out of the task id. Default: the signature parameters of the storage kind (seed 2.2).',
+  }),
+};
+
+type Location = z.infer<z.ZodObject<typeof locationFields>>;
+
+const locationRules: CelRule<Location>[] = [
+  {
+    rule: "self.type == 'abs' || has(self.bucket)",
+    message: 'bucket is required for s3, oss and gcs',
+    fieldPath: '.bucket',
+    reason: 'FieldValueRequired',
+    check: (o) => o.type === 'abs' || o.bucket !== undefined,
+  },
+  {
+    rule: "self.type != 'abs' || (has(self.container) && has(self.accountName))",
+    message: 'container and accountName are required for abs',
+    fieldPath: '.container',
+    reason: 'FieldValueRequired',
+    check: (o) => o.type !== 'abs' || (o.container !== undefined && o.accountName !== undefined),
+  },
+  {
+    rule: "self.type != 'oss' || has(self.endpoint)",
+    message: 'endpoint is required for oss (e.g. https://oss-cn-hangzhou.aliyuncs.com)',
+    fieldPath: '.endpoint',
+    reason: 'FieldValueRequired',
+    check: (o) => o.type !== 'oss' || o.endpoint !== undefined,
+  },
+];
+
+/** An object storage bucket (or container) and how to sign URLs for it. */
+export const ObjectStorageLocation = withRules(z.object(locationFields), locationRules);
+export type ObjectStorageLocation = z.infer<typeof ObjectStorageLocation>;
+
+/** A bucket plus the object keys to preheat (ModelPreheat.spec.objectStorage). */
+export const ObjectStorageSource = withRules(
+  z.object({
+    ...locationFields,
+    keys: z
+      .array(z.string().min(1).max(1024))
+      .min(1)
+      .max(100)
+      .meta({ description: 'Object keys to preheat, e.g. models/resnet-18.mar.' }),
+  }),
+  locationRules,
+);
+export type ObjectStorageSource = z.infer<typeof ObjectStorageSource>;

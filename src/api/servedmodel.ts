@@ -1,0 +1,227 @@
+/**
+ * ServedModel: a model registered, scaled and ready on EVERY replica of a model server, through the endpoint
+ * plugin's peer-proxied download (seed 1.2, 1.4, 3, 4.3-4.5; contract in shared/contracts/model-server.md).
+ */
+import { z } from 'zod';
+import {
+  API_VERSION,
+  Conditions,
+  HttpUrl,
+  ObjectMeta,
+  ObjectName,
+  SecretKeyRef,
+  Timestamp,
+  countSet,
+  withRules,
+} from './common.ts';
+import { ManagerRef } from './manager.ts';
+import { ObjectStorageLocation } from './objectstorage.ts';
+import { PREHEAT_SCOPES } from './modelpreheat.ts';
+
+export const ModelServer = withRules(
+  z.object({
+    service: z
+      .object({
+        name: ObjectName.meta({ description: 'Service in front of the model-server pods (same namespace).' }),
+        port: z
+          .union([
+            z.int().min(1).max(65535),
+            z
+              .string()
+              .regex(/^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/)
+              .max(15),
+          ])
+          .default('management')
+          .meta({ description: 'Management port of the Service: its name or number. Default `management`.' }),
+      })
+      .optional()
+      .meta({ description: 'Discover every ready replica from the EndpointSlices of this Service.' }),
+    endpoints: z
+      .array(HttpUrl)
+      .min(1)
+      .max(1000)
+      .optional()
+      .meta({ description: 'Static management URLs, for model servers outside the cluster.' }),
+    scheme: z
+      .enum(['http', 'https'])
+      .default('http')
+      .meta({ description: 'Scheme used with discovered endpoints.' }),
+    pluginPath: z
+      .string()
+      .regex(/^[A-Za-z0-9_-]+$/, 'must be one path segment')
+      .default('p2p')
+      .meta({
+        description:
+          'Path of the endpoint plugin: p2p (peerload plugin) or dragonfly (older third-party plugin).',
+      }),
+    managementTokenSecretRef: SecretKeyRef.optional().meta({
+      description:
+        'Model server token: the management key, or a key_file.json (then the API key is used to renew expired keys).',
+    }),
+  }),
+  [
+    {
+      rule: '[has(self.service), has(self.endpoints)].filter(x, x).size() == 1',
+      message: 'set exactly one of service and endpoints',
+      fieldPath: '.service',
+      reason: 'FieldValueInvalid',
+      check: (m) => countSet(m.service, m.endpoints) === 1,
+    },
+  ],
+);
+export type ModelServer = z.infer<typeof ModelServer>;
+
+export const Workers = withRules(
+  z.object({
+    min: z.int().min(0).max(1024).default(1).meta({ description: 'min_worker on every replica.' }),
+    max: z
+      .int()
+      .min(0)
+      .max(1024)
+      .optional()
+      .meta({ description: 'max_worker on every replica (default: min).' }),
+  }),
+  [
+    {
+      rule: '!has(self.max) || self.max >= self.min',
+      message: 'max must be greater than or equal to min',
+      fieldPath: '.max',
+      reason: 'FieldValueInvalid',
+      check: (w) => w.max === undefined || w.max >= w.min,
+    },
+  ],
+);
+
+export const Registration = z.object({
+  handler: z
+    .string()
+    .max(512)
+    .optional()
+    .meta({ description: 'Handler override (else the archive manifest).' }),
+  runtime: z.enum(['python', 'python3', 'LSP']).optional(),
+  batchSize: z.int().min(1).max(4096).optional(),
+  maxBatchDelay: z.int().min(0).max(600000).optional().meta({ description: 'Milliseconds.' }),
+  responseTimeout: z.int().min(1).max(86400).optional().meta({ description: 'Seconds.' }),
+  startupTimeout: z.int().min(1).max(86400).optional().meta({ description: 'Seconds (TorchServe 0.12+).' }),
+});
+
+export const PreheatGate = withRules(
+  z.object({
+    name: ObjectName.optional().meta({ description: 'An existing ModelPreheat that must succeed first.' }),
+    create: z
+      .boolean()
+      .optional()
+      .meta({
+        description: 'Create and own a ModelPreheat for fileName in objectStorage, with the plugin filter.',
+      }),
+    objectStorage: ObjectStorageLocation.optional().meta({
+      description: 'Bucket of fileName (with create: true).',
+    }),
+    scope: z.enum(PREHEAT_SCOPES).optional(),
+    schedulerClusterIDs: z.array(z.int().min(1)).max(100).optional(),
+    manager: ManagerRef.optional(),
+  }),
+  [
+    {
+      rule: 'has(self.name) != (has(self.create) && self.create)',
+      message: 'set either name (an existing ModelPreheat) or create: true with objectStorage',
+      fieldPath: '.name',
+      reason: 'FieldValueInvalid',
+      check: (p) => (p.name !== undefined) !== (p.create === true),
+    },
+    {
+      rule: '!(has(self.create) && self.create) || has(self.objectStorage)',
+      message: 'create: true needs objectStorage',
+      fieldPath: '.objectStorage',
+      reason: 'FieldValueRequired',
+      check: (p) => p.create !== true || p.objectStorage !== undefined,
+    },
+  ],
+);
+
+export const ServedModelSpec = withRules(
+  z.object({
+    modelName: z
+      .string()
+      .min(1)
+      .max(128)
+      .regex(/^[A-Za-z0-9][A-Za-z0-9_.-]*$/, 'must be letters, digits, _ . -')
+      .meta({ description: 'Model name in the model server.' }),
+    version: z
+      .string()
+      .max(64)
+      .regex(/^[A-Za-z0-9][A-Za-z0-9_.-]*$/)
+      .optional()
+      .meta({ description: "Model version (the archive's); changing it rolls the new version out." }),
+    fileName: z
+      .string()
+      .min(1)
+      .max(1024)
+      .regex(/^[^/].*[^/]$|^[^/]$/, 'must be an object key without leading or trailing /')
+      .meta({ description: 'Model archive object key, sent as file_name to the plugin (seed 4.3).' }),
+    modelServer: ModelServer,
+    workers: Workers.default({ min: 1 }),
+    registration: Registration.optional(),
+    preheat: PreheatGate.optional(),
+    rollout: z
+      .object({
+        maxConcurrent: z
+          .int()
+          .min(1)
+          .max(1000)
+          .default(10)
+          .meta({ description: 'Replicas registered at once.' }),
+        seedFirst: z
+          .boolean()
+          .default(true)
+          .meta({
+            description: 'Register on one replica first so the P2P network holds the model, then fan out.',
+          }),
+      })
+      .default({ maxConcurrent: 10, seedFirst: true }),
+  }),
+  [
+    {
+      rule: "!('/' + self.fileName + '/').contains('/../')",
+      message: 'fileName must not contain a .. segment',
+      fieldPath: '.fileName',
+      reason: 'FieldValueInvalid',
+      check: (s) => !`/${s.fileName}/`.includes('/../'),
+    },
+  ],
+);
+export type ServedModelSpec = z.infer<typeof ServedModelSpec>;
+
+export const ReplicaStatus = z.object({
+  endpoint: z.string(),
+  pod: z.string().optional(),
+  podUID: z.string().optional(),
+  registered: z.boolean(),
+  version: z.string().optional(),
+  readyWorkers: z.int().min(0),
+  ready: z.boolean(),
+  message: z.string().max(1024).optional(),
+  lastUpdateTime: Timestamp.optional(),
+});
+export type ReplicaStatus = z.infer<typeof ReplicaStatus>;
+
+export const ServedModelStatus = z.object({
+  observedGeneration: z.int().optional(),
+  ready: z.string().optional().meta({ description: 'readyReplicas/desiredReplicas, for kubectl get.' }),
+  readyReplicas: z.int().optional(),
+  desiredReplicas: z.int().optional(),
+  servedVersion: z.string().optional().meta({ description: 'Version that is default on every replica.' }),
+  replicas: z.array(ReplicaStatus).max(1000).optional(),
+  preheatName: z.string().optional().meta({ description: 'ModelPreheat gating registration.' }),
+  conditions: Conditions.optional(),
+});
+export type ServedModelStatus = z.infer<typeof ServedModelStatus>;
+
+export const ServedModel = z.object({
+  apiVersion: z.literal(API_VERSION),
+  kind: z.literal('ServedModel'),
+  metadata: ObjectMeta,
+  spec: ServedModelSpec,
+  status: ServedModelStatus.optional(),
+});
+export type ServedModel = z.infer<typeof ServedModel>;
