@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Idempotent set-up for development and tests. Safe to run again: each step checks before it works.
+#   scripts/setup.sh          node deps + control plane (enough for unit and integration tests)
+#   scripts/setup.sh --all    also TorchServe, MinIO and the plugin jar (e2e tests, the demo)
+source "$(dirname "$0")/lib.sh"
+cd "$REPO_ROOT"
+
+# 1. Node packages, including Node 24 itself (the npm `node` package): npm scripts run under
+#    node_modules/.bin/node whatever Node the machine has, since npm puts node_modules/.bin first on PATH.
+stamp=node_modules/.package-lock.json
+if [[ ! -f $stamp || package-lock.json -nt $stamp ]]; then
+  command -v npm >/dev/null || { log "npm is required: apt-get install nodejs npm"; exit 1; }
+  log "installing node packages (npm ci)"
+  npm ci --no-audit --no-fund >&2
+fi
+node_version=$(node_modules/.bin/node --version)
+[[ ${node_version#v} =~ ^(2[2-9]|[3-9][0-9])\. ]] || { log "node_modules/.bin/node is $node_version, need >= 22"; exit 1; }
+
+# 2. The control plane (kube-apiserver + etcd), built from the Go module proxy once and cached.
+bash scripts/setup-control-plane.sh >/dev/null
+
+if [[ ${1:-} == --all ]]; then
+  bash scripts/setup-torchserve.sh >/dev/null
+  bash scripts/setup-minio.sh >/dev/null
+  bash scripts/build-plugin.sh >/dev/null
+fi
+log "ready (node $node_version, cache $PEERLOAD_CACHE)"

@@ -1,0 +1,50 @@
+#!/usr/bin/env node
+/**
+ * The `peerload` command line. Each sub-command lives in its own module and is loaded on demand so that
+ * `peerload taskid` does not pay for the Kubernetes client.
+ */
+import { CliError } from './errors.ts';
+
+interface Command {
+  summary: string;
+  run: (argv: string[]) => Promise<number | void>;
+}
+
+const COMMANDS: Record<string, Command> = {
+  crds: {
+    summary: 'Write the CustomResourceDefinitions (to stdout, or --out DIR)',
+    run: async (argv) => (await import('./crds.ts')).run(argv),
+  },
+};
+
+export function usage(): string {
+  const width = Math.max(...Object.keys(COMMANDS).map((c) => c.length));
+  const lines = Object.entries(COMMANDS).map(([name, c]) => `  ${name.padEnd(width)}  ${c.summary}`);
+  return `Usage: peerload <command> [options]\n\nCommands:\n${lines.join('\n')}\n\nRun 'peerload <command> --help' for the options of a command.`;
+}
+
+export async function main(argv: string[]): Promise<number> {
+  const [name, ...rest] = argv;
+  if (!name || name === '--help' || name === '-h' || name === 'help') {
+    console.log(usage());
+    return name ? 0 : 2;
+  }
+  const command = COMMANDS[name];
+  if (!command) {
+    console.error(`peerload: unknown command "${name}"\n\n${usage()}`);
+    return 2;
+  }
+  try {
+    return (await command.run(rest)) ?? 0;
+  } catch (err) {
+    if (err instanceof CliError) {
+      console.error(`peerload ${name}: ${err.message}`);
+      return err.exitCode;
+    }
+    throw err;
+  }
+}
+
+if (import.meta.main) {
+  process.exitCode = await main(process.argv.slice(2));
+}

@@ -1,0 +1,51 @@
+/** Kubernetes helpers for tests: clients on the test control plane, namespaces, CRDs, waiting. */
+import * as k8s from '@kubernetes/client-node';
+import { load, loadAll } from 'js-yaml';
+import { readdirSync, readFileSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import { randomBytes } from 'node:crypto';
+import { waitFor } from './process.ts';
+
+export const REPO_ROOT = resolve(import.meta.dirname, '../..');
+
+export function kubeConfig(path: string): k8s.KubeConfig {
+  const kc = new k8s.KubeConfig();
+  kc.loadFromFile(path);
+  return kc;
+}
+
+/** A KubeConfig that impersonates `user` (and groups): how tests act with a narrower identity than admin. */
+export function impersonating(path: string, user: string, groups: string[] = []): k8s.KubeConfig {
+  const kc = kubeConfig(path);
+  kc.users = kc.users.map((u) => ({ ...u, impersonateUser: user, impersonateGroups: groups }));
+  return kc;
+}
+
+export function readManifests(path: string): k8s.KubernetesObject[] {
+  return loadAll(readFileSync(path, 'utf8')).filter((d): d is k8s.KubernetesObject => !!d);
+}
+
+/** Server-side applies the committed CRDs and waits until the apiserver serves them. */
+export async function installCRDs(kubeconfigPath: string): Promise<void> {
+  const kc = kubeConfig(kubeconfigPath);
+  const objects = k8s.KubernetesObjectApi.makeApiClient(kc);
+  const ext = kc.makeApiClient(k8s.ApiextensionsV1Api);
+  const dir = join(REPO_ROOT, 'crds');
+  for (const file of readdirSync(dir).filter((f) => f.endsWith('.yaml'))) {
+    const crd = load(readFileSync(join(dir, file), 'utf8')) as k8s.V1CustomResourceDefinition;
+    await objects.patch(crd, undefined, undefined, 'peerload-tests', true, k8s.PatchStrategy.ServerSideApply);
+    await waitFor(`CRD ${crd.metadata?.name} Established`, async () => {
+      const got = await ext.readCustomResourceDefinition({ name: crd.metadata!.name! });
+      return got.status?.conditions?.some((c) => c.type === 'Established' && c.status === 'True');
+    });
+  }
+}
+
+/** Creates a namespace with a unique name for one test file. */
+export async function createNamespace(kc: k8s.KubeConfig, prefix: string): Promise<string> {
+  const name = `${prefix}-${randomBytes(3).toString('hex')}`.toLowerCase();
+  await kc.makeApiClient(k8s.CoreV1Api).createNamespace({ body: { metadata: { name } } });
+  return name;
+}
+
+export { waitFor };

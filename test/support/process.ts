@@ -1,0 +1,68 @@
+import { spawn, type ChildProcess, type SpawnOptions } from 'node:child_process';
+import { createWriteStream } from 'node:fs';
+
+export interface ManagedProcess {
+  name: string;
+  child: ChildProcess;
+  logPath: string;
+  /** Sends SIGTERM, then SIGKILL after `graceMs`; resolves when the process is gone. */
+  stop(graceMs?: number): Promise<void>;
+  kill(signal?: NodeJS.Signals): Promise<void>;
+  exited: Promise<number | null>;
+}
+
+/** Starts a child process whose output goes to a log file (printed on unexpected exit for diagnosis). */
+export function startProcess(
+  name: string,
+  command: string,
+  args: string[],
+  logPath: string,
+  opts: SpawnOptions = {},
+): ManagedProcess {
+  const log = createWriteStream(logPath, { flags: 'a' });
+  const child = spawn(command, args, { stdio: ['ignore', 'pipe', 'pipe'], ...opts });
+  child.stdout?.pipe(log);
+  child.stderr?.pipe(log);
+  const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+  const kill = async (signal: NodeJS.Signals = 'SIGKILL') => {
+    if (child.exitCode === null && child.signalCode === null) child.kill(signal);
+    await exited;
+  };
+  return {
+    name,
+    child,
+    logPath,
+    exited,
+    kill,
+    async stop(graceMs = 10_000) {
+      if (child.exitCode !== null || child.signalCode !== null) return;
+      child.kill('SIGTERM');
+      const timer = setTimeout(() => child.kill('SIGKILL'), graceMs);
+      await exited;
+      clearTimeout(timer);
+    },
+  };
+}
+
+/** Polls `check` until it returns a truthy value or the deadline passes. */
+export async function waitFor<T>(
+  what: string,
+  check: () => Promise<T | undefined | false> | T | undefined | false,
+  { timeoutMs = 30_000, intervalMs = 100 } = {},
+): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  let lastError: unknown;
+  for (;;) {
+    try {
+      const v = await check();
+      if (v) return v;
+    } catch (err) {
+      lastError = err;
+    }
+    if (Date.now() > deadline) {
+      const detail = lastError instanceof Error ? `: ${lastError.message}` : '';
+      throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}${detail}`);
+    }
+    await new Promise((r) => setTimeout(r, intervalMs));
+  }
+}

@@ -1,0 +1,110 @@
+import { describe, expect, it } from 'vitest';
+import { readdirSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { loadAll } from 'js-yaml';
+import {
+  ModelPreheat,
+  ServedModel,
+  ModelPreheatSpec,
+  ServedModelSpec,
+  parseDuration,
+  KINDS,
+  customResourceDefinition,
+} from '../../src/api/index.ts';
+import { INVALID } from '../fixtures/invalid-resources.ts';
+
+const EXAMPLES = join(import.meta.dirname, '../../deploy/examples');
+
+describe('examples', () => {
+  const files = readdirSync(EXAMPLES).filter((f) => f.endsWith('.yaml'));
+  it('has one example per feature', () => expect(files.length).toBeGreaterThanOrEqual(8));
+  for (const file of files) {
+    it(`${file} parses with the operator's schema`, () => {
+      for (const doc of loadAll(readFileSync(join(EXAMPLES, file), 'utf8')) as { kind: string }[]) {
+        const schema = doc.kind === 'ModelPreheat' ? ModelPreheat : ServedModel;
+        const parsed = schema.safeParse(doc);
+        expect(parsed.error?.issues ?? []).toEqual([]);
+      }
+    });
+  }
+});
+
+describe('invalid resources are rejected by zod too, naming the same field', () => {
+  for (const c of INVALID) {
+    it(c.name, () => {
+      const schema = c.kind === 'ModelPreheat' ? ModelPreheatSpec : ServedModelSpec;
+      const result = schema.safeParse(JSON.parse(JSON.stringify(c.spec)));
+      expect(result.success).toBe(false);
+      const paths = result.error!.issues.map((i) =>
+        ['spec', ...i.path]
+          .map((p) => (typeof p === 'number' ? `[${p}]` : `.${String(p)}`))
+          .join('')
+          .replace(/^\./, '')
+          .replace(/\.\[/g, '['),
+      );
+      expect(paths).toContain(c.field);
+    });
+  }
+});
+
+describe('defaults', () => {
+  it('fills in what a user leaves out', () => {
+    const spec = ServedModelSpec.parse({
+      modelName: 'm',
+      fileName: 'm.mar',
+      modelServer: { service: { name: 'ts' } },
+    });
+    expect(spec.workers).toEqual({ min: 1 });
+    expect(spec.rollout).toEqual({ maxConcurrent: 10, seedFirst: true });
+    expect(spec.modelServer.pluginPath).toBe('p2p');
+    expect(spec.modelServer.service?.port).toBe('management');
+    const mph = ModelPreheatSpec.parse({ url: 'http://x/y' });
+    expect(mph).toMatchObject({
+      type: 'file',
+      scope: 'single_seed_peer',
+      retry: { limit: 3, backoff: '30s' },
+    });
+  });
+});
+
+describe('parseDuration', () => {
+  it.each([
+    ['90s', 90_000],
+    ['1h30m', 5_400_000],
+    ['250ms', 250],
+    ['1.5h', 5_400_000],
+  ])('%s = %d ms', (text, ms) => expect(parseDuration(text)).toBe(ms));
+  it('rejects malformed text', () => expect(() => parseDuration('10 minutes')).toThrow(/invalid duration/));
+});
+
+describe('generated CRDs', () => {
+  for (const info of KINDS) {
+    const crd = customResourceDefinition(info) as any;
+    const schema = crd.spec.versions[0].schema.openAPIV3Schema;
+    it(`${info.kind} is structural: no $schema, no additionalProperties:false, no propertyNames`, () => {
+      const text = JSON.stringify(schema);
+      expect(text).not.toContain('$schema');
+      expect(text).not.toContain('"additionalProperties":false');
+      expect(text).not.toContain('propertyNames');
+      expect(text).not.toContain('9007199254740991');
+    });
+    it(`${info.kind} has status subresource, short name and category`, () => {
+      expect(crd.spec.versions[0].subresources).toEqual({ status: {} });
+      expect(crd.spec.names.shortNames).toEqual(info.shortNames);
+      expect(crd.spec.names.categories).toEqual(['peerload']);
+    });
+    it(`${info.kind} committed YAML is up to date`, () => {
+      const committed = readFileSync(
+        join(import.meta.dirname, `../../crds/${info.plural}.peerload.io.yaml`),
+        'utf8',
+      );
+      expect(loadAll(committed)[0]).toEqual(JSON.parse(JSON.stringify(crd)));
+    });
+  }
+  it('conditions are a map list keyed by type', () => {
+    const crd = customResourceDefinition(KINDS[0]!) as any;
+    const conditions = crd.spec.versions[0].schema.openAPIV3Schema.properties.status.properties.conditions;
+    expect(conditions['x-kubernetes-list-type']).toBe('map');
+    expect(conditions['x-kubernetes-list-map-keys']).toEqual(['type']);
+  });
+});
