@@ -28,7 +28,8 @@ export const KINDS: KindInfo[] = [
     shortNames: ['mph'],
     spec: ModelPreheatSpec,
     status: ModelPreheatStatus,
-    description: 'A preheat job on the P2P manager that makes model files available in the network ahead of use.',
+    description:
+      'A preheat job on the P2P manager that makes model files available in the network ahead of use.',
     printerColumns: [
       { name: 'Type', type: 'string', jsonPath: '.spec.type' },
       { name: 'State', type: 'string', jsonPath: '.status.state' },
@@ -72,11 +73,7 @@ export function toStructural(node: unknown): unknown {
   const anyOf = src.anyOf as Json[] | undefined;
   if (anyOf && anyOf.length === 2) {
     const types = anyOf.map((a) => a.type).sort();
-    if (types[0] === 'integer' && types[1] === 'string') {
-      const out: Json = { 'x-kubernetes-int-or-string': true };
-      for (const k of ['description', 'default']) if (k in src) out[k] = src[k];
-      return out;
-    }
+    if (types[0] === 'integer' && types[1] === 'string') return intOrString(src, anyOf);
   }
   const out: Json = {};
   for (const [k, v] of Object.entries(src)) {
@@ -86,6 +83,36 @@ export function toStructural(node: unknown): unknown {
     if (k === 'pattern' && src.format === 'date-time') continue;
     out[k] = toStructural(v);
   }
+  return out;
+}
+
+/**
+ * The apiserver accepts int-or-string only as `anyOf: [{type: integer}, {type: string}]` with no other keywords
+ * in the branches, so the branches' bounds and pattern move into one CEL rule.
+ */
+function intOrString(src: Json, branches: Json[]): Json {
+  const int = branches.find((b) => b.type === 'integer')!;
+  const str = branches.find((b) => b.type === 'string')!;
+  const intChecks = ['true'];
+  if (typeof int.minimum === 'number' && Math.abs(int.minimum) < SAFE_INT)
+    intChecks.push(`self >= ${int.minimum}`);
+  if (typeof int.maximum === 'number' && Math.abs(int.maximum) < SAFE_INT)
+    intChecks.push(`self <= ${int.maximum}`);
+  const strChecks = ['true'];
+  if (typeof str.pattern === 'string')
+    strChecks.push(`self.matches('${str.pattern.replace(/\\/g, '\\\\')}')`);
+  if (typeof str.maxLength === 'number') strChecks.push(`self.size() <= ${str.maxLength}`);
+  const out: Json = {
+    'x-kubernetes-int-or-string': true,
+    anyOf: [{ type: 'integer' }, { type: 'string' }],
+    'x-kubernetes-validations': [
+      {
+        rule: `type(self) == int ? (${intChecks.join(' && ')}) : (${strChecks.join(' && ')})`,
+        message: `must be an integer from ${int.minimum} to ${int.maximum} or a name matching ${str.pattern}`,
+      },
+    ],
+  };
+  for (const k of ['description', 'default']) if (k in src) out[k] = src[k];
   return out;
 }
 

@@ -10,12 +10,9 @@ export const ManagerRef = withRules(
     url: HttpUrl.meta({
       description: 'Manager base address, e.g. http://dragonfly-manager.dragonfly-system:8080.',
     }),
-    apiPath: z
-      .enum(['/api/v1', '/oapi/v1'])
-      .default('/api/v1')
-      .meta({
-        description: 'Job API prefix: /api/v1 (seed; JWT from v2.4.1) or /oapi/v1 (personal access tokens).',
-      }),
+    apiPath: z.enum(['/api/v1', '/oapi/v1']).default('/api/v1').meta({
+      description: 'Job API prefix: /api/v1 (seed; JWT from v2.4.1) or /oapi/v1 (personal access tokens).',
+    }),
     tokenSecretRef: SecretKeyRef.optional().meta({
       description: 'Personal access token, sent as `Authorization: Bearer`. Required by /oapi/v1.',
     }),

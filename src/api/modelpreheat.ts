@@ -25,13 +25,10 @@ const IMAGE_MANIFEST_PATTERN = '^(.*)://(.*)/v2/(.*)/manifests/(.*)$';
 
 export const ModelPreheatSpec = withRules(
   z.object({
-    type: z
-      .enum(['file', 'image'])
-      .default('file')
-      .meta({
-        description:
-          'file: preheat the URLs as they are; image: resolve an OCI manifest and preheat its blobs.',
-      }),
+    type: z.enum(['file', 'image']).default('file').meta({
+      description:
+        'file: preheat the URLs as they are; image: resolve an OCI manifest and preheat its blobs.',
+    }),
     url: HttpUrl.optional().meta({
       description: 'One URL to preheat (an image manifest URL for type image).',
     }),
@@ -110,12 +107,9 @@ export const ModelPreheatSpec = withRules(
       })
       .default({ limit: 3, backoff: '30s' })
       .meta({ description: 'What to do when the job ends in FAILURE.' }),
-    deleteJobOnCleanup: z
-      .boolean()
-      .default(false)
-      .meta({
-        description: 'Delete the manager job record when this resource is deleted (the P2P cache stays).',
-      }),
+    deleteJobOnCleanup: z.boolean().default(false).meta({
+      description: 'Delete the manager job record when this resource is deleted (the P2P cache stays).',
+    }),
   }),
   [
     {

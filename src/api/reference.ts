@@ -29,18 +29,25 @@ function rows(schema: Json, prefix: string, required: Set<string>, out: string[]
     out.push(`| \`${path}\`${req} | ${typeOf(prop)} | ${constraints(prop)} | ${desc} |`);
     for (const v of prop['x-kubernetes-validations'] ?? []) out.push(`| | | rule | ${v.message} |`);
     const child = prop.type === 'array' ? prop.items : prop;
-    if (child?.properties) rows(child, prop.type === 'array' ? `${path}[]` : path, new Set(child.required ?? []), out);
+    if (child?.properties)
+      rows(child, prop.type === 'array' ? `${path}[]` : path, new Set(child.required ?? []), out);
   }
 }
 
 export function apiReference(): string {
   const out: string[] = [];
   for (const info of KINDS) {
-    out.push(`### ${info.kind} (\`peerload.io/v1alpha1\`, short name \`${info.shortNames.join(', ')}\`)`, '', info.description, '');
+    out.push(
+      `### ${info.kind} (\`peerload.io/v1alpha1\`, short name \`${info.shortNames.join(', ')}\`)`,
+      '',
+      info.description,
+      '',
+    );
     for (const part of ['spec', 'status'] as const) {
       const schema = openAPISchema(part === 'spec' ? info.spec : info.status);
       out.push('| field | type | constraints | description |', '|---|---|---|---|');
-      for (const v of schema['x-kubernetes-validations'] ?? []) out.push(`| \`${part}\` | | rule | ${v.message} |`);
+      for (const v of schema['x-kubernetes-validations'] ?? [])
+        out.push(`| \`${part}\` | | rule | ${v.message} |`);
       rows(schema, part, new Set(schema.required ?? []), out);
       out.push('');
     }

@@ -108,12 +108,9 @@ export const Registration = z.object({
 export const PreheatGate = withRules(
   z.object({
     name: ObjectName.optional().meta({ description: 'An existing ModelPreheat that must succeed first.' }),
-    create: z
-      .boolean()
-      .optional()
-      .meta({
-        description: 'Create and own a ModelPreheat for fileName in objectStorage, with the plugin filter.',
-      }),
+    create: z.boolean().optional().meta({
+      description: 'Create and own a ModelPreheat for fileName in objectStorage, with the plugin filter.',
+    }),
     objectStorage: ObjectStorageLocation.optional().meta({
       description: 'Bucket of fileName (with create: true).',
     }),
@@ -171,12 +168,9 @@ export const ServedModelSpec = withRules(
           .max(1000)
           .default(10)
           .meta({ description: 'Replicas registered at once.' }),
-        seedFirst: z
-          .boolean()
-          .default(true)
-          .meta({
-            description: 'Register on one replica first so the P2P network holds the model, then fan out.',
-          }),
+        seedFirst: z.boolean().default(true).meta({
+          description: 'Register on one replica first so the P2P network holds the model, then fan out.',
+        }),
       })
       .default({ maxConcurrent: 10, seedFirst: true }),
   }),

@@ -1,6 +1,6 @@
 /** Kubernetes helpers for tests: clients on the test control plane, namespaces, CRDs, waiting. */
 import * as k8s from '@kubernetes/client-node';
-import { load, loadAll } from 'js-yaml';
+import { loadAll } from 'js-yaml';
 import { readdirSync, readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { randomBytes } from 'node:crypto';
@@ -32,7 +32,9 @@ export async function installCRDs(kubeconfigPath: string): Promise<void> {
   const ext = kc.makeApiClient(k8s.ApiextensionsV1Api);
   const dir = join(REPO_ROOT, 'crds');
   for (const file of readdirSync(dir).filter((f) => f.endsWith('.yaml'))) {
-    const crd = load(readFileSync(join(dir, file), 'utf8')) as k8s.V1CustomResourceDefinition;
+    // The typed client re-serialises known kinds from their TypeScript property names
+    // (`xKubernetesValidations`); a plain YAML object must be loaded into the model (loadYaml) or those keys vanish.
+    const crd = k8s.loadYaml<k8s.V1CustomResourceDefinition>(readFileSync(join(dir, file), 'utf8'));
     await objects.patch(crd, undefined, undefined, 'peerload-tests', true, k8s.PatchStrategy.ServerSideApply);
     await waitFor(`CRD ${crd.metadata?.name} Established`, async () => {
       const got = await ext.readCustomResourceDefinition({ name: crd.metadata!.name! });
