@@ -107,7 +107,12 @@ export async function startControlPlane(opts: ControlPlaneOptions = {}): Promise
   let caPEM = '';
 
   const startApiserver = async () => {
-    apiserver = startProcess('kube-apiserver', join(binDir, 'kube-apiserver'), apiArgs, join(dir, 'apiserver.log'));
+    apiserver = startProcess(
+      'kube-apiserver',
+      join(binDir, 'kube-apiserver'),
+      apiArgs,
+      join(dir, 'apiserver.log'),
+    );
     const early = apiserver.exited.then((code) => {
       throw new Error(`kube-apiserver exited with ${code}; log: ${join(dir, 'apiserver.log')}`);
     });
@@ -170,7 +175,12 @@ function kubeconfig(server: string, caPEM: string, token: string): string {
   ].join('\n');
 }
 
-function get(server: string, path: string, token: string, ca: string): Promise<{ status: number; body: string }> {
+function get(
+  server: string,
+  path: string,
+  token: string,
+  ca: string,
+): Promise<{ status: number; body: string }> {
   return new Promise((resolve, reject) => {
     const req = request(
       `${server}${path}`,
