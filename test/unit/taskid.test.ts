@@ -105,10 +105,9 @@ describe('filter headers', () => {
   });
 
   it('reads the current header first, the legacy one otherwise, case-insensitively', () => {
-    expect(parseFilterHeaders({ 'x-dragonfly-filtered-query-params': 'a, b', 'x-dragonfly-filter': 'c&d' })).toEqual([
-      'a',
-      'b',
-    ]);
+    expect(
+      parseFilterHeaders({ 'x-dragonfly-filtered-query-params': 'a, b', 'x-dragonfly-filter': 'c&d' }),
+    ).toEqual(['a', 'b']);
     expect(parseFilterHeaders({ 'X-Dragonfly-Filter': 'c&d' })).toEqual(['c', 'd']);
     expect(parseFilterHeaders(new Headers({ 'X-Dragonfly-Filter': 'Expires&Signature' }))).toEqual([
       'Expires',

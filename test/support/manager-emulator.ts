@@ -1,0 +1,1002 @@
+/**
+ * Manager emulator: the P2P manager's job API exactly as shared/contracts/manager-jobs.md describes the real
+ * system, for integration tests, benchmarks and local development.
+ *
+ * - Routes under /api/v1 and /oapi/v1: POST/GET/GET-list (`Link` header)/PATCH/DELETE jobs, and
+ *   `POST /api/v1/users/signin`. 200 on create (never 201), job JSON with `state` (or `status` by option),
+ *   ids from 1, `task_id` `group_<uuid>`, defaults filled into args, `scheduler_clusters`.
+ * - Errors and bodies of every row of the contract: 422 `{"errors"}` (and `Unknow type`), 404 (unknown job id,
+ *   `scheduler cluster id 7: record not found`), 500 `invalid params: url is required` and
+ *   `candidate schedulers not found`, 401 `{"message":"Unauthorized"}`, 403 PAT inactive/expired/scope,
+ *   429 text/plain `rate limit exceeded`, 409 on a duplicate.
+ * - Auth: /api/v1 without auth (manager <= v2.4.0) or JWT (v2.4.1+: sign-in, Bearer / cookie `jwt` / `?token=`);
+ *   /oapi/v1 with personal access tokens (Bearer or `?access_token=`), scopes, expiry, inactive tokens.
+ * - Preheat jobs REALLY download through the given peer proxies (`PeerProxy.preheat`): file `url`/`urls`;
+ *   image: manifest resolved from the registry (basic auth from username/password or `headers.Authorization`,
+ *   `platform` picked from an index), then every blob (config + layers). PENDING -> (RECEIVED, STARTED) ->
+ *   SUCCESS/FAILURE with a v2.1.57+ snake_case `result` (PascalCase by option).
+ * - Failure injection: FAILURE of the next N jobs, job latency, 5xx on the next N requests, 429 with
+ *   Retry-After, per-request delay, downtime (`stop()` / `start()` on the same port). Counters per route.
+ *
+ * Everything is in memory and event driven (no polling loops): 1,000 jobs are cheap.
+ */
+import { randomBytes, randomUUID } from 'node:crypto';
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo, Socket } from 'node:net';
+import { Agent, request as undiciRequest } from 'undici';
+import { RAW_DEFAULT_FILTERED_QUERY_PARAMS, taskID as computeTaskID } from '../../src/storage/taskid.ts';
+import type { PeerProxy } from './peer-proxy.ts';
+
+export type EmulatedJobState = 'PENDING' | 'RECEIVED' | 'STARTED' | 'RETRY' | 'SUCCESS' | 'FAILURE';
+
+export interface PersonalAccessToken {
+  token: string;
+  /** `job`, `cluster`, ...; empty or absent grants all. */
+  scopes?: string[];
+  /** ms since epoch. */
+  expiresAt?: number;
+  /** false: 403 `Token is inactive`. Default true. */
+  active?: boolean;
+}
+
+export interface ManagerEmulatorOptions {
+  host?: string;
+  /** 0 (default) = a free port. */
+  port?: number;
+  /** Seed peers the preheat jobs download through. single_seed_peer uses the first; the other scopes all. */
+  peers?: PeerProxy[];
+  /** Shorthand for `peers: [peer]`. */
+  peer?: PeerProxy;
+  /** Field the job status is serialised as: `state` (the code, default) or `status` (seed / v2.0.2 docs). */
+  statusField?: 'state' | 'status';
+  /** Key of the filter in job JSON args: `current` -> filtered_query_params (default), `legacy` -> filter. */
+  argsDialect?: 'current' | 'legacy';
+  /** `result` keys: snake (v2.1.57+, default) or pascal (before). */
+  resultCase?: 'snake' | 'pascal';
+  /** Auth of /api/v1: none (<= v2.4.0, default) or jwt (v2.4.1+). */
+  apiAuth?: 'none' | 'jwt';
+  /** Users for `POST /api/v1/users/signin`. Default `[{ name: 'root', password: 'dragonfly' }]`. */
+  users?: { name: string; password: string; id?: number }[];
+  /** Lifetime of a JWT, ms. Default 1 h. */
+  jwtTTLms?: number;
+  /** Personal access tokens accepted on /oapi/v1 (none: every /oapi/v1 request is 401). */
+  tokens?: (string | PersonalAccessToken)[];
+  /** Scheduler clusters. Default `[{ id: 1, name: 'cluster-1' }]`; empty: creates fail with 500. */
+  schedulerClusters?: { id: number; name: string }[];
+  /** Time from create to the terminal state, ms. Default 0. */
+  jobLatencyMs?: number;
+  /** Walk PENDING -> RECEIVED -> STARTED before the end (each visible for jobLatencyMs / 3). */
+  runningStates?: boolean;
+}
+
+export interface EmulatedJob {
+  id: number;
+  created_at: string;
+  updated_at: string;
+  task_id: string;
+  bio: string;
+  type: string;
+  state: EmulatedJobState;
+  args: Record<string, unknown>;
+  result: Record<string, unknown> | null;
+  user_id: number;
+  scheduler_clusters: { id: number; name: string }[];
+  seed_peer_clusters: unknown[];
+  /** Not serialised: what the job did. */
+  internal: {
+    /** URLs downloaded (blob URLs for an image). */
+    urls: string[];
+    /** Task id per URL, as the peers computed it. */
+    taskIDs: Record<string, string>;
+    error?: string;
+    done: Promise<void>;
+  };
+}
+
+export interface ManagerEmulatorCounters {
+  /** Every HTTP request received. */
+  requests: number;
+  creates: number;
+  gets: number;
+  lists: number;
+  patches: number;
+  deletes: number;
+  signIns: number;
+  /** `POST /api/v1/jobs`, `GET /oapi/v1/jobs/:id`, ... */
+  byRoute: Record<string, number>;
+  /** Most requests in progress at once. */
+  maxInFlight: number;
+}
+
+export interface RecordedManagerRequest {
+  method: string;
+  path: string;
+  query: Record<string, string>;
+  headers: Record<string, string>;
+  body: string;
+  status: number;
+}
+
+export interface ManagerEmulator {
+  url: string;
+  port: number;
+  jobs: Map<number, EmulatedJob>;
+  counters: ManagerEmulatorCounters;
+  /** The last 10,000 requests, bodies included (a test tool: credentials are NOT redacted here). */
+  log: RecordedManagerRequest[];
+  /** Resolves when job `id` is SUCCESS or FAILURE. */
+  waitForJob(id: number): Promise<EmulatedJob>;
+  /** The next `count` preheat jobs end in FAILURE with `message`. */
+  injectJobFailures(count: number, message?: string): void;
+  /** The next `count` preheat jobs end SUCCESS but list a failed peer in failure_tasks (single_seed_peer). */
+  injectPartialFailures(count: number): void;
+  /** Time from create to terminal for jobs created from now on. */
+  setJobLatency(ms: number): void;
+  /** The next `count` requests (sign-in excluded) answer `status` with `{"message"}`. */
+  injectServerErrors(count: number, status?: number, message?: string): void;
+  /** The next `count` creates answer 429 text/plain `rate limit exceeded` (with Retry-After when given). */
+  injectRateLimit(count: number, retryAfterSeconds?: number): void;
+  /** Every request waits this long before being handled. */
+  setRequestDelay(ms: number): void;
+  /** Adds (or replaces) a personal access token. */
+  addToken(token: string | PersonalAccessToken): void;
+  /** Forgets every JWT issued (the next request with one is 401). */
+  revokeJWTs(): void;
+  /** Downtime: closes the listener and every connection; state is kept. */
+  stop(): Promise<void>;
+  /** Listens again on the same port. */
+  start(): Promise<void>;
+  /** Clears jobs, counters and injections. */
+  reset(): void;
+  close(): Promise<void>;
+}
+
+const DEFAULT_TIMEOUT_NS = 3_600_000_000_000;
+const IMAGE_URL = /^(.*):\/\/(.*)\/v2\/(.*)\/manifests\/(.*)$/;
+const KNOWN_OTHER_TYPES = new Set(['sync_peers', 'get_task', 'delete_task', 'get_image_distribution']);
+
+class HttpError extends Error {
+  readonly status: number;
+  readonly body: unknown;
+  readonly text: boolean;
+  readonly headers: Record<string, string>;
+  constructor(
+    status: number,
+    body: unknown,
+    opts: { text?: boolean; headers?: Record<string, string> } = {},
+  ) {
+    super(typeof body === 'string' ? body : JSON.stringify(body));
+    this.status = status;
+    this.body = body;
+    this.text = opts.text ?? false;
+    this.headers = opts.headers ?? {};
+  }
+}
+
+const unauthorized = () => new HttpError(401, { message: 'Unauthorized' });
+/** gin's validator text for a failed binding tag. */
+const validation = (struct: string, field: string, tag: string) =>
+  new HttpError(422, {
+    errors: `Key: '${struct}.${field}' Error:Field validation for '${field}' failed on the '${tag}' tag`,
+  });
+
+function toPascal(value: unknown): unknown {
+  const special: Record<string, string> = {
+    group_uuid: 'GroupUUID',
+    task_uuid: 'TaskUUID',
+    ttl: 'TTL',
+    url: 'URL',
+    ip: 'IP',
+    scheduler_cluster_id: 'SchedulerClusterID',
+  };
+  if (Array.isArray(value)) return value.map(toPascal);
+  if (value && typeof value === 'object') {
+    const out: Record<string, unknown> = {};
+    for (const [k, v] of Object.entries(value)) {
+      const key = special[k] ?? k.replace(/(^|_)([a-z])/g, (_m, _p, c: string) => c.toUpperCase());
+      out[key] = toPascal(v);
+    }
+    return out;
+  }
+  return value;
+}
+
+async function readBody(req: IncomingMessage): Promise<string> {
+  const chunks: Buffer[] = [];
+  for await (const c of req) chunks.push(c as Buffer);
+  return Buffer.concat(chunks).toString('utf8');
+}
+
+const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+
+/** Runs `fn` over `items` with at most `limit` at once. */
+async function mapLimit<T, R>(items: T[], limit: number, fn: (t: T) => Promise<R>): Promise<R[]> {
+  const out: R[] = new Array<R>(items.length);
+  let next = 0;
+  const worker = async () => {
+    while (next < items.length) {
+      const i = next++;
+      out[i] = await fn(items[i]!);
+    }
+  };
+  await Promise.all(Array.from({ length: Math.max(1, Math.min(limit, items.length)) }, worker));
+  return out;
+}
+
+export async function startManagerEmulator(opts: ManagerEmulatorOptions = {}): Promise<ManagerEmulator> {
+  const host = opts.host ?? '127.0.0.1';
+  const peers = opts.peers ?? (opts.peer ? [opts.peer] : []);
+  const statusField = opts.statusField ?? 'state';
+  const argsDialect = opts.argsDialect ?? 'current';
+  const resultCase = opts.resultCase ?? 'snake';
+  const apiAuth = opts.apiAuth ?? 'none';
+  const users = (opts.users ?? [{ name: 'root', password: 'dragonfly' }]).map((u, i) => ({
+    id: u.id ?? i + 1,
+    ...u,
+  }));
+  const jwtTTL = opts.jwtTTLms ?? 3_600_000;
+  const clusters = opts.schedulerClusters ?? [{ id: 1, name: 'cluster-1' }];
+  const runningStates = opts.runningStates ?? false;
+  const agent = new Agent({ keepAliveTimeout: 5_000 });
+
+  const tokens = new Map<string, PersonalAccessToken>();
+  const addToken = (t: string | PersonalAccessToken) => {
+    const pat = typeof t === 'string' ? { token: t } : t;
+    tokens.set(pat.token, pat);
+  };
+  for (const t of opts.tokens ?? []) addToken(t);
+  const jwts = new Map<string, { userID: number; expiresAt: number }>();
+
+  const jobs = new Map<number, EmulatedJob>();
+  let nextID = 1;
+  let jobLatency = opts.jobLatencyMs ?? 0;
+  let requestDelay = 0;
+  const inject = {
+    jobFailures: [] as string[],
+    partial: 0,
+    serverErrors: [] as { status: number; message: string }[],
+    rateLimit: [] as (number | undefined)[],
+  };
+  const newCounters = (): ManagerEmulatorCounters => ({
+    requests: 0,
+    creates: 0,
+    gets: 0,
+    lists: 0,
+    patches: 0,
+    deletes: 0,
+    signIns: 0,
+    byRoute: {},
+    maxInFlight: 0,
+  });
+  const counters = newCounters();
+  const log: RecordedManagerRequest[] = [];
+  let inFlight = 0;
+
+  // ---------------------------------------------------------------- serialisation
+
+  function jobJSON(job: EmulatedJob): Record<string, unknown> {
+    const { internal: _internal, state, result, ...rest } = job;
+    const out: Record<string, unknown> = { ...rest };
+    // Keep the field order of the real JSON: ... type, state, args, result ...
+    const ordered: Record<string, unknown> = {};
+    for (const k of ['id', 'created_at', 'updated_at', 'task_id', 'bio', 'type']) ordered[k] = out[k];
+    ordered[statusField] = state;
+    ordered['args'] = job.args;
+    ordered['result'] = result && resultCase === 'pascal' ? toPascal(result) : result;
+    ordered['user_id'] = job.user_id;
+    ordered['scheduler_clusters'] = job.scheduler_clusters;
+    ordered['seed_peer_clusters'] = job.seed_peer_clusters;
+    return ordered;
+  }
+
+  // ---------------------------------------------------------------- auth
+
+  function bearer(req: IncomingMessage): string | undefined {
+    const m = /^Bearer\s+(.+)$/i.exec(req.headers.authorization ?? '');
+    return m ? m[1]!.trim() : undefined;
+  }
+
+  function checkPAT(req: IncomingMessage, query: URLSearchParams, scope: string): void {
+    const token = bearer(req) ?? query.get('access_token') ?? undefined;
+    if (!token) throw unauthorized();
+    const pat = tokens.get(token);
+    if (!pat) throw unauthorized();
+    if (pat.active === false) throw new HttpError(403, { message: 'Token is inactive' });
+    if (pat.expiresAt !== undefined && Date.now() >= pat.expiresAt) {
+      throw new HttpError(403, { message: 'Token has expired' });
+    }
+    if (pat.scopes && pat.scopes.length > 0 && !pat.scopes.includes(scope)) {
+      throw new HttpError(403, { message: `Token does not have the ${scope} scope` });
+    }
+  }
+
+  /** Returns the signed-in user id (0 without auth). */
+  function checkJWT(req: IncomingMessage, query: URLSearchParams): number {
+    if (apiAuth === 'none') return 0;
+    const cookie = /(?:^|;\s*)jwt=([^;]+)/.exec(req.headers.cookie ?? '')?.[1];
+    const token = bearer(req) ?? cookie ?? query.get('token') ?? undefined;
+    if (!token) throw unauthorized();
+    const session = jwts.get(token);
+    if (!session) throw unauthorized();
+    if (Date.now() >= session.expiresAt) throw new HttpError(401, { message: 'Token is expired' });
+    return session.userID;
+  }
+
+  // ---------------------------------------------------------------- create
+
+  function parseJSON(text: string): unknown {
+    try {
+      return JSON.parse(text);
+    } catch (e) {
+      throw new HttpError(422, { errors: e instanceof Error ? e.message : 'invalid JSON' });
+    }
+  }
+
+  const isObj = (v: unknown): v is Record<string, unknown> =>
+    !!v && typeof v === 'object' && !Array.isArray(v);
+  const typeError = (field: string, goType: string, got: unknown) =>
+    new HttpError(422, {
+      errors: `json: cannot unmarshal ${Array.isArray(got) ? 'array' : typeof got} into Go struct field ${field} of type ${goType}`,
+    });
+
+  function optString(args: Record<string, unknown>, key: string, field: string): string {
+    const v = args[key];
+    if (v === undefined || v === null) return '';
+    if (typeof v !== 'string') throw typeError(field, 'string', v);
+    return v;
+  }
+
+  function optInt(
+    args: Record<string, unknown>,
+    key: string,
+    field: string,
+    goType: string,
+  ): number | undefined {
+    const v = args[key];
+    if (v === undefined || v === null) return undefined;
+    if (typeof v !== 'number' || !Number.isInteger(v)) throw typeError(field, goType, v);
+    return v;
+  }
+
+  /** Validates and normalises preheat args the way the manager's binding + service do, defaults included. */
+  function preheatArgs(raw: unknown): Record<string, unknown> {
+    if (!isObj(raw)) throw validation('CreatePreheatJobRequest', 'Args', 'required');
+    const type = optString(raw, 'type', 'CreatePreheatJobRequest.args.type');
+    if (type === '') throw validation('PreheatArgs', 'Type', 'required');
+    if (type !== 'image' && type !== 'file') throw validation('PreheatArgs', 'Type', 'oneof');
+    const url = optString(raw, 'url', 'CreatePreheatJobRequest.args.url');
+    let urls: string[] | null = null;
+    if (raw['urls'] !== undefined && raw['urls'] !== null) {
+      if (!Array.isArray(raw['urls']) || raw['urls'].some((u) => typeof u !== 'string')) {
+        throw typeError('CreatePreheatJobRequest.args.urls', '[]string', raw['urls']);
+      }
+      urls = raw['urls'] as string[];
+    }
+    // All three dialects are accepted; the newest wins when several are sent.
+    let filter = '';
+    for (const key of ['filter', 'filteredQueryParams', 'filtered_query_params']) {
+      const v = optString(raw, key, `CreatePreheatJobRequest.args.${key}`);
+      if (v !== '') filter = v;
+    }
+    let headers: Record<string, string> | null = null;
+    if (raw['headers'] !== undefined && raw['headers'] !== null) {
+      if (!isObj(raw['headers']) || Object.values(raw['headers']).some((v) => typeof v !== 'string')) {
+        throw typeError('CreatePreheatJobRequest.args.headers', 'map[string]string', raw['headers']);
+      }
+      headers = raw['headers'] as Record<string, string>;
+    }
+    const scope = optString(raw, 'scope', 'CreatePreheatJobRequest.args.scope') || 'single_seed_peer';
+    if (!['single_seed_peer', 'all_seed_peers', 'all_peers'].includes(scope)) {
+      throw validation('PreheatArgs', 'Scope', 'oneof');
+    }
+    let ips: string[] | null = null;
+    if (raw['ips'] !== undefined && raw['ips'] !== null) {
+      if (!Array.isArray(raw['ips']))
+        throw typeError('CreatePreheatJobRequest.args.ips', '[]string', raw['ips']);
+      if (raw['ips'].length < 1 || raw['ips'].length > 100) throw validation('PreheatArgs', 'IPs', 'max');
+      ips = raw['ips'] as string[];
+    }
+    const count = optInt(raw, 'count', 'CreatePreheatJobRequest.args.count', 'uint32');
+    if (count !== undefined && (count < 1 || count > 200))
+      throw validation('PreheatArgs', 'Count', count < 1 ? 'gte' : 'lte');
+    const percentage = optInt(raw, 'percentage', 'CreatePreheatJobRequest.args.percentage', 'uint8');
+    if (percentage !== undefined && (percentage < 1 || percentage > 100)) {
+      throw validation('PreheatArgs', 'Percentage', percentage < 1 ? 'gte' : 'lte');
+    }
+    const pieceLength = optInt(raw, 'piece_length', 'CreatePreheatJobRequest.args.piece_length', 'uint64');
+    if (pieceLength !== undefined && (pieceLength < 4194304 || pieceLength > 67108864)) {
+      throw validation('PreheatArgs', 'PieceLength', pieceLength < 4194304 ? 'gte' : 'lte');
+    }
+    const timeout = optInt(raw, 'timeout', 'CreatePreheatJobRequest.args.timeout', 'time.Duration');
+    const concurrentTaskCount = optInt(
+      raw,
+      'concurrent_task_count',
+      'CreatePreheatJobRequest.args.concurrent_task_count',
+      'int64',
+    );
+    const concurrentPeerCount = optInt(
+      raw,
+      'concurrent_peer_count',
+      'CreatePreheatJobRequest.args.concurrent_peer_count',
+      'int64',
+    );
+    const platform = optString(raw, 'platform', 'CreatePreheatJobRequest.args.platform');
+
+    // Service-level checks (500 `invalid params: ...`).
+    if (url === '' && (urls === null || urls.length === 0)) {
+      throw new HttpError(500, { message: 'invalid params: url is required' });
+    }
+    if (type === 'image') {
+      if (urls !== null && urls.length > 0)
+        throw new HttpError(500, { message: 'invalid params: urls is only supported for file type' });
+      if (!IMAGE_URL.test(url))
+        throw new HttpError(500, { message: `invalid params: invalid image url ${url}` });
+    }
+
+    const args: Record<string, unknown> = {
+      type,
+      url,
+      urls,
+      piece_length: pieceLength ?? null,
+      tag: optString(raw, 'tag', 'CreatePreheatJobRequest.args.tag'),
+      application: optString(raw, 'application', 'CreatePreheatJobRequest.args.application'),
+    };
+    if (argsDialect === 'legacy') args['filter'] = filter;
+    else args['filtered_query_params'] = filter || RAW_DEFAULT_FILTERED_QUERY_PARAMS;
+    Object.assign(args, {
+      headers,
+      username: optString(raw, 'username', 'CreatePreheatJobRequest.args.username'),
+      password: optString(raw, 'password', 'CreatePreheatJobRequest.args.password'),
+      platform,
+      scope,
+      ips,
+      count: count ?? null,
+      percentage: percentage ?? null,
+      concurrent_task_count: concurrentTaskCount || 8,
+      concurrent_peer_count: concurrentPeerCount || 500,
+      timeout: timeout || DEFAULT_TIMEOUT_NS,
+    });
+    return args;
+  }
+
+  function selectClusters(body: Record<string, unknown>): { id: number; name: string }[] {
+    const raw = body['scheduler_cluster_ids'];
+    if (
+      raw !== undefined &&
+      raw !== null &&
+      (!Array.isArray(raw) || raw.some((x) => typeof x !== 'number' || !Number.isInteger(x) || x < 0))
+    ) {
+      throw typeError('CreatePreheatJobRequest.scheduler_cluster_ids', '[]uint', raw);
+    }
+    const ids = (raw as number[] | null | undefined) ?? [];
+    if (ids.length === 0) {
+      if (clusters.length === 0) throw new HttpError(500, { message: 'candidate schedulers not found' });
+      return clusters;
+    }
+    return ids.map((id) => {
+      const c = clusters.find((x) => x.id === id);
+      if (!c) throw new HttpError(404, { message: `scheduler cluster id ${id}: record not found` });
+      return c;
+    });
+  }
+
+  function createJob(bodyText: string, userID: number): EmulatedJob {
+    const body = parseJSON(bodyText);
+    if (!isObj(body))
+      throw new HttpError(422, {
+        errors: 'json: cannot unmarshal into Go value of type types.CreateJobRequest',
+      });
+    if (typeof body['type'] !== 'string' || body['type'] === '')
+      throw validation('CreateJobRequest', 'Type', 'required');
+    const type = body['type'];
+    if (type !== 'preheat' && !KNOWN_OTHER_TYPES.has(type))
+      throw new HttpError(422, { errors: 'Unknow type' });
+    if (body['bio'] !== undefined && typeof body['bio'] !== 'string')
+      throw typeError('CreateJobRequest.bio', 'string', body['bio']);
+    if (
+      body['user_id'] !== undefined &&
+      (typeof body['user_id'] !== 'number' || !Number.isInteger(body['user_id']))
+    ) {
+      throw typeError('CreateJobRequest.user_id', 'uint', body['user_id']);
+    }
+    const args = type === 'preheat' ? preheatArgs(body['args']) : isObj(body['args']) ? body['args'] : {};
+    const selected = selectClusters(body);
+    const now = new Date().toISOString();
+    let resolveDone!: () => void;
+    const done = new Promise<void>((r) => (resolveDone = r));
+    const job: EmulatedJob = {
+      id: nextID++,
+      created_at: now,
+      updated_at: now,
+      task_id: `group_${randomUUID()}`,
+      bio: (body['bio'] as string | undefined) ?? '',
+      type,
+      state: 'PENDING',
+      args,
+      result: null,
+      user_id: (body['user_id'] as number | undefined) ?? userID,
+      scheduler_clusters: selected.map((c) => ({ ...c })),
+      seed_peer_clusters: [],
+      internal: { urls: [], taskIDs: {}, done },
+    };
+    jobs.set(job.id, job);
+    void runJob(job).finally(resolveDone);
+    return job;
+  }
+
+  // ---------------------------------------------------------------- running a job
+
+  function setState(job: EmulatedJob, state: EmulatedJobState) {
+    job.state = state;
+    job.updated_at = new Date().toISOString();
+  }
+
+  async function resolveImage(args: Record<string, unknown>): Promise<string[]> {
+    const url = args['url'] as string;
+    const m = IMAGE_URL.exec(url)!;
+    const [, scheme, registry, repo] = m as unknown as [string, string, string, string];
+    const headers: Record<string, string> = {
+      accept: [
+        'application/vnd.oci.image.index.v1+json',
+        'application/vnd.docker.distribution.manifest.list.v2+json',
+        'application/vnd.oci.image.manifest.v1+json',
+        'application/vnd.docker.distribution.manifest.v2+json',
+      ].join(', '),
+      ...((args['headers'] as Record<string, string> | null) ?? {}),
+    };
+    if (args['username']) {
+      headers['authorization'] =
+        'Basic ' +
+        Buffer.from(`${String(args['username'])}:${String(args['password'] ?? '')}`).toString('base64');
+    }
+    const get = async (u: string): Promise<{ mediaType: string; doc: Record<string, unknown> }> => {
+      const res = await undiciRequest(u, { headers, dispatcher: agent });
+      const text = await res.body.text();
+      if (res.statusCode !== 200) throw new Error(`fetch manifest ${u}: HTTP ${res.statusCode}`);
+      const doc = JSON.parse(text) as Record<string, unknown>;
+      const ct = String(res.headers['content-type'] ?? '');
+      return { mediaType: (doc['mediaType'] as string | undefined) ?? ct, doc };
+    };
+    const top = await get(url);
+    const mediaType = top.mediaType;
+    let doc = top.doc;
+    if (mediaType.includes('index') || mediaType.includes('manifest.list')) {
+      const platform = (args['platform'] as string) || 'linux/amd64';
+      const [os, arch, variant] = platform.split('/');
+      const list =
+        (doc['manifests'] as {
+          digest: string;
+          platform?: { os?: string; architecture?: string; variant?: string };
+        }[]) ?? [];
+      const pick = list.find(
+        (x) =>
+          x.platform?.os === os &&
+          x.platform?.architecture === arch &&
+          (variant === undefined || x.platform?.variant === variant),
+      );
+      if (!pick) throw new Error(`no manifest for platform ${platform}`);
+      doc = (await get(`${scheme}://${registry}/v2/${repo}/manifests/${pick.digest}`)).doc;
+    }
+    const config = doc['config'] as { digest?: string } | undefined;
+    const layers = (doc['layers'] as { digest: string }[] | undefined) ?? [];
+    const digests = [...(config?.digest ? [config.digest] : []), ...layers.map((l) => l.digest)];
+    return digests.map((d) => `${scheme}://${registry}/v2/${repo}/blobs/${d}`);
+  }
+
+  async function runJob(job: EmulatedJob): Promise<void> {
+    const latency = jobLatency;
+    const forcedFailure = job.type === 'preheat' ? inject.jobFailures.shift() : undefined;
+    let partial = false;
+    if (job.type === 'preheat' && forcedFailure === undefined && inject.partial > 0) {
+      inject.partial--;
+      partial = true;
+    }
+    if (runningStates) {
+      await sleep(latency / 3);
+      setState(job, 'RECEIVED');
+      await sleep(latency / 3);
+      setState(job, 'STARTED');
+      await sleep(latency / 3);
+    } else if (latency > 0) {
+      await sleep(latency);
+    } else {
+      await new Promise<void>((r) => setImmediate(r));
+    }
+    if (!jobs.has(job.id)) return; // deleted meanwhile
+
+    const args = job.args;
+    const success: { url: string; hostname: string; ip: string }[] = [];
+    const failure: { url: string; hostname: string; ip: string; description: string }[] = [];
+    let error = '';
+    if (forcedFailure !== undefined) {
+      error = forcedFailure;
+    } else if (job.type === 'preheat') {
+      try {
+        const urls =
+          args['type'] === 'image'
+            ? await resolveImage(args)
+            : [...(args['url'] ? [args['url'] as string] : []), ...((args['urls'] as string[] | null) ?? [])];
+        job.internal.urls = urls;
+        const filterRaw = (args['filtered_query_params'] ?? args['filter'] ?? '') as string;
+        const filter = (filterRaw || RAW_DEFAULT_FILTERED_QUERY_PARAMS).split('&').filter((s) => s !== '');
+        const headers: Record<string, string> = {
+          ...((args['headers'] as Record<string, string> | null) ?? {}),
+        };
+        if (args['type'] === 'image' && args['username']) {
+          headers['authorization'] =
+            'Basic ' +
+            Buffer.from(`${String(args['username'])}:${String(args['password'] ?? '')}`).toString('base64');
+        }
+        const ident = {
+          filter,
+          tag: (args['tag'] as string) || undefined,
+          application: (args['application'] as string) || undefined,
+          pieceLength: (args['piece_length'] as number | null) ?? undefined,
+        };
+        for (const u of urls) job.internal.taskIDs[u] = computeTaskID({ url: u, ...ident });
+        const targets = args['scope'] === 'single_seed_peer' ? peers.slice(0, 1) : peers;
+        const timeoutMs = Number(args['timeout']) / 1e6;
+        const work = mapLimit(urls, Number(args['concurrent_task_count']) || 8, async (u) => {
+          if (targets.length === 0) {
+            success.push({ url: u, hostname: 'seed-peer-0', ip: '127.0.0.1' });
+            return;
+          }
+          await Promise.all(
+            targets.map(async (peer, i) => {
+              const hostname = `seed-peer-${i}`;
+              try {
+                await peer.preheat(u, { ...ident, headers });
+                success.push({ url: u, hostname, ip: '127.0.0.1' });
+              } catch (e) {
+                failure.push({
+                  url: u,
+                  hostname,
+                  ip: '127.0.0.1',
+                  description: e instanceof Error ? e.message : String(e),
+                });
+              }
+            }),
+          );
+        });
+        let timer: NodeJS.Timeout | undefined;
+        const timedOut = new Promise<'timeout'>((r) => (timer = setTimeout(() => r('timeout'), timeoutMs)));
+        const outcome = await Promise.race([work, timedOut]);
+        clearTimeout(timer);
+        if (outcome === 'timeout') error = 'preheat timeout';
+        else if (failure.length > 0) error = failure[0]!.description;
+      } catch (e) {
+        error = e instanceof Error ? e.message : String(e);
+      }
+    }
+    if (!jobs.has(job.id)) return;
+    if (partial && !error) {
+      failure.push({
+        url: String(args['url'] ?? ''),
+        hostname: 'seed-peer-x',
+        ip: '127.0.0.2',
+        description: 'injected partial failure',
+      });
+    }
+    const failed = error !== '';
+    const state: EmulatedJobState = failed ? 'FAILURE' : 'SUCCESS';
+    const now = new Date().toISOString();
+    job.internal.error = error || undefined;
+    job.result =
+      job.type === 'preheat'
+        ? {
+            group_uuid: job.task_id,
+            state,
+            created_at: job.created_at,
+            updated_at: now,
+            job_states: job.scheduler_clusters.map((c) => ({
+              task_uuid: `task_${randomUUID()}`,
+              task_name: 'preheat',
+              state,
+              error,
+              ttl: 0,
+              results:
+                failed && success.length === 0 && failure.length === 0
+                  ? []
+                  : [{ success_tasks: success, failure_tasks: failure, scheduler_cluster_id: c.id }],
+            })),
+          }
+        : null;
+    setState(job, state);
+  }
+
+  // ---------------------------------------------------------------- router
+
+  function json(res: ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}) {
+    const text = body === undefined ? '' : JSON.stringify(body);
+    res.writeHead(status, {
+      ...headers,
+      ...(text ? { 'content-type': 'application/json; charset=utf-8' } : {}),
+      'content-length': String(Buffer.byteLength(text)),
+    });
+    res.end(text);
+  }
+
+  function parseID(raw: string): number {
+    if (!/^[0-9]+$/.test(raw)) {
+      throw new HttpError(422, { errors: `strconv.ParseUint: parsing "${raw}": invalid syntax` });
+    }
+    return Number(raw);
+  }
+
+  function findJob(id: number): EmulatedJob {
+    const job = jobs.get(id);
+    if (!job) throw new HttpError(404, { message: 'record not found' });
+    return job;
+  }
+
+  function list(res: ServerResponse, prefix: string, query: URLSearchParams) {
+    const pageRaw = query.get('page') ?? '1';
+    const perPageRaw = query.get('per_page') ?? '10';
+    if (!/^[0-9]+$/.test(pageRaw) || Number(pageRaw) < 1) throw validation('GetJobsQuery', 'Page', 'min');
+    if (!/^[0-9]+$/.test(perPageRaw) || Number(perPageRaw) < 1 || Number(perPageRaw) > 10_000_000) {
+      throw validation('GetJobsQuery', 'PerPage', 'min');
+    }
+    const page = Number(pageRaw);
+    const perPage = Number(perPageRaw);
+    const type = query.get('type');
+    const state = query.get('state');
+    const userID = query.get('user_id');
+    const all = [...jobs.values()]
+      .filter(
+        (j) =>
+          (!type || j.type === type) &&
+          (!state || j.state === state) &&
+          (!userID || String(j.user_id) === userID),
+      )
+      .sort((a, b) => b.id - a.id);
+    const total = all.length;
+    const totalPages = Math.max(1, Math.ceil(total / perPage));
+    const items = all.slice((page - 1) * perPage, page * perPage);
+    const link = (p: number) => {
+      const q = new URLSearchParams({ page: String(p), per_page: String(perPage) });
+      for (const [k, v] of query)
+        if (k !== 'page' && k !== 'per_page' && k !== 'access_token' && k !== 'token') q.append(k, v);
+      return `<${prefix}/jobs?${q.toString()}>`;
+    };
+    const header = [
+      `${link(Math.max(1, page - 1))};rel=prev`,
+      `${link(Math.min(totalPages, page + 1))};rel=next`,
+      `${link(1)};rel=first`,
+      `${link(totalPages)};rel=last`,
+    ].join(',');
+    json(res, 200, items.map(jobJSON), { link: header });
+  }
+
+  async function route(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const u = new URL(req.url ?? '/', 'http://manager');
+    const path = u.pathname.replace(/\/+$/, '') || '/';
+    const method = req.method ?? 'GET';
+    const bodyText = await readBody(req);
+    const entry: RecordedManagerRequest = {
+      method,
+      path: u.pathname,
+      query: Object.fromEntries(u.searchParams),
+      headers: Object.fromEntries(
+        Object.entries(req.headers).map(([k, v]) => [k, Array.isArray(v) ? v.join(', ') : (v ?? '')]),
+      ),
+      body: bodyText,
+      status: 0,
+    };
+    log.push(entry);
+    if (log.length > 10_000) log.shift();
+    res.once('finish', () => (entry.status = res.statusCode));
+
+    if (path === '/api/v1/users/signin' && method === 'POST') {
+      counters.signIns++;
+      counters.byRoute['POST /api/v1/users/signin'] =
+        (counters.byRoute['POST /api/v1/users/signin'] ?? 0) + 1;
+      let body: unknown;
+      try {
+        body = JSON.parse(bodyText);
+      } catch {
+        body = undefined;
+      }
+      const name = isObj(body) ? body['name'] : undefined;
+      const password = isObj(body) ? body['password'] : undefined;
+      if (typeof name !== 'string' || typeof password !== 'string' || !name || !password) {
+        throw new HttpError(401, { code: 401, message: 'missing Username or Password' });
+      }
+      const user = users.find((x) => x.name === name && x.password === password);
+      if (!user) throw new HttpError(401, { code: 401, message: 'incorrect Username or Password' });
+      const token = randomBytes(24).toString('base64url');
+      const expiresAt = Date.now() + jwtTTL;
+      jwts.set(token, { userID: user.id, expiresAt });
+      json(res, 200, { code: 200, expire: new Date(expiresAt).toISOString(), token });
+      return;
+    }
+
+    const m = /^\/(api|oapi)\/v1\/jobs(?:\/([^/]+))?$/.exec(path);
+    if (!m) {
+      res.writeHead(404, { 'content-type': 'text/plain' }).end('404 page not found');
+      return;
+    }
+    const prefix = `/${m[1]}/v1`;
+    const idRaw = m[2];
+    const routeKey = `${method} ${prefix}/jobs${idRaw !== undefined ? '/:id' : ''}`;
+    counters.byRoute[routeKey] = (counters.byRoute[routeKey] ?? 0) + 1;
+
+    const allowed = idRaw === undefined ? ['GET', 'POST'] : ['GET', 'PATCH', 'DELETE'];
+    if (!allowed.includes(method)) {
+      res.writeHead(404, { 'content-type': 'text/plain' }).end('404 page not found');
+      return;
+    }
+
+    let userID = 0;
+    if (m[1] === 'oapi') checkPAT(req, u.searchParams, 'job');
+    else userID = checkJWT(req, u.searchParams);
+
+    const injected = inject.serverErrors.shift();
+    if (injected) throw new HttpError(injected.status, { message: injected.message });
+
+    if (idRaw === undefined && method === 'POST') {
+      if (inject.rateLimit.length > 0) {
+        const retryAfter = inject.rateLimit.shift();
+        throw new HttpError(429, 'rate limit exceeded', {
+          text: true,
+          headers: retryAfter !== undefined ? { 'retry-after': String(retryAfter) } : {},
+        });
+      }
+      counters.creates++;
+      const job = createJob(bodyText, userID);
+      json(res, 200, jobJSON(job));
+      return;
+    }
+    if (idRaw === undefined) {
+      counters.lists++;
+      list(res, prefix, u.searchParams);
+      return;
+    }
+    const id = parseID(idRaw);
+    if (method === 'GET') {
+      counters.gets++;
+      json(res, 200, jobJSON(findJob(id)));
+      return;
+    }
+    if (method === 'PATCH') {
+      counters.patches++;
+      const job = findJob(id);
+      const body = parseJSON(bodyText);
+      if (!isObj(body)) throw new HttpError(422, { errors: 'invalid body' });
+      if (body['bio'] !== undefined) {
+        if (typeof body['bio'] !== 'string') throw typeError('UpdateJobRequest.bio', 'string', body['bio']);
+        job.bio = body['bio'];
+      }
+      if (body['user_id'] !== undefined) {
+        if (typeof body['user_id'] !== 'number')
+          throw typeError('UpdateJobRequest.user_id', 'uint', body['user_id']);
+        job.user_id = body['user_id'];
+      }
+      job.updated_at = new Date().toISOString();
+      json(res, 200, jobJSON(job));
+      return;
+    }
+    counters.deletes++;
+    findJob(id);
+    jobs.delete(id);
+    res.writeHead(200, { 'content-length': '0' }).end();
+  }
+
+  // ---------------------------------------------------------------- server
+
+  const sockets = new Set<Socket>();
+  let server: Server | undefined;
+  let port = opts.port ?? 0;
+
+  const handler = (req: IncomingMessage, res: ServerResponse) => {
+    counters.requests++;
+    inFlight++;
+    counters.maxInFlight = Math.max(counters.maxInFlight, inFlight);
+    const finish = () => {
+      inFlight--;
+    };
+    res.once('close', finish);
+    void (async () => {
+      if (requestDelay > 0) await sleep(requestDelay);
+      await route(req, res);
+    })().catch((e: unknown) => {
+      if (res.headersSent) {
+        res.destroy();
+        return;
+      }
+      if (e instanceof HttpError) {
+        if (e.text) {
+          res
+            .writeHead(e.status, { 'content-type': 'text/plain; charset=utf-8', ...e.headers })
+            .end(String(e.body));
+        } else {
+          json(res, e.status, e.body, e.headers);
+        }
+        return;
+      }
+      json(res, 500, { message: e instanceof Error ? e.message : String(e) });
+    });
+  };
+
+  async function listen(): Promise<void> {
+    const s = createServer(handler);
+    s.keepAliveTimeout = 5_000;
+    s.on('connection', (sock) => {
+      sockets.add(sock);
+      sock.once('close', () => sockets.delete(sock));
+    });
+    await new Promise<void>((resolve, reject) => {
+      s.once('error', reject);
+      s.listen(port, host, () => {
+        s.off('error', reject);
+        resolve();
+      });
+    });
+    port = (s.address() as AddressInfo).port;
+    server = s;
+  }
+
+  async function stop(): Promise<void> {
+    const s = server;
+    if (!s) return;
+    server = undefined;
+    const closed = new Promise<void>((resolve) => s.close(() => resolve()));
+    for (const sock of sockets) sock.destroy();
+    sockets.clear();
+    await closed;
+  }
+
+  await listen();
+
+  return {
+    url: `http://${host}:${port}`,
+    port,
+    jobs,
+    counters,
+    log,
+    async waitForJob(id: number): Promise<EmulatedJob> {
+      const job = findJob(id);
+      await job.internal.done;
+      return job;
+    },
+    injectJobFailures(count: number, message = 'injected failure: seed peer download failed') {
+      for (let i = 0; i < count; i++) inject.jobFailures.push(message);
+    },
+    injectPartialFailures(count: number) {
+      inject.partial += count;
+    },
+    setJobLatency(ms: number) {
+      jobLatency = ms;
+    },
+    injectServerErrors(count: number, status = 500, message = 'internal server error') {
+      for (let i = 0; i < count; i++) inject.serverErrors.push({ status, message });
+    },
+    injectRateLimit(count: number, retryAfterSeconds?: number) {
+      for (let i = 0; i < count; i++) inject.rateLimit.push(retryAfterSeconds);
+    },
+    setRequestDelay(ms: number) {
+      requestDelay = ms;
+    },
+    addToken,
+    revokeJWTs() {
+      jwts.clear();
+    },
+    stop,
+    async start() {
+      if (!server) await listen();
+    },
+    reset() {
+      jobs.clear();
+      nextID = 1;
+      inject.jobFailures.length = 0;
+      inject.partial = 0;
+      inject.serverErrors.length = 0;
+      inject.rateLimit.length = 0;
+      Object.assign(counters, newCounters());
+      log.length = 0;
+    },
+    async close() {
+      await stop();
+      await agent.close();
+    },
+  };
+}

@@ -1,0 +1,296 @@
+import { createHash } from 'node:crypto';
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { ProxyAgent, request } from 'undici';
+import { setFlagsFromString } from 'node:v8';
+import { runInNewContext } from 'node:vm';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { filterHeaders, taskID } from '../../src/storage/taskid.ts';
+import { fetchViaProxy, startPeerProxy, type PeerProxy } from '../support/peer-proxy.ts';
+
+const SIG_FILTER = ['X-Amz-Date', 'X-Amz-Signature'];
+const BIG = 64 * 1024 * 1024;
+
+interface Origin {
+  url: string;
+  hits: Map<string, number>;
+  close(): Promise<void>;
+}
+
+/** A dumb object store: /model.mar (fixed bytes), /slow.bin (answers after 150 ms), /big.bin (64 MiB stream). */
+async function startOrigin(): Promise<Origin> {
+  const hits = new Map<string, number>();
+  const model = Buffer.from('model-archive-bytes '.repeat(1000));
+  const server: Server = createServer((req, res) => {
+    const path = new URL(req.url ?? '/', 'http://o').pathname;
+    hits.set(path, (hits.get(path) ?? 0) + 1);
+    if (path === '/model.mar') {
+      res.writeHead(200, { 'content-type': 'application/octet-stream', 'content-length': model.length });
+      res.end(model);
+    } else if (path === '/slow.bin') {
+      setTimeout(() => res.writeHead(200, { 'content-length': 4 }).end('slow'), 150);
+    } else if (path === '/big.bin') {
+      res.writeHead(200, { 'content-length': BIG });
+      const chunk = Buffer.alloc(64 * 1024, 7);
+      let sent = 0;
+      const pump = () => {
+        while (sent < BIG) {
+          sent += chunk.length;
+          if (!res.write(chunk)) return void res.once('drain', pump);
+        }
+        res.end();
+      };
+      pump();
+    } else {
+      res.writeHead(404, { 'content-type': 'application/xml' }).end('<Error><Code>NoSuchKey</Code></Error>');
+    }
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  return {
+    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    hits,
+    close: () => new Promise<void>((r) => server.close(() => r())),
+  };
+}
+
+let origin: Origin;
+const proxies: PeerProxy[] = [];
+async function proxy(opts: Parameters<typeof startPeerProxy>[0] = {}): Promise<PeerProxy> {
+  const p = await startPeerProxy(opts);
+  proxies.push(p);
+  return p;
+}
+
+beforeAll(async () => {
+  origin = await startOrigin();
+});
+afterEach(async () => {
+  await Promise.all(proxies.splice(0).map((p) => p.close()));
+  origin.hits.clear();
+});
+afterAll(async () => {
+  await origin.close();
+});
+
+const signed = (sig: string, date = '20260101T000000Z') =>
+  `${origin.url}/model.mar?X-Amz-Date=${date}&X-Amz-Signature=${sig}&versionId=3`;
+
+describe('peer proxy emulator', () => {
+  it('caches by task id: miss then local hit with the contract headers', async () => {
+    const p = await proxy();
+    const url = `${origin.url}/model.mar`;
+    const first = await fetchViaProxy(p.url, url);
+    expect(first.status).toBe(200);
+    const id = taskID({ url, filter: undefined });
+    expect(first.headers['x-dragonfly-task-id']).toBe(id);
+    expect(first.headers['x-dragonfly-task-download-finished']).toBeUndefined();
+    const bytes = p.stats.originBytes;
+    expect(bytes).toBe(first.body.length);
+
+    const second = await fetchViaProxy(p.url, url);
+    expect(second.body.equals(first.body)).toBe(true);
+    expect(second.headers['x-dragonfly-task-download-finished']).toBe('true');
+    expect(p.stats).toMatchObject({
+      requests: 2,
+      originRequests: 1,
+      originBytes: bytes,
+      localHits: 1,
+      cacheMisses: 1,
+    });
+    expect(p.hasTask(id)).toBe(true);
+    expect(p.requests.map((r) => [r.cacheHit, r.status, r.taskID])).toEqual([
+      [false, 200, id],
+      [true, 200, id],
+    ]);
+    expect(origin.hits.get('/model.mar')).toBe(1);
+  });
+
+  it('Done-when: after a file preheat, another signature with the right filter is a hit; a wrong filter misses', async () => {
+    const p = await proxy({ defaultFilter: [] });
+    const pre = await p.preheat(signed('aaaa'), { filter: SIG_FILTER });
+    expect(pre.taskID).toBe(taskID({ url: signed('aaaa'), filter: SIG_FILTER }));
+    expect(pre.bytes).toBeGreaterThan(0);
+    const bytesAfterPreheat = p.stats.originBytes;
+    expect(bytesAfterPreheat).toBe(pre.bytes);
+
+    // Current dialect only.
+    const current = await fetchViaProxy(p.url, signed('bbbb', '20260102T000000Z'), {
+      'X-Dragonfly-Filtered-Query-Params': SIG_FILTER.join(','),
+    });
+    expect(current.status).toBe(200);
+    expect(current.headers['x-dragonfly-task-id']).toBe(pre.taskID);
+    expect(current.headers['x-dragonfly-task-download-finished']).toBe('true');
+    // Legacy dialect only.
+    const legacy = await fetchViaProxy(p.url, signed('cccc'), { 'X-Dragonfly-Filter': SIG_FILTER.join('&') });
+    expect(legacy.headers['x-dragonfly-task-id']).toBe(pre.taskID);
+    // Both (what the plugin sends).
+    const both = await fetchViaProxy(p.url, signed('dddd'), filterHeaders(SIG_FILTER));
+    expect(both.headers['x-dragonfly-task-id']).toBe(pre.taskID);
+    expect(p.stats.originBytes).toBe(bytesAfterPreheat);
+    expect(p.stats.cacheHits).toBe(3);
+
+    // Wrong filter: the signature stays in the task id -> a different task, fetched from the origin.
+    const wrong = await fetchViaProxy(p.url, signed('eeee'), filterHeaders(['X-Amz-Date']));
+    expect(wrong.status).toBe(200);
+    expect(wrong.headers['x-dragonfly-task-id']).not.toBe(pre.taskID);
+    expect(wrong.headers['x-dragonfly-task-download-finished']).toBeUndefined();
+    expect(p.stats.originBytes).toBe(2 * bytesAfterPreheat);
+    expect(p.stats.cacheMisses).toBe(1);
+  });
+
+  it('uses defaultFilter when a request has no filter header', async () => {
+    const p = await proxy({ defaultFilter: SIG_FILTER });
+    await p.preheat(signed('aaaa'));
+    const r = await fetchViaProxy(p.url, signed('zzzz'));
+    expect(r.headers['x-dragonfly-task-download-finished']).toBe('true');
+  });
+
+  it('tag, application and piece length change the task id', async () => {
+    const p = await proxy();
+    const url = `${origin.url}/model.mar`;
+    const a = await fetchViaProxy(p.url, url, { 'X-Dragonfly-Tag': 'v1' });
+    const b = await fetchViaProxy(p.url, url, { 'X-Dragonfly-Tag': 'v1', 'X-Dragonfly-Application': 'ts' });
+    const c = await fetchViaProxy(p.url, url, {
+      'X-Dragonfly-Tag': 'v1',
+      'X-Dragonfly-Piece-Length': '4mib',
+    });
+    expect(a.headers['x-dragonfly-task-id']).toBe(taskID({ url, tag: 'v1' }));
+    expect(b.headers['x-dragonfly-task-id']).toBe(taskID({ url, tag: 'v1', application: 'ts' }));
+    expect(c.headers['x-dragonfly-task-id']).toBe(taskID({ url, tag: 'v1', pieceLength: 4194304 }));
+    expect(p.stats.cacheMisses).toBe(3);
+  });
+
+  it('fetches the origin once for concurrent requests of one task', async () => {
+    const p = await proxy();
+    const url = `${origin.url}/slow.bin`;
+    const results = await Promise.all(Array.from({ length: 10 }, () => fetchViaProxy(p.url, url)));
+    expect(results.every((r) => r.status === 200 && r.body.toString() === 'slow')).toBe(true);
+    expect(origin.hits.get('/slow.bin')).toBe(1);
+    expect(p.stats.originRequests).toBe(1);
+  });
+
+  it('passes origin errors through with X-Dragonfly-Error-Type: backend and does not cache them', async () => {
+    const p = await proxy();
+    const url = `${origin.url}/missing.bin`;
+    const r = await fetchViaProxy(p.url, url);
+    expect(r.status).toBe(404);
+    expect(r.headers['x-dragonfly-error-type']).toBe('backend');
+    expect(r.body.toString()).toContain('NoSuchKey');
+    await fetchViaProxy(p.url, url);
+    expect(origin.hits.get('/missing.bin')).toBe(2);
+    await expect(p.preheat(url)).rejects.toMatchObject({ status: 404, errorType: 'backend' });
+  });
+
+  it('injects proxy, dfdaemon, backend failures and connection resets', async () => {
+    const p = await proxy();
+    const url = `${origin.url}/model.mar`;
+    p.failNext(1, 'proxy');
+    p.failNext(1, 'dfdaemon');
+    p.failNext(1, 'backend');
+    p.failNext(1, 'reset');
+    const a = await fetchViaProxy(p.url, url);
+    const b = await fetchViaProxy(p.url, url);
+    const c = await fetchViaProxy(p.url, url);
+    expect([a.status, a.headers['x-dragonfly-error-type']]).toEqual([500, 'proxy']);
+    expect([b.status, b.headers['x-dragonfly-error-type']]).toEqual([500, 'dfdaemon']);
+    expect([c.status, c.headers['x-dragonfly-error-type']]).toEqual([502, 'backend']);
+    await expect(fetchViaProxy(p.url, url)).rejects.toThrow();
+    const ok = await fetchViaProxy(p.url, url);
+    expect(ok.status).toBe(200);
+    expect(origin.hits.get('/model.mar')).toBe(1);
+    p.failNextPreheats(1);
+    await expect(p.preheat(url)).rejects.toMatchObject({ errorType: 'dfdaemon' });
+  });
+
+  it('asks its parent by task id before the origin (remote peer hit)', async () => {
+    const seed = await proxy({ defaultFilter: SIG_FILTER });
+    const leaf = await proxy({ defaultFilter: SIG_FILTER, parent: seed.url });
+    const pre = await seed.preheat(signed('aaaa'));
+    const r = await fetchViaProxy(leaf.url, signed('bbbb'));
+    expect(r.status).toBe(200);
+    expect(r.headers['x-dragonfly-task-id']).toBe(pre.taskID);
+    expect(leaf.stats).toMatchObject({ remoteHits: 1, cacheHits: 1, originRequests: 0, originBytes: 0 });
+    expect(seed.stats.servedToPeers).toBe(1);
+    expect(origin.hits.get('/model.mar')).toBe(1);
+    // Now local on the leaf.
+    const again = await fetchViaProxy(leaf.url, signed('cccc'));
+    expect(again.headers['x-dragonfly-task-download-finished']).toBe('true');
+    expect(leaf.stats.localHits).toBe(1);
+    // Internal route: 404 for an unknown task.
+    const unknown = await request(`${seed.url}/peer/tasks/${'0'.repeat(64)}`);
+    expect(unknown.statusCode).toBe(404);
+    await unknown.body.dump();
+  });
+
+  it('forwards URLs outside the rules directly, uncached', async () => {
+    const p = await proxy({ rules: [/\/blobs\/sha256:/] });
+    const url = `${origin.url}/model.mar`;
+    const a = await fetchViaProxy(p.url, url);
+    const b = await fetchViaProxy(p.url, url);
+    expect(a.status).toBe(200);
+    expect(a.headers['x-dragonfly-task-id']).toBeUndefined();
+    expect(origin.hits.get('/model.mar')).toBe(2);
+    expect(p.stats.cacheMisses + p.stats.cacheHits).toBe(0);
+    expect(b.body.equals(a.body)).toBe(true);
+    // X-Dragonfly-Use-P2P forces P2P.
+    const c = await fetchViaProxy(p.url, url, { 'X-Dragonfly-Use-P2P': 'true' });
+    expect(c.headers['x-dragonfly-task-id']).toBeDefined();
+  });
+
+  it('serves byte ranges of a cached task', async () => {
+    const p = await proxy();
+    const url = `${origin.url}/model.mar`;
+    const full = await fetchViaProxy(p.url, url);
+    const part = await fetchViaProxy(p.url, url, { range: 'bytes=5-14' });
+    expect(part.status).toBe(206);
+    expect(part.body.equals(full.body.subarray(5, 15))).toBe(true);
+  });
+
+  it('reset() clears cache and stats', async () => {
+    const p = await proxy();
+    const url = `${origin.url}/model.mar`;
+    const { taskID: id } = await p.preheat(url);
+    expect(p.hasTask(id)).toBe(true);
+    p.reset();
+    expect(p.hasTask(id)).toBe(false);
+    expect(p.stats.originBytes).toBe(0);
+    await fetchViaProxy(p.url, url);
+    expect(p.stats.cacheMisses).toBe(1);
+  });
+
+  it('streams a large body through disk without holding it in memory', async () => {
+    const p = await proxy();
+    const url = `${origin.url}/big.bin`;
+    // External memory still referenced after a full GC, sampled during both transfers.
+    setFlagsFromString('--expose-gc');
+    const gc = runInNewContext('gc') as () => void;
+    gc();
+    const base = process.memoryUsage().arrayBuffers;
+    let peak = 0;
+    const sampler = setInterval(() => {
+      gc();
+      peak = Math.max(peak, process.memoryUsage().arrayBuffers - base);
+    }, 50);
+    const agent = new ProxyAgent({ uri: p.url });
+    try {
+      for (let round = 0; round < 2; round++) {
+        const res = await request(url, { dispatcher: agent });
+        const hash = createHash('sha256');
+        let n = 0;
+        for await (const chunk of res.body) {
+          hash.update(chunk as Buffer);
+          n += (chunk as Buffer).length;
+        }
+        expect(res.statusCode).toBe(200);
+        expect(n).toBe(BIG);
+      }
+    } finally {
+      clearInterval(sampler);
+      await agent.close();
+    }
+    expect(p.stats.originBytes).toBe(BIG);
+    expect(p.stats.localHits).toBe(1);
+    // Buffering the body would need >= 64 MiB of ArrayBuffer memory at once.
+    expect(peak).toBeLessThan(BIG / 4);
+  });
+});
