@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds the TorchServe endpoint plugin (plugin/, Maven): compiles for Java 11, runs the JUnit suite (Surefire),
-# shades the jar. Idempotent; the Maven repository is cached under $PEERLOAD_CACHE/m2.
+# shades the jar, then checks the shaded jar itself (Failsafe: bytecode 55, relocation, service file).
+# Idempotent; the Maven repository is cached under $PEERLOAD_CACHE/m2.
 # Prints the jar's absolute path on stdout (everything else goes to stderr).
-#   PEERLOAD_SKIP_PLUGIN_TESTS=1  package without running JUnit (the e2e harness uses it when the jar is stale)
+#   PEERLOAD_SKIP_PLUGIN_TESTS=1  build without running JUnit (test/e2e/plugin.test.ts uses it; JUnit runs here)
 source "$(dirname "$0")/lib.sh"
 
 M2="$PEERLOAD_CACHE/m2"
@@ -47,7 +48,7 @@ if [[ ! -f "$SDK_DIR/torchserve-plugins-sdk-0.0.5.jar" ]]; then
 fi
 
 # --- Build ------------------------------------------------------------------------------------------------
-ARGS=(package)
+ARGS=(verify)
 [[ "${PEERLOAD_SKIP_PLUGIN_TESTS:-}" == 1 ]] && ARGS+=(-DskipTests)
 log "building the plugin (mvn ${ARGS[*]})"
 (cd "$PLUGIN_DIR" && "${MVN[@]}" "${ARGS[@]}" >&2)

@@ -1,0 +1,250 @@
+package io.peerload.plugin;
+
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.time.Clock;
+import java.util.Arrays;
+import java.util.HashSet;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+import java.util.regex.Pattern;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * {@code POST /p2p/models?file_name=...}: validate, download through the peer proxy, register. Independent of the
+ * SDK's request and response types so it is tested without a model server.
+ */
+public final class ModelRegistration {
+  private static final Logger LOG = LoggerFactory.getLogger(ModelRegistration.class);
+
+  static final Set<String> PARAMS =
+      new HashSet<>(
+          Arrays.asList(
+              "file_name",
+              "model_name",
+              "runtime",
+              "handler",
+              "batch_size",
+              "max_batch_delay",
+              "response_timeout",
+              "startup_timeout",
+              "initial_workers",
+              "synchronous"));
+  private static final Pattern MODEL_NAME = Pattern.compile("[A-Za-z0-9][A-Za-z0-9_.-]{0,127}");
+
+  /** The outcome: HTTP status and JSON body. */
+  public static final class Outcome {
+    public final int status;
+    public final String body;
+
+    Outcome(int status, String body) {
+      this.status = status;
+      this.body = body;
+    }
+  }
+
+  /** Registration through the frontend; an interface so tests can stand in for TorchServe. */
+  public interface Registry {
+    Registrar.Result register(Registrar.Request request) throws PluginException;
+  }
+
+  private final ConfigSource configs;
+  private final ProxyDownloader downloader;
+  private final Registry registry;
+  private final Clock clock;
+
+  public ModelRegistration(ConfigSource configs, ProxyDownloader downloader, Registry registry, Clock clock) {
+    this.configs = configs;
+    this.downloader = downloader;
+    this.registry = registry;
+    this.clock = clock;
+  }
+
+  /** Handles one request; never throws. */
+  public Outcome handle(Map<String, List<String>> params, String modelStore) {
+    try {
+      return run(params, modelStore);
+    } catch (PluginException e) {
+      if (e.status() >= 500) {
+        LOG.warn("p2p registration failed ({}): {}", e.status(), e.getMessage());
+      } else {
+        LOG.info("p2p registration refused ({}): {}", e.status(), e.getMessage());
+      }
+      return new Outcome(e.status(), Json.status(e.getMessage(), null, null, e.errorType()));
+    } catch (RuntimeException e) {
+      LOG.error("p2p registration failed unexpectedly", e);
+      return new Outcome(500, Json.status("internal error: " + e.getClass().getSimpleName()));
+    }
+  }
+
+  private Outcome run(Map<String, List<String>> params, String modelStore) throws PluginException {
+    Registrar.Request req = parse(params);
+    String key = single(params, "file_name");
+    String fileName = localFileName(key);
+    req.url = fileName;
+
+    if (modelStore == null || modelStore.trim().isEmpty()) {
+      throw PluginException.internal("the model server has no model_store configured", null);
+    }
+    Path store = Path.of(modelStore).toAbsolutePath();
+    if (!Files.isDirectory(store)) {
+      throw PluginException.internal("model store " + store + " is not a directory", null);
+    }
+    PluginConfig config;
+    try {
+      config = configs.current();
+    } catch (ConfigException e) {
+      throw PluginException.internal(e.getMessage(), null);
+    }
+
+    ObjectStorage storage = config.storage();
+    String what = storage.type() + "://" + storage.bucket() + "/" + key;
+    String signed = storage.signedUrl(key, clock.instant(), ObjectStorage.DEFAULT_EXPIRY);
+    String expectedTaskId = TaskId.compute(signed, config.filter(), header(config, "X-Dragonfly-Tag"),
+        header(config, "X-Dragonfly-Application"), null, null);
+    Path target = store.resolve(fileName);
+    boolean existed = Files.exists(target);
+    long start = System.nanoTime();
+    ProxyDownloader.Result dl =
+        downloader.download(config.addr(), signed, config.headers(), config.filter(), target, what);
+    long millis = (System.nanoTime() - start) / 1_000_000;
+    LOG.info("p2p download of {} done: {} bytes in {} ms, task {} (expected {}), cache hit {}",
+        what, dl.bytes, millis, dl.taskId, expectedTaskId, dl.cacheHit);
+
+    Registrar.Result result;
+    try {
+      result = registry.register(req);
+    } catch (PluginException e) {
+      if (!existed) {
+        deleteQuietly(target);
+      }
+      LOG.info("registration of {} refused by the model server ({}): {}", fileName, e.status(), e.getMessage());
+      return new Outcome(e.status(), Json.status(e.getMessage(), dl.taskId, dl.cacheHit, null));
+    }
+    if (result.status >= 400 && !existed) {
+      deleteQuietly(target);
+    }
+    return new Outcome(result.status, Json.status(result.message, dl.taskId, dl.cacheHit, null));
+  }
+
+  private static String header(PluginConfig c, String name) {
+    for (Map.Entry<String, String> e : c.headers().entrySet()) {
+      if (e.getKey().equalsIgnoreCase(name)) {
+        return e.getValue();
+      }
+    }
+    return null;
+  }
+
+  private static void deleteQuietly(Path p) {
+    try {
+      Files.deleteIfExists(p);
+    } catch (Exception e) {
+      LOG.warn("cannot remove {}: {}", p, e.toString());
+    }
+  }
+
+  /** Validates the query parameters (all but file_name, which {@link #localFileName} checks). */
+  static Registrar.Request parse(Map<String, List<String>> params) throws PluginException {
+    if (params.containsKey("url")) {
+      throw PluginException.badRequest(
+          "parameter \"url\" is not supported by this endpoint: name the object with file_name; it is downloaded "
+              + "from the configured object storage through the P2P network");
+    }
+    for (String k : params.keySet()) {
+      if (!PARAMS.contains(k)) {
+        throw PluginException.badRequest("unknown parameter \"" + k + "\" (supported: file_name, model_name, runtime, "
+            + "handler, batch_size, max_batch_delay, response_timeout, startup_timeout, initial_workers, synchronous)");
+      }
+    }
+    Registrar.Request r = new Registrar.Request();
+    r.modelName = single(params, "model_name");
+    if (r.modelName != null && !MODEL_NAME.matcher(r.modelName).matches()) {
+      throw PluginException.badRequest(
+          "parameter \"model_name\" must start with a letter or digit and contain only letters, digits, '_', '-' and '.'");
+    }
+    r.runtime = single(params, "runtime");
+    r.handler = single(params, "handler");
+    r.batchSize = integer(params, "batch_size", 1, 1);
+    r.maxBatchDelay = integer(params, "max_batch_delay", 100, 0);
+    r.responseTimeout = integer(params, "response_timeout", -1, 1);
+    r.startupTimeout = integer(params, "startup_timeout", -1, 1);
+    r.initialWorkers = integer(params, "initial_workers", 0, 0);
+    String sync = single(params, "synchronous");
+    if (sync == null) {
+      r.synchronous = true;
+    } else if (sync.equalsIgnoreCase("true") || sync.equalsIgnoreCase("false")) {
+      r.synchronous = Boolean.parseBoolean(sync);
+    } else {
+      throw PluginException.badRequest("parameter \"synchronous\" must be true or false");
+    }
+    return r;
+  }
+
+  /**
+   * The model store file name for an object key: its last segment. The key must be relative, without empty,
+   * {@code .} or {@code ..} segments, backslashes or control characters, and the name must not be hidden.
+   */
+  static String localFileName(String key) throws PluginException {
+    if (key == null || key.trim().isEmpty()) {
+      throw PluginException.badRequest("parameter \"file_name\" is required: the object key of the model archive");
+    }
+    if (key.length() > 1024) {
+      throw PluginException.badRequest("parameter \"file_name\" is longer than 1024 characters");
+    }
+    if (key.startsWith("/")) {
+      throw PluginException.badRequest("parameter \"file_name\" must be a relative object key, not an absolute path");
+    }
+    if (key.indexOf('\\') >= 0) {
+      throw PluginException.badRequest("parameter \"file_name\" must not contain a backslash");
+    }
+    for (int i = 0; i < key.length(); i++) {
+      if (Character.isISOControl(key.charAt(i))) {
+        throw PluginException.badRequest("parameter \"file_name\" must not contain control characters");
+      }
+    }
+    String[] segments = key.split("/", -1);
+    for (String s : segments) {
+      if (s.isEmpty() || s.equals(".") || s.equals("..")) {
+        throw PluginException.badRequest(
+            "parameter \"file_name\" must not contain empty, '.' or '..' path segments");
+      }
+    }
+    String name = segments[segments.length - 1];
+    if (name.startsWith(".")) {
+      throw PluginException.badRequest("parameter \"file_name\" must not name a hidden file (leading '.')");
+    }
+    return name;
+  }
+
+  static String single(Map<String, List<String>> params, String name) throws PluginException {
+    List<String> v = params.get(name);
+    if (v == null || v.isEmpty()) {
+      return null;
+    }
+    if (v.size() > 1) {
+      throw PluginException.badRequest("parameter \"" + name + "\" is given more than once");
+    }
+    return v.get(0);
+  }
+
+  private static int integer(Map<String, List<String>> params, String name, int dflt, int min)
+      throws PluginException {
+    String v = single(params, name);
+    if (v == null || v.isEmpty()) {
+      return dflt;
+    }
+    int n;
+    try {
+      n = Integer.parseInt(v.trim());
+    } catch (NumberFormatException e) {
+      throw PluginException.badRequest("parameter \"" + name + "\" must be an integer");
+    }
+    if (n < min) {
+      throw PluginException.badRequest("parameter \"" + name + "\" must be at least " + min);
+    }
+    return n;
+  }
+}

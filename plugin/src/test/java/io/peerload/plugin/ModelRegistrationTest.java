@@ -1,0 +1,222 @@
+package io.peerload.plugin;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import com.google.gson.JsonObject;
+import com.google.gson.JsonParser;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.time.Clock;
+import java.time.Instant;
+import java.time.ZoneOffset;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.Collections;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.atomic.AtomicReference;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.ValueSource;
+
+class ModelRegistrationTest {
+  @TempDir Path dir;
+
+  static Map<String, List<String>> params(String... kv) {
+    Map<String, List<String>> m = new LinkedHashMap<>();
+    for (int i = 0; i < kv.length; i += 2) {
+      m.computeIfAbsent(kv[i], k -> new ArrayList<>()).add(kv[i + 1]);
+    }
+    return m;
+  }
+
+  static JsonObject json(ModelRegistration.Outcome o) {
+    return JsonParser.parseString(o.body).getAsJsonObject();
+  }
+
+  // ---- path safety ----------------------------------------------------------------------------------------
+
+  @Test
+  void fileNameIsTheLastSegmentOfTheKey() throws Exception {
+    assertEquals("resnet.mar", ModelRegistration.localFileName("resnet.mar"));
+    assertEquals("resnet.mar", ModelRegistration.localFileName("team a/models/resnet.mar"));
+    assertEquals("r..mar", ModelRegistration.localFileName("x/r..mar"));
+  }
+
+  @ParameterizedTest
+  @ValueSource(strings = {"", " ", "/etc/passwd", "../x.mar", "a/../../x.mar", "a/./x.mar", "a//x.mar", "a/",
+      "..", ".", "a\\..\\x.mar", "a/.hidden.mar", "x\u0000.mar", "a/b\n.mar"})
+  void unsafeKeysAreRejected(String key) {
+    PluginException e = assertThrows(PluginException.class, () -> ModelRegistration.localFileName(key));
+    assertEquals(400, e.status());
+  }
+
+  // ---- parameters -----------------------------------------------------------------------------------------
+
+  @Test
+  void urlIsRejectedWithAClearMessage() {
+    PluginException e = assertThrows(PluginException.class,
+        () -> ModelRegistration.parse(params("url", "https://x/y.mar")));
+    assertEquals(400, e.status());
+    assertTrue(e.getMessage().contains("\"url\" is not supported"), e.getMessage());
+  }
+
+  @Test
+  void defaultsAndOptionalParameters() throws Exception {
+    Registrar.Request d = ModelRegistration.parse(params("file_name", "a.mar"));
+    assertEquals(0, d.initialWorkers, "seed 2.4: 0 initial workers");
+    assertTrue(d.synchronous);
+    assertEquals(1, d.batchSize);
+    assertEquals(100, d.maxBatchDelay);
+    assertEquals(-1, d.responseTimeout);
+    assertEquals(-1, d.startupTimeout);
+    Registrar.Request r = ModelRegistration.parse(params("file_name", "a.mar", "model_name", "m-1.v2", "runtime",
+        "python", "handler", "image_classifier", "batch_size", "8", "max_batch_delay", "0", "response_timeout",
+        "60", "startup_timeout", "300", "initial_workers", "2", "synchronous", "false"));
+    assertEquals("m-1.v2", r.modelName);
+    assertEquals("python", r.runtime);
+    assertEquals("image_classifier", r.handler);
+    assertEquals(8, r.batchSize);
+    assertEquals(0, r.maxBatchDelay);
+    assertEquals(60, r.responseTimeout);
+    assertEquals(300, r.startupTimeout);
+    assertEquals(2, r.initialWorkers);
+    assertFalse(r.synchronous);
+  }
+
+  @ParameterizedTest
+  @ValueSource(strings = {"batch_size=0", "batch_size=x", "initial_workers=-1", "max_batch_delay=-5",
+      "response_timeout=0", "synchronous=yes", "model_name=../x", "model_name=a b", "bogus=1"})
+  void badParametersAre400(String kv) {
+    String[] p = kv.split("=", 2);
+    PluginException e = assertThrows(PluginException.class,
+        () -> ModelRegistration.parse(params("file_name", "a.mar", p[0], p[1])));
+    assertEquals(400, e.status());
+    assertTrue(e.getMessage().contains("\"" + p[0] + "\""), e.getMessage());
+  }
+
+  @Test
+  void repeatedParameterIs400() {
+    assertEquals(400, assertThrows(PluginException.class,
+        () -> ModelRegistration.parse(params("file_name", "a.mar", "batch_size", "1", "batch_size", "2"))).status());
+  }
+
+  // ---- the whole flow --------------------------------------------------------------------------------------
+
+  Path writeConfig(String addr) throws Exception {
+    Path cfg = dir.resolve("config.json");
+    Files.write(cfg, ("{\"addr\":\"" + addr + "\",\"header\":{\"X-Dragonfly-Application\":\"torchserve\"},"
+        + "\"object_storage\":{\"type\":\"s3\",\"bucket_name\":\"models\",\"region\":\"us-east-1\","
+        + "\"access_key\":\"AKIAIOSFODNN7EXAMPLE\",\"secret_key\":\"wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY\"}}")
+        .getBytes(StandardCharsets.UTF_8));
+    return cfg;
+  }
+
+  ModelRegistration registration(Path cfg, ModelRegistration.Registry registry) {
+    return new ModelRegistration(new ConfigSource(cfg), new ProxyDownloader(2_000, 2_000), registry,
+        Clock.fixed(Instant.parse("2026-01-15T08:00:00Z"), ZoneOffset.UTC));
+  }
+
+  @Test
+  void downloadsThenRegistersAndAnswersJson() throws Exception {
+    Path store = Files.createDirectory(dir.resolve("store"));
+    AtomicReference<Registrar.Request> seen = new AtomicReference<>();
+    try (FakeProxy proxy = new FakeProxy(FakeProxy.ok("PK-archive".getBytes(StandardCharsets.US_ASCII),
+        "X-Dragonfly-Task-ID: 0123", "X-Dragonfly-Task-Download-Finished: true"))) {
+      ModelRegistration reg = registration(writeConfig(proxy.uri().toString()), r -> {
+        seen.set(r);
+        assertTrue(Files.exists(store.resolve("tiny.mar")), "downloaded before registration");
+        return new Registrar.Result(200, "Model \"tiny\" Version: 1.0 registered with 0 initial workers. "
+            + "Use scale workers API to add workers for the model.");
+      });
+      ModelRegistration.Outcome o = reg.handle(params("file_name", "team/tiny.mar"), store.toString());
+      assertEquals(200, o.status, o.body);
+      JsonObject body = json(o);
+      assertTrue(body.get("Status").getAsString().startsWith("Model \"tiny\" Version: 1.0 registered with 0"));
+      assertEquals("0123", body.get("TaskID").getAsString());
+      assertTrue(body.get("CacheHit").getAsBoolean());
+      assertEquals("tiny.mar", seen.get().url);
+      FakeProxy.Received req = proxy.received.get(0);
+      assertTrue(req.requestLine.startsWith("GET https://models.s3.us-east-1.amazonaws.com/team/tiny.mar?X-Amz-"));
+      assertEquals(String.join(",", new S3Storage("b", null, "a", "s", null, null, false).defaultFilter()),
+          req.headers.get("X-Dragonfly-Filtered-Query-Params"));
+      assertEquals(String.join("&", new S3Storage("b", null, "a", "s", null, null, false).defaultFilter()),
+          req.headers.get("X-Dragonfly-Filter"));
+      assertEquals("torchserve", req.headers.get("X-Dragonfly-Application"));
+    }
+  }
+
+  @Test
+  void conflictIs409JsonAndANewFileIsRemoved() throws Exception {
+    Path store = Files.createDirectory(dir.resolve("store"));
+    try (FakeProxy proxy = new FakeProxy(FakeProxy.ok(new byte[10], "X-Dragonfly-Task-ID: t"))) {
+      ModelRegistration reg = registration(writeConfig(proxy.uri().toString()), r -> {
+        throw PluginException.conflict("Model version 1.0 is already registered for model \"tiny\"");
+      });
+      ModelRegistration.Outcome o = reg.handle(params("file_name", "tiny.mar"), store.toString());
+      assertEquals(409, o.status);
+      assertEquals("Model version 1.0 is already registered for model \"tiny\"", json(o).get("Status").getAsString());
+      assertEquals("t", json(o).get("TaskID").getAsString());
+      assertFalse(Files.exists(store.resolve("tiny.mar")));
+    }
+  }
+
+  @Test
+  void passesThroughWorkerScalingStatuses() throws Exception {
+    Path store = Files.createDirectory(dir.resolve("store"));
+    for (int code : new int[] {202, 206}) {
+      try (FakeProxy proxy = new FakeProxy(FakeProxy.ok(new byte[1]))) {
+        ModelRegistration reg = registration(writeConfig(proxy.uri().toString()),
+            r -> new Registrar.Result(code, "Workers scaling in progress..."));
+        ModelRegistration.Outcome o = reg.handle(params("file_name", "m.mar", "initial_workers", "1"), store.toString());
+        assertEquals(code, o.status);
+        assertEquals("Workers scaling in progress...", json(o).get("Status").getAsString());
+      }
+    }
+  }
+
+  @Test
+  void errorsAreJsonWithTheirStatus() throws Exception {
+    Path store = Files.createDirectory(dir.resolve("store"));
+    ModelRegistration.Registry never = r -> {
+      throw new AssertionError("must not register");
+    };
+    try (FakeProxy proxy = new FakeProxy(FakeProxy.status(404, "", "X-Dragonfly-Error-Type: backend"))) {
+      ModelRegistration reg = registration(writeConfig(proxy.uri().toString()), never);
+      assertEquals(404, reg.handle(params("file_name", "missing.mar"), store.toString()).status);
+      proxy.script(FakeProxy.status(502, "", "X-Dragonfly-Error-Type: proxy"));
+      ModelRegistration.Outcome o = reg.handle(params("file_name", "m.mar"), store.toString());
+      assertEquals(502, o.status);
+      assertEquals("proxy", json(o).get("ErrorType").getAsString());
+      assertEquals(400, reg.handle(params("url", "x"), store.toString()).status);
+      assertEquals(500, reg.handle(params("file_name", "m.mar"), dir.resolve("nope").toString()).status);
+      assertEquals(500, reg.handle(params("file_name", "m.mar"), null).status);
+    }
+    ModelRegistration missingConfig = registration(dir.resolve("absent.json"), never);
+    ModelRegistration.Outcome o = missingConfig.handle(params("file_name", "m.mar"), store.toString());
+    assertEquals(500, o.status);
+    assertTrue(json(o).get("Status").getAsString().contains("P2P_ENDPOINT_CONFIG"));
+    try (java.util.stream.Stream<Path> files = Files.list(store)) {
+      assertEquals(Collections.emptyList(), Arrays.asList(files.toArray()));
+    }
+  }
+
+  @Test
+  void unexpectedRuntimeErrorsAreStill500Json() throws Exception {
+    Path store = Files.createDirectory(dir.resolve("store"));
+    try (FakeProxy proxy = new FakeProxy(FakeProxy.ok(new byte[1]))) {
+      ModelRegistration reg = registration(writeConfig(proxy.uri().toString()), r -> {
+        throw new IllegalStateException("boom \"quoted\"\nnew line");
+      });
+      ModelRegistration.Outcome o = reg.handle(params("file_name", "m.mar"), store.toString());
+      assertEquals(500, o.status);
+      assertEquals("internal error: IllegalStateException", json(o).get("Status").getAsString());
+    }
+  }
+}

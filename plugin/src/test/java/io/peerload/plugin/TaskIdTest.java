@@ -1,0 +1,97 @@
+package io.peerload.plugin;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+
+import com.google.gson.JsonArray;
+import com.google.gson.JsonElement;
+import com.google.gson.JsonObject;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.Collections;
+import java.util.List;
+import java.util.stream.Stream;
+import org.junit.jupiter.api.DynamicTest;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.TestFactory;
+
+class TaskIdTest {
+  static List<String> strings(JsonElement e) {
+    List<String> out = new ArrayList<>();
+    if (e != null && e.isJsonArray()) {
+      for (JsonElement x : e.getAsJsonArray()) {
+        out.add(x.getAsString());
+      }
+    }
+    return out;
+  }
+
+  static String str(JsonObject o, String k) {
+    return o.has(k) && !o.get(k).isJsonNull() ? o.get(k).getAsString() : null;
+  }
+
+  static Long num(JsonObject o, String k) {
+    return o.has(k) && !o.get(k).isJsonNull() ? o.get(k).getAsLong() : null;
+  }
+
+  /** test/vectors/taskid.json: the peer daemon's own vectors (shared with src/storage/taskid.ts). */
+  @TestFactory
+  Stream<DynamicTest> sharedTaskIdVectors() throws Exception {
+    JsonArray vectors = Vectors.load("taskid.json").getAsJsonArray("vectors");
+    List<DynamicTest> tests = new ArrayList<>();
+    int i = 0;
+    for (JsonElement e : vectors) {
+      JsonObject v = e.getAsJsonObject();
+      String url = v.get("url").getAsString();
+      List<String> filter = strings(v.get("filter"));
+      tests.add(
+          DynamicTest.dynamicTest(
+              "taskid.json #" + i++ + " " + url + " filter=" + filter,
+              () -> {
+                if (v.has("canonicalURL")) {
+                  assertEquals(v.get("canonicalURL").getAsString(), TaskId.canonicalUrl(url, filter));
+                }
+                if (v.has("taskID")) {
+                  assertEquals(
+                      v.get("taskID").getAsString(),
+                      TaskId.compute(url, filter, str(v, "tag"), str(v, "application"), str(v, "revision"),
+                          num(v, "pieceLength")));
+                }
+              }));
+    }
+    return tests.stream();
+  }
+
+  @TestFactory
+  Stream<DynamicTest> sharedQueryEscapeVectors() throws Exception {
+    JsonArray cases = Vectors.load("taskid.json").getAsJsonArray("queryEscape");
+    List<DynamicTest> tests = new ArrayList<>();
+    for (JsonElement e : cases) {
+      JsonObject c = e.getAsJsonObject();
+      tests.add(DynamicTest.dynamicTest("queryEscape " + c.get("in").getAsString(),
+          () -> assertEquals(c.get("out").getAsString(), Encoding.formEncode(c.get("in").getAsString()))));
+    }
+    return tests.stream();
+  }
+
+  /** The contract's table (shared/contracts/peer-proxy.md), independent of the vectors file. */
+  @Test
+  void contractVectors() {
+    assertEquals("https://example.com/file.txt?a=1&b=2",
+        TaskId.canonicalUrl("https://example.com/file.txt?z=9&b=2&a=1", Arrays.asList("z")));
+    assertEquals("https://example.com/file.txt?a=1&b=2&b=1",
+        TaskId.canonicalUrl("https://example.com/file.txt?b=2&a=1&b=1", Arrays.asList("c")));
+    assertEquals("https://example.com", TaskId.canonicalUrl("https://example.com?foo=foo", Arrays.asList("foo")));
+    assertEquals("https://example.com/file.txt?k=a+b&m=x%2Ay&n=c~d",
+        TaskId.canonicalUrl("https://example.com/file.txt?k=a b&m=x*y&n=c~d", Arrays.asList("none")));
+    assertEquals("http://www.xx.yy/path?u=f#size",
+        TaskId.canonicalUrl("http://www.xx.yy/path?u=f&x=y&m=z&x=s#size", Arrays.asList("x", "m")));
+    assertEquals("https://example.com/file.txt?b=2",
+        TaskId.canonicalUrl("https://example.com/file.txt?a=1;x&b=2", Arrays.asList("none")));
+    assertEquals("5844f27a257287e9b734256bb25603d8005422ced8c0377f15063ec11963b25f",
+        TaskId.compute("https://example.com", Collections.emptyList(), "foo", "bar", "v1.0", 1024L));
+    assertEquals("457b4328cde278e422c9e243f7bfd1e97f511fec43a80f535cf6b0ef6b086776",
+        TaskId.compute("https://example.com?foo=foo&bar=bar", Arrays.asList("foo", "bar"), null, null, null, null));
+    assertEquals("980ee327518ccc5a7c30703e1a2232e8ba9047b39431f940636c85b6146f8b9a",
+        TaskId.compute("https://example.com/file.txt?b=2&a=1", Collections.emptyList(), null, null, null, null));
+  }
+}

@@ -1,0 +1,367 @@
+/**
+ * The Java endpoint plugin inside a REAL TorchServe 0.12.0 (token authorization on), downloading through the
+ * peer-proxy emulator from MinIO (which verifies SigV4 presigned URLs) and Azurite (which verifies SAS).
+ */
+import { execFile, spawn } from 'node:child_process';
+import { createReadStream } from 'node:fs';
+import { mkdtemp, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { promisify } from 'node:util';
+import { PutObjectCommand } from '@aws-sdk/client-s3';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { effectiveFilter, objectURL } from '../../src/storage/objecturl.ts';
+import { taskID } from '../../src/storage/taskid.ts';
+import { startAzurite, type Azurite } from '../support/azurite.ts';
+import { startMinIO, type MinIO } from '../support/minio.ts';
+import {
+  buildLargeModelArchive,
+  buildModelArchive,
+  LABELS,
+  type ModelArchive,
+} from '../support/model-archive.ts';
+import { startPeerProxy, type PeerProxy } from '../support/peer-proxy.ts';
+import { freePort } from '../support/ports.ts';
+import { waitFor } from '../support/process.ts';
+import { startTorchServe, type TorchServe } from '../support/torchserve.ts';
+
+const run = promisify(execFile);
+const REPO_ROOT = resolve(import.meta.dirname, '../..');
+const BUCKET = 'models';
+const GiB = 1024 * 1024 * 1024;
+const MiB = 1024 * 1024;
+
+const S3_FILTER = [
+  'X-Amz-Algorithm',
+  'X-Amz-Credential',
+  'X-Amz-Date',
+  'X-Amz-Expires',
+  'X-Amz-SignedHeaders',
+  'X-Amz-Signature',
+  'X-Amz-Security-Token',
+];
+
+interface PluginAnswer {
+  Status: string;
+  TaskID?: string;
+  CacheHit?: boolean;
+  ErrorType?: string;
+}
+
+let work: string;
+let jar: string;
+let minio: MinIO;
+let azurite: Azurite;
+let proxy: PeerProxy;
+let ts: TorchServe;
+let tiny: ModelArchive;
+let configPath: string;
+
+function s3Config(addr: string, extra: Record<string, unknown> = {}): Record<string, unknown> {
+  return {
+    addr,
+    header: { 'X-Peerload-Test': 'plugin-e2e' },
+    object_storage: {
+      type: 's3',
+      bucket_name: BUCKET,
+      region: minio.region,
+      access_key: minio.accessKey,
+      secret_key: minio.secretKey,
+      endpoint: minio.endpoint,
+      path_style: 'true',
+    },
+    ...extra,
+  };
+}
+
+async function writeConfig(config: Record<string, unknown>): Promise<void> {
+  // Write-then-rename, as a Secret volume update would: the plugin must pick it up without a restart.
+  await writeFile(`${configPath}.tmp`, JSON.stringify(config, null, 2));
+  await run('mv', [`${configPath}.tmp`, configPath]);
+}
+
+async function register(query: string): Promise<{ status: number; body: PluginAnswer; raw: string }> {
+  const res = await fetch(`${ts.managementURL}/p2p/models?${query}`, {
+    method: 'POST',
+    headers: ts.managementAuth(),
+  });
+  const raw = await res.text();
+  expect(res.headers.get('content-type')).toMatch(/application\/json/);
+  // Valid JSON ALWAYS, whatever the status.
+  const body = JSON.parse(raw) as PluginAnswer;
+  expect(typeof body.Status).toBe('string');
+  return { status: res.status, body, raw };
+}
+
+async function listModels(): Promise<string[]> {
+  const res = await fetch(`${ts.managementURL}/models`, { headers: ts.managementAuth() });
+  expect(res.status).toBe(200);
+  const body = (await res.json()) as { models: { modelName: string }[] };
+  return body.models.map((m) => m.modelName);
+}
+
+/** Heap figures of the frontend JVM from `jstat -gc` (KiB columns), in bytes. */
+async function heap(pid: number): Promise<{ used: number; old: number }> {
+  const { stdout } = await run('jstat', ['-gc', String(pid)]);
+  const [head, values] = stdout.trim().split('\n');
+  const cols = head!.trim().split(/\s+/);
+  const vals = values!.trim().split(/\s+/).map(Number);
+  const v = (name: string) => vals[cols.indexOf(name)]! * 1024;
+  return { used: v('S0U') + v('S1U') + v('EU') + v('OU'), old: v('OU') };
+}
+
+async function gc(pid: number): Promise<void> {
+  await run('jcmd', [String(pid), 'GC.run']);
+}
+
+beforeAll(async () => {
+  work = await mkdtemp(join(tmpdir(), 'peerload-plugin-e2e-'));
+  const build = await run('bash', [join(REPO_ROOT, 'scripts/build-plugin.sh')], {
+    env: { ...process.env, PEERLOAD_SKIP_PLUGIN_TESTS: '1' },
+    maxBuffer: 16 << 20,
+    timeout: 900_000,
+  });
+  jar = build.stdout.trim().split('\n').pop()!;
+
+  [minio, azurite, proxy] = await Promise.all([startMinIO(), startAzurite(), startPeerProxy()]);
+  await minio.createBucket(BUCKET);
+  tiny = await buildModelArchive(work, { modelName: 'tiny' });
+  await minio.client.send(
+    new PutObjectCommand({ Bucket: BUCKET, Key: 'team a/tiny.mar', Body: createReadStream(tiny.path) }),
+  );
+
+  configPath = join(work, 'p2p-endpoint.json');
+  await writeConfig(s3Config(proxy.url));
+  ts = await startTorchServe({
+    pluginJars: [jar],
+    env: { P2P_ENDPOINT_CONFIG: configPath },
+    vmargs: '-Xmx384m -XX:+UseSerialGC -XX:+ExitOnOutOfMemoryError',
+  });
+});
+
+afterAll(async () => {
+  await ts?.stop();
+  await Promise.all([proxy?.close(), minio?.stop(), azurite?.stop()]);
+  if (work) await rm(work, { recursive: true, force: true });
+});
+
+describe('p2p endpoint plugin in TorchServe 0.12.0', () => {
+  it('rejects calls without the management token (token authorization is on)', async () => {
+    const res = await fetch(`${ts.managementURL}/p2p/models?file_name=x.mar`, { method: 'POST' });
+    expect(res.status).toBe(400);
+    expect(((await res.json()) as { type: string }).type).toBe('InvalidKeyException');
+  });
+
+  it('downloads through the peer proxy with both filter headers and registers the model (200)', async () => {
+    const before = proxy.requests.length;
+    const { status, body } = await register(`file_name=${encodeURIComponent('team a/tiny.mar')}`);
+    expect(status, JSON.stringify(body)).toBe(200);
+    expect(body.Status).toBe(
+      'Model "tiny" Version: 1.0 registered with 0 initial workers. Use scale workers API to add workers for the model.',
+    );
+    expect(body.CacheHit).toBe(false);
+    expect(body.TaskID).toMatch(/^[0-9a-f]{64}$/);
+    expect(await listModels()).toContain('tiny');
+
+    const seen = proxy.requests.slice(before);
+    expect(seen).toHaveLength(1);
+    const req = seen[0]!;
+    // Absolute-form request for the signed object URL of the configured bucket.
+    expect(req.url.startsWith(`${minio.endpoint}/${BUCKET}/team%20a/tiny.mar?`)).toBe(true);
+    expect(req.url).toContain('X-Amz-Signature=');
+    expect(req.headers['x-dragonfly-filtered-query-params']).toBe(S3_FILTER.join(','));
+    expect(req.headers['x-dragonfly-filter']).toBe(S3_FILTER.join('&'));
+    expect(req.headers['x-peerload-test']).toBe('plugin-e2e');
+    expect(req.status).toBe(200);
+    expect(req.taskID).toBe(body.TaskID);
+
+    // The same task id as the operator computes for a preheat of the unsigned URL (TypeScript side).
+    const location = {
+      type: 's3' as const,
+      bucket: BUCKET,
+      region: minio.region,
+      endpoint: minio.endpoint,
+      pathStyle: true,
+    };
+    const unsigned = objectURL(location, 'team a/tiny.mar');
+    expect(body.TaskID).toBe(taskID({ url: unsigned, filter: effectiveFilter(location) }));
+
+    // The archive is in the model store under the key's last segment; no temporary file is left.
+    const files = await readdir(ts.modelStore);
+    expect(files).toContain('tiny.mar');
+    expect(files.filter((f) => f.endsWith('.part'))).toEqual([]);
+    expect((await stat(join(ts.modelStore, 'tiny.mar'))).size).toBe((await stat(tiny.path)).size);
+  });
+
+  it('answers 409 in JSON for a second registration, served from the peer cache', async () => {
+    const { status, body } = await register(`file_name=${encodeURIComponent('team a/tiny.mar')}`);
+    expect(status).toBe(409);
+    expect(body.Status).toMatch(/already registered/);
+    expect(body.CacheHit).toBe(true);
+    expect(await listModels()).toContain('tiny');
+  });
+
+  it('the registered model scales and answers inference with label scores, highest first', async () => {
+    const scale = await fetch(`${ts.managementURL}/models/tiny?min_worker=1`, {
+      method: 'PUT',
+      headers: ts.managementAuth(),
+    });
+    expect(scale.status).toBe(202);
+    await waitFor(
+      'a READY worker',
+      async () => {
+        const res = await fetch(`${ts.managementURL}/models/tiny`, {
+          headers: ts.managementAuth(),
+          signal: AbortSignal.timeout(10_000),
+        });
+        const [d] = (await res.json()) as { workers: { status: string }[] }[];
+        return d!.workers.some((w) => w.status === 'READY');
+      },
+      { timeoutMs: 180_000, intervalMs: 1_000 },
+    );
+    const form = new FormData();
+    form.append('data', new Blob([Buffer.from('a tiny picture of a cat')]), 'cat.jpg');
+    const res = await fetch(`${ts.inferenceURL}/predictions/tiny`, {
+      method: 'POST',
+      headers: ts.inferenceAuth(),
+      body: form,
+      signal: AbortSignal.timeout(60_000),
+    });
+    expect(res.status).toBe(200);
+    const scores = (await res.json()) as Record<string, number>;
+    expect(Object.keys(scores).sort()).toEqual([...LABELS].sort());
+    const values = Object.values(scores);
+    expect(values).toEqual([...values].sort((a, b) => b - a));
+  });
+
+  it('answers 404 in JSON for a missing object, and leaves nothing in the model store', async () => {
+    const { status, body } = await register('file_name=team/missing.mar&model_name=missing');
+    expect(status).toBe(404);
+    expect(body.Status).toMatch(/not found/);
+    expect(body.Status).not.toMatch(/X-Amz|Signature|peerload-root-secret/);
+    expect(await readdir(ts.modelStore)).not.toContain('missing.mar');
+  });
+
+  it('answers 400 in JSON for url, path traversal and bad parameters', async () => {
+    expect((await register('url=https://example.com/x.mar')).status).toBe(400);
+    expect((await register(`file_name=${encodeURIComponent('../../etc/passwd')}`)).status).toBe(400);
+    expect((await register(`file_name=${encodeURIComponent('/abs/x.mar')}`)).status).toBe(400);
+    expect((await register('file_name=x.mar&batch_size=many')).status).toBe(400);
+  });
+
+  it('surfaces the proxy error type on 502', async () => {
+    proxy.failNext(1, 'dfdaemon');
+    const { status, body } = await register('file_name=team/tiny.mar&model_name=other');
+    expect(status).toBe(502);
+    expect(body.ErrorType).toBe('dfdaemon');
+  });
+
+  it('answers 502 in JSON when the proxy is dead (configuration re-read without restart)', async () => {
+    const deadPort = await freePort();
+    await writeConfig(s3Config(`http://127.0.0.1:${deadPort}`));
+    const { status, body } = await register(`file_name=${encodeURIComponent('team a/tiny.mar')}`);
+    expect(status).toBe(502);
+    expect(body.Status).toMatch(/unreachable/);
+    await writeConfig(s3Config(proxy.url));
+  });
+
+  it('answers 500 naming the field when the configuration is invalid, never echoing a secret', async () => {
+    const bad = s3Config(proxy.url);
+    delete (bad['object_storage'] as Record<string, unknown>)['access_key'];
+    await writeConfig(bad);
+    const { status, body } = await register('file_name=team/tiny.mar');
+    expect(status).toBe(500);
+    expect(body.Status).toMatch(/object_storage\.access_key/);
+    expect(body.Status).not.toContain(minio.secretKey);
+    await writeConfig(s3Config(proxy.url));
+  });
+
+  it('signs Azure Blob SAS URLs that Azurite accepts (abs)', async () => {
+    await azurite.createContainer('models');
+    await azurite.putBlob('models', 'nested/tiny-abs.mar', await readFile(tiny.path));
+    await writeConfig({
+      addr: proxy.url,
+      object_storage: {
+        type: 'abs',
+        account_name: azurite.accountName,
+        account_key: azurite.accountKey,
+        container_name: 'models',
+        endpoint: azurite.endpoint,
+      },
+    });
+    const before = proxy.requests.length;
+    const { status, body } = await register('file_name=nested/tiny-abs.mar&model_name=tiny_abs');
+    expect(status, JSON.stringify(body)).toBe(200);
+    expect(await listModels()).toContain('tiny_abs');
+    const req = proxy.requests.slice(before)[0]!;
+    expect(req.url).toContain('sig=');
+    expect(req.headers['x-dragonfly-filtered-query-params']).toContain('sig');
+    await writeConfig(s3Config(proxy.url));
+  });
+
+  it('downloads a 1 GiB object without growing the JVM heap by more than 64 MiB', async () => {
+    const big = await buildLargeModelArchive(tiny, work, 'big', GiB);
+    const size = (await stat(big.path)).size;
+    await minio.client.send(
+      new PutObjectCommand({
+        Bucket: BUCKET,
+        Key: 'big/big.mar',
+        Body: createReadStream(big.path),
+        ContentLength: size,
+      }),
+    );
+    await rm(big.path);
+
+    await gc(ts.pid);
+    const base = await heap(ts.pid);
+    // One long-running `jstat -gc <pid> 200` (a sample every 200 ms) instead of a JVM spawned per sample. The frontend
+    // runs the serial collector here because its jstat counters are sampled live (G1 updates eden usage only at
+    // region allocation or GC, which would hide short-lived garbage).
+    const sampler = spawn('jstat', ['-gc', String(ts.pid), '200'], { stdio: ['ignore', 'pipe', 'ignore'] });
+    let peakOld = base.old;
+    let peakUsed = base.used;
+    let samples = 0;
+    let cols: string[] = [];
+    let pending = '';
+    sampler.stdout.on('data', (chunk: Buffer) => {
+      pending += chunk.toString();
+      const lines = pending.split('\n');
+      pending = lines.pop()!;
+      for (const line of lines) {
+        const fields = line.trim().split(/\s+/);
+        if (fields[0] === 'S0C') {
+          cols = fields;
+          continue;
+        }
+        if (cols.length === 0 || fields.length !== cols.length) continue;
+        const v = (name: string) => Number(fields[cols.indexOf(name)]) * 1024;
+        peakOld = Math.max(peakOld, v('OU'));
+        peakUsed = Math.max(peakUsed, v('S0U') + v('S1U') + v('EU') + v('OU'));
+        samples++;
+      }
+    });
+    const t0 = Date.now();
+    const { status, body } = await register('file_name=big/big.mar');
+    const seconds = (Date.now() - t0) / 1000;
+    sampler.kill();
+    await gc(ts.pid);
+    const after = await heap(ts.pid);
+
+    expect(status, JSON.stringify(body)).toBe(200);
+    expect((await stat(join(ts.modelStore, 'big.mar'))).size).toBe(size);
+    const retained = after.used - base.used;
+    const oldGrowth = peakOld - base.old;
+    const peakGrowth = peakUsed - base.used;
+    console.log(
+      `[1 GiB] ${seconds.toFixed(1)} s; heap used ${(base.used / MiB).toFixed(1)} MiB -> ` +
+        `${(after.used / MiB).toFixed(1)} MiB after GC (retained ${(retained / MiB).toFixed(1)} MiB); ` +
+        `old gen peak +${(oldGrowth / MiB).toFixed(1)} MiB; peak used +${(peakGrowth / MiB).toFixed(1)} MiB ` +
+        `(${samples} jstat samples, serial GC, -Xmx384m)`,
+    );
+    expect(samples).toBeGreaterThan(5);
+    expect(retained).toBeLessThan(64 * MiB);
+    expect(oldGrowth).toBeLessThan(64 * MiB);
+    expect(peakGrowth).toBeLessThan(64 * MiB);
+    expect((await readdir(ts.modelStore)).filter((f) => f.endsWith('.part'))).toEqual([]);
+  });
+});
