@@ -34,7 +34,10 @@ export const DEFAULT_S3_REGION = 'us-east-1';
  *
  * - s3: the seed's six names (2.2) plus `X-Amz-Security-Token`, which a session token adds and which changes with
  *   every session, so a download signed with a newer token would otherwise miss the preheated task.
- * - oss: the seed's `Expires, Signature`; `OSSAccessKeyId` stays in the URL (it is the same on both sides).
+ * - oss: `OSSAccessKeyId` plus the seed's `Expires, Signature` (2.2), like the peer daemon's own default filter.
+ *   The access key id must go too: left in, it puts the key into the task id, so the preheat (signed with the
+ *   operator's Secret) and the plugin's download stop sharing a task id as soon as one side's key is rotated, and
+ *   a signed URL never has the task id of the bare object URL.
  * - gcs: the six `X-Goog-*` names of a V4 signed URL.
  * - abs: every SAS parameter name the Azure SDKs (JavaScript and Java) may emit; the account, container and blob
  *   are in the path, so nothing that identifies the content is dropped.
@@ -49,7 +52,7 @@ export const DEFAULT_FILTERS: Readonly<Record<ObjectStorageType, readonly string
     'X-Amz-Signature',
     'X-Amz-Security-Token',
   ],
-  oss: ['Expires', 'Signature'],
+  oss: ['OSSAccessKeyId', 'Expires', 'Signature'],
   gcs: [
     'X-Goog-Algorithm',
     'X-Goog-Credential',

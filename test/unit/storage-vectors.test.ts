@@ -20,7 +20,8 @@ import {
 } from '../../src/storage/objecturl.ts';
 import { ossSignature, ossStringToSign } from '../../src/storage/oss.ts';
 import { signObjectURL } from '../../src/storage/sign.ts';
-import { canonicalURL, taskID } from '../../src/storage/taskid.ts';
+import { canonicalURL, DEFAULT_FILTERED_QUERY_PARAMS, taskID } from '../../src/storage/taskid.ts';
+import { generateStorageVectors, VECTORS_PATH } from '../../scripts/gen-storage-vectors.ts';
 
 interface TaskIDVariant {
   tag: string | null;
@@ -124,11 +125,12 @@ describe('shared vectors (test/vectors/object-storage.json)', () => {
     });
   });
 
-  it('with the default filter every signature parameter is filtered (oss keeps only OSSAccessKeyId)', () => {
+  it('with the default filter every signature parameter is filtered (oss OSSAccessKeyId included)', () => {
     for (const c of vectors.cases.filter((v) => v.location.filteredQueryParams === undefined)) {
       const kept = c.signedQuery.map(([k]) => k).filter((k) => !c.filter.includes(k));
-      expect(kept, c.name).toEqual(c.location.type === 'oss' ? ['OSSAccessKeyId'] : []);
-      if (c.location.type !== 'oss') expect(c.signedTaskIDEqualsUnsigned, c.name).toBe(true);
+      expect(kept, c.name).toEqual([]);
+      expect(c.signedTaskIDEqualsUnsigned, c.name).toBe(true);
+      expect(c.signedCanonicalURL, c.name).toBe(c.canonicalURL);
     }
   });
 });
@@ -157,8 +159,7 @@ describe('signing at two different times', () => {
         taskID({ url: two.url, filter, tag: 't', application: 'a' }),
       );
       expect(taskID({ url: one.url, filter: [] })).not.toBe(taskID({ url: two.url, filter: [] }));
-      if (type !== 'oss')
-        expect(taskID({ url: one.url, filter })).toBe(taskID({ url: one.objectURL, filter }));
+      expect(taskID({ url: one.url, filter })).toBe(taskID({ url: one.objectURL, filter }));
     },
   );
 });
@@ -292,7 +293,7 @@ describe('object URLs and filters', () => {
       'X-Amz-Signature',
     ]);
     expect(DEFAULT_FILTERS.s3).toContain('X-Amz-Security-Token');
-    expect(DEFAULT_FILTERS.oss).toEqual(['Expires', 'Signature']);
+    expect(DEFAULT_FILTERS.oss).toEqual(['OSSAccessKeyId', 'Expires', 'Signature']);
     expect(DEFAULT_FILTERS.gcs).toHaveLength(6);
     expect(DEFAULT_FILTERS.gcs.every((n) => n.startsWith('X-Goog-'))).toBe(true);
     for (const n of ['sv', 'se', 'st', 'sr', 'sp', 'spr', 'sig', 'skoid', 'sdd'])
@@ -426,5 +427,54 @@ describe('credentials from a Secret', () => {
     expect(e.message).not.toContain(SECRET);
     expect(JSON.stringify(e)).not.toContain(SECRET);
     expect(String(e.stack)).not.toContain(SECRET);
+  });
+});
+
+describe('oss default filter (OSSAccessKeyId, Expires, Signature)', () => {
+  const location: StorageLocation = {
+    type: 'oss',
+    bucket: 'models',
+    endpoint: 'https://oss-cn-hangzhou.aliyuncs.com',
+  };
+  const now = new Date('2026-01-15T08:00:00Z');
+
+  it('keeps preheat and download on one task id across an access-key rotation', async () => {
+    const before = await signObjectURL(
+      location,
+      'resnet-18.mar',
+      { type: 'oss', accessKeyID: 'OLDKEYID', accessKeySecret: 'old-secret' },
+      { now, expiresSeconds: 3600 },
+    );
+    const after = await signObjectURL(
+      location,
+      'resnet-18.mar',
+      { type: 'oss', accessKeyID: 'NEWKEYID', accessKeySecret: 'new-secret' },
+      { now: new Date(now.getTime() + 60_000), expiresSeconds: 3600 },
+    );
+    const filter = effectiveFilter(location);
+    expect(taskID({ url: before.url, filter })).toBe(taskID({ url: after.url, filter }));
+    expect(taskID({ url: before.url, filter })).toBe(taskID({ url: before.objectURL, filter }));
+    // The seed's two-name filter would have kept the key id in the task id.
+    const seedFilter = ['Expires', 'Signature'];
+    expect(taskID({ url: before.url, filter: seedFilter })).not.toBe(
+      taskID({ url: after.url, filter: seedFilter }),
+    );
+  });
+
+  it('is a subset of the peer daemon default filter, as every kind default is', () => {
+    for (const type of Object.keys(DEFAULT_FILTERS) as ObjectStorageType[]) {
+      if (type === 'abs') continue; // SAS names are not in the daemon default (they are short and generic)
+      for (const name of DEFAULT_FILTERS[type]) expect(DEFAULT_FILTERED_QUERY_PARAMS, type).toContain(name);
+    }
+  });
+});
+
+describe('generated vectors (scripts/gen-storage-vectors.ts)', () => {
+  it('regenerating from src/storage yields exactly the committed file', async () => {
+    const committed = readFileSync(VECTORS_PATH, 'utf8');
+    const generated = await generateStorageVectors();
+    // A failure here means src/storage changed: run `node scripts/gen-storage-vectors.ts` (and the JUnit suite).
+    expect(generated === committed, 'test/vectors/object-storage.json is out of date').toBe(true);
+    expect(generated).toBe(committed);
   });
 });

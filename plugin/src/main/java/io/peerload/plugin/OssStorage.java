@@ -15,7 +15,13 @@ import java.util.List;
  * URLs".
  */
 public final class OssStorage extends ObjectStorage {
-  private static final List<String> FILTER = Collections.unmodifiableList(Arrays.asList("Expires", "Signature"));
+  /**
+   * The default filter: {@code OSSAccessKeyId} plus the seed's {@code Expires, Signature}, like the peer daemon's own
+   * default and the operator's (src/storage/objecturl.ts DEFAULT_FILTERS, kept in step). Left in the task id, the
+   * access key id would make the preheat and this download miss each other after a key rotation.
+   */
+  private static final List<String> FILTER =
+      Collections.unmodifiableList(Arrays.asList("OSSAccessKeyId", "Expires", "Signature"));
 
   private final String bucket;
   private final String endpoint;

@@ -142,7 +142,8 @@ class ObjectStorageTest {
     assertEquals(Arrays.asList("X-Amz-Algorithm", "X-Amz-Credential", "X-Amz-Date", "X-Amz-Expires",
         "X-Amz-SignedHeaders", "X-Amz-Signature", "X-Amz-Security-Token"),
         new S3Storage("b", null, "a", "s", null, null, false).defaultFilter());
-    assertEquals(Arrays.asList("Expires", "Signature"), new OssStorage("b", "e.com", "i", "s").defaultFilter());
+    assertEquals(Arrays.asList("OSSAccessKeyId", "Expires", "Signature"),
+        new OssStorage("b", "e.com", "i", "s").defaultFilter());
     assertEquals(Arrays.asList("X-Goog-Algorithm", "X-Goog-Credential", "X-Goog-Date", "X-Goog-Expires",
         "X-Goog-SignedHeaders", "X-Goog-Signature"),
         new GcsStorage("b", "p", "e", conformanceKey(), null).defaultFilter());
@@ -151,12 +152,13 @@ class ObjectStorageTest {
         "skoid", "sktid", "skt", "ske", "sks", "skv", "sdd")));
   }
 
-  /** A signed URL with its signature parameters filtered has the unsigned URL's task id (s3, gcs, abs). */
+  /** A signed URL with its signature parameters filtered has the unsigned URL's task id (every kind). */
   @Test
   void signedUrlCanonicalisesToTheObjectUrl() throws Exception {
     Instant now = Instant.parse("2026-01-15T08:00:00Z");
     List<ObjectStorage> kinds = Arrays.asList(
         new S3Storage("b", null, AWS_AK, AWS_SK, "token/+=", null, false),
+        new OssStorage("b", "https://oss-cn-hangzhou.aliyuncs.com", OSS_ID, OSS_SECRET),
         new GcsStorage("b", "p", "e@x", conformanceKey(), null),
         new AbsStorage("acct", "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==", "c", null));
     for (ObjectStorage s : kinds) {
@@ -244,6 +246,10 @@ class ObjectStorageTest {
         assertEquals(c.get("signedCanonicalURL").getAsString(), TaskId.canonicalUrl(signed, filter));
         assertEquals(c.get("signedTaskID").getAsString(),
             TaskId.compute(signed, filter, null, null, null, null), "task id of the signed URL");
+        String unsignedTaskId = c.getAsJsonArray("taskIDs").get(0).getAsJsonObject().get("taskID").getAsString();
+        assertEquals(c.get("signedTaskIDEqualsUnsigned").getAsBoolean(),
+            unsignedTaskId.equals(TaskId.compute(signed, filter, null, null, null, null)),
+            "signed and bare object URL share a task id");
       }));
     }
     return tests.stream();
