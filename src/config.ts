@@ -1,0 +1,211 @@
+/**
+ * Operator configuration from flags and environment (`--resync-period 5m` or `PEERLOAD_RESYNC_PERIOD=5m`;
+ * a flag wins over the environment), validated with zod. A bad value fails with one message naming the flag
+ * and its variable, e.g. `--workers (PEERLOAD_WORKERS): must be an integer between 1 and 64, got "x"`.
+ */
+import { randomBytes } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import { hostname } from 'node:os';
+import { parseArgs } from 'node:util';
+import { z } from 'zod';
+import { DURATION_PATTERN, parseDuration } from './api/index.ts';
+
+const duration = (what: string) =>
+  z
+    .string()
+    .regex(new RegExp(DURATION_PATTERN), `must be a duration such as 90s, 10m or 1h30m`)
+    .transform((s) => parseDuration(s))
+    .describe(what);
+
+const bool = z
+  .union([z.boolean(), z.enum(['true', 'false', '1', '0', 'yes', 'no'])])
+  .transform((v) => v === true || v === 'true' || v === '1' || v === 'yes');
+
+const address = z
+  .string()
+  .regex(/^(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]*):\d{1,5}$/, 'must be host:port or :port, e.g. :8080')
+  .refine((a) => Number(a.slice(a.lastIndexOf(':') + 1)) <= 65535, 'port must be at most 65535');
+
+const ALL = {
+  kubeconfig: { flag: 'kubeconfig', help: 'Path of a kubeconfig; default: in-cluster, else $KUBECONFIG' },
+  namespace: { flag: 'namespace', help: 'Namespace to watch; empty: all namespaces' },
+  metricsAddress: { flag: 'metrics-address', help: 'Address of /metrics, /healthz and /readyz' },
+  leaderElect: { flag: 'leader-elect', help: 'Elect a leader (--no-leader-elect to disable)', boolean: true },
+  leaderElectionId: { flag: 'leader-election-id', help: 'Name of the Lease' },
+  leaderElectionNamespace: {
+    flag: 'leader-election-namespace',
+    help: "Namespace of the Lease; default: the pod's namespace",
+  },
+  leaseDuration: { flag: 'lease-duration', help: 'How long a non-renewed lease is respected' },
+  renewDeadline: { flag: 'renew-deadline', help: 'How long the leader retries renewing before giving up' },
+  retryPeriod: { flag: 'retry-period', help: 'Interval of lease acquire/renew attempts' },
+  identity: { flag: 'identity', help: 'Leader identity; default: <hostname>_<random>' },
+  workers: { flag: 'workers', help: 'Concurrent reconciles per controller' },
+  resyncPeriod: { flag: 'resync-period', help: 'Replay the cache to the controllers this often (0s: never)' },
+  logLevel: { flag: 'log-level', help: 'trace, debug, info, warn, error, fatal or silent' },
+  shutdownTimeout: { flag: 'shutdown-timeout', help: 'Deadline for in-flight reconciles on SIGTERM' },
+  managerUrl: { flag: 'manager-url', help: 'Default P2P manager base URL' },
+  managerApiPath: { flag: 'manager-api-path', help: 'Default manager job API prefix: /api/v1 or /oapi/v1' },
+  managerTokenSecret: {
+    flag: 'manager-token-secret',
+    help: 'Default manager token Secret as [namespace/]name (namespace default: the Lease namespace)',
+  },
+  managerTokenSecretKey: { flag: 'manager-token-secret-key', help: 'Key of the token in that Secret' },
+  pollBackoffStart: { flag: 'poll-backoff-start', help: 'First interval when polling external jobs' },
+  pollBackoffMax: { flag: 'poll-backoff-max', help: 'Longest interval when polling external jobs' },
+} as const satisfies Record<string, { flag: string; help: string; boolean?: boolean }>;
+type Key = keyof typeof ALL;
+
+export const envName = (flag: string): string => `PEERLOAD_${flag.toUpperCase().replace(/-/g, '_')}`;
+
+export const OperatorConfigSchema = z
+  .object({
+    kubeconfig: z.string().min(1).optional(),
+    namespace: z
+      .string()
+      .regex(/^([a-z0-9]([-a-z0-9]*[a-z0-9])?)?$/, 'must be a namespace name or empty')
+      .max(63)
+      .default(''),
+    metricsAddress: address.default(':8080'),
+    leaderElect: bool.default(true),
+    leaderElectionId: z
+      .string()
+      .regex(/^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$/, 'must be a lowercase RFC 1123 name')
+      .max(253)
+      .default('peerload-operator'),
+    leaderElectionNamespace: z
+      .string()
+      .regex(/^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/, 'must be a namespace name')
+      .max(63)
+      .optional(),
+    leaseDuration: duration('lease duration').default(15_000),
+    renewDeadline: duration('renew deadline').default(10_000),
+    retryPeriod: duration('retry period').default(2_000),
+    identity: z.string().min(1).max(128).optional(),
+    workers: z.coerce
+      .number({ message: 'must be an integer between 1 and 64' })
+      .int('must be an integer between 1 and 64')
+      .min(1, 'must be an integer between 1 and 64')
+      .max(64, 'must be an integer between 1 and 64')
+      .default(4),
+    resyncPeriod: duration('resync period').default(600_000),
+    logLevel: z.enum(['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent']).default('info'),
+    shutdownTimeout: duration('shutdown timeout').default(25_000),
+    managerUrl: z
+      .string()
+      .regex(/^https?:\/\/[^\s/?#]+[^\s]*$/, 'must be an absolute http:// or https:// URL')
+      .optional(),
+    managerApiPath: z.enum(['/api/v1', '/oapi/v1']).default('/api/v1'),
+    managerTokenSecret: z
+      .string()
+      .regex(/^([a-z0-9]([-a-z0-9]*[a-z0-9])?\/)?[a-z0-9]([-a-z0-9.]*[a-z0-9])?$/, 'must be [namespace/]name')
+      .optional(),
+    managerTokenSecretKey: z.string().min(1).default('token'),
+    pollBackoffStart: duration('poll backoff start').default(2_000),
+    pollBackoffMax: duration('poll backoff max').default(60_000),
+  })
+  .superRefine((c, ctx) => {
+    if (c.leaderElect && !(c.leaseDuration > c.renewDeadline)) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['renewDeadline'],
+        message: 'must be shorter than --lease-duration',
+      });
+    }
+    if (c.leaderElect && !(c.renewDeadline > c.retryPeriod * 1.2)) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['retryPeriod'],
+        message: 'must be shorter than --renew-deadline / 1.2',
+      });
+    }
+    if (c.pollBackoffMax < c.pollBackoffStart) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['pollBackoffMax'],
+        message: 'must not be below --poll-backoff-start',
+      });
+    }
+    if (c.retryPeriod <= 0)
+      ctx.addIssue({ code: 'custom', path: ['retryPeriod'], message: 'must be positive' });
+  });
+
+export type OperatorConfig = z.output<typeof OperatorConfigSchema> & {
+  leaderElectionNamespace: string;
+  identity: string;
+};
+
+/** A configuration error: the message names the flag (and its environment variable). */
+export class ConfigError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'ConfigError';
+  }
+}
+
+const SA_NAMESPACE_FILE = '/var/run/secrets/kubernetes.io/serviceaccount/namespace';
+
+/**
+ * Parses flags (`argv`) and environment (`env`). `--help` returns `{ help: text }`. Throws
+ * {@link ConfigError} with the offending flag named.
+ */
+export function loadConfig(
+  argv: string[],
+  env: NodeJS.ProcessEnv = process.env,
+): { config: OperatorConfig } | { help: string } {
+  const options: Record<string, { type: 'string' | 'boolean' }> = { help: { type: 'boolean' } };
+  for (const o of Object.values(ALL)) options[o.flag] = { type: 'boolean' in o ? 'boolean' : 'string' };
+  let values: Record<string, string | boolean | undefined>;
+  try {
+    values = parseArgs({
+      args: argv,
+      options,
+      strict: true,
+      allowPositionals: false,
+      allowNegative: true,
+    }).values;
+  } catch (err) {
+    throw new ConfigError((err as Error).message);
+  }
+  if (values.help) return { help: usage() };
+
+  const raw: Record<string, unknown> = {};
+  for (const [key, o] of Object.entries(ALL) as [Key, (typeof ALL)[Key]][]) {
+    const v = values[o.flag] ?? env[envName(o.flag)];
+    if (v !== undefined && v !== '') raw[key] = v;
+    else if (v === '' && key === 'namespace') raw[key] = '';
+  }
+  const parsed = OperatorConfigSchema.safeParse(raw);
+  if (!parsed.success) {
+    const lines = parsed.error.issues.map((i) => {
+      const key = String(i.path[0] ?? '') as Key;
+      const o = ALL[key];
+      const given = key in raw ? `, got "${String(raw[key])}"` : '';
+      return o ? `--${o.flag} (${envName(o.flag)}): ${i.message}${given}` : i.message;
+    });
+    throw new ConfigError(lines.join('; '));
+  }
+  const c = parsed.data;
+  return {
+    config: {
+      ...c,
+      leaderElectionNamespace: c.leaderElectionNamespace ?? podNamespace(env) ?? (c.namespace || 'default'),
+      identity: c.identity ?? `${env.POD_NAME || hostname()}_${randomBytes(4).toString('hex')}`,
+    },
+  };
+}
+
+function podNamespace(env: NodeJS.ProcessEnv): string | undefined {
+  if (env.POD_NAMESPACE) return env.POD_NAMESPACE;
+  try {
+    return readFileSync(SA_NAMESPACE_FILE, 'utf8').trim() || undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+export function usage(): string {
+  const width = Math.max(...Object.values(ALL).map((o) => o.flag.length)) + 2;
+  const lines = Object.values(ALL).map((o) => `  --${o.flag.padEnd(width)}${o.help} [${envName(o.flag)}]`);
+  return `Usage: peerload operator [options]\n\nRuns the peerload controllers.\n\nOptions (flag, or the environment variable in brackets):\n${lines.join('\n')}`;
+}

@@ -1,0 +1,80 @@
+/**
+ * metav1.Condition helpers following the API conventions: one condition per `type`, `lastTransitionTime`
+ * moves only when `status` changes, `observedGeneration` records the generation the condition is about.
+ * All functions are pure: they return new arrays and never mutate their input (the input usually comes from
+ * the informer cache, which must stay untouched).
+ */
+import type { Condition } from '../api/index.ts';
+
+export type ConditionStatus = Condition['status'];
+
+export interface ConditionInput {
+  type: string;
+  status: ConditionStatus;
+  /** CamelCase, e.g. `JobSucceeded`. */
+  reason: string;
+  message?: string;
+}
+
+const REASON = /^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$/;
+
+/**
+ * Returns `conditions` with `input` set: added when missing, replaced when present. `lastTransitionTime` is
+ * `now` when the condition is new or its status changed, and kept otherwise; `observedGeneration` is
+ * `generation`. When nothing changes, the SAME array is returned, so callers can compare by reference.
+ */
+export function setCondition(
+  conditions: readonly Condition[] | undefined,
+  input: ConditionInput,
+  generation: number | undefined,
+  now: Date = new Date(),
+): Condition[] {
+  if (!REASON.test(input.reason)) throw new Error(`condition reason "${input.reason}" must be CamelCase`);
+  const list = conditions ?? [];
+  const existing = list.find((c) => c.type === input.type);
+  const message = input.message ?? '';
+  if (
+    existing &&
+    existing.status === input.status &&
+    existing.reason === input.reason &&
+    existing.message === message &&
+    existing.observedGeneration === generation
+  ) {
+    return list as Condition[];
+  }
+  const next: Condition = {
+    type: input.type,
+    status: input.status,
+    ...(generation !== undefined ? { observedGeneration: generation } : {}),
+    lastTransitionTime:
+      existing && existing.status === input.status ? existing.lastTransitionTime : formatTime(now),
+    reason: input.reason,
+    message,
+  };
+  return existing ? list.map((c) => (c.type === input.type ? next : c)) : [...list, next];
+}
+
+export function removeCondition(conditions: readonly Condition[] | undefined, type: string): Condition[] {
+  const list = conditions ?? [];
+  return list.some((c) => c.type === type) ? list.filter((c) => c.type !== type) : (list as Condition[]);
+}
+
+export function getCondition(
+  conditions: readonly Condition[] | undefined,
+  type: string,
+): Condition | undefined {
+  return conditions?.find((c) => c.type === type);
+}
+
+export function isTrue(conditions: readonly Condition[] | undefined, type: string): boolean {
+  return getCondition(conditions, type)?.status === 'True';
+}
+
+export function isFalse(conditions: readonly Condition[] | undefined, type: string): boolean {
+  return getCondition(conditions, type)?.status === 'False';
+}
+
+/** RFC 3339 with second precision, as metav1.Time serialises. */
+export function formatTime(d: Date): string {
+  return d.toISOString().replace(/\.\d{3}Z$/, 'Z');
+}

@@ -1,0 +1,75 @@
+/**
+ * The controller runtime: what a controller author imports. A controller is a factory registered in
+ * src/controllers/index.ts:
+ *
+ *   export function fooController(ctx: ControllerContext): Controller<Foo> {
+ *     const foos = ctx.informers.get<Foo>(GVR.modelPreheats);            // shared, cached
+ *     const slices = ctx.informers.get<EndpointSlice>(GVR.endpointSlices);
+ *     foos.addIndexer('service', (f) => [`${f.metadata.namespace}/${f.spec.service}`]);
+ *     return new Controller<Foo>(
+ *       {
+ *         name: 'foo',
+ *         for: foos,
+ *         predicate: specChanged,                                          // skip our own status writes
+ *         watches: [{ informer: slices, map: (s) => foos.byIndex('service', svcKey(s)).map(objectKey) }],
+ *         workers: ctx.config.workers,
+ *         reconcile: async (key, rc) => {
+ *           const foo = foos.get(key);                                     // from the cache; undefined = gone
+ *           if (!foo) return;
+ *           ...                                                            // converge; throw to retry with backoff,
+ *           await ctx.status.update(GVR.modelPreheats, foo, (o) => ({        // TerminalError to give up
+ *             ...o.status,
+ *             conditions: setCondition(o.status?.conditions, { type: 'Ready', status: 'True', reason: 'Done' },
+ *               o.metadata.generation),
+ *           }));
+ *           ctx.events.record(foo, 'Normal', 'Done', 'converged');
+ *           return { requeueAfter: 30_000 };                               // poll again later
+ *         },
+ *       },
+ *       { logger: ctx.logger, metrics: ctx.metrics },
+ *     );
+ *   }
+ */
+export { Controller, TerminalError, specChanged } from './controller.ts';
+export type {
+  ControllerOptions,
+  EventKind,
+  Predicate,
+  ReconcileContext,
+  ReconcileResult,
+  Reconciler,
+  WatchSource,
+} from './controller.ts';
+export { getCondition, isFalse, isTrue, removeCondition, setCondition, formatTime } from './conditions.ts';
+export type { ConditionInput, ConditionStatus } from './conditions.ts';
+export { EventRecorder } from './events.ts';
+export type { EventType } from './events.ts';
+export { addFinalizer, hasFinalizer, isBeingDeleted, removeFinalizer } from './finalizers.ts';
+export { HealthServer } from './health.ts';
+export { Informer } from './informer.ts';
+export type { EventHandler, IndexFunc, InformerOptions } from './informer.ts';
+export {
+  ApiError,
+  GVR,
+  KubeClient,
+  ResourceClient,
+  apiVersionOf,
+  isAlreadyExists,
+  isConflict,
+  isGone,
+  isNotFound,
+  objectKey,
+  splitKey,
+} from './kube.ts';
+export type { Gvr, KubeList, KubeObject, PatchType, RequestRecord, WatchEvent } from './kube.ts';
+export { inClusterConfig, kubeconfigFromFile, loadKubeConfig } from './kubeconfig.ts';
+export type { KubeCluster, KubeConfigLike, KubeUser } from './kubeconfig.ts';
+export { LeaderElector } from './leader.ts';
+export { createLogger } from './logger.ts';
+export type { Logger } from './logger.ts';
+export { InformerFactory, Manager } from './manager.ts';
+export type { ControllerContext, ControllerFactory, ManagerOptions } from './manager.ts';
+export { Metrics } from './metrics.ts';
+export { StatusWriter, mergePatch } from './status.ts';
+export { RateLimiter, WorkQueue } from './workqueue.ts';
+export type { QueueMetrics, RateLimiterOptions } from './workqueue.ts';

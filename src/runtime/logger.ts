@@ -1,0 +1,20 @@
+/** pino JSON logs: one line per event, ISO timestamps, `level` as a word, never a secret in a field. */
+import { pino, type Logger, type LevelWithSilent, type DestinationStream } from 'pino';
+
+export type { Logger };
+
+export function createLogger(level: LevelWithSilent = 'info', destination?: DestinationStream): Logger {
+  return pino(
+    {
+      level,
+      base: { pid: process.pid },
+      timestamp: pino.stdTimeFunctions.isoTime,
+      formatters: { level: (label) => ({ level: label }) },
+      redact: {
+        paths: ['token', '*.token', 'authorization', '*.authorization', 'password', '*.password'],
+        censor: '[redacted]',
+      },
+    },
+    destination ?? pino.destination({ fd: 1, sync: false }),
+  );
+}

@@ -1,0 +1,113 @@
+/**
+ * The status writer: JSON merge patch of the `/status` subresource.
+ * - The patch carries only `status` (and `metadata.resourceVersion` as a precondition), so spec, and with it
+ *   `metadata.generation`, are never touched.
+ * - Nothing is sent when the desired status deep-equals the current one. "Current" is the cached object,
+ *   unless this writer patched the object more recently than the cache has caught up with (the cached
+ *   resourceVersion is still the one the patch started from): then it is what we wrote.
+ * - A 409 (stale resourceVersion) re-reads the object from the apiserver and computes the status again.
+ */
+import { isDeepStrictEqual } from 'node:util';
+import type { Logger } from 'pino';
+import { ApiError, objectKey, type KubeClient, type Gvr, type KubeObject } from './kube.ts';
+
+export interface StatusResult<T> {
+  /** The object as written (or as it was, when nothing changed). */
+  object: T;
+  written: boolean;
+}
+
+const MAX_ATTEMPTS = 5;
+const MAX_RECENT = 10_000;
+
+export class StatusWriter {
+  private readonly kube: KubeClient;
+  private readonly log: Logger | undefined;
+  /** uid -> what we last wrote and the resourceVersion the write was based on. */
+  private readonly recent = new Map<string, { baseRV: string; rv: string; status: unknown }>();
+
+  constructor(kube: KubeClient, logger?: Logger) {
+    this.kube = kube;
+    this.log = logger;
+  }
+
+  /**
+   * Writes `desired(obj)` as the status of `obj` (normally the cached object). `desired` receives the object
+   * and returns the full new status; it is called again with a fresh copy after a conflict, so it must be a
+   * function of the object (level-triggered), e.g. `(o) => ({ ...o.status, conditions: setCondition(...) })`.
+   */
+  async update<T extends KubeObject & { status?: S }, S = unknown>(
+    gvr: Gvr,
+    obj: T,
+    desired: (obj: T) => S,
+    signal?: AbortSignal,
+  ): Promise<StatusResult<T>> {
+    const client = this.kube.resource<T>(gvr);
+    let current = obj;
+    for (let attempt = 1; ; attempt++) {
+      const next = desired(current);
+      const uid = current.metadata.uid ?? objectKey(current);
+      const rv = current.metadata.resourceVersion ?? '';
+      const mine = this.recent.get(uid);
+      let base: unknown = current.status;
+      let baseRV = rv;
+      if (mine && mine.baseRV === rv) {
+        base = mine.status;
+        baseRV = mine.rv;
+      } else if (mine) this.recent.delete(uid);
+      if (isDeepStrictEqual(normalize(base), normalize(next))) return { object: current, written: false };
+      try {
+        const patch = {
+          ...(baseRV ? { metadata: { resourceVersion: baseRV } } : {}),
+          status: mergePatch(base, next) ?? {},
+        };
+        const written = await client.patchStatus(
+          current.metadata.namespace,
+          current.metadata.name,
+          patch,
+          signal,
+        );
+        this.remember(uid, rv, written.metadata.resourceVersion ?? '', written.status);
+        return { object: written, written: true };
+      } catch (err) {
+        if (!(err instanceof ApiError) || err.code !== 409 || attempt >= MAX_ATTEMPTS) throw err;
+        this.log?.debug({ key: objectKey(current), attempt }, 'status conflict; re-reading');
+        this.recent.delete(uid);
+        current = await client.get(current.metadata.namespace, current.metadata.name, signal);
+      }
+    }
+  }
+
+  private remember(uid: string, baseRV: string, rv: string, status: unknown): void {
+    this.recent.delete(uid);
+    this.recent.set(uid, { baseRV, rv, status });
+    if (this.recent.size > MAX_RECENT) this.recent.delete(this.recent.keys().next().value!);
+  }
+}
+
+/** Drops `undefined` members so `{a: undefined}` equals `{}` (JSON does not carry them). */
+function normalize(v: unknown): unknown {
+  return v === undefined ? undefined : JSON.parse(JSON.stringify(v));
+}
+
+/**
+ * RFC 7386 merge patch turning `from` into `to`: changed members, `null` for removed ones. Arrays are
+ * replaced whole (which is what merge patch does anyway). Returns undefined when equal.
+ */
+export function mergePatch(from: unknown, to: unknown): unknown {
+  if (isDeepStrictEqual(normalize(from), normalize(to))) return undefined;
+  if (!isPlainObject(from) || !isPlainObject(to)) return to === undefined ? null : to;
+  const out: Record<string, unknown> = {};
+  for (const k of Object.keys(from))
+    if (from[k] !== undefined && (!(k in to) || to[k] === undefined)) out[k] = null;
+  for (const [k, v] of Object.entries(to)) {
+    if (v === undefined) continue;
+    const d = mergePatch(from[k], v);
+    if (d !== undefined) out[k] = d;
+  }
+  return out;
+}
+
+function isPlainObject(v: unknown): v is Record<string, unknown> {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}

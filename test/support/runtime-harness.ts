@@ -1,0 +1,100 @@
+/** In-process managers for runtime integration tests: config, request recording, start/stop. */
+import { loadConfig, type OperatorConfig } from '../../src/config.ts';
+import {
+  KubeClient,
+  Manager,
+  createLogger,
+  type ControllerFactory,
+  type RequestRecord,
+} from '../../src/runtime/index.ts';
+import type * as k8s from '@kubernetes/client-node';
+
+/** Operator config for tests: flags as the CLI takes them. Health server on a free port. */
+export function testConfig(flags: string[]): OperatorConfig {
+  const loaded = loadConfig(
+    ['--metrics-address', '127.0.0.1:0', '--log-level', process.env.TEST_LOG_LEVEL ?? 'silent', ...flags],
+    {},
+  );
+  if ('help' in loaded) throw new Error('unexpected help');
+  return loaded.config;
+}
+
+export interface RunningManager {
+  manager: Manager;
+  kube: KubeClient;
+  /** Every request the manager's client made (watches included, flagged). */
+  requests: RequestRecord[];
+  /** Resolves with run()'s exit code. */
+  done: Promise<number>;
+  stop(): Promise<number>;
+  url(path: string): string;
+}
+
+export async function startManager(
+  kc: k8s.KubeConfig,
+  flags: string[],
+  factories: ControllerFactory[],
+): Promise<RunningManager> {
+  const config = testConfig(flags);
+  const kube = new KubeClient(kc);
+  const requests: RequestRecord[] = [];
+  kube.onRequest((r) => requests.push(r));
+  const logger = createLogger(config.logLevel);
+  const manager = new Manager({ config, logger, kube, handleSignals: false }).add(...factories);
+  const done = manager.run();
+  const started = Date.now();
+  while (!manager.port) {
+    if (Date.now() - started > 10_000) throw new Error('manager did not listen');
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  const port = manager.port;
+  return {
+    manager,
+    kube,
+    requests,
+    done,
+    async stop() {
+      manager.stop();
+      return done;
+    },
+    url: (path) => `http://127.0.0.1:${port}${path}`,
+  };
+}
+
+/** verb (as RBAC sees it) and resource of a recorded request. */
+export function rbacOf(r: RequestRecord): {
+  verb: string;
+  group: string;
+  resource: string;
+  namespaced: boolean;
+} {
+  const parts = r.path.split('/').filter(Boolean);
+  let i: number;
+  let group: string;
+  if (parts[0] === 'api') {
+    group = '';
+    i = 2;
+  } else {
+    group = parts[1]!;
+    i = 3;
+  }
+  let namespaced = false;
+  if (parts[i] === 'namespaces' && parts.length > i + 2) {
+    namespaced = true;
+    i += 2;
+  }
+  const resource = parts[i]!;
+  const name = parts[i + 1];
+  const sub = parts[i + 2];
+  const verb =
+    r.method === 'GET'
+      ? r.watch
+        ? 'watch'
+        : name === undefined
+          ? 'list'
+          : 'get'
+      : ({ POST: 'create', PUT: 'update', PATCH: 'patch', DELETE: 'delete' } as Record<string, string>)[
+          r.method
+        ]!;
+  return { verb, group, resource: sub ? `${resource}/${sub}` : resource, namespaced };
+}

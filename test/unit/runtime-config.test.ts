@@ -1,0 +1,57 @@
+import { describe, expect, it } from 'vitest';
+import { ConfigError, loadConfig, type OperatorConfig } from '../../src/config.ts';
+
+function cfg(argv: string[], env: NodeJS.ProcessEnv = {}): OperatorConfig {
+  const r = loadConfig(argv, env);
+  if ('help' in r) throw new Error('help');
+  return r.config;
+}
+
+describe('operator config', () => {
+  it('has the documented defaults', () => {
+    const c = cfg([], { POD_NAMESPACE: 'peerload-system' });
+    expect(c).toMatchObject({
+      namespace: '',
+      metricsAddress: ':8080',
+      leaderElect: true,
+      leaderElectionId: 'peerload-operator',
+      leaderElectionNamespace: 'peerload-system',
+      leaseDuration: 15_000,
+      renewDeadline: 10_000,
+      retryPeriod: 2_000,
+      workers: 4,
+      resyncPeriod: 600_000,
+      logLevel: 'info',
+      managerApiPath: '/api/v1',
+      pollBackoffStart: 2_000,
+      pollBackoffMax: 60_000,
+    });
+    expect(c.identity).toMatch(/_[0-9a-f]{8}$/);
+  });
+
+  it('takes flags over environment variables', () => {
+    const env = { PEERLOAD_WORKERS: '8', PEERLOAD_RESYNC_PERIOD: '5m', PEERLOAD_LEADER_ELECT: 'false' };
+    expect(cfg([], env)).toMatchObject({ workers: 8, resyncPeriod: 300_000, leaderElect: false });
+    expect(cfg(['--workers', '2', '--leader-elect'], env)).toMatchObject({ workers: 2, leaderElect: true });
+    expect(cfg(['--no-leader-elect'])).toMatchObject({ leaderElect: false });
+    expect(cfg(['--resync-period', '0s']).resyncPeriod).toBe(0);
+  });
+
+  it('names the flag and its variable on bad values', () => {
+    expect(() => cfg(['--workers', 'many'])).toThrow(
+      /--workers \(PEERLOAD_WORKERS\): must be an integer.*got "many"/,
+    );
+    expect(() => cfg([], { PEERLOAD_RESYNC_PERIOD: '10 minutes' })).toThrow(
+      /--resync-period \(PEERLOAD_RESYNC_PERIOD\): must be a duration/,
+    );
+    expect(() => cfg(['--renew-deadline', '20s'])).toThrow(/--renew-deadline.*shorter than --lease-duration/);
+    expect(() => cfg(['--metrics-address', 'localhost'])).toThrow(/--metrics-address/);
+    expect(() => cfg(['--manager-url', 'ftp://x'])).toThrow(/--manager-url \(PEERLOAD_MANAGER_URL\)/);
+    expect(() => cfg(['--bogus'])).toThrow(ConfigError);
+  });
+
+  it('answers --help with every flag', () => {
+    const r = loadConfig(['--help'], {});
+    expect('help' in r && r.help).toMatch(/--leader-election-namespace.*PEERLOAD_LEADER_ELECTION_NAMESPACE/);
+  });
+});
