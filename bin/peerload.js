@@ -3,5 +3,7 @@
 import { existsSync } from 'node:fs';
 
 const compiled = new URL('../dist/cli/main.js', import.meta.url);
-const { main } = await import(existsSync(compiled) ? compiled.href : new URL('../src/cli/main.ts', import.meta.url).href);
+const { main } = await import(
+  existsSync(compiled) ? compiled.href : new URL('../src/cli/main.ts', import.meta.url).href
+);
 process.exitCode = await main(process.argv.slice(2));

@@ -1,41 +1,235 @@
 /**
- * The main job on a local default: a real control plane on loopback, the CRDs, every example applied, and
- * what `kubectl get` would show. `--keep` leaves the control plane running and prints a kubeconfig path.
+ * The main job on a local default (`npm run demo`): everything on loopback, nothing faked in peerload itself.
+ *
+ *   real kube-apiserver + etcd ── the CRDs ── `peerload operator` (a child process, the real CLI)
+ *   MinIO (S3, verifies signatures) holding a small model archive
+ *   P2P network emulators: a manager, a seed peer, and a node peer that asks the seed peer before the origin
+ *   model servers: 3 emulated replicas and 1 real TorchServe 0.12.0 with the peerload plugin
+ *
+ * It applies a ServedModel that preheats its archive (`preheat.create`) and registers it on the four replicas,
+ * plus a ModelPreheat of a plain URL, waits for Succeeded and Ready, prints what `kubectl get` and
+ * `kubectl describe` show, and ends with the origin-bytes and cache-hit counters. `--keep` leaves it running.
  */
 import * as k8s from '@kubernetes/client-node';
-import { readdirSync } from 'node:fs';
+import { execFile } from 'node:child_process';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { parseArgs } from 'node:util';
+import { parseArgs, promisify } from 'node:util';
 import { startControlPlane } from '../test/support/controlplane.ts';
-import { createNamespace, installCRDs, kubeConfig, readManifests, REPO_ROOT } from '../test/support/kube.ts';
+import { createNamespace, installCRDs, kubeConfig, REPO_ROOT, waitFor } from '../test/support/kube.ts';
+import { startManagerEmulator } from '../test/support/manager-emulator.ts';
+import { startMinIO } from '../test/support/minio.ts';
+import { buildModelArchive } from '../test/support/model-archive.ts';
+import { startModelServerFleet } from '../test/support/modelserver-emulator.ts';
+import { startOrigin } from '../test/support/origin.ts';
+import { startPeerProxy } from '../test/support/peer-proxy.ts';
+import { startProcess } from '../test/support/process.ts';
+import { startTorchServe, type TorchServe } from '../test/support/torchserve.ts';
+import { signObjectURL } from '../src/storage/sign.ts';
 
-const { values } = parseArgs({ options: { keep: { type: 'boolean' } } });
+const { values } = parseArgs({
+  options: { keep: { type: 'boolean' }, 'no-torchserve': { type: 'boolean' } },
+});
+const run = promisify(execFile);
+const BUCKET = 'models';
+const KEY = 'resnet/tiny.mar';
+const step = (text: string) => console.log(`\n== ${text}`);
+const stops: (() => Promise<unknown>)[] = [];
 
-const cp = await startControlPlane();
-console.log(`control plane: kube-apiserver ${cp.version} at ${cp.server}`);
 try {
+  step('control plane');
+  const cp = await startControlPlane();
+  stops.push(() => cp.stop());
   await installCRDs(cp.kubeconfigPath);
   const kc = kubeConfig(cp.kubeconfigPath);
+  console.log(`kube-apiserver ${cp.version} at ${cp.server}; CRDs installed`);
   const ns = await createNamespace(kc, 'demo');
-  const objects = k8s.KubernetesObjectApi.makeApiClient(kc);
-  const dir = join(REPO_ROOT, 'deploy/examples');
-  for (const file of readdirSync(dir).filter((f) => f.endsWith('.yaml'))) {
-    for (const obj of readManifests(join(dir, file))) {
-      obj.metadata = { ...obj.metadata, namespace: ns };
-      await objects.create(obj);
-      console.log(`${obj.kind!.toLowerCase()}.peerload.io/${obj.metadata.name} created`);
-    }
+  const work = await mkdtemp(join(tmpdir(), 'peerload-demo-'));
+  stops.push(() => rm(work, { recursive: true, force: true }));
+
+  step('object storage and the P2P network');
+  const minio = await startMinIO();
+  stops.push(() => minio.stop());
+  await minio.createBucket(BUCKET);
+  const archive = await buildModelArchive(work, { modelName: 'tiny' });
+  const archiveBytes = await readFile(archive.path);
+  await minio.putObject(BUCKET, KEY, archiveBytes);
+  const files = await startOrigin({ '/llm/shard-00001.safetensors': Buffer.alloc(4 << 20, 7) });
+  stops.push(() => files.close());
+  const seedPeer = await startPeerProxy();
+  const nodePeer = await startPeerProxy({ parent: seedPeer.url });
+  const manager = await startManagerEmulator({ peer: seedPeer, jobLatencyMs: 1500, runningStates: true });
+  stops.push(
+    () => manager.close(),
+    () => nodePeer.close(),
+    () => seedPeer.close(),
+  );
+  console.log(`MinIO ${minio.endpoint} (s3://${BUCKET}/${KEY}, ${archiveBytes.length} bytes)`);
+  console.log(`manager ${manager.url}, seed peer ${seedPeer.url}, node peer ${nodePeer.url}`);
+
+  step('model servers');
+  const location = {
+    type: 's3' as const,
+    bucket: BUCKET,
+    endpoint: minio.endpoint,
+    pathStyle: true,
+    region: minio.region,
+  };
+  const credentials = { type: 's3' as const, accessKeyID: minio.accessKey, secretAccessKey: minio.secretKey };
+  const signed = await signObjectURL(location, KEY, credentials, { expiresSeconds: 3600 });
+  const fleet = await startModelServerFleet(3, {
+    proxyURL: nodePeer.url,
+    objectURL: () => signed.url,
+    workerStartMs: 500,
+  });
+  stops.push(() => fleet.close());
+  const endpoints = [...fleet.urls];
+  let ts: TorchServe | undefined;
+  if (!values['no-torchserve']) {
+    const jar = (
+      await run('bash', [join(REPO_ROOT, 'scripts/build-plugin.sh')], {
+        env: { ...process.env, PEERLOAD_SKIP_PLUGIN_TESTS: '1' },
+      })
+    ).stdout
+      .trim()
+      .split('\n')
+      .pop()!;
+    const config = join(work, 'p2p-endpoint.json');
+    await writeFile(
+      config,
+      JSON.stringify({
+        addr: nodePeer.url,
+        header: {},
+        object_storage: {
+          type: 's3',
+          bucket_name: BUCKET,
+          region: minio.region,
+          access_key: minio.accessKey,
+          secret_key: minio.secretKey,
+          endpoint: minio.endpoint,
+          path_style: 'true',
+        },
+      }),
+    );
+    ts = await startTorchServe({ pluginJars: [jar], env: { P2P_ENDPOINT_CONFIG: config }, tokenAuth: false });
+    stops.push(() => ts!.stop());
+    endpoints.push(ts.managementURL);
   }
+  console.log(
+    `${fleet.urls.length} emulated replicas${ts ? ` + TorchServe 0.12.0 at ${ts.managementURL}` : ''}`,
+  );
+
+  step('peerload operator');
+  const operatorLog = join(work, 'operator.log');
+  const operator = startProcess(
+    'peerload operator',
+    process.execPath,
+    [
+      join(REPO_ROOT, 'bin/peerload.js'),
+      'operator',
+      '--kubeconfig',
+      cp.kubeconfigPath,
+      '--manager-url',
+      manager.url,
+      '--no-leader-elect',
+      '--metrics-address',
+      '127.0.0.1:0',
+      '--poll-backoff-start',
+      '500ms',
+      '--poll-backoff-max',
+      '5s',
+    ],
+    operatorLog,
+  );
+  stops.unshift(() => operator.stop());
+  console.log(`running (log: ${operatorLog})`);
+
+  step('kubectl apply');
+  const core = kc.makeApiClient(k8s.CoreV1Api);
+  await core.createNamespacedSecret({
+    namespace: ns,
+    body: {
+      metadata: { name: 's3-credentials' },
+      stringData: { access_key: minio.accessKey, secret_key: minio.secretKey },
+    },
+  });
+  const objects = k8s.KubernetesObjectApi.makeApiClient(kc);
+  const apply = async (kind: string, name: string, spec: unknown) => {
+    await objects.create({
+      apiVersion: 'peerload.io/v1alpha1',
+      kind,
+      metadata: { name, namespace: ns },
+      spec,
+    } as k8s.KubernetesObject);
+    console.log(`${kind.toLowerCase()}.peerload.io/${name} created`);
+  };
+  await apply('ModelPreheat', 'llm-shard', {
+    url: `${files.url}/llm/shard-00001.safetensors?Expires=1&Signature=abc`,
+    filteredQueryParams: ['Expires', 'Signature'],
+  });
+  await apply('ServedModel', 'tiny', {
+    modelName: 'tiny',
+    fileName: KEY,
+    modelServer: { endpoints },
+    workers: { min: 1 },
+    preheat: {
+      create: true,
+      objectStorage: { ...location, credentialsSecretRef: { name: 's3-credentials' } },
+    },
+  });
+
+  step('waiting for Succeeded and Ready');
+  const custom = kc.makeApiClient(k8s.CustomObjectsApi);
+  const get = (plural: string, name: string) =>
+    custom.getNamespacedCustomObject({
+      group: 'peerload.io',
+      version: 'v1alpha1',
+      namespace: ns,
+      plural,
+      name,
+    }) as Promise<{
+      status?: { conditions?: { type: string; status: string }[] };
+    }>;
+  const isTrue = async (plural: string, name: string, type: string) =>
+    (await get(plural, name)).status?.conditions?.some((c) => c.type === type && c.status === 'True');
+  await waitFor('ModelPreheat llm-shard Succeeded', () => isTrue('modelpreheats', 'llm-shard', 'Succeeded'), {
+    timeoutMs: 120_000,
+    intervalMs: 500,
+  });
+  await waitFor('ServedModel tiny Ready', () => isTrue('servedmodels', 'tiny', 'Ready'), {
+    timeoutMs: 300_000,
+    intervalMs: 500,
+  });
+
   for (const plural of ['modelpreheats', 'servedmodels']) {
     console.log(`\n$ kubectl get ${plural} -n ${ns}`);
     console.log(await getTable(kc, ns, plural));
   }
+  console.log(`\n$ kubectl describe servedmodel tiny -n ${ns}   (events)`);
+  const events = await kc.makeApiClient(k8s.EventsV1Api).listNamespacedEvent({ namespace: ns });
+  for (const e of events.items.filter((x) => x.regarding?.name === 'tiny'))
+    console.log(`  ${e.type}\t${e.reason}\t${e.note}`);
+
+  step('the P2P network');
+  const downloads = nodePeer.requests.filter((r) => r.method === 'GET');
+  const shardBytes = files.files.get('/llm/shard-00001.safetensors')!.length;
+  const originBytes = seedPeer.stats.originBytes + nodePeer.stats.originBytes;
+  console.log(`objects: model archive ${archiveBytes.length} bytes, LLM shard ${shardBytes} bytes`);
+  console.log(
+    `bytes served by the origins:        ${originBytes} (each object once: ${originBytes === archiveBytes.length + shardBytes ? 'yes' : 'NO'})`,
+  );
+  console.log(
+    `replica downloads via node peer:    ${downloads.length} (cache hits: ${nodePeer.stats.localHits + nodePeer.stats.remoteHits}, misses: ${nodePeer.stats.cacheMisses})`,
+  );
+  console.log(`distinct task ids of those:         ${new Set(downloads.map((d) => d.taskID)).size}`);
+
   if (values.keep) {
-    console.log(`\ncontrol plane left running: export KUBECONFIG=${cp.kubeconfigPath}  (Ctrl-C to stop)`);
+    console.log(`\nleft running: export KUBECONFIG=${cp.kubeconfigPath}  (Ctrl-C to stop)`);
     await new Promise((resolve) => process.once('SIGINT', resolve));
   }
 } finally {
-  await cp.stop();
+  for (const stop of stops.reverse()) await stop().catch(() => undefined);
 }
 
 /** What `kubectl get` prints: the apiserver's Table rendering of the CRD's printer columns. */
@@ -50,7 +244,9 @@ async function getTable(kc: k8s.KubeConfig, namespace: string, plural: string): 
   const rows = [
     keep.map(([c]) => c.name.toUpperCase()),
     ...table.rows.map((r) =>
-      keep.map(([, i]) => (r.cells[i] === undefined || r.cells[i] === null ? '<none>' : String(r.cells[i]))),
+      keep.map(([, i]) =>
+        r.cells[i] === undefined || r.cells[i] === null || r.cells[i] === '' ? '<none>' : String(r.cells[i]),
+      ),
     ),
   ];
   const widths = keep.map((_, i) => Math.max(...rows.map((r) => r[i]!.length)));

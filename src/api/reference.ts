@@ -1,6 +1,8 @@
 /** Renders the API reference (Markdown) from the same JSON Schema the CRDs are made of. */
 import { KINDS, openAPISchema } from './crd.ts';
 
+// JSON Schema is read loosely here: every keyword is optional and of its own type.
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
 type Json = Record<string, any>;
 
 function typeOf(s: Json): string {
@@ -44,7 +46,7 @@ export function apiReference(): string {
       '',
     );
     for (const part of ['spec', 'status'] as const) {
-      const schema = openAPISchema(part === 'spec' ? info.spec : info.status);
+      const schema: Json = openAPISchema(part === 'spec' ? info.spec : info.status);
       out.push('| field | type | constraints | description |', '|---|---|---|---|');
       for (const v of schema['x-kubernetes-validations'] ?? [])
         out.push(`| \`${part}\` | | rule | ${v.message} |`);

@@ -42,6 +42,7 @@ function updateReadme(path: string): void {
   const text = readFileSync(path, 'utf8');
   const [before, rest] = text.split(START);
   const after = rest?.split(END)[1];
-  if (before === undefined || after === undefined) throw new CliError(`${path} has no ${START} ... ${END} markers`);
+  if (before === undefined || after === undefined)
+    throw new CliError(`${path} has no ${START} ... ${END} markers`);
   writeFileSync(path, `${before}${START}\n${apiReference()}\n${END}${after}`);
 }

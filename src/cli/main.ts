@@ -11,6 +11,18 @@ interface Command {
 }
 
 const COMMANDS: Record<string, Command> = {
+  operator: {
+    summary: 'Run the operator (controllers, leader election, metrics and health endpoints)',
+    run: async (argv) => (await import('./operator.ts')).run(argv),
+  },
+  check: {
+    summary: 'Check that preheats and plugin downloads will share P2P task ids (and say why not)',
+    run: async (argv) => (await import('./check.ts')).run(argv),
+  },
+  taskid: {
+    summary: 'Print the P2P task id of a URL (as the peer daemon computes it)',
+    run: async (argv) => (await import('./taskid.ts')).run(argv),
+  },
   crds: {
     summary: 'Write the CustomResourceDefinitions (to stdout, or --out DIR)',
     run: async (argv) => (await import('./crds.ts')).run(argv),

@@ -42,7 +42,7 @@ async function emulator(opts: ManagerEmulatorOptions = {}): Promise<{ m: Manager
   };
   return { m, call };
 }
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
+
 type Json = any;
 type Call = (
   method: 'GET' | 'POST' | 'PATCH' | 'DELETE',

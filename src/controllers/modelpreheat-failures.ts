@@ -1,0 +1,66 @@
+/**
+ * Every way a ModelPreheat reconcile can fail, mapped ONCE to what the user sees (condition reason and message)
+ * and to what the controller does next (retry with backoff, retry after a given delay, or wait for a change).
+ */
+import { ManagerError } from '../manager/errors.ts';
+import { CredentialsError } from '../storage/credentials.ts';
+import { ManagerNotConfiguredError } from './managers.ts';
+import { SecretNotFoundError } from './secrets.ts';
+
+export interface FailureView {
+  reason: string;
+  message: string;
+  /** `backoff`: throw so the queue retries with per-key exponential backoff; `after`: requeue after ms;
+   *  `none`: nothing will change until the spec, a Secret or the operator's flags do. */
+  retry: { kind: 'backoff' } | { kind: 'after'; ms: number } | { kind: 'none' };
+  /** Whether the condition is final (`False`) or still open (`Unknown`). */
+  final: boolean;
+}
+
+export function describeFailure(err: unknown, action: string): FailureView {
+  if (err instanceof ManagerNotConfiguredError) {
+    return { reason: 'ManagerNotConfigured', message: err.message, retry: { kind: 'none' }, final: true };
+  }
+  if (err instanceof SecretNotFoundError) {
+    return { reason: 'SecretNotFound', message: err.message, retry: { kind: 'backoff' }, final: false };
+  }
+  if (err instanceof CredentialsError) {
+    return { reason: 'InvalidCredentials', message: err.message, retry: { kind: 'backoff' }, final: false };
+  }
+  if (err instanceof ManagerError) {
+    const text = `${action}: ${err.message}`;
+    switch (err.kind) {
+      case 'auth':
+        return {
+          reason: 'ManagerAuthFailed',
+          message: `${text} (check the manager token or user Secret)`,
+          retry: { kind: 'backoff' },
+          final: false,
+        };
+      case 'notFound':
+        return {
+          reason: /scheduler cluster/i.test(err.message) ? 'SchedulerClusterNotFound' : 'ManagerNotFound',
+          message: text,
+          retry: { kind: 'none' },
+          final: true,
+        };
+      case 'terminal':
+        return { reason: 'InvalidJobArgs', message: text, retry: { kind: 'none' }, final: true };
+      case 'retryable':
+      case 'conflict':
+        return {
+          reason: err.status === 429 ? 'ManagerRateLimited' : 'ManagerUnavailable',
+          message: text,
+          retry:
+            err.retryAfterMs !== undefined ? { kind: 'after', ms: err.retryAfterMs } : { kind: 'backoff' },
+          final: false,
+        };
+    }
+  }
+  return {
+    reason: 'ReconcileError',
+    message: `${action}: ${(err as Error)?.message ?? String(err)}`,
+    retry: { kind: 'backoff' },
+    final: false,
+  };
+}

@@ -1,0 +1,398 @@
+/**
+ * The ModelPreheat controller: one manager preheat job per generation of the spec, followed to SUCCESS or
+ * FAILURE, retried with backoff up to `spec.retry.limit`, reported in status, conditions and Events.
+ *
+ * Status is the memory (design.md): the job id is written before anything depends on it, so an operator
+ * restart continues polling the same job. A crash between "job created" and "status written" leaves one extra
+ * job on the manager when the next reconcile creates it again; preheating the same URLs twice is harmless
+ * (the second job finds the content cached) and each job carries the resource in its `bio` to be traced.
+ */
+import {
+  MAX_LISTED_TASKS,
+  ModelPreheatSpec,
+  parseDuration,
+  type ModelPreheat,
+  type ModelPreheatStatus,
+} from '../api/index.ts';
+import type { ManagerClient } from '../manager/client.ts';
+import { ManagerError } from '../manager/errors.ts';
+import type { ManagerJob } from '../manager/types.ts';
+import {
+  Controller,
+  GVR,
+  addFinalizer,
+  getCondition,
+  hasFinalizer,
+  isBeingDeleted,
+  removeFinalizer,
+  setCondition,
+  specChanged,
+  type ControllerContext,
+  type ReconcileContext,
+  type ReconcileResult,
+} from '../runtime/index.ts';
+import { ManagerClients, resolveManager } from './managers.ts';
+import { describeFailure } from './modelpreheat-failures.ts';
+import { planPreheat } from './preheat-request.ts';
+import { SecretReader } from './secrets.ts';
+
+export const FINALIZER = 'peerload.io/delete-manager-job';
+export const SUCCEEDED = 'Succeeded';
+/** How long a deletion waits for an unreachable manager before it lets go of the job record. */
+const CLEANUP_GRACE_MS = 120_000;
+const MAX_RETRY_DELAY_MS = 3_600_000;
+
+type Obj = ModelPreheat;
+type Status = ModelPreheatStatus;
+
+export function modelPreheatController(ctx: ControllerContext): Controller<Obj> {
+  const informer = ctx.informers.get<Obj>(GVR.modelPreheats);
+  const secrets = new SecretReader(ctx.kube);
+  const clients = new ManagerClients();
+  const { pollBackoffStart, pollBackoffMax } = ctx.config;
+
+  const writeStatus = (obj: Obj, change: (s: Status) => Status, signal: AbortSignal) =>
+    ctx.status.update<Obj, Status>(GVR.modelPreheats, obj, (o) => change({ ...(o.status ?? {}) }), signal);
+
+  const withCondition = (
+    s: Status,
+    gen: number | undefined,
+    status: 'True' | 'False' | 'Unknown',
+    reason: string,
+    message: string,
+  ): Status => ({
+    ...s,
+    observedGeneration: gen,
+    conditions: setCondition(s.conditions, { type: SUCCEEDED, status, reason, message }, gen),
+  });
+
+  async function reconcile(key: string, rc: ReconcileContext): Promise<ReconcileResult | void> {
+    const obj = informer.get(key);
+    if (!obj) return; // deleted: the operator keeps nothing per resource
+    const namespace = obj.metadata.namespace!;
+    const gen = obj.metadata.generation;
+
+    const parsed = ModelPreheatSpec.safeParse(obj.spec);
+    if (!parsed.success) {
+      const issue = parsed.error.issues[0]!;
+      const message = `spec.${issue.path.join('.')}: ${issue.message}`;
+      await writeStatus(obj, (s) => withCondition(s, gen, 'False', 'InvalidSpec', message), rc.signal);
+      return;
+    }
+    const spec = parsed.data;
+
+    if (isBeingDeleted(obj)) return cleanUp(obj, spec, rc);
+    if (spec.deleteJobOnCleanup && !hasFinalizer(obj, FINALIZER)) {
+      await addFinalizer(ctx.kube, GVR.modelPreheats, obj, FINALIZER, rc.signal);
+    } else if (!spec.deleteJobOnCleanup && hasFinalizer(obj, FINALIZER)) {
+      await removeFinalizer(ctx.kube, GVR.modelPreheats, obj, FINALIZER, rc.signal);
+    }
+
+    // The job of the current generation, if one was created; a new generation starts over.
+    const job = obj.status?.jobGeneration === gen && obj.status?.jobID !== undefined ? obj.status : undefined;
+    if (job?.state === 'SUCCESS') return;
+    if (job?.state === 'FAILURE' && (job.attempts ?? 1) > spec.retry.limit) return;
+    // A final failure stays final for this generation (a resync or restart must not re-send a request the
+    // manager rejected); editing the spec starts over. Only the operator's own configuration can change under it.
+    const succeeded = getCondition(obj.status?.conditions, SUCCEEDED);
+    if (
+      succeeded?.status === 'False' &&
+      succeeded.observedGeneration === gen &&
+      succeeded.reason !== 'ManagerNotConfigured'
+    ) {
+      return;
+    }
+
+    let client: ManagerClient;
+    let managerURL: string;
+    try {
+      const manager = await resolveManager(spec.manager, namespace, ctx.config, secrets, rc.signal);
+      client = clients.get(manager);
+      managerURL = manager.url;
+    } catch (err) {
+      return fail(obj, err, 'resolve the manager', rc);
+    }
+
+    if (!job) return createJob(obj, spec, client, managerURL, 1, rc);
+    if (job.state === 'FAILURE') {
+      const wait = Date.parse(job.nextRetryAt ?? '') - Date.now();
+      if (wait > 0) return { requeueAfter: wait };
+      return createJob(obj, spec, client, managerURL, (job.attempts ?? 1) + 1, rc);
+    }
+    return pollJob(obj, spec, client, job, rc);
+  }
+
+  async function createJob(
+    obj: Obj,
+    spec: ModelPreheatSpec,
+    client: ManagerClient,
+    managerURL: string,
+    attempt: number,
+    rc: ReconcileContext,
+  ): Promise<ReconcileResult | void> {
+    const gen = obj.metadata.generation;
+    let created: ManagerJob;
+    let tasks: { url: string; taskID: string }[];
+    try {
+      const bio = `peerload ${obj.metadata.namespace}/${obj.metadata.name} uid=${obj.metadata.uid} generation=${gen} attempt=${attempt}`;
+      const plan = await planPreheat(spec, obj.metadata.namespace!, secrets, { bio }, new Date(), rc.signal);
+      tasks = plan.tasks;
+      created = await client.createPreheatJob(plan.request);
+    } catch (err) {
+      return fail(obj, err, 'create the preheat job', rc);
+    }
+    rc.log.info({ jobID: created.id, groupID: created.groupID, attempt }, 'created preheat job');
+    await writeStatus(
+      obj,
+      (s) =>
+        withCondition(
+          {
+            ...s,
+            state: created.state,
+            jobID: created.id,
+            groupID: created.groupID,
+            managerURL,
+            jobGeneration: gen,
+            attempts: attempt,
+            startedAt: new Date().toISOString(),
+            completedAt: undefined,
+            nextRetryAt: undefined,
+            tasks: tasks.length > 0 ? tasks.slice(0, 100) : undefined,
+            successCount: undefined,
+            failureCount: undefined,
+            successTasks: undefined,
+            failureTasks: undefined,
+          },
+          gen,
+          'Unknown',
+          'JobCreated',
+          `preheat job ${created.id} (${created.groupID}) created on ${managerURL}, attempt ${attempt} of ${spec.retry.limit + 1}`,
+        ),
+      rc.signal,
+    );
+    ctx.events.record(
+      obj,
+      'Normal',
+      'JobCreated',
+      `created preheat job ${created.id} (${created.groupID}), attempt ${attempt}`,
+    );
+    return { requeueAfter: pollBackoffStart };
+  }
+
+  async function pollJob(
+    obj: Obj,
+    spec: ModelPreheatSpec,
+    client: ManagerClient,
+    current: Status,
+    rc: ReconcileContext,
+  ): Promise<ReconcileResult | void> {
+    const gen = obj.metadata.generation;
+    const attempt = current.attempts ?? 1;
+    let job: ManagerJob;
+    try {
+      job = await client.getJob(current.jobID!);
+    } catch (err) {
+      if (err instanceof ManagerError && err.kind === 'notFound') {
+        // The record was deleted on the manager: the outcome is unknowable, so count it as a failed attempt.
+        return recordFailure(obj, spec, current, `job ${current.jobID} no longer exists on the manager`, rc);
+      }
+      return fail(obj, err, `poll preheat job ${current.jobID}`, rc);
+    }
+
+    if (job.state === 'SUCCESS') {
+      const peers = peerResults(job);
+      await writeStatus(
+        obj,
+        (s) =>
+          withCondition(
+            { ...s, state: 'SUCCESS', completedAt: new Date().toISOString(), ...peers },
+            gen,
+            'True',
+            'JobSucceeded',
+            `preheat job ${job.id} succeeded on ${peers.successCount} peer(s)` +
+              (peers.failureCount ? `, failed on ${peers.failureCount}` : ''),
+          ),
+        rc.signal,
+      );
+      ctx.events.record(
+        obj,
+        'Normal',
+        'JobSucceeded',
+        `preheat job ${job.id} succeeded (attempt ${attempt})`,
+      );
+      return;
+    }
+    if (job.state === 'FAILURE') return recordFailure(obj, spec, current, failureText(job), rc, job);
+
+    if (job.state !== current.state) {
+      await writeStatus(
+        obj,
+        (s) =>
+          withCondition(
+            { ...s, state: job.state },
+            gen,
+            'Unknown',
+            'JobRunning',
+            `preheat job ${job.id} is ${job.state}, attempt ${attempt} of ${spec.retry.limit + 1}`,
+          ),
+        rc.signal,
+      );
+    }
+    // Poll less often the longer the job runs: half its age, within [start, max]. Computed from status, so
+    // the schedule survives an operator restart.
+    const age = Date.now() - Date.parse(current.startedAt ?? new Date().toISOString());
+    return { requeueAfter: Math.min(pollBackoffMax, Math.max(pollBackoffStart, age / 2)) };
+  }
+
+  async function recordFailure(
+    obj: Obj,
+    spec: ModelPreheatSpec,
+    current: Status,
+    why: string,
+    rc: ReconcileContext,
+    job?: ManagerJob,
+  ): Promise<ReconcileResult | void> {
+    const gen = obj.metadata.generation;
+    const attempt = current.attempts ?? 1;
+    const peers = job ? peerResults(job) : {};
+    const exhausted = attempt > spec.retry.limit;
+    const delay = Math.min(MAX_RETRY_DELAY_MS, parseDuration(spec.retry.backoff) * 2 ** (attempt - 1));
+    await writeStatus(
+      obj,
+      (s) =>
+        exhausted
+          ? withCondition(
+              {
+                ...s,
+                ...peers,
+                state: 'FAILURE',
+                completedAt: new Date().toISOString(),
+                nextRetryAt: undefined,
+              },
+              gen,
+              'False',
+              'JobFailed',
+              `preheat failed after ${attempt} attempt(s): ${why}`,
+            )
+          : withCondition(
+              { ...s, ...peers, state: 'FAILURE', nextRetryAt: new Date(Date.now() + delay).toISOString() },
+              gen,
+              'Unknown',
+              'JobFailedWillRetry',
+              `attempt ${attempt} of ${spec.retry.limit + 1} failed: ${why}; retrying in ${Math.round(delay / 1000)}s`,
+            ),
+      rc.signal,
+    );
+    ctx.events.record(
+      obj,
+      'Warning',
+      exhausted ? 'JobFailed' : 'JobFailedWillRetry',
+      `attempt ${attempt}: ${why}`,
+    );
+    return exhausted ? undefined : { requeueAfter: delay };
+  }
+
+  /** Writes the failure where the user looks, then retries as the failure allows. */
+  async function fail(
+    obj: Obj,
+    err: unknown,
+    action: string,
+    rc: ReconcileContext,
+  ): Promise<ReconcileResult | void> {
+    const view = describeFailure(err, action);
+    const gen = obj.metadata.generation;
+    await writeStatus(
+      obj,
+      (s) => withCondition(s, gen, view.final ? 'False' : 'Unknown', view.reason, view.message),
+      rc.signal,
+    );
+    ctx.events.record(obj, 'Warning', view.reason, view.message);
+    switch (view.retry.kind) {
+      case 'none':
+        return;
+      case 'after':
+        return { requeueAfter: view.retry.ms };
+      case 'backoff':
+        throw err;
+    }
+  }
+
+  async function cleanUp(obj: Obj, spec: ModelPreheatSpec, rc: ReconcileContext): Promise<void> {
+    if (!hasFinalizer(obj, FINALIZER)) return;
+    const jobID = obj.status?.jobID;
+    if (jobID !== undefined) {
+      try {
+        const manager = await resolveManager(
+          spec.manager,
+          obj.metadata.namespace!,
+          ctx.config,
+          secrets,
+          rc.signal,
+        );
+        await clients.get(manager).deleteJob(jobID);
+        ctx.events.record(obj, 'Normal', 'JobDeleted', `deleted preheat job ${jobID} on the manager`);
+      } catch (err) {
+        const gone = err instanceof ManagerError && err.kind === 'notFound';
+        const waited = Date.now() - Date.parse(obj.metadata.deletionTimestamp!);
+        if (!gone && waited < CLEANUP_GRACE_MS) throw err;
+        if (!gone) {
+          ctx.events.record(
+            obj,
+            'Warning',
+            'JobCleanupAbandoned',
+            `could not delete preheat job ${jobID} within ${CLEANUP_GRACE_MS / 1000}s: ${(err as Error).message}`,
+          );
+        }
+      }
+    }
+    await removeFinalizer(ctx.kube, GVR.modelPreheats, obj, FINALIZER, rc.signal);
+  }
+
+  return new Controller<Obj>(
+    {
+      name: 'modelpreheat',
+      for: informer,
+      reconcile,
+      workers: ctx.config.workers,
+      predicate: specChanged,
+    },
+    { logger: ctx.logger, metrics: ctx.metrics },
+  );
+}
+
+/** Peers that succeeded and failed, bounded for status, with full counts. */
+function peerResults(
+  job: ManagerJob,
+): Pick<Status, 'successCount' | 'failureCount' | 'successTasks' | 'failureTasks'> {
+  const results = (job.result?.jobStates ?? []).flatMap((s) => s.results);
+  const success = results.flatMap((r) => r.successTasks);
+  const failure = results.flatMap((r) => r.failureTasks);
+  const clean = (t: {
+    url: string;
+    hostname?: string | undefined;
+    ip?: string | undefined;
+    description?: string | undefined;
+  }) => ({
+    url: t.url,
+    ...(t.hostname ? { hostname: t.hostname } : {}),
+    ...(t.ip ? { ip: t.ip } : {}),
+    ...(t.description ? { description: t.description } : {}),
+  });
+  return {
+    successCount: success.length,
+    failureCount: failure.length,
+    successTasks: success.slice(0, MAX_LISTED_TASKS).map(clean),
+    failureTasks: failure.slice(0, MAX_LISTED_TASKS).map(clean),
+  };
+}
+
+/** The manager's own words for why a job failed. */
+function failureText(job: ManagerJob): string {
+  const errors = (job.result?.jobStates ?? []).map((s) => s.error).filter((e): e is string => !!e);
+  const peers = (job.result?.jobStates ?? [])
+    .flatMap((s) => s.results.flatMap((r) => r.failureTasks))
+    .map((t) => t.description)
+    .filter((d): d is string => !!d);
+  const text = [...new Set([...errors, ...peers])].join('; ');
+  return `job ${job.id} ended in FAILURE${text ? `: ${text}` : ''}`;
+}

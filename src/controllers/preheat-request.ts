@@ -1,0 +1,102 @@
+/**
+ * Turns a ModelPreheat spec into the manager's preheat request, and says which P2P task id each URL will
+ * have, so that `status.tasks` can be matched with peer logs and with the plugin's downloads.
+ */
+import { parseDuration, type ModelPreheatSpec } from '../api/index.ts';
+import type { PreheatJobRequest } from '../manager/types.ts';
+import { credentialsFromSecretData } from '../storage/credentials.ts';
+import { signObjectURL } from '../storage/sign.ts';
+import { DEFAULT_FILTERED_QUERY_PARAMS, taskID } from '../storage/taskid.ts';
+import type { SecretReader } from './secrets.ts';
+
+export interface PreheatPlan {
+  request: PreheatJobRequest;
+  /** Per URL, as shown in status: never a signed URL (it is a bearer credential while it is valid). */
+  tasks: { url: string; taskID: string }[];
+}
+
+export async function planPreheat(
+  spec: ModelPreheatSpec,
+  namespace: string,
+  secrets: SecretReader,
+  identity: { bio: string },
+  now: Date = new Date(),
+  signal?: AbortSignal,
+): Promise<PreheatPlan> {
+  const common: PreheatJobRequest = {
+    type: spec.type,
+    headers: spec.headers,
+    tag: spec.tag,
+    application: spec.application,
+    platform: spec.platform,
+    scope: spec.scope,
+    pieceLength: spec.pieceLength,
+    timeoutMs: spec.timeout ? parseDuration(spec.timeout) : undefined,
+    schedulerClusterIDs: spec.schedulerClusterIDs,
+    bio: identity.bio,
+  };
+  const idOf = (url: string, filter: readonly string[]) =>
+    taskID({ url, filter, tag: spec.tag, application: spec.application, pieceLength: spec.pieceLength });
+
+  if (spec.objectStorage) {
+    const os = spec.objectStorage;
+    const data = os.credentialsSecretRef
+      ? await secrets.data(namespace, os.credentialsSecretRef.name, signal)
+      : {};
+    const credentials = credentialsFromSecretData(os.type, data, {
+      secretName: os.credentialsSecretRef
+        ? `${namespace}/${os.credentialsSecretRef.name}`
+        : '(no credentialsSecretRef)',
+    });
+    const expiresSeconds = Math.round(parseDuration(os.signedURLExpiry) / 1000);
+    const signed = await Promise.all(
+      os.keys.map((key) => signObjectURL(os, key, credentials, { now, expiresSeconds })),
+    );
+    // An empty filter is not sent, and then the manager applies its default list: compute ids the same way.
+    const filter = signed[0]!.filter.length > 0 ? signed[0]!.filter : DEFAULT_FILTERED_QUERY_PARAMS;
+    return {
+      request: {
+        ...common,
+        type: 'file',
+        urls: signed.map((s) => s.url),
+        filteredQueryParams: signed[0]!.filter,
+      },
+      tasks: signed.map((s) => ({ url: s.objectURL, taskID: idOf(s.url, filter) })),
+    };
+  }
+
+  if (spec.type === 'image') {
+    let credentials: { username?: string; password?: string } = {};
+    if (spec.imageCredentialsSecretRef) {
+      const name = spec.imageCredentialsSecretRef.name;
+      credentials = {
+        username: await secrets.value(namespace, { name, key: 'username' }, signal),
+        password: await secrets.value(namespace, { name, key: 'password' }, signal),
+      };
+    }
+    // The blobs, and so the task ids, are known only once the manager has read the manifest.
+    return {
+      request: { ...common, url: spec.url, filteredQueryParams: spec.filteredQueryParams, ...credentials },
+      tasks: [],
+    };
+  }
+
+  const urls = spec.urls ?? [spec.url!];
+  // Without a filter the manager applies its own default; the task ids must be computed the same way.
+  const filter = spec.filteredQueryParams?.length ? spec.filteredQueryParams : DEFAULT_FILTERED_QUERY_PARAMS;
+  return {
+    request: {
+      ...common,
+      ...(spec.urls ? { urls: spec.urls } : { url: spec.url }),
+      filteredQueryParams: spec.filteredQueryParams,
+    },
+    tasks: urls.map((url) => ({ url: redactQuery(url, filter), taskID: idOf(url, filter) })),
+  };
+}
+
+/** The URL with the values of filtered (signature) parameters replaced, safe to show in status. */
+export function redactQuery(url: string, filter: readonly string[]): string {
+  const u = new URL(url);
+  for (const name of filter) if (u.searchParams.has(name)) u.searchParams.set(name, 'REDACTED');
+  return u.href;
+}

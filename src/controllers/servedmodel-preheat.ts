@@ -1,0 +1,145 @@
+/**
+ * The preheat gate of a ServedModel: registration waits until a ModelPreheat has succeeded. The ModelPreheat is
+ * either named (`preheat.name`) or created and owned by the ServedModel (`preheat.create`), in which case it
+ * preheats `fileName` in the bucket with the filter the plugin's download will use, so the task ids match.
+ */
+import { API_VERSION, type ModelPreheat, type ServedModel, type ServedModelSpec } from '../api/index.ts';
+import { GVR, getCondition, type Informer, type KubeClient } from '../runtime/index.ts';
+import { isDeepStrictEqual } from 'node:util';
+
+export type Gate =
+  | { state: 'none' }
+  | { state: 'open'; preheatName: string; message: string }
+  | { state: 'closed'; preheatName: string; reason: string; message: string; final: boolean };
+
+export const ownedPreheatName = (sm: { metadata: { name: string } }) =>
+  `${sm.metadata.name}-preheat`.slice(0, 253);
+
+/** The ModelPreheat a ServedModel waits for, if any. */
+export function preheatNameOf(sm: ServedModel, spec: ServedModelSpec): string | undefined {
+  if (!spec.preheat) return undefined;
+  return spec.preheat.create ? ownedPreheatName(sm) : spec.preheat.name;
+}
+
+/** The spec of the ModelPreheat a ServedModel with `preheat.create` owns. */
+export function ownedPreheatSpec(spec: ServedModelSpec): Record<string, unknown> {
+  const p = spec.preheat!;
+  return JSON.parse(
+    JSON.stringify({
+      type: 'file',
+      objectStorage: { ...p.objectStorage, keys: [spec.fileName] },
+      scope: p.scope,
+      schedulerClusterIDs: p.schedulerClusterIDs,
+      manager: p.manager,
+    }),
+  );
+}
+
+/** Creates or updates the owned ModelPreheat. Returns a reason when it cannot (a foreign object in the way). */
+export async function ensureOwnedPreheat(
+  kube: KubeClient,
+  sm: ServedModel,
+  spec: ServedModelSpec,
+  existing: ModelPreheat | undefined,
+  signal?: AbortSignal,
+): Promise<string | undefined> {
+  const name = ownedPreheatName(sm);
+  const desired = ownedPreheatSpec(spec);
+  const client = kube.resource<ModelPreheat>(GVR.modelPreheats);
+  if (!existing) {
+    await client.create(
+      {
+        apiVersion: API_VERSION,
+        kind: 'ModelPreheat',
+        metadata: {
+          name,
+          namespace: sm.metadata.namespace,
+          labels: {
+            'app.kubernetes.io/managed-by': 'peerload',
+            'peerload.io/served-model': sm.metadata.name,
+          },
+          ownerReferences: [
+            {
+              apiVersion: API_VERSION,
+              kind: 'ServedModel',
+              name: sm.metadata.name,
+              uid: sm.metadata.uid,
+              controller: true,
+              blockOwnerDeletion: true,
+            },
+          ],
+        },
+        spec: desired,
+      } as unknown as ModelPreheat,
+      { signal },
+    );
+    return undefined;
+  }
+  const owner = existing.metadata.ownerReferences?.find((r) => r.controller === true);
+  if (owner?.uid !== sm.metadata.uid) {
+    return `ModelPreheat ${name} exists and is not owned by this ServedModel; delete it or use preheat.name`;
+  }
+  if (!isDeepStrictEqual(JSON.parse(JSON.stringify(existing.spec)), withDefaults(existing.spec, desired))) {
+    // Replace the whole spec: a merge patch could not remove fields the ServedModel no longer sets.
+    await client.update({ ...existing, spec: desired as ModelPreheat['spec'] }, { signal });
+  }
+  return undefined;
+}
+
+/** `desired` with the defaults the apiserver filled into `actual`, so defaulting alone is not a difference. */
+function withDefaults(actual: unknown, desired: unknown): unknown {
+  if (!isObject(actual) || !isObject(desired)) return desired;
+  const out: Record<string, unknown> = { ...desired };
+  for (const [k, v] of Object.entries(actual)) {
+    if (!(k in desired)) out[k] = v;
+    else out[k] = withDefaults(v, desired[k]);
+  }
+  return out;
+}
+
+const isObject = (v: unknown): v is Record<string, unknown> =>
+  typeof v === 'object' && v !== null && !Array.isArray(v);
+
+/** Reads the gate from the ModelPreheat cache. */
+export function gateOf(
+  preheatName: string | undefined,
+  namespace: string,
+  preheats: Informer<ModelPreheat>,
+): Gate {
+  if (!preheatName) return { state: 'none' };
+  const mph = preheats.getByName(namespace, preheatName);
+  if (!mph) {
+    return {
+      state: 'closed',
+      preheatName,
+      reason: 'PreheatNotFound',
+      message: `ModelPreheat ${preheatName} not found`,
+      final: false,
+    };
+  }
+  const succeeded = getCondition(mph.status?.conditions, 'Succeeded');
+  const current = succeeded?.observedGeneration === mph.metadata.generation;
+  if (current && succeeded?.status === 'True') {
+    return {
+      state: 'open',
+      preheatName,
+      message: `ModelPreheat ${preheatName} succeeded: ${succeeded.message}`,
+    };
+  }
+  if (current && succeeded?.status === 'False') {
+    return {
+      state: 'closed',
+      preheatName,
+      reason: 'PreheatFailed',
+      message: `ModelPreheat ${preheatName} failed: ${succeeded.message}`,
+      final: true,
+    };
+  }
+  return {
+    state: 'closed',
+    preheatName,
+    reason: 'PreheatInProgress',
+    message: `waiting for ModelPreheat ${preheatName}${succeeded?.message ? `: ${succeeded.message}` : ''}`,
+    final: false,
+  };
+}

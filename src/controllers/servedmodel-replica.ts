@@ -1,0 +1,223 @@
+/**
+ * Converges ONE model-server replica towards a ServedModel, one step per reconcile, reading the replica's
+ * actual state every time (level-triggered): describe → register when absent → scale when the worker counts
+ * differ → when the wanted version is ready make it the default → then unregister the other versions.
+ * The old version stays default until the new one is ready, so a replica always has a default version.
+ */
+import type { ReplicaStatus } from '../api/index.ts';
+import { readyWorkers, type ModelDescription, type ModelServerClient } from '../modelserver/client.ts';
+import { ModelServerError } from '../modelserver/errors.ts';
+import type { Replica } from './replicas.ts';
+
+export interface ReplicaGoal {
+  modelName: string;
+  /** Wanted version; undefined: whatever version the archive registers. */
+  version?: string | undefined;
+  fileName: string;
+  minWorkers: number;
+  maxWorkers: number;
+  registration: {
+    handler?: string | undefined;
+    runtime?: string | undefined;
+    batchSize?: number | undefined;
+    maxBatchDelay?: number | undefined;
+    responseTimeout?: number | undefined;
+    startupTimeout?: number | undefined;
+  };
+}
+
+export interface ReplicaEvent {
+  type: 'Normal' | 'Warning';
+  reason: string;
+  note: string;
+}
+
+export interface ReplicaOutcome {
+  status: ReplicaStatus;
+  /** Set when this step failed; the message is in status.message too. */
+  failure?: { reason: string; retryable: boolean };
+  events: ReplicaEvent[];
+}
+
+export interface StepOptions {
+  /** False while waiting for the seed replica: describe only, do not download. */
+  mayRegister: boolean;
+  signal?: AbortSignal;
+}
+
+export async function convergeReplica(
+  client: ModelServerClient,
+  replica: Replica,
+  goal: ReplicaGoal,
+  previous: ReplicaStatus | undefined,
+  opts: StepOptions,
+): Promise<ReplicaOutcome> {
+  const events: ReplicaEvent[] = [];
+  const call = { signal: opts.signal };
+  const base = {
+    endpoint: replica.endpoint,
+    ...(replica.pod ? { pod: replica.pod } : {}),
+    ...(replica.podUID ? { podUID: replica.podUID } : {}),
+  };
+  let registered = false;
+  try {
+    // 1. What does the replica serve now? (`describe` without a version answers for the default version.)
+    const current = (await client.describeIfPresent(goal.modelName, undefined, call))?.[0];
+    let target: ModelDescription | undefined =
+      current && (goal.version === undefined || current.modelVersion === goal.version) ? current : undefined;
+    if (!target && current && goal.version !== undefined) {
+      target = (await client.describeIfPresent(goal.modelName, goal.version, call))?.[0];
+    }
+
+    // 2. Absent: download through the plugin and register (0 workers, seed 2.4).
+    if (!target) {
+      if (!opts.mayRegister) {
+        return {
+          status: {
+            ...base,
+            registered: false,
+            readyWorkers: 0,
+            ready: false,
+            message: 'waiting for the seed replica',
+          },
+          events,
+        };
+      }
+      if (previous?.registered) {
+        events.push({
+          type: 'Normal',
+          reason: 'ReplicaRestarted',
+          note: `${label(replica)} lost the model (restarted?); registering it again`,
+        });
+      }
+      let version = goal.version;
+      try {
+        const result = await client.register(
+          {
+            fileName: goal.fileName,
+            modelName: goal.modelName,
+            initialWorkers: 0,
+            ...defined(goal.registration),
+          },
+          call,
+        );
+        version = result.version ?? version;
+        const via =
+          result.cacheHit === undefined
+            ? ''
+            : result.cacheHit
+              ? ' (peer cache hit)'
+              : ' (downloaded through the peer)';
+        events.push({
+          type: 'Normal',
+          reason: 'ModelRegistered',
+          note: `registered ${goal.modelName} ${version ?? ''} on ${label(replica)}${via}`,
+        });
+      } catch (err) {
+        // 409: someone (a previous attempt whose answer was lost) registered it already: fine, describe it.
+        if (!(err instanceof ModelServerError && err.kind === 'conflict')) throw err;
+      }
+      if (goal.version !== undefined && version !== undefined && version !== goal.version) {
+        return fail(
+          base,
+          false,
+          'VersionMismatch',
+          `${goal.fileName} registers version ${version}, but spec.version is ${goal.version}`,
+          false,
+          events,
+        );
+      }
+      target = (await client.describe(goal.modelName, version, call))[0];
+      if (!target) throw new Error(`${goal.modelName} is not described after its registration`);
+    }
+    registered = true;
+
+    // 3. Worker counts.
+    if (target.minWorkers !== goal.minWorkers || target.maxWorkers !== goal.maxWorkers) {
+      await client.scale(
+        goal.modelName,
+        target.modelVersion,
+        { minWorker: goal.minWorkers, maxWorker: goal.maxWorkers },
+        call,
+      );
+    }
+    const readyCount = readyWorkers(target);
+    const workersReady = readyCount >= goal.minWorkers && target.minWorkers === goal.minWorkers;
+
+    // 4. Version rollout: default switches only once the new version is ready, then the others go.
+    let servedVersion = current?.modelVersion ?? target.modelVersion;
+    if (workersReady && current && current.modelVersion !== target.modelVersion) {
+      await client.setDefault(goal.modelName, target.modelVersion, call);
+      events.push({
+        type: 'Normal',
+        reason: 'VersionDefault',
+        note: `${goal.modelName} ${target.modelVersion} is the default on ${label(replica)}`,
+      });
+      servedVersion = target.modelVersion;
+    }
+    if (workersReady && servedVersion === target.modelVersion && previous?.version !== target.modelVersion) {
+      const all = await client.describe(goal.modelName, 'all', call);
+      for (const old of all.filter((d) => d.modelVersion !== target.modelVersion)) {
+        await client.unregister(goal.modelName, old.modelVersion, call);
+        events.push({
+          type: 'Normal',
+          reason: 'VersionRemoved',
+          note: `unregistered ${goal.modelName} ${old.modelVersion} from ${label(replica)}`,
+        });
+      }
+    }
+
+    const ready = workersReady && servedVersion === target.modelVersion;
+    return {
+      status: {
+        ...base,
+        registered: true,
+        // Recorded once the rollout on this replica is complete, so an interrupted clean-up is resumed.
+        version: ready ? target.modelVersion : (previous?.version ?? servedVersion),
+        readyWorkers: readyCount,
+        ready,
+        ...(ready ? {} : { message: `${readyCount}/${goal.minWorkers} workers READY` }),
+      },
+      events,
+    };
+  } catch (err) {
+    if (err instanceof ModelServerError) {
+      const reason = {
+        auth: 'ModelServerAuthFailed',
+        notFound: 'ModelNotFound',
+        conflict: 'Conflict',
+        terminal: 'RegistrationRejected',
+        retryable: 'ModelServerUnavailable',
+      }[err.kind];
+      return fail(base, registered, reason, err.message, err.retryable, events);
+    }
+    return fail(base, registered, 'ReplicaError', (err as Error).message ?? String(err), true, events);
+  }
+}
+
+function fail(
+  base: Pick<ReplicaStatus, 'endpoint' | 'pod' | 'podUID'>,
+  registered: boolean,
+  reason: string,
+  message: string,
+  retryable: boolean,
+  events: ReplicaEvent[],
+): ReplicaOutcome {
+  return {
+    status: {
+      ...base,
+      registered,
+      readyWorkers: 0,
+      ready: false,
+      message: message.slice(0, 1024),
+    },
+    failure: { reason, retryable },
+    events,
+  };
+}
+
+const label = (r: Replica) => (r.pod ? `pod ${r.pod} (${r.endpoint})` : r.endpoint);
+
+function defined<T extends object>(o: T): Partial<T> {
+  return Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) as Partial<T>;
+}

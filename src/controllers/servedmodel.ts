@@ -1,0 +1,438 @@
+/**
+ * The ServedModel controller: the model registered, scaled and READY on every replica of a model server,
+ * kept so as pods come, go and restart, and unregistered everywhere on delete.
+ *
+ * One reconcile = one pass over the replicas (at most `rollout.maxConcurrent` at a time), each replica moved one
+ * step by convergeReplica(), then one status write. Pods are found through the EndpointSlices of the Service, so
+ * a new, removed or restarted pod wakes the ServedModel; worker readiness is polled with requeueAfter.
+ */
+import {
+  ServedModelSpec,
+  type Condition,
+  type ModelPreheat,
+  type ReplicaStatus,
+  type ServedModel,
+  type ServedModelStatus,
+} from '../api/index.ts';
+import type { Dispatcher } from 'undici';
+import { ModelServerClient } from '../modelserver/client.ts';
+import { secretToken, type TokenSource } from '../modelserver/auth.ts';
+import { ModelServerError } from '../modelserver/errors.ts';
+import {
+  Controller,
+  GVR,
+  addFinalizer,
+  getCondition,
+  hasFinalizer,
+  isBeingDeleted,
+  removeFinalizer,
+  setCondition,
+  specChanged,
+  type ControllerContext,
+  type ControllerFactory,
+  type ReconcileContext,
+  type ReconcileResult,
+} from '../runtime/index.ts';
+import { discoverReplicas, SERVICE_NAME_LABEL, type EndpointSlice, type Replica } from './replicas.ts';
+import { SecretReader } from './secrets.ts';
+import { convergeReplica, type ReplicaGoal, type ReplicaOutcome } from './servedmodel-replica.ts';
+import { ensureOwnedPreheat, gateOf, preheatNameOf, type Gate } from './servedmodel-preheat.ts';
+
+export const FINALIZER = 'peerload.io/unregister-model';
+/** Static endpoints send no events: look at them this often once everything is ready. */
+const STATIC_RECHECK_MS = 60_000;
+const SECRET_CACHE_MS = 5_000;
+const MAX_MESSAGE_REPLICAS = 3;
+
+type Obj = ServedModel;
+type Status = ServedModelStatus;
+
+export interface ServedModelControllerOptions {
+  /** Connection pool toward the model servers (default: the model-server client's shared pool). Tests use it to
+   *  reach emulated replicas whose EndpointSlice addresses are not on this machine. */
+  dispatcher?: Dispatcher;
+  /** How long a deletion keeps trying unreachable replicas before it lets go. Default 2 minutes. */
+  cleanupGraceMs?: number;
+}
+
+export const servedModelController: ControllerFactory = (ctx) => createServedModelController(ctx, {});
+
+export function createServedModelController(
+  ctx: ControllerContext,
+  opts: ServedModelControllerOptions,
+): Controller<Obj> {
+  const models = ctx.informers.get<Obj>(GVR.servedModels);
+  const slices = ctx.informers.get<EndpointSlice>(GVR.endpointSlices, { labelSelector: SERVICE_NAME_LABEL });
+  const preheats = ctx.informers.get<ModelPreheat>(GVR.modelPreheats);
+  const secrets = new SecretReader(ctx.kube);
+  const { pollBackoffStart, pollBackoffMax } = ctx.config;
+  const cleanupGraceMs = opts.cleanupGraceMs ?? 120_000;
+
+  // Which ServedModels a Service (EndpointSlice) or a ModelPreheat event concerns.
+  models.addIndexer('service', (sm) => {
+    const svc = (sm.spec as ServedModelSpec | undefined)?.modelServer?.service?.name;
+    return svc ? [`${sm.metadata.namespace}/${svc}`] : [];
+  });
+  models.addIndexer('preheat', (sm) => {
+    const parsed = ServedModelSpec.safeParse(sm.spec);
+    const name = parsed.success ? preheatNameOf(sm, parsed.data) : undefined;
+    return name ? [`${sm.metadata.namespace}/${name}`] : [];
+  });
+  const keysOf = (index: string, value: string) =>
+    models.byIndex(index, value).map((sm) => `${sm.metadata.namespace}/${sm.metadata.name}`);
+
+  // Token sources live as long as the replica (renewal is single-flight per source); Secret reads are cached
+  // briefly because every request asks for the token.
+  const tokenSources = new Map<string, TokenSource>();
+  const secretCache = new Map<string, { at: number; value: Promise<string> }>();
+  const cachedSecret = (namespace: string, name: string, key: string): Promise<string> => {
+    const id = `${namespace}/${name}/${key}`;
+    const hit = secretCache.get(id);
+    if (hit && Date.now() - hit.at < SECRET_CACHE_MS) return hit.value;
+    const value = secrets.value(namespace, { name, key });
+    value.catch(() => secretCache.delete(id));
+    secretCache.set(id, { at: Date.now(), value });
+    return value;
+  };
+
+  function clientFor(sm: Obj, spec: ServedModelSpec, replica: Replica): ModelServerClient {
+    const ref = spec.modelServer.managementTokenSecretRef;
+    let token: TokenSource | undefined;
+    if (ref) {
+      // `{pod}` in the key selects a per-pod key: every TorchServe process draws its own keys.
+      const key = ref.key.replaceAll('{pod}', replica.pod ?? '');
+      const id = `${sm.metadata.uid}|${replica.endpoint}|${ref.name}|${key}`;
+      token = tokenSources.get(id);
+      if (!token) {
+        token = secretToken(() => cachedSecret(sm.metadata.namespace!, ref.name, key));
+        tokenSources.set(id, token);
+      }
+    }
+    return new ModelServerClient({
+      baseURL: replica.endpoint,
+      pluginPath: spec.modelServer.pluginPath,
+      token,
+      ...(opts.dispatcher ? { dispatcher: opts.dispatcher } : {}),
+    });
+  }
+
+  const writeStatus = (obj: Obj, change: (s: Status) => Status, signal: AbortSignal) =>
+    ctx.status.update<Obj, Status>(GVR.servedModels, obj, (o) => change({ ...(o.status ?? {}) }), signal);
+
+  async function reconcile(key: string, rc: ReconcileContext): Promise<ReconcileResult | void> {
+    const sm = models.get(key);
+    if (!sm) {
+      forget(key);
+      return;
+    }
+    const namespace = sm.metadata.namespace!;
+    const gen = sm.metadata.generation;
+    const parsed = ServedModelSpec.safeParse(sm.spec);
+    if (!parsed.success) {
+      const issue = parsed.error.issues[0]!;
+      const message = `spec.${issue.path.join('.')}: ${issue.message}`;
+      await writeStatus(
+        sm,
+        (s) => withConditions(s, gen, [['Ready', 'False', 'InvalidSpec', message]]),
+        rc.signal,
+      );
+      return;
+    }
+    const spec = parsed.data;
+    const discovery = discoverReplicas(spec, serviceSlices(namespace, spec));
+
+    if (isBeingDeleted(sm)) return cleanUp(sm, spec, discovery.replicas, rc);
+    if (!hasFinalizer(sm, FINALIZER))
+      await addFinalizer(ctx.kube, GVR.servedModels, sm, FINALIZER, rc.signal);
+
+    // 1. The preheat gate (creating the owned ModelPreheat when asked to).
+    let gate = gateOf(preheatNameOf(sm, spec), namespace, preheats);
+    if (spec.preheat?.create) {
+      const existing = preheats.getByName(namespace, gate.state === 'none' ? '' : gate.preheatName);
+      const blocked = await ensureOwnedPreheat(ctx.kube, sm, spec, existing, rc.signal);
+      if (blocked)
+        gate = {
+          state: 'closed',
+          preheatName: (gate as { preheatName: string }).preheatName,
+          reason: 'PreheatConflict',
+          message: blocked,
+          final: true,
+        };
+    }
+
+    // 2. Every replica one step closer (the seed first, alone, when the network does not hold the model yet).
+    const previous = new Map((sm.status?.replicas ?? []).map((r) => [r.endpoint, r]));
+    const goal = goalOf(spec);
+    let outcomes: ReplicaOutcome[];
+    if (gate.state === 'closed') {
+      outcomes = discovery.replicas.map((r) => waiting(r, previous.get(r.endpoint), gate.message));
+    } else {
+      const step = (r: Replica, mayRegister: boolean) =>
+        convergeReplica(clientFor(sm, spec, r), r, goal, previous.get(r.endpoint), {
+          mayRegister,
+          signal: rc.signal,
+        });
+      const seeded = !spec.rollout.seedFirst || [...previous.values()].some((r) => r.registered);
+      const [seed, ...rest] = discovery.replicas;
+      if (!seeded && seed) {
+        const first = await step(seed, true);
+        const others = await pool(rest, spec.rollout.maxConcurrent, (r) => step(r, first.status.registered));
+        outcomes = [first, ...others];
+      } else {
+        outcomes = await pool(discovery.replicas, spec.rollout.maxConcurrent, (r) => step(r, true));
+      }
+    }
+
+    // 3. Status, conditions and Events from what the pass saw.
+    for (const o of outcomes) for (const e of o.events) ctx.events.record(sm, e.type, e.reason, e.note);
+    const replicas = outcomes.map((o) => stamp(o.status, previous.get(o.status.endpoint)));
+    const failed = outcomes.filter((o) => o.failure);
+    const readyCount = replicas.filter((r) => r.ready).length;
+    const desired = replicas.length;
+    const allReady = desired > 0 && readyCount === desired;
+    const versions = new Set(replicas.map((r) => r.version));
+    const conditions = conditionsOf(spec, gate, discovery.problem, readyCount, desired, failed);
+    const before = getCondition(sm.status?.conditions, 'Ready');
+    const written = await writeStatus(
+      sm,
+      (s) =>
+        withConditions(
+          {
+            ...s,
+            replicas,
+            readyReplicas: readyCount,
+            desiredReplicas: desired,
+            ready: `${readyCount}/${desired}`,
+            servedVersion: allReady && versions.size === 1 ? [...versions][0] : s.servedVersion,
+            preheatName: gate.state === 'none' ? undefined : gate.preheatName,
+          },
+          gen,
+          conditions,
+        ),
+      rc.signal,
+    );
+    const after = getCondition(written.object.status?.conditions, 'Ready');
+    if (after?.status === 'True' && before?.status !== 'True')
+      ctx.events.record(sm, 'Normal', 'Ready', after.message);
+    if (after?.status !== 'True' && before?.status === 'True')
+      ctx.events.record(sm, 'Warning', 'NotReady', after?.message ?? '');
+
+    // 4. When to look again: soon while converging (less often the longer it takes), rarely when done.
+    if (allReady && failed.length === 0)
+      return spec.modelServer.endpoints ? { requeueAfter: STATIC_RECHECK_MS } : undefined;
+    if (gate.state === 'closed' && gate.final) return;
+    const since = Date.parse(after?.lastTransitionTime ?? new Date().toISOString());
+    return { requeueAfter: Math.min(pollBackoffMax, Math.max(pollBackoffStart, (Date.now() - since) / 4)) };
+  }
+
+  /** The EndpointSlices of the ServedModel's Service, from the cache. */
+  function serviceSlices(namespace: string, spec: ServedModelSpec): EndpointSlice[] {
+    const svc = spec.modelServer.service?.name;
+    if (!svc) return [];
+    return slices.list(namespace).filter((s) => s.metadata.labels?.[SERVICE_NAME_LABEL] === svc);
+  }
+
+  /** Unregisters the model from every replica it may be on; gives up on unreachable ones after a grace period. */
+  async function cleanUp(
+    sm: Obj,
+    spec: ServedModelSpec,
+    discovered: Replica[],
+    rc: ReconcileContext,
+  ): Promise<void> {
+    if (!hasFinalizer(sm, FINALIZER)) return;
+    const known = new Map<string, Replica>();
+    for (const r of [...(sm.status?.replicas ?? []), ...discovered]) known.set(r.endpoint, r);
+    const failures: string[] = [];
+    await pool([...known.values()], spec.rollout.maxConcurrent, async (r) => {
+      try {
+        await unregisterEverywhere(clientFor(sm, spec, r), spec.modelName, rc.signal);
+      } catch (err) {
+        failures.push(`${r.pod ?? r.endpoint}: ${(err as Error).message}`);
+      }
+    });
+    if (failures.length > 0) {
+      const waited = Date.now() - Date.parse(sm.metadata.deletionTimestamp!);
+      if (waited < cleanupGraceMs)
+        throw new Error(
+          `unregister failed on ${failures.length} replica(s): ${failures.slice(0, MAX_MESSAGE_REPLICAS).join('; ')}`,
+        );
+      ctx.events.record(
+        sm,
+        'Warning',
+        'CleanupAbandoned',
+        `gave up unregistering ${spec.modelName} after ${cleanupGraceMs / 1000}s on: ${failures.slice(0, MAX_MESSAGE_REPLICAS).join('; ')}`,
+      );
+    } else {
+      ctx.events.record(
+        sm,
+        'Normal',
+        'Unregistered',
+        `unregistered ${spec.modelName} from ${known.size} replica(s)`,
+      );
+    }
+    await removeFinalizer(ctx.kube, GVR.servedModels, sm, FINALIZER, rc.signal);
+    forget(`${sm.metadata.namespace}/${sm.metadata.name}`, sm.metadata.uid);
+  }
+
+  function forget(_key: string, uid?: string): void {
+    if (!uid) return;
+    for (const id of tokenSources.keys()) if (id.startsWith(`${uid}|`)) tokenSources.delete(id);
+  }
+
+  return new Controller<Obj>(
+    {
+      name: 'servedmodel',
+      for: models,
+      reconcile,
+      workers: ctx.config.workers,
+      predicate: specChanged,
+      watches: [
+        {
+          informer: slices,
+          map: (s: EndpointSlice) =>
+            keysOf('service', `${s.metadata.namespace}/${s.metadata.labels?.[SERVICE_NAME_LABEL]}`),
+        },
+        {
+          informer: preheats,
+          map: (p: ModelPreheat) => keysOf('preheat', `${p.metadata.namespace}/${p.metadata.name}`),
+        },
+      ],
+    },
+    { logger: ctx.logger, metrics: ctx.metrics },
+  );
+}
+
+function goalOf(spec: ServedModelSpec): ReplicaGoal {
+  return {
+    modelName: spec.modelName,
+    version: spec.version,
+    fileName: spec.fileName,
+    minWorkers: spec.workers.min,
+    maxWorkers: spec.workers.max ?? spec.workers.min,
+    registration: { ...spec.registration },
+  };
+}
+
+/** Unregisters every version: the non-default ones first (TorchServe refuses to drop a default that has siblings). */
+async function unregisterEverywhere(
+  client: ModelServerClient,
+  name: string,
+  signal: AbortSignal,
+): Promise<void> {
+  const call = { signal, timeoutMs: 10_000 };
+  const all = await client.describeIfPresent(name, 'all', call);
+  if (!all) return;
+  const def = (await client.describeIfPresent(name, undefined, call))?.[0]?.modelVersion;
+  const order = [...all.filter((d) => d.modelVersion !== def), ...all.filter((d) => d.modelVersion === def)];
+  for (const d of order) {
+    try {
+      await client.unregister(name, d.modelVersion, call);
+    } catch (err) {
+      if (!(err instanceof ModelServerError && err.kind === 'notFound')) throw err;
+    }
+  }
+}
+
+function waiting(r: Replica, previous: ReplicaStatus | undefined, why: string): ReplicaOutcome {
+  return {
+    status: {
+      endpoint: r.endpoint,
+      ...(r.pod ? { pod: r.pod } : {}),
+      ...(r.podUID ? { podUID: r.podUID } : {}),
+      registered: previous?.registered ?? false,
+      readyWorkers: previous?.readyWorkers ?? 0,
+      ready: false,
+      message: why,
+    },
+    events: [],
+  };
+}
+
+/** Keeps a replica's lastUpdateTime unless what a person reads (ready, message) changed. */
+function stamp(status: ReplicaStatus, previous: ReplicaStatus | undefined): ReplicaStatus {
+  const same =
+    previous &&
+    previous.ready === status.ready &&
+    previous.message === status.message &&
+    previous.lastUpdateTime;
+  return { ...status, lastUpdateTime: same ? previous.lastUpdateTime : new Date().toISOString() };
+}
+
+type CondSpec = [type: string, status: 'True' | 'False' | 'Unknown', reason: string, message: string];
+
+function conditionsOf(
+  spec: ServedModelSpec,
+  gate: Gate,
+  discoveryProblem: string | undefined,
+  ready: number,
+  desired: number,
+  failed: ReplicaOutcome[],
+): CondSpec[] {
+  const out: CondSpec[] = [];
+  if (gate.state === 'open') out.push(['Preheated', 'True', 'PreheatSucceeded', gate.message]);
+  if (gate.state === 'closed')
+    out.push(['Preheated', gate.final ? 'False' : 'Unknown', gate.reason, gate.message]);
+
+  if (failed.length > 0) {
+    const sample = failed
+      .slice(0, MAX_MESSAGE_REPLICAS)
+      .map((o) => `${o.status.pod ?? o.status.endpoint}: ${o.status.message}`);
+    const reasons = [...new Set(failed.map((o) => o.failure!.reason))];
+    out.push([
+      'Degraded',
+      'True',
+      reasons.length === 1 ? reasons[0]! : 'ReplicaFailures',
+      `${failed.length} of ${desired} replica(s) failing: ${sample.join('; ')}`,
+    ]);
+  } else {
+    out.push(['Degraded', 'False', 'NoFailures', 'no replica is failing']);
+  }
+
+  const where = spec.modelServer.service
+    ? `Service ${spec.modelServer.service.name}`
+    : 'spec.modelServer.endpoints';
+  if (desired === 0)
+    out.push([
+      'Ready',
+      'False',
+      discoveryProblem ? 'ServicePortNotFound' : 'NoReplicas',
+      discoveryProblem ?? `no ready endpoint behind ${where}`,
+    ]);
+  else if (gate.state === 'closed') out.push(['Ready', 'False', 'WaitingForPreheat', gate.message]);
+  else if (ready === desired)
+    out.push([
+      'Ready',
+      'True',
+      'AllReplicasReady',
+      `${spec.modelName} is ready on ${ready}/${desired} replica(s)`,
+    ]);
+  else
+    out.push([
+      'Ready',
+      'False',
+      'Progressing',
+      `${spec.modelName} is ready on ${ready}/${desired} replica(s)`,
+    ]);
+  return out;
+}
+
+function withConditions(s: Status, gen: number | undefined, list: CondSpec[]): Status {
+  let conditions: Condition[] | undefined = s.conditions;
+  for (const [type, status, reason, message] of list)
+    conditions = setCondition(conditions, { type, status, reason, message }, gen);
+  return { ...s, observedGeneration: gen, conditions };
+}
+
+/** Runs `fn` over `items`, at most `limit` at once, keeping the order of the results. */
+async function pool<T, R>(items: readonly T[], limit: number, fn: (item: T) => Promise<R>): Promise<R[]> {
+  const results = new Array<R>(items.length);
+  let next = 0;
+  const worker = async () => {
+    while (next < items.length) {
+      const i = next++;
+      results[i] = await fn(items[i]!);
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(limit, items.length) }, worker));
+  return results;
+}

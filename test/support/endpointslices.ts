@@ -1,0 +1,115 @@
+/**
+ * EndpointSlices as the EndpointSlice controller would write them, for tests that run no controller-manager:
+ * one slice per replica, because every emulated replica listens on its own loopback port.
+ */
+import * as k8s from '@kubernetes/client-node';
+import { randomUUID } from 'node:crypto';
+import { Agent, buildConnector } from 'undici';
+
+export interface FakePod {
+  name: string;
+  uid: string;
+  /** Where the replica really listens (127.0.0.1:port). */
+  url: string;
+  /** The address in the EndpointSlice (see loopbackDispatcher). */
+  address: string;
+  ready?: boolean;
+}
+
+export class ServiceEndpoints {
+  private readonly api: k8s.DiscoveryV1Api;
+  readonly namespace: string;
+  readonly service: string;
+  readonly pods = new Map<string, FakePod>();
+  private static next = 0;
+
+  constructor(kc: k8s.KubeConfig, namespace: string, service: string) {
+    this.api = kc.makeApiClient(k8s.DiscoveryV1Api);
+    this.namespace = namespace;
+    this.service = service;
+  }
+
+  private sliceName(pod: string): string {
+    return `${this.service}-${pod}`.slice(0, 63);
+  }
+
+  private body(pod: FakePod): k8s.V1EndpointSlice {
+    const url = new URL(pod.url);
+    return {
+      metadata: { name: this.sliceName(pod.name), labels: { 'kubernetes.io/service-name': this.service } },
+      addressType: 'IPv4',
+      ports: [{ name: 'management', port: Number(url.port), protocol: 'TCP' }],
+      endpoints: [
+        {
+          addresses: [pod.address],
+          conditions: { ready: pod.ready ?? true },
+          targetRef: { kind: 'Pod', name: pod.name, uid: pod.uid, namespace: this.namespace },
+        },
+      ],
+    };
+  }
+
+  /** Adds (or replaces) a pod serving at `url`. */
+  async add(name: string, url: string, ready = true): Promise<FakePod> {
+    const existing = this.pods.get(name);
+    const address = existing?.address ?? sliceAddress(ServiceEndpoints.next++);
+    const pod = { name, uid: randomUUID(), url, address, ready };
+    this.pods.set(name, pod);
+    if (existing) {
+      await this.api.replaceNamespacedEndpointSlice({
+        namespace: this.namespace,
+        name: this.sliceName(name),
+        body: await this.withVersion(pod),
+      });
+    } else {
+      await this.api.createNamespacedEndpointSlice({ namespace: this.namespace, body: this.body(pod) });
+    }
+    return pod;
+  }
+
+  /** The pod was recreated: same address, new UID (what a restarted StatefulSet pod looks like). */
+  async recreate(name: string): Promise<FakePod> {
+    const old = this.pods.get(name)!;
+    return this.add(name, old.url, old.ready ?? true);
+  }
+
+  async remove(name: string): Promise<void> {
+    this.pods.delete(name);
+    await this.api.deleteNamespacedEndpointSlice({ namespace: this.namespace, name: this.sliceName(name) });
+  }
+
+  private async withVersion(pod: FakePod): Promise<k8s.V1EndpointSlice> {
+    const current = await this.api.readNamespacedEndpointSlice({
+      namespace: this.namespace,
+      name: this.sliceName(pod.name),
+    });
+    const body = this.body(pod);
+    body.metadata!.resourceVersion = current.metadata?.resourceVersion;
+    return body;
+  }
+}
+
+/**
+ * EndpointSlices may not hold loopback addresses, and tests may only talk to loopback. So slices carry addresses
+ * of the benchmarking range 198.18.0.0/15 (RFC 2544; never routed) and the operator under test gets this
+ * dispatcher, which connects to 127.0.0.1 on the same port instead. No packet is ever sent to 198.18.x.
+ */
+export function loopbackDispatcher(): Agent {
+  const connect = buildConnector({});
+  return new Agent({
+    connect: (options, callback) => {
+      const hostname = /^198\.1[89]\./.test(options.hostname) ? '127.0.0.1' : options.hostname;
+      // Tests talk to this machine only: refuse anything that is not loopback rather than send a packet.
+      if (!/^127\./.test(hostname) && hostname !== 'localhost' && hostname !== '::1') {
+        callback(new Error(`loopbackDispatcher refuses to connect to ${options.hostname}`), null);
+        return;
+      }
+      connect({ ...options, hostname }, callback);
+    },
+  });
+}
+
+/** The slice address standing for the replica at `url` (see loopbackDispatcher). */
+export function sliceAddress(index: number): string {
+  return `198.18.${Math.floor(index / 250)}.${(index % 250) + 1}`;
+}
