@@ -18,6 +18,7 @@ node_version=$(node_modules/.bin/node --version)
 
 # 2. The control plane (kube-apiserver + etcd), built from the Go module proxy once and cached.
 bash scripts/setup-control-plane.sh >/dev/null
+bash scripts/setup-kustomize.sh >/dev/null
 
 if [[ ${1:-} == --all ]]; then
   bash scripts/setup-torchserve.sh >/dev/null

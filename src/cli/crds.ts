@@ -31,6 +31,13 @@ export async function run(argv: string[]): Promise<number> {
   }
   mkdirSync(values.out, { recursive: true });
   for (const d of docs) writeFileSync(join(values.out, d.file), d.yaml);
+  // So that `kubectl apply -k` (and deploy/default) can use the directory as a kustomization.
+  const kustomization = {
+    apiVersion: 'kustomize.config.k8s.io/v1beta1',
+    kind: 'Kustomization',
+    resources: docs.map((d) => d.file),
+  };
+  writeFileSync(join(values.out, 'kustomization.yaml'), HEADER + dump(kustomization));
   console.error(`wrote ${docs.map((d) => join(values.out!, d.file)).join(', ')}`);
   return 0;
 }

@@ -7,10 +7,7 @@
 import type { ObjectStorageType } from '../api/objectstorage.ts';
 import { effectiveFilter, objectURL, type StorageLocation } from './objecturl.ts';
 import { CredentialsError, type StorageCredentials } from './credentials.ts';
-import { signS3 } from './s3.ts';
 import { signOSS } from './oss.ts';
-import { signGCS } from './gcs.ts';
-import { signABS } from './abs.ts';
 
 export interface SignOptions {
   /** Signing time; default: the current time. */
@@ -60,16 +57,17 @@ export async function signObjectURL(
   let url: string;
   switch (credentials.type) {
     case 's3':
-      url = await signS3(location, key, credentials, req);
+      // The vendor SDKs are loaded on first use: together they cost the operator ~100 MiB it rarely needs.
+      url = await (await import('./s3.ts')).signS3(location, key, credentials, req);
       break;
     case 'oss':
       url = signOSS(location, key, credentials, req);
       break;
     case 'gcs':
-      url = await signGCS(location, key, credentials, req);
+      url = await (await import('./gcs.ts')).signGCS(location, key, credentials, req);
       break;
     case 'abs':
-      url = signABS(location, key, credentials, req);
+      url = (await import('./abs.ts')).signABS(location, key, credentials, req);
       break;
     default: {
       const unknown: never = credentials;

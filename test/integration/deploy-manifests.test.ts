@@ -9,7 +9,7 @@ import { kubeConfig } from '../support/kube.ts';
 import { gvrOf, renderDefault, type Manifest } from '../support/runtime-deploy.ts';
 
 const kc = kubeConfig(inject('kubeconfigPath'));
-const { manifests } = renderDefault();
+const manifests = renderDefault();
 const find = (kind: string) => manifests.filter((m) => m.kind === kind);
 
 const deployment = find('Deployment')[0] as any;

@@ -31,7 +31,7 @@ export async function installCRDs(kubeconfigPath: string): Promise<void> {
   const objects = k8s.KubernetesObjectApi.makeApiClient(kc);
   const ext = kc.makeApiClient(k8s.ApiextensionsV1Api);
   const dir = join(REPO_ROOT, 'crds');
-  for (const file of readdirSync(dir).filter((f) => f.endsWith('.yaml'))) {
+  for (const file of readdirSync(dir).filter((f) => f.endsWith('.peerload.io.yaml'))) {
     // The typed client re-serialises known kinds from their TypeScript property names
     // (`xKubernetesValidations`); a plain YAML object must be loaded into the model (loadYaml) or those keys vanish.
     const crd = k8s.loadYaml<k8s.V1CustomResourceDefinition>(readFileSync(join(dir, file), 'utf8'));

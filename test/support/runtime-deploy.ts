@@ -1,7 +1,5 @@
-/** Renders deploy/ with kustomize (kubectl kustomize) for the deploy tests. */
+/** Renders deploy/ with a pinned kustomize for the deploy tests. */
 import { execFileSync } from 'node:child_process';
-import { cpSync, existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { loadAll } from 'js-yaml';
 import type { Gvr } from '../../src/runtime/index.ts';
@@ -14,31 +12,22 @@ export interface Manifest {
   [k: string]: unknown;
 }
 
+/** kustomize built by scripts/setup-kustomize.sh (pinned; no dependency on a kubectl of unknown version). */
+function kustomizeBin(): string {
+  const dir = execFileSync('bash', [join(REPO_ROOT, 'scripts/setup-kustomize.sh')], {
+    encoding: 'utf8',
+  }).trim();
+  return join(dir.split('\n').pop()!, 'kustomize');
+}
+
 export function kustomize(dir: string): Manifest[] {
-  const out = execFileSync('kubectl', ['kustomize', dir], { encoding: 'utf8' });
+  const out = execFileSync(kustomizeBin(), ['build', dir], { encoding: 'utf8' });
   return (loadAll(out) as (Manifest | null)[]).filter((d): d is Manifest => !!d);
 }
 
-/**
- * Renders deploy/default. kustomize only accepts a directory outside the kustomization root when it has a
- * kustomization of its own: until crds/kustomization.yaml is committed, render a copy that adds it.
- */
-export function renderDefault(): { manifests: Manifest[]; usedCopy: boolean } {
-  if (existsSync(join(REPO_ROOT, 'crds/kustomization.yaml'))) {
-    return { manifests: kustomize(join(REPO_ROOT, 'deploy/default')), usedCopy: false };
-  }
-  const dir = mkdtempSync(join(tmpdir(), 'peerload-kustomize-'));
-  try {
-    cpSync(join(REPO_ROOT, 'deploy'), join(dir, 'deploy'), { recursive: true });
-    cpSync(join(REPO_ROOT, 'crds'), join(dir, 'crds'), { recursive: true });
-    writeFileSync(
-      join(dir, 'crds/kustomization.yaml'),
-      'resources:\n  - modelpreheats.peerload.io.yaml\n  - servedmodels.peerload.io.yaml\n',
-    );
-    return { manifests: kustomize(join(dir, 'deploy/default')), usedCopy: true };
-  } finally {
-    rmSync(dir, { recursive: true, force: true });
-  }
+/** Renders deploy/default: the operator and the CRDs, exactly what `kubectl apply -k deploy/default` applies. */
+export function renderDefault(): Manifest[] {
+  return kustomize(join(REPO_ROOT, 'deploy/default'));
 }
 
 const RESOURCES: Record<string, [resource: string, namespaced: boolean]> = {
