@@ -11,11 +11,10 @@
  * `kubectl describe` show, and ends with the origin-bytes and cache-hit counters. `--keep` leaves it running.
  */
 import * as k8s from '@kubernetes/client-node';
-import { execFile } from 'node:child_process';
-import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { parseArgs, promisify } from 'node:util';
+import { parseArgs } from 'node:util';
 import { startControlPlane } from '../test/support/controlplane.ts';
 import { createNamespace, installCRDs, kubeConfig, REPO_ROOT, waitFor } from '../test/support/kube.ts';
 import { startManagerEmulator } from '../test/support/manager-emulator.ts';
@@ -26,12 +25,12 @@ import { startOrigin } from '../test/support/origin.ts';
 import { startPeerProxy } from '../test/support/peer-proxy.ts';
 import { startProcess } from '../test/support/process.ts';
 import { startTorchServe, type TorchServe } from '../test/support/torchserve.ts';
+import { minioPluginConfig, pluginJar, writePluginConfig } from '../test/support/plugin.ts';
 import { signObjectURL } from '../src/storage/sign.ts';
 
 const { values } = parseArgs({
   options: { keep: { type: 'boolean' }, 'no-torchserve': { type: 'boolean' } },
 });
-const run = promisify(execFile);
 const BUCKET = 'models';
 const KEY = 'resnet/tiny.mar';
 const step = (text: string) => console.log(`\n== ${text}`);
@@ -87,31 +86,10 @@ try {
   const endpoints = [...fleet.urls];
   let ts: TorchServe | undefined;
   if (!values['no-torchserve']) {
-    const jar = (
-      await run('bash', [join(REPO_ROOT, 'scripts/build-plugin.sh')], {
-        env: { ...process.env, PEERLOAD_SKIP_PLUGIN_TESTS: '1' },
-      })
-    ).stdout
-      .trim()
-      .split('\n')
-      .pop()!;
+    const jar = await pluginJar();
     const config = join(work, 'p2p-endpoint.json');
-    await writeFile(
-      config,
-      JSON.stringify({
-        addr: nodePeer.url,
-        header: {},
-        object_storage: {
-          type: 's3',
-          bucket_name: BUCKET,
-          region: minio.region,
-          access_key: minio.accessKey,
-          secret_key: minio.secretKey,
-          endpoint: minio.endpoint,
-          path_style: 'true',
-        },
-      }),
-    );
+    await writePluginConfig(config, minioPluginConfig(minio, BUCKET, nodePeer.url));
+
     ts = await startTorchServe({ pluginJars: [jar], env: { P2P_ENDPOINT_CONFIG: config }, tokenAuth: false });
     stops.push(() => ts!.stop());
     endpoints.push(ts.managementURL);

@@ -4,9 +4,9 @@
  */
 import { execFile, spawn } from 'node:child_process';
 import { createReadStream } from 'node:fs';
-import { mkdtemp, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
+import { mkdtemp, readdir, readFile, rm, stat } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
+import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { PutObjectCommand } from '@aws-sdk/client-s3';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -24,9 +24,9 @@ import { startPeerProxy, type PeerProxy } from '../support/peer-proxy.ts';
 import { freePort } from '../support/ports.ts';
 import { waitFor } from '../support/process.ts';
 import { startTorchServe, type TorchServe } from '../support/torchserve.ts';
+import { minioPluginConfig, pluginJar, writePluginConfig } from '../support/plugin.ts';
 
 const run = promisify(execFile);
-const REPO_ROOT = resolve(import.meta.dirname, '../..');
 const BUCKET = 'models';
 const GiB = 1024 * 1024 * 1024;
 const MiB = 1024 * 1024;
@@ -58,26 +58,11 @@ let tiny: ModelArchive;
 let configPath: string;
 
 function s3Config(addr: string, extra: Record<string, unknown> = {}): Record<string, unknown> {
-  return {
-    addr,
-    header: { 'X-Peerload-Test': 'plugin-e2e' },
-    object_storage: {
-      type: 's3',
-      bucket_name: BUCKET,
-      region: minio.region,
-      access_key: minio.accessKey,
-      secret_key: minio.secretKey,
-      endpoint: minio.endpoint,
-      path_style: 'true',
-    },
-    ...extra,
-  };
+  return minioPluginConfig(minio, BUCKET, addr, { header: { 'X-Peerload-Test': 'plugin-e2e' }, ...extra });
 }
 
 async function writeConfig(config: Record<string, unknown>): Promise<void> {
-  // Write-then-rename, as a Secret volume update would: the plugin must pick it up without a restart.
-  await writeFile(`${configPath}.tmp`, JSON.stringify(config, null, 2));
-  await run('mv', [`${configPath}.tmp`, configPath]);
+  await writePluginConfig(configPath, config);
 }
 
 async function register(query: string): Promise<{ status: number; body: PluginAnswer; raw: string }> {
@@ -116,12 +101,7 @@ async function gc(pid: number): Promise<void> {
 
 beforeAll(async () => {
   work = await mkdtemp(join(tmpdir(), 'peerload-plugin-e2e-'));
-  const build = await run('bash', [join(REPO_ROOT, 'scripts/build-plugin.sh')], {
-    env: { ...process.env, PEERLOAD_SKIP_PLUGIN_TESTS: '1' },
-    maxBuffer: 16 << 20,
-    timeout: 900_000,
-  });
-  jar = build.stdout.trim().split('\n').pop()!;
+  jar = await pluginJar();
 
   [minio, azurite, proxy] = await Promise.all([startMinIO(), startAzurite(), startPeerProxy()]);
   await minio.createBucket(BUCKET);

@@ -21,6 +21,7 @@ import { startModelServerFleet, type ModelServerFleet } from '../support/modelse
 import { startPeerProxy, type PeerProxy } from '../support/peer-proxy.ts';
 import { startManager, type RunningManager } from '../support/runtime-harness.ts';
 import { startTorchServe, type TorchServe } from '../support/torchserve.ts';
+import { minioPluginConfig, pluginJar, writePluginConfig } from '../support/plugin.ts';
 import { createServedModelController } from '../../src/controllers/servedmodel.ts';
 import { modelPreheatController } from '../../src/controllers/modelpreheat.ts';
 import { signObjectURL } from '../../src/storage/sign.ts';
@@ -52,11 +53,7 @@ beforeAll(async () => {
   ns = await createNamespace(kc, 'seed-flow');
   work = await mkdtemp(join(tmpdir(), 'peerload-seed-flow-'));
 
-  const build = await run('bash', [join(REPO_ROOT, 'scripts/build-plugin.sh')], {
-    env: { ...process.env, PEERLOAD_SKIP_PLUGIN_TESTS: '1' },
-    maxBuffer: 16 << 20,
-  });
-  const jar = build.stdout.trim().split('\n').pop()!;
+  const jar = await pluginJar();
 
   minio = await startMinIO();
   await minio.createBucket(BUCKET);
@@ -95,22 +92,8 @@ beforeAll(async () => {
 
   // The real TorchServe with the plugin, configured as seed 2.2 says, token authorization on.
   const config = join(work, 'p2p-endpoint.json');
-  await writeFile(
-    config,
-    JSON.stringify({
-      addr: nodePeer.url,
-      header: {},
-      object_storage: {
-        type: 's3',
-        bucket_name: BUCKET,
-        region: minio.region,
-        access_key: minio.accessKey,
-        secret_key: minio.secretKey,
-        endpoint: minio.endpoint,
-        path_style: 'true',
-      },
-    }),
-  );
+  await writePluginConfig(config, minioPluginConfig(minio, BUCKET, nodePeer.url));
+
   ts = await startTorchServe({ pluginJars: [jar], env: { P2P_ENDPOINT_CONFIG: config } });
 
   const core = kc.makeApiClient(k8s.CoreV1Api);
