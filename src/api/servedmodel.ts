@@ -219,3 +219,21 @@ export const ServedModel = z.object({
   status: ServedModelStatus.optional(),
 });
 export type ServedModel = z.infer<typeof ServedModel>;
+
+/** Name of the ModelPreheat a ServedModel with `preheat.create` owns. */
+export const ownedPreheatName = (sm: { metadata: { name: string } }) =>
+  `${sm.metadata.name}-preheat`.slice(0, 253);
+
+/** The spec of the ModelPreheat a ServedModel with `preheat.create` owns. */
+export function ownedPreheatSpec(spec: ServedModelSpec): Record<string, unknown> {
+  const p = spec.preheat!;
+  return JSON.parse(
+    JSON.stringify({
+      type: 'file',
+      objectStorage: { ...p.objectStorage, keys: [spec.fileName] },
+      scope: p.scope,
+      schedulerClusterIDs: p.schedulerClusterIDs,
+      manager: p.manager,
+    }),
+  );
+}

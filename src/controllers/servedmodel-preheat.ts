@@ -3,7 +3,14 @@
  * either named (`preheat.name`) or created and owned by the ServedModel (`preheat.create`), in which case it
  * preheats `fileName` in the bucket with the filter the plugin's download will use, so the task ids match.
  */
-import { API_VERSION, type ModelPreheat, type ServedModel, type ServedModelSpec } from '../api/index.ts';
+import {
+  API_VERSION,
+  ownedPreheatName,
+  ownedPreheatSpec,
+  type ModelPreheat,
+  type ServedModel,
+  type ServedModelSpec,
+} from '../api/index.ts';
 import { GVR, getCondition, type Informer, type KubeClient } from '../runtime/index.ts';
 import { isDeepStrictEqual } from 'node:util';
 
@@ -12,27 +19,10 @@ export type Gate =
   | { state: 'open'; preheatName: string; message: string }
   | { state: 'closed'; preheatName: string; reason: string; message: string; final: boolean };
 
-export const ownedPreheatName = (sm: { metadata: { name: string } }) =>
-  `${sm.metadata.name}-preheat`.slice(0, 253);
-
 /** The ModelPreheat a ServedModel waits for, if any. */
 export function preheatNameOf(sm: ServedModel, spec: ServedModelSpec): string | undefined {
   if (!spec.preheat) return undefined;
   return spec.preheat.create ? ownedPreheatName(sm) : spec.preheat.name;
-}
-
-/** The spec of the ModelPreheat a ServedModel with `preheat.create` owns. */
-export function ownedPreheatSpec(spec: ServedModelSpec): Record<string, unknown> {
-  const p = spec.preheat!;
-  return JSON.parse(
-    JSON.stringify({
-      type: 'file',
-      objectStorage: { ...p.objectStorage, keys: [spec.fileName] },
-      scope: p.scope,
-      schedulerClusterIDs: p.schedulerClusterIDs,
-      manager: p.manager,
-    }),
-  );
 }
 
 /** Creates or updates the owned ModelPreheat. Returns a reason when it cannot (a foreign object in the way). */
