@@ -1,0 +1,141 @@
+/**
+ * `npm run bench` (scripts/bench.sh runs this with Node 24): the six benchmark scenarios of issue 8, each with a
+ * reference measured in the same run. Prints a Markdown table on stdout and writes bench/results/latest.json.
+ *
+ *   npm run bench -- --only 1,2 --reps 5
+ *
+ * Options: --only <list of 1..6>, --reps <n ≥ 1; default 3>, --out <json path>, --workers <n> (scenario 1),
+ * --size-mib <n> (scenarios 3 and 6; default 1024), --origin-mbps <MB/s> (scenario 4; default 50),
+ * --idle-seconds <n> (scenario 5; default 60).
+ */
+import { execFileSync } from 'node:child_process';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { cpus, totalmem } from 'node:os';
+import { dirname, resolve } from 'node:path';
+import { parseArgs } from 'node:util';
+import { startControlPlane, type ControlPlane } from '../test/support/controlplane.ts';
+import { installCRDs } from '../test/support/kube.ts';
+import { progress, table, type Row } from './lib/report.ts';
+import { scenario1 } from './scenarios/s1-preheats.ts';
+import { scenario2 } from './scenarios/s2-fanout.ts';
+import { dataPlaneScenarios } from './scenarios/s3-s6-dataplane.ts';
+import { scenario4 } from './scenarios/s4-origin.ts';
+import { scenario5 } from './scenarios/s5-idle.ts';
+
+const ROOT = resolve(import.meta.dirname, '..');
+
+const { values } = parseArgs({
+  options: {
+    only: { type: 'string' },
+    reps: { type: 'string' },
+    out: { type: 'string' },
+    workers: { type: 'string' },
+    'size-mib': { type: 'string' },
+    'origin-mbps': { type: 'string' },
+    'idle-seconds': { type: 'string' },
+  },
+  strict: true,
+});
+const only = new Set((values.only ?? '1,2,3,4,5,6').split(',').map((s) => Number(s.trim())));
+const reps = Math.max(1, Number(values.reps ?? 3));
+const out = resolve(values.out ?? `${ROOT}/bench/results/latest.json`);
+const workers = Number(values.workers ?? 32);
+const sizeMiB = Number(values['size-mib'] ?? 1024);
+const originMBps = Number(values['origin-mbps'] ?? 50);
+const idleSeconds = Number(values['idle-seconds'] ?? 60);
+
+function machine(): Record<string, unknown> {
+  const sh = (cmd: string, args: string[]) => {
+    try {
+      return execFileSync(cmd, args, { encoding: 'utf8' }).trim();
+    } catch {
+      return '';
+    }
+  };
+  return {
+    nproc: Number(sh('nproc', [])) || cpus().length,
+    cpuModel: cpus()[0]?.model ?? '',
+    memoryGiB: Math.round((totalmem() / 2 ** 30) * 10) / 10,
+    kernel: sh('uname', ['-r']),
+    node: process.version,
+    java: sh('bash', ['-c', 'java -version 2>&1 | head -1']),
+    loadavgAtStart: readFileSync('/proc/loadavg', 'utf8').trim(),
+    gitCommit: sh('git', ['-C', ROOT, 'rev-parse', '--short', 'HEAD']),
+    gitDirty: sh('git', ['-C', ROOT, 'status', '--porcelain']).length > 0,
+  };
+}
+
+async function withControlPlane<T>(fn: (cp: ControlPlane) => Promise<T>): Promise<T> {
+  // Each scenario gets its own control plane, so one scenario's objects and traffic never reach another's.
+  const cp = await startControlPlane();
+  try {
+    await installCRDs(cp.kubeconfigPath);
+    return await fn(cp);
+  } finally {
+    await cp.stop();
+  }
+}
+
+async function main(): Promise<number> {
+  const started = Date.now();
+  const info = machine();
+  progress(`machine: ${JSON.stringify(info)}`);
+  const rows: Row[] = [];
+  const raw: Record<string, unknown> = {};
+  const errors: Record<string, string> = {};
+  const attempt = async (id: string, fn: () => Promise<{ rows: Row[]; raw: unknown }>) => {
+    const t = Date.now();
+    progress(`scenario ${id}: start`);
+    try {
+      const r = await fn();
+      rows.push(...r.rows);
+      raw[id] = r.raw;
+    } catch (err) {
+      const cause = (err as Error).cause as Error | undefined;
+      errors[id] =
+        `${(err as Error).stack ?? String(err)}${cause ? `\ncause: ${cause.stack ?? String(cause)}` : ''}`;
+      progress(`scenario ${id} FAILED: ${(err as Error).message}`);
+    }
+    progress(`scenario ${id}: ${((Date.now() - t) / 1000).toFixed(0)} s`);
+  };
+
+  if (only.has(1))
+    await attempt('1', () =>
+      withControlPlane((cp) => scenario1(cp, { reps, workers, pollBackoffStart: '100ms' })),
+    );
+  if (only.has(2)) await attempt('2', () => withControlPlane((cp) => scenario2(cp, { reps })));
+  if (only.has(3) || only.has(6))
+    await attempt(only.has(3) && only.has(6) ? '3+6' : only.has(3) ? '3' : '6', () =>
+      dataPlaneScenarios({ reps, sizeBytes: sizeMiB * 2 ** 20, s3: only.has(3), s6: only.has(6) }),
+    );
+  if (only.has(4)) await attempt('4', () => withControlPlane((cp) => scenario4(cp, { reps, originMBps })));
+  if (only.has(5)) await attempt('5', () => withControlPlane((cp) => scenario5(cp, { reps, idleSeconds })));
+
+  rows.sort((a, b) => a.id.localeCompare(b.id, 'en', { numeric: true }));
+  const result = {
+    date: new Date().toISOString(),
+    durationSeconds: Math.round((Date.now() - started) / 1000),
+    options: { only: [...only], reps, workers, sizeMiB, originMBps, idleSeconds },
+    machine: info,
+    rows,
+    errors,
+    raw,
+  };
+  mkdirSync(dirname(out), { recursive: true });
+  writeFileSync(out, JSON.stringify(result, null, 2) + '\n');
+  console.log(table(rows));
+  console.log('');
+  for (const r of rows) if (r.notes) console.log(`- ${r.id}: ${r.notes}`);
+  for (const [id, e] of Object.entries(errors))
+    console.log(`- scenario ${id} did not complete: ${e.split('\n')[0]}`);
+  console.log(
+    `\n${rows.filter((r) => r.pass === false).length} FAIL, ${rows.filter((r) => r.pass === true).length} PASS; JSON: ${out}; ${result.durationSeconds} s`,
+  );
+  return Object.keys(errors).length > 0 ? 1 : 0;
+}
+
+const code = await main();
+process.exitCode = code;
+// Every server and child of the scenarios is closed in their finally blocks; should a handle still leak, do not
+// let it keep `npm run bench` alive.
+setTimeout(() => process.exit(code), 10_000).unref();
