@@ -10,6 +10,7 @@
  * emulators), and must not rewrite their status when nothing changed (counted: status patches in the window).
  */
 import { mkdirSync, readFileSync } from 'node:fs';
+import { load } from 'js-yaml';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
@@ -176,7 +177,8 @@ export async function scenario5(cp: ControlPlane, o: S5Options): Promise<{ rows:
         join(work, `operator-${leaderElect}.log`),
         {
           cwd: profile ? join(ROOT, 'bench/results/profiles') : ROOT,
-          env: { ...process.env },
+          // The operator runs with the Deployment's NODE_OPTIONS: the bench measures what is deployed.
+          env: { ...process.env, ...deployedNodeOptions() },
         },
       );
       const pid = proc.child.pid!;
@@ -361,4 +363,15 @@ export async function scenario5(cp: ControlPlane, o: S5Options): Promise<{ rows:
     );
   }
   return { rows, raw: { preheats: PREHEATS, servedModels: SERVED, emulators: EMULATORS, windows } };
+}
+
+/** NODE_OPTIONS of the operator container in deploy/base/deployment.yaml, if it sets one. */
+function deployedNodeOptions(): { NODE_OPTIONS?: string } {
+  const deployment = load(readFileSync(join(ROOT, 'deploy/base/deployment.yaml'), 'utf8')) as {
+    spec: { template: { spec: { containers: { env?: { name: string; value?: string }[] }[] } } };
+  };
+  const value = deployment.spec.template.spec.containers[0]?.env?.find(
+    (e) => e.name === 'NODE_OPTIONS',
+  )?.value;
+  return value ? { NODE_OPTIONS: value } : {};
 }

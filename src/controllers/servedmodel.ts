@@ -39,8 +39,9 @@ import { convergeReplica, type ReplicaGoal, type ReplicaOutcome } from './served
 import { ensureOwnedPreheat, gateOf, preheatNameOf, type Gate } from './servedmodel-preheat.ts';
 
 export const FINALIZER = 'peerload.io/unregister-model';
-/** Static endpoints send no events: look at them this often once everything is ready. */
-const STATIC_RECHECK_MS = 60_000;
+/** Static endpoints send no events: look at them this often once everything is ready (jittered ±20 %, so 1,000
+ *  ServedModels do not all check at once). A 60 s period cost an idle operator 2.3 % of a core (bench row 5). */
+const STATIC_RECHECK_MS = 300_000;
 const SECRET_CACHE_MS = 5_000;
 const MAX_MESSAGE_REPLICAS = 3;
 
@@ -120,7 +121,8 @@ export function createServedModelController(
     ctx.status.update<Obj, Status>(GVR.servedModels, obj, (o) => change({ ...(o.status ?? {}) }), signal);
 
   async function reconcile(key: string, rc: ReconcileContext): Promise<ReconcileResult | void> {
-    const sm = models.get(key);
+    // Through the status writer: a requeue may come before the watch has delivered our last status write.
+    const sm = ctx.status.latest(models.get(key));
     if (!sm) {
       forget(key);
       return;
@@ -219,7 +221,9 @@ export function createServedModelController(
 
     // 4. When to look again: soon while converging (less often the longer it takes), rarely when done.
     if (allReady && failed.length === 0)
-      return spec.modelServer.endpoints ? { requeueAfter: STATIC_RECHECK_MS } : undefined;
+      return spec.modelServer.endpoints
+        ? { requeueAfter: STATIC_RECHECK_MS * (0.8 + Math.random() * 0.4) }
+        : undefined;
     if (gate.state === 'closed' && gate.final) return;
     const since = Date.parse(after?.lastTransitionTime ?? new Date().toISOString());
     return { requeueAfter: Math.min(pollBackoffMax, Math.max(pollBackoffStart, (Date.now() - since) / 4)) };

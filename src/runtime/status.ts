@@ -45,17 +45,20 @@ export class StatusWriter {
     const client = this.kube.resource<T>(gvr);
     let current = obj;
     for (let attempt = 1; ; attempt++) {
-      const next = desired(current);
       const uid = current.metadata.uid ?? objectKey(current);
       const rv = current.metadata.resourceVersion ?? '';
+      // Base the write on what we wrote last while the cache has not caught up with it (`current` is the cached
+      // object, or already the view latest() gave); otherwise on the cache itself.
       const mine = this.recent.get(uid);
-      let base: unknown = current.status;
-      let baseRV = rv;
-      if (mine && mine.baseRV === rv) {
-        base = mine.status;
-        baseRV = mine.rv;
-      } else if (mine) this.recent.delete(uid);
-      if (isDeepStrictEqual(normalize(base), normalize(next))) return { object: current, written: false };
+      let view = current;
+      let cacheRV = rv;
+      if (mine && mine.baseRV === rv) view = this.latest(current);
+      else if (mine && mine.rv === rv) cacheRV = mine.baseRV;
+      else if (mine) this.recent.delete(uid);
+      const next = desired(view);
+      const base: unknown = view.status;
+      const baseRV = view.metadata.resourceVersion ?? '';
+      if (isDeepStrictEqual(normalize(base), normalize(next))) return { object: view, written: false };
       try {
         const patch = {
           ...(baseRV ? { metadata: { resourceVersion: baseRV } } : {}),
@@ -67,7 +70,7 @@ export class StatusWriter {
           patch,
           signal,
         );
-        this.remember(uid, rv, written.metadata.resourceVersion ?? '', written.status);
+        this.remember(uid, cacheRV, written.metadata.resourceVersion ?? '', written.status);
         return { object: written, written: true };
       } catch (err) {
         if (!(err instanceof ApiError) || err.code !== 409 || attempt >= MAX_ATTEMPTS) throw err;
@@ -76,6 +79,20 @@ export class StatusWriter {
         current = await client.get(current.metadata.namespace, current.metadata.name, signal);
       }
     }
+  }
+
+  /**
+   * `obj` (normally from the cache) as this writer last left it: with the status it wrote, while the watch has not
+   * delivered that write yet. Reconcilers read their object through it, so a requeue that outruns the watch does
+   * not act on a status that is already out of date (e.g. create a second job).
+   */
+  latest<T extends KubeObject>(obj: T): T;
+  latest<T extends KubeObject>(obj: T | undefined): T | undefined;
+  latest<T extends KubeObject>(obj: T | undefined): T | undefined {
+    if (!obj) return obj;
+    const mine = this.recent.get(obj.metadata.uid ?? objectKey(obj));
+    if (!mine || mine.baseRV !== (obj.metadata.resourceVersion ?? '')) return obj;
+    return { ...obj, status: mine.status, metadata: { ...obj.metadata, resourceVersion: mine.rv } };
   }
 
   private remember(uid: string, baseRV: string, rv: string, status: unknown): void {

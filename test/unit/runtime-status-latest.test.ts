@@ -1,0 +1,80 @@
+/**
+ * StatusWriter.latest(): a reconcile that runs again before the watch delivered our own status write must see
+ * that write, not the stale cache (found by the benchmark: 1,000 objects at 64 workers made 4.3 writes each).
+ */
+import { describe, expect, it } from 'vitest';
+import { GVR, StatusWriter, type KubeClient, type KubeObject } from '../../src/runtime/index.ts';
+
+type Obj = KubeObject & { status?: { jobID?: number; state?: string } };
+
+function fakeKube() {
+  let rv = 10;
+  const patches: { rv: unknown; status: unknown }[] = [];
+  const kube = {
+    resource: () => ({
+      patchStatus: async (
+        _ns: string,
+        name: string,
+        patch: { metadata?: { resourceVersion?: string }; status: unknown },
+      ) => {
+        patches.push({ rv: patch.metadata?.resourceVersion, status: patch.status });
+        rv++;
+        const last = patches.reduce<Record<string, unknown>>(
+          (acc, p) => ({ ...acc, ...(p.status as object) }),
+          {},
+        );
+        return {
+          metadata: { name, namespace: 'ns', uid: 'u1', resourceVersion: String(rv) },
+          status: last,
+        } as Obj;
+      },
+    }),
+  } as unknown as KubeClient;
+  return { kube, patches };
+}
+
+describe('StatusWriter.latest', () => {
+  it('serves our last write until the cache catches up, and chains writes on it', async () => {
+    const { kube, patches } = fakeKube();
+    const writer = new StatusWriter(kube);
+    const cached: Obj = { metadata: { name: 'a', namespace: 'ns', uid: 'u1', resourceVersion: '10' } };
+
+    await writer.update<Obj, Obj['status']>(GVR.modelPreheats, cached, (o) => ({
+      ...o.status,
+      jobID: 7,
+      state: 'PENDING',
+    }));
+    // The watch has not delivered it: the cache still says resourceVersion 10 with no status.
+    const seen = writer.latest(cached);
+    expect(seen.status).toEqual({ jobID: 7, state: 'PENDING' });
+    expect(seen.metadata.resourceVersion).toBe('11');
+
+    // A second write from that view keeps the job id and is conditional on our own resourceVersion.
+    await writer.update<Obj, Obj['status']>(GVR.modelPreheats, seen, (o) => ({
+      ...o.status,
+      state: 'SUCCESS',
+    }));
+    expect(patches.at(-1)).toEqual({ rv: '11', status: { state: 'SUCCESS' } });
+    expect(writer.latest(cached).status).toEqual({ jobID: 7, state: 'SUCCESS' });
+
+    // Once the cache is newer than what we remember, the cache wins.
+    const caughtUp: Obj = {
+      ...cached,
+      metadata: { ...cached.metadata, resourceVersion: '12' },
+      status: { jobID: 7, state: 'SUCCESS' },
+    };
+    expect(writer.latest(caughtUp)).toBe(caughtUp);
+  });
+
+  it('skips a write that would change nothing against our last write', async () => {
+    const { kube, patches } = fakeKube();
+    const writer = new StatusWriter(kube);
+    const cached: Obj = { metadata: { name: 'a', namespace: 'ns', uid: 'u1', resourceVersion: '10' } };
+    await writer.update<Obj, Obj['status']>(GVR.modelPreheats, cached, () => ({ jobID: 1 }));
+    const again = await writer.update<Obj, Obj['status']>(GVR.modelPreheats, cached, (o) => ({
+      ...o.status,
+    }));
+    expect(again.written).toBe(false);
+    expect(patches).toHaveLength(1);
+  });
+});
