@@ -15,7 +15,7 @@
  * writes `.p2p-*.part`, fsyncs, then renames): the download itself, fsync included, without TorchServe's own
  * registration work afterwards (reported separately as the end-to-end time).
  */
-import { execFile, spawn, spawnSync } from 'node:child_process';
+import { execFile, spawnSync } from 'node:child_process';
 import { createReadStream, existsSync } from 'node:fs';
 import { mkdtemp, readFile, rm, stat, unlink, writeFile, rename } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -26,6 +26,8 @@ import { effectiveFilter } from '../../src/storage/objecturl.ts';
 import { signObjectURL } from '../../src/storage/sign.ts';
 import { taskID } from '../../src/storage/taskid.ts';
 import { startMinIO, type MinIO } from '../../test/support/minio.ts';
+import { pluginJar } from '../../test/support/plugin.ts';
+import { withHeapSampling, type HeapGrowth } from '../../test/support/jvm-heap.ts';
 import { buildLargeModelArchive, buildModelArchive } from '../../test/support/model-archive.ts';
 import { startPeerProxy } from '../../test/support/peer-proxy.ts';
 import { startTorchServe, type TorchServe } from '../../test/support/torchserve.ts';
@@ -43,12 +45,7 @@ export interface DataPlaneOptions {
   s6: boolean;
 }
 
-interface HeapSample {
-  retained: number;
-  oldGrowth: number;
-  peakGrowth: number;
-  samples: number;
-}
+type HeapSample = HeapGrowth;
 
 interface PluginRun {
   /** POST → archive in the model store (download + fsync), ms. */
@@ -59,76 +56,12 @@ interface PluginRun {
   heap?: HeapSample;
 }
 
-/** Heap figures of the frontend JVM from `jstat -gc` (KiB columns), in bytes (as test/e2e/plugin.test.ts). */
-async function heap(pid: number): Promise<{ used: number; old: number }> {
-  const { stdout } = await run('jstat', ['-gc', String(pid)]);
-  const [head, values] = stdout.trim().split('\n');
-  const cols = head!.trim().split(/\s+/);
-  const vals = values!.trim().split(/\s+/).map(Number);
-  const v = (name: string) => vals[cols.indexOf(name)]! * 1024;
-  return { used: v('S0U') + v('S1U') + v('EU') + v('OU'), old: v('OU') };
-}
-
-/** Samples the JVM heap every 200 ms with ONE long-running jstat while `fn` runs; GC before and after. */
-async function withHeapSampling<T>(
-  pid: number,
-  fn: () => Promise<T>,
-): Promise<{ result: T; heap: HeapSample }> {
-  await run('jcmd', [String(pid), 'GC.run']);
-  const base = await heap(pid);
-  const sampler = spawn('jstat', ['-gc', String(pid), '200'], { stdio: ['ignore', 'pipe', 'ignore'] });
-  let peakOld = base.old;
-  let peakUsed = base.used;
-  let samples = 0;
-  let cols: string[] = [];
-  let pending = '';
-  sampler.stdout.on('data', (chunk: Buffer) => {
-    pending += chunk.toString();
-    const lines = pending.split('\n');
-    pending = lines.pop()!;
-    for (const line of lines) {
-      const f = line.trim().split(/\s+/);
-      if (f[0] === 'S0C') {
-        cols = f;
-        continue;
-      }
-      if (cols.length === 0 || f.length !== cols.length) continue;
-      const v = (name: string) => Number(f[cols.indexOf(name)]) * 1024;
-      peakOld = Math.max(peakOld, v('OU'));
-      peakUsed = Math.max(peakUsed, v('S0U') + v('S1U') + v('EU') + v('OU'));
-      samples++;
-    }
-  });
-  let result: T;
-  try {
-    result = await fn();
-  } finally {
-    sampler.kill();
-  }
-  await run('jcmd', [String(pid), 'GC.run']);
-  const after = await heap(pid);
-  return {
-    result,
-    heap: {
-      retained: after.used - base.used,
-      oldGrowth: peakOld - base.old,
-      peakGrowth: peakUsed - base.used,
-      samples,
-    },
-  };
-}
-
 export async function dataPlaneScenarios(o: DataPlaneOptions): Promise<{ rows: Row[]; raw: unknown }> {
   const work = await mkdtemp(join(tmpdir(), 'peerload-bench-data-'));
   const cleanup: (() => Promise<unknown>)[] = [];
   try {
     progress('data plane: building the plugin jar');
-    const build = await run('bash', [join(ROOT, 'scripts/build-plugin.sh')], {
-      env: { ...process.env, PEERLOAD_SKIP_PLUGIN_TESTS: '1' },
-      maxBuffer: 16 << 20,
-      timeout: 900_000,
-    });
-    const jar = build.stdout.trim().split('\n').pop()!;
+    const jar = await pluginJar();
 
     const minio: MinIO = await startMinIO();
     cleanup.push(() => minio.stop());
@@ -351,7 +284,7 @@ export async function dataPlaneScenarios(o: DataPlaneOptions): Promise<{ rows: R
         rows.push({
           id: `3${suffix}`,
           scenario: `plugin in TorchServe, ${(size / MiB).toFixed(0)} MiB through the peer-proxy emulator, ${label}`,
-          metric: 'download throughput (POST → archive in the model store, fsync included)',
+          metric: 'download throughput (POST → archive in the model store)',
           unit: 'MiB/s',
           value: stats(p.map((x) => mibps(x.downloadMs))),
           reference: stats(c.map(mibps)),

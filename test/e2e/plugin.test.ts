@@ -2,12 +2,10 @@
  * The Java endpoint plugin inside a REAL TorchServe 0.12.0 (token authorization on), downloading through the
  * peer-proxy emulator from MinIO (which verifies SigV4 presigned URLs) and Azurite (which verifies SAS).
  */
-import { execFile, spawn } from 'node:child_process';
 import { createReadStream } from 'node:fs';
 import { mkdtemp, readdir, readFile, rm, stat } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { promisify } from 'node:util';
 import { PutObjectCommand } from '@aws-sdk/client-s3';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { effectiveFilter, objectURL } from '../../src/storage/objecturl.ts';
@@ -25,8 +23,8 @@ import { freePort } from '../support/ports.ts';
 import { waitFor } from '../support/process.ts';
 import { startTorchServe, type TorchServe } from '../support/torchserve.ts';
 import { minioPluginConfig, pluginJar, writePluginConfig } from '../support/plugin.ts';
+import { withHeapSampling } from '../support/jvm-heap.ts';
 
-const run = promisify(execFile);
 const BUCKET = 'models';
 const GiB = 1024 * 1024 * 1024;
 const MiB = 1024 * 1024;
@@ -83,20 +81,6 @@ async function listModels(): Promise<string[]> {
   expect(res.status).toBe(200);
   const body = (await res.json()) as { models: { modelName: string }[] };
   return body.models.map((m) => m.modelName);
-}
-
-/** Heap figures of the frontend JVM from `jstat -gc` (KiB columns), in bytes. */
-async function heap(pid: number): Promise<{ used: number; old: number }> {
-  const { stdout } = await run('jstat', ['-gc', String(pid)]);
-  const [head, values] = stdout.trim().split('\n');
-  const cols = head!.trim().split(/\s+/);
-  const vals = values!.trim().split(/\s+/).map(Number);
-  const v = (name: string) => vals[cols.indexOf(name)]! * 1024;
-  return { used: v('S0U') + v('S1U') + v('EU') + v('OU'), old: v('OU') };
-}
-
-async function gc(pid: number): Promise<void> {
-  await run('jcmd', [String(pid), 'GC.run']);
 }
 
 beforeAll(async () => {
@@ -292,49 +276,18 @@ describe('p2p endpoint plugin in TorchServe 0.12.0', () => {
     );
     await rm(big.path);
 
-    await gc(ts.pid);
-    const base = await heap(ts.pid);
-    // One long-running `jstat -gc <pid> 200` (a sample every 200 ms) instead of a JVM spawned per sample. The frontend
-    // runs the serial collector here because its jstat counters are sampled live (G1 updates eden usage only at
-    // region allocation or GC, which would hide short-lived garbage).
-    const sampler = spawn('jstat', ['-gc', String(ts.pid), '200'], { stdio: ['ignore', 'pipe', 'ignore'] });
-    let peakOld = base.old;
-    let peakUsed = base.used;
-    let samples = 0;
-    let cols: string[] = [];
-    let pending = '';
-    sampler.stdout.on('data', (chunk: Buffer) => {
-      pending += chunk.toString();
-      const lines = pending.split('\n');
-      pending = lines.pop()!;
-      for (const line of lines) {
-        const fields = line.trim().split(/\s+/);
-        if (fields[0] === 'S0C') {
-          cols = fields;
-          continue;
-        }
-        if (cols.length === 0 || fields.length !== cols.length) continue;
-        const v = (name: string) => Number(fields[cols.indexOf(name)]) * 1024;
-        peakOld = Math.max(peakOld, v('OU'));
-        peakUsed = Math.max(peakUsed, v('S0U') + v('S1U') + v('EU') + v('OU'));
-        samples++;
-      }
-    });
     const t0 = Date.now();
-    const { status, body } = await register('file_name=big/big.mar');
+    const {
+      result: { status, body },
+      heap: { base, retained, oldGrowth, peakGrowth, samples },
+    } = await withHeapSampling(ts.pid, () => register('file_name=big/big.mar'));
     const seconds = (Date.now() - t0) / 1000;
-    sampler.kill();
-    await gc(ts.pid);
-    const after = await heap(ts.pid);
 
     expect(status, JSON.stringify(body)).toBe(200);
     expect((await stat(join(ts.modelStore, 'big.mar'))).size).toBe(size);
-    const retained = after.used - base.used;
-    const oldGrowth = peakOld - base.old;
-    const peakGrowth = peakUsed - base.used;
     console.log(
-      `[1 GiB] ${seconds.toFixed(1)} s; heap used ${(base.used / MiB).toFixed(1)} MiB -> ` +
-        `${(after.used / MiB).toFixed(1)} MiB after GC (retained ${(retained / MiB).toFixed(1)} MiB); ` +
+      `[1 GiB] ${seconds.toFixed(1)} s; heap used ${(base / MiB).toFixed(1)} MiB, ` +
+        `retained after GC ${(retained / MiB).toFixed(1)} MiB; ` +
         `old gen peak +${(oldGrowth / MiB).toFixed(1)} MiB; peak used +${(peakGrowth / MiB).toFixed(1)} MiB ` +
         `(${samples} jstat samples, serial GC, -Xmx384m)`,
     );
