@@ -64,6 +64,7 @@ export function createServedModelController(
 ): Controller<Obj> {
   const models = ctx.informers.get<Obj>(GVR.servedModels);
   const slices = ctx.informers.get<EndpointSlice>(GVR.endpointSlices, { labelSelector: SERVICE_NAME_LABEL });
+  slices.addIndexer('service', (s) => [`${s.metadata.namespace}/${s.metadata.labels?.[SERVICE_NAME_LABEL]}`]);
   const preheats = ctx.informers.get<ModelPreheat>(GVR.modelPreheats);
   const secrets = new SecretReader(ctx.kube);
   const { pollBackoffStart, pollBackoffMax } = ctx.config;
@@ -233,7 +234,7 @@ export function createServedModelController(
   function serviceSlices(namespace: string, spec: ServedModelSpec): EndpointSlice[] {
     const svc = spec.modelServer.service?.name;
     if (!svc) return [];
-    return slices.list(namespace).filter((s) => s.metadata.labels?.[SERVICE_NAME_LABEL] === svc);
+    return slices.byIndex('service', `${namespace}/${svc}`);
   }
 
   /** Unregisters the model from every replica it may be on; gives up on unreachable ones after a grace period. */

@@ -8,7 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { PutObjectCommand } from '@aws-sdk/client-s3';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { effectiveFilter, objectURL } from '../../src/storage/objecturl.ts';
+import { DEFAULT_FILTERS, effectiveFilter, objectURL } from '../../src/storage/objecturl.ts';
 import { taskID } from '../../src/storage/taskid.ts';
 import { startAzurite, type Azurite } from '../support/azurite.ts';
 import { startMinIO, type MinIO } from '../support/minio.ts';
@@ -29,15 +29,8 @@ const BUCKET = 'models';
 const GiB = 1024 * 1024 * 1024;
 const MiB = 1024 * 1024;
 
-const S3_FILTER = [
-  'X-Amz-Algorithm',
-  'X-Amz-Credential',
-  'X-Amz-Date',
-  'X-Amz-Expires',
-  'X-Amz-SignedHeaders',
-  'X-Amz-Signature',
-  'X-Amz-Security-Token',
-];
+// What the Java plugin must send by default: the same list as the TypeScript side.
+const S3_FILTER = DEFAULT_FILTERS.s3;
 
 interface PluginAnswer {
   Status: string;

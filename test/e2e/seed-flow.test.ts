@@ -165,39 +165,61 @@ const mph = (name: string) =>
     name,
   }) as Promise<ModelPreheat>;
 
+/** A ServedModel of an object in the MinIO bucket, preheated by the operator (`preheat.create`). */
+async function createServedModel(
+  name: string,
+  o: {
+    modelName: string;
+    fileName: string;
+    service: string;
+    minWorkers: number;
+    filteredQueryParams?: string[];
+    rollout?: Record<string, unknown>;
+  },
+): Promise<void> {
+  await custom.createNamespacedCustomObject({
+    group: GROUP,
+    version: VERSION,
+    namespace: ns,
+    plural: 'servedmodels',
+    body: {
+      apiVersion: `${GROUP}/${VERSION}`,
+      kind: 'ServedModel',
+      metadata: { name },
+      spec: {
+        modelName: o.modelName,
+        fileName: o.fileName,
+        modelServer: {
+          service: { name: o.service },
+          managementTokenSecretRef: { name: 'torchserve-keys', key: '{pod}.json' },
+        },
+        workers: { min: o.minWorkers },
+        preheat: {
+          create: true,
+          objectStorage: {
+            type: 's3',
+            bucket: BUCKET,
+            endpoint: minio.endpoint,
+            pathStyle: true,
+            region: minio.region,
+            credentialsSecretRef: { name: 's3-credentials' },
+            ...(o.filteredQueryParams ? { filteredQueryParams: o.filteredQueryParams } : {}),
+          },
+        },
+        ...(o.rollout ? { rollout: o.rollout } : {}),
+      },
+    },
+  });
+}
+
 describe('the seed flow, declaratively', () => {
   it('preheats once, registers on 6 replicas (1 real TorchServe) with cache hits only, scales, and serves inference', async () => {
-    await custom.createNamespacedCustomObject({
-      group: GROUP,
-      version: VERSION,
-      namespace: ns,
-      plural: 'servedmodels',
-      body: {
-        apiVersion: `${GROUP}/${VERSION}`,
-        kind: 'ServedModel',
-        metadata: { name: 'tiny' },
-        spec: {
-          modelName: 'tiny',
-          fileName: KEY,
-          modelServer: {
-            service: { name: 'torchserve' },
-            managementTokenSecretRef: { name: 'torchserve-keys', key: '{pod}.json' },
-          },
-          workers: { min: 1 },
-          preheat: {
-            create: true,
-            objectStorage: {
-              type: 's3',
-              bucket: BUCKET,
-              endpoint: minio.endpoint,
-              pathStyle: true,
-              region: minio.region,
-              credentialsSecretRef: { name: 's3-credentials' },
-            },
-          },
-          rollout: { maxConcurrent: 3, seedFirst: true },
-        },
-      },
+    await createServedModel('tiny', {
+      modelName: 'tiny',
+      fileName: KEY,
+      service: 'torchserve',
+      minWorkers: 1,
+      rollout: { maxConcurrent: 3, seedFirst: true },
     });
 
     const ready = await waitFor(
@@ -265,38 +287,13 @@ describe('the seed flow, declaratively', () => {
     const one = new ServiceEndpoints(kc, ns, 'torchserve-one');
     await one.add('ts-5', ts.managementURL);
     const originBefore = nodePeer.stats.originRequests;
-    await custom.createNamespacedCustomObject({
-      group: GROUP,
-      version: VERSION,
-      namespace: ns,
-      plural: 'servedmodels',
-      body: {
-        apiVersion: `${GROUP}/${VERSION}`,
-        kind: 'ServedModel',
-        metadata: { name: 'wrong-filter' },
-        spec: {
-          modelName: 'tiny-wrong',
-          fileName: key,
-          modelServer: {
-            service: { name: 'torchserve-one' },
-            managementTokenSecretRef: { name: 'torchserve-keys', key: '{pod}.json' },
-          },
-          workers: { min: 0 },
-          preheat: {
-            create: true,
-            objectStorage: {
-              type: 's3',
-              bucket: BUCKET,
-              endpoint: minio.endpoint,
-              pathStyle: true,
-              region: minio.region,
-              credentialsSecretRef: { name: 's3-credentials' },
-              // The signature and its date stay in the task id: every signing makes another task.
-              filteredQueryParams: ['X-Amz-Algorithm', 'X-Amz-Credential'],
-            },
-          },
-        },
-      },
+    await createServedModel('wrong-filter', {
+      modelName: 'tiny-wrong',
+      fileName: key,
+      service: 'torchserve-one',
+      minWorkers: 0,
+      // The signature and its date stay in the task id: every signing makes another task.
+      filteredQueryParams: ['X-Amz-Algorithm', 'X-Amz-Credential'],
     });
     await waitFor(
       'wrong-filter Ready 1/1',

@@ -32,6 +32,7 @@ import {
   request,
 } from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
+import { DEFAULT_FILTERS } from '../../src/storage/objecturl.ts';
 
 // ---------------------------------------------------------------------------------------------------------------
 // Options and public shape
@@ -73,7 +74,7 @@ export interface ModelServerEmulatorOptions {
   proxyURL?: string;
   /** URL of an object key. Absent: the download is skipped (registration only). */
   objectURL?: (fileName: string) => string;
-  /** Query parameters filtered from the task id; sent in both filter headers. Default: seed 2.2's S3 list. */
+  /** Query parameters filtered from the task id; sent in both filter headers. Default: the plugin's s3 default (src/storage/objecturl.ts). */
   filter?: string[];
   /** Extra headers of plugin downloads (seed 2.2 `header`). */
   headers?: Record<string, string>;
@@ -173,14 +174,6 @@ export interface ModelServerFleet {
 // ---------------------------------------------------------------------------------------------------------------
 // Constants (TorchServe's texts)
 
-const S3_FILTER = [
-  'X-Amz-Algorithm',
-  'X-Amz-Credential',
-  'X-Amz-Date',
-  'X-Amz-Expires',
-  'X-Amz-SignedHeaders',
-  'X-Amz-Signature',
-];
 const TOKEN_AUTHORIZATION_FAILED =
   'Token Authorization failed. Token either incorrect, expired, or not provided correctly';
 const TOKEN_AUTHENTICATION_FAILED =
@@ -758,7 +751,7 @@ class Emulator implements ModelServerEmulator {
   > {
     if (!this.opts.objectURL) return undefined;
     const target = new URL(this.opts.objectURL(fileName));
-    const filter = this.opts.filter ?? S3_FILTER;
+    const filter = this.opts.filter ?? [...DEFAULT_FILTERS.s3];
     const headers: Record<string, string> = { ...this.opts.headers };
     if (filter.length > 0) {
       headers['X-Dragonfly-Filtered-Query-Params'] = filter.join(',');

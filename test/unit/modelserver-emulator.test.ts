@@ -243,10 +243,10 @@ describe('plugin download through the peer proxy', () => {
     );
     const h = Object.fromEntries(Object.entries(rec.headers).map(([k, v]) => [k.toLowerCase(), v]));
     expect(h['x-dragonfly-filtered-query-params']).toBe(
-      'X-Amz-Algorithm,X-Amz-Credential,X-Amz-Date,X-Amz-Expires,X-Amz-SignedHeaders,X-Amz-Signature',
+      'X-Amz-Algorithm,X-Amz-Credential,X-Amz-Date,X-Amz-Expires,X-Amz-SignedHeaders,X-Amz-Signature,X-Amz-Security-Token',
     );
     expect(h['x-dragonfly-filter']).toBe(
-      'X-Amz-Algorithm&X-Amz-Credential&X-Amz-Date&X-Amz-Expires&X-Amz-SignedHeaders&X-Amz-Signature',
+      'X-Amz-Algorithm&X-Amz-Credential&X-Amz-Date&X-Amz-Expires&X-Amz-SignedHeaders&X-Amz-Signature&X-Amz-Security-Token',
     );
     expect(h['x-dragonfly-tag']).toBe('peerload');
     expect(h['x-dragonfly-application']).toBe('torchserve');
