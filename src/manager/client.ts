@@ -170,9 +170,15 @@ export class ManagerClient {
     return this.#parseJob('create preheat job', res);
   }
 
-  async getJob(id: number): Promise<ManagerJob> {
+  /**
+   * `GET {apiPath}/jobs/{id}`. `once` makes one attempt bounded by `timeoutMs` instead of the retrying call: for a
+   * look that is only an optimisation and must not hold the caller up.
+   */
+  async getJob(id: number, once?: { timeoutMs: number }): Promise<ManagerJob> {
     const op = `get job ${id}`;
-    const res = await this.#call(op, 'GET', `/jobs/${encodeURIComponent(String(id))}`);
+    const res = await this.#call(op, 'GET', `/jobs/${encodeURIComponent(String(id))}`, {
+      ...(once ? { attempts: 0, timeoutMs: once.timeoutMs } : {}),
+    });
     return this.#parseJob(op, res);
   }
 
@@ -246,14 +252,21 @@ export class ManagerClient {
     op: string,
     method: Method,
     path: string,
-    opts: { body?: unknown; query?: Record<string, string>; secrets?: string[] } = {},
+    opts: {
+      body?: unknown;
+      query?: Record<string, string>;
+      secrets?: string[];
+      attempts?: number;
+      timeoutMs?: number;
+    } = {},
   ): Promise<RawResponse> {
     const fullPath = `${this.#prefix}${this.apiPath}${path}`;
+    const attempts = opts.attempts ?? this.#retry.attempts;
     for (let attempt = 0; ; attempt++) {
       try {
         return await this.#send(op, method, fullPath, { ...opts, auth: true });
       } catch (e) {
-        if (!(e instanceof ManagerError) || !e.retryable || attempt >= this.#retry.attempts) throw e;
+        if (!(e instanceof ManagerError) || !e.retryable || attempt >= attempts) throw e;
         // A POST is repeated only when the manager surely did not act on it.
         if (method === 'POST' && e.status !== 429 && !NETWORK_RETRY_SAFE_FOR_POST.has(e.code ?? '')) throw e;
         const backoff = Math.min(this.#retry.maxDelayMs, this.#retry.minDelayMs * 2 ** attempt);
@@ -269,7 +282,13 @@ export class ManagerClient {
     op: string,
     method: Method,
     fullPath: string,
-    opts: { body?: unknown; query?: Record<string, string>; secrets?: string[]; auth: boolean },
+    opts: {
+      body?: unknown;
+      query?: Record<string, string>;
+      secrets?: string[];
+      timeoutMs?: number;
+      auth: boolean;
+    },
   ): Promise<RawResponse> {
     for (let authAttempt = 0; ; authAttempt++) {
       const material = opts.auth ? await this.#auth.material() : { headers: {}, query: {}, jwt: undefined };
@@ -285,7 +304,14 @@ export class ManagerClient {
         payload = JSON.stringify(opts.body);
         headers['content-type'] = 'application/json';
       }
-      const res = await this.#exchange(op, method, fullPath + (search ? `?${search}` : ''), headers, payload);
+      const res = await this.#exchange(
+        op,
+        method,
+        fullPath + (search ? `?${search}` : ''),
+        headers,
+        payload,
+        opts.timeoutMs ?? this.#timeoutMs,
+      );
       if (res.status >= 200 && res.status < 300) return res;
       if (res.status === 401 && material.jwt !== undefined && authAttempt === 0) {
         // The JWT may have been revoked or the manager restarted with a new key: sign in once more.
@@ -312,10 +338,11 @@ export class ManagerClient {
     path: string,
     headers: Record<string, string>,
     body: string | undefined,
+    timeoutMs: number,
   ): Promise<RawResponse> {
     await this.#semaphore.acquire();
     this.#maxInFlight = Math.max(this.#maxInFlight, this.#semaphore.active);
-    const signal = AbortSignal.timeout(this.#timeoutMs);
+    const signal = AbortSignal.timeout(timeoutMs);
     try {
       const res = await this.#dispatcher.request({
         origin: this.#origin,
@@ -334,7 +361,7 @@ export class ManagerClient {
           status: 0,
           code: 'TIMEOUT',
           operation: op,
-          managerMessage: `no answer within ${this.#timeoutMs} ms`,
+          managerMessage: `no answer within ${timeoutMs} ms`,
           cause: e,
         });
       }

@@ -261,6 +261,58 @@ describe('ModelPreheat', () => {
     }
   });
 
+  it('one status write when the job is done at once; JobCreated first when it is not, or when the manager is slow', async () => {
+    // Every write of the object reaches a watch as its own event, so the recorded sequence is the write sequence.
+    const seen = new Map<string, string[]>();
+    const watch = await new k8s.Watch(kc).watch(
+      `/apis/${GROUP}/${VERSION}/namespaces/${ns}/${PLURAL}`,
+      {},
+      (_type: string, o: ModelPreheat) => {
+        const c = o.status?.conditions?.find((x) => x.type === 'Succeeded');
+        if (!c) return;
+        seen.set(o.metadata.name!, [...(seen.get(o.metadata.name!) ?? []), `${c.status}/${c.reason}`]);
+      },
+      () => {},
+    );
+    // A manager without seed peers ends its jobs before the create's answer is sent (bench row 1's emulator).
+    const instant = await startManagerEmulator({});
+    try {
+      await create('at-once', {
+        url: fileURL('/models/resnet-18.mar', 'sig-at-once'),
+        manager: { url: instant.url },
+      });
+      const atOnce = await until('at-once', 'True', 'JobSucceeded');
+      expect(atOnce.status!.jobID).toBeGreaterThan(0);
+      expect(atOnce.status!.startedAt).toBeDefined();
+      expect(atOnce.status!.successCount).toBe(1);
+      expect(instant.jobs.get(atOnce.status!.jobID!)!.state).toBe('SUCCESS');
+
+      manager.setJobLatency(1_000);
+      await create('later', { url: fileURL('/models/bert.mar', 'sig-later') });
+      await until('later', 'True', 'JobSucceeded');
+
+      // A manager that answers only after the look's 2 s bound: the job id is still written without waiting for it.
+      manager.setJobLatency(0);
+      manager.setRequestDelay(2_500);
+      await create('slow-manager', { url: fileURL('/models/bert.mar', 'sig-slow') });
+      await until('slow-manager', 'True', 'JobSucceeded', 60_000);
+      await waitFor(
+        'the last watch events',
+        async () => (seen.get('slow-manager')?.length ?? 0) >= 2 || undefined,
+      ).catch((e: unknown) => {
+        throw new Error(`${String(e)}: ${JSON.stringify([...seen])}`);
+      });
+      expect(seen.get('at-once')).toEqual(['True/JobSucceeded']);
+      expect(seen.get('later')).toEqual(['Unknown/JobCreated', 'True/JobSucceeded']);
+      expect(seen.get('slow-manager')).toEqual(['Unknown/JobCreated', 'True/JobSucceeded']);
+    } finally {
+      manager.setRequestDelay(0);
+      manager.setJobLatency(0);
+      watch.abort();
+      await instant.close();
+    }
+  });
+
   it('ModelPreheat status when the manager answers `status` instead of `state` (seed dialect)', async () => {
     const seedDialect = await startManagerEmulator({ peer, statusField: 'status' });
     try {

@@ -355,6 +355,34 @@ describe('ManagerClient error mapping', () => {
     expect(slow).toMatchObject({ kind: 'retryable', code: 'TIMEOUT' });
   });
 
+  it('getJob once: a single attempt bounded by its own time-out, whatever the client retries', async () => {
+    const { m, c } = await setup(
+      { peers: [] },
+      { requestTimeoutMs: 5_000, retry: { attempts: 3, minDelayMs: 10, maxDelayMs: 50 } },
+    );
+    const job = await c.createPreheatJob({ type: 'file', url: 'http://x' });
+    expect((await c.getJob(job.id, { timeoutMs: 1_000 })).state).toBe('SUCCESS');
+    m.setRequestDelay(600);
+    const before = m.counters.requests;
+    const t0 = Date.now();
+    const slow = await caught(c.getJob(job.id, { timeoutMs: 150 }));
+    expect(slow).toMatchObject({
+      kind: 'retryable',
+      code: 'TIMEOUT',
+      managerMessage: 'no answer within 150 ms',
+    });
+    expect(Date.now() - t0).toBeLessThan(500);
+    m.setRequestDelay(0);
+    m.injectServerErrors(1, 503);
+    await caught(c.getJob(job.id, { timeoutMs: 1_000 }));
+    // The delayed GET still reaches the emulator after its client gave up; the 503 is the only other one.
+    await new Promise((r) => setTimeout(r, 700));
+    expect(m.counters.requests - before).toBe(2);
+    // The retrying call (no `once`) does retry the same 503.
+    m.injectServerErrors(1, 503);
+    expect((await c.getJob(job.id)).id).toBe(job.id);
+  });
+
   it('bounds the requests in flight toward one manager', async () => {
     const { m, c } = await setup({ peers: [] }, { maxConcurrency: 4 });
     const job = await c.createPreheatJob({ type: 'file', url: 'http://x' });
