@@ -22,16 +22,17 @@ const rel = (r.raw['3+6'] ?? r.raw['6'])?.s6?.relativeToDiskRead;
 const chart = rel
   ? [
       '',
-      'Scenario 6, download time relative to reading the file from (page-cached) disk, like the seed chart:',
+      'Scenario 6, download time relative to reading the file from disk (out of the page cache), like the seed chart:',
       '',
       '```',
       ...Object.entries({
         'disk read': rel['disk']!,
         local: rel['local']!,
+        ...(rel['localPageCached'] !== undefined ? { 'local (page-cached)': rel['localPageCached'] } : {}),
         direct: rel['direct']!,
         'P2P cold': rel['cold']!,
         remote: rel['remote']!,
-      }).map(([k, v]) => `${k.padEnd(10)} ${'█'.repeat(Math.max(1, Math.round(v * 2)))} ${v.toFixed(1)}×`),
+      }).map(([k, v]) => `${k.padEnd(19)} ${'█'.repeat(Math.max(1, Math.round(v * 2)))} ${v.toFixed(1)}×`),
       '```',
     ]
   : [];
