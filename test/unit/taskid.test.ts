@@ -137,4 +137,15 @@ describe('filter headers', () => {
     expect(parsePieceLength('4mb')).toBe(4_000_000);
     expect(parsePieceLength('lots')).toBeUndefined();
   });
+
+  it("the Java plugin's copy of the daemon's default filter is the same list", () => {
+    const java = readFileSync(
+      new URL('../../plugin/src/main/java/io/peerload/plugin/TaskId.java', import.meta.url),
+      'utf8',
+    );
+    const block = /daemon-default-filter:start([\s\S]*?)daemon-default-filter:end/.exec(java)?.[1];
+    expect(block).toBeDefined();
+    const names = [...block!.matchAll(/"([^"]+)"/g)].map((m) => m[1]);
+    expect(names).toEqual([...DEFAULT_FILTERED_QUERY_PARAMS]);
+  });
 });

@@ -102,8 +102,8 @@ public final class ModelRegistration {
     ObjectStorage storage = config.storage();
     String what = storage.type() + "://" + storage.bucket() + "/" + key;
     String signed = storage.signedUrl(key, clock.instant(), ObjectStorage.DEFAULT_EXPIRY);
-    String expectedTaskId = TaskId.compute(signed, config.filter(), header(config, "X-Dragonfly-Tag"),
-        header(config, "X-Dragonfly-Application"), null, null);
+    String expectedTaskId = TaskId.forRequest(signed, config.filter(), header(config, "X-Dragonfly-Tag"),
+        header(config, "X-Dragonfly-Application"), header(config, "X-Dragonfly-Piece-Length"));
     Path target = store.resolve(fileName);
     boolean existed = Files.exists(target);
     long start = System.nanoTime();

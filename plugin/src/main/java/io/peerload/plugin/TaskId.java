@@ -1,12 +1,19 @@
 package io.peerload.plugin;
 
+import java.math.BigDecimal;
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.Collection;
+import java.util.Collections;
 import java.util.Comparator;
+import java.util.HashMap;
 import java.util.HashSet;
 import java.util.List;
 import java.util.Locale;
+import java.util.Map;
 import java.util.Set;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
 
 /**
  * The peer daemon's task identity (dragonflyoss/client, dragonfly-client-util id_generator): {@code
@@ -16,6 +23,65 @@ import java.util.Set;
  */
 public final class TaskId {
   private TaskId() {}
+
+  /**
+   * The filter the daemon applies when a request carries no filter header (dragonfly pkg/net/http), in the
+   * manager's order. The same list as {@code DEFAULT_FILTERED_QUERY_PARAMS} in src/storage/taskid.ts (a vitest
+   * test compares the two).
+   */
+  // daemon-default-filter:start
+  public static final List<String> DAEMON_DEFAULT_FILTER = Collections.unmodifiableList(Arrays.asList(
+      "X-Amz-Algorithm", "X-Amz-Credential", "X-Amz-Date", "X-Amz-Expires", "X-Amz-SignedHeaders",
+      "X-Amz-Signature", "X-Amz-Security-Token", "X-Amz-User-Agent",
+      "X-Goog-Algorithm", "X-Goog-Credential", "X-Goog-Date", "X-Goog-Expires", "X-Goog-SignedHeaders",
+      "X-Goog-Signature",
+      "OSSAccessKeyId", "Expires", "Signature", "SecurityToken",
+      "AccessKeyId", "Signature", "Expires", "X-Obs-Date", "X-Obs-Security-Token",
+      "q-sign-algorithm", "q-ak", "q-sign-time", "q-key-time", "q-header-list", "q-url-param-list", "q-signature",
+      "x-cos-security-token",
+      "ns"));
+  // daemon-default-filter:end
+
+  private static final Pattern SIZE = Pattern.compile("^\\s*([0-9]+(?:\\.[0-9]+)?)\\s*([a-zA-Z]*)\\s*$");
+  private static final Map<String, Long> SIZE_UNITS = new HashMap<>();
+
+  static {
+    long[] values = {1, 1, 1000, 1000, 1024, 1024, 1000_000, 1000_000, 1L << 20, 1L << 20, 1000_000_000, 1000_000_000,
+        1L << 30, 1L << 30};
+    String[] names = {"", "b", "k", "kb", "ki", "kib", "m", "mb", "mi", "mib", "g", "gb", "gi", "gib"};
+    for (int i = 0; i < names.length; i++) {
+      SIZE_UNITS.put(names[i], values[i]);
+    }
+  }
+
+  /**
+   * The task id the daemon computes for a download the plugin sends: {@code filter} goes in both filter headers
+   * when non-empty, and without any the daemon uses {@link #DAEMON_DEFAULT_FILTER}; a piece length only counts when
+   * {@code X-Dragonfly-Piece-Length} parses (like {@code identityFromHeaders} in src/storage/taskid.ts).
+   */
+  public static String forRequest(String url, List<String> filter, String tag, String application, String pieceLength) {
+    return compute(url, filter.isEmpty() ? DAEMON_DEFAULT_FILTER : filter, tag, application, null,
+        parsePieceLength(pieceLength));
+  }
+
+  /**
+   * Parses {@code X-Dragonfly-Piece-Length} ({@code 4194304}, {@code 4mib}, {@code 4 MiB}, {@code 4mb}) into bytes
+   * like the daemon's byte-size parser; null when absent or not parsable.
+   */
+  static Long parsePieceLength(String raw) {
+    if (raw == null) {
+      return null;
+    }
+    Matcher m = SIZE.matcher(raw);
+    if (!m.matches()) {
+      return null;
+    }
+    Long unit = SIZE_UNITS.get(m.group(2).toLowerCase(Locale.ROOT));
+    if (unit == null) {
+      return null;
+    }
+    return new BigDecimal(m.group(1)).multiply(BigDecimal.valueOf(unit)).longValue();
+  }
 
   /** Task id of a URL; optional parts may be null. */
   public static String compute(

@@ -94,4 +94,29 @@ class TaskIdTest {
     assertEquals("980ee327518ccc5a7c30703e1a2232e8ba9047b39431f940636c85b6146f8b9a",
         TaskId.compute("https://example.com/file.txt?b=2&a=1", Collections.emptyList(), null, null, null, null));
   }
+
+  /** The id the plugin logs as expected: the daemon's default filter without a filter header, a parsed piece length. */
+  @Test
+  void forRequestFollowsWhatTheDaemonSees() {
+    String a = "https://b.s3.amazonaws.com/m.mar?X-Amz-Date=20260101T000000Z&X-Amz-Signature=aa&v=1";
+    String b = "https://b.s3.amazonaws.com/m.mar?X-Amz-Date=20260202T000000Z&X-Amz-Signature=bb&v=1";
+    // No filter configured -> no header -> the daemon's default filter drops the signature parameters.
+    assertEquals(TaskId.forRequest(a, Collections.emptyList(), null, null, null),
+        TaskId.forRequest(b, Collections.emptyList(), null, null, null));
+    assertEquals(TaskId.compute(a, TaskId.DAEMON_DEFAULT_FILTER, null, null, null, null),
+        TaskId.forRequest(a, Collections.emptyList(), null, null, null));
+    // A configured filter is used as it is.
+    assertEquals(TaskId.compute(a, Arrays.asList("v"), "t", "app", null, null),
+        TaskId.forRequest(a, Arrays.asList("v"), "t", "app", null));
+    // X-Dragonfly-Piece-Length counts once it parses, in the daemon's units; otherwise it is ignored.
+    assertEquals(TaskId.compute(a, Arrays.asList("v"), null, null, null, 4194304L),
+        TaskId.forRequest(a, Arrays.asList("v"), null, null, "4 MiB"));
+    assertEquals(TaskId.compute(a, Arrays.asList("v"), null, null, null, 4000000L),
+        TaskId.forRequest(a, Arrays.asList("v"), null, null, "4mb"));
+    assertEquals(TaskId.compute(a, Arrays.asList("v"), null, null, null, null),
+        TaskId.forRequest(a, Arrays.asList("v"), null, null, "four"));
+    assertEquals(Long.valueOf(1536), TaskId.parsePieceLength("1.5KiB"));
+    assertEquals(Long.valueOf(4194304), TaskId.parsePieceLength("4194304"));
+    assertEquals(null, TaskId.parsePieceLength("4 parsecs"));
+  }
 }
