@@ -7,22 +7,25 @@
  *   filter headers (current `X-Dragonfly-Filtered-Query-Params`, else legacy `X-Dragonfly-Filter`, else
  *   `defaultFilter`), `X-Dragonfly-Tag`, `-Application`, `-Piece-Length`; content cached ON DISK by task id.
  *   Other requests are forwarded directly, uncached.
- * - One origin fetch per task id however many requests wait for it; bodies are streamed to and from disk, never
- *   held in memory.
+ * - One origin fetch per task id however many requests wait for it (a "fill"). Fills are cut-through, like the
+ *   real daemon that serves pieces while it downloads them: the plain GET that starts a fill gets the bytes as they
+ *   arrive while they are written to the cache file; its body completes only once the task is committed. Requests
+ *   joining a running fill (and Range/HEAD requests) wait for the commit and are served from the file. Bodies are
+ *   never held in memory.
  * - Response headers `X-Dragonfly-Task-ID`, `X-Dragonfly-Task-Download-Finished: true` on a local hit; origin
  *   errors passed through with `X-Dragonfly-Error-Type: backend`; injected failures `proxy` / `dfdaemon` /
  *   `backend` or a connection reset.
  * - `GET /peer/tasks/<taskID>` on the proxy itself serves a cached task: another instance configured with
  *   `parent` asks it on a local miss before going to the origin (a "remote peer" hit).
  */
-import { createReadStream, createWriteStream, existsSync, rmSync } from 'node:fs';
-import { mkdir, mkdtemp, readFile, rename, rm, stat, unlink, writeFile } from 'node:fs/promises';
+import { createReadStream, createWriteStream, existsSync, rmSync, type WriteStream } from 'node:fs';
+import { mkdir, mkdtemp, readFile, rename, rm, unlink, writeFile } from 'node:fs/promises';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { Transform } from 'node:stream';
-import { pipeline } from 'node:stream/promises';
+import { Transform, type Readable, type Writable } from 'node:stream';
+import { finished, pipeline } from 'node:stream/promises';
 import { randomUUID } from 'node:crypto';
 import { Agent, ProxyAgent, request as undiciRequest, type Dispatcher } from 'undici';
 import {
@@ -118,9 +121,20 @@ interface Entry {
   lastModified?: string;
 }
 
+type Source = 'origin' | 'parent';
+
 type Fill =
-  | { ok: true; entry: Entry; source: 'origin' | 'parent' }
+  | { ok: true; entry: Entry; source: Source }
   | { ok: false; status: number; headers: Record<string, string>; body: Buffer; errorType: 'backend' };
+
+/** The response of the request that starts a fill, which the fill answers itself while it downloads. */
+interface Live {
+  res: ServerResponse;
+  /** Set by the fill once the source answered 200 and it took the response over. */
+  started: boolean;
+  /** Accounting of the request, run when the source is known and before any byte goes to the client. */
+  onStart(source: Source): void;
+}
 
 const HOP_BY_HOP = new Set([
   'connection',
@@ -136,6 +150,14 @@ const HOP_BY_HOP = new Set([
 ]);
 
 const MAX_ERROR_BODY = 64 * 1024;
+/**
+ * Write buffer of a cache file being filled. With fs.WriteStream's 16 KiB default nearly every chunk waits for its
+ * own write, so the copy runs in lockstep with the disk writes and a cut-through client gets its bytes at that pace;
+ * 4 MiB lets the copy read on while writes (coalesced by writev) are in flight. Bounded memory per fill.
+ */
+const FILL_FILE_BUFFER = 4 * 1024 * 1024;
+/** Read size when serving a cached file: fewer reads, callbacks and socket writes than the 64 KiB default. */
+const SERVE_READ_CHUNK = 1024 * 1024;
 
 function newStats(): PeerProxyStats {
   return {
@@ -181,6 +203,71 @@ function counter(onBytes: (n: number) => void): Transform {
       cb(null, chunk);
     },
   });
+}
+
+/** Content type, etag, last-modified of an origin's (or parent's) answer, kept with the cached task. */
+function entryMeta(h: Record<string, string>): Omit<Entry, 'size'> {
+  const meta: Omit<Entry, 'size'> = {};
+  if (h['content-type']) meta.contentType = h['content-type'];
+  if (h['etag']) meta.etag = h['etag'];
+  if (h['last-modified']) meta.lastModified = h['last-modified'];
+  return meta;
+}
+
+/** The response headers of a task's metadata. */
+function metaHeaders(meta: Omit<Entry, 'size'>): Record<string, string> {
+  const h: Record<string, string> = {};
+  if (meta.contentType) h['content-type'] = meta.contentType;
+  if (meta.etag) h['etag'] = meta.etag;
+  if (meta.lastModified) h['last-modified'] = meta.lastModified;
+  return h;
+}
+
+/** Resolves when `w` can take more data again, or is gone (a client that disconnected never drains). */
+function drained(w: Writable): Promise<void> {
+  if (w.destroyed) return Promise.resolve();
+  return new Promise((resolve) => {
+    const done = () => {
+      w.off('drain', done);
+      w.off('close', done);
+      resolve();
+    };
+    w.on('drain', done);
+    w.on('close', done);
+  });
+}
+
+/**
+ * Copies `src` to `file` and to the live `client` at the same time, waiting while either is full (backpressure of
+ * both sinks; the source is not read meanwhile). When `length` is known the client's last byte is held back and
+ * returned: with it the client would hold its whole body and could ask again before the task is committed.
+ * Without a length nothing is held: the client sees the end only at the chunked terminator, sent by end().
+ */
+async function copyThrough(
+  src: Readable,
+  file: WriteStream,
+  client: ServerResponse | undefined,
+  length: number | undefined,
+  onBytes: (n: number) => void,
+): Promise<{ size: number; held: Buffer | undefined }> {
+  let size = 0;
+  let held: Buffer | undefined;
+  for await (const chunk of src as AsyncIterable<Buffer>) {
+    if (file.errored) throw file.errored;
+    size += chunk.length;
+    onBytes(chunk.length);
+    const waits: Promise<void>[] = [];
+    if (!file.write(chunk)) waits.push(drained(file));
+    let out = chunk;
+    if (size === length) {
+      held = chunk.subarray(-1);
+      out = chunk.subarray(0, -1);
+    }
+    // A client that went away no longer gets bytes; the fill goes on for the cache and the requests joining it.
+    if (client && !client.destroyed && out.length > 0 && !client.write(out)) waits.push(drained(client));
+    if (waits.length > 0) await Promise.all(waits);
+  }
+  return { size, held };
 }
 
 /** `bytes=a-b`, `bytes=a-`, `bytes=-n` against `size`; undefined when absent or unsatisfiable/multi-range. */
@@ -252,7 +339,73 @@ export async function startPeerProxy(opts: PeerProxyOptions = {}): Promise<PeerP
     return entry;
   }
 
-  async function fetchFromParent(id: string, gen: number): Promise<Entry | undefined> {
+  /** Sends the headers of a cut-through answer; the body follows as the fill downloads it. */
+  function startLive(
+    live: Live,
+    id: string,
+    source: Source,
+    meta: Omit<Entry, 'size'>,
+    length: number | undefined,
+  ): void {
+    live.onStart(source);
+    live.started = true;
+    const headers: Record<string, string | number> = {
+      [TASK_ID_HEADER]: id,
+      'accept-ranges': 'bytes',
+      ...metaHeaders(meta),
+    };
+    // No length: Node answers chunked. Headers go out with the first byte, so an empty body cannot complete
+    // before the commit.
+    if (length !== undefined) headers['content-length'] = length;
+    live.res.writeHead(200, headers);
+  }
+
+  /**
+   * Downloads a 200 answer of the origin or the parent into the cache file and, when the fill has a `live` client,
+   * to it at the same time. The client's last byte is written only after the commit, so a request made once a
+   * client holds its whole body finds the task (a local hit). A failure mid-body destroys the client's connection
+   * (it sees a truncated body), removes the partial file and fails the fill with a 502 for the requests joining it.
+   */
+  async function download(
+    id: string,
+    source: Source,
+    upstream: Dispatcher.ResponseData,
+    gen: number,
+    live: Live | undefined,
+  ): Promise<Fill> {
+    const h = undiciHeaders(upstream.headers);
+    const meta = entryMeta(h);
+    const length = h['content-length'] === undefined ? undefined : Number(h['content-length']);
+    if (live) startLive(live, id, source, meta, length);
+    const client = live?.res;
+    const tmp = join(cacheDir, `${id}.${randomUUID()}.part`);
+    const file = createWriteStream(tmp, { highWaterMark: FILL_FILE_BUFFER });
+    file.on('error', () => {}); // seen through file.errored in copyThrough() and by finished() below
+    const onBytes = source === 'origin' ? (n: number) => (stats.originBytes += n) : () => {};
+    try {
+      const { size, held } = await copyThrough(upstream.body, file, client, length, onBytes);
+      file.end();
+      await finished(file); // flushed and closed (or the write error)
+      const entry = await commit(id, tmp, { size, ...meta }, gen);
+      if (client && !client.destroyed) client.end(held);
+      return { ok: true, entry, source };
+    } catch (e) {
+      client?.destroy();
+      file.destroy();
+      await unlink(tmp).catch(() => {});
+      const body = Buffer.from(`${source} download failed: ${e instanceof Error ? e.message : String(e)}`);
+      return {
+        ok: false,
+        status: 502,
+        headers: { 'content-type': 'text/plain' },
+        body,
+        errorType: 'backend',
+      };
+    }
+  }
+
+  /** Task `id` from the parent peer; undefined when there is none or it does not hold the task (go to the origin). */
+  async function fetchFromParent(id: string, gen: number, live: Live | undefined): Promise<Fill | undefined> {
     if (!parent) return undefined;
     let res: Dispatcher.ResponseData;
     try {
@@ -264,15 +417,7 @@ export async function startPeerProxy(opts: PeerProxyOptions = {}): Promise<PeerP
       await res.body.dump();
       return undefined;
     }
-    const tmp = join(cacheDir, `${id}.${randomUUID()}.part`);
-    await pipeline(res.body, createWriteStream(tmp));
-    const { size } = await stat(tmp);
-    const h = undiciHeaders(res.headers);
-    const entry: Entry = { size };
-    if (h['content-type']) entry.contentType = h['content-type'];
-    if (h['etag']) entry.etag = h['etag'];
-    if (h['last-modified']) entry.lastModified = h['last-modified'];
-    return commit(id, tmp, entry, gen);
+    return download(id, 'parent', res, gen, live);
   }
 
   async function fetchFromOrigin(
@@ -280,6 +425,7 @@ export async function startPeerProxy(opts: PeerProxyOptions = {}): Promise<PeerP
     url: string,
     headers: Record<string, string>,
     gen: number,
+    live: Live | undefined,
   ): Promise<Fill> {
     stats.originRequests++;
     let res: Dispatcher.ResponseData;
@@ -297,7 +443,6 @@ export async function startPeerProxy(opts: PeerProxyOptions = {}): Promise<PeerP
         errorType: 'backend',
       };
     }
-    const h = undiciHeaders(res.headers);
     if (res.statusCode < 200 || res.statusCode >= 300) {
       const chunks: Buffer[] = [];
       let total = 0;
@@ -307,6 +452,7 @@ export async function startPeerProxy(opts: PeerProxyOptions = {}): Promise<PeerP
         if (total < MAX_ERROR_BODY) chunks.push(b);
         total += b.length;
       }
+      const h = undiciHeaders(res.headers);
       const keep: Record<string, string> = {};
       if (h['content-type']) keep['content-type'] = h['content-type'];
       return {
@@ -317,41 +463,21 @@ export async function startPeerProxy(opts: PeerProxyOptions = {}): Promise<PeerP
         errorType: 'backend',
       };
     }
-    const tmp = join(cacheDir, `${id}.${randomUUID()}.part`);
-    try {
-      await pipeline(
-        res.body,
-        counter((n) => (stats.originBytes += n)),
-        createWriteStream(tmp),
-      );
-    } catch (e) {
-      await unlink(tmp).catch(() => {});
-      const body = Buffer.from(`origin download failed: ${e instanceof Error ? e.message : String(e)}`);
-      return {
-        ok: false,
-        status: 502,
-        headers: { 'content-type': 'text/plain' },
-        body,
-        errorType: 'backend',
-      };
-    }
-    const { size } = await stat(tmp);
-    const entry: Entry = { size };
-    if (h['content-type']) entry.contentType = h['content-type'];
-    if (h['etag']) entry.etag = h['etag'];
-    if (h['last-modified']) entry.lastModified = h['last-modified'];
-    return { ok: true, entry: await commit(id, tmp, entry, gen), source: 'origin' };
+    return download(id, 'origin', res, gen, live);
   }
 
-  /** Makes task `id` available locally: parent first, then origin. Single flight per task id. */
-  function fill(id: string, url: string, headers: Record<string, string>): Promise<Fill> {
+  /**
+   * Makes task `id` available locally: parent first, then origin. Single flight per task id: a caller that finds
+   * the fill running gets its result, and its `live` response is left alone (`started` stays false).
+   */
+  function fill(id: string, url: string, headers: Record<string, string>, live?: Live): Promise<Fill> {
     const running = fills.get(id);
     if (running) return running;
     const gen = generation;
     const p = (async (): Promise<Fill> => {
-      const fromParent = await fetchFromParent(id, gen);
-      if (fromParent) return { ok: true, entry: fromParent, source: 'parent' };
-      return fetchFromOrigin(id, url, headers, gen);
+      const fromParent = await fetchFromParent(id, gen, live);
+      if (fromParent) return fromParent;
+      return fetchFromOrigin(id, url, headers, gen, live);
     })().finally(() => {
       if (fills.get(id) === p) fills.delete(id);
     });
@@ -371,10 +497,8 @@ export async function startPeerProxy(opts: PeerProxyOptions = {}): Promise<PeerP
       [TASK_ID_HEADER]: id,
       'accept-ranges': 'bytes',
       ...extra,
+      ...metaHeaders(entry),
     };
-    if (entry.contentType) headers['content-type'] = entry.contentType;
-    if (entry.etag) headers['etag'] = entry.etag;
-    if (entry.lastModified) headers['last-modified'] = entry.lastModified;
     if (range) {
       headers['content-range'] = `bytes ${range.start}-${range.end}/${entry.size}`;
       headers['content-length'] = range.end - range.start + 1;
@@ -387,7 +511,10 @@ export async function startPeerProxy(opts: PeerProxyOptions = {}): Promise<PeerP
       res.end();
       return Promise.resolve();
     }
-    const stream = createReadStream(dataPath(id), range ? { start: range.start, end: range.end } : {});
+    const stream = createReadStream(dataPath(id), {
+      highWaterMark: SERVE_READ_CHUNK,
+      ...(range ? { start: range.start, end: range.end } : {}),
+    });
     return pipeline(stream, res).catch(() => {
       res.destroy();
     });
@@ -457,6 +584,17 @@ export async function startPeerProxy(opts: PeerProxyOptions = {}): Promise<PeerP
     ).catch(() => res.destroy());
   }
 
+  /** Accounting of a P2P request served by a fill (not a local hit). */
+  function countFilled(record: RecordedRequest, source: Source): void {
+    if (source === 'parent') {
+      stats.cacheHits++;
+      stats.remoteHits++;
+      record.cacheHit = true;
+    } else {
+      stats.cacheMisses++;
+    }
+  }
+
   async function handleProxy(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const url = req.url!;
     const headers = flatHeaders(req.headers);
@@ -504,20 +642,31 @@ export async function startPeerProxy(opts: PeerProxyOptions = {}): Promise<PeerP
       return;
     }
 
-    const result = await fill(id, url, headers);
+    // A plain GET that starts the fill is answered by it as the bytes arrive (cut-through). Range and HEAD requests
+    // wait for the commit and are served from the file: simpler, and the range needs no origin range request.
+    const live: Live | undefined =
+      req.method === 'GET' && req.headers['range'] === undefined
+        ? {
+            res,
+            started: false,
+            onStart: (source) => {
+              countFilled(record, source);
+              record.status = 200;
+            },
+          }
+        : undefined;
+    const result = await fill(id, url, headers, live);
+    // Answered by the fill: body streamed, or connection destroyed by a failure mid-body (counted at the start).
+    if (live?.started) return;
     if (!result.ok) {
       stats.cacheMisses++;
       record.status = result.status;
       sendError(res, result.status, result.errorType, result.body, result.headers, id);
       return;
     }
-    if (result.source === 'parent') {
-      stats.cacheHits++;
-      stats.remoteHits++;
-      record.cacheHit = true;
-    } else {
-      stats.cacheMisses++;
-    }
+    // Joined a running fill (or Range/HEAD): counted by the fill's source like the request that started it, a miss
+    // from the origin or a remote hit from the parent, although it caused no transfer of its own.
+    countFilled(record, result.source);
     record.status = parseRange(req.headers['range'], result.entry.size) ? 206 : 200;
     await sendEntry(req, res, id, result.entry, {});
   }

@@ -1,4 +1,5 @@
 import { createHash } from 'node:crypto';
+import { readdirSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { ProxyAgent, request } from 'undici';
@@ -10,17 +11,31 @@ import { fetchViaProxy, startPeerProxy, type PeerProxy } from '../support/peer-p
 
 const SIG_FILTER = ['X-Amz-Date', 'X-Amz-Signature'];
 const BIG = 64 * 1024 * 1024;
+/** Body of /gated.bin: 256 KiB, no two neighbouring KiB alike. */
+const GATED = Buffer.from(Array.from({ length: 256 * 1024 }, (_, i) => (i * 7 + (i >> 10)) & 0xff));
+const HALF = GATED.length / 2;
+
+type GateAction = 'finish' | 'fail';
 
 interface Origin {
   url: string;
   hits: Map<string, number>;
+  /** From now on /gated.bin and /peer/tasks/<id> answers stop after the first half of GATED until open(). */
+  hold(): void;
+  /** Waiting answers send the rest ('finish') or break their connection ('fail'); later ones are sent whole. */
+  open(action: GateAction): void;
   close(): Promise<void>;
 }
 
-/** A dumb object store: /model.mar (fixed bytes), /slow.bin (answers after 150 ms), /big.bin (64 MiB stream). */
+/**
+ * A dumb object store: /model.mar (fixed bytes), /slow.bin (answers after 150 ms), /big.bin (64 MiB stream),
+ * /gated.bin (GATED, can be held half-way). Also a fake parent peer: /peer/tasks/<id> answers like /gated.bin.
+ */
 async function startOrigin(): Promise<Origin> {
   const hits = new Map<string, number>();
   const model = Buffer.from('model-archive-bytes '.repeat(1000));
+  let gate: Promise<GateAction> = Promise.resolve('finish');
+  let openGate: (action: GateAction) => void = () => {};
   const server: Server = createServer((req, res) => {
     const path = new URL(req.url ?? '/', 'http://o').pathname;
     hits.set(path, (hits.get(path) ?? 0) + 1);
@@ -41,6 +56,10 @@ async function startOrigin(): Promise<Origin> {
         res.end();
       };
       pump();
+    } else if (path === '/gated.bin' || path.startsWith('/peer/tasks/')) {
+      res.writeHead(200, { 'content-type': 'application/octet-stream', 'content-length': GATED.length });
+      res.write(GATED.subarray(0, HALF));
+      void gate.then((action) => (action === 'fail' ? res.destroy() : res.end(GATED.subarray(HALF))));
     } else {
       res.writeHead(404, { 'content-type': 'application/xml' }).end('<Error><Code>NoSuchKey</Code></Error>');
     }
@@ -49,8 +68,45 @@ async function startOrigin(): Promise<Origin> {
   return {
     url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
     hits,
+    hold() {
+      gate = new Promise((resolve) => (openGate = resolve));
+    },
+    open(action) {
+      openGate(action);
+      gate = Promise.resolve('finish');
+    },
     close: () => new Promise<void>((r) => server.close(() => r())),
   };
+}
+
+/** Rejects when `p` takes longer than `ms` (a store-and-forward proxy would wait for the held origin forever). */
+function within<T>(ms: number, p: Promise<T>): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`no answer within ${ms} ms`)), ms);
+  });
+  return Promise.race([p, timeout]).finally(() => clearTimeout(timer));
+}
+
+/** Reads chunks of `body` until it gave at least `n` bytes (all of it when `n` is Infinity). */
+async function read(body: AsyncIterator<unknown>, n = Infinity): Promise<Buffer> {
+  const chunks: Buffer[] = [];
+  let total = 0;
+  while (total < n) {
+    const next = await body.next();
+    if (next.done) break;
+    chunks.push(next.value as Buffer);
+    total += (next.value as Buffer).length;
+  }
+  return Buffer.concat(chunks);
+}
+
+async function until(cond: () => boolean): Promise<void> {
+  const t0 = Date.now();
+  while (!cond()) {
+    if (Date.now() - t0 > 2_000) throw new Error('condition not met within 2 s');
+    await new Promise((r) => setTimeout(r, 5));
+  }
 }
 
 let origin: Origin;
@@ -65,6 +121,7 @@ beforeAll(async () => {
   origin = await startOrigin();
 });
 afterEach(async () => {
+  origin.open('finish'); // nothing left waiting if a test failed half-way
   await Promise.all(proxies.splice(0).map((p) => p.close()));
   origin.hits.clear();
 });
@@ -256,6 +313,145 @@ describe('peer proxy emulator', () => {
     expect(p.stats.originBytes).toBe(0);
     await fetchViaProxy(p.url, url);
     expect(p.stats.cacheMisses).toBe(1);
+  });
+
+  it('cut-through: the client gets the first bytes while the origin is still sending', async () => {
+    const p = await proxy();
+    const url = `${origin.url}/gated.bin`;
+    const id = taskID({ url });
+    origin.hold();
+    const agent = new ProxyAgent({ uri: p.url });
+    try {
+      const res = await within(2_000, request(url, { dispatcher: agent }));
+      expect(res.statusCode).toBe(200);
+      expect(res.headers['content-length']).toBe(String(GATED.length));
+      expect(res.headers['content-type']).toBe('application/octet-stream');
+      expect(res.headers['x-dragonfly-task-id']).toBe(id);
+      expect(res.headers['x-dragonfly-task-download-finished']).toBeUndefined();
+      const body = res.body[Symbol.asyncIterator]();
+      const first = await within(2_000, read(body, HALF));
+      expect(first.equals(GATED.subarray(0, HALF))).toBe(true);
+      expect(p.hasTask(id)).toBe(false); // the origin is still held: nothing committed yet
+      origin.open('finish');
+      const rest = await within(2_000, read(body));
+      expect(Buffer.concat([first, rest]).equals(GATED)).toBe(true);
+    } finally {
+      await agent.destroy(); // close() would wait for a body that a failed assertion left unread
+    }
+    expect(p.stats).toMatchObject({
+      requests: 1,
+      originRequests: 1,
+      originBytes: GATED.length,
+      cacheMisses: 1,
+      cacheHits: 0,
+    });
+    expect(p.requests.map((r) => [r.cacheHit, r.status, r.taskID])).toEqual([[false, 200, id]]);
+    expect(p.hasTask(id)).toBe(true);
+  });
+
+  it('a failure mid-body breaks the client connection, caches nothing, and the next request goes to the origin', async () => {
+    const p = await proxy();
+    const url = `${origin.url}/gated.bin`;
+    const id = taskID({ url });
+    origin.hold();
+    const agent = new ProxyAgent({ uri: p.url });
+    try {
+      const res = await within(2_000, request(url, { dispatcher: agent }));
+      const body = res.body[Symbol.asyncIterator]();
+      await within(2_000, read(body, HALF));
+      const joiner = fetchViaProxy(p.url, url);
+      await until(() => p.stats.requests === 2); // in the running fill by now (no I/O before joining it)
+      origin.open('fail');
+      await expect(within(2_000, read(body))).rejects.toThrow();
+      const joined = await joiner;
+      expect(joined.status).toBe(502);
+      expect(joined.headers['x-dragonfly-error-type']).toBe('backend');
+    } finally {
+      await agent.destroy();
+    }
+    expect(p.hasTask(id)).toBe(false);
+    expect(p.tasks()).toEqual([]);
+    expect(readdirSync(p.cacheDir)).toEqual([]); // the partial file is gone
+    expect(p.stats).toMatchObject({ requests: 2, originRequests: 1, cacheMisses: 2, cacheHits: 0 });
+
+    const again = await fetchViaProxy(p.url, url);
+    expect(again.status).toBe(200);
+    expect(again.body.equals(GATED)).toBe(true);
+    expect(origin.hits.get('/gated.bin')).toBe(2);
+    expect(p.stats.originRequests).toBe(2);
+    expect(p.hasTask(id)).toBe(true);
+  });
+
+  it('a request right after a cut-through download is a local hit (committed before the last byte)', async () => {
+    const p = await proxy();
+    const url = `${origin.url}/model.mar`;
+    // Repeated: a client that got its last byte before the commit would make the second request a miss now and then.
+    for (let round = 0; round < 25; round++) {
+      p.reset();
+      const miss = await fetchViaProxy(p.url, url);
+      const hit = await fetchViaProxy(p.url, url);
+      expect(miss.headers['x-dragonfly-task-download-finished']).toBeUndefined();
+      expect(hit.headers['x-dragonfly-task-download-finished']).toBe('true');
+      expect(hit.body.equals(miss.body)).toBe(true);
+      expect(p.stats).toMatchObject({ requests: 2, originRequests: 1, cacheMisses: 1, localHits: 1 });
+    }
+    expect(origin.hits.get('/model.mar')).toBe(25);
+  });
+
+  it('concurrent requests of one task during a cut-through fill: one origin request, identical bodies', async () => {
+    const p = await proxy();
+    const url = `${origin.url}/gated.bin`;
+    origin.hold();
+    const all = Array.from({ length: 5 }, () => fetchViaProxy(p.url, url));
+    await until(() => p.stats.requests === 5);
+    origin.open('finish');
+    const results = await within(5_000, Promise.all(all));
+    for (const r of results) {
+      expect(r.status).toBe(200);
+      expect(r.body.equals(GATED)).toBe(true);
+    }
+    expect(origin.hits.get('/gated.bin')).toBe(1);
+    // One request streamed the download, four joined it and were served from the file: all counted as misses.
+    expect(p.stats).toMatchObject({
+      originRequests: 1,
+      originBytes: GATED.length,
+      cacheMisses: 5,
+      cacheHits: 0,
+    });
+    const next = await fetchViaProxy(p.url, url);
+    expect(next.headers['x-dragonfly-task-download-finished']).toBe('true');
+  });
+
+  it('streams a remote-peer hit through as well', async () => {
+    // The origin plays the parent: /peer/tasks/<id> answers GATED, held half-way.
+    const leaf = await proxy({ parent: origin.url });
+    const url = `${origin.url}/model.mar`;
+    const id = taskID({ url });
+    origin.hold();
+    const agent = new ProxyAgent({ uri: leaf.url });
+    try {
+      const res = await within(2_000, request(url, { dispatcher: agent }));
+      expect(res.headers['x-dragonfly-task-id']).toBe(id);
+      const body = res.body[Symbol.asyncIterator]();
+      const first = await within(2_000, read(body, HALF));
+      origin.open('finish');
+      const rest = await within(2_000, read(body));
+      expect(Buffer.concat([first, rest]).equals(GATED)).toBe(true);
+    } finally {
+      await agent.destroy();
+    }
+    expect(origin.hits.get(`/peer/tasks/${id}`)).toBe(1);
+    expect(origin.hits.get('/model.mar')).toBeUndefined();
+    expect(leaf.stats).toMatchObject({
+      remoteHits: 1,
+      cacheHits: 1,
+      cacheMisses: 0,
+      originRequests: 0,
+      originBytes: 0,
+    });
+    const again = await fetchViaProxy(leaf.url, url);
+    expect(again.headers['x-dragonfly-task-download-finished']).toBe('true');
+    expect(again.body.equals(GATED)).toBe(true);
   });
 
   it('streams a large body through disk without holding it in memory', async () => {
