@@ -1,19 +1,22 @@
 package io.peerload.plugin;
 
-import java.io.BufferedInputStream;
 import java.io.ByteArrayOutputStream;
 import java.io.EOFException;
 import java.io.IOException;
 import java.io.InputStream;
-import java.io.OutputStream;
+import java.io.InterruptedIOException;
 import java.net.ConnectException;
 import java.net.InetSocketAddress;
 import java.net.Socket;
 import java.net.SocketTimeoutException;
 import java.net.URI;
 import java.net.UnknownHostException;
-import java.nio.channels.Channels;
+import java.nio.ByteBuffer;
 import java.nio.channels.FileChannel;
+import java.nio.channels.SelectionKey;
+import java.nio.channels.Selector;
+import java.nio.channels.SocketChannel;
+import java.nio.channels.WritableByteChannel;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.AtomicMoveNotSupportedException;
 import java.nio.file.Files;
@@ -25,13 +28,14 @@ import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Locale;
 import java.util.Map;
+import java.util.concurrent.TimeUnit;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
 
 /**
- * Downloads one signed object URL through the peer's HTTP proxy into a file, streaming (a fixed 256 KiB buffer,
- * whatever the object size), to a temporary file next to the target that is renamed atomically on success and
- * deleted on any failure.
+ * Downloads one signed object URL through the peer's HTTP proxy into a file, streaming (a few fixed buffers,
+ * whatever the object size: {@link PipelinedCopy}), to a temporary file next to the target that is renamed
+ * atomically on success and deleted on any failure.
  *
  * <p>A minimal HTTP/1.1 client is written here instead of using {@code HttpURLConnection} or {@code
  * java.net.http.HttpClient}: both send an {@code https://} URL through a proxy as a CONNECT tunnel, which hides the
@@ -41,16 +45,32 @@ import java.util.regex.Pattern;
  */
 public final class ProxyDownloader {
   static final String USER_AGENT = "peerload-torchserve-plugin/0.1";
-  private static final int BUFFER = 256 * 1024;
   private static final int MAX_HEAD = 64 * 1024;
+  /** Reads the head a buffer at a time; the body goes around it, straight into the copy's buffers. */
+  private static final int HEAD_BUFFER = 16 * 1024;
   private static final Pattern XML_CODE = Pattern.compile("<Code>([A-Za-z0-9._-]{1,64})</Code>");
 
   private final int connectTimeoutMillis;
   private final int readTimeoutMillis;
+  private final TempFiles files;
 
   public ProxyDownloader(int connectTimeoutMillis, int readTimeoutMillis) {
+    // WRITE only, not TRUNCATE_EXISTING (createTempFile made the file, empty): on ext4 truncating a file, even an
+    // empty one, marks it for auto_da_alloc, and then close() starts the writeback of the whole file on the calling
+    // thread. That close took 0.3-0.45 s per GiB here (strace -T), about as much as the fsync removed earlier.
+    this(connectTimeoutMillis, readTimeoutMillis, tmp -> FileChannel.open(tmp, StandardOpenOption.WRITE));
+  }
+
+  /** With another way of opening the temporary file for writing: tests make the writes fail. */
+  ProxyDownloader(int connectTimeoutMillis, int readTimeoutMillis, TempFiles files) {
     this.connectTimeoutMillis = connectTimeoutMillis;
     this.readTimeoutMillis = readTimeoutMillis;
+    this.files = files;
+  }
+
+  /** Opens the (existing, empty) temporary file for writing. */
+  interface TempFiles {
+    WritableByteChannel open(Path tmp) throws IOException;
   }
 
   /** What came back. */
@@ -104,7 +124,8 @@ public final class ProxyDownloader {
     req.append("\r\n");
 
     String proxyName = "peer proxy at " + proxy;
-    try (Socket socket = new Socket()) {
+    try (SocketChannel channel = SocketChannel.open(); Input in = new Input(channel, readTimeoutMillis)) {
+      Socket socket = channel.socket();
       try {
         socket.connect(new InetSocketAddress(proxy.getHost(), proxy.getPort()), connectTimeoutMillis);
       } catch (UnknownHostException e) {
@@ -115,15 +136,10 @@ public final class ProxyDownloader {
       } catch (IOException e) {
         throw PluginException.badGateway(proxyName + " is unreachable: " + reason(e), null, e);
       }
-      socket.setSoTimeout(readTimeoutMillis);
       socket.setTcpNoDelay(true);
-      InputStream in;
       Head head;
       try {
-        OutputStream out = socket.getOutputStream();
-        out.write(req.toString().getBytes(StandardCharsets.UTF_8));
-        out.flush();
-        in = new BufferedInputStream(socket.getInputStream(), BUFFER);
+        in.send(req.toString().getBytes(StandardCharsets.UTF_8));
         do {
           head = Head.read(in);
         } while (head.status >= 100 && head.status < 200);
@@ -184,12 +200,11 @@ public final class ProxyDownloader {
       boolean ok = false;
       try {
         long got;
-        try (FileChannel ch = FileChannel.open(tmp, StandardOpenOption.WRITE, StandardOpenOption.TRUNCATE_EXISTING)) {
-          OutputStream file = Channels.newOutputStream(ch);
-          InputStream body = chunked ? new ChunkedInputStream(in) : in;
+        try (WritableByteChannel file = files.open(tmp)) {
+          Body body = chunked ? new ChunkedInputStream(in) : in;
           // No fsync: the archive is read back by this process right after the rename, and the model store does
           // not outlive it (TorchServe forgets its models on restart). It cost 0.5 s per GiB (bench row 3).
-          got = copy(body, file, expected, proxyName, what);
+          got = new PipelinedCopy(file, in::cancel).copy(body, expected, proxyName, what);
         }
         if (expected >= 0 && got != expected) {
           throw PluginException.badGateway(
@@ -219,37 +234,18 @@ public final class ProxyDownloader {
     }
   }
 
-  /** Copies the body; read failures are the network's (502), write failures the disk's (IOException, 500). */
-  private static long copy(InputStream in, OutputStream out, long expected, String proxyName, String what)
-      throws PluginException, IOException {
-    byte[] buf = new byte[BUFFER];
-    long total = 0;
-    for (;;) {
-      int want = expected >= 0 ? (int) Math.min(buf.length, expected - total) : buf.length;
-      if (want == 0) {
-        return total;
-      }
-      int n;
-      try {
-        n = in.read(buf, 0, want);
-      } catch (SocketTimeoutException e) {
-        throw PluginException.badGateway(
-            "download of " + what + " stalled: no data from the " + proxyName + " for a read time-out (after " + total + " bytes)",
-            null, e);
-      } catch (IOException e) {
-        throw PluginException.badGateway(
-            "download of " + what + " failed after " + total + " bytes: " + reason(e), null, e);
-      }
-      if (n < 0) {
-        return total;
-      }
-      out.write(buf, 0, n);
-      total += n;
+  /** The body's read failures are the network's: 502, with how far it got. */
+  static PluginException readFailure(IOException e, long total, String proxyName, String what) {
+    if (e instanceof SocketTimeoutException) {
+      return PluginException.badGateway("download of " + what + " stalled: no data from the " + proxyName
+          + " for a read time-out (after " + total + " bytes)", null, e);
     }
+    return PluginException.badGateway(
+        "download of " + what + " failed after " + total + " bytes: " + reason(e), null, e);
   }
 
   /** A short, secret-free description of an error body: S3/OSS/Azure XML error code, or nothing. */
-  private static String errorDetail(InputStream in, Head head) {
+  private static String errorDetail(Input in, Head head) {
     try {
       byte[] buf = new byte[4096];
       InputStream body = head.chunked() ? new ChunkedInputStream(in) : in;
@@ -349,13 +345,127 @@ public final class ProxyDownloader {
     }
   }
 
+  /** Where the body's bytes come from: the socket, or the chunk decoder over it; -1 at the end. */
+  interface Body {
+    int read(ByteBuffer dst) throws IOException;
+  }
+
+  /**
+   * The response side of the connection. A non-blocking channel and a selector rather than a socket's stream with
+   * SO_TIMEOUT, so that the body can be read straight into the copy's direct buffers (a blocking SocketChannel
+   * ignores SO_TIMEOUT, and the stream of a socket reads into heap arrays through a temporary direct buffer), and
+   * so that a failed file write can wake a read that waits for the network ({@link #cancel}).
+   */
+  static final class Input extends InputStream implements Body {
+    private final SocketChannel channel;
+    private final int timeoutMillis;
+    /** Holds the head and the chunk-size lines; whatever body bytes it read ahead are handed over first. */
+    private final ByteBuffer ahead = ByteBuffer.allocate(HEAD_BUFFER).flip();
+    private volatile Selector selector; // cancel() runs on the writer thread
+    private volatile boolean cancelled;
+
+    Input(SocketChannel channel, int timeoutMillis) {
+      this.channel = channel;
+      this.timeoutMillis = timeoutMillis;
+    }
+
+    /** Sends the request (blocking: it fits in the socket's buffer), then switches to timed non-blocking reads. */
+    void send(byte[] request) throws IOException {
+      ByteBuffer b = ByteBuffer.wrap(request);
+      while (b.hasRemaining()) {
+        channel.write(b);
+      }
+      channel.configureBlocking(false);
+      selector = Selector.open();
+      channel.register(selector, SelectionKey.OP_READ);
+    }
+
+    /** Makes the current and every later read fail at once (the copy's writer failed: reading on is useless). */
+    void cancel() {
+      cancelled = true;
+      Selector s = selector;
+      if (s != null) {
+        s.wakeup();
+      }
+    }
+
+    @Override
+    public int read() throws IOException {
+      if (!ahead.hasRemaining()) {
+        ahead.clear();
+        int n = fill(ahead);
+        ahead.flip();
+        if (n < 0) {
+          return -1;
+        }
+      }
+      return ahead.get() & 0xff;
+    }
+
+    @Override
+    public int read(byte[] b, int off, int len) throws IOException {
+      return len == 0 ? 0 : read(ByteBuffer.wrap(b, off, len));
+    }
+
+    @Override
+    public int read(ByteBuffer dst) throws IOException {
+      if (!dst.hasRemaining()) {
+        return 0;
+      }
+      if (ahead.hasRemaining()) {
+        int n = Math.min(ahead.remaining(), dst.remaining());
+        ByteBuffer part = ahead.duplicate();
+        part.limit(part.position() + n);
+        dst.put(part);
+        ahead.position(ahead.position() + n);
+        return n;
+      }
+      return fill(dst);
+    }
+
+    /** One read of at least a byte, or -1; SocketTimeoutException when nothing came for the read time-out. */
+    private int fill(ByteBuffer dst) throws IOException {
+      long start = System.nanoTime();
+      for (;;) {
+        if (cancelled) {
+          throw new IOException("cancelled");
+        }
+        int n = channel.read(dst);
+        if (n != 0) {
+          return n;
+        }
+        if (Thread.currentThread().isInterrupted()) {
+          // select() returns at once on an interrupted thread: without this the loop would spin
+          throw new InterruptedIOException("interrupted");
+        }
+        long waitMillis = 0; // no time-out
+        if (timeoutMillis > 0) {
+          long left = TimeUnit.MILLISECONDS.toNanos(timeoutMillis) - (System.nanoTime() - start);
+          if (left <= 0) {
+            throw new SocketTimeoutException("Read timed out");
+          }
+          waitMillis = Math.max(1, TimeUnit.NANOSECONDS.toMillis(left));
+        }
+        selector.select(waitMillis);
+        selector.selectedKeys().clear();
+      }
+    }
+
+    @Override
+    public void close() throws IOException {
+      if (selector != null) {
+        selector.close();
+      }
+    }
+  }
+
   /** Decodes {@code Transfer-Encoding: chunked}; a body cut before the last chunk is an error, not an EOF. */
-  static final class ChunkedInputStream extends InputStream {
-    private final InputStream in;
+  static final class ChunkedInputStream extends InputStream implements Body {
+    private final Input in;
     private long remaining;
     private boolean done;
 
-    ChunkedInputStream(InputStream in) {
+    ChunkedInputStream(Input in) {
       this.in = in;
     }
 
@@ -368,6 +478,11 @@ public final class ProxyDownloader {
 
     @Override
     public int read(byte[] b, int off, int len) throws IOException {
+      return len == 0 ? 0 : read(ByteBuffer.wrap(b, off, len));
+    }
+
+    @Override
+    public int read(ByteBuffer dst) throws IOException {
       if (done) {
         return -1;
       }
@@ -389,7 +504,16 @@ public final class ProxyDownloader {
           return -1;
         }
       }
-      int n = in.read(b, off, (int) Math.min(len, remaining));
+      int limit = dst.limit();
+      if (dst.remaining() > remaining) {
+        dst.limit(dst.position() + (int) remaining);
+      }
+      int n;
+      try {
+        n = in.read(dst);
+      } finally {
+        dst.limit(limit);
+      }
       if (n < 0) {
         throw new EOFException("chunked body truncated");
       }
