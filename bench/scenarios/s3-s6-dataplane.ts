@@ -278,7 +278,7 @@ export async function dataPlaneScenarios(o: DataPlaneOptions): Promise<{ rows: R
           `s3 rep ${rep + 1}: plugin cold ${r3.pluginCold.at(-1)!.downloadMs.toFixed(0)} ms (answer ${r3.pluginCold.at(-1)!.totalMs.toFixed(0)}), ` +
             `warm ${r3.pluginWarm.at(-1)!.downloadMs.toFixed(0)} ms; curl cold ${r3.curlCold.at(-1)!.toFixed(0)} ms, warm ${r3.curlWarm.at(-1)!.toFixed(0)} ms; ` +
             `curl to disk cold ${r3.curlDiskCold.at(-1)!.toFixed(0)} ms, warm ${r3.curlDiskWarm.at(-1)!.toFixed(0)} ms; ` +
-            `heap peak +${(r3.pluginCold.at(-1)!.heap!.peakGrowth / MiB).toFixed(1)} MiB`,
+            `heap peak +${(r3.heapRuns.at(-1)!.heap!.peakGrowth / MiB).toFixed(1)} MiB`,
         );
       }
       const mibps = (ms: number) => size / MiB / (ms / 1000);
