@@ -248,8 +248,16 @@ export async function dataPlaneScenarios(o: DataPlaneOptions): Promise<{ rows: R
         curlDiskWarm: [] as number[],
         /** Separate downloads under the jstat sampler (row 3c): the sampler's JVM is not in the timed ones. */
         heapRuns: [] as PluginRun[],
+        /** One unmeasured download each way first: the plugin's first download in a fresh JVM runs interpreted. */
+        warmUp: {} as { pluginMs?: number; curlMs?: number },
       };
       await setAddr(p3.url);
+      p3.reset();
+      r3.warmUp.pluginMs = (await pluginRun(false)).downloadMs;
+      r3.warmUp.curlMs = await curl(p3.url);
+      progress(
+        `s3 warm-up (not measured): plugin ${r3.warmUp.pluginMs.toFixed(0)} ms, curl ${r3.warmUp.curlMs.toFixed(0)} ms`,
+      );
       for (let rep = 0; rep < o.reps; rep++) {
         const pluginFirst = rep % 2 === 0;
         const doPlugin = async () => {
