@@ -205,6 +205,12 @@ function counter(onBytes: (n: number) => void): Transform {
   });
 }
 
+/** A fill that failed reaching or reading its source: 502 with the cause, as the daemon's backend errors. */
+function badGateway(what: string, cause: unknown): Fill {
+  const body = Buffer.from(`${what}: ${cause instanceof Error ? cause.message : String(cause)}`);
+  return { ok: false, status: 502, headers: { 'content-type': 'text/plain' }, body, errorType: 'backend' };
+}
+
 /** Content type, etag, last-modified of an origin's (or parent's) answer, kept with the cached task. */
 function entryMeta(h: Record<string, string>): Omit<Entry, 'size'> {
   const meta: Omit<Entry, 'size'> = {};
@@ -393,14 +399,7 @@ export async function startPeerProxy(opts: PeerProxyOptions = {}): Promise<PeerP
       client?.destroy();
       file.destroy();
       await unlink(tmp).catch(() => {});
-      const body = Buffer.from(`${source} download failed: ${e instanceof Error ? e.message : String(e)}`);
-      return {
-        ok: false,
-        status: 502,
-        headers: { 'content-type': 'text/plain' },
-        body,
-        errorType: 'backend',
-      };
+      return badGateway(`${source} download failed`, e);
     }
   }
 
@@ -434,14 +433,7 @@ export async function startPeerProxy(opts: PeerProxyOptions = {}): Promise<PeerP
       delete fwd['range']; // a cache fill fetches the whole object
       res = await undiciRequest(url, { method: 'GET', headers: fwd, dispatcher: agent });
     } catch (e) {
-      const body = Buffer.from(`origin unreachable: ${e instanceof Error ? e.message : String(e)}`);
-      return {
-        ok: false,
-        status: 502,
-        headers: { 'content-type': 'text/plain' },
-        body,
-        errorType: 'backend',
-      };
+      return badGateway('origin unreachable', e);
     }
     if (res.statusCode < 200 || res.statusCode >= 300) {
       const chunks: Buffer[] = [];

@@ -245,22 +245,25 @@ class ProxyDownloaderTest {
     };
   }
 
-  /** The temporary file's channel, failing with ENOSPC's message once {@code failAt} bytes were written. */
-  static final class FailingFile implements WritableByteChannel {
-    final FileChannel ch;
-    final long failAt;
-    long written;
+  /** Runs before each write of the temporary file; {@code written} is what was written so far. */
+  interface BeforeWrite {
+    void run(ByteBuffer src, long written) throws IOException;
+  }
 
-    FailingFile(Path tmp, long failAt) throws IOException {
+  /** The temporary file's channel with a hook before each write (a slow or failing disk, allocation probes). */
+  static final class HookedFile implements WritableByteChannel {
+    final FileChannel ch;
+    final BeforeWrite before;
+    volatile long written;
+
+    HookedFile(Path tmp, BeforeWrite before) throws IOException {
       this.ch = FileChannel.open(tmp, StandardOpenOption.WRITE);
-      this.failAt = failAt;
+      this.before = before;
     }
 
     @Override
     public int write(ByteBuffer src) throws IOException {
-      if (written + src.remaining() > failAt) {
-        throw new IOException("No space left on device");
-      }
+      before.run(src, written);
       int n = ch.write(src);
       written += n;
       return n;
@@ -275,6 +278,15 @@ class ProxyDownloaderTest {
     public void close() throws IOException {
       ch.close();
     }
+  }
+
+  /** A disk that fails with ENOSPC's message once {@code failAt} bytes were written. */
+  static HookedFile failingFile(Path tmp, long failAt) throws IOException {
+    return new HookedFile(tmp, (src, written) -> {
+      if (written + src.remaining() > failAt) {
+        throw new IOException("No space left on device");
+      }
+    });
   }
 
   @Test
@@ -398,29 +410,9 @@ class ProxyDownloaderTest {
   void readFailureStopsTheWriterBeforeReturning() throws Exception {
     // A slow disk: the reader is buffers ahead when the connection breaks. The writer must drop what is queued
     // and have ended by the time download() throws.
-    long[] written = {0};
-    ProxyDownloader slow = new ProxyDownloader(2_000, 2_000, tmp -> {
-      FileChannel ch = FileChannel.open(tmp, StandardOpenOption.WRITE);
-      return new WritableByteChannel() {
-        @Override
-        public int write(ByteBuffer src) throws IOException {
-          sleep(100).respond(null, null);
-          int n = ch.write(src);
-          written[0] += n;
-          return n;
-        }
-
-        @Override
-        public boolean isOpen() {
-          return ch.isOpen();
-        }
-
-        @Override
-        public void close() throws IOException {
-          ch.close();
-        }
-      };
-    });
+    HookedFile[] file = {null};
+    ProxyDownloader slow = new ProxyDownloader(2_000, 2_000,
+        tmp -> file[0] = new HookedFile(tmp, (src, written) -> sleep(100).respond(null, null)));
     byte[] part = random(PipelinedCopy.HANDOFF * 2 * PipelinedCopy.BUFFERS, 18);
     try (FakeProxy proxy = new FakeProxy((req, out) -> {
       out.write("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n".getBytes(StandardCharsets.US_ASCII));
@@ -432,14 +424,14 @@ class ProxyDownloaderTest {
       assertEquals(502, e.status());
       assertEquals("download of x failed after " + part.length + " bytes: connection closed early", e.getMessage());
       assertNoWriterThread();
-      assertTrue(written[0] < part.length, "the buffers queued at the failure were written anyway");
+      assertTrue(file[0].written < part.length, "the buffers queued at the failure were written anyway");
     }
     assertTrue(leftovers().isEmpty());
   }
 
   @Test
   void writeFailureIs500AndStopsTheDownload() throws Exception {
-    ProxyDownloader failing = new ProxyDownloader(2_000, 2_000, tmp -> new FailingFile(tmp, 5L * MiB));
+    ProxyDownloader failing = new ProxyDownloader(2_000, 2_000, tmp -> failingFile(tmp, 5L * MiB));
     byte[] body = random(32 * MiB, 15);
     try (FakeProxy proxy = new FakeProxy(FakeProxy.ok(body))) {
       Path target = store.resolve("w.mar");
@@ -457,7 +449,7 @@ class ProxyDownloaderTest {
   void writeFailureWakesAReadWaitingForTheNetwork() throws Exception {
     // The proxy sends two buffers' worth, then nothing for far longer than the test allows: the first write fails
     // while the reader waits for data, and must not wait for the (long) read time-out.
-    ProxyDownloader failing = new ProxyDownloader(2_000, 60_000, tmp -> new FailingFile(tmp, 0));
+    ProxyDownloader failing = new ProxyDownloader(2_000, 60_000, tmp -> failingFile(tmp, 0));
     byte[] part = random(PipelinedCopy.BUFFER_SIZE * 2, 16);
     try (FakeProxy proxy = new FakeProxy(partial(100L * MiB, part, sleep(20_000)))) {
       long t0 = System.nanoTime();
@@ -478,30 +470,13 @@ class ProxyDownloaderTest {
     // a 64 MiB download stay far below the object's size.
     com.sun.management.ThreadMXBean threads = (com.sun.management.ThreadMXBean) ManagementFactory.getThreadMXBean();
     long[] writerAllocated = {-1, -1};
-    ProxyDownloader measured = new ProxyDownloader(2_000, 2_000, tmp -> {
-      FileChannel ch = FileChannel.open(tmp, StandardOpenOption.WRITE);
-      return new WritableByteChannel() {
-        @Override
-        public int write(ByteBuffer src) throws IOException {
-          long a = threads.getThreadAllocatedBytes(Thread.currentThread().getId());
-          if (writerAllocated[0] < 0) {
-            writerAllocated[0] = a;
-          }
-          writerAllocated[1] = a;
-          return ch.write(src);
-        }
-
-        @Override
-        public boolean isOpen() {
-          return ch.isOpen();
-        }
-
-        @Override
-        public void close() throws IOException {
-          ch.close();
-        }
-      };
-    });
+    ProxyDownloader measured = new ProxyDownloader(2_000, 2_000, tmp -> new HookedFile(tmp, (src, written) -> {
+      long a = threads.getThreadAllocatedBytes(Thread.currentThread().getId());
+      if (writerAllocated[0] < 0) {
+        writerAllocated[0] = a;
+      }
+      writerAllocated[1] = a;
+    }));
     int size = 64 * MiB;
     try (FakeProxy proxy = new FakeProxy((req, out) -> {
       out.write(("HTTP/1.1 200 OK\r\nContent-Length: " + size + "\r\n\r\n").getBytes(StandardCharsets.US_ASCII));
