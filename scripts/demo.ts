@@ -68,14 +68,8 @@ try {
   console.log(`manager ${manager.url}, seed peer ${seedPeer.url}, node peer ${nodePeer.url}`);
 
   step('model servers');
-  const location = {
-    type: 's3' as const,
-    bucket: BUCKET,
-    endpoint: minio.endpoint,
-    pathStyle: true,
-    region: minio.region,
-  };
-  const credentials = { type: 's3' as const, accessKeyID: minio.accessKey, secretAccessKey: minio.secretKey };
+  const location = minio.location(BUCKET);
+  const credentials = minio.credentials();
   const signed = await signObjectURL(location, KEY, credentials, { expiresSeconds: 3600 });
   const fleet = await startModelServerFleet(3, {
     proxyURL: nodePeer.url,

@@ -4,6 +4,7 @@ import { KubeClient, GVR, type Gvr, type KubeObject, type RequestRecord } from '
 import { kubeConfig } from '../../test/support/kube.ts';
 import type { ControlPlane } from '../../test/support/controlplane.ts';
 import { rbacOf } from '../../test/support/runtime-harness.ts';
+import { sleep } from './report.ts';
 import { request } from 'undici';
 
 export { GVR };
@@ -127,4 +128,27 @@ export function diffTotals(before: Map<string, number>, after: Map<string, numbe
     if (d > 0) out[k] = d;
   }
   return out;
+}
+
+/** `Ready=True` among the object's status conditions. */
+export function isReady(obj: KubeObject): boolean {
+  const conditions = (obj['status'] as { conditions?: { type: string; status: string }[] } | undefined)
+    ?.conditions;
+  return conditions?.some((c) => c.type === 'Ready' && c.status === 'True') ?? false;
+}
+
+/** Deletes a ServedModel and waits until it is gone (its finalizer has run), at most 60 s. */
+export async function deleteServedModelAndWait(kube: KubeClient, ns: string, name: string): Promise<void> {
+  const sm = kube.resource(GVR.servedModels);
+  await sm.delete(ns, name).catch(() => undefined);
+  const deadline = Date.now() + 60_000;
+  while (Date.now() < deadline) {
+    try {
+      await sm.get(ns, name);
+    } catch {
+      return;
+    }
+    await sleep(200);
+  }
+  throw new Error(`ServedModel ${name} not deleted within 60 s`);
 }

@@ -6,14 +6,21 @@
  * The HTTP round trips themselves (describe, scale) and the status writes are the operator's overhead.
  */
 import { createServedModelController } from '../../src/controllers/servedmodel.ts';
-import type { KubeClient, KubeObject } from '../../src/runtime/index.ts';
+import type { KubeObject } from '../../src/runtime/index.ts';
 import type { ControlPlane } from '../../test/support/controlplane.ts';
 import { ServiceEndpoints, loopbackDispatcher } from '../../test/support/endpointslices.ts';
 import { kubeConfig } from '../../test/support/kube.ts';
 import { startModelServerFleet } from '../../test/support/modelserver-emulator.ts';
 import { startManager } from '../../test/support/runtime-harness.ts';
-import { GVR, benchClient, newNamespace, watchObjects } from '../lib/kube.ts';
-import { progress, sleep, stat, until, within, type Row } from '../lib/report.ts';
+import {
+  GVR,
+  benchClient,
+  deleteServedModelAndWait,
+  isReady,
+  newNamespace,
+  watchObjects,
+} from '../lib/kube.ts';
+import { progress, stat, until, within, type Row } from '../lib/report.ts';
 
 const REPLICAS = 100;
 const REGISTRATION_MS = 200;
@@ -26,23 +33,6 @@ export interface S2Options {
 
 export const idealMs = (replicas: number, maxConcurrent: number) =>
   REGISTRATION_MS + Math.ceil((replicas - 1) / maxConcurrent) * REGISTRATION_MS + WORKER_START_MS;
-
-type Cond = { type: string; status: string };
-
-async function deleteAndWait(kube: KubeClient, ns: string, name: string): Promise<void> {
-  const sm = kube.resource(GVR.servedModels);
-  await sm.delete(ns, name).catch(() => undefined);
-  const deadline = Date.now() + 60_000;
-  while (Date.now() < deadline) {
-    try {
-      await sm.get(ns, name);
-    } catch {
-      return;
-    }
-    await sleep(200);
-  }
-  throw new Error(`ServedModel ${name} not deleted within 60 s`);
-}
 
 export async function scenario2(cp: ControlPlane, o: S2Options): Promise<{ rows: Row[]; raw: unknown }> {
   const settings = o.maxConcurrent ?? [10, 25];
@@ -64,9 +54,7 @@ export async function scenario2(cp: ControlPlane, o: S2Options): Promise<{ rows:
   const ready = new Map<string, number>();
   let warmupMs = NaN;
   const watch = watchObjects<KubeObject>(kube, GVR.servedModels, ns, (_t, obj, at) => {
-    const c = (obj['status'] as { conditions?: Cond[] } | undefined)?.conditions;
-    if (!ready.has(obj.metadata.name) && c?.some((x) => x.type === 'Ready' && x.status === 'True'))
-      ready.set(obj.metadata.name, at);
+    if (!ready.has(obj.metadata.name) && isReady(obj)) ready.set(obj.metadata.name, at);
   });
   try {
     await within('operator informers synced', 30_000, operator.manager.informers.waitForSync());
@@ -89,7 +77,7 @@ export async function scenario2(cp: ControlPlane, o: S2Options): Promise<{ rows:
       await until('warm-up Ready', 120_000, () => ready.has(name));
       warmupMs = ready.get(name)! - t0;
       progress(`s2 warm-up rollout (maxConcurrent 10, not measured): ${warmupMs.toFixed(0)} ms`);
-      await deleteAndWait(kube, ns, name);
+      await deleteServedModelAndWait(kube, ns, name);
     }
     for (let rep = 0; rep < o.reps; rep++) {
       for (const mc of rep % 2 === 0 ? settings : [...settings].reverse()) {
@@ -120,7 +108,7 @@ export async function scenario2(cp: ControlPlane, o: S2Options): Promise<{ rows:
         progress(
           `s2 rep ${rep + 1} maxConcurrent ${mc}: ${ms.toFixed(0)} ms (ideal ${idealMs(REPLICAS, mc)} ms), ${writes} status writes, registered on ${registrations}`,
         );
-        await deleteAndWait(kube, ns, name);
+        await deleteServedModelAndWait(kube, ns, name);
       }
     }
   } finally {

@@ -80,14 +80,8 @@ export async function dataPlaneScenarios(o: DataPlaneOptions): Promise<{ rows: R
         ContentLength: size,
       }),
     );
-    const location = {
-      type: 's3' as const,
-      bucket: BUCKET,
-      endpoint: minio.endpoint,
-      pathStyle: true,
-      region: minio.region,
-    };
-    const creds = { type: 's3' as const, accessKeyID: minio.accessKey, secretAccessKey: minio.secretKey };
+    const location = minio.location(BUCKET);
+    const creds = minio.credentials();
     const filter = effectiveFilter(location);
     const signed = await signObjectURL(location, KEY, creds, { expiresSeconds: 6 * 3600 });
     const id = taskID({ url: signed.url, filter });

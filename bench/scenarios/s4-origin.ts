@@ -18,7 +18,7 @@ import { join } from 'node:path';
 import { request } from 'undici';
 import { createServedModelController } from '../../src/controllers/servedmodel.ts';
 import { modelPreheatController } from '../../src/controllers/modelpreheat.ts';
-import type { KubeClient, KubeObject } from '../../src/runtime/index.ts';
+import type { KubeObject } from '../../src/runtime/index.ts';
 import { effectiveFilter } from '../../src/storage/objecturl.ts';
 import { signObjectURL } from '../../src/storage/sign.ts';
 import { startThrottle } from '../../test/support/bench-throttle.ts';
@@ -30,7 +30,14 @@ import { startMinIO } from '../../test/support/minio.ts';
 import { startModelServerFleet, type ModelServerFleet } from '../../test/support/modelserver-emulator.ts';
 import { startPeerProxy } from '../../test/support/peer-proxy.ts';
 import { startManager } from '../../test/support/runtime-harness.ts';
-import { GVR, benchClient, newNamespace, watchObjects } from '../lib/kube.ts';
+import {
+  GVR,
+  benchClient,
+  deleteServedModelAndWait,
+  isReady,
+  newNamespace,
+  watchObjects,
+} from '../lib/kube.ts';
 import { MiB, progress, sleep, stat, until, within, type Row } from '../lib/report.ts';
 
 const REPLICAS = 10;
@@ -42,23 +49,6 @@ export interface S4Options {
   reps: number;
   originMBps: number;
   sizeMiB?: number;
-}
-
-type Cond = { type: string; status: string };
-
-async function deleteAndWait(kube: KubeClient, ns: string, name: string): Promise<void> {
-  const sm = kube.resource(GVR.servedModels);
-  await sm.delete(ns, name).catch(() => undefined);
-  const deadline = Date.now() + 60_000;
-  while (Date.now() < deadline) {
-    try {
-      await sm.get(ns, name);
-    } catch {
-      return;
-    }
-    await sleep(200);
-  }
-  throw new Error(`ServedModel ${name} not deleted within 60 s`);
 }
 
 /** One replica, TorchServe style: download the URL itself, register, scale to 1 worker, wait until READY. */
@@ -108,14 +98,8 @@ export async function scenario4(cp: ControlPlane, o: S4Options): Promise<{ rows:
     });
     closers.push(() => throttle.close());
     // The origin as everyone sees it: the throttled address (URLs are signed for it; the relay keeps Host).
-    const location = {
-      type: 's3' as const,
-      bucket: BUCKET,
-      endpoint: throttle.url,
-      pathStyle: true,
-      region: minio.region,
-    };
-    const creds = { type: 's3' as const, accessKeyID: minio.accessKey, secretAccessKey: minio.secretKey };
+    const location = { ...minio.location(BUCKET), endpoint: throttle.url };
+    const creds = minio.credentials();
     const filter = effectiveFilter(location);
     const signedAt = async () =>
       (await signObjectURL(location, KEY, creds, { expiresSeconds: 6 * 3600 })).url;
@@ -166,9 +150,7 @@ export async function scenario4(cp: ControlPlane, o: S4Options): Promise<{ rows:
     await within('operator informers synced', 30_000, operator.manager.informers.waitForSync());
     const ready = new Map<string, number>();
     const watch = watchObjects<KubeObject>(kube, GVR.servedModels, ns, (_t, obj, at) => {
-      const c = (obj['status'] as { conditions?: Cond[] } | undefined)?.conditions;
-      if (!ready.has(obj.metadata.name) && c?.some((x) => x.type === 'Ready' && x.status === 'True'))
-        ready.set(obj.metadata.name, at);
+      if (!ready.has(obj.metadata.name) && isReady(obj)) ready.set(obj.metadata.name, at);
     });
     closers.push(async () => watch.stop());
     await watch.ready;
@@ -205,7 +187,7 @@ export async function scenario4(cp: ControlPlane, o: S4Options): Promise<{ rows:
       await until(`${name} Ready`, 600_000, () => ready.has(name));
       r.peerloadMs.push(ready.get(name)! - t0);
       r.peerloadOrigin.push(throttle.bytesDown);
-      await deleteAndWait(kube, ns, name);
+      await deleteServedModelAndWait(kube, ns, name);
     };
     const direct = async (rep: number) => {
       for (const e of fleet.instances) e.wipe();

@@ -51,14 +51,8 @@ describe('S3 presigned URLs against MinIO (verifies SigV4)', () => {
     minio = await startMinIO();
     await minio.createBucket('models');
     await minio.putObject('models', KEY, BODY);
-    location = {
-      type: 's3',
-      bucket: 'models',
-      region: minio.region,
-      endpoint: minio.endpoint,
-      pathStyle: true,
-    };
-    creds = { type: 's3', accessKeyID: minio.accessKey, secretAccessKey: minio.secretKey };
+    location = minio.location('models');
+    creds = minio.credentials();
   });
   afterAll(async () => {
     await minio?.stop();

@@ -65,24 +65,13 @@ beforeAll(async () => {
   nodePeer = await startPeerProxy({ parent: seedPeer.url });
   manager = await startManagerEmulator({ peer: seedPeer });
 
-  const location = {
-    type: 's3' as const,
-    bucket: BUCKET,
-    endpoint: minio.endpoint,
-    pathStyle: true,
-    region: minio.region,
-  };
+  const location = minio.location(BUCKET);
   // Emulated replicas download a URL signed at another moment than the operator's (different X-Amz-Date and
   // signature): only the filter makes the task ids equal.
-  const signed = await signObjectURL(
-    location,
-    KEY,
-    { type: 's3', accessKeyID: minio.accessKey, secretAccessKey: minio.secretKey },
-    {
-      now: new Date(Date.now() - 90_000),
-      expiresSeconds: 3600,
-    },
-  );
+  const signed = await signObjectURL(location, KEY, minio.credentials(), {
+    now: new Date(Date.now() - 90_000),
+    expiresSeconds: 3600,
+  });
   fleet = await startModelServerFleet(5, {
     proxyURL: nodePeer.url,
     objectURL: () => signed.url,

@@ -9,6 +9,8 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { promisify } from 'node:util';
 import { CreateBucketCommand, PutObjectCommand, S3Client } from '@aws-sdk/client-s3';
+import type { S3Credentials } from '../../src/storage/credentials.ts';
+import type { StorageLocation } from '../../src/storage/objecturl.ts';
 import { freePort } from './ports.ts';
 import { startProcess, waitFor, type ManagedProcess } from './process.ts';
 
@@ -24,6 +26,10 @@ export interface MinIO {
   client: S3Client;
   createBucket(name: string): Promise<void>;
   putObject(bucket: string, key: string, body: string | Buffer): Promise<void>;
+  /** The s3 location of `bucket` on this server, as the operator and the plugin sign for it (path-style). */
+  location(bucket: string): StorageLocation & { type: 's3' };
+  /** The root user's keys as s3 credentials. */
+  credentials(): S3Credentials;
   process: ManagedProcess;
   stop(): Promise<void>;
 }
@@ -97,6 +103,8 @@ export async function startMinIO(
     secretKey,
     client,
     process: proc,
+    location: (bucket) => ({ type: 's3', bucket, endpoint, pathStyle: true, region }),
+    credentials: () => ({ type: 's3', accessKeyID: accessKey, secretAccessKey: secretKey }),
     async createBucket(name) {
       await client.send(new CreateBucketCommand({ Bucket: name }));
     },
