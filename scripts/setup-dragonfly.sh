@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Builds the real Dragonfly P2P network for the tests and benchmarks, and caches it by version under
+# $PEERLOAD_CACHE/dragonfly-<ver>-client<ver>/bin:
+#   manager, scheduler      Go, from the Go module proxy (d7y.io/dragonfly/v2)
+#   dfdaemon, dfget         Rust, from crates.io (dragonfly-client, the version that Dragonfly release bundles)
+# plus the Debian packages they run with (MariaDB, Redis) and the build tools the Rust crate needs.
+# Idempotent: a second run only checks the binaries. Prints the bin directory on stdout.
+#
+# Why not `go install d7y.io/dragonfly/v2/cmd/manager@v2.5.1`: the proxy refuses that module's version list, which
+# `go install` asks for; `go mod download` of the exact version works, and `go build` inside the downloaded module
+# uses its own go.mod and go.sum, so the build is the released one.
+#
+# Why a custom cargo profile: with the stock release profile the daemon takes about an hour on 2 cores, most of it
+# rocksdb's C++ at -O3. The daemon's rocksdb holds only task metadata, so it is built at -O1; the Rust code stays
+# optimised (opt-level 2) because it moves every byte of the model archives the benchmarks time.
+source "$(dirname "$0")/lib.sh"
+
+DRAGONFLY_VERSION="${PEERLOAD_DRAGONFLY_VERSION:-v2.5.1}"
+CLIENT_VERSION="${PEERLOAD_DRAGONFLY_CLIENT_VERSION:-1.4.2}"
+OUT="$PEERLOAD_CACHE/dragonfly-${DRAGONFLY_VERSION}-client${CLIENT_VERSION}"
+BIN="$OUT/bin"
+
+need_debs=()
+for cmd_pkg in mariadbd:mariadb-server redis-server:redis-server nginx:nginx-light; do
+  command -v "${cmd_pkg%%:*}" >/dev/null || [[ -x /usr/sbin/${cmd_pkg%%:*} ]] || need_debs+=("${cmd_pkg#*:}")
+done
+if [[ ! -x "$BIN/dfdaemon" ]]; then
+  command -v clang >/dev/null || need_debs+=(clang libclang-dev)
+  command -v protoc >/dev/null || need_debs+=(protobuf-compiler)
+  command -v cmake >/dev/null || need_debs+=(cmake)
+fi
+if (( ${#need_debs[@]} )); then
+  log "installing Debian packages: ${need_debs[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -q >&2 && apt-get install -y -q --no-install-recommends "${need_debs[@]}" >&2
+fi
+
+if [[ -x "$BIN/manager" && -x "$BIN/scheduler" && -x "$BIN/dfdaemon" && -x "$BIN/dfget" ]]; then
+  echo "$BIN"; exit 0
+fi
+command -v go >/dev/null || { log "go is required to build the Dragonfly manager and scheduler"; exit 1; }
+command -v cargo >/dev/null || { log "cargo is required to build the Dragonfly peer daemon (rustup)"; exit 1; }
+mkdir -p "$BIN"
+work="$(mktemp -d)"; trap 'rm -rf "$work"' EXIT
+
+if [[ ! -x "$BIN/manager" || ! -x "$BIN/scheduler" ]]; then
+  log "building Dragonfly manager and scheduler $DRAGONFLY_VERSION (a few minutes on 2 cores; cached afterwards)"
+  start=$(date +%s)
+  dir=$(go mod download -json "d7y.io/dragonfly/v2@${DRAGONFLY_VERSION}" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
+  [[ -d $dir ]] || { log "go mod download d7y.io/dragonfly/v2@${DRAGONFLY_VERSION} gave no directory"; exit 1; }
+  for cmd in manager scheduler; do
+    (cd "$dir" && CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -ldflags "-s -w -X d7y.io/dragonfly/v2/version.GitVersion=${DRAGONFLY_VERSION}" \
+      -o "$work/$cmd" "./cmd/$cmd")
+    mv "$work/$cmd" "$BIN/$cmd"
+  done
+  log "manager and scheduler built in $(( $(date +%s) - start )) s"
+fi
+
+if [[ ! -x "$BIN/dfdaemon" || ! -x "$BIN/dfget" ]]; then
+  log "building dfdaemon and dfget (dragonfly-client $CLIENT_VERSION; about 30-40 min on 2 cores; cached afterwards)"
+  start=$(date +%s)
+  CARGO_TARGET_DIR="$work/target" cargo install "dragonfly-client@${CLIENT_VERSION}" --locked --root "$work/root" \
+    --bin dfdaemon --bin dfget \
+    --config 'profile.release.opt-level=2' \
+    --config 'profile.release.debug=false' \
+    --config 'profile.release.incremental=false' \
+    --config 'profile.release.package.librocksdb-sys.opt-level=1' >&2
+  mv "$work/root/bin/dfdaemon" "$work/root/bin/dfget" "$BIN/"
+  log "dfdaemon and dfget built in $(( $(date +%s) - start )) s"
+fi
+echo "$BIN"
