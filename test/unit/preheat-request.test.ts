@@ -51,6 +51,42 @@ describe('planPreheat', () => {
     }
   });
 
+  it("shows the task id of the peer daemon's version: spec.peerDaemonVersion, else the operator's default", async () => {
+    // Unsorted, with ~: the two rules part (client 1.4 keeps the order and escapes ~; >= 1.5.3 sorts).
+    const url = 'https://cdn.example.com/m.mar?v=2&a=~1&X-Amz-Signature=abc';
+    const filter = DEFAULT_FILTERED_QUERY_PARAMS;
+    const old = taskID({ url, filter, rule: '1.4' });
+    const sorted = taskID({ url, filter, rule: '1.5.3+' });
+    expect(old).not.toBe(sorted);
+    const at = new Date('2026-01-02T03:04:05Z');
+    const spec = (extra: object) => ModelPreheatSpec.parse({ url, ...extra });
+    expect((await planPreheat(spec({}), 'ns', secrets, { bio: 't' }, at)).tasks[0]!.taskID).toBe(old);
+    expect(
+      (await planPreheat(spec({}), 'ns', secrets, { bio: 't' }, at, undefined, '1.5.3+')).tasks[0]!.taskID,
+    ).toBe(sorted);
+    for (const [version, id] of [
+      ['1.5.3', sorted],
+      ['v1.6.0', sorted],
+      ['1.4.2', old],
+      ['1.4', old],
+    ] as const) {
+      const p = await planPreheat(
+        spec({ peerDaemonVersion: version }),
+        'ns',
+        secrets,
+        { bio: 't' },
+        at,
+        undefined,
+        '1.5.3+',
+      );
+      expect(p.tasks[0]!.taskID, version).toBe(id);
+    }
+    expect(ModelPreheatSpec.safeParse({ url, peerDaemonVersion: 'latest' }).error?.issues[0]).toMatchObject({
+      path: ['peerDaemonVersion'],
+      message: expect.stringContaining('must be "1.4", "1.5.3+" or'),
+    });
+  });
+
   it('image: passes registry credentials and timeout in the request, lists no task ids yet', async () => {
     const { request, tasks } = await plan({
       type: 'image',
