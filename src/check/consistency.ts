@@ -489,12 +489,13 @@ function symbolicURL(side: Side, who: SideName): string {
 }
 
 /** Query pairs of a URL the daemon keeps (as it splits and decodes them), by name. */
-function keptQuery(url: string, filter: readonly string[]): Map<string, string[]> {
+function keptQuery(url: string, filter: readonly string[], rule: TaskIdRule): Map<string, string[]> {
   const out = new Map<string, string[]>();
   const q = new URL(url).search.replace(/^\?/, '');
   const dropped = new Set(filter);
   for (const segment of q === '' ? [] : q.split('&')) {
-    if (segment.includes(';')) continue;
+    // Only the 1.5.3+ rule drops segments holding `;` (client 1.4 form-decodes them like any other).
+    if (rule === '1.5.3+' && segment.includes(';')) continue;
     for (const [k, v] of new URLSearchParams('?' + segment)) {
       if (!dropped.has(k)) out.set(k, [...(out.get(k) ?? []), v]);
     }
@@ -760,8 +761,8 @@ function comparePair(label: string, source: string, preheat: Side, plugin: Side)
 
   // 2. The query: what each side keeps of its (signed) URL after its filter.
   const kept = {
-    preheat: keptQuery(symbolic.preheat, preheat.filter),
-    plugin: keptQuery(symbolic.plugin, plugin.filter),
+    preheat: keptQuery(symbolic.preheat, preheat.filter, preheat.rule),
+    plugin: keptQuery(symbolic.plugin, plugin.filter, plugin.rule),
   };
   const carried = new Set([...queryNames(symbolic.preheat), ...queryNames(symbolic.plugin)]);
   const onlyIn = (a: string[], b: string[]) => a.filter((n) => !b.includes(n) && carried.has(n));
