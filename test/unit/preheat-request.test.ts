@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { ModelPreheatSpec } from '../../src/api/index.ts';
+import { ModelPreheatSpec, ServedModelSpec } from '../../src/api/index.ts';
+import { ownedPreheatSpec } from '../../src/api/servedmodel.ts';
 import { planPreheat, redactQuery } from '../../src/controllers/preheat-request.ts';
 import type { SecretReader } from '../../src/controllers/secrets.ts';
 import { DEFAULT_FILTERED_QUERY_PARAMS, taskID } from '../../src/storage/taskid.ts';
@@ -85,6 +86,22 @@ describe('planPreheat', () => {
       path: ['peerDaemonVersion'],
       message: expect.stringContaining('must be "1.4", "1.5.3+" or'),
     });
+  });
+
+  it("a ServedModel's preheat.peerDaemonVersion reaches the ModelPreheat it owns", () => {
+    const spec = ServedModelSpec.parse({
+      modelName: 'm',
+      fileName: 'm.mar',
+      modelServer: { endpoints: ['http://ts:8081'] },
+      preheat: { create: true, objectStorage: { type: 's3', bucket: 'b' }, peerDaemonVersion: '1.5.3' },
+    });
+    expect(ModelPreheatSpec.parse(ownedPreheatSpec(spec)).peerDaemonVersion).toBe('1.5.3');
+    const { preheat: _p, ...without } = spec;
+    const plain = ServedModelSpec.parse({
+      ...without,
+      preheat: { create: true, objectStorage: { type: 's3', bucket: 'b' } },
+    });
+    expect(ModelPreheatSpec.parse(ownedPreheatSpec(plain)).peerDaemonVersion).toBeUndefined();
   });
 
   it('image: passes registry credentials and timeout in the request, lists no task ids yet', async () => {
