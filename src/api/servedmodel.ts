@@ -16,7 +16,7 @@ import {
 } from './common.ts';
 import { ManagerRef } from './manager.ts';
 import { ObjectStorageLocation } from './objectstorage.ts';
-import { PREHEAT_SCOPES } from './modelpreheat.ts';
+import { PREHEAT_SCOPES, PeerDaemonVersion } from './modelpreheat.ts';
 
 export const ModelServer = withRules(
   z.object({
@@ -117,6 +117,7 @@ export const PreheatGate = withRules(
     scope: z.enum(PREHEAT_SCOPES).optional(),
     schedulerClusterIDs: z.array(z.int().min(1)).max(100).optional(),
     manager: ManagerRef.optional(),
+    peerDaemonVersion: PeerDaemonVersion.optional(),
   }),
   [
     {
@@ -234,6 +235,7 @@ export function ownedPreheatSpec(spec: ServedModelSpec): Record<string, unknown>
       scope: p.scope,
       schedulerClusterIDs: p.schedulerClusterIDs,
       manager: p.manager,
+      peerDaemonVersion: p.peerDaemonVersion,
     }),
   );
 }

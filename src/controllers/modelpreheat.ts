@@ -138,7 +138,15 @@ export function modelPreheatController(ctx: ControllerContext): Controller<Obj> 
     let tasks: { url: string; taskID: string }[];
     try {
       const bio = `peerload ${obj.metadata.namespace}/${obj.metadata.name} uid=${obj.metadata.uid} generation=${gen} attempt=${attempt}`;
-      const plan = await planPreheat(spec, obj.metadata.namespace!, secrets, { bio }, new Date(), rc.signal);
+      const plan = await planPreheat(
+        spec,
+        obj.metadata.namespace!,
+        secrets,
+        { bio },
+        new Date(),
+        rc.signal,
+        ctx.config.peerDaemonVersion,
+      );
       tasks = plan.tasks;
       created = await client.createPreheatJob(plan.request);
     } catch (err) {

@@ -136,7 +136,12 @@ describe('ModelPreheat', () => {
     expect(done.status!.completedAt).toBeTruthy();
     expect(done.status!.successCount).toBeGreaterThanOrEqual(1);
 
-    const expectedID = taskID({ url: fileURL('/models/resnet-18.mar'), filter: ['Expires', 'Signature'] });
+    // The operator's default rule: the tested daemon, client 1.4.
+    const expectedID = taskID({
+      url: fileURL('/models/resnet-18.mar'),
+      filter: ['Expires', 'Signature'],
+      rule: '1.4',
+    });
     expect(done.status!.tasks).toEqual([
       { url: expect.stringContaining('Signature=REDACTED'), taskID: expectedID },
     ]);
@@ -451,7 +456,9 @@ async function proxiedGet(
         port: proxy.port,
         method: 'GET',
         path: url,
+        // What the plugin sends: without Use-P2P a daemon with stock proxy.rules would not use P2P.
         headers: {
+          'X-Dragonfly-Use-P2P': 'true',
           'X-Dragonfly-Filtered-Query-Params': filter.join(','),
           'X-Dragonfly-Filter': filter.join('&'),
         },
