@@ -205,7 +205,15 @@ describe('ModelPreheat', () => {
   it('an unknown scheduler cluster is reported by name', async () => {
     await create('unknown-cluster', { url: fileURL('/models/bert.mar'), schedulerClusterIDs: [7] });
     const failed = await until('unknown-cluster', 'False', 'SchedulerClusterNotFound');
-    expect(failed.status!.conditions![0]!.message).toContain('scheduler cluster id 7');
+    expect(failed.status!.conditions![0]!.message).toContain('scheduler cluster 7 does not exist');
+  });
+
+  it('a job SUCCESS with no peer holding the content (origin 404, as the real manager ends it) is a failure', async () => {
+    await create('origin-404', { url: fileURL('/models/missing.mar'), retry: { limit: 0 } });
+    const failed = await until('origin-404', 'False', 'NoPeerSucceeded');
+    expect(failed.status!.state).toBe('FAILURE');
+    expect(failed.status!.conditions![0]!.message).toMatch(/ended SUCCESS but no peer reported the content/);
+    expect(failed.status!.successCount).toBe(0);
   });
 
   it('429 with Retry-After is honoured', async () => {

@@ -680,6 +680,16 @@ export async function startManagerEmulator(opts: ManagerEmulatorOptions = {}): P
         description: 'injected partial failure',
       });
     }
+    // The real manager (v2.5.1), scope single_seed_peer: a seed peer that cannot fetch the URL (an origin 404 or
+    // 403) does not fail the job. It ends SUCCESS with both peer lists null; only the scheduler's log says why.
+    const silentFailure =
+      forcedFailure === undefined &&
+      !partial &&
+      (args['scope'] ?? 'single_seed_peer') === 'single_seed_peer' &&
+      success.length === 0 &&
+      failure.length > 0 &&
+      error !== 'preheat timeout';
+    if (silentFailure) error = '';
     const failed = error !== '';
     const state: EmulatedJobState = failed ? 'FAILURE' : 'SUCCESS';
     const now = new Date().toISOString();
@@ -697,8 +707,9 @@ export async function startManagerEmulator(opts: ManagerEmulatorOptions = {}): P
               state,
               error,
               ttl: 0,
-              results:
-                failed && success.length === 0 && failure.length === 0
+              results: silentFailure
+                ? [{ success_tasks: null, failure_tasks: null, scheduler_cluster_id: c.id }]
+                : failed && success.length === 0 && failure.length === 0
                   ? []
                   : [{ success_tasks: success, failure_tasks: failure, scheduler_cluster_id: c.id }],
             })),
