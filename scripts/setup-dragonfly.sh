@@ -2,7 +2,7 @@
 # Builds the real Dragonfly P2P network for the tests and benchmarks, and caches it by version under
 # $PEERLOAD_CACHE/dragonfly-<ver>-client<ver>/bin:
 #   manager, scheduler      Go, from the Go module proxy (d7y.io/dragonfly/v2)
-#   dfdaemon, dfget         Rust, from crates.io (dragonfly-client, the version that Dragonfly release bundles)
+#   dfdaemon                Rust, from crates.io (dragonfly-client, the version that Dragonfly release bundles)
 # plus the Debian packages they run with (MariaDB, Redis) and the build tools the Rust crate needs.
 # Idempotent: a second run only checks the binaries. Prints the bin directory on stdout.
 #
@@ -35,7 +35,7 @@ if (( ${#need_debs[@]} )); then
   apt-get update -q >&2 && apt-get install -y -q --no-install-recommends "${need_debs[@]}" >&2
 fi
 
-if [[ -x "$BIN/manager" && -x "$BIN/scheduler" && -x "$BIN/dfdaemon" && -x "$BIN/dfget" ]]; then
+if [[ -x "$BIN/manager" && -x "$BIN/scheduler" && -x "$BIN/dfdaemon" ]]; then
   echo "$BIN"; exit 0
 fi
 command -v go >/dev/null || { log "go is required to build the Dragonfly manager and scheduler"; exit 1; }
@@ -56,16 +56,17 @@ if [[ ! -x "$BIN/manager" || ! -x "$BIN/scheduler" ]]; then
   log "manager and scheduler built in $(( $(date +%s) - start )) s"
 fi
 
-if [[ ! -x "$BIN/dfdaemon" || ! -x "$BIN/dfget" ]]; then
-  log "building dfdaemon and dfget (dragonfly-client $CLIENT_VERSION; about 30-40 min on 2 cores; cached afterwards)"
+if [[ ! -x "$BIN/dfdaemon" ]]; then
+  # Only the daemon: the tests and benchmarks use its proxy, never dfget.
+  log "building dfdaemon (dragonfly-client $CLIENT_VERSION; about 30-40 min on 2 cores; cached afterwards)"
   start=$(date +%s)
   CARGO_TARGET_DIR="$work/target" cargo install "dragonfly-client@${CLIENT_VERSION}" --locked --root "$work/root" \
-    --bin dfdaemon --bin dfget \
+    --bin dfdaemon \
     --config 'profile.release.opt-level=2' \
     --config 'profile.release.debug=false' \
     --config 'profile.release.incremental=false' \
     --config 'profile.release.package.librocksdb-sys.opt-level=1' >&2
-  mv "$work/root/bin/dfdaemon" "$work/root/bin/dfget" "$BIN/"
-  log "dfdaemon and dfget built in $(( $(date +%s) - start )) s"
+  mv "$work/root/bin/dfdaemon" "$BIN/"
+  log "dfdaemon built in $(( $(date +%s) - start )) s"
 fi
 echo "$BIN"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Idempotent set-up for development and tests. Safe to run again: each step checks before it works.
 #   scripts/setup.sh          node deps + control plane (enough for unit and integration tests)
-#   scripts/setup.sh --all    also TorchServe, MinIO and the plugin jar (e2e tests, the demo)
+#   scripts/setup.sh --all    also TorchServe, MinIO, the plugin jar and the real Dragonfly network (e2e tests, the demo)
 source "$(dirname "$0")/lib.sh"
 cd "$REPO_ROOT"
 
@@ -21,8 +21,12 @@ bash scripts/setup-control-plane.sh >/dev/null
 bash scripts/setup-kustomize.sh >/dev/null
 
 if [[ ${1:-} == --all ]]; then
+  # The real P2P network is the longest build (the Rust peer daemon): it runs beside TorchServe's download.
+  bash scripts/setup-dragonfly.sh >/dev/null &
+  dragonfly=$!
   bash scripts/setup-torchserve.sh >/dev/null
   bash scripts/setup-minio.sh >/dev/null
   bash scripts/build-plugin.sh >/dev/null
+  wait "$dragonfly" || { log "building the Dragonfly network failed (scripts/setup-dragonfly.sh)"; exit 1; }
 fi
 log "ready (node $node_version, cache $PEERLOAD_CACHE)"

@@ -72,7 +72,7 @@ export interface Dragonfly {
   stop(): Promise<void>;
 }
 
-/** The bin directory with manager, scheduler, dfdaemon, dfget: $PEERLOAD_DRAGONFLY_BIN, else the set-up's. */
+/** The bin directory with manager, scheduler and dfdaemon: $PEERLOAD_DRAGONFLY_BIN, else the set-up's. */
 export async function dragonflyBinDir(): Promise<string> {
   if (process.env['PEERLOAD_DRAGONFLY_BIN']) return process.env['PEERLOAD_DRAGONFLY_BIN'];
   const { stdout } = await run('bash', [join(REPO_ROOT, 'scripts/setup-dragonfly.sh')], {
