@@ -19,6 +19,8 @@ import { ObjectStorageSource } from './objectstorage.ts';
 
 export const PREHEAT_SCOPES = ['single_seed_peer', 'all_seed_peers', 'all_peers'] as const;
 export const JOB_STATES = ['PENDING', 'RECEIVED', 'STARTED', 'RETRY', 'SUCCESS', 'FAILURE'] as const;
+/** JOB_STATES and what stands between a resource and its job (see status.phase). */
+export const PREHEAT_PHASES = [...JOB_STATES, 'RETRYING', 'UNREACHABLE', 'BLOCKED'] as const;
 export type JobState = (typeof JOB_STATES)[number];
 
 const IMAGE_MANIFEST_PATTERN = '^(.*)://(.*)/v2/(.*)/manifests/(.*)$';
@@ -151,6 +153,10 @@ export const MAX_LISTED_TASKS = 20;
 export const ModelPreheatStatus = z.object({
   observedGeneration: z.int().optional(),
   state: z.enum(JOB_STATES).optional().meta({ description: "The manager job's state." }),
+  phase: z.enum(PREHEAT_PHASES).optional().meta({
+    description:
+      "What `kubectl get` shows as STATE: the job's state, or RETRYING (the last attempt failed, another is scheduled), UNREACHABLE (the manager does not answer or rate-limits), BLOCKED (waiting for a fix: see the Stalled condition).",
+  }),
   jobID: z.int().optional().meta({ description: 'Manager job id (the poll path).' }),
   groupID: z.string().optional().meta({ description: 'Manager task group id (group_<uuid>).' }),
   managerURL: z.string().optional().meta({ description: 'Manager the job lives on.' }),
