@@ -226,6 +226,7 @@ export function modelPreheatController(ctx: ControllerContext): Controller<Obj> 
       rc.signal,
     );
     ctx.events.record(obj, 'Normal', 'JobSucceeded', `preheat job ${job.id} succeeded (attempt ${attempt})`);
+    ctx.metrics.preheatJobs.labels('succeeded').inc();
   }
 
   async function pollJob(
@@ -242,6 +243,7 @@ export function modelPreheatController(ctx: ControllerContext): Controller<Obj> 
       job = await client.getJob(current.jobID!);
     } catch (err) {
       if (err instanceof ManagerError && err.kind === 'notFound') {
+        ctx.metrics.managerErrors.labels(err.kind).inc();
         // The record was deleted on the manager: the outcome is unknowable, so count it as a failed attempt.
         return recordFailure(obj, spec, current, `job ${current.jobID} no longer exists on the manager`, rc);
       }
@@ -318,6 +320,7 @@ export function modelPreheatController(ctx: ControllerContext): Controller<Obj> 
       exhausted ? 'JobFailed' : 'JobFailedWillRetry',
       `attempt ${attempt}: ${why}`,
     );
+    ctx.metrics.preheatJobs.labels(exhausted ? 'failed' : 'retried').inc();
     return exhausted ? undefined : { requeueAfter: delay };
   }
 
@@ -329,6 +332,7 @@ export function modelPreheatController(ctx: ControllerContext): Controller<Obj> 
     rc: ReconcileContext,
   ): Promise<ReconcileResult | void> {
     const view = describeFailure(err, action);
+    if (err instanceof ManagerError) ctx.metrics.managerErrors.labels(err.kind).inc();
     const gen = obj.metadata.generation;
     await writeStatus(
       obj,

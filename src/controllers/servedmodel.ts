@@ -131,6 +131,8 @@ export function createServedModelController(
     const sm = ctx.status.latest(models.get(key));
     if (!sm) {
       forget(key);
+      const [ns, name] = key.split('/');
+      ctx.metrics.servedModelReplicas(ns!, name!);
       return;
     }
     const namespace = sm.metadata.namespace!;
@@ -194,6 +196,8 @@ export function createServedModelController(
     const failed = outcomes.filter((o) => o.failure);
     const readyCount = replicas.filter((r) => r.ready).length;
     const desired = replicas.length;
+    ctx.metrics.servedModelReplicas(namespace, sm.metadata.name, readyCount, desired);
+    for (const o of failed) if (o.failure!.kind) ctx.metrics.modelServerErrors.labels(o.failure!.kind).inc();
     const allReady = desired > 0 && readyCount === desired;
     const versions = new Set(replicas.map((r) => r.version));
     const conditions = servedModelConditions({
