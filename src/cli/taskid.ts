@@ -5,8 +5,12 @@ import { CliError } from './errors.ts';
 const USAGE = `Usage: peerload taskid <url> [--filter a,b] [--tag T] [--application A] [--piece-length N] [--canonical]
 
 Prints the P2P network's task id of a download (the current peer daemon's algorithm), alone on one line.
---filter      query parameter names left out of the id (comma- or &-separated), e.g. X-Amz-Signature,X-Amz-Date
---canonical   print the canonical URL the id is computed from instead of the id`;
+--filter        query parameter names left out of the id (comma- or &-separated), e.g. X-Amz-Signature,X-Amz-Date
+                (default: none)
+--tag           task tag (default: none)
+--application   task application (default: none)
+--piece-length  piece length in bytes (default: none, the peer daemon's own)
+--canonical     print the canonical URL the id is computed from instead of the id`;
 
 export async function run(argv: string[]): Promise<number> {
   const { values, positionals } = parseCommandArgs(
@@ -20,6 +24,7 @@ export async function run(argv: string[]): Promise<number> {
       help: { type: 'boolean', short: 'h' },
     },
     true,
+    USAGE,
   );
   if (values.help) {
     console.log(USAGE);
