@@ -55,7 +55,8 @@ describe('deploy/monitoring', () => {
     const exported = new Set<string>();
     for (const m of await new Metrics().registry.getMetricsAsJSON()) {
       exported.add(m.name);
-      if (String(m.type) === 'histogram') for (const s of ['_bucket', '_sum', '_count']) exported.add(m.name + s);
+      if (String(m.type) === 'histogram')
+        for (const s of ['_bucket', '_sum', '_count']) exported.add(m.name + s);
     }
     const exprs = [
       ...rule.spec.groups.flatMap((g: any) => g.rules.map((r: any) => r.expr as string)),
