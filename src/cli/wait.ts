@@ -143,7 +143,8 @@ export function durationFlag(flag: string, value: string): number {
 
 export async function kubeClientFor(kubeconfig: string | undefined): Promise<KubeClient> {
   try {
-    return new KubeClient(await loadKubeConfig(kubeconfig));
+    // Writes from the command line are the user's, not the operator's: a field manager of their own.
+    return new KubeClient(await loadKubeConfig(kubeconfig), { fieldManager: 'peerload-cli' });
   } catch (err) {
     throw new CliError(`--kubeconfig: ${(err as Error).message}`);
   }
