@@ -189,8 +189,12 @@ export function customResourceDefinition(info: KindInfo): Json {
                 apiVersion: { type: 'string' },
                 kind: { type: 'string' },
                 metadata: { type: 'object' },
-                spec: openAPISchema(info.spec),
-                status: openAPISchema(info.status),
+                spec: { description: `What the ${info.kind} should achieve.`, ...openAPISchema(info.spec) },
+                status: {
+                  description:
+                    'Written by the operator. Conditions: Ready (reached), Reconciling (in progress), Stalled (needs a change; the message names it).',
+                  ...openAPISchema(info.status),
+                },
               },
             },
           },
