@@ -23,12 +23,9 @@ const BucketName = z
   .regex(/^[A-Za-z0-9][A-Za-z0-9._-]*$/, 'must be a bucket name');
 
 const locationFields = {
-  type: z
-    .enum(OBJECT_STORAGE_TYPES)
-    .meta({
-      description:
-        'Object storage kind: s3 (and S3-compatible stores), oss, gcs or abs (Azure Blob Storage).',
-    }),
+  type: z.enum(OBJECT_STORAGE_TYPES).meta({
+    description: 'Object storage kind: s3 (and S3-compatible stores), oss, gcs or abs (Azure Blob Storage).',
+  }),
   bucket: BucketName.optional().meta({ description: 'Bucket name (s3, oss, gcs).' }),
   container: BucketName.optional().meta({ description: 'Blob container name (abs).' }),
   accountName: z
