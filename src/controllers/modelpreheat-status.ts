@@ -57,7 +57,8 @@ export function preheatPhase(o: PreheatObservation): PreheatPhase {
     case 'Succeeded':
       return 'SUCCESS';
     case 'Failed':
-      return o.reason === PreheatReason.InvalidSpec ? 'BLOCKED' : 'FAILURE';
+      // FAILURE is a job's outcome; refused before any job ran (spec, manager configuration, 422) is BLOCKED.
+      return o.reason === PreheatReason.JobFailed ? 'FAILURE' : 'BLOCKED';
     case 'Blocked':
       return 'BLOCKED';
     case 'Progressing':

@@ -126,6 +126,10 @@ describe('ModelPreheat conditions and phase', () => {
     };
     expect(getCondition(apply(o), 'Stalled')).toMatchObject({ status: 'True', reason: 'InvalidSpec' });
     expect(preheatPhase(o)).toBe('BLOCKED');
+    // Refused before a job ran is not a job FAILURE either.
+    expect(
+      preheatPhase({ outcome: 'Failed', reason: 'ManagerNotConfigured', message: 'no --manager-url' }),
+    ).toBe('BLOCKED');
   });
 
   it('every reason the failure table can produce is distinct per cause and CamelCase', () => {
