@@ -207,6 +207,12 @@ export class Metrics {
     const adds = this.queueAdds.labels(name, name);
     const retries = this.queueRetries.labels(name, name);
     if (probe) this.queues.set(name, probe);
+    // Every series exists from the start (at zero), as client-go's do: dashboards and rate() need no first event.
+    depth.set(0);
+    adds.inc(0);
+    retries.inc(0);
+    this.queueLatency.zero({ controller: name, name });
+    this.queueWork.zero({ controller: name, name });
     return {
       depth: (n) => depth.set(n),
       latency: (ms) => latency.observe(ms / 1000),

@@ -95,7 +95,8 @@ describe('peerload operator', () => {
     for (const c of ['modelpreheat', 'servedmodel']) {
       const q = `controller="${c}",name="${c}"`;
       for (const line of [
-        `controller_runtime_reconcile_total{controller="${c}",result="requeue_after"}`,
+        // The manager is down: modelpreheat retries with backoff (error); servedmodel polls the replica (requeue_after).
+        `controller_runtime_reconcile_total{controller="${c}",result="${c === 'modelpreheat' ? 'error' : 'requeue_after'}"}`,
         `controller_runtime_reconcile_time_seconds_count{controller="${c}"}`,
         `controller_runtime_active_workers{controller="${c}"}`,
         `controller_runtime_max_concurrent_reconciles{controller="${c}"}`,
