@@ -139,7 +139,8 @@ describe('ServedModel', () => {
       k8s.setHeaderOptions('Accept', 'application/json;as=Table;v=v1;g=meta.k8s.io'),
     )) as { columnDefinitions: { name: string }[]; rows: { cells: unknown[] }[] };
     const row = table.rows.find((r) => r.cells[0] === 'twenty')!;
-    expect(row.cells[table.columnDefinitions.findIndex((c) => c.name === 'Ready')]).toBe('20/20');
+    const cell = (name: string) => row.cells[table.columnDefinitions.findIndex((c) => c.name === name)];
+    expect([cell('Ready'), cell('Replicas'), cell('Reason')]).toEqual(['True', '20/20', 'AllReplicasReady']);
   });
 
   it('re-registers a restarted replica and follows the Service from 3 to 6 endpoints and back', async () => {
