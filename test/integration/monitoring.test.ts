@@ -128,21 +128,48 @@ describe('deploy/monitoring', () => {
             {
               eval_time: '5m',
               alertname: 'PeerloadPreheatFailing',
-              exp_alerts: [{ exp_labels: { severity: 'warning' } }],
+              exp_alerts: [
+                {
+                  exp_labels: { severity: 'warning' },
+                  exp_annotations: {
+                    summary: 'Preheat jobs failed after all their retries',
+                    description:
+                      "1 preheat job(s) failed for good in the last 30 minutes. Find them with `kubectl get mph -A` (STATE FAILURE) and read the Ready condition's message.",
+                  },
+                },
+              ],
             },
             // Leader lost at minute 9: fires 5 minutes later.
             { eval_time: '12m', alertname: 'PeerloadLeaderMissing', exp_alerts: [] },
             {
               eval_time: '15m',
               alertname: 'PeerloadLeaderMissing',
-              exp_alerts: [{ exp_labels: { severity: 'critical' } }],
+              exp_alerts: [
+                {
+                  exp_labels: { severity: 'critical' },
+                  exp_annotations: {
+                    summary: 'No peerload operator replica is leading',
+                    description:
+                      'No replica of the peerload operator has held the Lease peerload-operator for 5 minutes, so no ModelPreheat or ServedModel is reconciled. Check the pods in peerload-system.',
+                  },
+                },
+              ],
             },
-            // servedmodel fails a third of its reconciles; modelpreheat none.
+            // servedmodel fails half of its reconciles (5 errors a minute over 10 successes); modelpreheat none.
             { eval_time: '10m', alertname: 'PeerloadReconcileErrors', exp_alerts: [] },
             {
               eval_time: '25m',
               alertname: 'PeerloadReconcileErrors',
-              exp_alerts: [{ exp_labels: { severity: 'warning', controller: 'servedmodel' } }],
+              exp_alerts: [
+                {
+                  exp_labels: { severity: 'warning', controller: 'servedmodel' },
+                  exp_annotations: {
+                    summary: 'The servedmodel controller fails more than 10 % of its reconciles',
+                    description:
+                      "50% of servedmodel reconciles failed over 15 minutes; the operator's log (reconcile failed; will retry) and the resources' Events say why.",
+                  },
+                },
+              ],
             },
           ],
         },
