@@ -19,6 +19,18 @@ node_version=$(node_modules/.bin/node --version)
 # 2. The control plane (kube-apiserver + etcd), built from the Go module proxy once and cached.
 bash scripts/setup-control-plane.sh >/dev/null
 bash scripts/setup-kustomize.sh >/dev/null
+# 3. What reads resource health and metrics as users' tools do: kstatus (Flux, kpt), promtool, and Lua 5.1 for the
+#    Argo CD health checks (Argo CD runs them in gopher-lua, a Lua 5.1).
+bash scripts/setup-kstatus.sh >/dev/null
+bash scripts/setup-promtool.sh >/dev/null
+if ! command -v lua5.1 >/dev/null; then
+  if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
+    log "installing lua5.1 (apt)"
+    apt-get install -y -q lua5.1 >&2 || { apt-get update -q >&2 && apt-get install -y -q lua5.1 >&2; }
+  else
+    log "lua5.1 is required for the Argo CD health-check tests: apt-get install lua5.1"; exit 1
+  fi
+fi
 
 if [[ ${1:-} == --all ]]; then
   # The real P2P network is the longest build (the Rust peer daemon): it runs beside TorchServe's download.

@@ -7,6 +7,7 @@ import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { parseArgs } from 'node:util';
+import { argsErrorMessage } from './cli/args.ts';
 import { z } from 'zod';
 import { DURATION_PATTERN, parseDuration } from './api/index.ts';
 import { DAEMON_VERSION_HINT, DEFAULT_TASK_ID_RULE, taskIdRule } from './storage/taskid.ts';
@@ -179,7 +180,7 @@ export function loadConfig(
       allowNegative: true,
     }).values;
   } catch (err) {
-    throw new ConfigError((err as Error).message);
+    throw new ConfigError(argsErrorMessage(err, usage()));
   }
   if (values.help) return { help: usage() };
 
@@ -218,8 +219,29 @@ function podNamespace(env: NodeJS.ProcessEnv): string | undefined {
   }
 }
 
+/** Flags whose value is a duration (parsed to ms), shown back as a duration in the help. */
+const DURATIONS = new Set<Key>([
+  'leaseDuration',
+  'renewDeadline',
+  'retryPeriod',
+  'resyncPeriod',
+  'shutdownTimeout',
+  'pollBackoffStart',
+  'pollBackoffMax',
+]);
+
+function defaultText(key: Key): string {
+  const v = (OperatorConfigSchema.safeParse({}).data as Record<string, unknown> | undefined)?.[key];
+  if (v === undefined || v === '') return '';
+  if (DURATIONS.has(key) && typeof v === 'number')
+    return ` (default ${v % 60_000 === 0 ? `${v / 60_000}m` : `${v / 1000}s`})`;
+  return ` (default ${String(v)})`;
+}
+
 export function usage(): string {
   const width = Math.max(...Object.values(ALL).map((o) => o.flag.length)) + 2;
-  const lines = Object.values(ALL).map((o) => `  --${o.flag.padEnd(width)}${o.help} [${envName(o.flag)}]`);
+  const lines = (Object.entries(ALL) as [Key, (typeof ALL)[Key]][]).map(
+    ([key, o]) => `  --${o.flag.padEnd(width)}${o.help}${defaultText(key)} [${envName(o.flag)}]`,
+  );
   return `Usage: peerload operator [options]\n\nRuns the peerload controllers.\n\nOptions (flag, or the environment variable in brackets):\n${lines.join('\n')}`;
 }

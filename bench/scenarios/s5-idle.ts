@@ -5,7 +5,7 @@
  * The operator runs as a SEPARATE process (`node bin/peerload.js operator ...`), first without leader election,
  * then with it. Once it has settled (every ServedModel Ready and no write for 10 s), a window of `idleSeconds`:
  * RSS from /proc/<pid>/status and CPU from /proc/<pid>/stat every second; apiserver requests from the apiserver's
- * own `apiserver_request_total` (before/after) and from the operator's `peerload_kube_requests_total`.
+ * own `apiserver_request_total` (before/after) and from the operator's `rest_client_requests_total`.
  * ServedModels with static endpoints re-check their replicas every 5 min ± 20 %: that is model-server traffic (counted on the
  * emulators), and must not rewrite their status when nothing changed (counted: status patches in the window).
  */
@@ -202,7 +202,7 @@ export async function scenario5(cp: ControlPlane, o: S5Options): Promise<{ rows:
             continue;
           }
           const activity =
-            sumMatching(m, /^peerload_kube_requests_total\{method="(POST|PATCH|DELETE)"/) +
+            sumMatching(m, /^rest_client_requests_total\{.*method="(POST|PATCH|DELETE)"/) +
             fleet.stats().totalRequests;
           if (activity !== lastActivity) {
             lastActivity = activity;
@@ -254,26 +254,26 @@ export async function scenario5(cp: ControlPlane, o: S5Options): Promise<{ rows:
           const rssMiB = stat(samples.map((x) => x.rss / MiB)).median;
           const opDiff: Record<string, number> = {};
           for (const [k, v] of opAfter) {
-            if (!k.startsWith('peerload_kube_requests_total')) continue;
+            if (!k.startsWith('rest_client_requests_total')) continue;
             const d = v - (opBefore.get(k) ?? 0);
-            if (d > 0) opDiff[k.replace('peerload_kube_requests_total', '')] = d;
+            if (d > 0) opDiff[k.replace('rest_client_requests_total', '')] = d;
           }
           const api = diffTotals(apiBefore, apiAfter);
           const nonWatchNonLease = Object.entries(api)
             .filter(([k]) => !k.startsWith('WATCH ') && !/ leases$/.test(k))
             .reduce((a, [, v]) => a + v, 0);
           const reconciles =
-            sumMatching(opAfter, /^peerload_reconcile_total/) -
-            sumMatching(opBefore, /^peerload_reconcile_total/);
+            sumMatching(opAfter, /^controller_runtime_reconcile_total/) -
+            sumMatching(opBefore, /^controller_runtime_reconcile_total/);
           const memory: Record<string, number> = {};
           for (const [k, v] of opAfter) {
             if (
-              /^peerload_nodejs_(heap_size_(total|used)_bytes|external_memory_bytes|heap_space_size_(used|total)_bytes)/.test(
+              /^nodejs_(heap_size_(total|used)_bytes|external_memory_bytes|heap_space_size_(used|total)_bytes)/.test(
                 k,
               ) ||
-              k.startsWith('peerload_process_resident_memory_bytes')
+              k.startsWith('process_resident_memory_bytes')
             )
-              memory[k.replace(/^peerload_/, '')] = Math.round((v / MiB) * 10) / 10;
+              memory[k] = Math.round((v / MiB) * 10) / 10;
           }
           windows.push({
             memory,

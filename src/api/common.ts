@@ -108,16 +108,27 @@ export const Condition = z.object({
     .max(316)
     .regex(
       /^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\/)?(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$/,
-    ),
-  status: z.enum(['True', 'False', 'Unknown']),
-  observedGeneration: z.int().min(0).optional(),
-  lastTransitionTime: z.string().meta({ format: 'date-time' }),
+    )
+    .meta({
+      description:
+        'Ready (the goal is reached), Reconciling (work in progress), Stalled (needs a change: read the message), or a kind-specific type.',
+    }),
+  status: z
+    .enum(['True', 'False', 'Unknown'])
+    .meta({ description: 'True, False or Unknown (not decided yet).' }),
+  observedGeneration: z
+    .int()
+    .min(0)
+    .optional()
+    .meta({ description: 'metadata.generation the condition is about; older means not yet re-evaluated.' }),
+  lastTransitionTime: z.string().meta({ format: 'date-time', description: 'When status last changed.' }),
   reason: z
     .string()
     .min(1)
     .max(1024)
-    .regex(/^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$/),
-  message: z.string().max(32768),
+    .regex(/^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$/)
+    .meta({ description: 'CamelCase cause, one per kind of problem (e.g. ServiceNotFound, JobFailed).' }),
+  message: z.string().max(32768).meta({ description: 'The cause in words, naming what to fix.' }),
 });
 export type Condition = z.infer<typeof Condition>;
 

@@ -20,6 +20,22 @@ export interface KindInfo {
   printerColumns: { name: string; type: string; jsonPath: string; description?: string; priority?: number }[];
 }
 
+const READY_CONDITION = '.status.conditions[?(@.type=="Ready")]';
+const readyColumn = {
+  name: 'Ready',
+  type: 'string',
+  jsonPath: READY_CONDITION + '.status',
+  description: 'The Ready condition: True, False or Unknown.',
+};
+/** Shown with -o wide: the cause in words, as cert-manager does. */
+const messageColumn = {
+  name: 'Message',
+  type: 'string',
+  jsonPath: READY_CONDITION + '.message',
+  priority: 1,
+  description: "The Ready condition's message.",
+};
+
 export const KINDS: KindInfo[] = [
   {
     kind: 'ModelPreheat',
@@ -32,10 +48,17 @@ export const KINDS: KindInfo[] = [
       'A preheat job on the P2P manager that makes model files available in the network ahead of use.',
     printerColumns: [
       { name: 'Type', type: 'string', jsonPath: '.spec.type' },
-      { name: 'State', type: 'string', jsonPath: '.status.state' },
+      {
+        name: 'State',
+        type: 'string',
+        jsonPath: '.status.phase',
+        description: 'Job state, or RETRYING, UNREACHABLE (manager), BLOCKED (see the Stalled condition).',
+      },
+      readyColumn,
       { name: 'Job', type: 'integer', jsonPath: '.status.jobID' },
       { name: 'Attempts', type: 'integer', jsonPath: '.status.attempts', priority: 1 },
       { name: 'Group', type: 'string', jsonPath: '.status.groupID', priority: 1 },
+      messageColumn,
       { name: 'Age', type: 'date', jsonPath: '.metadata.creationTimestamp' },
     ],
   },
@@ -50,8 +73,22 @@ export const KINDS: KindInfo[] = [
     printerColumns: [
       { name: 'Model', type: 'string', jsonPath: '.spec.modelName' },
       { name: 'Version', type: 'string', jsonPath: '.status.servedVersion' },
-      { name: 'Ready', type: 'string', jsonPath: '.status.ready' },
+      readyColumn,
+      {
+        name: 'Replicas',
+        type: 'string',
+        jsonPath: '.status.ready',
+        description: 'Replicas where the model is READY / replicas found.',
+      },
+      {
+        name: 'Reason',
+        type: 'string',
+        jsonPath: READY_CONDITION + '.reason',
+        description:
+          'Why the model is (not) ready, e.g. ServiceNotFound, PreheatFailed, ModelServerUnavailable.',
+      },
       { name: 'File', type: 'string', jsonPath: '.spec.fileName', priority: 1 },
+      messageColumn,
       { name: 'Age', type: 'date', jsonPath: '.metadata.creationTimestamp' },
     ],
   },
@@ -152,8 +189,12 @@ export function customResourceDefinition(info: KindInfo): Json {
                 apiVersion: { type: 'string' },
                 kind: { type: 'string' },
                 metadata: { type: 'object' },
-                spec: openAPISchema(info.spec),
-                status: openAPISchema(info.status),
+                spec: { description: `What the ${info.kind} should achieve.`, ...openAPISchema(info.spec) },
+                status: {
+                  description:
+                    'Written by the operator. Conditions: Ready (reached), Reconciling (in progress), Stalled (needs a change; the message names it).',
+                  ...openAPISchema(info.status),
+                },
               },
             },
           },

@@ -11,7 +11,8 @@ export const ManagerRef = withRules(
       description: 'Manager base address, e.g. http://dragonfly-manager.dragonfly-system:8080.',
     }),
     apiPath: z.enum(['/api/v1', '/oapi/v1']).default('/api/v1').meta({
-      description: 'Job API prefix: /api/v1 (seed; JWT from v2.4.1) or /oapi/v1 (personal access tokens).',
+      description:
+        'Job API prefix: /api/v1 (no auth, or a JWT from user sign-in on manager v2.4.1+) or /oapi/v1 (personal access tokens).',
     }),
     tokenSecretRef: SecretKeyRef.optional().meta({
       description: 'Personal access token, sent as `Authorization: Bearer`. Required by /oapi/v1.',

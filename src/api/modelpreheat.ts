@@ -19,6 +19,8 @@ import { ObjectStorageSource } from './objectstorage.ts';
 
 export const PREHEAT_SCOPES = ['single_seed_peer', 'all_seed_peers', 'all_peers'] as const;
 export const JOB_STATES = ['PENDING', 'RECEIVED', 'STARTED', 'RETRY', 'SUCCESS', 'FAILURE'] as const;
+/** JOB_STATES and what stands between a resource and its job (see status.phase). */
+export const PREHEAT_PHASES = [...JOB_STATES, 'RETRYING', 'UNREACHABLE', 'BLOCKED'] as const;
 export type JobState = (typeof JOB_STATES)[number];
 
 const IMAGE_MANIFEST_PATTERN = '^(.*)://(.*)/v2/(.*)/manifests/(.*)$';
@@ -68,7 +70,7 @@ export const ModelPreheatSpec = withRules(
       .optional()
       .meta({
         description:
-          'Query parameters left out of the task id (seed `filter`). Default: the manager default (S3, GCS, OSS, OBS, COS signatures and ns).',
+          "Query parameters left out of the task id (the manager job's filter). Default: the manager default (S3, GCS, OSS, OBS, COS signatures and ns).",
       }),
     headers: z
       .record(z.string().regex(/^[A-Za-z0-9-]+$/), z.string().max(8192))
@@ -103,7 +105,7 @@ export const ModelPreheatSpec = withRules(
       .array(z.int().min(1))
       .max(100)
       .optional()
-      .meta({ description: 'Scheduler clusters to preheat in; empty means all (seed 2.1).' }),
+      .meta({ description: "IDs of the manager's scheduler clusters to preheat in; empty means all." }),
     timeout: Duration.optional().meta({ description: 'Job time-out on the manager (default 60m there).' }),
     manager: ManagerRef.optional().meta({
       description: "Manager to use; defaults to the operator's --manager-url.",
@@ -155,17 +157,24 @@ export const ModelPreheatSpec = withRules(
 export type ModelPreheatSpec = z.infer<typeof ModelPreheatSpec>;
 
 const PeerTask = z.object({
-  url: z.string(),
-  hostname: z.string().optional(),
-  ip: z.string().optional(),
-  description: z.string().optional(),
+  url: z.string().meta({ description: 'URL the peer downloaded.' }),
+  hostname: z.string().optional().meta({ description: 'Host name of the peer.' }),
+  ip: z.string().optional().meta({ description: 'IP address of the peer.' }),
+  description: z.string().optional().meta({ description: "The peer's own words (the error, on failure)." }),
 });
 
 export const MAX_LISTED_TASKS = 20;
 
 export const ModelPreheatStatus = z.object({
-  observedGeneration: z.int().optional(),
+  observedGeneration: z
+    .int()
+    .optional()
+    .meta({ description: 'metadata.generation the operator last acted on.' }),
   state: z.enum(JOB_STATES).optional().meta({ description: "The manager job's state." }),
+  phase: z.enum(PREHEAT_PHASES).optional().meta({
+    description:
+      "What `kubectl get` shows as STATE: the job's state, or RETRYING (the last attempt failed, another is scheduled), UNREACHABLE (the manager does not answer or rate-limits), BLOCKED (waiting for a fix: see the Stalled condition).",
+  }),
   jobID: z.int().optional().meta({ description: 'Manager job id (the poll path).' }),
   groupID: z.string().optional().meta({ description: 'Manager task group id (group_<uuid>).' }),
   managerURL: z.string().optional().meta({ description: 'Manager the job lives on.' }),
@@ -174,16 +183,23 @@ export const ModelPreheatStatus = z.object({
     .optional()
     .meta({ description: 'metadata.generation the current job was created for.' }),
   attempts: z.int().optional().meta({ description: 'Jobs created for this generation.' }),
-  startedAt: Timestamp.optional(),
-  completedAt: Timestamp.optional(),
+  startedAt: Timestamp.optional().meta({ description: 'When the current job was created.' }),
+  completedAt: Timestamp.optional().meta({
+    description: 'When the current job ended (SUCCESS or final FAILURE).',
+  }),
   nextRetryAt: Timestamp.optional().meta({ description: 'When a failed job will be created again.' }),
   tasks: z
-    .array(z.object({ url: z.string(), taskID: z.string() }))
+    .array(
+      z.object({
+        url: z.string().meta({ description: 'URL as preheated (signature parameters included).' }),
+        taskID: z.string().meta({ description: 'P2P task id (grep the peer logs for it).' }),
+      }),
+    )
     .max(100)
     .optional()
     .meta({ description: 'The P2P task id of each preheated URL, to match with peer logs.' }),
-  successCount: z.int().optional(),
-  failureCount: z.int().optional(),
+  successCount: z.int().optional().meta({ description: 'Peers that downloaded the content.' }),
+  failureCount: z.int().optional().meta({ description: 'Peers that failed to download it.' }),
   successTasks: z
     .array(PeerTask)
     .max(MAX_LISTED_TASKS)

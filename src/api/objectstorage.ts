@@ -23,9 +23,9 @@ const BucketName = z
   .regex(/^[A-Za-z0-9][A-Za-z0-9._-]*$/, 'must be a bucket name');
 
 const locationFields = {
-  type: z
-    .enum(OBJECT_STORAGE_TYPES)
-    .meta({ description: 'Object storage kind (seed 1.3): s3, oss, gcs or abs.' }),
+  type: z.enum(OBJECT_STORAGE_TYPES).meta({
+    description: 'Object storage kind: s3 (and S3-compatible stores), oss, gcs or abs (Azure Blob Storage).',
+  }),
   bucket: BucketName.optional().meta({ description: 'Bucket name (s3, oss, gcs).' }),
   container: BucketName.optional().meta({ description: 'Blob container name (abs).' }),
   accountName: z
@@ -50,7 +50,7 @@ const locationFields = {
   signedURLExpiry: Duration.default('1h').meta({ description: 'Validity of each signed URL.' }),
   filteredQueryParams: z.array(z.string().min(1).max(128)).max(64).optional().meta({
     description:
-      'Query parameters left out of the task id. Default: the signature parameters of the storage kind (seed 2.2).',
+      'Query parameters left out of the task id. Default: the signature parameters of the storage kind, the same default as the endpoint plugin.',
   }),
 };
 

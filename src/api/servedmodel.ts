@@ -98,8 +98,11 @@ export const Registration = z.object({
     .max(512)
     .optional()
     .meta({ description: 'Handler override (else the archive manifest).' }),
-  runtime: z.enum(['python', 'python3', 'LSP']).optional(),
-  batchSize: z.int().min(1).max(4096).optional(),
+  runtime: z
+    .enum(['python', 'python3', 'LSP'])
+    .optional()
+    .meta({ description: 'Runtime override (else the archive manifest).' }),
+  batchSize: z.int().min(1).max(4096).optional().meta({ description: 'Inference batch size.' }),
   maxBatchDelay: z.int().min(0).max(600000).optional().meta({ description: 'Milliseconds.' }),
   responseTimeout: z.int().min(1).max(86400).optional().meta({ description: 'Seconds.' }),
   startupTimeout: z.int().min(1).max(86400).optional().meta({ description: 'Seconds (TorchServe 0.12+).' }),
@@ -114,9 +117,18 @@ export const PreheatGate = withRules(
     objectStorage: ObjectStorageLocation.optional().meta({
       description: 'Bucket of fileName (with create: true).',
     }),
-    scope: z.enum(PREHEAT_SCOPES).optional(),
-    schedulerClusterIDs: z.array(z.int().min(1)).max(100).optional(),
-    manager: ManagerRef.optional(),
+    scope: z
+      .enum(PREHEAT_SCOPES)
+      .optional()
+      .meta({ description: 'With create: which peers download (default single_seed_peer).' }),
+    schedulerClusterIDs: z
+      .array(z.int().min(1))
+      .max(100)
+      .optional()
+      .meta({ description: 'With create: scheduler clusters to preheat in; empty means all.' }),
+    manager: ManagerRef.optional().meta({
+      description: "With create: manager to use; defaults to the operator's --manager-url.",
+    }),
     peerDaemonVersion: PeerDaemonVersion.optional(),
   }),
   [
@@ -156,11 +168,24 @@ export const ServedModelSpec = withRules(
       .min(1)
       .max(1024)
       .regex(/^[^/].*[^/]$|^[^/]$/, 'must be an object key without leading or trailing /')
-      .meta({ description: 'Model archive object key, sent as file_name to the plugin (seed 4.3).' }),
-    modelServer: ModelServer,
-    workers: Workers.default({ min: 1 }),
-    registration: Registration.optional(),
-    preheat: PreheatGate.optional(),
+      .meta({
+        description:
+          'Model archive object key (e.g. resnet/resnet-18.mar), sent as file_name to the endpoint plugin, which downloads it through the local peer.',
+      }),
+    modelServer: ModelServer.meta({
+      description: 'Where the model-server replicas are: a Service (every ready endpoint) or static URLs.',
+    }),
+    workers: Workers.default({ min: 1 }).meta({
+      description:
+        'Worker counts on every replica; the model is ready on a replica once min workers are READY.',
+    }),
+    registration: Registration.optional().meta({
+      description: 'Registration parameters passed to the model server; unset ones come from the archive.',
+    }),
+    preheat: PreheatGate.optional().meta({
+      description:
+        'Register only after a ModelPreheat succeeded: an existing one (name) or one created and owned (create).',
+    }),
     rollout: z
       .object({
         maxConcurrent: z
@@ -173,7 +198,8 @@ export const ServedModelSpec = withRules(
           description: 'Register on one replica first so the P2P network holds the model, then fan out.',
         }),
       })
-      .default({ maxConcurrent: 10, seedFirst: true }),
+      .default({ maxConcurrent: 10, seedFirst: true })
+      .meta({ description: 'How registration fans out over the replicas.' }),
   }),
   [
     {
@@ -188,25 +214,39 @@ export const ServedModelSpec = withRules(
 export type ServedModelSpec = z.infer<typeof ServedModelSpec>;
 
 export const ReplicaStatus = z.object({
-  endpoint: z.string(),
-  pod: z.string().optional(),
-  podUID: z.string().optional(),
-  registered: z.boolean(),
-  version: z.string().optional(),
-  readyWorkers: z.int().min(0),
-  ready: z.boolean(),
-  message: z.string().max(1024).optional(),
-  lastUpdateTime: Timestamp.optional(),
+  endpoint: z.string().meta({ description: 'Management URL of the replica.' }),
+  pod: z.string().optional().meta({ description: 'Pod behind the endpoint (Service discovery).' }),
+  podUID: z.string().optional().meta({ description: 'UID of that pod: a new UID means a restarted pod.' }),
+  registered: z.boolean().meta({ description: 'Whether the model is registered on the replica.' }),
+  version: z.string().optional().meta({ description: 'Model version rolled out on the replica.' }),
+  readyWorkers: z.int().min(0).meta({ description: 'Workers of the model in state READY.' }),
+  ready: z.boolean().meta({ description: 'readyWorkers reached workers.min.' }),
+  message: z
+    .string()
+    .max(1024)
+    .optional()
+    .meta({ description: "Why the replica is not ready (the model server's answer)." }),
+  lastUpdateTime: Timestamp.optional().meta({ description: 'When ready or message last changed.' }),
 });
 export type ReplicaStatus = z.infer<typeof ReplicaStatus>;
 
 export const ServedModelStatus = z.object({
-  observedGeneration: z.int().optional(),
+  observedGeneration: z
+    .int()
+    .optional()
+    .meta({ description: 'metadata.generation the operator last acted on.' }),
   ready: z.string().optional().meta({ description: 'readyReplicas/desiredReplicas, for kubectl get.' }),
-  readyReplicas: z.int().optional(),
-  desiredReplicas: z.int().optional(),
+  readyReplicas: z.int().optional().meta({ description: 'Replicas where the model is READY.' }),
+  desiredReplicas: z
+    .int()
+    .optional()
+    .meta({ description: 'Replicas found (ready endpoints, or static endpoints).' }),
   servedVersion: z.string().optional().meta({ description: 'Version that is default on every replica.' }),
-  replicas: z.array(ReplicaStatus).max(1000).optional(),
+  replicas: z
+    .array(ReplicaStatus)
+    .max(1000)
+    .optional()
+    .meta({ description: 'Per replica: registered, version, READY workers and why not ready.' }),
   preheatName: z.string().optional().meta({ description: 'ModelPreheat gating registration.' }),
   conditions: Conditions.optional(),
 });

@@ -32,6 +32,7 @@
  * configuration (keys, header values other than tag, application and piece length) is ever printed.
  */
 import { readFile } from 'node:fs/promises';
+import { text } from 'node:stream/consumers';
 import { loadAll, YAMLException } from 'js-yaml';
 import { z } from 'zod';
 import {
@@ -1012,10 +1013,21 @@ function preheatItems(spec: ModelPreheatSpec, plugin: PluginSide): PreheatItem[]
 const docName = (m: { name: string; namespace?: string | undefined }) =>
   `${m.namespace ?? 'default'}/${m.name}`;
 
-export async function readManifests(paths: string[], plugin: PluginSide): Promise<Documents> {
+/**
+ * Reads the ModelPreheat and ServedModel documents of `paths` (`-`: stdin) and of `texts` (already read, e.g. from
+ * the cluster). `kind: List` documents (`kubectl get -o yaml`) are expanded.
+ */
+export async function readManifests(
+  paths: string[],
+  plugin: PluginSide,
+  texts: { name: string; text: string }[] = [],
+): Promise<Documents> {
   const out: Documents = { preheats: [], servedModels: [], notes: [] };
-  for (const path of paths) {
-    const text = await readText(path);
+  const sources = [
+    ...(await Promise.all(paths.map(async (p) => ({ name: p, text: await readText(p) })))),
+    ...texts,
+  ];
+  for (const { name: path, text } of sources) {
     let docs: unknown[];
     try {
       docs = loadAll(text);
@@ -1027,6 +1039,12 @@ export async function readManifests(paths: string[], plugin: PluginSide): Promis
       }
       throw err;
     }
+    docs = docs.flatMap((d) => {
+      const list = d as { kind?: unknown; items?: unknown } | null;
+      return typeof list?.kind === 'string' && list.kind.endsWith('List') && Array.isArray(list.items)
+        ? list.items
+        : [d];
+    });
     docs.forEach((doc, i) => {
       if (doc === null || doc === undefined) return;
       const where = `${path}: document ${i + 1}`;
@@ -1076,6 +1094,7 @@ export async function readManifests(paths: string[], plugin: PluginSide): Promis
 
 export async function readText(path: string): Promise<string> {
   try {
+    if (path === '-') return await text(process.stdin);
     return await readFile(path, 'utf8');
   } catch (err) {
     throw new CheckInputError(

@@ -1,6 +1,9 @@
 /** `peerload check`: the command line of src/check/consistency.ts. */
 import { parseCommandArgs } from './args.ts';
 import { CliError } from './errors.ts';
+import { kubeClientFor } from './wait.ts';
+import { API_VERSION } from '../api/index.ts';
+import { ApiError, GVR, type KubeObject } from '../runtime/kube.ts';
 import {
   CheckInputError,
   checkDocuments,
@@ -9,14 +12,18 @@ import {
   readText,
 } from '../check/consistency.ts';
 
-const USAGE = `Usage: peerload check --plugin-config <config.json> [--json] <manifest.yaml>...
+const USAGE = `Usage: peerload check --plugin-config <config.json> [--json] (<manifest.yaml>... | - | --from-cluster)
 
 For each URL a ModelPreheat would warm and each download the plugin would make (ServedModel fileName, or the
 preheated keys), says whether both have the same P2P task id, and why not when they do not.
---plugin-config   the endpoint plugin's configuration file (seed 2.2: addr, header, filter, object_storage,
+--plugin-config   the endpoint plugin's configuration file (JSON: addr, header, filter, object_storage,
                   daemon_version: the peer daemon's version, whose task id rule is used; default 1.4)
---json            machine-readable output
-Manifests hold ModelPreheat and/or ServedModel documents (other kinds are ignored).
+--json            machine-readable output (default: one line per download)
+--from-cluster    check the ModelPreheats and ServedModels of the cluster (with or without manifests)
+-n, --namespace   with --from-cluster: one namespace (default: all namespaces)
+--kubeconfig      with --from-cluster: kubeconfig file (default $KUBECONFIG, ~/.kube/config, or in-cluster)
+Manifests hold ModelPreheat and/or ServedModel documents, or Lists of them (kubectl get -o yaml); other kinds are
+ignored. '-' reads them from stdin, e.g. kubectl get mph,sm -A -o yaml | peerload check --plugin-config c.json -
 Warnings say when the configuration would make downloads bypass P2P altogether.
 Exit status: 0 all share a task id, 1 at least one does not, 2 bad input.`;
 
@@ -30,6 +37,25 @@ const defaultIO: CheckIO = {
   err: (line) => console.error(line),
 };
 
+/** The cluster's ModelPreheats and ServedModels as one List document. */
+async function fromCluster(namespace: string | undefined, kubeconfig: string | undefined) {
+  const kube = await kubeClientFor(kubeconfig);
+  const items: unknown[] = [];
+  for (const gvr of [GVR.modelPreheats, GVR.servedModels]) {
+    try {
+      const list = await kube.resource<KubeObject>(gvr).list(namespace);
+      // List items carry no apiVersion/kind.
+      for (const o of list.items) items.push({ ...o, apiVersion: API_VERSION, kind: gvr.kind });
+    } catch (err) {
+      if (err instanceof ApiError)
+        throw new CliError(`--from-cluster: cannot list ${gvr.resource}: ${err.message}`);
+      throw err;
+    }
+  }
+  const where = namespace ? `namespace ${namespace}` : 'all namespaces';
+  return { name: `cluster (${where})`, text: JSON.stringify({ kind: 'List', items }) };
+}
+
 /** `peerload check`. Exit status: 0 all match, 1 a miss, 2 bad input. */
 export async function run(argv: string[], io: CheckIO = defaultIO): Promise<number> {
   try {
@@ -38,19 +64,25 @@ export async function run(argv: string[], io: CheckIO = defaultIO): Promise<numb
       {
         'plugin-config': { type: 'string' },
         json: { type: 'boolean' },
+        'from-cluster': { type: 'boolean' },
+        namespace: { type: 'string', short: 'n' },
+        kubeconfig: { type: 'string' },
         help: { type: 'boolean', short: 'h' },
       },
       true,
+      USAGE,
     );
     if (values.help) {
       io.out(USAGE);
       return 0;
     }
     if (values['plugin-config'] === undefined) throw new CliError(`--plugin-config is required\n\n${USAGE}`);
-    if (positionals.length === 0) throw new CliError(`expected at least one manifest\n\n${USAGE}`);
+    if (positionals.length === 0 && !values['from-cluster'])
+      throw new CliError(`expected at least one manifest, - (stdin) or --from-cluster\n\n${USAGE}`);
     const configPath = values['plugin-config'];
     const plugin = parsePluginConfig(await readText(configPath), configPath);
-    const docs = await readManifests(positionals, plugin);
+    const cluster = values['from-cluster'] ? [await fromCluster(values.namespace, values.kubeconfig)] : [];
+    const docs = await readManifests(positionals, plugin, cluster);
     const results = checkDocuments(plugin, docs);
     const ok = results.every((r) => r.status === 'OK');
     if (values.json) {

@@ -4,6 +4,7 @@
  * `peerload taskid` does not pay for the Kubernetes client.
  */
 import { CliError } from './errors.ts';
+import { VERSION } from '../version.ts';
 
 interface Command {
   summary: string;
@@ -14,6 +15,14 @@ const COMMANDS: Record<string, Command> = {
   operator: {
     summary: 'Run the operator (controllers, leader election, metrics and health endpoints)',
     run: async (argv) => (await import('./operator.ts')).run(argv),
+  },
+  wait: {
+    summary: 'Wait until a ModelPreheat or ServedModel is Ready (exit 0) or Stalled (exit 1)',
+    run: async (argv) => (await import('./wait.ts')).run(argv),
+  },
+  preheat: {
+    summary: 'Create a ModelPreheat of a URL or of objects in a bucket, and optionally wait for it',
+    run: async (argv) => (await import('./preheat.ts')).run(argv),
   },
   check: {
     summary: 'Check that preheats and plugin downloads will share P2P task ids (and say why not)',
@@ -32,11 +41,17 @@ const COMMANDS: Record<string, Command> = {
 export function usage(): string {
   const width = Math.max(...Object.keys(COMMANDS).map((c) => c.length));
   const lines = Object.entries(COMMANDS).map(([name, c]) => `  ${name.padEnd(width)}  ${c.summary}`);
-  return `Usage: peerload <command> [options]\n\nCommands:\n${lines.join('\n')}\n\nRun 'peerload <command> --help' for the options of a command.`;
+  return `Usage: peerload <command> [options]\n\nCommands:\n${lines.join('\n')}\n\nRun 'peerload <command> --help' for the options of a command, 'peerload --version' for the version.`;
 }
 
 export async function main(argv: string[]): Promise<number> {
   const [name, ...rest] = argv;
+  // --version anywhere before a `--`, for every command.
+  const options = argv.includes('--') ? argv.slice(0, argv.indexOf('--')) : argv;
+  if (options.includes('--version') || name === '-V') {
+    console.log(`peerload ${VERSION}`);
+    return 0;
+  }
   if (!name || name === '--help' || name === '-h' || name === 'help') {
     console.log(usage());
     return name ? 0 : 2;

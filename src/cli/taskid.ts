@@ -13,6 +13,10 @@ const USAGE = `Usage: peerload taskid <url> [--filter a,b] [--tag T] [--applicat
 
 Prints the P2P network's task id of a download, as the peer daemon computes it, alone on one line.
 --filter          query parameter names left out of the id (comma- or &-separated), e.g. X-Amz-Signature,X-Amz-Date
+                  (default: none)
+--tag             task tag (default: none)
+--application     task application (default: none)
+--piece-length    piece length in bytes (default: none, the peer daemon's own)
 --daemon-version  the peer daemon (dragonfly-client) version: 1.4 (below 1.5.3: the query keeps its order),
                   1.5.3+ (sorted, as the manager computes it) or a version such as 1.4.2; default ${DEFAULT_TASK_ID_RULE}
                   (Dragonfly v2.5.1 bundles client 1.4.2)
@@ -31,6 +35,7 @@ export async function run(argv: string[]): Promise<number> {
       help: { type: 'boolean', short: 'h' },
     },
     true,
+    USAGE,
   );
   if (values.help) {
     console.log(USAGE);

@@ -15,6 +15,8 @@ export interface FailureView {
   retry: { kind: 'backoff' } | { kind: 'after'; ms: number } | { kind: 'none' };
   /** Whether the condition is final (`False`) or still open (`Unknown`). */
   final: boolean;
+  /** Open, but only a change (a Secret, credentials) can make it succeed: the resource is Stalled. */
+  blocked?: true;
 }
 
 export function describeFailure(err: unknown, action: string): FailureView {
@@ -22,10 +24,22 @@ export function describeFailure(err: unknown, action: string): FailureView {
     return { reason: 'ManagerNotConfigured', message: err.message, retry: { kind: 'none' }, final: true };
   }
   if (err instanceof SecretNotFoundError) {
-    return { reason: 'SecretNotFound', message: err.message, retry: { kind: 'backoff' }, final: false };
+    return {
+      reason: 'SecretNotFound',
+      message: err.message,
+      retry: { kind: 'backoff' },
+      final: false,
+      blocked: true,
+    };
   }
   if (err instanceof CredentialsError) {
-    return { reason: 'InvalidCredentials', message: err.message, retry: { kind: 'backoff' }, final: false };
+    return {
+      reason: 'InvalidCredentials',
+      message: err.message,
+      retry: { kind: 'backoff' },
+      final: false,
+      blocked: true,
+    };
   }
   if (err instanceof ManagerError) {
     const text = `${action}: ${err.message}`;
@@ -36,6 +50,7 @@ export function describeFailure(err: unknown, action: string): FailureView {
           message: `${text} (check the manager token or user Secret)`,
           retry: { kind: 'backoff' },
           final: false,
+          blocked: true,
         };
       case 'notFound':
         return {

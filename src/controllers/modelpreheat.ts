@@ -21,11 +21,11 @@ import {
   Controller,
   GVR,
   addFinalizer,
+  applyConditions,
   getCondition,
   hasFinalizer,
   isBeingDeleted,
   removeFinalizer,
-  setCondition,
   specChanged,
   type ControllerContext,
   type ReconcileContext,
@@ -33,11 +33,18 @@ import {
 } from '../runtime/index.ts';
 import { ManagerClients, resolveManager } from './managers.ts';
 import { describeFailure } from './modelpreheat-failures.ts';
+import {
+  PreheatCondition,
+  PreheatReason,
+  preheatConditions,
+  preheatPhase,
+  type PreheatObservation,
+} from './modelpreheat-status.ts';
 import { planPreheat } from './preheat-request.ts';
 import { SecretReader } from './secrets.ts';
 
 export const FINALIZER = 'peerload.io/delete-manager-job';
-export const SUCCEEDED = 'Succeeded';
+export const SUCCEEDED = PreheatCondition.Succeeded;
 /** How long a deletion waits for an unreachable manager before it lets go of the job record. */
 const CLEANUP_GRACE_MS = 120_000;
 const MAX_RETRY_DELAY_MS = 3_600_000;
@@ -56,17 +63,20 @@ export function modelPreheatController(ctx: ControllerContext): Controller<Obj> 
   const writeStatus = (obj: Obj, change: (s: Status) => Status, signal: AbortSignal) =>
     ctx.status.update<Obj, Status>(GVR.modelPreheats, obj, (o) => change({ ...(o.status ?? {}) }), signal);
 
+  /** `s` with the phase and conditions of what was observed (modelpreheat-status.ts decides them). */
   const withCondition = (
     s: Status,
     gen: number | undefined,
-    status: 'True' | 'False' | 'Unknown',
-    reason: string,
-    message: string,
-  ): Status => ({
-    ...s,
-    observedGeneration: gen,
-    conditions: setCondition(s.conditions, { type: SUCCEEDED, status, reason, message }, gen),
-  });
+    o: Omit<PreheatObservation, 'jobState'>,
+  ): Status => {
+    const observation = { ...o, jobState: s.jobGeneration === gen ? s.state : undefined };
+    return {
+      ...s,
+      observedGeneration: gen,
+      phase: preheatPhase(observation),
+      conditions: applyConditions(s.conditions, preheatConditions(observation), gen),
+    };
+  };
 
   async function reconcile(key: string, rc: ReconcileContext): Promise<ReconcileResult | void> {
     // Through the status writer: a requeue may come before the watch has delivered our last status write.
@@ -79,7 +89,11 @@ export function modelPreheatController(ctx: ControllerContext): Controller<Obj> 
     if (!parsed.success) {
       const issue = parsed.error.issues[0]!;
       const message = `spec.${issue.path.join('.')}: ${issue.message}`;
-      await writeStatus(obj, (s) => withCondition(s, gen, 'False', 'InvalidSpec', message), rc.signal);
+      await writeStatus(
+        obj,
+        (s) => withCondition(s, gen, { outcome: 'Failed', reason: PreheatReason.InvalidSpec, message }),
+        rc.signal,
+      );
       return;
     }
     const spec = parsed.data;
@@ -182,13 +196,11 @@ export function modelPreheatController(ctx: ControllerContext): Controller<Obj> 
     await writeStatus(
       obj,
       (s) =>
-        withCondition(
-          started(s),
-          gen,
-          'Unknown',
-          'JobCreated',
-          `preheat job ${created.id} (${created.groupID}) created on ${managerURL}, attempt ${attempt} of ${spec.retry.limit + 1}`,
-        ),
+        withCondition(started(s), gen, {
+          outcome: 'Progressing',
+          reason: PreheatReason.JobCreated,
+          message: `preheat job ${created.id} (${created.groupID}) created on ${managerURL}, attempt ${attempt} of ${spec.retry.limit + 1}`,
+        }),
       rc.signal,
     );
     // No Event here: the condition (reason JobCreated) says it, and at 1,000 resources an Event per job creation
@@ -215,7 +227,7 @@ export function modelPreheatController(ctx: ControllerContext): Controller<Obj> 
       const why =
         `job ${job.id} ended SUCCESS but no peer reported the content (${peers.failureCount} failed): ` +
         'the seed peer could not fetch it — check that the URL exists and that its credentials are valid';
-      return recordFailure(obj, spec, attempt, why, rc, job, base, 'NoPeerSucceeded');
+      return recordFailure(obj, spec, attempt, why, rc, job, base, PreheatReason.NoPeerSucceeded);
     }
     await writeStatus(
       obj,
@@ -223,14 +235,18 @@ export function modelPreheatController(ctx: ControllerContext): Controller<Obj> 
         withCondition(
           { ...base(s), state: 'SUCCESS', completedAt: new Date().toISOString(), ...peers },
           obj.metadata.generation,
-          'True',
-          'JobSucceeded',
-          `preheat job ${job.id} succeeded on ${peers.successCount} peer(s)` +
-            (peers.failureCount ? `, failed on ${peers.failureCount}` : ''),
+          {
+            outcome: 'Succeeded',
+            reason: PreheatReason.JobSucceeded,
+            message:
+              `preheat job ${job.id} succeeded on ${peers.successCount} peer(s)` +
+              (peers.failureCount ? `, failed on ${peers.failureCount}` : ''),
+          },
         ),
       rc.signal,
     );
     ctx.events.record(obj, 'Normal', 'JobSucceeded', `preheat job ${job.id} succeeded (attempt ${attempt})`);
+    ctx.metrics.preheatJobs.labels('succeeded').inc();
   }
 
   async function pollJob(
@@ -247,6 +263,7 @@ export function modelPreheatController(ctx: ControllerContext): Controller<Obj> 
       job = await client.getJob(current.jobID!);
     } catch (err) {
       if (err instanceof ManagerError && err.kind === 'notFound') {
+        ctx.metrics.managerErrors.labels(err.kind).inc();
         // The record was deleted on the manager: the outcome is unknowable, so count it as a failed attempt.
         return recordFailure(obj, spec, attempt, `job ${current.jobID} no longer exists on the manager`, rc);
       }
@@ -260,13 +277,11 @@ export function modelPreheatController(ctx: ControllerContext): Controller<Obj> 
       await writeStatus(
         obj,
         (s) =>
-          withCondition(
-            { ...s, state: job.state },
-            gen,
-            'Unknown',
-            'JobRunning',
-            `preheat job ${job.id} is ${job.state}, attempt ${attempt} of ${spec.retry.limit + 1}`,
-          ),
+          withCondition({ ...s, state: job.state }, gen, {
+            outcome: 'Progressing',
+            reason: PreheatReason.JobRunning,
+            message: `preheat job ${job.id} is ${job.state}, attempt ${attempt} of ${spec.retry.limit + 1}`,
+          }),
         rc.signal,
       );
     }
@@ -284,7 +299,7 @@ export function modelPreheatController(ctx: ControllerContext): Controller<Obj> 
     rc: ReconcileContext,
     job?: ManagerJob,
     base: (s: Status) => Status = (s) => s,
-    reason = 'JobFailed',
+    reason: string = PreheatReason.JobFailed,
   ): Promise<ReconcileResult | void> {
     const gen = obj.metadata.generation;
     const peers = job ? peerResults(job) : {};
@@ -304,16 +319,20 @@ export function modelPreheatController(ctx: ControllerContext): Controller<Obj> 
                 nextRetryAt: undefined,
               },
               gen,
-              'False',
-              reason,
-              `preheat failed after ${attempt} attempt(s): ${why}`,
+              {
+                outcome: 'Failed',
+                reason,
+                message: `preheat failed after ${attempt} attempt(s): ${why}`,
+              },
             )
           : withCondition(
               { ...s, ...peers, state: 'FAILURE', nextRetryAt: new Date(Date.now() + delay).toISOString() },
               gen,
-              'Unknown',
-              'JobFailedWillRetry',
-              `attempt ${attempt} of ${spec.retry.limit + 1} failed: ${why}; retrying in ${Math.round(delay / 1000)}s`,
+              {
+                outcome: 'Progressing',
+                reason: PreheatReason.JobFailedWillRetry,
+                message: `attempt ${attempt} of ${spec.retry.limit + 1} failed: ${why}; retrying in ${Math.round(delay / 1000)}s`,
+              },
             );
       },
       rc.signal,
@@ -321,9 +340,10 @@ export function modelPreheatController(ctx: ControllerContext): Controller<Obj> 
     ctx.events.record(
       obj,
       'Warning',
-      exhausted ? reason : 'JobFailedWillRetry',
+      exhausted ? reason : PreheatReason.JobFailedWillRetry,
       `attempt ${attempt}: ${why}`,
     );
+    ctx.metrics.preheatJobs.labels(exhausted ? 'failed' : 'retried').inc();
     return exhausted ? undefined : { requeueAfter: delay };
   }
 
@@ -335,10 +355,16 @@ export function modelPreheatController(ctx: ControllerContext): Controller<Obj> 
     rc: ReconcileContext,
   ): Promise<ReconcileResult | void> {
     const view = describeFailure(err, action);
+    if (err instanceof ManagerError) ctx.metrics.managerErrors.labels(err.kind).inc();
     const gen = obj.metadata.generation;
     await writeStatus(
       obj,
-      (s) => withCondition(s, gen, view.final ? 'False' : 'Unknown', view.reason, view.message),
+      (s) =>
+        withCondition(s, gen, {
+          outcome: view.final ? 'Failed' : view.blocked ? 'Blocked' : 'Progressing',
+          reason: view.reason,
+          message: view.message,
+        }),
       rc.signal,
     );
     ctx.events.record(obj, 'Warning', view.reason, view.message);

@@ -13,6 +13,7 @@ import {
 } from '../api/index.ts';
 import { GVR, getCondition, type Informer, type KubeClient } from '../runtime/index.ts';
 import { isDeepStrictEqual } from 'node:util';
+import { PreheatCondition } from './modelpreheat-status.ts';
 
 export type Gate =
   | { state: 'none' }
@@ -107,7 +108,8 @@ export function gateOf(
       final: false,
     };
   }
-  const succeeded = getCondition(mph.status?.conditions, 'Succeeded');
+  const succeeded = getCondition(mph.status?.conditions, PreheatCondition.Succeeded);
+  const stalled = getCondition(mph.status?.conditions, PreheatCondition.Stalled);
   const current = succeeded?.observedGeneration === mph.metadata.generation;
   if (current && succeeded?.status === 'True') {
     return {
@@ -123,6 +125,16 @@ export function gateOf(
       reason: 'PreheatFailed',
       message: `ModelPreheat ${preheatName} failed: ${succeeded.message}`,
       final: true,
+    };
+  }
+  if (current && stalled?.status === 'True' && stalled.observedGeneration === mph.metadata.generation) {
+    // Not final (the preheat controller keeps retrying), but it needs a fix: say so instead of "waiting".
+    return {
+      state: 'closed',
+      preheatName,
+      reason: 'PreheatStalled',
+      message: `ModelPreheat ${preheatName} is stalled: ${stalled.message}`,
+      final: false,
     };
   }
   return {

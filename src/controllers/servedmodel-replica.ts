@@ -6,7 +6,7 @@
  */
 import type { ReplicaStatus } from '../api/index.ts';
 import { readyWorkers, type ModelDescription, type ModelServerClient } from '../modelserver/client.ts';
-import { ModelServerError } from '../modelserver/errors.ts';
+import { ModelServerError, type ModelServerErrorKind } from '../modelserver/errors.ts';
 import type { Replica } from './replicas.ts';
 
 export interface ReplicaGoal {
@@ -35,7 +35,8 @@ export interface ReplicaEvent {
 export interface ReplicaOutcome {
   status: ReplicaStatus;
   /** Set when this step failed; the message is in status.message too. */
-  failure?: { reason: string; retryable: boolean };
+  /** `kind`: of the request error, when a request to the replica failed (for the error metrics). */
+  failure?: { reason: string; retryable: boolean; kind?: ModelServerErrorKind | 'other' | undefined };
   events: ReplicaEvent[];
 }
 
@@ -189,9 +190,17 @@ export async function convergeReplica(
         terminal: 'RegistrationRejected',
         retryable: 'ModelServerUnavailable',
       }[err.kind];
-      return fail(base, registered, reason, err.message, err.retryable, events);
+      return fail(base, registered, reason, err.message, err.retryable, events, err.kind);
     }
-    return fail(base, registered, 'ReplicaError', (err as Error).message ?? String(err), true, events);
+    return fail(
+      base,
+      registered,
+      'ReplicaError',
+      (err as Error).message ?? String(err),
+      true,
+      events,
+      'other',
+    );
   }
 }
 
@@ -202,6 +211,7 @@ function fail(
   message: string,
   retryable: boolean,
   events: ReplicaEvent[],
+  kind?: ModelServerErrorKind | 'other',
 ): ReplicaOutcome {
   return {
     status: {
@@ -211,7 +221,7 @@ function fail(
       ready: false,
       message: message.slice(0, 1024),
     },
-    failure: { reason, retryable },
+    failure: { reason, retryable, kind },
     events,
   };
 }

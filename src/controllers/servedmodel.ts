@@ -8,7 +8,6 @@
  */
 import {
   ServedModelSpec,
-  type Condition,
   type ModelPreheat,
   type ReplicaStatus,
   type ServedModel,
@@ -22,12 +21,13 @@ import {
   Controller,
   GVR,
   addFinalizer,
+  applyConditions,
   getCondition,
   hasFinalizer,
   isBeingDeleted,
   removeFinalizer,
-  setCondition,
   specChanged,
+  type ConditionChange,
   type ControllerContext,
   type ControllerFactory,
   type ReconcileContext,
@@ -36,14 +36,19 @@ import {
 import { discoverReplicas, SERVICE_NAME_LABEL, type EndpointSlice, type Replica } from './replicas.ts';
 import { SecretReader } from './secrets.ts';
 import { convergeReplica, type ReplicaGoal, type ReplicaOutcome } from './servedmodel-replica.ts';
-import { ensureOwnedPreheat, gateOf, preheatNameOf, type Gate } from './servedmodel-preheat.ts';
+import { ensureOwnedPreheat, gateOf, preheatNameOf } from './servedmodel-preheat.ts';
+import {
+  MAX_MESSAGE_REPLICAS,
+  ServedModelCondition,
+  invalidSpecConditions,
+  servedModelConditions,
+} from './servedmodel-status.ts';
 
 export const FINALIZER = 'peerload.io/unregister-model';
 /** Static endpoints send no events: look at them this often once everything is ready (jittered ±20 %, so 1,000
  *  ServedModels do not all check at once). A 60 s period cost an idle operator 2.3 % of a core (bench row 5). */
 const STATIC_RECHECK_MS = 300_000;
 const SECRET_CACHE_MS = 5_000;
-const MAX_MESSAGE_REPLICAS = 3;
 
 type Obj = ServedModel;
 type Status = ServedModelStatus;
@@ -126,6 +131,8 @@ export function createServedModelController(
     const sm = ctx.status.latest(models.get(key));
     if (!sm) {
       forget(key);
+      const [ns, name] = key.split('/');
+      ctx.metrics.servedModelReplicas(ns!, name!);
       return;
     }
     const namespace = sm.metadata.namespace!;
@@ -134,15 +141,12 @@ export function createServedModelController(
     if (!parsed.success) {
       const issue = parsed.error.issues[0]!;
       const message = `spec.${issue.path.join('.')}: ${issue.message}`;
-      await writeStatus(
-        sm,
-        (s) => withConditions(s, gen, [['Ready', 'False', 'InvalidSpec', message]]),
-        rc.signal,
-      );
+      await writeStatus(sm, (s) => withConditions(s, gen, invalidSpecConditions(message)), rc.signal);
       return;
     }
     const spec = parsed.data;
-    const discovery = discoverReplicas(spec, serviceSlices(namespace, spec));
+    const found = serviceSlices(namespace, spec);
+    const discovery = discoverReplicas(spec, found);
 
     if (isBeingDeleted(sm)) return cleanUp(sm, spec, discovery.replicas, rc);
     if (!hasFinalizer(sm, FINALIZER))
@@ -192,10 +196,25 @@ export function createServedModelController(
     const failed = outcomes.filter((o) => o.failure);
     const readyCount = replicas.filter((r) => r.ready).length;
     const desired = replicas.length;
+    ctx.metrics.servedModelReplicas(namespace, sm.metadata.name, readyCount, desired);
+    for (const o of failed) if (o.failure!.kind) ctx.metrics.modelServerErrors.labels(o.failure!.kind).inc();
     const allReady = desired > 0 && readyCount === desired;
     const versions = new Set(replicas.map((r) => r.version));
-    const conditions = conditionsOf(spec, gate, discovery.problem, readyCount, desired, failed);
-    const before = getCondition(sm.status?.conditions, 'Ready');
+    const conditions = servedModelConditions({
+      modelName: spec.modelName,
+      serviceName: spec.modelServer.service?.name,
+      serviceFound: found.length > 0,
+      discoveryProblem: discovery.problem,
+      gate,
+      ready: readyCount,
+      desired,
+      failures: failed.map((o) => ({
+        replica: o.status.pod ?? o.status.endpoint,
+        message: o.status.message ?? '',
+        ...o.failure!,
+      })),
+    });
+    const before = getCondition(sm.status?.conditions, ServedModelCondition.Ready);
     const written = await writeStatus(
       sm,
       (s) =>
@@ -214,7 +233,7 @@ export function createServedModelController(
         ),
       rc.signal,
     );
-    const after = getCondition(written.object.status?.conditions, 'Ready');
+    const after = getCondition(written.object.status?.conditions, ServedModelCondition.Ready);
     if (after?.status === 'True' && before?.status !== 'True')
       ctx.events.record(sm, 'Normal', 'Ready', after.message);
     if (after?.status !== 'True' && before?.status === 'True')
@@ -363,69 +382,8 @@ function stamp(status: ReplicaStatus, previous: ReplicaStatus | undefined): Repl
   return { ...status, lastUpdateTime: same ? previous.lastUpdateTime : new Date().toISOString() };
 }
 
-type CondSpec = [type: string, status: 'True' | 'False' | 'Unknown', reason: string, message: string];
-
-function conditionsOf(
-  spec: ServedModelSpec,
-  gate: Gate,
-  discoveryProblem: string | undefined,
-  ready: number,
-  desired: number,
-  failed: ReplicaOutcome[],
-): CondSpec[] {
-  const out: CondSpec[] = [];
-  if (gate.state === 'open') out.push(['Preheated', 'True', 'PreheatSucceeded', gate.message]);
-  if (gate.state === 'closed')
-    out.push(['Preheated', gate.final ? 'False' : 'Unknown', gate.reason, gate.message]);
-
-  if (failed.length > 0) {
-    const sample = failed
-      .slice(0, MAX_MESSAGE_REPLICAS)
-      .map((o) => `${o.status.pod ?? o.status.endpoint}: ${o.status.message}`);
-    const reasons = [...new Set(failed.map((o) => o.failure!.reason))];
-    out.push([
-      'Degraded',
-      'True',
-      reasons.length === 1 ? reasons[0]! : 'ReplicaFailures',
-      `${failed.length} of ${desired} replica(s) failing: ${sample.join('; ')}`,
-    ]);
-  } else {
-    out.push(['Degraded', 'False', 'NoFailures', 'no replica is failing']);
-  }
-
-  const where = spec.modelServer.service
-    ? `Service ${spec.modelServer.service.name}`
-    : 'spec.modelServer.endpoints';
-  if (desired === 0)
-    out.push([
-      'Ready',
-      'False',
-      discoveryProblem ? 'ServicePortNotFound' : 'NoReplicas',
-      discoveryProblem ?? `no ready endpoint behind ${where}`,
-    ]);
-  else if (gate.state === 'closed') out.push(['Ready', 'False', 'WaitingForPreheat', gate.message]);
-  else if (ready === desired)
-    out.push([
-      'Ready',
-      'True',
-      'AllReplicasReady',
-      `${spec.modelName} is ready on ${ready}/${desired} replica(s)`,
-    ]);
-  else
-    out.push([
-      'Ready',
-      'False',
-      'Progressing',
-      `${spec.modelName} is ready on ${ready}/${desired} replica(s)`,
-    ]);
-  return out;
-}
-
-function withConditions(s: Status, gen: number | undefined, list: CondSpec[]): Status {
-  let conditions: Condition[] | undefined = s.conditions;
-  for (const [type, status, reason, message] of list)
-    conditions = setCondition(conditions, { type, status, reason, message }, gen);
-  return { ...s, observedGeneration: gen, conditions };
+function withConditions(s: Status, gen: number | undefined, changes: ConditionChange[]): Status {
+  return { ...s, observedGeneration: gen, conditions: applyConditions(s.conditions, changes, gen) };
 }
 
 /** Runs `fn` over `items`, at most `limit` at once, keeping the order of the results. */

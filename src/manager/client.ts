@@ -7,6 +7,7 @@
  * - Every failure is a {@link ManagerError} with a `kind` the caller acts on.
  * - Optional in-client retries (off by default: controllers requeue instead) honour `Retry-After`.
  */
+import { USER_AGENT } from '../version.ts';
 import { Pool, type Dispatcher } from 'undici';
 import { z } from 'zod';
 import { AuthProvider, parseExpire, type AuthProviderOptions, type ManagerAuth } from './auth.ts';
@@ -144,7 +145,7 @@ export class ManagerClient {
     this.#dispatcher =
       opts.dispatcher ??
       new Pool(this.#origin, { connections: max, keepAliveTimeout: 30_000, pipelining: 1 });
-    this.#userAgent = opts.userAgent ?? 'peerload';
+    this.#userAgent = opts.userAgent ?? USER_AGENT;
     this.#auth = new AuthProvider(
       opts.auth ?? { type: 'none' },
       (username, password) => this.#signIn(username, password),

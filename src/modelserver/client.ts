@@ -9,6 +9,7 @@
  * A client is a cheap object; create one per replica when needed. Its {@link TokenSource}, however, should live
  * as long as the replica does (one per replica, kept across reconciles): renewal is single-flight per source.
  */
+import { USER_AGENT } from '../version.ts';
 import { Agent, type Dispatcher } from 'undici';
 import { z } from 'zod';
 import { type TokenContext, type TokenSource, TokenUnavailableError, staticToken } from './auth.ts';
@@ -617,7 +618,7 @@ export class ModelServerClient {
   private async send(x: Exchange, key: string | undefined): Promise<RawResponse> {
     const timeout = AbortSignal.timeout(x.timeoutMs);
     const signal = x.call?.signal ? AbortSignal.any([x.call.signal, timeout]) : timeout;
-    const headers: Record<string, string> = { accept: 'application/json' };
+    const headers: Record<string, string> = { accept: 'application/json', 'user-agent': USER_AGENT };
     if (key !== undefined) headers['authorization'] = `Bearer ${key}`;
     try {
       const res = await this.dispatcher.request({

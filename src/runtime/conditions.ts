@@ -78,3 +78,19 @@ export function isFalse(conditions: readonly Condition[] | undefined, type: stri
 export function formatTime(d: Date): string {
   return d.toISOString().replace(/\.\d{3}Z$/, 'Z');
 }
+
+/** A condition to set, or one to remove (`absent`): abnormal-true conditions such as `Stalled` leave when false. */
+export type ConditionChange = ConditionInput | { type: string; absent: true };
+
+/** Applies `changes` in order with {@link setCondition} / {@link removeCondition}; same purity guarantees. */
+export function applyConditions(
+  conditions: readonly Condition[] | undefined,
+  changes: readonly ConditionChange[],
+  generation: number | undefined,
+  now: Date = new Date(),
+): Condition[] {
+  let list = (conditions ?? []) as Condition[];
+  for (const c of changes)
+    list = 'absent' in c ? removeCondition(list, c.type) : setCondition(list, c, generation, now);
+  return list;
+}

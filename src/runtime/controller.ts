@@ -106,7 +106,10 @@ export class Controller<T extends KubeObject = KubeObject> {
     this.primary = opts.for;
     this.log = deps.logger.child({ controller: opts.name });
     this.metrics = deps.metrics;
-    this.queue = new WorkQueue({ rateLimiter: opts.rateLimiter, metrics: deps.metrics?.queue(opts.name) });
+    this.queue = new WorkQueue({
+      rateLimiter: opts.rateLimiter,
+      metrics: deps.metrics?.queue(opts.name, { inFlightSince: () => this.queue.inFlightSince() }),
+    });
 
     const primaryPred = opts.predicate;
     const onPrimary = (kind: EventKind, o: T, old?: T) => {
@@ -154,6 +157,7 @@ export class Controller<T extends KubeObject = KubeObject> {
     this.running = true;
     for (const key of this.primary.keys()) this.queue.add(key);
     const n = Math.max(1, this.opts.workers ?? 1);
+    this.metrics?.maxConcurrentReconciles.labels(this.name).set(n);
     for (let i = 0; i < n; i++) this.workers.push(this.worker());
     this.log.info({ workers: n, keys: this.primary.size }, 'controller started');
   }

@@ -40,8 +40,16 @@ export type {
   Reconciler,
   WatchSource,
 } from './controller.ts';
-export { getCondition, isFalse, isTrue, removeCondition, setCondition, formatTime } from './conditions.ts';
-export type { ConditionInput, ConditionStatus } from './conditions.ts';
+export {
+  applyConditions,
+  getCondition,
+  isFalse,
+  isTrue,
+  removeCondition,
+  setCondition,
+  formatTime,
+} from './conditions.ts';
+export type { ConditionChange, ConditionInput, ConditionStatus } from './conditions.ts';
 export { EventRecorder } from './events.ts';
 export type { EventType } from './events.ts';
 export { addFinalizer, hasFinalizer, isBeingDeleted, removeFinalizer } from './finalizers.ts';

@@ -8,6 +8,7 @@
  * the HTTP status and `reason`, and one place that sees every request (metrics, and tests that count writes).
  * Authentication (tokens, exec/OIDC plugins, impersonation, client certificates) still comes from client-node.
  */
+import { FIELD_MANAGER, USER_AGENT } from '../version.ts';
 import { Agent, request, type Dispatcher } from 'undici';
 import { createInterface } from 'node:readline';
 import { readFileOrData, type KubeConfigLike } from './kubeconfig.ts';
@@ -145,10 +146,13 @@ export interface RequestOptions {
 }
 
 const HEADER_TTL_MS = 10_000;
+const WRITES = new Set(['POST', 'PUT', 'PATCH']);
 
 export class KubeClient {
   readonly kubeConfig: KubeConfigLike;
   readonly server: string;
+  /** Sent as `fieldManager` on every write that does not name one. */
+  readonly fieldManager: string;
   private readonly dispatcher: Dispatcher;
   private readonly observers = new Set<(r: RequestRecord) => void>();
   private headerCache: { at: number; headers: Record<string, string | string[]> } | undefined;
@@ -161,8 +165,9 @@ export class KubeClient {
   };
 
   /** `kubeConfig`: from {@link loadKubeConfig}, or a client-node KubeConfig. */
-  constructor(kubeConfig: KubeConfigLike) {
+  constructor(kubeConfig: KubeConfigLike, identity: { fieldManager?: string } = {}) {
     this.kubeConfig = kubeConfig;
+    this.fieldManager = identity.fieldManager ?? FIELD_MANAGER;
     const cluster = kubeConfig.getCurrentCluster();
     if (!cluster) throw new Error('kubeconfig has no current cluster');
     this.server = cluster.server.replace(/\/+$/, '');
@@ -197,7 +202,7 @@ export class KubeClient {
     if (this.headerCache && now - this.headerCache.at < HEADER_TTL_MS) return this.headerCache.headers;
     const opts: { headers?: Record<string, string> } = {};
     await this.kubeConfig.applyToHTTPSOptions(opts);
-    const headers: Record<string, string | string[]> = { ...(opts.headers ?? {}) };
+    const headers: Record<string, string | string[]> = { 'user-agent': USER_AGENT, ...(opts.headers ?? {}) };
     const user = this.kubeConfig.getCurrentUser();
     if (user?.username) {
       headers.authorization = `Basic ${Buffer.from(`${user.username}:${user.password ?? ''}`).toString('base64')}`;
@@ -221,6 +226,8 @@ export class KubeClient {
   /** One request; JSON in and out. Throws {@link ApiError} on non-2xx and on network errors (code 0). */
   async request<T>(method: string, path: string, opts: RequestOptions = {}): Promise<T> {
     const query = cleanQuery(opts.query);
+    // Every write names its manager (create, update, patch; DELETE takes no fieldManager).
+    if (WRITES.has(method) && query.fieldManager === undefined) query.fieldManager = this.fieldManager;
     const started = performance.now();
     let status = 0;
     const timeout = AbortSignal.timeout(opts.timeoutMs ?? 30_000);

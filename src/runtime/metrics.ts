@@ -1,95 +1,164 @@
 /**
- * Prometheus metrics of the runtime (prom-client), on a registry of their own so that several managers can
- * live in one process (tests). Names follow controller-runtime's where one exists, prefixed `peerload_`.
+ * Prometheus metrics (prom-client), on a registry of their own so that several managers can live in one process
+ * (tests). Names and labels are the ones the ecosystem's dashboards and alerts expect:
+ * - controller-runtime's: `controller_runtime_reconcile_*`, `controller_runtime_active_workers`,
+ *   `controller_runtime_max_concurrent_reconciles`, `workqueue_*` (labels `controller` and `name`),
+ *   client-go's `leader_election_master_status` and `rest_client_requests_total`;
+ * - Node's process metrics as prom-client names them, unprefixed (`process_cpu_seconds_total`, `nodejs_*`);
+ * - peerload's own under `peerload_`.
  */
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import type { QueueMetrics } from './workqueue.ts';
 import type { KubeClient } from './kube.ts';
+
+/** What the unfinished-work gauges read from a queue at scrape time. */
+export interface InFlightProbe {
+  /** Start times (ms since epoch) of the keys being processed now. */
+  inFlightSince(): Iterable<number>;
+}
+
+/** controller-runtime's reconcile time buckets. */
+const RECONCILE_BUCKETS = [
+  0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.6, 0.7, 0.8, 0.9, 1, 1.25, 1.5,
+  1.75, 2, 2.5, 3, 3.5, 4, 4.5, 5, 6, 7, 8, 9, 10, 15, 20, 25, 30, 40, 50, 60,
+];
+/** client-go's workqueue buckets: 10^-8 .. 10^1 s. */
+const QUEUE_BUCKETS = Array.from({ length: 10 }, (_, i) => 10 ** (i - 8));
 
 export class Metrics {
   readonly registry = new Registry();
   readonly reconcileTotal: Counter<'controller' | 'result'>;
   readonly reconcileErrors: Counter<'controller'>;
   readonly reconcileDuration: Histogram<'controller'>;
-  readonly queueDepth: Gauge<'name'>;
-  readonly queueLatency: Histogram<'name'>;
-  readonly queueAdds: Counter<'name'>;
-  readonly queueRetries: Counter<'name'>;
   readonly activeWorkers: Gauge<'controller'>;
+  readonly maxConcurrentReconciles: Gauge<'controller'>;
+  readonly queueDepth: Gauge<'controller' | 'name'>;
+  readonly queueLatency: Histogram<'controller' | 'name'>;
+  readonly queueWork: Histogram<'controller' | 'name'>;
+  readonly queueAdds: Counter<'controller' | 'name'>;
+  readonly queueRetries: Counter<'controller' | 'name'>;
   readonly leader: Gauge<'name'>;
-  readonly kubeRequests: Counter<'method' | 'code'>;
+  readonly kubeRequests: Counter<'code' | 'host' | 'method'>;
   readonly informerRestarts: Counter<'resource' | 'kind'>;
+  /** peerload's own. */
+  readonly preheatJobs: Counter<'result'>;
+  readonly replicasReady: Gauge<'namespace' | 'name'>;
+  readonly replicasDesired: Gauge<'namespace' | 'name'>;
+  readonly managerErrors: Counter<'kind'>;
+  readonly modelServerErrors: Counter<'kind'>;
+  private readonly queues = new Map<string, InFlightProbe>();
 
   constructor(opts: { processMetrics?: boolean } = {}) {
     const registers = [this.registry];
     if (opts.processMetrics ?? true) {
       // 100 ms event-loop sampling instead of 10 ms: cheaper for an operator that is mostly idle.
-      collectDefaultMetrics({
-        register: this.registry,
-        prefix: 'peerload_',
-        eventLoopMonitoringPrecision: 100,
-      });
+      collectDefaultMetrics({ register: this.registry, eventLoopMonitoringPrecision: 100 });
     }
     this.reconcileTotal = new Counter({
-      name: 'peerload_reconcile_total',
-      help: 'Reconciles per controller and result (success, requeue_after, error, terminal).',
+      name: 'controller_runtime_reconcile_total',
+      help: 'Total number of reconciliations per controller (result: success, requeue_after, error, terminal).',
       labelNames: ['controller', 'result'],
       registers,
     });
     this.reconcileErrors = new Counter({
-      name: 'peerload_reconcile_errors_total',
-      help: 'Reconciles that failed (retried or terminal).',
+      name: 'controller_runtime_reconcile_errors_total',
+      help: 'Total number of reconciliation errors per controller.',
       labelNames: ['controller'],
       registers,
     });
     this.reconcileDuration = new Histogram({
-      name: 'peerload_reconcile_duration_seconds',
-      help: 'Time of one reconcile.',
+      name: 'controller_runtime_reconcile_time_seconds',
+      help: 'Length of time per reconciliation per controller.',
       labelNames: ['controller'],
-      buckets: [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60],
-      registers,
-    });
-    this.queueDepth = new Gauge({
-      name: 'peerload_workqueue_depth',
-      help: 'Keys waiting in the work queue.',
-      labelNames: ['name'],
-      registers,
-    });
-    this.queueLatency = new Histogram({
-      name: 'peerload_workqueue_queue_duration_seconds',
-      help: 'Time a key waits in the work queue before a worker takes it.',
-      labelNames: ['name'],
-      buckets: [0.0001, 0.001, 0.01, 0.1, 0.5, 1, 5, 10, 60],
-      registers,
-    });
-    this.queueAdds = new Counter({
-      name: 'peerload_workqueue_adds_total',
-      help: 'Keys added to the work queue.',
-      labelNames: ['name'],
-      registers,
-    });
-    this.queueRetries = new Counter({
-      name: 'peerload_workqueue_retries_total',
-      help: 'Rate-limited re-adds (retries after errors).',
-      labelNames: ['name'],
+      buckets: RECONCILE_BUCKETS,
       registers,
     });
     this.activeWorkers = new Gauge({
-      name: 'peerload_controller_active_workers',
-      help: 'Workers currently reconciling.',
+      name: 'controller_runtime_active_workers',
+      help: 'Number of currently used workers per controller.',
       labelNames: ['controller'],
       registers,
     });
+    this.maxConcurrentReconciles = new Gauge({
+      name: 'controller_runtime_max_concurrent_reconciles',
+      help: 'Maximum number of concurrent reconciles per controller.',
+      labelNames: ['controller'],
+      registers,
+    });
+    const queueLabels = ['controller', 'name'] as const;
+    this.queueDepth = new Gauge({
+      name: 'workqueue_depth',
+      help: 'Current depth of workqueue.',
+      labelNames: queueLabels,
+      registers,
+    });
+    this.queueLatency = new Histogram({
+      name: 'workqueue_queue_duration_seconds',
+      help: 'How long in seconds an item stays in workqueue before being requested.',
+      labelNames: queueLabels,
+      buckets: QUEUE_BUCKETS,
+      registers,
+    });
+    this.queueWork = new Histogram({
+      name: 'workqueue_work_duration_seconds',
+      help: 'How long in seconds processing an item from workqueue takes.',
+      labelNames: queueLabels,
+      buckets: QUEUE_BUCKETS,
+      registers,
+    });
+    this.queueAdds = new Counter({
+      name: 'workqueue_adds_total',
+      help: 'Total number of adds handled by workqueue.',
+      labelNames: queueLabels,
+      registers,
+    });
+    this.queueRetries = new Counter({
+      name: 'workqueue_retries_total',
+      help: 'Total number of retries handled by workqueue.',
+      labelNames: queueLabels,
+      registers,
+    });
+    const queues = this.queues;
+    new Gauge({
+      name: 'workqueue_unfinished_work_seconds',
+      help:
+        'How many seconds of work has been done that is in progress and has not been observed by work_duration. ' +
+        'Large values indicate stuck threads.',
+      labelNames: queueLabels,
+      registers,
+      collect() {
+        const now = Date.now();
+        for (const [name, q] of queues) {
+          let total = 0;
+          for (const since of q.inFlightSince()) total += now - since;
+          this.labels(name, name).set(total / 1000);
+        }
+      },
+    });
+    new Gauge({
+      name: 'workqueue_longest_running_processor_seconds',
+      help: 'How many seconds has the longest running processor for workqueue been running.',
+      labelNames: queueLabels,
+      registers,
+      collect() {
+        const now = Date.now();
+        for (const [name, q] of queues) {
+          let oldest = now;
+          for (const since of q.inFlightSince()) oldest = Math.min(oldest, since);
+          this.labels(name, name).set((now - oldest) / 1000);
+        }
+      },
+    });
     this.leader = new Gauge({
-      name: 'peerload_leader_election_master_status',
-      help: '1 while this instance holds the lease, else 0.',
+      name: 'leader_election_master_status',
+      help: 'Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master.',
       labelNames: ['name'],
       registers,
     });
     this.kubeRequests = new Counter({
-      name: 'peerload_kube_requests_total',
-      help: 'Requests to the kube-apiserver by method and HTTP status (0: no response).',
-      labelNames: ['method', 'code'],
+      name: 'rest_client_requests_total',
+      help: 'Number of HTTP requests to the kube-apiserver, partitioned by status code, method, and host (code 0: no response).',
+      labelNames: ['code', 'host', 'method'],
       registers,
     });
     this.informerRestarts = new Counter({
@@ -98,24 +167,76 @@ export class Metrics {
       labelNames: ['resource', 'kind'],
       registers,
     });
+    this.preheatJobs = new Counter({
+      name: 'peerload_preheat_jobs_total',
+      help: 'Preheat jobs that ended, by result: succeeded, retried (failed, another attempt follows), failed (for good).',
+      labelNames: ['result'],
+      registers,
+    });
+    this.replicasReady = new Gauge({
+      name: 'peerload_servedmodel_replicas_ready',
+      help: 'Replicas where the ServedModel is READY.',
+      labelNames: ['namespace', 'name'],
+      registers,
+    });
+    this.replicasDesired = new Gauge({
+      name: 'peerload_servedmodel_replicas_desired',
+      help: 'Replicas the ServedModel should be READY on (ready endpoints found).',
+      labelNames: ['namespace', 'name'],
+      registers,
+    });
+    this.managerErrors = new Counter({
+      name: 'peerload_manager_request_errors_total',
+      help: 'Failed requests to the P2P manager, by kind: auth, notFound, terminal, retryable, conflict.',
+      labelNames: ['kind'],
+      registers,
+    });
+    this.modelServerErrors = new Counter({
+      name: 'peerload_modelserver_request_errors_total',
+      help: 'Failed requests to model-server replicas, by kind: auth, notFound, conflict, terminal, retryable, other.',
+      labelNames: ['kind'],
+      registers,
+    });
   }
 
-  queue(name: string): QueueMetrics {
-    const depth = this.queueDepth.labels(name);
-    const latency = this.queueLatency.labels(name);
-    const adds = this.queueAdds.labels(name);
-    const retries = this.queueRetries.labels(name);
+  /** The queue metrics of one controller; `probe` lets the unfinished-work gauges see its in-flight keys. */
+  queue(name: string, probe?: InFlightProbe): QueueMetrics {
+    const depth = this.queueDepth.labels(name, name);
+    const latency = this.queueLatency.labels(name, name);
+    const work = this.queueWork.labels(name, name);
+    const adds = this.queueAdds.labels(name, name);
+    const retries = this.queueRetries.labels(name, name);
+    if (probe) this.queues.set(name, probe);
+    // Every series exists from the start (at zero), as client-go's do: dashboards and rate() need no first event.
+    depth.set(0);
+    adds.inc(0);
+    retries.inc(0);
+    this.queueLatency.zero({ controller: name, name });
+    this.queueWork.zero({ controller: name, name });
     return {
       depth: (n) => depth.set(n),
       latency: (ms) => latency.observe(ms / 1000),
+      work: (ms) => work.observe(ms / 1000),
       add: () => adds.inc(),
       retry: () => retries.inc(),
     };
   }
 
+  /** The replica gauges of one ServedModel; `undefined` counts remove them (the resource is gone). */
+  servedModelReplicas(namespace: string, name: string, ready?: number, desired?: number): void {
+    if (ready === undefined || desired === undefined) {
+      this.replicasReady.remove(namespace, name);
+      this.replicasDesired.remove(namespace, name);
+      return;
+    }
+    this.replicasReady.labels(namespace, name).set(ready);
+    this.replicasDesired.labels(namespace, name).set(desired);
+  }
+
   observeKube(kube: KubeClient): () => void {
+    const host = new URL(kube.server).host;
     return kube.onRequest((r) => {
-      if (!r.watch) this.kubeRequests.labels(r.method, String(r.status)).inc();
+      if (!r.watch) this.kubeRequests.labels(String(r.status), host, r.method).inc();
     });
   }
 }

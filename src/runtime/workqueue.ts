@@ -79,6 +79,8 @@ export interface QueueMetrics {
   depth?(n: number): void;
   /** A key was handed to a worker after waiting `ms` in the queue. */
   latency?(ms: number): void;
+  /** A worker finished a key after `ms` (get to done). */
+  work?(ms: number): void;
   /** A rate-limited (retry) add. */
   retry?(): void;
   add?(): void;
@@ -93,7 +95,8 @@ export class WorkQueue {
   private queue: string[] = [];
   private head = 0;
   private readonly dirty = new Set<string>();
-  private readonly processing = new Set<string>();
+  /** Keys being processed, with when a worker took them. */
+  private readonly processing = new Map<string, number>();
   private readonly enqueuedAt = new Map<string, number>();
   private readonly waiters: ((key: string | undefined) => void)[] = [];
   private readonly heap: Delayed[] = [];
@@ -122,6 +125,10 @@ export class WorkQueue {
   get inFlight(): number {
     return this.processing.size;
   }
+  /** When each in-flight key was taken (ms since epoch): the unfinished-work metrics read it at scrape time. */
+  inFlightSince(): Iterable<number> {
+    return this.processing.values();
+  }
   get isShuttingDown(): boolean {
     return this.shuttingDown;
   }
@@ -148,7 +155,7 @@ export class WorkQueue {
 
   private take(key: string): void {
     this.dirty.delete(key);
-    this.processing.add(key);
+    this.processing.set(key, Date.now());
     const at = this.enqueuedAt.get(key);
     this.enqueuedAt.delete(key);
     if (at !== undefined) this.metrics.latency?.(Date.now() - at);
@@ -172,6 +179,8 @@ export class WorkQueue {
 
   /** Marks a key as processed; if it was added meanwhile it is queued again. */
   done(key: string): void {
+    const since = this.processing.get(key);
+    if (since !== undefined) this.metrics.work?.(Date.now() - since);
     this.processing.delete(key);
     if (this.dirty.has(key)) {
       if (this.shuttingDown) this.dirty.delete(key);

@@ -118,6 +118,93 @@ describe('CRDs on the real apiserver', () => {
     expect(specPatched.metadata.generation).toBe(before.metadata.generation + 1);
   });
 
+  it('prints columns that show a failure: Ready, Reason, and with -o wide the message', async () => {
+    const conditions = (reason: string, message: string) => [
+      { type: 'Ready', status: 'False', reason, message, lastTransitionTime: '2026-01-01T00:00:00Z' },
+      { type: 'Stalled', status: 'True', reason, message, lastTransitionTime: '2026-01-01T00:00:00Z' },
+    ];
+    const failing = async (
+      kind: 'ModelPreheat' | 'ServedModel',
+      name: string,
+      spec: object,
+      status: object,
+    ) => {
+      await custom.createNamespacedCustomObject({
+        group: GROUP,
+        version: VERSION,
+        namespace: ns,
+        plural: plural(kind),
+        body: { apiVersion: `${GROUP}/${VERSION}`, kind, metadata: { name }, spec },
+      });
+      await custom.patchNamespacedCustomObjectStatus(
+        { group: GROUP, version: VERSION, namespace: ns, plural: plural(kind), name, body: { status } },
+        k8s.setHeaderOptions('Content-Type', k8s.PatchStrategy.MergePatch),
+      );
+    };
+    await failing(
+      'ServedModel',
+      'no-service',
+      { modelName: 'm', fileName: 'm.mar', modelServer: { service: { name: 'missing' } } },
+      {
+        ready: '0/0',
+        conditions: conditions('ServiceNotFound', 'Service missing not found; create it'),
+      },
+    );
+    await failing(
+      'ModelPreheat',
+      'retrying',
+      { url: 'http://origin.example/m.bin' },
+      {
+        state: 'FAILURE',
+        phase: 'RETRYING',
+        jobID: 3,
+        conditions: conditions('JobFailedWillRetry', 'attempt 1 of 4 failed: origin 404; retrying in 30s'),
+      },
+    );
+    const table = async (plural: string, name: string) => {
+      const t = (await custom.getNamespacedCustomObject(
+        { group: GROUP, version: VERSION, namespace: ns, plural, name },
+        k8s.setHeaderOptions('Accept', 'application/json;as=Table;v=v1;g=meta.k8s.io'),
+      )) as any;
+      const names = t.columnDefinitions.map((c: { name: string }) => c.name) as string[];
+      const wide = t.columnDefinitions.map((c: { priority: number }) => c.priority > 0) as boolean[];
+      return { names, wide, row: Object.fromEntries(names.map((n, i) => [n, t.rows[0].cells[i]])) };
+    };
+    const sm = await table('servedmodels', 'no-service');
+    expect(sm.names).toEqual([
+      'Name',
+      'Model',
+      'Version',
+      'Ready',
+      'Replicas',
+      'Reason',
+      'File',
+      'Message',
+      'Age',
+    ]);
+    expect(sm.row).toMatchObject({
+      Ready: 'False',
+      Replicas: '0/0',
+      Reason: 'ServiceNotFound',
+      Message: 'Service missing not found; create it',
+    });
+    expect(sm.wide[sm.names.indexOf('Message')]).toBe(true);
+    const mph = await table('modelpreheats', 'retrying');
+    expect(mph.names).toEqual([
+      'Name',
+      'Type',
+      'State',
+      'Ready',
+      'Job',
+      'Attempts',
+      'Group',
+      'Message',
+      'Age',
+    ]);
+    expect(mph.row).toMatchObject({ State: 'RETRYING', Ready: 'False', Job: 3 });
+    expect(mph.row.Message).toContain('retrying in 30s');
+  });
+
   it('prints the columns kubectl get shows', async () => {
     const table = (await kc
       .makeApiClient(k8s.CustomObjectsApi)
@@ -130,7 +217,10 @@ describe('CRDs on the real apiserver', () => {
       'Model',
       'Version',
       'Ready',
+      'Replicas',
+      'Reason',
       'File',
+      'Message',
       'Age',
     ]);
   });

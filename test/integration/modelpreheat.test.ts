@@ -176,8 +176,16 @@ describe('ModelPreheat', () => {
     });
     const failed = await until('retry-then-ok', 'Unknown', 'JobFailedWillRetry');
     expect(failed.status!.conditions![0]!.message).toContain('seed peer download failed');
+    // Between attempts: STATE RETRYING (not FAILURE) and Reconciling, not Stalled.
+    expect(failed.status!.phase).toBe('RETRYING');
+    expect(health(failed)).toEqual([
+      'Ready=Unknown/JobFailedWillRetry',
+      'Reconciling=True/JobFailedWillRetry',
+    ]);
     const done = await until('retry-then-ok', 'True', 'JobSucceeded');
     expect(done.status!.attempts).toBe(2);
+    expect(health(done)).toEqual(['Ready=True/JobSucceeded']);
+    expect(done.status!.phase).toBe('SUCCESS');
     expect(await events('retry-then-ok')).toContain('Warning/JobFailedWillRetry');
   });
 
@@ -188,7 +196,8 @@ describe('ModelPreheat', () => {
       retry: { limit: 1, backoff: '200ms' },
     });
     const failed = await until('retry-exhausted', 'False', 'JobFailed');
-    expect(failed.status).toMatchObject({ state: 'FAILURE', attempts: 2 });
+    expect(failed.status).toMatchObject({ state: 'FAILURE', phase: 'FAILURE', attempts: 2 });
+    expect(health(failed)).toEqual(['Ready=False/JobFailed', 'Stalled=True/JobFailed']);
     expect(failed.status!.conditions![0]!.message).toMatch(/after 2 attempt\(s\).*no space left on device/);
     const creates = manager.counters.creates;
     await new Promise((r) => setTimeout(r, 1000));
@@ -230,6 +239,8 @@ describe('ModelPreheat', () => {
     await create('manager-down', { url: fileURL('/models/bert.mar') });
     const down = await until('manager-down', 'Unknown', 'ManagerUnavailable');
     expect(down.status!.conditions![0]!.message).toMatch(/create the preheat job/);
+    expect(down.status!.phase).toBe('UNREACHABLE'); // the STATE column is not empty while the manager is down
+    expect(health(down)).toEqual(['Ready=Unknown/ManagerUnavailable', 'Reconciling=True/ManagerUnavailable']);
     await manager.start();
     await until('manager-down', 'True', 'JobSucceeded', 60_000);
   });
@@ -394,6 +405,13 @@ describe('ModelPreheat', () => {
       expect(unauthorized.status!.conditions![0]!.message).toContain('401');
       expect(expired.status!.conditions![0]!.message).toMatch(/403.*expired/i);
       expect(missing.status!.conditions![0]!.message).toContain(`Secret ${ns}/no-such-secret not found`);
+      // Auth refused, Secret missing: Stalled (needs a fix) and BLOCKED, while Succeeded stays open.
+      expect(health(unauthorized)).toEqual([
+        'Ready=False/ManagerAuthFailed',
+        'Stalled=True/ManagerAuthFailed',
+      ]);
+      expect(health(missing)).toEqual(['Ready=False/SecretNotFound', 'Stalled=True/SecretNotFound']);
+      expect(unauthorized.status!.phase).toBe('BLOCKED');
       const everything = JSON.stringify([
         unauthorized,
         expired,
@@ -449,6 +467,16 @@ describe('ModelPreheat', () => {
     expect(typeof cell('Job')).toBe('number');
   });
 });
+
+/** Ready, Reconciling and Stalled as `type=status/reason`, in that order, the absent ones left out. */
+function health(o: {
+  status?: { conditions?: { type: string; status: string; reason: string }[] };
+}): string[] {
+  return ['Ready', 'Reconciling', 'Stalled'].flatMap((t) => {
+    const c = o.status?.conditions?.find((x) => x.type === t);
+    return c ? [`${t}=${c.status}/${c.reason}`] : [];
+  });
+}
 
 /** GET through the peer proxy (absolute-form request line), with both filter headers. */
 async function proxiedGet(

@@ -63,9 +63,76 @@ describe('peerload operator', () => {
       return l.spec?.holderIdentity === identity ? l : undefined;
     });
     expect(lease.spec?.leaseDurationSeconds).toBe(15);
-    const metrics = await (await fetch(url('/metrics'))).text();
-    expect(metrics).toMatch(/peerload_leader_election_master_status\{name="peerload-operator"\} 1/);
-    expect(metrics).toMatch(/peerload_kube_requests_total\{method="GET",code="200"\} \d+/);
+    // One resource of each kind that fails: the manager (port 9) and the model server (a closed port) do not answer.
+    const custom = kc.makeApiClient(k8s.CustomObjectsApi);
+    const create = (plural: string, kind: string, spec: object) =>
+      custom.createNamespacedCustomObject({
+        group: 'peerload.io',
+        version: 'v1alpha1',
+        namespace: ns,
+        plural,
+        body: { apiVersion: 'peerload.io/v1alpha1', kind, metadata: { name: 'm' }, spec },
+      });
+    await create('modelpreheats', 'ModelPreheat', { url: 'http://127.0.0.1:9/m.bin' });
+    await create('servedmodels', 'ServedModel', {
+      modelName: 'm',
+      fileName: 'm.mar',
+      modelServer: { endpoints: [`http://127.0.0.1:${await freePort()}`] },
+    });
+    const scrape = async () => (await fetch(url('/metrics'))).text();
+    const metrics = await waitFor('domain metrics', async () => {
+      const m = await scrape();
+      return /^peerload_modelserver_request_errors_total\{kind="retryable"\} [1-9]/m.test(m) &&
+        /^peerload_manager_request_errors_total\{kind="retryable"\} [1-9]/m.test(m)
+        ? m
+        : undefined;
+    });
+    expect(metrics).toMatch(/^leader_election_master_status\{name="peerload-operator"\} 1/m);
+    expect(metrics).toMatch(
+      /^rest_client_requests_total\{code="200",host="127\.0\.0\.1:\d+",method="GET"\} \d+/m,
+    );
+    // controller-runtime's names and labels, so its dashboards and alerts work unchanged.
+    for (const c of ['modelpreheat', 'servedmodel']) {
+      const q = `controller="${c}",name="${c}"`;
+      for (const line of [
+        // The manager is down: modelpreheat retries with backoff (error); servedmodel polls the replica (requeue_after).
+        `controller_runtime_reconcile_total{controller="${c}",result="${c === 'modelpreheat' ? 'error' : 'requeue_after'}"}`,
+        `controller_runtime_reconcile_time_seconds_count{controller="${c}"}`,
+        `controller_runtime_active_workers{controller="${c}"}`,
+        `controller_runtime_max_concurrent_reconciles{controller="${c}"}`,
+        `workqueue_depth{${q}}`,
+        `workqueue_adds_total{${q}}`,
+        `workqueue_queue_duration_seconds_count{${q}}`,
+        `workqueue_work_duration_seconds_count{${q}}`,
+        `workqueue_unfinished_work_seconds{${q}}`,
+        `workqueue_longest_running_processor_seconds{${q}}`,
+      ])
+        expect(
+          metrics.split('\n').some((l) => l.startsWith(line + ' ')),
+          line,
+        ).toBe(true);
+    }
+    expect(metrics).toMatch(/^controller_runtime_reconcile_errors_total\{controller="modelpreheat"\} \d+/m);
+    expect(metrics).toMatch(/^workqueue_retries_total\{controller="modelpreheat",name="modelpreheat"\} \d+/m);
+    // Node's process metrics unprefixed, as `process_*` alerts expect; nothing else carries the peerload_ prefix twice.
+    expect(metrics).toMatch(/^process_cpu_seconds_total \d/m);
+    expect(metrics).toMatch(/^process_resident_memory_bytes \d+/m);
+    expect(metrics).toMatch(/^nodejs_eventloop_lag_seconds /m);
+    expect(metrics).not.toMatch(/^peerload_(process|nodejs|workqueue|reconcile)/m);
+    // peerload's own.
+    expect(metrics).toMatch(/^peerload_servedmodel_replicas_desired\{namespace="[^"]+",name="m"\} 1/m);
+    expect(metrics).toMatch(/^peerload_servedmodel_replicas_ready\{namespace="[^"]+",name="m"\} 0/m);
+    expect(metrics).toMatch(/^# TYPE peerload_preheat_jobs_total counter/m);
+    // Every write the operator made carries its field manager (managedFields said `unknown` before).
+    const mph = (await custom.getNamespacedCustomObject({
+      group: 'peerload.io',
+      version: 'v1alpha1',
+      namespace: ns,
+      plural: 'modelpreheats',
+      name: 'm',
+    })) as { metadata: { managedFields: { manager: string; subresource?: string }[] } };
+    const status = mph.metadata.managedFields.filter((f) => f.subresource === 'status');
+    expect(status.map((f) => f.manager)).toEqual(['peerload-operator']);
     expect((await fetch(url('/nope'))).status).toBe(404);
 
     const t0 = Date.now();

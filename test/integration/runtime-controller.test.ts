@@ -113,7 +113,9 @@ describe('controller runtime: work queue', () => {
     await sleep(1000);
     expect(starts('terminal')).toHaveLength(1);
     const metrics = await (await fetch(op.url('/metrics'))).text();
-    expect(metrics).toMatch(/peerload_reconcile_total\{controller="test-configmaps",result="terminal"\} 1/);
+    expect(metrics).toMatch(
+      /^controller_runtime_reconcile_total\{controller="test-configmaps",result="terminal"\} 1/m,
+    );
   });
 
   it('honours requeueAfter for polling', async () => {

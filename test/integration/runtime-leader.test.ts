@@ -105,13 +105,17 @@ describe('leader election across two processes', () => {
     }
     const lm = (await get(L.port, '/metrics')).body;
     const fm = (await get(F.port, '/metrics')).body;
-    expect(lm).toMatch(/peerload_leader_election_master_status\{name="peerload-operator"\} 1/);
-    expect(fm).toMatch(/peerload_leader_election_master_status\{name="peerload-operator"\} 0/);
-    expect(lm).toMatch(/peerload_reconcile_total\{controller="test-configmaps",result="requeue_after"\} \d+/);
-    expect(lm).toMatch(/peerload_reconcile_duration_seconds_bucket/);
-    expect(lm).toMatch(/peerload_workqueue_depth\{name="test-configmaps"\}/);
-    expect(lm).toMatch(/peerload_workqueue_queue_duration_seconds_count\{name="test-configmaps"\} \d+/);
-    expect(lm).toMatch(/peerload_process_resident_memory_bytes/);
+    expect(lm).toMatch(/^leader_election_master_status\{name="peerload-operator"\} 1/m);
+    expect(fm).toMatch(/^leader_election_master_status\{name="peerload-operator"\} 0/m);
+    expect(lm).toMatch(
+      /^controller_runtime_reconcile_total\{controller="test-configmaps",result="requeue_after"\} \d+/m,
+    );
+    expect(lm).toMatch(/^controller_runtime_reconcile_time_seconds_bucket/m);
+    expect(lm).toMatch(/^workqueue_depth\{controller="test-configmaps",name="test-configmaps"\}/m);
+    expect(lm).toMatch(
+      /^workqueue_queue_duration_seconds_count\{controller="test-configmaps",name="test-configmaps"\} \d+/m,
+    );
+    expect(lm).toMatch(/^process_resident_memory_bytes \d+/m);
 
     // SIGKILL the leader: the follower takes over within 20 s.
     const killedAt = now();
@@ -138,7 +142,7 @@ describe('leader election across two processes', () => {
     const firstOfFollower = Math.min(...all.filter((r) => r.identity === follower).map((r) => r.t));
     expect(firstOfFollower).toBeGreaterThan(killedAt);
     expect((await get(F.port, '/metrics')).body).toMatch(
-      /peerload_leader_election_master_status\{name="peerload-operator"\} 1/,
+      /^leader_election_master_status\{name="peerload-operator"\} 1/m,
     );
 
     // SIGTERM: exits 0 within the 10 s deadline (reconciles take 100 ms) and clears holderIdentity.

@@ -139,7 +139,8 @@ describe('ServedModel', () => {
       k8s.setHeaderOptions('Accept', 'application/json;as=Table;v=v1;g=meta.k8s.io'),
     )) as { columnDefinitions: { name: string }[]; rows: { cells: unknown[] }[] };
     const row = table.rows.find((r) => r.cells[0] === 'twenty')!;
-    expect(row.cells[table.columnDefinitions.findIndex((c) => c.name === 'Ready')]).toBe('20/20');
+    const cell = (name: string) => row.cells[table.columnDefinitions.findIndex((c) => c.name === name)];
+    expect([cell('Ready'), cell('Replicas'), cell('Reason')]).toEqual(['True', '20/20', 'AllReplicasReady']);
   });
 
   it('re-registers a restarted replica and follows the Service from 3 to 6 endpoints and back', async () => {
@@ -222,6 +223,10 @@ describe('ServedModel', () => {
       /1 of 4 replica\(s\) failing: ts-down-3: .*ECONNREFUSED/,
     );
     expect(cond(degraded, 'Ready')!.status).toBe('False');
+    // A dead replica is named as the reason and retried (Reconciling), not reported as plain progress.
+    expect(cond(degraded, 'Ready')!.reason).toBe('ModelServerUnavailable');
+    expect(cond(degraded, 'Reconciling')).toMatchObject({ status: 'True', reason: 'ModelServerUnavailable' });
+    expect(cond(degraded, 'Stalled')).toBeUndefined();
 
     await f.instances[3]!.inject(undefined);
     await untilReady('degraded', '4/4');
@@ -234,6 +239,22 @@ describe('ServedModel', () => {
       ),
     );
     for (const inst of f.instances) expect(inst.modelNames()).toEqual([]);
+  });
+
+  it('a Service that does not exist is Stalled/ServiceNotFound, and Ready once it appears', async () => {
+    await create('no-service', spec('ts-later', { workers: { min: 1 } }));
+    const stalled = await waitFor('Stalled', async () => {
+      const o = await get('no-service');
+      return cond(o, 'Stalled')?.status === 'True' ? o : undefined;
+    });
+    expect(cond(stalled, 'Stalled')).toMatchObject({ reason: 'ServiceNotFound', observedGeneration: 1 });
+    expect(cond(stalled, 'Stalled')!.message).toContain('Service ts-later not found');
+    expect(cond(stalled, 'Ready')).toMatchObject({ status: 'False', reason: 'ServiceNotFound' });
+    const f = await fleet(1, { workerStartMs: 20 });
+    await service('ts-later', f.urls);
+    const ready = await untilReady('no-service', '1/1');
+    expect(cond(ready, 'Stalled')).toBeUndefined();
+    expect(cond(ready, 'Reconciling')).toBeUndefined();
   });
 
   it('deletion waits for a replica that is briefly away, and gives up on one that never answers', async () => {

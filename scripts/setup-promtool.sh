@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Builds promtool (validates deploy/monitoring's alert rules) from the Go module proxy into
+# $PEERLOAD_CACHE/promtool-<version>/bin. Idempotent. Prints the bin directory.
+source "$(dirname "$0")/lib.sh"
+# Prometheus' Go module versions v0.3XX.Y are releases 3.XX.Y (the module path has no /v3).
+VERSION="${PEERLOAD_PROMTOOL_VERSION:-v0.316.0}"
+BIN="$PEERLOAD_CACHE/promtool-$VERSION/bin"
+if [[ -x "$BIN/promtool" ]]; then echo "$BIN"; exit 0; fi
+command -v go >/dev/null || { log "go is required to build promtool"; exit 1; }
+log "building promtool $VERSION"
+mkdir -p "$BIN"
+GOBIN="$BIN" CGO_ENABLED=0 go install -trimpath -ldflags "-s -w" "github.com/prometheus/prometheus/cmd/promtool@$VERSION" >&2
+echo "$BIN"

@@ -1,0 +1,142 @@
+/**
+ * What a ServedModel's conditions say, from what one reconcile pass observed (the preheat gate, the replicas
+ * found and how each one fared). Pure, so every case is unit-tested.
+ *
+ * - `Ready`: True when the model is READY on every replica; when not, its reason names the cause.
+ * - `Reconciling` (True while the rollout progresses or retries by itself) and `Stalled` (True when nothing will
+ *   progress without a change: preheat failed for good, the Service or its port missing, credentials refused,
+ *   an archive the model server rejects) follow kstatus; both are removed, not set False, when they do not apply.
+ * - `Degraded` (which replicas fail and why) and `Preheated` (the gate) are peerload's own.
+ */
+import type { ConditionChange } from '../runtime/index.ts';
+import type { Gate } from './servedmodel-preheat.ts';
+
+export const ServedModelCondition = {
+  Ready: 'Ready',
+  Reconciling: 'Reconciling',
+  Stalled: 'Stalled',
+  Degraded: 'Degraded',
+  Preheated: 'Preheated',
+} as const;
+
+export const ServedModelReason = {
+  InvalidSpec: 'InvalidSpec',
+  AllReplicasReady: 'AllReplicasReady',
+  Progressing: 'Progressing',
+  WaitingForPreheat: 'WaitingForPreheat',
+  PreheatSucceeded: 'PreheatSucceeded',
+  ServiceNotFound: 'ServiceNotFound',
+  ServicePortNotFound: 'ServicePortNotFound',
+  NoReadyReplicas: 'NoReadyReplicas',
+  ReplicaFailures: 'ReplicaFailures',
+  NoFailures: 'NoFailures',
+} as const;
+
+/** Gate reasons that need a change before the ServedModel can progress. */
+const STALLING_GATES = new Set(['PreheatFailed', 'PreheatConflict', 'PreheatStalled']);
+
+export interface ReplicaFailure {
+  /** Pod name or endpoint. */
+  replica: string;
+  reason: string;
+  message: string;
+  /** False: the same request will fail again until something changes (credentials, archive, model server). */
+  retryable: boolean;
+}
+
+export interface ServedModelObservation {
+  modelName: string;
+  /** Set for Service discovery; undefined with static endpoints. */
+  serviceName?: string | undefined;
+  /** Whether any EndpointSlice of the Service exists (a Service with a selector always has one). */
+  serviceFound: boolean;
+  /** Why discovery found no replica when that is a configuration problem (e.g. no such port). */
+  discoveryProblem?: string | undefined;
+  gate: Gate;
+  ready: number;
+  desired: number;
+  failures: readonly ReplicaFailure[];
+}
+
+/** How many failing replicas a message names. */
+export const MAX_MESSAGE_REPLICAS = 3;
+
+/** The condition changes for an invalid spec: nothing happens until it is fixed. */
+export function invalidSpecConditions(message: string): ConditionChange[] {
+  const reason = ServedModelReason.InvalidSpec;
+  return [
+    { type: ServedModelCondition.Ready, status: 'False', reason, message },
+    { type: ServedModelCondition.Reconciling, absent: true },
+    { type: ServedModelCondition.Stalled, status: 'True', reason, message },
+  ];
+}
+
+export function servedModelConditions(o: ServedModelObservation): ConditionChange[] {
+  const { Ready, Reconciling, Stalled, Degraded, Preheated } = ServedModelCondition;
+  const R = ServedModelReason;
+  const out: ConditionChange[] = [];
+  const { gate, failures, ready, desired } = o;
+
+  if (gate.state === 'open')
+    out.push({ type: Preheated, status: 'True', reason: R.PreheatSucceeded, message: gate.message });
+  if (gate.state === 'closed')
+    out.push({
+      type: Preheated,
+      status: gate.final ? 'False' : 'Unknown',
+      reason: gate.reason,
+      message: gate.message,
+    });
+
+  let failing: { reason: string; message: string } | undefined;
+  if (failures.length > 0) {
+    const sample = failures.slice(0, MAX_MESSAGE_REPLICAS).map((f) => `${f.replica}: ${f.message}`);
+    const reasons = [...new Set(failures.map((f) => f.reason))];
+    failing = {
+      reason: reasons.length === 1 ? reasons[0]! : R.ReplicaFailures,
+      message: `${failures.length} of ${desired} replica(s) failing: ${sample.join('; ')}`,
+    };
+    out.push({ type: Degraded, status: 'True', ...failing });
+  } else {
+    out.push({ type: Degraded, status: 'False', reason: R.NoFailures, message: 'no replica is failing' });
+  }
+
+  // Not ready: why, and whether it will get there by itself (Reconciling) or needs a change (Stalled).
+  const notReady = (reason: string, message: string, stalled: boolean): ConditionChange[] => [
+    { type: Ready, status: 'False', reason, message },
+    stalled ? { type: Reconciling, absent: true } : { type: Reconciling, status: 'True', reason, message },
+    stalled ? { type: Stalled, status: 'True', reason, message } : { type: Stalled, absent: true },
+  ];
+  const progress = `${o.modelName} is ready on ${ready}/${desired} replica(s)`;
+
+  if (desired === 0) {
+    if (o.discoveryProblem) return [...out, ...notReady(R.ServicePortNotFound, o.discoveryProblem, true)];
+    if (o.serviceName !== undefined && !o.serviceFound)
+      return [
+        ...out,
+        ...notReady(
+          R.ServiceNotFound,
+          `Service ${o.serviceName} not found (no EndpointSlice is labelled kubernetes.io/service-name=${o.serviceName}); create it or fix spec.modelServer.service.name`,
+          true,
+        ),
+      ];
+    const where = o.serviceName !== undefined ? `Service ${o.serviceName}` : 'spec.modelServer.endpoints';
+    return [...out, ...notReady(R.NoReadyReplicas, `no ready endpoint behind ${where}`, false)];
+  }
+  if (gate.state === 'closed') {
+    const stalled = STALLING_GATES.has(gate.reason);
+    return [...out, ...notReady(stalled ? gate.reason : R.WaitingForPreheat, gate.message, stalled)];
+  }
+  if (failing) {
+    // Stalled only when no failing replica can recover by itself (a dead pod is retried; refused keys are not).
+    const stalled = failures.every((f) => !f.retryable);
+    return [...out, ...notReady(failing.reason, `${progress}; ${failing.message}`, stalled)];
+  }
+  if (ready === desired)
+    return [
+      ...out,
+      { type: Ready, status: 'True', reason: R.AllReplicasReady, message: progress },
+      { type: Reconciling, absent: true },
+      { type: Stalled, absent: true },
+    ];
+  return [...out, ...notReady(R.Progressing, progress, false)];
+}

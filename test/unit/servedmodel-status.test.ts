@@ -1,0 +1,186 @@
+import { describe, expect, it } from 'vitest';
+import {
+  invalidSpecConditions,
+  servedModelConditions,
+  type ServedModelObservation,
+} from '../../src/controllers/servedmodel-status.ts';
+import { applyConditions, getCondition } from '../../src/runtime/conditions.ts';
+import type { Condition } from '../../src/api/index.ts';
+
+const base: ServedModelObservation = {
+  modelName: 'resnet',
+  serviceName: 'torchserve',
+  serviceFound: true,
+  gate: { state: 'none' },
+  ready: 0,
+  desired: 3,
+  failures: [],
+};
+const conditions = (o: Partial<ServedModelObservation>, before?: Condition[]) =>
+  applyConditions(before, servedModelConditions({ ...base, ...o }), 4, new Date('2026-01-01T00:00:00Z'));
+const get = (cs: Condition[], type: string) => getCondition(cs, type);
+/** Ready/Reconciling/Stalled as one string: the three conditions kstatus and `peerload wait` read. */
+const health = (cs: Condition[]) =>
+  ['Ready', 'Reconciling', 'Stalled']
+    .map((t) => get(cs, t))
+    .map((c, i) => `${['Ready', 'Reconciling', 'Stalled'][i]}=${c ? `${c.status}/${c.reason}` : '-'}`)
+    .join(' ');
+
+describe('ServedModel conditions', () => {
+  it('all replicas ready: Ready True; Reconciling and Stalled removed', () => {
+    const progressing = conditions({ ready: 1 });
+    const cs = conditions({ ready: 3 }, progressing);
+    expect(health(cs)).toBe('Ready=True/AllReplicasReady Reconciling=- Stalled=-');
+    expect(get(cs, 'Ready')!.message).toBe('resnet is ready on 3/3 replica(s)');
+    expect(get(cs, 'Degraded')).toMatchObject({ status: 'False', reason: 'NoFailures' });
+    expect(cs.every((c) => c.observedGeneration === 4)).toBe(true);
+  });
+
+  it('rolling out without failures: Reconciling/Progressing', () => {
+    expect(health(conditions({ ready: 1 }))).toBe(
+      'Ready=False/Progressing Reconciling=True/Progressing Stalled=-',
+    );
+  });
+
+  it('a dead replica is named as such (not "Progressing") and is retried: Reconciling, Degraded', () => {
+    const cs = conditions({
+      ready: 2,
+      failures: [
+        {
+          replica: 'ts-2',
+          reason: 'ModelServerUnavailable',
+          message: 'connect ECONNREFUSED',
+          retryable: true,
+        },
+      ],
+    });
+    expect(health(cs)).toBe(
+      'Ready=False/ModelServerUnavailable Reconciling=True/ModelServerUnavailable Stalled=-',
+    );
+    expect(get(cs, 'Ready')!.message).toBe(
+      'resnet is ready on 2/3 replica(s); 1 of 3 replica(s) failing: ts-2: connect ECONNREFUSED',
+    );
+    expect(get(cs, 'Degraded')).toMatchObject({ status: 'True', reason: 'ModelServerUnavailable' });
+  });
+
+  it('auth refused on every failing replica: Stalled (a key must change)', () => {
+    const cs = conditions({
+      ready: 1,
+      failures: [
+        { replica: 'ts-1', reason: 'ModelServerAuthFailed', message: 'HTTP 401', retryable: false },
+        { replica: 'ts-2', reason: 'ModelServerAuthFailed', message: 'HTTP 401', retryable: false },
+      ],
+    });
+    expect(health(cs)).toBe(
+      'Ready=False/ModelServerAuthFailed Reconciling=- Stalled=True/ModelServerAuthFailed',
+    );
+  });
+
+  it('mixed failures, one retryable: not Stalled, reason ReplicaFailures', () => {
+    const cs = conditions({
+      ready: 1,
+      failures: [
+        { replica: 'ts-1', reason: 'ModelServerAuthFailed', message: 'HTTP 401', retryable: false },
+        { replica: 'ts-2', reason: 'ModelServerUnavailable', message: 'timeout', retryable: true },
+      ],
+    });
+    expect(health(cs)).toBe('Ready=False/ReplicaFailures Reconciling=True/ReplicaFailures Stalled=-');
+  });
+
+  it('preheat failed after its retries: Stalled/PreheatFailed, not WaitingForPreheat', () => {
+    const cs = conditions({
+      gate: {
+        state: 'closed',
+        preheatName: 'resnet-preheat',
+        reason: 'PreheatFailed',
+        message: 'ModelPreheat resnet-preheat failed: preheat failed after 4 attempt(s)',
+        final: true,
+      },
+    });
+    expect(health(cs)).toBe('Ready=False/PreheatFailed Reconciling=- Stalled=True/PreheatFailed');
+    expect(get(cs, 'Preheated')).toMatchObject({ status: 'False', reason: 'PreheatFailed' });
+  });
+
+  it('a stalled (not yet final) preheat stalls the ServedModel too', () => {
+    const cs = conditions({
+      gate: {
+        state: 'closed',
+        preheatName: 'p',
+        reason: 'PreheatStalled',
+        message: 'ModelPreheat p is stalled: manager refused the token',
+        final: false,
+      },
+    });
+    expect(health(cs)).toBe('Ready=False/PreheatStalled Reconciling=- Stalled=True/PreheatStalled');
+    expect(get(cs, 'Preheated')?.status).toBe('Unknown');
+  });
+
+  it('preheat running: Reconciling/WaitingForPreheat', () => {
+    const cs = conditions({
+      gate: {
+        state: 'closed',
+        preheatName: 'p',
+        reason: 'PreheatInProgress',
+        message: 'waiting',
+        final: false,
+      },
+    });
+    expect(health(cs)).toBe('Ready=False/WaitingForPreheat Reconciling=True/WaitingForPreheat Stalled=-');
+  });
+
+  it('Service missing: Stalled/ServiceNotFound naming the Service and the fix', () => {
+    const cs = conditions({ desired: 0, serviceFound: false });
+    expect(health(cs)).toBe('Ready=False/ServiceNotFound Reconciling=- Stalled=True/ServiceNotFound');
+    expect(get(cs, 'Stalled')!.message).toContain('Service torchserve not found');
+    expect(get(cs, 'Stalled')!.message).toContain('spec.modelServer.service.name');
+  });
+
+  it('Service without the port: Stalled/ServicePortNotFound', () => {
+    const cs = conditions({
+      desired: 0,
+      discoveryProblem: 'the Service has no port "mgmt" (its ports: http=8080)',
+    });
+    expect(health(cs)).toBe('Ready=False/ServicePortNotFound Reconciling=- Stalled=True/ServicePortNotFound');
+  });
+
+  it('Service with no ready pod yet: Reconciling/NoReadyReplicas (pods may come)', () => {
+    const cs = conditions({ desired: 0 });
+    expect(health(cs)).toBe('Ready=False/NoReadyReplicas Reconciling=True/NoReadyReplicas Stalled=-');
+    expect(get(cs, 'Ready')!.message).toBe('no ready endpoint behind Service torchserve');
+  });
+
+  it('invalid spec: Stalled/InvalidSpec', () => {
+    const cs = applyConditions(
+      conditions({ ready: 1 }),
+      invalidSpecConditions('spec.workers.max: must be >= min'),
+      5,
+    );
+    expect(health(cs)).toBe('Ready=False/InvalidSpec Reconciling=- Stalled=True/InvalidSpec');
+    expect(get(cs, 'Stalled')).toMatchObject({
+      observedGeneration: 5,
+      message: 'spec.workers.max: must be >= min',
+    });
+  });
+
+  it('never leaves Ready False without Reconciling or Stalled (kstatus would read it as Current)', () => {
+    const gates: ServedModelObservation['gate'][] = [
+      { state: 'none' },
+      { state: 'open', preheatName: 'p', message: 'ok' },
+      { state: 'closed', preheatName: 'p', reason: 'PreheatNotFound', message: 'm', final: false },
+      { state: 'closed', preheatName: 'p', reason: 'PreheatConflict', message: 'm', final: true },
+    ];
+    for (const gate of gates)
+      for (const desired of [0, 2])
+        for (const ready of [0, 2].filter((r) => r <= desired))
+          for (const serviceFound of [true, false])
+            for (const retryable of [undefined, true, false]) {
+              const failures =
+                retryable === undefined ? [] : [{ replica: 'a', reason: 'X', message: 'm', retryable }];
+              const cs = conditions({ gate, desired, ready, serviceFound, failures });
+              const ready_ = get(cs, 'Ready')!;
+              const open = get(cs, 'Reconciling')?.status === 'True' || get(cs, 'Stalled')?.status === 'True';
+              expect(ready_.status === 'True' || open, JSON.stringify({ gate, desired, ready })).toBe(true);
+              expect(ready_.status === 'True' && open).toBe(false);
+            }
+  });
+});
