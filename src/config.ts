@@ -53,6 +53,10 @@ const ALL = {
   managerTokenSecretKey: { flag: 'manager-token-secret-key', help: 'Key of the token in that Secret' },
   pollBackoffStart: { flag: 'poll-backoff-start', help: 'First interval when polling external jobs' },
   pollBackoffMax: { flag: 'poll-backoff-max', help: 'Longest interval when polling external jobs' },
+  cleanupGracePeriod: {
+    flag: 'cleanup-grace-period',
+    help: 'How long a ServedModel deletion retries unreachable replicas before it lets go (default of spec.deletion.gracePeriod)',
+  },
 } as const satisfies Record<string, { flag: string; help: string; boolean?: boolean }>;
 type Key = keyof typeof ALL;
 
@@ -103,6 +107,7 @@ export const OperatorConfigSchema = z
     managerTokenSecretKey: z.string().min(1).default('token'),
     pollBackoffStart: duration('poll backoff start').default(2_000),
     pollBackoffMax: duration('poll backoff max').default(60_000),
+    cleanupGracePeriod: duration('cleanup grace period').default(120_000),
   })
   .superRefine((c, ctx) => {
     if (c.leaderElect && !(c.leaseDuration > c.renewDeadline)) {

@@ -6,6 +6,7 @@ import { z } from 'zod';
 import {
   API_VERSION,
   Conditions,
+  Duration,
   HttpUrl,
   ObjectMeta,
   ObjectName,
@@ -173,6 +174,15 @@ export const ServedModelSpec = withRules(
         }),
       })
       .default({ maxConcurrent: 10, seedFirst: true }),
+    deletion: z
+      .object({
+        gracePeriod: Duration.optional().meta({
+          description:
+            "How long deletion keeps retrying replicas that cannot be reached before it lets go of them (default: the operator's --cleanup-grace-period, 2m).",
+        }),
+      })
+      .optional()
+      .meta({ description: 'What deletion does about replicas it cannot unregister the model from.' }),
   }),
   [
     {
