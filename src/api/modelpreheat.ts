@@ -6,13 +6,14 @@ import { z } from 'zod';
 import {
   API_VERSION,
   Conditions,
-  Duration,
   HttpUrl,
   ObjectMeta,
   SecretRef,
   Timestamp,
   countSet,
+  durationBetween,
   withRules,
+  type CelRule,
 } from './common.ts';
 import { ManagerRef } from './manager.ts';
 import { ObjectStorageSource } from './objectstorage.ts';
@@ -20,6 +21,38 @@ import { ObjectStorageSource } from './objectstorage.ts';
 export const PREHEAT_SCOPES = ['single_seed_peer', 'all_seed_peers', 'all_peers'] as const;
 export const JOB_STATES = ['PENDING', 'RECEIVED', 'STARTED', 'RETRY', 'SUCCESS', 'FAILURE'] as const;
 export type JobState = (typeof JOB_STATES)[number];
+
+/** RFC 9110 `token`: what an HTTP field name may be. */
+const HEADER_NAME_PATTERN = "^[-!#$%&'*+.^_`|~0-9A-Za-z]+$";
+const MAX_HEADERS = 64;
+
+const headerRules: CelRule<Record<string, string>>[] = [
+  {
+    rule: `self.all(k, k.size() <= 256 && k.matches(r"${HEADER_NAME_PATTERN}"))`,
+    message:
+      "header names must be HTTP tokens of at most 256 characters: letters, digits and !#$%&'*+-.^_`|~",
+    check: (h) => Object.keys(h).every((k) => k.length <= 256 && new RegExp(HEADER_NAME_PATTERN).test(k)),
+  },
+];
+
+export const HttpHeaders = withRules(
+  z
+    .record(
+      z.string(),
+      withRules(z.string().max(8192), [
+        {
+          // Forwarded to the manager and on to the origin: a CR or LF would split the request.
+          rule: "!self.matches(r'[\\x00-\\x08\\x0a-\\x1f\\x7f]')",
+          message: 'header values must not contain CR, LF or other control characters',
+          // eslint-disable-next-line no-control-regex -- control characters are what this rule is about
+          check: (v) => !/[\x00-\x08\x0a-\x1f\x7f]/.test(v),
+        },
+      ]),
+    )
+    .refine((h) => Object.keys(h).length <= MAX_HEADERS, `at most ${MAX_HEADERS} headers`)
+    .meta({ maxProperties: MAX_HEADERS }),
+  headerRules,
+);
 
 const IMAGE_MANIFEST_PATTERN = '^(.*)://(.*)/v2/(.*)/manifests/(.*)$';
 
@@ -56,15 +89,16 @@ export const ModelPreheatSpec = withRules(
         description:
           'Query parameters left out of the task id (seed `filter`). Default: the manager default (S3, GCS, OSS, OBS, COS signatures and ns).',
       }),
-    headers: z
-      .record(z.string().regex(/^[A-Za-z0-9-]+$/), z.string().max(8192))
-      .optional()
-      .meta({ description: 'HTTP headers the seed peers send to the origin.' }),
+    headers: HttpHeaders.optional().meta({
+      description:
+        'HTTP headers the seed peers send to the origin: names are HTTP tokens, values have no CR, LF or other control characters.',
+    }),
     imageCredentialsSecretRef: SecretRef.optional().meta({
       description: 'type image: Secret with keys `username` and `password` for the registry.',
     }),
     platform: z
       .string()
+      .max(64)
       .regex(/^[a-z0-9]+\/[a-z0-9_]+(\/[a-z0-9]+)?$/, 'must look like linux/amd64')
       .optional()
       .meta({ description: 'type image: platform to pick from a manifest list, e.g. linux/amd64.' }),
@@ -89,7 +123,9 @@ export const ModelPreheatSpec = withRules(
       .max(100)
       .optional()
       .meta({ description: 'Scheduler clusters to preheat in; empty means all (seed 2.1).' }),
-    timeout: Duration.optional().meta({ description: 'Job time-out on the manager (default 60m there).' }),
+    timeout: durationBetween('1s')
+      .optional()
+      .meta({ description: 'Job time-out on the manager (default 60m there); at least 1s.' }),
     manager: ManagerRef.optional().meta({
       description: "Manager to use; defaults to the operator's --manager-url.",
     }),
@@ -101,8 +137,8 @@ export const ModelPreheatSpec = withRules(
           .max(100)
           .default(3)
           .meta({ description: 'Jobs created again after a FAILURE.' }),
-        backoff: Duration.default('30s').meta({
-          description: 'First delay before a retry; doubles each time.',
+        backoff: durationBetween('1s').default('30s').meta({
+          description: 'First delay before a retry; doubles each time. At least 1s.',
         }),
       })
       .default({ limit: 3, backoff: '30s' })

@@ -7,7 +7,7 @@ import {
   API_VERSION,
   Conditions,
   Duration,
-  HttpUrl,
+  EndpointURL,
   ObjectMeta,
   ObjectName,
   SecretKeyRef,
@@ -16,6 +16,7 @@ import {
   withRules,
 } from './common.ts';
 import { ManagerRef } from './manager.ts';
+import { ObjectKey } from './objectkey.ts';
 import { ObjectStorageLocation } from './objectstorage.ts';
 import { PREHEAT_SCOPES } from './modelpreheat.ts';
 
@@ -37,18 +38,17 @@ export const ModelServer = withRules(
       })
       .optional()
       .meta({ description: 'Discover every ready replica from the EndpointSlices of this Service.' }),
-    endpoints: z
-      .array(HttpUrl)
-      .min(1)
-      .max(1000)
-      .optional()
-      .meta({ description: 'Static management URLs, for model servers outside the cluster.' }),
+    endpoints: z.array(EndpointURL).min(1).max(1000).optional().meta({
+      description:
+        'Static management addresses (http(s)://host:port), for model servers outside the cluster.',
+    }),
     scheme: z
       .enum(['http', 'https'])
       .default('http')
       .meta({ description: 'Scheme used with discovered endpoints.' }),
     pluginPath: z
       .string()
+      .max(64)
       .regex(/^[A-Za-z0-9_-]+$/, 'must be one path segment')
       .default('p2p')
       .meta({
@@ -151,12 +151,10 @@ export const ServedModelSpec = withRules(
       .regex(/^[A-Za-z0-9][A-Za-z0-9_.-]*$/)
       .optional()
       .meta({ description: "Model version (the archive's); changing it rolls the new version out." }),
-    fileName: z
-      .string()
-      .min(1)
-      .max(1024)
-      .regex(/^[^/].*[^/]$|^[^/]$/, 'must be an object key without leading or trailing /')
-      .meta({ description: 'Model archive object key, sent as file_name to the plugin (seed 4.3).' }),
+    fileName: ObjectKey.meta({
+      description:
+        "Model archive object key, sent as file_name to the plugin (seed 4.3); the plugin's object-key rules apply.",
+    }),
     modelServer: ModelServer,
     workers: Workers.default({ min: 1 }),
     registration: Registration.optional(),
@@ -184,15 +182,7 @@ export const ServedModelSpec = withRules(
       .optional()
       .meta({ description: 'What deletion does about replicas it cannot unregister the model from.' }),
   }),
-  [
-    {
-      rule: "!('/' + self.fileName + '/').contains('/../')",
-      message: 'fileName must not contain a .. segment',
-      fieldPath: '.fileName',
-      reason: 'FieldValueInvalid',
-      check: (s) => !`/${s.fileName}/`.includes('/../'),
-    },
-  ],
+  [], // fileName's rules are the object-key rules (objectkey.ts), on the field itself
 );
 export type ServedModelSpec = z.infer<typeof ServedModelSpec>;
 
