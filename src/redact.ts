@@ -18,6 +18,13 @@ export const REDACTED = '***';
 
 /** Shorter values would mangle ordinary words (and are not worth keeping secret on their own). */
 const MIN_SECRET_LENGTH = 4;
+/**
+ * Remembered values are redacted from everything, so they must be long enough not to be ordinary text: a Secret
+ * may hold a user name or a region next to its keys. Keys, tokens and passwords worth the name are longer.
+ */
+const MIN_REMEMBERED_LENGTH = 8;
+/** In a JSON secret, the fields holding key material (TorchServe key files, GCS service accounts): not its URLs. */
+const SECRET_FIELD = /(^|[_-])(key|secret|token|password|credentials?)$/i;
 /** Bound of the remembered values: rotated keys pile up over the operator's life. Oldest go first. */
 const MAX_REMEMBERED = 4096;
 
@@ -27,14 +34,14 @@ let longestFirst: string[] | undefined;
 
 /**
  * Remembers a secret value so that it is redacted wherever it appears later. A JSON document (a service account
- * file, a TorchServe key file) is remembered whole and by each of its string values, since a message may quote
- * one field of it.
+ * file, a TorchServe key file) is remembered whole and by each of its key fields (`private_key`, `key`...), since a
+ * message may quote one of them; its other fields (`token_uri`, `client_email`) are ordinary text.
  */
 export function rememberSecret(value: string | undefined): void {
   if (value === undefined) return;
   const add = (v: string) => {
     const t = v.trim();
-    if (t.length < MIN_SECRET_LENGTH) return;
+    if (t.length < MIN_REMEMBERED_LENGTH) return;
     remembered.delete(t);
     remembered.add(t);
     longestFirst = undefined;
@@ -43,7 +50,7 @@ export function rememberSecret(value: string | undefined): void {
   const t = value.trim();
   if (t.startsWith('{')) {
     try {
-      forEachString(JSON.parse(t), add);
+      forEachSecretField(JSON.parse(t), false, add);
     } catch {
       // not JSON: remembered whole only
     }
@@ -57,10 +64,12 @@ export function forgetSecrets(): void {
   longestFirst = undefined;
 }
 
-function forEachString(v: unknown, f: (s: string) => void): void {
-  if (typeof v === 'string') f(v);
-  else if (Array.isArray(v)) for (const x of v) forEachString(x, f);
-  else if (v && typeof v === 'object') for (const x of Object.values(v)) forEachString(x, f);
+/** Calls `f` with every string under a field whose name says it is key material (at any depth below it). */
+function forEachSecretField(v: unknown, secret: boolean, f: (s: string) => void): void {
+  if (typeof v === 'string' && secret) f(v);
+  else if (Array.isArray(v)) for (const x of v) forEachSecretField(x, secret, f);
+  else if (v && typeof v === 'object')
+    for (const [k, x] of Object.entries(v)) forEachSecretField(x, secret || SECRET_FIELD.test(k), f);
 }
 
 /** Anything that looks like `scheme://...` up to white space or a quote. Brackets stay inside: IPv6 hosts. */

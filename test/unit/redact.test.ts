@@ -45,15 +45,24 @@ describe('redact (text)', () => {
     );
   });
 
-  it('remembers each string value of a JSON secret (a key file, a service account)', () => {
+  it('remembers the key fields of a JSON secret (a key file, a service account), not its ordinary fields', () => {
     rememberSecret(JSON.stringify({ management: { key: 'mgmt-key-1' }, API: { key: 'api-key-22' } }));
+    rememberSecret(
+      JSON.stringify({
+        private_key: '-----BEGIN PRIVATE KEY-----xyz',
+        token_uri: 'https://oauth2.googleapis.com/token',
+      }),
+    );
     expect(redact('rejected mgmt-key-1 then api-key-22')).toBe('rejected *** then ***');
+    expect(redact('pem -----BEGIN PRIVATE KEY-----xyz')).toBe('pem ***');
+    expect(redact('https://oauth2.googleapis.com/token')).toBe('https://oauth2.googleapis.com/token');
   });
 
-  it('does not mangle ordinary words with very short values', () => {
-    rememberSecret('a');
-    rememberSecret('abc');
-    expect(redact('a cat is abc')).toBe('a cat is abc');
+  it('does not mangle ordinary words with short remembered values (a user name, a region)', () => {
+    rememberSecret('root');
+    rememberSecret('us-east');
+    expect(redact('rootfs in us-east-1')).toBe('rootfs in us-east-1');
+    expect(redact('token abcd', ['abcd'])).toBe('token ***');
   });
 });
 
