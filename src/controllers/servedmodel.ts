@@ -48,6 +48,8 @@ const MAX_MESSAGE_REPLICAS = 3;
 /** Bounds of one model-server call during deletion: shorter as the grace deadline nears. */
 const CLEANUP_CALL_TIMEOUT_MS = 10_000;
 const MIN_CLEANUP_CALL_TIMEOUT_MS = 2_000;
+/** How long a deletion pass may run past the grace deadline before the replicas it has not reached are let go. */
+const CLEANUP_PASS_OVERRUN_MS = 5_000;
 /** Room for replica names in a condition or Event (an Event note holds 1,024 characters). */
 const MAX_LISTED_CHARS = 700;
 
@@ -273,14 +275,21 @@ export function createServedModelController(
     const started = Date.parse(sm.metadata.deletionTimestamp!);
     const deadline = started + grace;
     const left = deadline - Date.now();
-    // A replica that does not answer must not hold the pass past the deadline by much.
+    // Replicas that do not answer must not hold the pass past the deadline by much: each call is bounded by the time
+    // left, and the whole pass (many replicas, `maxConcurrent` at a time) ends soon after the deadline; the replicas
+    // it did not get to then count as unreachable.
     const timeoutMs = Math.min(CLEANUP_CALL_TIMEOUT_MS, Math.max(MIN_CLEANUP_CALL_TIMEOUT_MS, left));
+    const passSignal = AbortSignal.any([
+      rc.signal,
+      AbortSignal.timeout(Math.max(left, 0) + CLEANUP_PASS_OVERRUN_MS),
+    ]);
     const known = new Map<string, Replica>();
     for (const r of [...(sm.status?.replicas ?? []), ...discovered]) known.set(r.endpoint, r);
     const failures: { replica: Replica; why: string }[] = [];
     await pool([...known.values()], spec.rollout.maxConcurrent, async (r) => {
       try {
-        await unregisterEverywhere(clientFor(sm, spec, r), spec.modelName, rc.signal, timeoutMs);
+        if (passSignal.aborted) throw new Error('not reached before the grace deadline');
+        await unregisterEverywhere(clientFor(sm, spec, r), spec.modelName, passSignal, timeoutMs);
       } catch (err) {
         failures.push({ replica: r, why: (err as Error).message });
       }
