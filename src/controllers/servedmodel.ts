@@ -396,11 +396,11 @@ async function unregisterEverywhere(
 }
 
 /** Names, as many as fit in the room of a note, then how many more. */
-function listed(names: readonly string[], max = Infinity): string {
+function listed(names: readonly string[]): string {
   const shown: string[] = [];
   let room = MAX_LISTED_CHARS;
   for (const n of names) {
-    if (shown.length >= max || n.length + 2 > room) break;
+    if (n.length + 2 > room) break;
     shown.push(n);
     room -= n.length + 2;
   }
