@@ -115,7 +115,8 @@ export function redactDeep<T>(value: T, secrets: readonly (string | undefined)[]
   const walk = (v: unknown): unknown => {
     if (typeof v === 'string') return redact(v, secrets);
     if (Array.isArray(v)) return v.map(walk);
-    if (v instanceof Error) return { type: v.name, message: redact(v.message, secrets) };
+    if (v instanceof Error)
+      return { type: v.name, message: redact(v.message, secrets), stack: redact(v.stack ?? '', secrets) };
     if (v && typeof v === 'object' && Object.getPrototypeOf(v) === Object.prototype) {
       return Object.fromEntries(Object.entries(v).map(([k, x]) => [k, walk(x)]));
     }
