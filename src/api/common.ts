@@ -136,8 +136,11 @@ const matching = (pattern: string, message: string): CelRule<string> => ({
   check: (s) => new RegExp(pattern).test(s),
 });
 
-/** A model server's management address: `http(s)://host[:port]` and nothing else (no user, path, query). */
-export const EndpointURL = withRules(z.string().max(512), [
+/**
+ * A model server's management address: `http(s)://host[:port]` and nothing else (no user, path, query). 280
+ * characters hold any host name and port; it also keeps the CEL cost of 1,000 endpoints within the apiserver's budget.
+ */
+export const EndpointURL = withRules(z.string().max(280), [
   matching(
     ENDPOINT_PATTERN,
     'must be http(s)://host:port with nothing else: no user or password, path, query or fragment',
