@@ -137,8 +137,8 @@ export const ModelPreheatSpec = withRules(
           .max(100)
           .default(3)
           .meta({ description: 'Jobs created again after a FAILURE.' }),
-        backoff: durationBetween('1s').default('30s').meta({
-          description: 'First delay before a retry; doubles each time. At least 1s.',
+        backoff: durationBetween('1ms').default('30s').meta({
+          description: 'First delay before a retry; doubles each time. Positive (0s would retry at once).',
         }),
       })
       .default({ limit: 3, backoff: '30s' })
