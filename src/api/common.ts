@@ -46,6 +46,16 @@ export function withRules<S extends z.ZodType>(schema: S, rules: CelRule<z.outpu
     : refined) as unknown as S;
 }
 
+/**
+ * A list whose items must all differ: `x-kubernetes-list-type: set` for the apiserver (which answers "Duplicate
+ * value" naming the item), the same check for zod.
+ */
+export function distinct<S extends z.ZodArray<z.ZodType>>(schema: S): S {
+  return schema
+    .refine((items) => new Set(items).size === items.length, 'items must not repeat')
+    .meta({ 'x-kubernetes-list-type': 'set' }) as unknown as S;
+}
+
 /** How many of the given values are set; used by "exactly one of" rules. */
 export const countSet = (...values: unknown[]): number => values.filter((v) => v !== undefined).length;
 

@@ -11,6 +11,7 @@ import {
   SecretRef,
   Timestamp,
   countSet,
+  distinct,
   durationBetween,
   withRules,
   type CelRule,
@@ -26,7 +27,26 @@ export type JobState = (typeof JOB_STATES)[number];
 const HEADER_NAME_PATTERN = "^[-!#$%&'*+.^_`|~0-9A-Za-z]+$";
 const MAX_HEADERS = 64;
 
+/** Fields the HTTP client sets itself (framing, connection, target host): from a user they break the request. */
+const FORBIDDEN_HEADERS = [
+  'host',
+  'content-length',
+  'transfer-encoding',
+  'connection',
+  'keep-alive',
+  'proxy-connection',
+  'te',
+  'trailer',
+  'upgrade',
+] as const;
+
 const headerRules: CelRule<Record<string, string>>[] = [
+  {
+    rule: `self.all(k, !(k.lowerAscii() in [${FORBIDDEN_HEADERS.map((h) => `'${h}'`).join(', ')}]))`,
+    message: `header names must not be ${FORBIDDEN_HEADERS.join(', ')}: the HTTP client sets those itself`,
+    check: (h) =>
+      Object.keys(h).every((k) => !(FORBIDDEN_HEADERS as readonly string[]).includes(k.toLowerCase())),
+  },
   {
     rule: `self.all(k, k.size() <= 256 && k.matches(r"${HEADER_NAME_PATTERN}"))`,
     message:
@@ -65,10 +85,7 @@ export const ModelPreheatSpec = withRules(
     url: HttpUrl.optional().meta({
       description: 'One URL to preheat (an image manifest URL for type image).',
     }),
-    urls: z
-      .array(HttpUrl)
-      .min(1)
-      .max(100)
+    urls: distinct(z.array(HttpUrl).min(1).max(100))
       .optional()
       .meta({ description: 'Several file URLs preheated in one job (type file only).' }),
     objectStorage: ObjectStorageSource.optional().meta({
@@ -118,9 +135,7 @@ export const ModelPreheatSpec = withRules(
       .enum(PREHEAT_SCOPES)
       .default('single_seed_peer')
       .meta({ description: 'Which peers download the content.' }),
-    schedulerClusterIDs: z
-      .array(z.int().min(1))
-      .max(100)
+    schedulerClusterIDs: distinct(z.array(z.int().min(1)).max(100))
       .optional()
       .meta({ description: 'Scheduler clusters to preheat in; empty means all (seed 2.1).' }),
     timeout: durationBetween('1s')

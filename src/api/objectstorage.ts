@@ -3,7 +3,7 @@
  * plugin's configuration file (seed 2.2), so an admin can copy values from one to the other.
  */
 import { z } from 'zod';
-import { BaseURL, SecretRef, durationBetween, withRules, type CelRule } from './common.ts';
+import { BaseURL, SecretRef, distinct, durationBetween, withRules, type CelRule } from './common.ts';
 import { ObjectKey } from './objectkey.ts';
 
 export const OBJECT_STORAGE_TYPES = ['s3', 'oss', 'gcs', 'abs'] as const;
@@ -122,7 +122,7 @@ export type ObjectStorageLocation = z.infer<typeof ObjectStorageLocation>;
 export const ObjectStorageSource = withRules(
   z.object({
     ...locationFields,
-    keys: z.array(ObjectKey).min(1).max(100).meta({
+    keys: distinct(z.array(ObjectKey).min(1).max(100)).meta({
       description:
         "Object keys to preheat, e.g. models/resnet-18.mar; the plugin's object-key rules apply (as to ServedModel fileName).",
     }),

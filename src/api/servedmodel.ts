@@ -13,6 +13,7 @@ import {
   SecretKeyRef,
   Timestamp,
   countSet,
+  distinct,
   withRules,
 } from './common.ts';
 import { ManagerRef } from './manager.ts';
@@ -38,7 +39,7 @@ export const ModelServer = withRules(
       })
       .optional()
       .meta({ description: 'Discover every ready replica from the EndpointSlices of this Service.' }),
-    endpoints: z.array(EndpointURL).min(1).max(1000).optional().meta({
+    endpoints: distinct(z.array(EndpointURL).min(1).max(1000)).optional().meta({
       description:
         'Static management addresses (http(s)://host:port), for model servers outside the cluster.',
     }),
@@ -116,7 +117,7 @@ export const PreheatGate = withRules(
       description: 'Bucket of fileName (with create: true).',
     }),
     scope: z.enum(PREHEAT_SCOPES).optional(),
-    schedulerClusterIDs: z.array(z.int().min(1)).max(100).optional(),
+    schedulerClusterIDs: distinct(z.array(z.int().min(1)).max(100)).optional(),
     manager: ManagerRef.optional(),
   }),
   [
