@@ -3,7 +3,9 @@
  *
  *   real kube-apiserver + etcd ── the CRDs ── `peerload operator` (a child process, the real CLI)
  *   MinIO (S3, verifies signatures) holding a small model archive
- *   P2P network emulators: a manager, a seed peer, and a node peer that asks the seed peer before the origin
+ *   the P2P network: emulators (a manager, a seed peer, and a node peer that asks the seed peer before the
+ *   origin), or with `--real-p2p` the real Dragonfly network built from source (test/support/dragonfly.ts:
+ *   manager and scheduler v2.5.1, dfdaemon 1.4.2 as seed peer and node peer, MariaDB, Redis)
  *   model servers: 3 emulated replicas and 1 real TorchServe 0.12.0 with the peerload plugin
  *
  * It applies a ServedModel that preheats its archive (`preheat.create`) and registers it on the four replicas,
@@ -17,6 +19,8 @@ import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { startControlPlane } from '../test/support/controlplane.ts';
 import { createNamespace, installCRDs, kubeConfig, REPO_ROOT, waitFor } from '../test/support/kube.ts';
+import { startCountingProxy } from '../test/support/counting-proxy.ts';
+import { startDragonfly } from '../test/support/dragonfly.ts';
 import { startManagerEmulator } from '../test/support/manager-emulator.ts';
 import { startMinIO } from '../test/support/minio.ts';
 import { buildModelArchive } from '../test/support/model-archive.ts';
@@ -29,7 +33,11 @@ import { minioPluginConfig, pluginJar, writePluginConfig } from '../test/support
 import { signObjectURL } from '../src/storage/sign.ts';
 
 const { values } = parseArgs({
-  options: { keep: { type: 'boolean' }, 'no-torchserve': { type: 'boolean' } },
+  options: {
+    keep: { type: 'boolean' },
+    'no-torchserve': { type: 'boolean' },
+    'real-p2p': { type: 'boolean' },
+  },
 });
 const BUCKET = 'models';
 const KEY = 'resnet/tiny.mar';
@@ -56,23 +64,62 @@ try {
   await minio.putObject(BUCKET, KEY, archiveBytes);
   const files = await startOrigin({ '/llm/shard-00001.safetensors': Buffer.alloc(4 << 20, 7) });
   stops.push(() => files.close());
-  const seedPeer = await startPeerProxy();
-  const nodePeer = await startPeerProxy({ parent: seedPeer.url });
-  const manager = await startManagerEmulator({ peer: seedPeer, jobLatencyMs: 1500, runningStates: true });
-  stops.push(
-    () => manager.close(),
-    () => nodePeer.close(),
-    () => seedPeer.close(),
-  );
+  // The P2P network: its manager, the node peer every replica downloads through, and what the origins served.
+  const p2p = values['real-p2p'] ? await realNetwork() : await emulatedNetwork();
   console.log(`MinIO ${minio.endpoint} (s3://${BUCKET}/${KEY}, ${archiveBytes.length} bytes)`);
-  console.log(`manager ${manager.url}, seed peer ${seedPeer.url}, node peer ${nodePeer.url}`);
+  console.log(`manager ${p2p.managerURL}, node peer ${p2p.nodePeerURL}${p2p.description}`);
+
+  async function emulatedNetwork() {
+    const seedPeer = await startPeerProxy();
+    const nodePeer = await startPeerProxy({ parent: seedPeer.url });
+    const manager = await startManagerEmulator({ peer: seedPeer, jobLatencyMs: 1500, runningStates: true });
+    stops.push(
+      () => manager.close(),
+      () => nodePeer.close(),
+      () => seedPeer.close(),
+    );
+    return {
+      managerURL: manager.url,
+      nodePeerURL: nodePeer.url,
+      storageEndpoint: minio.endpoint,
+      description: ` (emulators; seed peer ${seedPeer.url})`,
+      operatorFlags: [] as string[],
+      originBytes: () => seedPeer.stats.originBytes + nodePeer.stats.originBytes,
+      downloads: () => nodePeer.requests.filter((r) => r.method === 'GET').map((r) => r.taskID),
+      hits: () =>
+        `cache hits: ${nodePeer.stats.localHits + nodePeer.stats.remoteHits}, misses: ${nodePeer.stats.cacheMisses}`,
+    };
+  }
+
+  async function realNetwork() {
+    const network = await startDragonfly({ nodePeers: 1 });
+    stops.push(() => network.stop());
+    // MinIO behind a counting proxy (SigV4 verifies over the same Host): what the origin served, counted.
+    const counted = await startCountingProxy(minio.endpoint);
+    stops.push(() => counted.close());
+    const token = await network.createPersonalAccessToken('peerload-demo', ['job', 'cluster']);
+    await kc.makeApiClient(k8s.CoreV1Api).createNamespacedSecret({
+      namespace: ns,
+      body: { metadata: { name: 'manager-token' }, stringData: { token } },
+    });
+    return {
+      managerURL: network.managerURL,
+      nodePeerURL: network.peers[0]!.proxyURL,
+      storageEndpoint: counted.url,
+      description: ` (real Dragonfly v2.5.1; seed peer ${network.seedPeer!.proxyURL}, logs in ${network.dir})`,
+      operatorFlags: ['--manager-api-path', '/oapi/v1', '--manager-token-secret', `${ns}/manager-token`],
+      originBytes: () => counted.bytesServed(KEY) + files.stats.bytes,
+      downloads: () => fleet.instances.flatMap((srv) => srv.downloads.map((d) => d.taskID)),
+      hits: () => 'hits as the real daemon reports them: see the task ids',
+    };
+  }
 
   step('model servers');
-  const location = minio.location(BUCKET);
+  const location = { ...minio.location(BUCKET), endpoint: p2p.storageEndpoint };
   const credentials = minio.credentials();
   const signed = await signObjectURL(location, KEY, credentials, { expiresSeconds: 3600 });
   const fleet = await startModelServerFleet(3, {
-    proxyURL: nodePeer.url,
+    proxyURL: p2p.nodePeerURL,
     objectURL: () => signed.url,
     workerStartMs: 500,
   });
@@ -82,7 +129,11 @@ try {
   if (!values['no-torchserve']) {
     const jar = await pluginJar();
     const config = join(work, 'p2p-endpoint.json');
-    await writePluginConfig(config, minioPluginConfig(minio, BUCKET, nodePeer.url));
+    const pluginConfig = minioPluginConfig(minio, BUCKET, p2p.nodePeerURL);
+    await writePluginConfig(config, {
+      ...pluginConfig,
+      object_storage: { ...(pluginConfig['object_storage'] as object), endpoint: p2p.storageEndpoint },
+    });
 
     ts = await startTorchServe({ pluginJars: [jar], env: { P2P_ENDPOINT_CONFIG: config }, tokenAuth: false });
     stops.push(() => ts!.stop());
@@ -103,7 +154,8 @@ try {
       '--kubeconfig',
       cp.kubeconfigPath,
       '--manager-url',
-      manager.url,
+      p2p.managerURL,
+      ...p2p.operatorFlags,
       '--no-leader-elect',
       '--metrics-address',
       '127.0.0.1:0',
@@ -184,17 +236,15 @@ try {
     console.log(`  ${e.type}\t${e.reason}\t${e.note}`);
 
   step('the P2P network');
-  const downloads = nodePeer.requests.filter((r) => r.method === 'GET');
+  const downloads = p2p.downloads();
   const shardBytes = files.files.get('/llm/shard-00001.safetensors')!.length;
-  const originBytes = seedPeer.stats.originBytes + nodePeer.stats.originBytes;
+  const originBytes = p2p.originBytes();
   console.log(`objects: model archive ${archiveBytes.length} bytes, LLM shard ${shardBytes} bytes`);
   console.log(
     `bytes served by the origins:        ${originBytes} (each object once: ${originBytes === archiveBytes.length + shardBytes ? 'yes' : 'NO'})`,
   );
-  console.log(
-    `replica downloads via node peer:    ${downloads.length} (cache hits: ${nodePeer.stats.localHits + nodePeer.stats.remoteHits}, misses: ${nodePeer.stats.cacheMisses})`,
-  );
-  console.log(`distinct task ids of those:         ${new Set(downloads.map((d) => d.taskID)).size}`);
+  console.log(`replica downloads via node peer:    ${downloads.length} (${p2p.hits()})`);
+  console.log(`distinct task ids of those:         ${new Set(downloads).size}`);
 
   if (values.keep) {
     console.log(`\nleft running: export KUBECONFIG=${cp.kubeconfigPath}  (Ctrl-C to stop)`);

@@ -9,6 +9,7 @@ import { hostname } from 'node:os';
 import { parseArgs } from 'node:util';
 import { z } from 'zod';
 import { DURATION_PATTERN, parseDuration } from './api/index.ts';
+import { DAEMON_VERSION_HINT, DEFAULT_TASK_ID_RULE, taskIdRule } from './storage/taskid.ts';
 
 const duration = (what: string) =>
   z
@@ -56,6 +57,10 @@ const ALL = {
   cleanupGracePeriod: {
     flag: 'cleanup-grace-period',
     help: 'How long a ServedModel deletion retries unreachable replicas before it lets go (default of spec.deletion.gracePeriod)',
+  },
+  peerDaemonVersion: {
+    flag: 'peer-daemon-version',
+    help: 'Peer daemon (dragonfly-client) version whose task ids status shows: 1.4, 1.5.3+ or e.g. 1.4.2; default 1.4',
   },
 } as const satisfies Record<string, { flag: string; help: string; boolean?: boolean }>;
 type Key = keyof typeof ALL;
@@ -108,6 +113,15 @@ export const OperatorConfigSchema = z
     pollBackoffStart: duration('poll backoff start').default(2_000),
     pollBackoffMax: duration('poll backoff max').default(60_000),
     cleanupGracePeriod: duration('cleanup grace period').default(120_000),
+    // The rule of the tested Dragonfly release (v2.5.1 bundles client 1.4.2); spec.peerDaemonVersion overrides it.
+    peerDaemonVersion: z
+      .string()
+      .transform((v, ctx) => {
+        const rule = taskIdRule(v);
+        if (rule === undefined) ctx.addIssue({ code: 'custom', message: DAEMON_VERSION_HINT });
+        return rule ?? DEFAULT_TASK_ID_RULE;
+      })
+      .default(DEFAULT_TASK_ID_RULE),
   })
   .superRefine((c, ctx) => {
     if (c.leaderElect && !(c.leaseDuration > c.renewDeadline)) {

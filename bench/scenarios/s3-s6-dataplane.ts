@@ -6,7 +6,7 @@
  *    the same URL, in the same run, both with the proxy's cache COLD (reset before each download: origin → proxy →
  *    client) and WARM (a local hit). JVM heap growth sampled with jstat during every plugin download.
  * 6. The seed's four cache scenarios, each a plugin registration of the 1 GiB model: direct signed-URL download
- *    (the plugin's `addr` is a peer-proxy emulator whose `rules` match nothing, so it forwards to the origin,
+ *    (the plugin's `addr` is a peer-proxy emulator in `forwardOnly` mode, so it forwards to the origin,
  *    streaming and uncached), P2P cold start (node peer and its parent both empty), hit on a remote peer (the
  *    parent peer on 127.0.0.2 holds the task, the node peer does not), hit on the local peer. Reference: reading
  *    the file the local hit serves (the node peer's cache file) from local disk with `cat > /dev/null`, the file
@@ -88,7 +88,8 @@ export async function dataPlaneScenarios(o: DataPlaneOptions): Promise<{ rows: R
 
     // Peers: s3's proxy (no parent), s6's direct forwarder, seed peer (127.0.0.2) and node peer (parent = seed).
     const p3 = await startPeerProxy();
-    const direct = await startPeerProxy({ rules: [/^(?!)/] });
+    // forwardOnly: the plugin sends X-Dragonfly-Use-P2P: true, which a daemon honours whatever its rules.
+    const direct = await startPeerProxy({ forwardOnly: true });
     const seed = await startPeerProxy({ host: '127.0.0.2' });
     const node = await startPeerProxy({ parent: seed.url });
     cleanup.push(() => Promise.all([p3.close(), direct.close(), seed.close(), node.close()]));

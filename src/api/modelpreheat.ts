@@ -76,6 +76,21 @@ export const HttpHeaders = withRules(
 
 const IMAGE_MANIFEST_PATTERN = '^(.*)://(.*)/v2/(.*)/manifests/(.*)$';
 
+/** `1.4`, `1.5.3+` or a version such as 1.4.2 / v1.5.3 (taskIdRule in src/storage/taskid.ts reads it). */
+export const PEER_DAEMON_VERSION_PATTERN =
+  '^(1\\.5\\.3\\+|v?[0-9]{1,9}\\.[0-9]{1,9}(\\.[0-9]{1,9})?(-[0-9A-Za-z.-]+)?(\\+[0-9A-Za-z.-]+)?)$';
+export const PeerDaemonVersion = z
+  .string()
+  .max(64)
+  .regex(
+    new RegExp(PEER_DAEMON_VERSION_PATTERN),
+    'must be "1.4", "1.5.3+" or the peer daemon\'s (dragonfly-client) version such as 1.4.2 or v1.5.3',
+  )
+  .meta({
+    description:
+      "Peer daemon (dragonfly-client) version whose task ids status.tasks shows: 1.4 (below 1.5.3: query kept in order) or 1.5.3+ (sorted), or a version such as 1.4.2. Default: the operator's --peer-daemon-version (1.4).",
+  });
+
 export const ModelPreheatSpec = withRules(
   z.object({
     type: z.enum(['file', 'image']).default('file').meta({
@@ -131,6 +146,7 @@ export const ModelPreheatSpec = withRules(
       .max(67108864)
       .optional()
       .meta({ description: 'Piece length in bytes (4 MiB to 64 MiB); part of the task id.' }),
+    peerDaemonVersion: PeerDaemonVersion.optional(),
     scope: z
       .enum(PREHEAT_SCOPES)
       .default('single_seed_peer')

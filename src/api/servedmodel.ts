@@ -19,7 +19,7 @@ import {
 import { ManagerRef } from './manager.ts';
 import { ObjectKey } from './objectkey.ts';
 import { ObjectStorageLocation } from './objectstorage.ts';
-import { PREHEAT_SCOPES } from './modelpreheat.ts';
+import { PREHEAT_SCOPES, PeerDaemonVersion } from './modelpreheat.ts';
 
 export const ModelServer = withRules(
   z.object({
@@ -119,6 +119,7 @@ export const PreheatGate = withRules(
     scope: z.enum(PREHEAT_SCOPES).optional(),
     schedulerClusterIDs: distinct(z.array(z.int().min(1)).max(100)).optional(),
     manager: ManagerRef.optional(),
+    peerDaemonVersion: PeerDaemonVersion.optional(),
   }),
   [
     {
@@ -235,6 +236,7 @@ export function ownedPreheatSpec(spec: ServedModelSpec): Record<string, unknown>
       scope: p.scope,
       schedulerClusterIDs: p.schedulerClusterIDs,
       manager: p.manager,
+      peerDaemonVersion: p.peerDaemonVersion,
     }),
   );
 }

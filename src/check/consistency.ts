@@ -9,7 +9,9 @@
  *
  * How each side is modelled, mirroring what goes over the wire:
  * - Plugin (plugin/src/main/java/io/peerload/plugin: PluginConfig, ModelRegistration, ProxyDownloader): it GETs
- *   objectURL(location, file_name) signed (valid 1 h), sends the filter as X-Dragonfly-Filtered-Query-Params and
+ *   objectURL(location, file_name) signed (valid 1 h) with X-Dragonfly-Use-P2P: true (without it a daemon whose
+ *   proxy.rules do not match sends the download straight to the origin), sends the filter as
+ *   X-Dragonfly-Filtered-Query-Params and
  *   X-Dragonfly-Filter (the configured `filter`, else the kind's default; none at all when empty, so the daemon's
  *   default filter applies), and passes every `header` entry through, so X-Dragonfly-Tag / -Application /
  *   -Piece-Length reach the daemon as they are.
@@ -18,6 +20,10 @@
  *   `spec.filteredQueryParams`; an empty or absent filter is not sent, so the manager's default applies
  *   (DEFAULT_FILTERED_QUERY_PARAMS). A ServedModel with `preheat.create` implies the ModelPreheat of
  *   ownedPreheatSpec() (the controller's own function) for `fileName`.
+ *
+ * Task ids are computed with the rule of the peer daemon's version (`daemon_version` of the plugin configuration,
+ * `spec.peerDaemonVersion` of a preheat; default 1.4, the tested Dragonfly v2.5.1). Configurations that make the
+ * download bypass P2P altogether are reported as warnings (PluginSide.warnings).
  *
  * Nothing is signed: each side's URL is its unsigned object URL plus the names of the signature parameters its
  * signer adds, each with a symbolic value saying how it varies (every signing, per credential, constant). A
@@ -47,11 +53,16 @@ import {
 } from '../storage/objecturl.ts';
 import {
   APPLICATION_HEADER,
+  DAEMON_VERSION_HINT,
   DEFAULT_FILTERED_QUERY_PARAMS,
+  DEFAULT_TASK_ID_RULE,
   PIECE_LENGTH_HEADER,
   TAG_HEADER,
+  USE_P2P_HEADER,
   parsePieceLength,
   taskID,
+  taskIdRule,
+  type TaskIdRule,
 } from '../storage/taskid.ts';
 
 /** Bad input (a configuration or manifest that cannot be read); the message names the file and the field. */
@@ -174,6 +185,10 @@ export const PluginConfigFile = z.strictObject({
       { error: 'must be an array of query parameter names' },
     )
     .nullish(),
+  daemon_version: z
+    .union([z.string(), z.boolean()], { error: 'must be a string' })
+    .refine((v) => taskIdRule(String(v)) !== undefined, DAEMON_VERSION_HINT)
+    .nullish(),
   object_storage: z.discriminatedUnion('type', [S3Config, OSSConfig, GCSConfig, ABSConfig], {
     error: (i) =>
       i.input === undefined || i.input === null ? 'is required' : 'type must be one of s3, oss, gcs, abs',
@@ -192,6 +207,10 @@ export interface PluginSide {
   application?: string | undefined;
   pieceLength?: number | undefined;
   sessionToken: boolean;
+  /** How the plugin's peer daemon computes task ids (`daemon_version`). */
+  rule: TaskIdRule;
+  /** Why downloads might not go through P2P at all (a preheat would then never be used). */
+  warnings: string[];
 }
 
 function joinPath(path: readonly PropertyKey[]): string {
@@ -230,6 +249,11 @@ export function parsePluginConfig(text: string, source: string): PluginSide {
   for (const [name, value] of Object.entries(c.header ?? {})) {
     if (!/^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/.test(name)) {
       throw new CheckInputError(`${source}: field "header.${name}": not a valid HTTP header name`);
+    }
+    if (name.toLowerCase() === USE_P2P_HEADER.toLowerCase()) {
+      throw new CheckInputError(
+        `${source}: field "header.${name}": the plugin always sends ${USE_P2P_HEADER}: true so that downloads go through P2P whatever the daemon's proxy rules; remove this entry`,
+      );
     }
     if (RESERVED_HEADERS.has(name.toLowerCase())) {
       throw new CheckInputError(
@@ -293,6 +317,11 @@ export function parsePluginConfig(text: string, source: string): PluginSide {
   const configured = c.filter === null || c.filter === undefined ? undefined : [...new Set(c.filter)];
   const filter = configured ?? effectiveFilter({ type: location.type });
   return {
+    rule:
+      c.daemon_version === null || c.daemon_version === undefined
+        ? DEFAULT_TASK_ID_RULE
+        : taskIdRule(String(c.daemon_version))!,
+    warnings: bypassWarnings(c.addr, location, source),
     location,
     ...(filter.length > 0
       ? { filter, filterSource: configured ? 'config filter' : `${location.type} default filter` }
@@ -302,6 +331,42 @@ export function parsePluginConfig(text: string, source: string): PluginSide {
     pieceLength,
     sessionToken: s.type === 's3' && Boolean(s.session_token),
   };
+}
+
+/**
+ * Configurations whose downloads do not go through the peer daemon's P2P network. The plugin itself always sends
+ * X-Dragonfly-Use-P2P: true, so what is left is a proxy address that is not a peer daemon.
+ */
+function bypassWarnings(
+  addr: string | null | undefined,
+  location: StorageLocation,
+  source: string,
+): string[] {
+  const warnings: string[] = [];
+  const raw = addr?.trim() || undefined;
+  if (raw === undefined) {
+    warnings.push(
+      "addr is not set: the plugin uses the peer proxy at http://127.0.0.1:4001, which must be a peer daemon in the model server's network namespace (e.g. a hostNetwork DaemonSet); otherwise no download goes through P2P",
+    );
+    return warnings;
+  }
+  let proxy: URL;
+  try {
+    proxy = new URL(raw.includes('://') ? raw : `http://${raw}`);
+  } catch {
+    throw new CheckInputError(`${source}: field "addr" is not a URL`);
+  }
+  const proxyAuthority = `${proxy.hostname.toLowerCase()}:${proxy.port || '80'}`;
+  if (location.endpoint !== undefined) {
+    const origin = new URL(location.endpoint);
+    const port = origin.port || (origin.protocol === 'https:' ? '443' : '80');
+    if (`${origin.hostname.toLowerCase()}:${port}` === proxyAuthority) {
+      warnings.push(
+        `addr ${proxy.host} is the object storage endpoint itself, not a peer daemon's proxy: every download goes straight to the origin and no preheat is used`,
+      );
+    }
+  }
+  return warnings;
 }
 
 // ---- Signature parameters --------------------------------------------------------------------------------
@@ -369,6 +434,10 @@ interface Side {
   tag?: string | undefined;
   application?: string | undefined;
   pieceLength?: number | undefined;
+  /** The task id rule of the daemon that computes this side's id. */
+  rule: TaskIdRule;
+  /** Where the rule comes from, for messages. */
+  ruleSource: string;
 }
 
 interface Reason {
@@ -398,6 +467,8 @@ interface SideReport {
   pieceLength?: number | undefined;
   /** Undefined when it changes with every signing (or depends on an unknown credential). */
   taskID?: string | undefined;
+  /** The daemon version's task id rule the id follows. */
+  rule: TaskIdRule;
 }
 
 /** The side's URL with symbolic signature values (`<signing:preheat>` differs from `<signing:plugin>`). */
@@ -418,12 +489,13 @@ function symbolicURL(side: Side, who: SideName): string {
 }
 
 /** Query pairs of a URL the daemon keeps (as it splits and decodes them), by name. */
-function keptQuery(url: string, filter: readonly string[]): Map<string, string[]> {
+function keptQuery(url: string, filter: readonly string[], rule: TaskIdRule): Map<string, string[]> {
   const out = new Map<string, string[]>();
   const q = new URL(url).search.replace(/^\?/, '');
   const dropped = new Set(filter);
   for (const segment of q === '' ? [] : q.split('&')) {
-    if (segment.includes(';')) continue;
+    // Only the 1.5.3+ rule drops segments holding `;` (client 1.4 form-decodes them like any other).
+    if (rule === '1.5.3+' && segment.includes(';')) continue;
     for (const [k, v] of new URLSearchParams('?' + segment)) {
       if (!dropped.has(k)) out.set(k, [...(out.get(k) ?? []), v]);
     }
@@ -689,8 +761,8 @@ function comparePair(label: string, source: string, preheat: Side, plugin: Side)
 
   // 2. The query: what each side keeps of its (signed) URL after its filter.
   const kept = {
-    preheat: keptQuery(symbolic.preheat, preheat.filter),
-    plugin: keptQuery(symbolic.plugin, plugin.filter),
+    preheat: keptQuery(symbolic.preheat, preheat.filter, preheat.rule),
+    plugin: keptQuery(symbolic.plugin, plugin.filter, plugin.rule),
   };
   const carried = new Set([...queryNames(symbolic.preheat), ...queryNames(symbolic.plugin)]);
   const onlyIn = (a: string[], b: string[]) => a.filter((n) => !b.includes(n) && carried.has(n));
@@ -769,8 +841,15 @@ function comparePair(label: string, source: string, preheat: Side, plugin: Side)
           tag: side.tag,
           application: side.application,
           pieceLength: side.pieceLength,
+          rule: side.rule,
         });
   const ids = { preheat: idOf('preheat', preheat), plugin: idOf('plugin', plugin) };
+  if (preheat.rule !== plugin.rule && ids.preheat !== ids.plugin) {
+    reasons.push({
+      code: 'daemonVersion',
+      message: `different peer daemon versions: the preheat's ids follow the ${preheat.rule} rule (${preheat.ruleSource}), the plugin's the ${plugin.rule} rule (${plugin.ruleSource}); daemons of both versions compute different ids for this URL`,
+    });
+  }
   const report = (who: SideName, side: Side): SideReport => ({
     url: who === 'preheat' && !side.signer ? redact(side.url) : side.url,
     filter: side.filter,
@@ -779,6 +858,7 @@ function comparePair(label: string, source: string, preheat: Side, plugin: Side)
     application: side.application,
     pieceLength: side.pieceLength,
     taskID: ids[who],
+    rule: side.rule,
   });
   const ok = reasons.length === 0 && ids.preheat !== undefined && ids.preheat === ids.plugin;
   if (!ok && reasons.length === 0) {
@@ -866,7 +946,15 @@ function describeIssues(error: z.ZodError): string {
 
 /** Turns a ModelPreheat spec into the URLs it warms, as the operator would send them. */
 function preheatItems(spec: ModelPreheatSpec, plugin: PluginSide): PreheatItem[] {
-  const common = { tag: spec.tag, application: spec.application, pieceLength: spec.pieceLength };
+  const common = {
+    tag: spec.tag,
+    application: spec.application,
+    pieceLength: spec.pieceLength,
+    // The schema's pattern admits only versions taskIdRule reads.
+    ...(spec.peerDaemonVersion !== undefined
+      ? { rule: taskIdRule(spec.peerDaemonVersion)!, ruleSource: 'spec.peerDaemonVersion' }
+      : { rule: plugin.rule, ruleSource: "the plugin's daemon_version" }),
+  };
   if (spec.objectStorage) {
     const os = spec.objectStorage;
     const location: StorageLocation = {
@@ -1010,6 +1098,8 @@ function pluginDownload(plugin: PluginSide, key: string): Side {
     key,
     filter: plugin.filter,
     filterSource: plugin.filterSource,
+    rule: plugin.rule,
+    ruleSource: 'daemon_version',
     tag: plugin.tag,
     application: plugin.application,
     pieceLength: plugin.pieceLength,

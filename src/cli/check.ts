@@ -13,9 +13,11 @@ const USAGE = `Usage: peerload check --plugin-config <config.json> [--json] <man
 
 For each URL a ModelPreheat would warm and each download the plugin would make (ServedModel fileName, or the
 preheated keys), says whether both have the same P2P task id, and why not when they do not.
---plugin-config   the endpoint plugin's configuration file (seed 2.2: addr, header, filter, object_storage)
+--plugin-config   the endpoint plugin's configuration file (seed 2.2: addr, header, filter, object_storage,
+                  daemon_version: the peer daemon's version, whose task id rule is used; default 1.4)
 --json            machine-readable output
 Manifests hold ModelPreheat and/or ServedModel documents (other kinds are ignored).
+Warnings say when the configuration would make downloads bypass P2P altogether.
 Exit status: 0 all share a task id, 1 at least one does not, 2 bad input.`;
 
 export interface CheckIO {
@@ -52,8 +54,9 @@ export async function run(argv: string[], io: CheckIO = defaultIO): Promise<numb
     const results = checkDocuments(plugin, docs);
     const ok = results.every((r) => r.status === 'OK');
     if (values.json) {
-      io.out(JSON.stringify({ ok, results, notes: docs.notes }, null, 2));
+      io.out(JSON.stringify({ ok, results, notes: docs.notes, warnings: plugin.warnings }, null, 2));
     } else {
+      for (const warning of plugin.warnings) io.err(`warning: ${configPath}: ${warning}`);
       for (const note of docs.notes) io.err(`note: ${note}`);
       for (const r of results) {
         if (r.status === 'OK') {

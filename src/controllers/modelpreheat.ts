@@ -144,7 +144,15 @@ export function modelPreheatController(ctx: ControllerContext): Controller<Obj> 
     let tasks: { url: string; taskID: string }[];
     try {
       const bio = `peerload ${obj.metadata.namespace}/${obj.metadata.name} uid=${obj.metadata.uid} generation=${gen} attempt=${attempt}`;
-      const plan = await planPreheat(spec, obj.metadata.namespace!, secrets, { bio }, new Date(), rc.signal);
+      const plan = await planPreheat(
+        spec,
+        obj.metadata.namespace!,
+        secrets,
+        { bio },
+        new Date(),
+        rc.signal,
+        ctx.config.peerDaemonVersion,
+      );
       tasks = plan.tasks;
       created = await client.createPreheatJob(plan.request);
     } catch (err) {
@@ -175,7 +183,7 @@ export function modelPreheatController(ctx: ControllerContext): Controller<Obj> 
     const first = await client
       .getJob(created.id, { timeoutMs: FIRST_LOOK_TIMEOUT_MS })
       .catch(() => undefined);
-    if (first?.state === 'SUCCESS') return succeed(obj, started, first, attempt, rc);
+    if (first?.state === 'SUCCESS') return succeed(obj, spec, started, first, attempt, rc);
 
     await writeStatus(
       obj,
@@ -194,15 +202,27 @@ export function modelPreheatController(ctx: ControllerContext): Controller<Obj> 
     return { requeueAfter: pollBackoffStart };
   }
 
-  /** Records a successful job; `base` carries what else this same write must say (the job itself, when new). */
+  /**
+   * Records a successful job; `base` carries what else this same write must say (the job itself, when new).
+   * A job the manager calls SUCCESS although no peer reported the content is a failure: the real manager (v2.5.1,
+   * scope single_seed_peer) ends a preheat of a URL its seed peer could not fetch (an origin 404 or 403) SUCCESS with
+   * `success_tasks` and `failure_tasks` both null, and only the scheduler's log says why.
+   */
   async function succeed(
     obj: Obj,
+    spec: ModelPreheatSpec,
     base: (s: Status) => Status,
     job: ManagerJob,
     attempt: number,
     rc: ReconcileContext,
-  ): Promise<void> {
+  ): Promise<ReconcileResult | void> {
     const peers = peerResults(job);
+    if (peers.successCount === 0) {
+      const why =
+        `job ${job.id} ended SUCCESS but no peer reported the content (${peers.failureCount} failed): ` +
+        'the seed peer could not fetch it — check that the URL exists and that its credentials are valid';
+      return recordFailure(obj, spec, attempt, why, rc, job, base, 'NoPeerSucceeded');
+    }
     await writeStatus(
       obj,
       (s) =>
@@ -234,13 +254,13 @@ export function modelPreheatController(ctx: ControllerContext): Controller<Obj> 
     } catch (err) {
       if (err instanceof ManagerError && err.kind === 'notFound') {
         // The record was deleted on the manager: the outcome is unknowable, so count it as a failed attempt.
-        return recordFailure(obj, spec, current, `job ${current.jobID} no longer exists on the manager`, rc);
+        return recordFailure(obj, spec, attempt, `job ${current.jobID} no longer exists on the manager`, rc);
       }
       return fail(obj, err, `poll preheat job ${current.jobID}`, rc);
     }
 
-    if (job.state === 'SUCCESS') return succeed(obj, (s) => s, job, attempt, rc);
-    if (job.state === 'FAILURE') return recordFailure(obj, spec, current, failureText(job), rc, job);
+    if (job.state === 'SUCCESS') return succeed(obj, spec, (s) => s, job, attempt, rc);
+    if (job.state === 'FAILURE') return recordFailure(obj, spec, attempt, failureText(job), rc, job);
 
     if (job.state !== current.state) {
       await writeStatus(
@@ -265,20 +285,22 @@ export function modelPreheatController(ctx: ControllerContext): Controller<Obj> 
   async function recordFailure(
     obj: Obj,
     spec: ModelPreheatSpec,
-    current: Status,
+    attempt: number,
     why: string,
     rc: ReconcileContext,
     job?: ManagerJob,
+    base: (s: Status) => Status = (s) => s,
+    reason = 'JobFailed',
   ): Promise<ReconcileResult | void> {
     const gen = obj.metadata.generation;
-    const attempt = current.attempts ?? 1;
     const peers = job ? peerResults(job) : {};
     const exhausted = attempt > spec.retry.limit;
     const delay = Math.min(MAX_RETRY_DELAY_MS, parseDuration(spec.retry.backoff) * 2 ** (attempt - 1));
     await writeStatus(
       obj,
-      (s) =>
-        exhausted
+      (current) => {
+        const s = base(current);
+        return exhausted
           ? withCondition(
               {
                 ...s,
@@ -289,7 +311,7 @@ export function modelPreheatController(ctx: ControllerContext): Controller<Obj> 
               },
               gen,
               'False',
-              'JobFailed',
+              reason,
               `preheat failed after ${attempt} attempt(s): ${why}`,
             )
           : withCondition(
@@ -298,13 +320,14 @@ export function modelPreheatController(ctx: ControllerContext): Controller<Obj> 
               'Unknown',
               'JobFailedWillRetry',
               `attempt ${attempt} of ${spec.retry.limit + 1} failed: ${why}; retrying in ${Math.round(delay / 1000)}s`,
-            ),
+            );
+      },
       rc.signal,
     );
     ctx.events.record(
       obj,
       'Warning',
-      exhausted ? 'JobFailed' : 'JobFailedWillRetry',
+      exhausted ? reason : 'JobFailedWillRetry',
       `attempt ${attempt}: ${why}`,
     );
     return exhausted ? undefined : { requeueAfter: delay };

@@ -6,13 +6,22 @@ import { parseDuration, type ModelPreheatSpec } from '../api/index.ts';
 import type { PreheatJobRequest } from '../manager/types.ts';
 import { credentialsFromSecretData } from '../storage/credentials.ts';
 import { signObjectURL } from '../storage/sign.ts';
-import { DEFAULT_FILTERED_QUERY_PARAMS, taskID } from '../storage/taskid.ts';
+import {
+  DEFAULT_FILTERED_QUERY_PARAMS,
+  DEFAULT_TASK_ID_RULE,
+  taskID,
+  taskIdRule,
+  type TaskIdRule,
+} from '../storage/taskid.ts';
 import type { SecretReader } from './secrets.ts';
 import { redactURL } from '../redact.ts';
 
 export interface PreheatPlan {
   request: PreheatJobRequest;
-  /** Per URL, as shown in status: never a signed URL (it is a bearer credential while it is valid). */
+  /**
+   * Per URL, as shown in status: never a signed URL (it is a bearer credential while it is valid). The task id is
+   * the one the peer daemons compute (spec.peerDaemonVersion, else `defaultRule`), not the manager's.
+   */
   tasks: { url: string; taskID: string }[];
 }
 
@@ -23,7 +32,10 @@ export async function planPreheat(
   identity: { bio: string },
   now: Date = new Date(),
   signal?: AbortSignal,
+  defaultRule: TaskIdRule = DEFAULT_TASK_ID_RULE,
 ): Promise<PreheatPlan> {
+  // The schema's pattern admits only versions taskIdRule reads.
+  const rule = spec.peerDaemonVersion !== undefined ? taskIdRule(spec.peerDaemonVersion)! : defaultRule;
   const common: PreheatJobRequest = {
     type: spec.type,
     headers: spec.headers,
@@ -37,7 +49,14 @@ export async function planPreheat(
     bio: identity.bio,
   };
   const idOf = (url: string, filter: readonly string[]) =>
-    taskID({ url, filter, tag: spec.tag, application: spec.application, pieceLength: spec.pieceLength });
+    taskID({
+      url,
+      filter,
+      tag: spec.tag,
+      application: spec.application,
+      pieceLength: spec.pieceLength,
+      rule,
+    });
 
   if (spec.objectStorage) {
     const os = spec.objectStorage;

@@ -120,6 +120,8 @@ export class ManagerClient {
   readonly #auth: AuthProvider;
   readonly #userAgent: string;
   #maxInFlight = 0;
+  /** Scheduler clusters this manager has shown to exist (see verifySchedulerClusters). */
+  readonly #knownClusters = new Set<number>();
 
   constructor(opts: ManagerClientOptions) {
     const base = new URL(opts.baseURL);
@@ -163,12 +165,47 @@ export class ManagerClient {
 
   /** `POST {apiPath}/jobs` with `type: preheat`. The manager answers 200 and the job (PENDING). */
   async createPreheatJob(req: PreheatJobRequest): Promise<ManagerJob> {
+    await this.verifySchedulerClusters(req.schedulerClusterIDs ?? []);
     const body = buildCreatePreheatBody(req, this.argsDialect);
     const secrets = [req.password, req.headers?.['Authorization'], req.headers?.['authorization']].filter(
       (s): s is string => typeof s === 'string',
     );
     const res = await this.#call('create preheat job', 'POST', '/jobs', { body, secrets });
     return this.#parseJob('create preheat job', res);
+  }
+
+  /**
+   * Looks each scheduler cluster up before a job names it, once per client: the real manager (v2.5.1) rate-limits
+   * job creation per cluster BEFORE it validates the ids, so a job for an unknown cluster answers 429 text/plain
+   * `rate limit exceeded` forever instead of 404. A 404 here is a {@link ManagerError} of kind `notFound` that
+   * names the cluster. A lookup the credentials may not make (a personal access token without the `cluster` scope,
+   * 401/403) proves nothing either way and is not an error: the job is created as before.
+   */
+  async verifySchedulerClusters(ids: readonly number[]): Promise<void> {
+    // /oapi/v1 has no scheduler-cluster route; its `clusters` are keyed by the scheduler cluster id.
+    const route = this.apiPath === '/oapi/v1' ? '/clusters' : '/scheduler-clusters';
+    for (const id of ids) {
+      if (this.#knownClusters.has(id)) continue;
+      try {
+        await this.#call(
+          `look up scheduler cluster ${id}`,
+          'GET',
+          `${route}/${encodeURIComponent(String(id))}`,
+        );
+        this.#knownClusters.add(id);
+      } catch (e) {
+        if (!(e instanceof ManagerError)) throw e;
+        if (e.kind === 'notFound') {
+          throw new ManagerError({
+            kind: 'notFound',
+            status: e.status,
+            operation: e.operation,
+            managerMessage: `scheduler cluster ${id} does not exist on the manager (set spec.schedulerClusterIDs to existing clusters, or leave it empty for all)`,
+          });
+        }
+        if (e.kind !== 'auth') throw e;
+      }
+    }
   }
 
   /**

@@ -1,18 +1,27 @@
 /**
- * Task identity of the P2P network's current peer daemon (dragonflyoss/client, Rust), so that the task id of a
- * preheat and of a later download through the peer proxy can be computed — and compared — here.
+ * Task identity of the P2P network's peer daemon (dragonflyoss/client, Rust), so that the task id of a preheat and
+ * of a later download through the peer proxy can be computed — and compared — here.
  *
  * Contract: shared/contracts/peer-proxy.md. Shared vectors: test/vectors/taskid.json (also read by the Java
- * plugin's tests).
+ * plugin's tests), each case with the expected value under both rules.
  *
  * `task_id = hex(sha256(canonical_url + tag? + application? + revision? + piece_length? + "STANDARD"))`.
  *
+ * The canonical URL depends on the daemon version ({@link TaskIdRule}):
+ * - `1.4` (client 1.4.x up to 1.5.2; Dragonfly v2.5.1 bundles 1.4.2; read from dragonfly-client-util
+ *   id_generator at v1.4.2): the URL is always parsed (WHATWG), its query form-decoded, filtered keys dropped, the
+ *   rest kept in their ORIGINAL order and re-serialised as application/x-www-form-urlencoded (`*` kept, `~` and
+ *   `;` percent-encoded, space `+`).
+ * - `1.5.3+` (client >= 1.5.3 and the manager's Go code): see {@link canonicalURL}: sorted keys, Go
+ *   `url.QueryEscape`, segments with `;` dropped, an empty filter leaves the URL untouched.
+ *
  * node:crypto gives the hash and the WHATWG URL parser gives the same parse/serialise as Rust's `url` crate (both
- * implement the WHATWG URL standard), and `URLSearchParams` is the WHATWG form-urlencoded parser that Rust's
- * `form_urlencoded::parse` also implements. What is written by hand: the query split (the daemon splits on `&`
- * itself and drops segments containing `;` before form-decoding), the byte-order stable sort, and the encoder
- * that reproduces Go's `url.QueryEscape`: no JavaScript library encodes exactly that set (`encodeURIComponent`
- * keeps `!'()*`, `URLSearchParams` encodes `~` and keeps `*`), and the id must match byte for byte.
+ * implement the WHATWG URL standard), and `URLSearchParams` is the WHATWG form-urlencoded parser and serialiser
+ * that Rust's `form_urlencoded` also implements. What is written by hand for the 1.5.3+ rule: the query split (the
+ * daemon splits on `&` itself and drops segments containing `;` before form-decoding), the byte-order stable sort,
+ * and the encoder that reproduces Go's `url.QueryEscape`: no JavaScript library encodes exactly that set
+ * (`encodeURIComponent` keeps `!'()*`, `URLSearchParams` encodes `~` and keeps `*`), and the id must match byte for
+ * byte.
  */
 import { createHash } from 'node:crypto';
 
@@ -30,6 +39,41 @@ export const TASK_ID_HEADER = 'X-Dragonfly-Task-ID';
 export const DOWNLOAD_FINISHED_HEADER = 'X-Dragonfly-Task-Download-Finished';
 export const ERROR_TYPE_HEADER = 'X-Dragonfly-Error-Type';
 export const USE_P2P_HEADER = 'X-Dragonfly-Use-P2P';
+
+/**
+ * Which canonicalisation a peer daemon applies: `1.4` for clients below 1.5.3, `1.5.3+` from 1.5.3 on (see the
+ * module comment).
+ */
+export const TASK_ID_RULES = ['1.4', '1.5.3+'] as const;
+export type TaskIdRule = (typeof TASK_ID_RULES)[number];
+
+/**
+ * The rule of the Dragonfly release peerload is tested against: v2.5.1, whose peer daemon is client 1.4.2 (the
+ * newest manager the Go module proxy serves; client 1.5.x needs a newer dragonfly-api than any manager there).
+ * Operators on client >= 1.5.3 say so with `--peer-daemon-version` / `spec.peerDaemonVersion`.
+ */
+export const DEFAULT_TASK_ID_RULE: TaskIdRule = '1.4';
+
+/** How to write a daemon version, for error messages. */
+export const DAEMON_VERSION_HINT =
+  'must be "1.4", "1.5.3+" or the peer daemon\'s (dragonfly-client) version such as 1.4.2 or v1.5.3';
+
+const SEMVER = /^v?(\d{1,9})\.(\d{1,9})(?:\.(\d{1,9}))?(?:-[0-9A-Za-z.-]+)?(?:\+[0-9A-Za-z.-]+)?$/;
+
+/**
+ * The rule of a daemon version: `1.4` or `1.5.3+` as they are, or a (client) version compared with 1.5.3, e.g.
+ * `1.4.2` -> `1.4`, `v1.5.3` -> `1.5.3+`, `1.5` (= 1.5.0) -> `1.4`. A pre-release suffix is ignored. Undefined when
+ * it is neither.
+ */
+export function taskIdRule(version: string): TaskIdRule | undefined {
+  const v = version.trim();
+  if (v === '1.5.3+') return '1.5.3+';
+  const m = SEMVER.exec(v);
+  if (!m) return undefined;
+  const [major, minor, patch] = [Number(m[1]), Number(m[2]), Number(m[3] ?? 0)];
+  const below = major !== 1 ? major < 1 : minor !== 5 ? minor < 5 : patch < 3;
+  return below ? '1.4' : '1.5.3+';
+}
 
 /**
  * The manager's and daemon's default filter (dragonfly pkg/net/http: S3, GCS, OSS, OBS, COS signature
@@ -96,12 +140,20 @@ function compareUtf8(a: string, b: string): number {
 }
 
 /**
- * The URL as the daemon hashes it. With an empty filter the URL is returned unchanged (not even parsed).
- * Otherwise: split the query on `&`, drop segments containing `;`, form-decode, drop filtered keys, stable-sort
- * by key, re-encode like Go's `url.QueryEscape`; no query when none remain; a URL whose path is `/` loses its
- * trailing slash(es). The fragment is kept. Throws `TypeError` on a URL that does not parse.
+ * The URL as the daemon hashes it, under `rule` (default `1.5.3+`: the manager's and the newest daemon's).
+ *
+ * `1.5.3+`: with an empty filter the URL is returned unchanged (not even parsed). Otherwise: split the query on
+ * `&`, drop segments containing `;`, form-decode, drop filtered keys, stable-sort by key, re-encode like Go's
+ * `url.QueryEscape`.
+ *
+ * `1.4`: parse (also with an empty filter), form-decode the query, drop filtered keys, keep the order, re-encode as
+ * application/x-www-form-urlencoded.
+ *
+ * Both: no query when none remain; a URL whose path is `/` loses its trailing slash(es); the fragment is kept.
+ * Throws `TypeError` on a URL that does not parse.
  */
-export function canonicalURL(url: string, filter: readonly string[]): string {
+export function canonicalURL(url: string, filter: readonly string[], rule: TaskIdRule = '1.5.3+'): string {
+  if (rule === '1.4') return canonicalURL14(url, filter);
   if (filter.length === 0) return url;
   const parsed = new URL(url);
   // `search` is '' both for no query and for an empty one; both yield no pairs.
@@ -119,6 +171,20 @@ export function canonicalURL(url: string, filter: readonly string[]): string {
   pairs.sort((a, b) => compareUtf8(a[0], b[0]));
   parsed.search =
     pairs.length === 0 ? '' : '?' + pairs.map(([k, v]) => `${queryEscape(k)}=${queryEscape(v)}`).join('&');
+  return trimRootSlash(parsed);
+}
+
+/** Client 1.4.x: `Url::parse`, `query_pairs()` filtered, `query_pairs_mut().clear().extend_pairs(..)`. */
+function canonicalURL14(url: string, filter: readonly string[]): string {
+  const parsed = new URL(url);
+  const dropped = new Set(filter);
+  const kept = [...parsed.searchParams].filter(([k]) => !dropped.has(k));
+  // URLSearchParams#toString is the WHATWG urlencoded serialiser, the one Rust's form_urlencoded implements.
+  parsed.search = kept.length === 0 ? '' : '?' + new URLSearchParams(kept).toString();
+  return trimRootSlash(parsed);
+}
+
+function trimRootSlash(parsed: URL): string {
   const serialised = parsed.href;
   if (parsed.pathname === '/' && serialised.endsWith('/')) return serialised.replace(/\/+$/, '');
   return serialised;
@@ -133,12 +199,14 @@ export interface TaskIdentity {
   revision?: string | undefined;
   /** Piece length in bytes, when the download fixes it. */
   pieceLength?: number | undefined;
+  /** The daemon version's canonicalisation; absent: `1.5.3+` (the manager's). */
+  rule?: TaskIdRule | undefined;
 }
 
-/** The current daemon's task id: sha256 hex of the canonical URL and the optional parts. */
+/** The daemon's task id: sha256 hex of the canonical URL (under `identity.rule`) and the optional parts. */
 export function taskID(identity: TaskIdentity): string {
   const hash = createHash('sha256');
-  hash.update(canonicalURL(identity.url, identity.filter ?? []));
+  hash.update(canonicalURL(identity.url, identity.filter ?? [], identity.rule));
   // Each part is appended only when set; an empty string appends nothing, exactly as in the daemon.
   if (identity.tag !== undefined) hash.update(identity.tag);
   if (identity.application !== undefined) hash.update(identity.application);

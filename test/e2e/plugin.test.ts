@@ -36,6 +36,7 @@ interface PluginAnswer {
   Status: string;
   TaskID?: string;
   CacheHit?: boolean;
+  LocalHit?: boolean;
   ErrorType?: string;
 }
 
@@ -116,7 +117,9 @@ describe('p2p endpoint plugin in TorchServe 0.12.0', () => {
     expect(body.Status).toBe(
       'Model "tiny" Version: 1.0 registered with 0 initial workers. Use scale workers API to add workers for the model.',
     );
-    expect(body.CacheHit).toBe(false);
+    // Not a local hit; whether a peer or the origin served it the daemon does not say, so no CacheHit.
+    expect(body.LocalHit).toBe(false);
+    expect(body.CacheHit).toBeUndefined();
     expect(body.TaskID).toMatch(/^[0-9a-f]{64}$/);
     expect(await listModels()).toContain('tiny');
 
@@ -129,6 +132,7 @@ describe('p2p endpoint plugin in TorchServe 0.12.0', () => {
     expect(req.headers['x-dragonfly-filtered-query-params']).toBe(S3_FILTER.join(','));
     expect(req.headers['x-dragonfly-filter']).toBe(S3_FILTER.join('&'));
     expect(req.headers['x-peerload-test']).toBe('plugin-e2e');
+    expect(req.headers['x-dragonfly-use-p2p']).toBe('true'); // P2P whatever the daemon's proxy.rules
     expect(req.status).toBe(200);
     expect(req.taskID).toBe(body.TaskID);
 
@@ -141,7 +145,7 @@ describe('p2p endpoint plugin in TorchServe 0.12.0', () => {
       pathStyle: true,
     };
     const unsigned = objectURL(location, 'team a/tiny.mar');
-    expect(body.TaskID).toBe(taskID({ url: unsigned, filter: effectiveFilter(location) }));
+    expect(body.TaskID).toBe(taskID({ url: unsigned, filter: effectiveFilter(location), rule: '1.4' }));
 
     // The archive is in the model store under the key's last segment; no temporary file is left.
     const files = await readdir(ts.modelStore);
@@ -155,6 +159,7 @@ describe('p2p endpoint plugin in TorchServe 0.12.0', () => {
     expect(status).toBe(409);
     expect(body.Status).toMatch(/already registered/);
     expect(body.CacheHit).toBe(true);
+    expect(body.LocalHit).toBe(true);
     expect(await listModels()).toContain('tiny');
   });
 
@@ -194,7 +199,10 @@ describe('p2p endpoint plugin in TorchServe 0.12.0', () => {
   it('answers 404 in JSON for a missing object, and leaves nothing in the model store', async () => {
     const { status, body } = await register('file_name=team/missing.mar&model_name=missing');
     expect(status).toBe(404);
-    expect(body.Status).toMatch(/not found/);
+    // The daemon passes the origin's 404 on without its body: the status is all there is to explain.
+    expect(body.Status).toMatch(
+      /not found: the origin answered 404 through the peer proxy .*\(no body is passed on\)/,
+    );
     expect(body.Status).not.toMatch(/X-Amz|Signature|peerload-root-secret/);
     expect(await readdir(ts.modelStore)).not.toContain('missing.mar');
   });

@@ -136,7 +136,12 @@ describe('ModelPreheat', () => {
     expect(done.status!.completedAt).toBeTruthy();
     expect(done.status!.successCount).toBeGreaterThanOrEqual(1);
 
-    const expectedID = taskID({ url: fileURL('/models/resnet-18.mar'), filter: ['Expires', 'Signature'] });
+    // The operator's default rule: the tested daemon, client 1.4.
+    const expectedID = taskID({
+      url: fileURL('/models/resnet-18.mar'),
+      filter: ['Expires', 'Signature'],
+      rule: '1.4',
+    });
     expect(done.status!.tasks).toEqual([
       { url: expect.stringContaining('Signature=***'), taskID: expectedID },
     ]);
@@ -200,7 +205,15 @@ describe('ModelPreheat', () => {
   it('an unknown scheduler cluster is reported by name', async () => {
     await create('unknown-cluster', { url: fileURL('/models/bert.mar'), schedulerClusterIDs: [7] });
     const failed = await until('unknown-cluster', 'False', 'SchedulerClusterNotFound');
-    expect(failed.status!.conditions![0]!.message).toContain('scheduler cluster id 7');
+    expect(failed.status!.conditions![0]!.message).toContain('scheduler cluster 7 does not exist');
+  });
+
+  it('a job SUCCESS with no peer holding the content (origin 404, as the real manager ends it) is a failure', async () => {
+    await create('origin-404', { url: fileURL('/models/missing.mar'), retry: { limit: 0 } });
+    const failed = await until('origin-404', 'False', 'NoPeerSucceeded');
+    expect(failed.status!.state).toBe('FAILURE');
+    expect(failed.status!.conditions![0]!.message).toMatch(/ended SUCCESS but no peer reported the content/);
+    expect(failed.status!.successCount).toBe(0);
   });
 
   it('429 with Retry-After is honoured', async () => {
@@ -451,7 +464,9 @@ async function proxiedGet(
         port: proxy.port,
         method: 'GET',
         path: url,
+        // What the plugin sends: without Use-P2P a daemon with stock proxy.rules would not use P2P.
         headers: {
+          'X-Dragonfly-Use-P2P': 'true',
           'X-Dragonfly-Filtered-Query-Params': filter.join(','),
           'X-Dragonfly-Filter': filter.join('&'),
         },

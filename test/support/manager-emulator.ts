@@ -67,6 +67,8 @@ export interface ManagerEmulatorOptions {
   jobLatencyMs?: number;
   /** Walk PENDING -> RECEIVED -> STARTED before the end (each visible for jobLatencyMs / 3). */
   runningStates?: boolean;
+  /** Clock of token expiry (JWT and personal access tokens); default Date.now. */
+  now?: () => number;
 }
 
 export interface EmulatedJob {
@@ -236,6 +238,7 @@ export async function startManagerEmulator(opts: ManagerEmulatorOptions = {}): P
   }));
   const jwtTTL = opts.jwtTTLms ?? 3_600_000;
   const clusters = opts.schedulerClusters ?? [{ id: 1, name: 'cluster-1' }];
+  const now = opts.now ?? Date.now;
   const runningStates = opts.runningStates ?? false;
   const agent = new Agent({ keepAliveTimeout: 5_000 });
 
@@ -302,7 +305,7 @@ export async function startManagerEmulator(opts: ManagerEmulatorOptions = {}): P
     const pat = tokens.get(token);
     if (!pat) throw unauthorized();
     if (pat.active === false) throw new HttpError(403, { message: 'Token is inactive' });
-    if (pat.expiresAt !== undefined && Date.now() >= pat.expiresAt) {
+    if (pat.expiresAt !== undefined && now() >= pat.expiresAt) {
       throw new HttpError(403, { message: 'Token has expired' });
     }
     if (pat.scopes && pat.scopes.length > 0 && !pat.scopes.includes(scope)) {
@@ -318,7 +321,7 @@ export async function startManagerEmulator(opts: ManagerEmulatorOptions = {}): P
     if (!token) throw unauthorized();
     const session = jwts.get(token);
     if (!session) throw unauthorized();
-    if (Date.now() >= session.expiresAt) throw new HttpError(401, { message: 'Token is expired' });
+    if (now() >= session.expiresAt) throw new HttpError(401, { message: 'Token is expired' });
     return session.userID;
   }
 
@@ -677,6 +680,16 @@ export async function startManagerEmulator(opts: ManagerEmulatorOptions = {}): P
         description: 'injected partial failure',
       });
     }
+    // The real manager (v2.5.1), scope single_seed_peer: a seed peer that cannot fetch the URL (an origin 404 or
+    // 403) does not fail the job. It ends SUCCESS with both peer lists null; only the scheduler's log says why.
+    const silentFailure =
+      forcedFailure === undefined &&
+      !partial &&
+      (args['scope'] ?? 'single_seed_peer') === 'single_seed_peer' &&
+      success.length === 0 &&
+      failure.length > 0 &&
+      error !== 'preheat timeout';
+    if (silentFailure) error = '';
     const failed = error !== '';
     const state: EmulatedJobState = failed ? 'FAILURE' : 'SUCCESS';
     const now = new Date().toISOString();
@@ -694,8 +707,9 @@ export async function startManagerEmulator(opts: ManagerEmulatorOptions = {}): P
               state,
               error,
               ttl: 0,
-              results:
-                failed && success.length === 0 && failure.length === 0
+              results: silentFailure
+                ? [{ success_tasks: null, failure_tasks: null, scheduler_cluster_id: c.id }]
+                : failed && success.length === 0 && failure.length === 0
                   ? []
                   : [{ success_tasks: success, failure_tasks: failure, scheduler_cluster_id: c.id }],
             })),
@@ -804,9 +818,23 @@ export async function startManagerEmulator(opts: ManagerEmulatorOptions = {}): P
       const user = users.find((x) => x.name === name && x.password === password);
       if (!user) throw new HttpError(401, { code: 401, message: 'incorrect Username or Password' });
       const token = randomBytes(24).toString('base64url');
-      const expiresAt = Date.now() + jwtTTL;
+      const expiresAt = now() + jwtTTL;
       jwts.set(token, { userID: user.id, expiresAt });
       json(res, 200, { code: 200, expire: new Date(expiresAt).toISOString(), token });
+      return;
+    }
+
+    // Scheduler cluster look-ups: /api/v1/scheduler-clusters/:id (JWT) and /oapi/v1/clusters/:id (PAT, scope
+    // `cluster`); the real manager answers an unknown id 404 `record not found`.
+    const cm = /^\/(?:api\/v1\/scheduler-clusters|(oapi)\/v1\/clusters)\/([^/]+)$/.exec(path);
+    if (cm && method === 'GET') {
+      const routeKey = cm[1] ? 'GET /oapi/v1/clusters/:id' : 'GET /api/v1/scheduler-clusters/:id';
+      counters.byRoute[routeKey] = (counters.byRoute[routeKey] ?? 0) + 1;
+      if (cm[1]) checkPAT(req, u.searchParams, 'cluster');
+      else checkJWT(req, u.searchParams);
+      const cluster = clusters.find((c) => c.id === parseID(cm[2]!));
+      if (!cluster) throw new HttpError(404, { message: 'record not found' });
+      json(res, 200, { id: cluster.id, name: cluster.name, bio: '', is_default: cluster.id === 1 });
       return;
     }
 

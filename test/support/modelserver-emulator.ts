@@ -700,8 +700,10 @@ class Emulator implements ModelServerEmulator {
         status: out.status,
         json: {
           Status: out.message,
-          ...(dl?.taskID !== undefined ? { TaskID: dl.taskID } : {}),
-          ...(dl ? { CacheHit: dl.cacheHit } : {}),
+          // As the plugin: the daemon marks only a local hit, so CacheHit is never false (a remote hit and a miss
+          // look the same) and LocalHit says what is known once the download went through P2P.
+          ...(dl?.taskID !== undefined ? { TaskID: dl.taskID, LocalHit: dl.cacheHit } : {}),
+          ...(dl?.cacheHit ? { CacheHit: true } : {}),
         },
       };
     } catch (e) {
@@ -752,7 +754,8 @@ class Emulator implements ModelServerEmulator {
     if (!this.opts.objectURL) return undefined;
     const target = new URL(this.opts.objectURL(fileName));
     const filter = this.opts.filter ?? [...DEFAULT_FILTERS.s3];
-    const headers: Record<string, string> = { ...this.opts.headers };
+    // As the plugin: through P2P whatever the daemon's proxy.rules.
+    const headers: Record<string, string> = { ...this.opts.headers, 'X-Dragonfly-Use-P2P': 'true' };
     if (filter.length > 0) {
       headers['X-Dragonfly-Filtered-Query-Params'] = filter.join(',');
       headers['X-Dragonfly-Filter'] = filter.join('&');

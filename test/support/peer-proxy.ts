@@ -2,19 +2,23 @@
  * Peer-proxy emulator: an HTTP forward proxy that behaves like the P2P peer daemon on :4001
  * (shared/contracts/peer-proxy.md), for tests and local development.
  *
- * - Absolute-form requests (`GET http://origin/x HTTP/1.1`). URLs matching `rules` (default: all), or requests
- *   with `X-Dragonfly-Use-P2P: true`, go "through P2P": task id from src/storage/taskid.ts with the request's
- *   filter headers (current `X-Dragonfly-Filtered-Query-Params`, else legacy `X-Dragonfly-Filter`, else
- *   `defaultFilter`), `X-Dragonfly-Tag`, `-Application`, `-Piece-Length`; content cached ON DISK by task id.
- *   Other requests are forwarded directly, uncached.
+ * As the real daemon (dragonfly-client 1.4.2, dragonfly-client/src/proxy/mod.rs) does:
+ * - Absolute-form requests (`GET http://origin/x HTTP/1.1`). Only GET requests whose URL (without query and
+ *   fragment) matches one of `rules` (the daemon's `proxy.rules`; default its stock `blobs/sha256.*`) or that carry
+ *   `X-Dragonfly-Use-P2P: true` go "through P2P"; HEAD and every other request are forwarded directly, uncached.
+ *   Task id from src/storage/taskid.ts under `daemonVersion`'s rule (default 1.4) with the request's
+ *   `X-Dragonfly-Filtered-Query-Params` (else `defaultFilter`; the legacy `X-Dragonfly-Filter` is ignored),
+ *   `X-Dragonfly-Tag`, `-Application`, `-Piece-Length`; content cached ON DISK by task id.
  * - One origin fetch per task id however many requests wait for it (a "fill"). Fills are cut-through, like the
  *   real daemon that serves pieces while it downloads them: the plain GET that starts a fill gets the bytes as they
  *   arrive while they are written to the cache file; its body completes only once the task is committed. Requests
  *   joining a running fill (and Range/HEAD requests) wait for the commit and are served from the file. Bodies are
  *   never held in memory.
- * - Response headers `X-Dragonfly-Task-ID`, `X-Dragonfly-Task-Download-Finished: true` on a local hit; origin
- *   errors passed through with `X-Dragonfly-Error-Type: backend`; injected failures `proxy` / `dfdaemon` /
- *   `backend` or a connection reset.
+ * - Response headers `X-Dragonfly-Task-ID` and `X-Dragonfly-Server-IP`, plus
+ *   `X-Dragonfly-Task-Download-Finished: true` only on a LOCAL hit (a hit on the parent has none, like a miss). An
+ *   origin error of a P2P request comes back with the origin's status and content type, `X-Dragonfly-Error-Type:
+ *   backend` and an EMPTY body (an unreachable origin: 500); injected failures `proxy` / `dfdaemon` / `backend`
+ *   (empty bodies too) or a connection reset.
  * - `GET /peer/tasks/<taskID>` on the proxy itself serves a cached task: another instance configured with
  *   `parent` asks it on a local miss before going to the origin (a "remote peer" hit).
  */
@@ -30,18 +34,33 @@ import { randomUUID } from 'node:crypto';
 import { Agent, ProxyAgent, request as undiciRequest, type Dispatcher } from 'undici';
 import {
   DEFAULT_FILTERED_QUERY_PARAMS,
+  DEFAULT_TASK_ID_RULE,
   DOWNLOAD_FINISHED_HEADER,
   ERROR_TYPE_HEADER,
+  LEGACY_FILTER_HEADER,
   TASK_ID_HEADER,
   USE_P2P_HEADER,
   identityFromHeaders,
   taskID as computeTaskID,
+  type TaskIdRule,
 } from '../../src/storage/taskid.ts';
+
+/** The stock dfdaemon configuration's proxy.rules: container image blobs only. */
+export const DAEMON_STOCK_RULES: readonly RegExp[] = [/blobs\/sha256.*/];
+const SERVER_IP_HEADER = 'X-Dragonfly-Server-IP';
 
 export interface PeerProxyOptions {
   host?: string /*127.0.0.1*/;
   port?: number /*0 = free*/;
-  rules?: RegExp[] /*URLs routed through P2P + cached; default all*/;
+  /** URLs routed through P2P without the header, as the daemon's proxy.rules; default DAEMON_STOCK_RULES. */
+  rules?: RegExp[];
+  /** Whose task id rule the emulated daemon follows; default DEFAULT_TASK_ID_RULE (client 1.4.2). */
+  daemonVersion?: TaskIdRule;
+  /**
+   * Not a peer daemon but a plain forward proxy: nothing goes through P2P, whatever the rules and headers (a
+   * baseline for direct downloads of a client that always sends X-Dragonfly-Use-P2P, like the plugin).
+   */
+  forwardOnly?: boolean;
   defaultFilter?: string[] /*used when a request has no filter header*/;
   parent?: string /*base URL of another PeerProxy acting as a remote peer: on a local miss ask it by task id before the origin*/;
   cacheDir?: string;
@@ -205,10 +224,13 @@ function counter(onBytes: (n: number) => void): Transform {
   });
 }
 
-/** A fill that failed reaching or reading its source: 502 with the cause, as the daemon's backend errors. */
+/**
+ * A fill that failed reaching or reading its source. The daemon answers a backend error without a status code
+ * with 500, type backend, and no body; the cause is kept for preheat()'s message only.
+ */
 function badGateway(what: string, cause: unknown): Fill {
   const body = Buffer.from(`${what}: ${cause instanceof Error ? cause.message : String(cause)}`);
-  return { ok: false, status: 502, headers: { 'content-type': 'text/plain' }, body, errorType: 'backend' };
+  return { ok: false, status: 500, headers: {}, body, errorType: 'backend' };
 }
 
 /** Content type, etag, last-modified of an origin's (or parent's) answer, kept with the cached task. */
@@ -296,7 +318,8 @@ function parseRange(header: string | undefined, size: number): { start: number; 
 
 export async function startPeerProxy(opts: PeerProxyOptions = {}): Promise<PeerProxy> {
   const host = opts.host ?? '127.0.0.1';
-  const rules = opts.rules;
+  const rules = opts.rules ?? DAEMON_STOCK_RULES;
+  const rule = opts.daemonVersion ?? DEFAULT_TASK_ID_RULE;
   const defaultFilter = opts.defaultFilter ?? [...DEFAULT_FILTERED_QUERY_PARAMS];
   const parent = opts.parent?.replace(/\/+$/, '');
   const ownsCacheDir = opts.cacheDir === undefined;
@@ -357,6 +380,7 @@ export async function startPeerProxy(opts: PeerProxyOptions = {}): Promise<PeerP
     live.started = true;
     const headers: Record<string, string | number> = {
       [TASK_ID_HEADER]: id,
+      [SERVER_IP_HEADER]: host,
       'accept-ranges': 'bytes',
       ...metaHeaders(meta),
     };
@@ -487,6 +511,7 @@ export async function startPeerProxy(opts: PeerProxyOptions = {}): Promise<PeerP
     const range = parseRange(req.headers['range'], entry.size);
     const headers: Record<string, string | number> = {
       [TASK_ID_HEADER]: id,
+      [SERVER_IP_HEADER]: host,
       'accept-ranges': 'bytes',
       ...extra,
       ...metaHeaders(entry),
@@ -512,21 +537,18 @@ export async function startPeerProxy(opts: PeerProxyOptions = {}): Promise<PeerP
     });
   }
 
+  /**
+   * The daemon's make_error_response: the status, the origin's headers for a backend error, the error type, and an
+   * EMPTY body whatever went wrong (so a client never sees an object store's XML error).
+   */
   function sendError(
     res: ServerResponse,
     status: number,
     errorType: 'backend' | 'proxy' | 'dfdaemon',
-    body: Buffer | string,
     headers: Record<string, string> = {},
-    id?: string,
   ): void {
-    const h: Record<string, string | number> = { ...headers, [ERROR_TYPE_HEADER]: errorType };
-    if (!h['content-type']) h['content-type'] = 'text/plain';
-    if (id) h[TASK_ID_HEADER] = id;
-    const buf = typeof body === 'string' ? Buffer.from(body) : body;
-    h['content-length'] = buf.length;
-    res.writeHead(status, h);
-    res.end(buf);
+    res.writeHead(status, { ...headers, [ERROR_TYPE_HEADER]: errorType, 'content-length': 0 });
+    res.end();
   }
 
   async function handlePeerRoute(req: IncomingMessage, res: ServerResponse, path: string): Promise<void> {
@@ -560,14 +582,15 @@ export async function startPeerProxy(opts: PeerProxyOptions = {}): Promise<PeerP
         body: hasBody ? req : null,
         dispatcher: agent,
       });
-    } catch (e) {
+    } catch {
+      // The daemon's direct proxy answers a failed forward with a 502 of its own.
       record.status = 502;
-      sendError(res, 502, 'backend', `origin unreachable: ${e instanceof Error ? e.message : String(e)}`);
+      sendError(res, 502, 'proxy');
       return;
     }
     record.status = upstream.statusCode;
+    // Forwarded as it is, error bodies included: only P2P downloads lose them.
     const headers = forwardableHeaders(undiciHeaders(upstream.headers));
-    if (upstream.statusCode >= 400) headers[ERROR_TYPE_HEADER.toLowerCase()] = 'backend';
     res.writeHead(upstream.statusCode, headers);
     await pipeline(
       upstream.body,
@@ -602,13 +625,16 @@ export async function startPeerProxy(opts: PeerProxyOptions = {}): Promise<PeerP
         return;
       }
       record.status = injected === 'backend' ? 502 : 500;
-      sendError(res, record.status, injected, `injected ${injected} failure`);
+      sendError(res, record.status, injected);
       return;
     }
 
+    // The daemon matches its rules against the URL without query and fragment, and the header case-insensitively.
+    const bare = url.replace(/[?#].*$/, '');
     const viaP2P =
-      (req.method === 'GET' || req.method === 'HEAD') &&
-      (headers[USE_P2P_HEADER.toLowerCase()] === 'true' || !rules || rules.some((r) => r.test(url)));
+      !opts.forwardOnly &&
+      req.method === 'GET' &&
+      (headers[USE_P2P_HEADER.toLowerCase()]?.toLowerCase() === 'true' || rules.some((r) => r.test(bare)));
     if (!viaP2P) {
       await forwardDirect(req, res, record);
       return;
@@ -616,10 +642,12 @@ export async function startPeerProxy(opts: PeerProxyOptions = {}): Promise<PeerP
 
     let id: string;
     try {
-      id = computeTaskID(identityFromHeaders(url, headers, defaultFilter));
+      // Client 1.4 reads only X-Dragonfly-Filtered-Query-Params; the legacy Go daemon's header is ignored.
+      const { [LEGACY_FILTER_HEADER.toLowerCase()]: _legacy, ...current } = headers;
+      id = computeTaskID({ ...identityFromHeaders(url, current, defaultFilter), rule });
     } catch {
-      record.status = 400;
-      sendError(res, 400, 'proxy', 'invalid url');
+      record.status = 500;
+      sendError(res, 500, 'proxy');
       return;
     }
     record.taskID = id;
@@ -653,7 +681,7 @@ export async function startPeerProxy(opts: PeerProxyOptions = {}): Promise<PeerP
     if (!result.ok) {
       stats.cacheMisses++;
       record.status = result.status;
-      sendError(res, result.status, result.errorType, result.body, result.headers, id);
+      sendError(res, result.status, result.errorType, result.headers);
       return;
     }
     // Joined a running fill (or Range/HEAD): counted by the fill's source like the request that started it, a miss
@@ -674,8 +702,8 @@ export async function startPeerProxy(opts: PeerProxyOptions = {}): Promise<PeerP
               .writeHead(400, { 'content-type': 'text/plain', [ERROR_TYPE_HEADER]: 'proxy' })
               .end('absolute-form request expected (this is a forward proxy)'),
           );
-    work.catch((e: unknown) => {
-      if (!res.headersSent) sendError(res, 500, 'dfdaemon', e instanceof Error ? e.message : String(e));
+    work.catch(() => {
+      if (!res.headersSent) sendError(res, 500, 'dfdaemon');
       else res.destroy();
     });
   });
@@ -713,6 +741,7 @@ export async function startPeerProxy(opts: PeerProxyOptions = {}): Promise<PeerP
         tag: o.tag || undefined,
         application: o.application || undefined,
         pieceLength: o.pieceLength,
+        rule,
       });
       if (preheatFailures > 0) {
         preheatFailures--;

@@ -272,6 +272,69 @@ describe('misses, each with its reason', () => {
   });
 });
 
+describe('P2P bypass and daemon version', () => {
+  const s3 = {
+    type: 's3',
+    bucket_name: 'models',
+    region: 'eu-west-1',
+    access_key: 'AKIAPLUGINFIXTURE0001',
+    secret_key: 'plugin-secret-key-fixture-do-not-print',
+  };
+
+  it('warns when no addr is set (the default loopback proxy must be a peer daemon), without failing', async () => {
+    const r = await check(
+      '--plugin-config',
+      tmpFile('noaddr.json', JSON.stringify({ object_storage: s3 })),
+      fixture('servedmodel-s3.yaml'),
+    );
+    expect(r.code).toBe(0);
+    expect(r.err).toContain('warning: ');
+    expect(r.err).toContain('addr is not set: the plugin uses the peer proxy at http://127.0.0.1:4001');
+    const fine = await check('--plugin-config', fixture('s3-plugin.json'), fixture('servedmodel-s3.yaml'));
+    expect(fine.err).not.toContain('warning');
+  });
+
+  it('warns when addr is the object storage endpoint: every download would bypass P2P', async () => {
+    const config = {
+      addr: 'http://MinIO.storage.svc:9000/',
+      object_storage: {
+        ...s3,
+        region: undefined,
+        endpoint: 'http://minio.storage.svc:9000',
+        path_style: true,
+      },
+    };
+    const r = await check(
+      '--json',
+      '--plugin-config',
+      tmpFile('origin.json', JSON.stringify(config)),
+      fixture('servedmodel-minio.yaml'),
+    );
+    const warnings = (JSON.parse(r.out) as { warnings: string[] }).warnings;
+    expect(warnings).toEqual([
+      "addr minio.storage.svc:9000 is the object storage endpoint itself, not a peer daemon's proxy: every download goes straight to the origin and no preheat is used",
+    ]);
+  });
+
+  it("computes both sides' ids with the daemon version's rule and reports it", async () => {
+    for (const [version, rule] of [
+      [undefined, '1.4'],
+      ['1.4.2', '1.4'],
+      ['v1.5.3', '1.5.3+'],
+    ] as const) {
+      const config = { addr: '127.0.0.1:4001', daemon_version: version, object_storage: s3 };
+      const { code, results } = await checkJSON(
+        '--plugin-config',
+        tmpFile('v.json', JSON.stringify(config)),
+        fixture('servedmodel-s3.yaml'),
+      );
+      expect(code).toBe(0);
+      expect(results[0]!.plugin!.rule).toBe(rule);
+      expect(results[0]!.preheat!.rule).toBe(rule);
+    }
+  });
+});
+
 describe('bad input: exit 2, naming the field, never a value', () => {
   it('plugin config without bucket_name', async () => {
     const r = await check(
@@ -330,6 +393,22 @@ describe('bad input: exit 2, naming the field, never a value', () => {
         object_storage: { type: 'abs', account_name: 'acct', account_key: 'AAAA', container_name: 'c' },
       },
       'field "header.X-Dragonfly-Filter": this header is set by the plugin',
+    ],
+    [
+      'Use-P2P header (the plugin always sends it)',
+      {
+        header: { 'x-dragonfly-use-p2p': 'false' },
+        object_storage: { type: 's3', bucket_name: 'b', access_key: 'a', secret_key: 's' },
+      },
+      'field "header.x-dragonfly-use-p2p": the plugin always sends X-Dragonfly-Use-P2P: true',
+    ],
+    [
+      'bad daemon version',
+      {
+        daemon_version: 'newest',
+        object_storage: { type: 's3', bucket_name: 'b', access_key: 'a', secret_key: 's' },
+      },
+      'field "daemon_version" must be "1.4", "1.5.3+" or the peer daemon\'s (dragonfly-client) version',
     ],
     [
       'bad piece length',

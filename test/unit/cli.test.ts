@@ -16,24 +16,55 @@ const run = async (...args: string[]) =>
   );
 
 describe('peerload taskid', () => {
-  const cases = (vectors.vectors as Record<string, unknown>[])
-    .filter((v) => v.taskID && !v.revision)
-    .slice(0, 6);
+  type Rule = '1.4' | '1.5.3+';
+  interface V {
+    url: string;
+    filter: string[];
+    tag: string | null;
+    application: string | null;
+    revision: string | null;
+    pieceLength: number | null;
+    expected: Record<Rule, { canonicalURL: string; taskID: string }>;
+  }
+  const all = (vectors.vectors as V[]).filter((v) => !v.revision && !/[ \u0080-\uffff]/.test(v.url));
+  // Cases where the two rules give different ids, with tags, applications and piece lengths among them.
+  const cases = all.filter((v) => v.expected['1.4'].taskID !== v.expected['1.5.3+'].taskID).slice(-6);
+  const argsOf = (v: V) => {
+    const args = [v.url];
+    if (v.filter.length) args.push('--filter', v.filter.join(','));
+    if (v.tag !== null) args.push('--tag', v.tag);
+    if (v.application !== null) args.push('--application', v.application);
+    if (v.pieceLength !== null) args.push('--piece-length', String(v.pieceLength));
+    return args;
+  };
   it('has vectors to check', () => expect(cases.length).toBeGreaterThan(3));
   for (const v of cases) {
-    it(`prints ${String(v.taskID).slice(0, 12)}… for ${String(v.url)}`, async () => {
-      const args = [String(v.url)];
-      if (Array.isArray(v.filter) && v.filter.length) args.push('--filter', v.filter.join(','));
-      if (v.tag !== null) args.push('--tag', String(v.tag));
-      if (v.application !== null) args.push('--application', String(v.application));
-      if (v.pieceLength !== null) args.push('--piece-length', String(v.pieceLength));
-      const r = await run('taskid', ...args);
-      expect(r.stdout).toBe(`${String(v.taskID)}\n`);
+    it(`prints both rules' ids for ${v.url} (default: 1.4, the tested release)`, async () => {
+      const args = argsOf(v);
+      expect((await run('taskid', ...args)).stdout).toBe(`${v.expected['1.4'].taskID}\n`);
+      expect((await run('taskid', ...args, '--daemon-version', '1.4.2')).stdout).toBe(
+        `${v.expected['1.4'].taskID}\n`,
+      );
+      expect((await run('taskid', ...args, '--daemon-version', '1.5.3+')).stdout).toBe(
+        `${v.expected['1.5.3+'].taskID}\n`,
+      );
+      expect((await run('taskid', ...args, '--daemon-version', 'v1.6.0')).stdout).toBe(
+        `${v.expected['1.5.3+'].taskID}\n`,
+      );
     });
   }
   it('--canonical prints the canonical URL', async () => {
-    const r = await run('taskid', 'https://example.com/file.txt?z=9&b=2&a=1', '--filter', 'z', '--canonical');
-    expect(r.stdout).toBe('https://example.com/file.txt?a=1&b=2\n');
+    const url = 'https://example.com/file.txt?z=9&b=2&a=1';
+    const r = await run('taskid', url, '--filter', 'z', '--canonical');
+    expect(r.stdout).toBe('https://example.com/file.txt?b=2&a=1\n');
+    const sorted = await run('taskid', url, '--filter', 'z', '--canonical', '--daemon-version', '1.5.3');
+    expect(sorted.stdout).toBe('https://example.com/file.txt?a=1&b=2\n');
+  });
+  it('explains a bad daemon version', async () => {
+    const r = await run('taskid', 'https://example.com/x', '--daemon-version', 'latest');
+    expect(r.code).toBe(2);
+    expect(r.stderr).toContain('--daemon-version must be "1.4", "1.5.3+" or the peer daemon');
+    expect(r.stderr).toContain('got "latest"');
   });
   it('explains a bad piece length', async () => {
     const r = await run('taskid', 'https://example.com/x', '--piece-length', 'four');

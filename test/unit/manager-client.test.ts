@@ -194,11 +194,21 @@ describe('ManagerClient against the emulator', () => {
   });
 
   it('JWT: 50 parallel calls sign in once; renews before expiry; re-signs in after a revoke', async () => {
+    // One injected clock for the manager's token expiry and the client's renewal: a loaded machine cannot
+    // stretch the 50 parallel calls past a real-time expiry.
+    let t = Date.now();
+    const now = () => t;
     const { m, c } = await setup(
-      { peers: [], apiAuth: 'jwt', users: [{ name: 'admin', password: 'jwt-password' }], jwtTTLms: 1_000 },
+      {
+        peers: [],
+        apiAuth: 'jwt',
+        users: [{ name: 'admin', password: 'jwt-password' }],
+        jwtTTLms: 1_000,
+        now,
+      },
       {
         auth: { type: 'signIn', username: 'admin', password: 'jwt-password' },
-        authOptions: { renewBeforeMs: 400 },
+        authOptions: { renewBeforeMs: 400, now },
       },
     );
     const job = await c.createPreheatJob({ type: 'file', url: 'http://x/a' });
@@ -207,7 +217,7 @@ describe('ManagerClient against the emulator', () => {
     expect(m.counters.signIns).toBe(1);
     expect(c.signIns).toBe(1);
     // Past renewAt (expire - 400 ms) but before expiry: renewed proactively, never a 401.
-    await new Promise((r) => setTimeout(r, 700));
+    t += 700;
     await Promise.all(Array.from({ length: 10 }, () => c.getJob(job.id)));
     expect(m.counters.signIns).toBe(2);
     expect(m.log.filter((r) => r.status === 401)).toHaveLength(0);
@@ -230,15 +240,19 @@ describe('ManagerClient error mapping', () => {
     expect(invalid.kind).toBe('terminal');
     expect(invalid.status).toBe(422);
     expect(invalid.managerMessage).toContain('PieceLength');
+    const createsBefore = m.counters.creates;
     const cluster = await caught(
       c.createPreheatJob({ type: 'file', url: 'http://x', schedulerClusterIDs: [7] }),
     );
-    expect(cluster).toMatchObject({
-      kind: 'notFound',
-      status: 404,
-      managerMessage: 'scheduler cluster id 7: record not found',
-    });
-    expect(cluster.message).toContain('scheduler cluster id 7: record not found');
+    // Looked up before the create (the real manager answers an unknown cluster with its rate limiter's 429).
+    expect(cluster).toMatchObject({ kind: 'notFound', status: 404 });
+    expect(cluster.message).toContain('scheduler cluster 7 does not exist on the manager');
+    expect(m.counters.byRoute['GET /api/v1/scheduler-clusters/:id']).toBe(1);
+    expect(m.counters.creates).toBe(createsBefore);
+    // A known cluster is looked up once per client.
+    await c.createPreheatJob({ type: 'file', url: 'http://x', schedulerClusterIDs: [1] });
+    await c.createPreheatJob({ type: 'file', url: 'http://y', schedulerClusterIDs: [1] });
+    expect(m.counters.byRoute['GET /api/v1/scheduler-clusters/:id']).toBe(2);
     m.injectServerErrors(1, 500, 'candidate schedulers not found');
     expect(await caught(c.getJob(1))).toMatchObject({ kind: 'retryable', status: 500 });
     m.injectServerErrors(1, 409, 'duplicate key');

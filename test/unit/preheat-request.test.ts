@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { ModelPreheatSpec } from '../../src/api/index.ts';
+import { ModelPreheatSpec, ServedModelSpec } from '../../src/api/index.ts';
+import { ownedPreheatSpec } from '../../src/api/servedmodel.ts';
 import { planPreheat } from '../../src/controllers/preheat-request.ts';
 import type { SecretReader } from '../../src/controllers/secrets.ts';
 import { DEFAULT_FILTERED_QUERY_PARAMS, taskID } from '../../src/storage/taskid.ts';
@@ -49,6 +50,65 @@ describe('planPreheat', () => {
       expect(tasks[0]!.taskID).toBe(taskID({ url, filter: DEFAULT_FILTERED_QUERY_PARAMS }));
       expect(tasks[0]!.url).toBe('https://cdn.example.com/m.mar?X-Amz-Signature=***&v=***');
     }
+  });
+
+  it("shows the task id of the peer daemon's version: spec.peerDaemonVersion, else the operator's default", async () => {
+    // Unsorted, with ~: the two rules part (client 1.4 keeps the order and escapes ~; >= 1.5.3 sorts).
+    const url = 'https://cdn.example.com/m.mar?v=2&a=~1&X-Amz-Signature=abc';
+    const filter = DEFAULT_FILTERED_QUERY_PARAMS;
+    const old = taskID({ url, filter, rule: '1.4' });
+    const sorted = taskID({ url, filter, rule: '1.5.3+' });
+    expect(old).not.toBe(sorted);
+    const at = new Date('2026-01-02T03:04:05Z');
+    const spec = (extra: object) => ModelPreheatSpec.parse({ url, ...extra });
+    expect((await planPreheat(spec({}), 'ns', secrets, { bio: 't' }, at)).tasks[0]!.taskID).toBe(old);
+    expect(
+      (await planPreheat(spec({}), 'ns', secrets, { bio: 't' }, at, undefined, '1.5.3+')).tasks[0]!.taskID,
+    ).toBe(sorted);
+    for (const [version, id] of [
+      ['1.5.3', sorted],
+      ['v1.6.0', sorted],
+      ['1.4.2', old],
+      ['1.4', old],
+    ] as const) {
+      const p = await planPreheat(
+        spec({ peerDaemonVersion: version }),
+        'ns',
+        secrets,
+        { bio: 't' },
+        at,
+        undefined,
+        '1.5.3+',
+      );
+      expect(p.tasks[0]!.taskID, version).toBe(id);
+    }
+    expect(ModelPreheatSpec.safeParse({ url, peerDaemonVersion: 'latest' }).error?.issues[0]).toMatchObject({
+      path: ['peerDaemonVersion'],
+      message: expect.stringContaining('must be "1.4", "1.5.3+" or'),
+    });
+  });
+
+  it("a ServedModel's preheat.peerDaemonVersion reaches the ModelPreheat it owns", () => {
+    const spec = ServedModelSpec.parse({
+      modelName: 'm',
+      fileName: 'm.mar',
+      modelServer: { endpoints: ['http://ts:8081'] },
+      preheat: {
+        create: true,
+        objectStorage: { type: 's3', bucket: 'b', credentialsSecretRef: { name: 's' } },
+        peerDaemonVersion: '1.5.3',
+      },
+    });
+    expect(ModelPreheatSpec.parse(ownedPreheatSpec(spec)).peerDaemonVersion).toBe('1.5.3');
+    const { preheat: _p, ...without } = spec;
+    const plain = ServedModelSpec.parse({
+      ...without,
+      preheat: {
+        create: true,
+        objectStorage: { type: 's3', bucket: 'b', credentialsSecretRef: { name: 's' } },
+      },
+    });
+    expect(ModelPreheatSpec.parse(ownedPreheatSpec(plain)).peerDaemonVersion).toBeUndefined();
   });
 
   it('image: passes registry credentials and timeout in the request, lists no task ids yet', async () => {

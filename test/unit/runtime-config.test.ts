@@ -52,6 +52,15 @@ describe('operator config', () => {
     expect(() => cfg(['--bogus'])).toThrow(ConfigError);
   });
 
+  it('takes the peer daemon version whose task ids status shows (default: 1.4, the tested Dragonfly v2.5.1)', () => {
+    expect(cfg([]).peerDaemonVersion).toBe('1.4');
+    expect(cfg(['--peer-daemon-version', '1.5.3']).peerDaemonVersion).toBe('1.5.3+');
+    expect(cfg([], { PEERLOAD_PEER_DAEMON_VERSION: 'v1.4.2' }).peerDaemonVersion).toBe('1.4');
+    expect(() => cfg(['--peer-daemon-version', 'newest'])).toThrow(
+      /--peer-daemon-version \(PEERLOAD_PEER_DAEMON_VERSION\): must be "1.4", "1.5.3\+" or .*got "newest"/,
+    );
+  });
+
   it('answers --help with every flag', () => {
     const r = loadConfig(['--help'], {});
     expect('help' in r && r.help).toMatch(/--leader-election-namespace.*PEERLOAD_LEADER_ELECTION_NAMESPACE/);

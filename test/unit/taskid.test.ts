@@ -1,7 +1,9 @@
 import { readFileSync } from 'node:fs';
+import { PEER_DAEMON_VERSION_PATTERN } from '../../src/api/modelpreheat.ts';
 import { describe, expect, it } from 'vitest';
 import {
   DEFAULT_FILTERED_QUERY_PARAMS,
+  TASK_ID_RULES,
   canonicalURL,
   filterHeaders,
   identityFromHeaders,
@@ -9,6 +11,8 @@ import {
   parsePieceLength,
   queryEscape,
   taskID,
+  taskIdRule,
+  type TaskIdRule,
 } from '../../src/storage/taskid.ts';
 
 interface Vector {
@@ -18,8 +22,10 @@ interface Vector {
   application: string | null;
   revision: string | null;
   pieceLength: number | null;
-  canonicalURL?: string;
-  taskID?: string;
+  note?: string;
+  /** `daemon`: from the daemon's own tests (its 1.5.3+ values); `added`: cases where the two rules part. */
+  source: 'daemon' | 'added';
+  expected: Record<TaskIdRule, { canonicalURL: string; taskID: string }>;
 }
 
 const file = JSON.parse(readFileSync(new URL('../vectors/taskid.json', import.meta.url), 'utf8')) as {
@@ -27,33 +33,35 @@ const file = JSON.parse(readFileSync(new URL('../vectors/taskid.json', import.me
   queryEscape: { in: string; out: string }[];
 };
 
-const identity = (v: Vector) => ({
+const identity = (v: Vector, rule: TaskIdRule) => ({
   url: v.url,
   filter: v.filter,
   tag: v.tag ?? undefined,
   application: v.application ?? undefined,
   revision: v.revision ?? undefined,
   pieceLength: v.pieceLength ?? undefined,
+  rule,
 });
 
 describe('task id vectors (shared with the Java plugin)', () => {
-  it('holds every vector of peer-proxy.md', () => {
+  it('holds every vector of peer-proxy.md and the cases where the two daemon rules part', () => {
     // 6 canonical-URL rows + 11 task-id rows in the contract, plus 2 extra cases of the daemon's own tests.
-    expect(file.vectors.length).toBeGreaterThanOrEqual(19);
-    expect(file.vectors.filter((v) => v.canonicalURL !== undefined).length).toBeGreaterThanOrEqual(7);
-    expect(file.vectors.filter((v) => v.taskID !== undefined).length).toBeGreaterThanOrEqual(11);
+    expect(file.vectors.filter((v) => v.source === 'daemon').length).toBeGreaterThanOrEqual(19);
+    const differ = file.vectors.filter((v) => v.expected['1.4'].taskID !== v.expected['1.5.3+'].taskID);
+    expect(differ.length).toBeGreaterThanOrEqual(15);
+    for (const v of file.vectors) expect(Object.keys(v.expected).sort()).toEqual([...TASK_ID_RULES].sort());
+    // The cases the real 1.4.2 daemon is checked on: unsorted queries, ~, *, space, ;, %XX, tag/app/piece length.
+    const urls = file.vectors.map((v) => v.url).join('\n');
+    for (const needle of ['b=2&a=1', '~', '*', ' ', ';', '%7E', '%E4%B8%AD']) expect(urls).toContain(needle);
+    expect(file.vectors.some((v) => v.tag && v.application && v.pieceLength && v.filter.length)).toBe(true);
   });
 
   for (const v of file.vectors) {
     const label = `${v.url} filter=[${v.filter.join(',')}] tag=${v.tag} app=${v.application} rev=${v.revision} piece=${v.pieceLength}`;
-    if (v.canonicalURL !== undefined) {
-      it(`canonical URL: ${label}`, () => {
-        expect(canonicalURL(v.url, v.filter)).toBe(v.canonicalURL);
-      });
-    }
-    if (v.taskID !== undefined) {
-      it(`task id: ${label}`, () => {
-        expect(taskID(identity(v))).toBe(v.taskID);
+    for (const rule of TASK_ID_RULES) {
+      it(`${rule}: ${label}`, () => {
+        expect(canonicalURL(v.url, v.filter, rule)).toBe(v.expected[rule].canonicalURL);
+        expect(taskID(identity(v, rule))).toBe(v.expected[rule].taskID);
       });
     }
   }
@@ -63,6 +71,52 @@ describe('task id vectors (shared with the Java plugin)', () => {
       expect(queryEscape(q.in)).toBe(q.out);
     });
   }
+});
+
+describe('daemon version -> task id rule', () => {
+  it('takes the rule names and client versions compared with 1.5.3', () => {
+    expect(taskIdRule('1.4')).toBe('1.4');
+    expect(taskIdRule('1.5.3+')).toBe('1.5.3+');
+    expect(taskIdRule('1.4.2')).toBe('1.4');
+    expect(taskIdRule('v1.4.2')).toBe('1.4');
+    expect(taskIdRule('1.5')).toBe('1.4');
+    expect(taskIdRule('1.5.2')).toBe('1.4');
+    expect(taskIdRule('1.5.3')).toBe('1.5.3+');
+    expect(taskIdRule(' v1.5.3 ')).toBe('1.5.3+');
+    expect(taskIdRule('1.5.10')).toBe('1.5.3+');
+    expect(taskIdRule('1.6.0-rc.1')).toBe('1.5.3+');
+    expect(taskIdRule('2.0.0')).toBe('1.5.3+');
+    expect(taskIdRule('0.9.9')).toBe('1.4');
+  });
+
+  it('reads exactly what the CRD pattern of spec.peerDaemonVersion admits', () => {
+    const pattern = new RegExp(PEER_DAEMON_VERSION_PATTERN);
+    const samples = [
+      '1.4',
+      '1.5.3+',
+      '1.4.2',
+      'v1.5.3',
+      '1.6.0-rc.1',
+      '1.5.3+build.1',
+      '1',
+      'latest',
+      '1.5.3++',
+      'v1.x',
+    ];
+    for (const v of samples) expect(pattern.test(v), v).toBe(taskIdRule(v) !== undefined);
+  });
+
+  it('refuses anything else', () => {
+    for (const bad of ['', 'latest', '1', '1.4.x', '>=1.5.3', '1.5.3++'])
+      expect(taskIdRule(bad)).toBeUndefined();
+  });
+
+  it("defaults to the 1.5.3+ rule (the manager's) when no rule is given", () => {
+    const url = 'https://example.com/f?b=2&a=1';
+    expect(canonicalURL(url, ['x'])).toBe(canonicalURL(url, ['x'], '1.5.3+'));
+    expect(taskID({ url, filter: ['x'] })).toBe(taskID({ url, filter: ['x'], rule: '1.5.3+' }));
+    expect(taskID({ url, filter: ['x'] })).not.toBe(taskID({ url, filter: ['x'], rule: '1.4' }));
+  });
 });
 
 describe('canonicalURL edge cases', () => {

@@ -15,17 +15,21 @@ public final class Json {
   private Json() {}
 
   /**
-   * The body of every answer: {@code {"Status": message}} (seed 2.4) plus {@code TaskID}, {@code CacheHit} and
-   * {@code ErrorType} when known.
+   * The body of every answer: {@code {"Status": message}} (seed 2.4) plus {@code TaskID}, {@code LocalHit} and
+   * {@code ErrorType} when known, and {@code CacheHit: true} on a local hit. {@code CacheHit} is never false: the
+   * daemon says nothing that tells a hit on another peer's cache from a download from the origin.
    */
-  public static String status(String message, String taskId, Boolean cacheHit, String errorType) {
+  public static String status(String message, String taskId, Boolean localHit, String errorType) {
     Map<String, Object> body = new LinkedHashMap<>();
     body.put("Status", message == null ? "" : message);
     if (taskId != null && !taskId.isEmpty()) {
       body.put("TaskID", taskId);
     }
-    if (cacheHit != null) {
-      body.put("CacheHit", cacheHit);
+    if (Boolean.TRUE.equals(localHit)) {
+      body.put("CacheHit", Boolean.TRUE);
+    }
+    if (localHit != null) {
+      body.put("LocalHit", localHit);
     }
     if (errorType != null && !errorType.isEmpty()) {
       body.put("ErrorType", errorType);

@@ -103,15 +103,22 @@ public final class ModelRegistration {
     String what = storage.type() + "://" + storage.bucket() + "/" + key;
     String signed = storage.signedUrl(key, clock.instant(), ObjectStorage.DEFAULT_EXPIRY);
     String expectedTaskId = TaskId.forRequest(signed, config.filter(), header(config, "X-Dragonfly-Tag"),
-        header(config, "X-Dragonfly-Application"), header(config, "X-Dragonfly-Piece-Length"));
+        header(config, "X-Dragonfly-Application"), header(config, "X-Dragonfly-Piece-Length"), config.taskIdRule());
     Path target = store.resolve(fileName);
     boolean existed = Files.exists(target);
     long start = System.nanoTime();
     ProxyDownloader.Result dl =
         downloader.download(config.addr(), signed, config.headers(), config.filter(), target, what);
     long millis = (System.nanoTime() - start) / 1_000_000;
-    LOG.info("p2p download of {} done: {} bytes in {} ms, task {} (expected {}), cache hit {}",
-        what, dl.bytes, millis, dl.taskId, expectedTaskId, dl.cacheHit);
+    if (dl.taskId == null) {
+      LOG.warn("p2p download of {} done: {} bytes in {} ms, but NOT through P2P: the peer proxy sent no task id "
+          + "(expected task {} under the daemon {} rule)", what, dl.bytes, millis, expectedTaskId, config.taskIdRule());
+    } else {
+      LOG.info("p2p download of {} done: {} bytes in {} ms, task {} (expected {} under the daemon {} rule{}), {}",
+          what, dl.bytes, millis, dl.taskId, expectedTaskId, config.taskIdRule(),
+          dl.taskId.equals(expectedTaskId) ? "" : ": DIFFERENT, a preheat of the expected id is not used",
+          dl.localHit ? "local hit" : "not a local hit (the daemon does not say whether a peer or the origin served it)");
+    }
 
     Registrar.Result result;
     try {
@@ -121,12 +128,12 @@ public final class ModelRegistration {
         deleteQuietly(target);
       }
       LOG.info("registration of {} refused by the model server ({}): {}", fileName, e.status(), e.getMessage());
-      return new Outcome(e.status(), Json.status(e.getMessage(), dl.taskId, dl.cacheHit, null));
+      return new Outcome(e.status(), Json.status(e.getMessage(), dl.taskId, dl.localHit, null));
     }
     if (result.status >= 400 && !existed) {
       deleteQuietly(target);
     }
-    return new Outcome(result.status, Json.status(result.message, dl.taskId, dl.cacheHit, null));
+    return new Outcome(result.status, Json.status(result.message, dl.taskId, dl.localHit, null));
   }
 
   private static String header(PluginConfig c, String name) {

@@ -30,6 +30,12 @@ import java.util.regex.Pattern;
  */
 public final class PluginConfig {
   public static final String DEFAULT_ADDR = "http://127.0.0.1:4001";
+  /**
+   * Sent as {@code true} on every download: the daemon routes a request through P2P only when its URL matches the
+   * daemon's {@code proxy.rules} (stock: {@code blobs/sha256.*}) or it carries this header, so without it every model
+   * download would silently go straight to the origin.
+   */
+  public static final String USE_P2P_HEADER = "X-Dragonfly-Use-P2P";
 
   private static final Pattern TOKEN = Pattern.compile("[!#$%&'*+.^_`|~0-9A-Za-z-]+");
   /** Headers the plugin owns: a configured value would break the request framing or the filter. */
@@ -45,9 +51,10 @@ public final class PluginConfig {
               "trailer",
               "proxy-connection",
               "x-dragonfly-filter",
-              "x-dragonfly-filtered-query-params"));
+              "x-dragonfly-filtered-query-params",
+              USE_P2P_HEADER.toLowerCase(Locale.ROOT)));
 
-  private static final Set<String> TOP_LEVEL = setOf("addr", "header", "filter", "object_storage");
+  private static final Set<String> TOP_LEVEL = setOf("addr", "header", "filter", "object_storage", "daemon_version");
   private static final Map<String, Set<String>> REQUIRED = new LinkedHashMap<>();
   private static final Map<String, Set<String>> OPTIONAL = new LinkedHashMap<>();
 
@@ -67,14 +74,16 @@ public final class PluginConfig {
   private final List<String> filter;
   private final boolean filterConfigured;
   private final ObjectStorage storage;
+  private final TaskId.Rule taskIdRule;
 
-  private PluginConfig(
-      URI addr, Map<String, String> headers, List<String> filter, boolean filterConfigured, ObjectStorage storage) {
+  private PluginConfig(URI addr, Map<String, String> headers, List<String> filter, boolean filterConfigured,
+      ObjectStorage storage, TaskId.Rule taskIdRule) {
     this.addr = addr;
     this.headers = Collections.unmodifiableMap(headers);
     this.filter = Collections.unmodifiableList(filter);
     this.filterConfigured = filterConfigured;
     this.storage = storage;
+    this.taskIdRule = taskIdRule;
   }
 
   /** The peer's HTTP proxy. */
@@ -100,6 +109,11 @@ public final class PluginConfig {
     return storage;
   }
 
+  /** How the peer daemon ({@code daemon_version}) computes task ids; the plugin logs the id it expects with it. */
+  public TaskId.Rule taskIdRule() {
+    return taskIdRule;
+  }
+
   /** A summary safe for logs: no credential, no header value (headers may carry tokens). */
   @Override
   public String toString() {
@@ -113,7 +127,9 @@ public final class PluginConfig {
         + headers.keySet()
         + " filter="
         + filter
-        + (filterConfigured ? "" : " (default)");
+        + (filterConfigured ? "" : " (default)")
+        + " daemon_version="
+        + taskIdRule;
   }
 
   /**
@@ -136,7 +152,8 @@ public final class PluginConfig {
     JsonObject o = root.getAsJsonObject();
     for (String k : o.keySet()) {
       if (!TOP_LEVEL.contains(k)) {
-        throw new ConfigException(source + ": unknown field \"" + k + "\" (expected addr, header, filter, object_storage)");
+        throw new ConfigException(
+            source + ": unknown field \"" + k + "\" (expected addr, header, filter, object_storage, daemon_version)");
       }
     }
 
@@ -153,6 +170,10 @@ public final class PluginConfig {
         String field = "header." + name;
         if (!TOKEN.matcher(name).matches()) {
           throw new ConfigException(source + ": field \"" + field + "\": not a valid HTTP header name");
+        }
+        if (name.equalsIgnoreCase(USE_P2P_HEADER)) {
+          throw new ConfigException(source + ": field \"" + field + "\": the plugin always sends " + USE_P2P_HEADER
+              + ": true so that downloads go through P2P whatever the daemon's proxy rules; remove this entry");
         }
         if (RESERVED_HEADERS.contains(name.toLowerCase(Locale.ROOT))) {
           throw new ConfigException(source + ": field \"" + field + "\": this header is set by the plugin and cannot be configured");
@@ -186,6 +207,15 @@ public final class PluginConfig {
       }
     }
 
+    TaskId.Rule rule = TaskId.DEFAULT_RULE;
+    if (o.has("daemon_version") && !o.get("daemon_version").isJsonNull()) {
+      rule = TaskId.Rule.forVersion(string(o, "daemon_version", source));
+      if (rule == null) {
+        throw new ConfigException(source + ": field \"daemon_version\" must be \"1.4\", \"1.5.3+\" or the peer "
+            + "daemon's (dragonfly-client) version such as 1.4.2 or v1.5.3");
+      }
+    }
+
     if (!o.has("object_storage") || o.get("object_storage").isJsonNull()) {
       throw new ConfigException(source + ": field \"object_storage\" is required");
     }
@@ -194,7 +224,8 @@ public final class PluginConfig {
     }
     ObjectStorage storage = parseStorage(o.getAsJsonObject("object_storage"), source, baseDir);
     boolean configured = filter != null;
-    return new PluginConfig(addr, headers, configured ? filter : new ArrayList<>(storage.defaultFilter()), configured, storage);
+    return new PluginConfig(
+        addr, headers, configured ? filter : new ArrayList<>(storage.defaultFilter()), configured, storage, rule);
   }
 
   private static ObjectStorage parseStorage(JsonObject s, String source, Path baseDir) throws ConfigException {

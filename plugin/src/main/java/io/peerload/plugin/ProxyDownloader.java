@@ -77,14 +77,20 @@ public final class ProxyDownloader {
   public static final class Result {
     public final Path file;
     public final long bytes;
+    /** {@code X-Dragonfly-Task-ID}: present only when the daemon served the download through P2P. */
     public final String taskId;
-    public final Boolean cacheHit;
+    /**
+     * Whether the daemon served it from its own storage: it sends {@code X-Dragonfly-Task-Download-Finished: true}
+     * only then. FALSE when the download went through P2P without it: the bytes came from another peer (the seed
+     * peer's cache, say) or the origin, and the daemon does not say which. Null when it did not go through P2P.
+     */
+    public final Boolean localHit;
 
-    Result(Path file, long bytes, String taskId, Boolean cacheHit) {
+    Result(Path file, long bytes, String taskId, Boolean localHit) {
       this.file = file;
       this.bytes = bytes;
       this.taskId = taskId;
-      this.cacheHit = cacheHit;
+      this.localHit = localHit;
     }
   }
 
@@ -115,6 +121,8 @@ public final class ProxyDownloader {
     req.append("Accept: */*\r\n");
     req.append("Accept-Encoding: identity\r\n");
     req.append("Connection: close\r\n");
+    // Whatever the daemon's proxy.rules: without it a stock daemon sends the download straight to the origin.
+    req.append(PluginConfig.USE_P2P_HEADER).append(": true\r\n");
     for (Map.Entry<String, String> e : filterHeaders(filter).entrySet()) {
       req.append(e.getKey()).append(": ").append(e.getValue()).append("\r\n");
     }
@@ -152,29 +160,16 @@ public final class ProxyDownloader {
 
       String taskId = head.header("X-Dragonfly-Task-ID");
       String finished = head.header("X-Dragonfly-Task-Download-Finished");
-      Boolean cacheHit = null; // unknown unless the peer says something about the task
-      if (finished != null) {
-        cacheHit = Boolean.valueOf("true".equalsIgnoreCase(finished.trim()));
+      Boolean localHit = null; // not through P2P: nothing is known about a task
+      if (finished != null && "true".equalsIgnoreCase(finished.trim())) {
+        localHit = Boolean.TRUE;
       } else if (taskId != null) {
-        cacheHit = Boolean.FALSE;
+        localHit = Boolean.FALSE;
       }
       String errorType = head.header("X-Dragonfly-Error-Type");
 
       if (head.status != 200) {
-        String detail = errorDetail(in, head);
-        if (head.status == 404) {
-          throw new PluginException(404, what + " not found (HTTP 404" + detail + ")", errorType, null);
-        }
-        String msg;
-        if (head.status == 401 || head.status == 403) {
-          msg = "object storage refused the signed URL for " + what + " (HTTP " + head.status + detail
-              + "): check the credentials, the bucket policy and the clock";
-        } else if (errorType != null) {
-          msg = proxyName + " failed to download " + what + " (HTTP " + head.status + ", " + errorType + " error" + detail + ")";
-        } else {
-          msg = "download of " + what + " through the " + proxyName + " failed with HTTP " + head.status + detail;
-        }
-        throw new PluginException(502, msg, errorType, null);
+        throw failure(head.status, errorType, errorDetail(in, head), proxyName, what);
       }
 
       long expected = -1;
@@ -216,7 +211,7 @@ public final class ProxyDownloader {
           Files.move(tmp, target, StandardCopyOption.REPLACE_EXISTING);
         }
         ok = true;
-        return new Result(target, got, taskId, cacheHit);
+        return new Result(target, got, taskId, localHit);
       } catch (IOException e) {
         throw PluginException.internal("cannot write " + target + ": " + reason(e), e);
       } finally {
@@ -232,6 +227,43 @@ public final class ProxyDownloader {
       // closing the socket failed: nothing to report
       throw PluginException.internal("socket error: " + reason(e), e);
     }
+  }
+
+  /**
+   * Explains a non-200 answer. The daemon (client 1.4) answers an origin error with the origin's status, {@code
+   * X-Dragonfly-Error-Type: backend} and an EMPTY body, so the storage's own error code is usually unknown: the
+   * status says what can be said. {@code proxy} and {@code dfdaemon} errors are the daemon's own (a 403 of type
+   * proxy is its blocklist, not the origin).
+   */
+  static PluginException failure(int status, String errorType, String detail, String proxyName, String what) {
+    boolean fromOrigin = errorType == null || "backend".equalsIgnoreCase(errorType);
+    if (!fromOrigin) {
+      String who = "dfdaemon".equalsIgnoreCase(errorType) ? "the peer daemon" : "the " + proxyName;
+      String why = status == 403 && "proxy".equalsIgnoreCase(errorType)
+          ? ": the daemon's blocklist refused the URL" : ": see the peer daemon's log";
+      return new PluginException(502, who + " failed to download " + what + " (HTTP " + status + ", "
+          + errorType + " error" + detail + ")" + why, errorType, null);
+    }
+    String answered = "backend".equalsIgnoreCase(errorType)
+        ? "the origin answered " + status + " through the " + proxyName
+            + (detail.isEmpty() ? " (no body is passed on)" : " (" + detail.substring(2) + ")")
+        : "the " + proxyName + " answered " + status + detail.replaceFirst("^, ", " ");
+    if (status == 404) {
+      return new PluginException(404, what + " not found: " + answered, errorType, null);
+    }
+    if (status == 401 || status == 403) {
+      return new PluginException(502, answered + ": the signed URL for " + what
+          + " was refused — check the credentials, the bucket policy and the clock", errorType, null);
+    }
+    if (status == 400) {
+      return new PluginException(502, answered + ": the object storage rejected the request for " + what
+          + " — check the endpoint, region and bucket", errorType, null);
+    }
+    if (status == 429 || status == 503) {
+      return new PluginException(503, answered + ": the object storage is throttling or unavailable; retry "
+          + what + " later", errorType, null);
+    }
+    return new PluginException(502, "download of " + what + " failed: " + answered, errorType, null);
   }
 
   /** The body's read failures are the network's: 502, with how far it got. */

@@ -71,6 +71,26 @@ class ConfigTest {
   }
 
   @Test
+  void daemonVersionSelectsTheTaskIdRule() throws Exception {
+    String storage = "\"object_storage\":{\"type\":\"s3\",\"bucket_name\":\"m\",\"access_key\":\"a\",\"secret_key\":\"s\"}";
+    assertEquals(TaskId.Rule.V1_4, parse("{" + storage + "}").taskIdRule(), "default: the tested release");
+    assertEquals(TaskId.Rule.V1_4, parse("{\"daemon_version\":\"1.4.2\"," + storage + "}").taskIdRule());
+    assertEquals(TaskId.Rule.V1_5_3, parse("{\"daemon_version\":\"v1.5.3\"," + storage + "}").taskIdRule());
+    assertEquals(TaskId.Rule.V1_5_3, parse("{\"daemon_version\":\"1.5.3+\"," + storage + "}").taskIdRule());
+    assertTrue(parse("{\"daemon_version\":\"1.4\"," + storage + "}").toString().contains("daemon_version=1.4"));
+    assertEquals("config.json: field \"daemon_version\" must be \"1.4\", \"1.5.3+\" or the peer daemon's "
+        + "(dragonfly-client) version such as 1.4.2 or v1.5.3",
+        message("{\"daemon_version\":\"latest\"," + storage + "}"));
+  }
+
+  @Test
+  void useP2PIsTheChoiceOfThePluginNotTheConfig() {
+    String m = message("{\"header\":{\"x-dragonfly-use-p2p\":\"false\"},\"object_storage\":{\"type\":\"s3\","
+        + "\"bucket_name\":\"m\",\"access_key\":\"a\",\"secret_key\":\"s\"}}");
+    assertTrue(m.contains("field \"header.x-dragonfly-use-p2p\": the plugin always sends X-Dragonfly-Use-P2P: true"), m);
+  }
+
+  @Test
   void explicitFilterAndHeaders() throws Exception {
     PluginConfig c = parse("{\"addr\":\"127.0.0.1:65001\",\"header\":{\"X-Dragonfly-Tag\":\"v1\"},"
         + "\"filter\":[\"Expires\",\"Signature\",\"Expires\"],"

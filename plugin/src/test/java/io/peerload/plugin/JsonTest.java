@@ -16,7 +16,8 @@ class JsonTest {
     JsonObject o = JsonParser.parseString(body).getAsJsonObject();
     assertEquals(msg, o.get("Status").getAsString());
     assertEquals("abc", o.get("TaskID").getAsString());
-    assertFalse(o.get("CacheHit").getAsBoolean());
+    assertFalse(o.get("LocalHit").getAsBoolean());
+    assertFalse(o.has("CacheHit"), "never false: a remote hit and a miss look the same");
     assertEquals("backend", o.get("ErrorType").getAsString());
     assertTrue(body.contains("\\\"tiny\\\""), body);
     assertTrue(body.contains("\\n"), body);
@@ -27,6 +28,13 @@ class JsonTest {
   void onlyStatusWhenNothingElseIsKnown() {
     assertEquals("{\"Status\":\"ok\"}", Json.status("ok"));
     assertEquals("{\"Status\":\"\"}", Json.status(null));
+  }
+
+  @Test
+  void aLocalHitIsACacheHit() {
+    JsonObject o = JsonParser.parseString(Json.status("ok", "t", Boolean.TRUE, null)).getAsJsonObject();
+    assertTrue(o.get("CacheHit").getAsBoolean());
+    assertTrue(o.get("LocalHit").getAsBoolean());
   }
 
   @Test

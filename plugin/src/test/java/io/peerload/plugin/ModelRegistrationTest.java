@@ -141,6 +141,7 @@ class ModelRegistrationTest {
       assertTrue(body.get("Status").getAsString().startsWith("Model \"tiny\" Version: 1.0 registered with 0"));
       assertEquals("0123", body.get("TaskID").getAsString());
       assertTrue(body.get("CacheHit").getAsBoolean());
+      assertTrue(body.get("LocalHit").getAsBoolean());
       assertEquals("tiny.mar", seen.get().url);
       FakeProxy.Received req = proxy.received.get(0);
       assertTrue(req.requestLine.startsWith("GET https://models.s3.us-east-1.amazonaws.com/team/tiny.mar?X-Amz-"));
@@ -149,6 +150,7 @@ class ModelRegistrationTest {
       assertEquals(String.join("&", new S3Storage("b", null, "a", "s", null, null, false).defaultFilter()),
           req.headers.get("X-Dragonfly-Filter"));
       assertEquals("torchserve", req.headers.get("X-Dragonfly-Application"));
+      assertEquals("true", req.headers.get("X-Dragonfly-Use-P2P"));
     }
   }
 

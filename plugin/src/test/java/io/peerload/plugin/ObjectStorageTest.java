@@ -163,7 +163,10 @@ class ObjectStorageTest {
         new AbsStorage("acct", "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==", "c", null));
     for (ObjectStorage s : kinds) {
       String signed = s.signedUrl("m/x y.mar", now, Duration.ofHours(1));
-      assertEquals(s.objectUrl("m/x y.mar"), TaskId.canonicalUrl(signed, s.defaultFilter()), s.type());
+      for (TaskId.Rule rule : TaskId.Rule.values()) {
+        assertEquals(
+            s.objectUrl("m/x y.mar"), TaskId.canonicalUrl(signed, s.defaultFilter(), rule), s.type() + " " + rule);
+      }
     }
   }
 
@@ -226,11 +229,13 @@ class ObjectStorageTest {
         List<String> filter = loc.has("filteredQueryParams")
             ? TaskIdTest.strings(loc.get("filteredQueryParams")) : s.defaultFilter();
         assertEquals(TaskIdTest.strings(c.get("filter")), filter, "filter");
-        assertEquals(c.get("canonicalURL").getAsString(), TaskId.canonicalUrl(s.objectUrl(key), filter));
+        // The generator (scripts/gen-storage-vectors.ts) computes the 1.5.3+ rule.
+        TaskId.Rule r = TaskId.Rule.V1_5_3;
+        assertEquals(c.get("canonicalURL").getAsString(), TaskId.canonicalUrl(s.objectUrl(key), filter, r));
         for (JsonElement t : c.getAsJsonArray("taskIDs")) {
           JsonObject id = t.getAsJsonObject();
           assertEquals(id.get("taskID").getAsString(), TaskId.compute(s.objectUrl(key), filter,
-              TaskIdTest.str(id, "tag"), TaskIdTest.str(id, "application"), null, TaskIdTest.num(id, "pieceLength")));
+              TaskIdTest.str(id, "tag"), TaskIdTest.str(id, "application"), null, TaskIdTest.num(id, "pieceLength"), r));
         }
 
         String signed = s.signedUrl(key, Instant.parse(c.get("now").getAsString()),
@@ -243,12 +248,12 @@ class ObjectStorageTest {
         }
         expected.sort((a, b) -> (a.get(0) + "=" + a.get(1)).compareTo(b.get(0) + "=" + b.get(1)));
         assertEquals(expected, pairs(signed), "signed query");
-        assertEquals(c.get("signedCanonicalURL").getAsString(), TaskId.canonicalUrl(signed, filter));
+        assertEquals(c.get("signedCanonicalURL").getAsString(), TaskId.canonicalUrl(signed, filter, r));
         assertEquals(c.get("signedTaskID").getAsString(),
-            TaskId.compute(signed, filter, null, null, null, null), "task id of the signed URL");
+            TaskId.compute(signed, filter, null, null, null, null, r), "task id of the signed URL");
         String unsignedTaskId = c.getAsJsonArray("taskIDs").get(0).getAsJsonObject().get("taskID").getAsString();
         assertEquals(c.get("signedTaskIDEqualsUnsigned").getAsBoolean(),
-            unsignedTaskId.equals(TaskId.compute(signed, filter, null, null, null, null)),
+            unsignedTaskId.equals(TaskId.compute(signed, filter, null, null, null, null, r)),
             "signed and bare object URL share a task id");
       }));
     }
@@ -256,7 +261,11 @@ class ObjectStorageTest {
   }
 
   @Test
-  void emptyFilterLeavesTheUrlAlone() {
-    assertEquals("https://x/y?b=1&a=2", TaskId.canonicalUrl("https://x/y?b=1&a=2", Collections.emptyList()));
+  void emptyFilterLeavesTheUrlAloneFrom153() {
+    assertEquals("https://x/y?b=~&a=2",
+        TaskId.canonicalUrl("https://x/y?b=~&a=2", Collections.emptyList(), TaskId.Rule.V1_5_3));
+    // Client 1.4 parses and re-serialises the query even without a filter.
+    assertEquals("https://x/y?b=%7E&a=2",
+        TaskId.canonicalUrl("https://x/y?b=~&a=2", Collections.emptyList(), TaskId.Rule.V1_4));
   }
 }

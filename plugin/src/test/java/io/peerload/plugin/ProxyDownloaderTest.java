@@ -7,6 +7,8 @@ import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import com.google.gson.JsonObject;
+import com.google.gson.JsonParser;
 import java.io.IOException;
 import java.lang.management.ManagementFactory;
 import java.net.ServerSocket;
@@ -64,13 +66,14 @@ class ProxyDownloaderTest {
       assertEquals(body.length, r.bytes);
       assertArrayEquals(body, Files.readAllBytes(target));
       assertEquals("abc", r.taskId);
-      assertEquals(Boolean.TRUE, r.cacheHit);
+      assertEquals(Boolean.TRUE, r.localHit);
       FakeProxy.Received req = proxy.received.get(0);
       assertEquals("GET " + URL + " HTTP/1.1", req.requestLine, "absolute-form, even for https (no CONNECT)");
       assertEquals("models.s3.us-east-1.amazonaws.com", req.headers.get("Host"));
       assertEquals("X-Amz-Date,X-Amz-Signature", req.headers.get("X-Dragonfly-Filtered-Query-Params"));
       assertEquals("X-Amz-Date&X-Amz-Signature", req.headers.get("X-Dragonfly-Filter"));
       assertEquals("v1", req.headers.get("X-Dragonfly-Tag"));
+      assertEquals("true", req.headers.get("X-Dragonfly-Use-P2P"), "P2P whatever the daemon's proxy.rules");
       assertTrue(leftovers().isEmpty());
     }
   }
@@ -83,7 +86,30 @@ class ProxyDownloaderTest {
       Path target = store.resolve("c.mar");
       ProxyDownloader.Result r = downloader.download(proxy.uri(), URL, Collections.emptyMap(), FILTER, target, "x");
       assertEquals("hello world", new String(Files.readAllBytes(target), StandardCharsets.US_ASCII));
-      assertEquals(Boolean.FALSE, r.cacheHit, "a task id without Download-Finished is a miss");
+      assertEquals(Boolean.FALSE, r.localHit, "a task id without Download-Finished is not a local hit");
+    }
+  }
+
+  /** The real daemon: a hit on a remote peer's cache carries the task id and nothing else. */
+  @Test
+  void remoteHitOrMissIsNotALocalHitAndNothingMore() throws Exception {
+    try (FakeProxy proxy = new FakeProxy(FakeProxy.ok(new byte[5], "X-Dragonfly-Task-ID: t1",
+        "X-Dragonfly-Server-IP: 127.0.0.2"))) {
+      ProxyDownloader.Result r = downloader.download(
+          proxy.uri(), URL, Collections.emptyMap(), FILTER, store.resolve("r.mar"), "x");
+      assertEquals("t1", r.taskId);
+      assertEquals(Boolean.FALSE, r.localHit);
+      JsonObject body = JsonParser.parseString(Json.status("ok", r.taskId, r.localHit, null)).getAsJsonObject();
+      assertFalse(body.getAsJsonPrimitive("LocalHit").getAsBoolean());
+      assertFalse(body.has("CacheHit"), "no miss is claimed: the daemon does not tell a remote hit from a miss");
+    }
+    // Not through P2P at all (a daemon that forwarded it directly): nothing is known.
+    try (FakeProxy proxy = new FakeProxy(FakeProxy.ok(new byte[5]))) {
+      ProxyDownloader.Result r = downloader.download(
+          proxy.uri(), URL, Collections.emptyMap(), FILTER, store.resolve("d.mar"), "x");
+      assertNull(r.taskId);
+      assertNull(r.localHit);
+      assertEquals("{\"Status\":\"ok\"}", Json.status("ok", r.taskId, r.localHit, null));
     }
   }
 
@@ -138,6 +164,40 @@ class ProxyDownloaderTest {
     assertEquals(404, e.status());
     assertTrue(e.getMessage().contains("s3://models/a/b.mar not found"), e.getMessage());
     assertTrue(e.getMessage().contains("NoSuchKey"), e.getMessage());
+  }
+
+  /** The real daemon passes the origin's status and headers on, with an empty body. */
+  @Test
+  void originErrorsWithAnEmptyBodyAreExplainedFromTheStatus() throws Exception {
+    PluginException nf = fail(FakeProxy.status(404, "", "X-Dragonfly-Error-Type: backend"));
+    assertEquals(404, nf.status());
+    assertTrue(nf.getMessage().startsWith(
+        "s3://models/a/b.mar not found: the origin answered 404 through the peer proxy at http://127.0.0.1:"),
+        nf.getMessage());
+    assertTrue(nf.getMessage().endsWith(" (no body is passed on)"), nf.getMessage());
+
+    PluginException refused = fail(FakeProxy.status(403, "", "X-Dragonfly-Error-Type: backend"));
+    assertEquals(502, refused.status());
+    assertEquals("backend", refused.errorType());
+    assertTrue(refused.getMessage().startsWith("the origin answered 403 through the peer proxy at http://127.0.0.1:"),
+        refused.getMessage());
+    assertTrue(refused.getMessage().contains("(no body is passed on): the signed URL for s3://models/a/b.mar was "
+        + "refused — check the credentials, the bucket policy and the clock"), refused.getMessage());
+    assertFalse(refused.getMessage().contains("X-Amz-Signature"), "the signed URL is never echoed");
+
+    assertEquals(503, fail(FakeProxy.status(503, "", "X-Dragonfly-Error-Type: backend")).status());
+    PluginException bad = fail(FakeProxy.status(400, "", "X-Dragonfly-Error-Type: backend"));
+    assertEquals(502, bad.status());
+    assertTrue(bad.getMessage().contains("check the endpoint, region and bucket"), bad.getMessage());
+  }
+
+  @Test
+  void aProxyTypeForbiddenIsTheDaemonsBlocklistNotTheOrigin() throws Exception {
+    PluginException e = fail(FakeProxy.status(403, "", "X-Dragonfly-Error-Type: proxy"));
+    assertEquals(502, e.status());
+    assertEquals("proxy", e.errorType());
+    assertTrue(e.getMessage().contains("blocklist"), e.getMessage());
+    assertFalse(e.getMessage().contains("credentials"), e.getMessage());
   }
 
   @Test

@@ -1,0 +1,68 @@
+/**
+ * A counting reverse proxy in front of an origin (MinIO): every request is passed through unchanged — the Host
+ * header included, so a SigV4 signature made for the proxy's address verifies at MinIO — and every response's
+ * body bytes are counted. This is how the real-network tests count what the origin served.
+ */
+import { createServer, request } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import type { OriginRequest } from './origin.ts';
+
+export interface CountingProxy {
+  /** `http://127.0.0.1:<port>`: use it as the origin's endpoint. */
+  url: string;
+  requests: OriginRequest[];
+  /** Body bytes of the GET responses for paths that contain `pathPart`. */
+  bytesServed(pathPart: string): number;
+  close(): Promise<void>;
+}
+
+export async function startCountingProxy(target: string): Promise<CountingProxy> {
+  const upstream = new URL(target);
+  const requests: OriginRequest[] = [];
+  const server = createServer((req, res) => {
+    const entry: OriginRequest = {
+      method: req.method ?? 'GET',
+      url: req.url ?? '/',
+      range: req.headers.range,
+      status: 0,
+      bytes: 0,
+    };
+    requests.push(entry);
+    const out = request(
+      {
+        host: upstream.hostname,
+        port: upstream.port,
+        method: req.method,
+        path: req.url,
+        headers: req.headers,
+      },
+      (up) => {
+        entry.status = up.statusCode ?? 0;
+        res.writeHead(up.statusCode ?? 502, up.headers);
+        up.on('data', (chunk: Buffer) => (entry.bytes += chunk.length));
+        up.pipe(res);
+      },
+    );
+    out.on('error', () => {
+      entry.status = 502;
+      if (!res.headersSent) res.writeHead(502).end();
+      else res.destroy();
+    });
+    req.pipe(out);
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const port = (server.address() as AddressInfo).port;
+  return {
+    url: `http://127.0.0.1:${port}`,
+    requests,
+    bytesServed: (pathPart) =>
+      requests
+        .filter((r) => r.method === 'GET' && r.url.includes(pathPart))
+        .reduce((sum, r) => sum + r.bytes, 0),
+    close: () =>
+      new Promise((resolve) => {
+        server.closeAllConnections();
+        server.close(() => resolve());
+      }),
+  };
+}

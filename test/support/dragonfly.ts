@@ -1,0 +1,465 @@
+/**
+ * The real Dragonfly P2P network, built from source by scripts/setup-dragonfly.sh and started here as processes
+ * on loopback: MariaDB and Redis (Debian), the manager (REST + gRPC) and one scheduler in scheduler cluster 1
+ * (Go, v2.5.1), one seed peer and N node peers (`dfdaemon`, Rust, dragonfly-client 1.4.2). Every peer has its
+ * own 127.0.0.x address, its own ports and its own storage, so the scheduler sees N+1 distinct hosts and pieces
+ * really move between peers. Everything is stopped by PID and its directory removed by `stop()`.
+ *
+ * The configurations are the stock ones of the Dragonfly release (deploy/docker-compose templates) with only
+ * addresses, ports, directories and a few intervals changed for a test: the peers' `proxy.rules` stay the
+ * stock `blobs/sha256.*`, so a download that does not ask for P2P (`X-Dragonfly-Use-P2P: true`) bypasses it,
+ * exactly as in a cluster installed from the Dragonfly chart.
+ */
+import { execFile } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { promisify } from 'node:util';
+import { dump } from 'js-yaml';
+import { freePort } from './ports.ts';
+import { startProcess, waitFor, type ManagedProcess } from './process.ts';
+
+const run = promisify(execFile);
+const REPO_ROOT = resolve(import.meta.dirname, '../..');
+
+/** The Dragonfly release the harness runs; scripts/setup-dragonfly.sh builds the same. */
+export const DRAGONFLY_VERSION = 'v2.5.1';
+export const DRAGONFLY_CLIENT_VERSION = '1.4.2';
+/** The root user the manager creates on first start (manager/permission/rbac). */
+export const ROOT_USER = { name: 'root', password: 'dragonfly' } as const;
+/** The stock daemon proxy rule of the Dragonfly chart and docker-compose templates. */
+export const STOCK_PROXY_RULES = ['blobs/sha256.*'] as const;
+
+export interface DragonflyPeer {
+  name: string;
+  /** The peer's own loopback address (127.0.0.x), its host IP as the scheduler sees it. */
+  ip: string;
+  hostname: string;
+  /** `http://<ip>:<port>`: the daemon's HTTP proxy (port 4001 in a cluster). */
+  proxyURL: string;
+  storageDir: string;
+  logDir: string;
+  process: ManagedProcess;
+  /** Text of the daemon's logs so far (all files of its log directory). */
+  logs(): Promise<string>;
+}
+
+export interface DragonflyOptions {
+  /** Node peers besides the seed peer (default 2). */
+  nodePeers?: number;
+  /** The peers' proxy rules (regexes); default the stock `blobs/sha256.*`. */
+  proxyRules?: readonly string[];
+  /** Daemon log level (default info). */
+  logLevel?: 'info' | 'debug';
+  /** Only the manager and its stores: no scheduler, no peers (jobs then fail: no seed peer). */
+  managerOnly?: boolean;
+}
+
+export interface Dragonfly {
+  /** The manager's REST base address, e.g. http://127.0.0.1:40123. */
+  managerURL: string;
+  /** Undefined with `managerOnly`. */
+  seedPeer: DragonflyPeer | undefined;
+  peers: DragonflyPeer[];
+  /** Signs in through the manager's REST API and returns the JWT. */
+  signIn(user?: { name: string; password: string }): Promise<string>;
+  /** Creates a personal access token (for /oapi/v1) through the manager's REST API and returns it. */
+  createPersonalAccessToken(name: string, scopes?: string[]): Promise<string>;
+  /** The manager, scheduler and database processes. */
+  processes: ManagedProcess[];
+  dir: string;
+  stop(): Promise<void>;
+}
+
+/** The bin directory with manager, scheduler, dfdaemon, dfget: $PEERLOAD_DRAGONFLY_BIN, else the set-up's. */
+export async function dragonflyBinDir(): Promise<string> {
+  if (process.env['PEERLOAD_DRAGONFLY_BIN']) return process.env['PEERLOAD_DRAGONFLY_BIN'];
+  const { stdout } = await run('bash', [join(REPO_ROOT, 'scripts/setup-dragonfly.sh')], {
+    maxBuffer: 16 << 20,
+  });
+  return stdout.trim().split('\n').pop()!;
+}
+
+/** Picks `n` distinct 127.0.0.x addresses, from a random start so parallel runs rarely collide. */
+function loopbackAddresses(n: number): string[] {
+  const start = 2 + (randomBytes(1)[0]! % 200);
+  return Array.from({ length: n }, (_, i) => `127.0.0.${start + i}`);
+}
+
+export async function startDragonfly(opts: DragonflyOptions = {}): Promise<Dragonfly> {
+  const bin = await dragonflyBinDir();
+  const dir = await mkdtemp(join(tmpdir(), 'peerload-dragonfly-'));
+  const processes: ManagedProcess[] = [];
+  const peers: DragonflyPeer[] = [];
+  const stop = async () => {
+    // Peers first (they talk to the scheduler and manager), then the services, then the stores.
+    await Promise.allSettled(peers.map((p) => p.process.stop(10_000)));
+    for (const p of [...processes].reverse()) await p.stop(10_000).catch(() => {});
+    await rm(dir, { recursive: true, force: true });
+  };
+  try {
+    const [mysql, redis] = await Promise.all([
+      startMariaDB(join(dir, 'mariadb')),
+      startRedis(join(dir, 'redis')),
+    ]);
+    processes.push(mysql.process, redis.process);
+
+    const manager = await startManagerProcess(bin, join(dir, 'manager'), mysql, redis.port);
+    processes.push(manager.process);
+
+    const token = await signIn(manager.url, ROOT_USER);
+    const network = {
+      managerURL: manager.url,
+      processes,
+      dir,
+      signIn: (user: { name: string; password: string } = ROOT_USER) => signIn(manager.url, user),
+      createPersonalAccessToken: (name: string, scopes?: string[]) =>
+        createPersonalAccessToken(manager.url, name, scopes),
+      stop,
+    };
+    if (opts.managerOnly) return { ...network, seedPeer: undefined, peers };
+
+    const scheduler = await startScheduler(bin, join(dir, 'scheduler'), manager.grpcAddr, redis.port);
+    processes.push(scheduler);
+    await waitFor(
+      'the scheduler to be active in the manager',
+      async () => {
+        const list = await getJSON<{ state: string }[]>(`${manager.url}/api/v1/schedulers`, token);
+        return list.some((s) => s.state === 'active');
+      },
+      { timeoutMs: 60_000, intervalMs: 500 },
+    );
+
+    const ips = loopbackAddresses(1 + (opts.nodePeers ?? 2));
+    const rules = opts.proxyRules ?? STOCK_PROXY_RULES;
+    const seed = await startPeer(bin, dir, 'seed-peer', ips[0]!, manager.grpcAddr, {
+      seed: true,
+      rules,
+      opts,
+    });
+    peers.push(seed);
+    await waitFor(
+      'the seed peer to be active in the manager',
+      async () => {
+        const list = await getJSON<{ state: string; ip: string }[]>(
+          `${manager.url}/api/v1/seed-peers`,
+          token,
+        );
+        return list.some((s) => s.state === 'active' && s.ip === seed.ip);
+      },
+      { timeoutMs: 60_000, intervalMs: 500 },
+    );
+    for (const [i, ip] of ips.slice(1).entries()) {
+      peers.push(
+        await startPeer(bin, dir, `peer-${i + 1}`, ip, manager.grpcAddr, { seed: false, rules, opts }),
+      );
+    }
+    // A daemon is ready once it has announced its host to a scheduler (from the manager's scheduler list).
+    await Promise.all(
+      peers.map((p) =>
+        waitFor(
+          `${p.name} to announce itself to the scheduler`,
+          async () => /announce.*host/i.test(await p.logs()),
+          {
+            timeoutMs: 60_000,
+            intervalMs: 500,
+          },
+        ),
+      ),
+    );
+
+    return { ...network, seedPeer: seed, peers: peers.slice(1) };
+  } catch (err) {
+    const detail = await tailLogs(dir);
+    await stop();
+    throw new Error(`${(err as Error).message}\n${detail}`, { cause: err });
+  }
+}
+
+async function tailLogs(dir: string): Promise<string> {
+  const { stdout } = await run('bash', [
+    '-c',
+    `tail -n 15 $(find "${dir}" -name '*.log' -type f) 2>/dev/null`,
+  ]).catch(() => ({ stdout: '' }));
+  return stdout;
+}
+
+async function createPersonalAccessToken(
+  managerURL: string,
+  name: string,
+  scopes = ['job'],
+): Promise<string> {
+  const jwt = await signIn(managerURL, ROOT_USER);
+  const res = await fetch(`${managerURL}/api/v1/personal-access-tokens`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${jwt}`, 'content-type': 'application/json' },
+    // The root user is the manager's first user (id 1).
+    body: JSON.stringify({
+      name,
+      scopes,
+      user_id: 1,
+      expired_at: new Date(Date.now() + 24 * 3600_000).toISOString(),
+    }),
+  });
+  if (!res.ok) throw new Error(`creating a personal access token: ${res.status} ${await res.text()}`);
+  return ((await res.json()) as { token: string }).token;
+}
+
+async function signIn(managerURL: string, user: { name: string; password: string }): Promise<string> {
+  const res = await fetch(`${managerURL}/api/v1/users/signin`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify(user),
+  });
+  if (!res.ok) throw new Error(`sign-in: ${res.status} ${await res.text()}`);
+  return ((await res.json()) as { token: string }).token;
+}
+
+async function getJSON<T>(url: string, token: string): Promise<T> {
+  const res = await fetch(url, { headers: { authorization: `Bearer ${token}` } });
+  if (!res.ok) throw new Error(`GET ${url}: ${res.status} ${await res.text()}`);
+  return (await res.json()) as T;
+}
+
+interface MariaDB {
+  port: number;
+  user: string;
+  password: string;
+  database: string;
+  process: ManagedProcess;
+}
+
+/** MariaDB on a free loopback port with its own data directory; a database and user for the manager. */
+async function startMariaDB(dir: string): Promise<MariaDB> {
+  await mkdir(dir, { recursive: true });
+  const data = join(dir, 'data');
+  const socket = join(dir, 'mysqld.sock');
+  const port = await freePort();
+  await run('mariadb-install-db', [
+    '--no-defaults',
+    `--datadir=${data}`,
+    '--user=root',
+    '--auth-root-authentication-method=socket',
+    '--skip-test-db',
+  ]);
+  const proc = startProcess(
+    'mariadb',
+    'mariadbd',
+    [
+      '--no-defaults',
+      `--datadir=${data}`,
+      `--socket=${socket}`,
+      `--port=${port}`,
+      '--bind-address=127.0.0.1',
+      '--user=root',
+      '--skip-name-resolve',
+      `--pid-file=${join(dir, 'mariadb.pid')}`,
+      '--innodb-buffer-pool-size=64M',
+      // The manager's schema stores long text in utf8mb4 columns with indexes.
+      '--character-set-server=utf8mb4',
+    ],
+    join(dir, 'mariadb.log'),
+  );
+  const db = { port, user: 'dragonfly', password: randomBytes(12).toString('hex'), database: 'manager' };
+  await waitFor(
+    'MariaDB to accept connections',
+    async () => {
+      await run('mariadb', ['--no-defaults', `--socket=${socket}`, '-u', 'root', '-e', 'SELECT 1']);
+      return true;
+    },
+    { timeoutMs: 60_000, intervalMs: 300 },
+  );
+  await run('mariadb', [
+    '--no-defaults',
+    `--socket=${socket}`,
+    '-u',
+    'root',
+    '-e',
+    `CREATE DATABASE ${db.database} CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci;` +
+      `CREATE USER '${db.user}'@'127.0.0.1' IDENTIFIED BY '${db.password}';` +
+      `GRANT ALL PRIVILEGES ON ${db.database}.* TO '${db.user}'@'127.0.0.1';`,
+  ]);
+  return { ...db, process: proc };
+}
+
+/** Redis on a free loopback port, nothing persisted. */
+async function startRedis(dir: string): Promise<{ port: number; process: ManagedProcess }> {
+  await mkdir(dir, { recursive: true });
+  const port = await freePort();
+  const proc = startProcess(
+    'redis',
+    'redis-server',
+    ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir],
+    join(dir, 'redis.log'),
+  );
+  await waitFor(
+    'Redis to accept connections',
+    async () => {
+      const { stdout } = await run('redis-cli', ['-h', '127.0.0.1', '-p', String(port), 'PING']);
+      return stdout.trim() === 'PONG';
+    },
+    { timeoutMs: 30_000, intervalMs: 200 },
+  );
+  return { port, process: proc };
+}
+
+async function startManagerProcess(
+  bin: string,
+  dir: string,
+  db: MariaDB,
+  redisPort: number,
+): Promise<{ url: string; grpcAddr: string; process: ManagedProcess }> {
+  await mkdir(join(dir, 'log'), { recursive: true });
+  const [restPort, grpcPort] = [await freePort(), await freePort()];
+  const config = {
+    server: {
+      name: 'peerload-test-manager',
+      logDir: join(dir, 'log'),
+      pluginDir: join(dir, 'plugins'),
+      grpc: { advertiseIP: '127.0.0.1', listenIP: '127.0.0.1', port: { start: grpcPort, end: grpcPort } },
+      rest: { addr: `127.0.0.1:${restPort}` },
+    },
+    auth: {
+      jwt: { realm: 'Dragonfly', key: randomBytes(24).toString('hex'), timeout: '24h', maxRefresh: '24h' },
+    },
+    database: {
+      type: 'mysql',
+      mysql: {
+        user: db.user,
+        password: db.password,
+        host: '127.0.0.1',
+        port: db.port,
+        dbname: db.database,
+        migrate: true,
+      },
+      redis: {
+        addrs: [`127.0.0.1:${redisPort}`],
+        db: 0,
+        brokerDB: 1,
+        backendDB: 2,
+        proxy: { enable: false },
+      },
+    },
+    metrics: { enable: false },
+    network: { enableIPv6: false },
+  };
+  const configPath = join(dir, 'manager.yaml');
+  await writeFile(configPath, dump(config));
+  const proc = startProcess(
+    'manager',
+    join(bin, 'manager'),
+    ['--config', configPath, '--console'],
+    join(dir, 'manager.log'),
+  );
+  const url = `http://127.0.0.1:${restPort}`;
+  await waitFor('the manager REST API', async () => (await fetch(`${url}/healthy`)).ok, {
+    timeoutMs: 90_000,
+    intervalMs: 300,
+  });
+  return { url, grpcAddr: `127.0.0.1:${grpcPort}`, process: proc };
+}
+
+async function startScheduler(
+  bin: string,
+  dir: string,
+  managerAddr: string,
+  redisPort: number,
+): Promise<ManagedProcess> {
+  await mkdir(join(dir, 'log'), { recursive: true });
+  const port = await freePort();
+  const config = {
+    server: {
+      advertiseIP: '127.0.0.1',
+      advertisePort: port,
+      listenIP: '127.0.0.1',
+      port,
+      host: 'peerload-test-scheduler',
+      logDir: join(dir, 'log'),
+      pluginDir: join(dir, 'plugins'),
+      dataDir: join(dir, 'data'),
+    },
+    database: { redis: { addrs: [`127.0.0.1:${redisPort}`], brokerDB: 1, backendDB: 2 } },
+    // Seed peers and schedulers are learnt from the manager; a test cannot wait the default minute.
+    dynConfig: { refreshInterval: '5s' },
+    manager: { addr: managerAddr, schedulerClusterID: 1, keepAlive: { interval: '5s' } },
+    job: { enable: true, globalWorkerNum: 2, schedulerWorkerNum: 2, localWorkerNum: 4 },
+    metrics: { enable: false },
+    network: { enableIPv6: false },
+  };
+  const configPath = join(dir, 'scheduler.yaml');
+  await writeFile(configPath, dump(config));
+  return startProcess(
+    'scheduler',
+    join(bin, 'scheduler'),
+    ['--config', configPath, '--console'],
+    join(dir, 'scheduler.log'),
+  );
+}
+
+async function startPeer(
+  bin: string,
+  root: string,
+  name: string,
+  ip: string,
+  managerAddr: string,
+  o: { seed: boolean; rules: readonly string[]; opts: DragonflyOptions },
+): Promise<DragonflyPeer> {
+  const dir = join(root, name);
+  const logDir = join(dir, 'log');
+  const storageDir = join(dir, 'storage');
+  await mkdir(logDir, { recursive: true });
+  const port = () => freePort(ip);
+  const hostname = `peerload-${name}`;
+  const proxyPort = await port();
+  const config = {
+    host: { ip, hostname, idc: '', location: '' },
+    server: { pluginDir: join(dir, 'plugins'), cacheDir: join(dir, 'cache') },
+    download: { server: { socketPath: join(dir, 'dfdaemon.sock') }, pieceTimeout: '40s' },
+    upload: { server: { ip, port: await port() } },
+    manager: { addr: `http://${managerAddr}` },
+    scheduler: {
+      announceInterval: '10s',
+      scheduleTimeout: '30s',
+      maxScheduleCount: 5,
+      enableBackToSource: true,
+    },
+    ...(o.seed ? { seedPeer: { enable: true, type: 'super' } } : {}),
+    dynconfig: { refreshInterval: '5s' },
+    storage: { server: { ip, tcpPort: await port(), quicPort: await port() }, dir: storageDir, keep: true },
+    proxy: {
+      server: { ip, port: proxyPort },
+      rules: o.rules.map((regex) => ({ regex })),
+      disableBackToSource: false,
+      prefetch: false,
+    },
+    health: { server: { ip, port: await port() } },
+    metrics: { server: { ip, port: await port() } },
+    stats: { server: { ip, port: await port() } },
+    network: { enableIPv6: false },
+  };
+  const configPath = join(dir, 'dfdaemon.yaml');
+  await writeFile(configPath, dump(config));
+  const proc = startProcess(
+    name,
+    join(bin, 'dfdaemon'),
+    ['--config', configPath, '--log-dir', logDir, '--log-level', o.opts.logLevel ?? 'info'],
+    join(dir, 'dfdaemon.out'),
+  );
+  const logs = async () => {
+    const { stdout } = await run('bash', ['-c', `cat "${logDir}"/* "${dir}/dfdaemon.out" 2>/dev/null`], {
+      maxBuffer: 256 << 20,
+    }).catch(() => ({ stdout: '' }));
+    return stdout;
+  };
+  return {
+    name,
+    ip,
+    hostname,
+    proxyURL: `http://${ip}:${proxyPort}`,
+    storageDir,
+    logDir,
+    process: proc,
+    logs,
+  };
+}
