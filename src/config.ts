@@ -55,6 +55,10 @@ const ALL = {
   managerTokenSecretKey: { flag: 'manager-token-secret-key', help: 'Key of the token in that Secret' },
   pollBackoffStart: { flag: 'poll-backoff-start', help: 'First interval when polling external jobs' },
   pollBackoffMax: { flag: 'poll-backoff-max', help: 'Longest interval when polling external jobs' },
+  cleanupGracePeriod: {
+    flag: 'cleanup-grace-period',
+    help: 'How long a ServedModel deletion retries unreachable replicas before it lets go (default of spec.deletion.gracePeriod)',
+  },
   peerDaemonVersion: {
     flag: 'peer-daemon-version',
     help: 'Peer daemon (dragonfly-client) version whose task ids status shows: 1.4, 1.5.3+ or e.g. 1.4.2; default 1.4',
@@ -109,6 +113,7 @@ export const OperatorConfigSchema = z
     managerTokenSecretKey: z.string().min(1).default('token'),
     pollBackoffStart: duration('poll backoff start').default(2_000),
     pollBackoffMax: duration('poll backoff max').default(60_000),
+    cleanupGracePeriod: duration('cleanup grace period').default(120_000),
     // The rule of the tested Dragonfly release (v2.5.1 bundles client 1.4.2); spec.peerDaemonVersion overrides it.
     peerDaemonVersion: z
       .string()

@@ -41,7 +41,19 @@ export function withRules<S extends z.ZodType>(schema: S, rules: CelRule<z.outpu
       }
     }
   });
-  return refined.meta({ 'x-kubernetes-validations': validations }) as unknown as S;
+  return (validations.length > 0
+    ? refined.meta({ 'x-kubernetes-validations': validations })
+    : refined) as unknown as S;
+}
+
+/**
+ * A list whose items must all differ: `x-kubernetes-list-type: set` for the apiserver (which answers "Duplicate
+ * value" naming the item), the same check for zod.
+ */
+export function distinct<S extends z.ZodArray<z.ZodType>>(schema: S): S {
+  return schema
+    .refine((items) => new Set(items).size === items.length, 'items must not repeat')
+    .meta({ 'x-kubernetes-list-type': 'set' }) as unknown as S;
 }
 
 /** How many of the given values are set; used by "exactly one of" rules. */
@@ -51,8 +63,27 @@ export const countSet = (...values: unknown[]): number => values.filter((v) => v
 export const DURATION_PATTERN = '^([0-9]+(\\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$';
 export const Duration = z
   .string()
+  .max(64)
   .regex(new RegExp(DURATION_PATTERN), 'must be a duration such as 90s, 30m or 1h30m')
   .meta({ description: 'A duration such as `90s`, `30m` or `1h30m` (Go time.Duration syntax).' });
+
+/** A {@link Duration} of at least `min` (and at most `max`): CEL's duration() parses the same Go syntax. */
+export function durationBetween(min: string, max?: string): typeof Duration {
+  const rules: CelRule<string>[] = [
+    {
+      rule: `duration(self) >= duration('${min}')`,
+      message: `must be at least ${min}`,
+      check: (d) => !new RegExp(DURATION_PATTERN).test(d) || parseDuration(d) >= parseDuration(min),
+    },
+  ];
+  if (max)
+    rules.push({
+      rule: `duration(self) <= duration('${max}')`,
+      message: `must be at most ${max}`,
+      check: (d) => !new RegExp(DURATION_PATTERN).test(d) || parseDuration(d) <= parseDuration(max),
+    });
+  return withRules(Duration, rules);
+}
 
 const UNIT_MS: Record<string, number> = {
   ns: 1e-6,
@@ -100,6 +131,39 @@ export const HttpUrl = z
   .string()
   .max(4096)
   .regex(/^https?:\/\/[^\s/?#]+[^\s]*$/, 'must be an absolute http:// or https:// URL');
+
+/** A DNS name, an IPv4 address or a bracketed IPv6 address. */
+const HOST =
+  '([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*|\\[[0-9A-Fa-f:.]+\\])';
+const PORT = '(6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}|[1-9][0-9]{0,3})';
+const ENDPOINT_PATTERN = `^https?://${HOST}(:${PORT})?$`;
+const BASE_URL_PATTERN = `^https?://${HOST}(:${PORT})?(/[^\\s?#]*)?$`;
+
+/** A string rule in CEL and TypeScript from one regular expression (RE2 and JavaScript agree on these). */
+const matching = (pattern: string, message: string): CelRule<string> => ({
+  rule: `self.matches(r'${pattern}')`,
+  message,
+  check: (s) => new RegExp(pattern).test(s),
+});
+
+/**
+ * A model server's management address: `http(s)://host[:port]` and nothing else (no user, path, query). 280
+ * characters hold any host name and port; it also keeps the CEL cost of 1,000 endpoints within the apiserver's budget.
+ */
+export const EndpointURL = withRules(z.string().max(280), [
+  matching(
+    ENDPOINT_PATTERN,
+    'must be http(s)://host:port with nothing else: no user or password, path, query or fragment',
+  ),
+]);
+
+/** A service base address (manager, object store): `http(s)://host[:port][/path]`, no credentials in it. */
+export const BaseURL = withRules(z.string().max(2048), [
+  matching(
+    BASE_URL_PATTERN,
+    'must be http(s)://host[:port][/path] without user or password, query or fragment (credentials go in Secrets)',
+  ),
+]);
 
 /** metav1.Condition, as the API conventions define it. */
 export const Condition = z.object({

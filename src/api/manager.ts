@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { HttpUrl, SecretKeyRef, SecretRef, Duration, withRules, countSet } from './common.ts';
+import { BaseURL, SecretKeyRef, SecretRef, durationBetween, withRules, countSet } from './common.ts';
 
 /**
  * How to reach the P2P manager's job API. Optional on each resource: the operator's `--manager-url` (and
@@ -7,7 +7,7 @@ import { HttpUrl, SecretKeyRef, SecretRef, Duration, withRules, countSet } from 
  */
 export const ManagerRef = withRules(
   z.object({
-    url: HttpUrl.meta({
+    url: BaseURL.meta({
       description: 'Manager base address, e.g. http://dragonfly-manager.dragonfly-system:8080.',
     }),
     apiPath: z.enum(['/api/v1', '/oapi/v1']).default('/api/v1').meta({
@@ -25,7 +25,9 @@ export const ManagerRef = withRules(
       description:
         'How to send the query-parameter filter: current (`filtered_query_params`, v2.1.55+) or legacy (`filter`, before v2.1.31).',
     }),
-    requestTimeout: Duration.default('30s').meta({ description: 'Time-out of one request to the manager.' }),
+    requestTimeout: durationBetween('1s')
+      .default('30s')
+      .meta({ description: 'Time-out of one request to the manager; at least 1s.' }),
   }),
   [
     {

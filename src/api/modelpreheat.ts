@@ -6,13 +6,15 @@ import { z } from 'zod';
 import {
   API_VERSION,
   Conditions,
-  Duration,
   HttpUrl,
   ObjectMeta,
   SecretRef,
   Timestamp,
   countSet,
+  distinct,
+  durationBetween,
   withRules,
+  type CelRule,
 } from './common.ts';
 import { ManagerRef } from './manager.ts';
 import { ObjectStorageSource } from './objectstorage.ts';
@@ -23,6 +25,57 @@ export const JOB_STATES = ['PENDING', 'RECEIVED', 'STARTED', 'RETRY', 'SUCCESS',
 export const PREHEAT_PHASES = [...JOB_STATES, 'RETRYING', 'UNREACHABLE', 'BLOCKED'] as const;
 export type JobState = (typeof JOB_STATES)[number];
 
+/** RFC 9110 `token`: what an HTTP field name may be. */
+const HEADER_NAME_PATTERN = "^[-!#$%&'*+.^_`|~0-9A-Za-z]+$";
+const MAX_HEADERS = 64;
+
+/** Fields the HTTP client sets itself (framing, connection, target host): from a user they break the request. */
+const FORBIDDEN_HEADERS = [
+  'host',
+  'content-length',
+  'transfer-encoding',
+  'connection',
+  'keep-alive',
+  'proxy-connection',
+  'te',
+  'trailer',
+  'upgrade',
+] as const;
+
+const headerRules: CelRule<Record<string, string>>[] = [
+  {
+    rule: `self.all(k, !(k.lowerAscii() in [${FORBIDDEN_HEADERS.map((h) => `'${h}'`).join(', ')}]))`,
+    message: `header names must not be ${FORBIDDEN_HEADERS.join(', ')}: the HTTP client sets those itself`,
+    check: (h) =>
+      Object.keys(h).every((k) => !(FORBIDDEN_HEADERS as readonly string[]).includes(k.toLowerCase())),
+  },
+  {
+    rule: `self.all(k, k.size() <= 256 && k.matches(r"${HEADER_NAME_PATTERN}"))`,
+    message:
+      "header names must be HTTP tokens of at most 256 characters: letters, digits and !#$%&'*+-.^_`|~",
+    check: (h) => Object.keys(h).every((k) => k.length <= 256 && new RegExp(HEADER_NAME_PATTERN).test(k)),
+  },
+];
+
+export const HttpHeaders = withRules(
+  z
+    .record(
+      z.string(),
+      withRules(z.string().max(8192), [
+        {
+          // Forwarded to the manager and on to the origin: a CR or LF would split the request.
+          rule: "!self.matches(r'[\\x00-\\x08\\x0a-\\x1f\\x7f]')",
+          message: 'header values must not contain CR, LF or other control characters',
+          // eslint-disable-next-line no-control-regex -- control characters are what this rule is about
+          check: (v) => !/[\x00-\x08\x0a-\x1f\x7f]/.test(v),
+        },
+      ]),
+    )
+    .refine((h) => Object.keys(h).length <= MAX_HEADERS, `at most ${MAX_HEADERS} headers`)
+    .meta({ maxProperties: MAX_HEADERS }),
+  headerRules,
+);
+
 const IMAGE_MANIFEST_PATTERN = '^(.*)://(.*)/v2/(.*)/manifests/(.*)$';
 
 /** `1.4`, `1.5.3+` or a version such as 1.4.2 / v1.5.3 (taskIdRule in src/storage/taskid.ts reads it). */
@@ -30,6 +83,7 @@ export const PEER_DAEMON_VERSION_PATTERN =
   '^(1\\.5\\.3\\+|v?[0-9]{1,9}\\.[0-9]{1,9}(\\.[0-9]{1,9})?(-[0-9A-Za-z.-]+)?(\\+[0-9A-Za-z.-]+)?)$';
 export const PeerDaemonVersion = z
   .string()
+  .max(64)
   .regex(
     new RegExp(PEER_DAEMON_VERSION_PATTERN),
     'must be "1.4", "1.5.3+" or the peer daemon\'s (dragonfly-client) version such as 1.4.2 or v1.5.3',
@@ -48,10 +102,7 @@ export const ModelPreheatSpec = withRules(
     url: HttpUrl.optional().meta({
       description: 'One URL to preheat (an image manifest URL for type image).',
     }),
-    urls: z
-      .array(HttpUrl)
-      .min(1)
-      .max(100)
+    urls: distinct(z.array(HttpUrl).min(1).max(100))
       .optional()
       .meta({ description: 'Several file URLs preheated in one job (type file only).' }),
     objectStorage: ObjectStorageSource.optional().meta({
@@ -72,15 +123,16 @@ export const ModelPreheatSpec = withRules(
         description:
           "Query parameters left out of the task id (the manager job's filter). Default: the manager default (S3, GCS, OSS, OBS, COS signatures and ns).",
       }),
-    headers: z
-      .record(z.string().regex(/^[A-Za-z0-9-]+$/), z.string().max(8192))
-      .optional()
-      .meta({ description: 'HTTP headers the seed peers send to the origin.' }),
+    headers: HttpHeaders.optional().meta({
+      description:
+        'HTTP headers the seed peers send to the origin: names are HTTP tokens, values have no CR, LF or other control characters.',
+    }),
     imageCredentialsSecretRef: SecretRef.optional().meta({
       description: 'type image: Secret with keys `username` and `password` for the registry.',
     }),
     platform: z
       .string()
+      .max(64)
       .regex(/^[a-z0-9]+\/[a-z0-9_]+(\/[a-z0-9]+)?$/, 'must look like linux/amd64')
       .optional()
       .meta({ description: 'type image: platform to pick from a manifest list, e.g. linux/amd64.' }),
@@ -101,12 +153,12 @@ export const ModelPreheatSpec = withRules(
       .enum(PREHEAT_SCOPES)
       .default('single_seed_peer')
       .meta({ description: 'Which peers download the content.' }),
-    schedulerClusterIDs: z
-      .array(z.int().min(1))
-      .max(100)
+    schedulerClusterIDs: distinct(z.array(z.int().min(1)).max(100))
       .optional()
       .meta({ description: "IDs of the manager's scheduler clusters to preheat in; empty means all." }),
-    timeout: Duration.optional().meta({ description: 'Job time-out on the manager (default 60m there).' }),
+    timeout: durationBetween('1s')
+      .optional()
+      .meta({ description: 'Job time-out on the manager (default 60m there); at least 1s.' }),
     manager: ManagerRef.optional().meta({
       description: "Manager to use; defaults to the operator's --manager-url.",
     }),
@@ -118,8 +170,8 @@ export const ModelPreheatSpec = withRules(
           .max(100)
           .default(3)
           .meta({ description: 'Jobs created again after a FAILURE.' }),
-        backoff: Duration.default('30s').meta({
-          description: 'First delay before a retry; doubles each time.',
+        backoff: durationBetween('1ms').default('30s').meta({
+          description: 'First delay before a retry; doubles each time. Positive (0s would retry at once).',
         }),
       })
       .default({ limit: 3, backoff: '30s' })

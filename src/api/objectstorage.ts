@@ -3,7 +3,8 @@
  * plugin's configuration file (seed 2.2), so an admin can copy values from one to the other.
  */
 import { z } from 'zod';
-import { HttpUrl, SecretRef, Duration, withRules, type CelRule } from './common.ts';
+import { BaseURL, SecretRef, distinct, durationBetween, withRules, type CelRule } from './common.ts';
+import { ObjectKey } from './objectkey.ts';
 
 export const OBJECT_STORAGE_TYPES = ['s3', 'oss', 'gcs', 'abs'] as const;
 export type ObjectStorageType = (typeof OBJECT_STORAGE_TYPES)[number];
@@ -30,11 +31,17 @@ const locationFields = {
   container: BucketName.optional().meta({ description: 'Blob container name (abs).' }),
   accountName: z
     .string()
+    .max(24)
     .regex(/^[a-z0-9]{3,24}$/, 'must be a storage account name')
     .optional()
     .meta({ description: 'Storage account name (abs).' }),
-  region: z.string().max(64).optional().meta({ description: 'Region (s3; default us-east-1).' }),
-  endpoint: HttpUrl.optional().meta({
+  region: z
+    .string()
+    .max(64)
+    .regex(/^[a-z0-9][a-z0-9-]*$/, 'must be a region name such as eu-west-1')
+    .optional()
+    .meta({ description: 'Region (s3; default us-east-1).' }),
+  endpoint: BaseURL.optional().meta({
     description:
       'Service endpoint. Required for oss; optional for s3 (S3-compatible stores) and abs (defaults to https://<account>.blob.core.windows.net).',
   }),
@@ -42,16 +49,33 @@ const locationFields = {
     .boolean()
     .optional()
     .meta({ description: 's3: address the bucket in the path, not the host.' }),
-  projectID: z.string().max(64).optional().meta({ description: 'Project id (gcs).' }),
+  projectID: z
+    .string()
+    .max(64)
+    .regex(/^[a-z0-9][a-z0-9.:-]*$/, 'must be a project id')
+    .optional()
+    .meta({ description: 'Project id (gcs).' }),
   credentialsSecretRef: SecretRef.optional().meta({
     description:
-      'Secret with the credentials: s3 access_key/secret_key; oss access_key_id/access_key_secret; gcs service_account.json; abs account_key.',
+      'Secret with the credentials (required: every URL is signed): s3 access_key/secret_key; oss access_key_id/access_key_secret; gcs service_account.json; abs account_key.',
   }),
-  signedURLExpiry: Duration.default('1h').meta({ description: 'Validity of each signed URL.' }),
-  filteredQueryParams: z.array(z.string().min(1).max(128)).max(64).optional().meta({
-    description:
-      'Query parameters left out of the task id. Default: the signature parameters of the storage kind, the same default as the endpoint plugin.',
-  }),
+  signedURLExpiry: durationBetween('1s', '168h')
+    .default('1h')
+    .meta({ description: 'Validity of each signed URL, from 1s to 168h (7 days, the s3 and gcs maximum).' }),
+  filteredQueryParams: z
+    .array(
+      z
+        .string()
+        .min(1)
+        .max(128)
+        .regex(/^[^&,\s]+$/, 'must be one query parameter name'),
+    )
+    .max(64)
+    .optional()
+    .meta({
+      description:
+        'Query parameters left out of the task id. Default: the signature parameters of the storage kind, the same default as the endpoint plugin.',
+    }),
 };
 
 type Location = z.infer<z.ZodObject<typeof locationFields>>;
@@ -78,6 +102,16 @@ const locationRules: CelRule<Location>[] = [
     reason: 'FieldValueRequired',
     check: (o) => o.type !== 'oss' || o.endpoint !== undefined,
   },
+  {
+    // Unsigned access to a public bucket is no use here: the plugin always signs, and a plain URL preheat covers
+    // public objects (ModelPreheat spec.url). Without this rule the job fails at run time, retried forever.
+    rule: 'has(self.credentialsSecretRef)',
+    message:
+      'credentialsSecretRef is required: the operator signs every object URL (for public objects use spec.url instead)',
+    fieldPath: '.credentialsSecretRef',
+    reason: 'FieldValueRequired',
+    check: (o) => o.credentialsSecretRef !== undefined,
+  },
 ];
 
 /** An object storage bucket (or container) and how to sign URLs for it. */
@@ -88,11 +122,10 @@ export type ObjectStorageLocation = z.infer<typeof ObjectStorageLocation>;
 export const ObjectStorageSource = withRules(
   z.object({
     ...locationFields,
-    keys: z
-      .array(z.string().min(1).max(1024))
-      .min(1)
-      .max(100)
-      .meta({ description: 'Object keys to preheat, e.g. models/resnet-18.mar.' }),
+    keys: distinct(z.array(ObjectKey).min(1).max(100)).meta({
+      description:
+        "Object keys to preheat, e.g. models/resnet-18.mar; the plugin's object-key rules apply (as to ServedModel fileName).",
+    }),
   }),
   locationRules,
 );

@@ -6,15 +6,18 @@ import { z } from 'zod';
 import {
   API_VERSION,
   Conditions,
-  HttpUrl,
+  Duration,
+  EndpointURL,
   ObjectMeta,
   ObjectName,
   SecretKeyRef,
   Timestamp,
   countSet,
+  distinct,
   withRules,
 } from './common.ts';
 import { ManagerRef } from './manager.ts';
+import { ObjectKey } from './objectkey.ts';
 import { ObjectStorageLocation } from './objectstorage.ts';
 import { PREHEAT_SCOPES, PeerDaemonVersion } from './modelpreheat.ts';
 
@@ -36,18 +39,17 @@ export const ModelServer = withRules(
       })
       .optional()
       .meta({ description: 'Discover every ready replica from the EndpointSlices of this Service.' }),
-    endpoints: z
-      .array(HttpUrl)
-      .min(1)
-      .max(1000)
-      .optional()
-      .meta({ description: 'Static management URLs, for model servers outside the cluster.' }),
+    endpoints: distinct(z.array(EndpointURL).min(1).max(1000)).optional().meta({
+      description:
+        'Static management addresses (http(s)://host:port), for model servers outside the cluster.',
+    }),
     scheme: z
       .enum(['http', 'https'])
       .default('http')
       .meta({ description: 'Scheme used with discovered endpoints.' }),
     pluginPath: z
       .string()
+      .max(64)
       .regex(/^[A-Za-z0-9_-]+$/, 'must be one path segment')
       .default('p2p')
       .meta({
@@ -121,9 +123,7 @@ export const PreheatGate = withRules(
       .enum(PREHEAT_SCOPES)
       .optional()
       .meta({ description: 'With create: which peers download (default single_seed_peer).' }),
-    schedulerClusterIDs: z
-      .array(z.int().min(1))
-      .max(100)
+    schedulerClusterIDs: distinct(z.array(z.int().min(1)).max(100))
       .optional()
       .meta({ description: 'With create: scheduler clusters to preheat in; empty means all.' }),
     manager: ManagerRef.optional().meta({
@@ -163,15 +163,10 @@ export const ServedModelSpec = withRules(
       .regex(/^[A-Za-z0-9][A-Za-z0-9_.-]*$/)
       .optional()
       .meta({ description: "Model version (the archive's); changing it rolls the new version out." }),
-    fileName: z
-      .string()
-      .min(1)
-      .max(1024)
-      .regex(/^[^/].*[^/]$|^[^/]$/, 'must be an object key without leading or trailing /')
-      .meta({
-        description:
-          'Model archive object key (e.g. resnet/resnet-18.mar), sent as file_name to the endpoint plugin, which downloads it through the local peer.',
-      }),
+    fileName: ObjectKey.meta({
+      description:
+        "Model archive object key (e.g. resnet/resnet-18.mar), sent as file_name to the endpoint plugin, which downloads it through the local peer; the plugin's object-key rules apply.",
+    }),
     modelServer: ModelServer.meta({
       description: 'Where the model-server replicas are: a Service (every ready endpoint) or static URLs.',
     }),
@@ -200,16 +195,17 @@ export const ServedModelSpec = withRules(
       })
       .default({ maxConcurrent: 10, seedFirst: true })
       .meta({ description: 'How registration fans out over the replicas.' }),
+    deletion: z
+      .object({
+        gracePeriod: Duration.optional().meta({
+          description:
+            "How long deletion keeps retrying replicas that cannot be reached before it lets go of them (default: the operator's --cleanup-grace-period, 2m).",
+        }),
+      })
+      .optional()
+      .meta({ description: 'What deletion does about replicas it cannot unregister the model from.' }),
   }),
-  [
-    {
-      rule: "!('/' + self.fileName + '/').contains('/../')",
-      message: 'fileName must not contain a .. segment',
-      fieldPath: '.fileName',
-      reason: 'FieldValueInvalid',
-      check: (s) => !`/${s.fileName}/`.includes('/../'),
-    },
-  ],
+  [], // fileName's rules are the object-key rules (objectkey.ts), on the field itself
 );
 export type ServedModelSpec = z.infer<typeof ServedModelSpec>;
 

@@ -89,6 +89,12 @@ export function modelPreheatController(ctx: ControllerContext): Controller<Obj> 
     if (!parsed.success) {
       const issue = parsed.error.issues[0]!;
       const message = `spec.${issue.path.join('.')}: ${issue.message}`;
+      if (isBeingDeleted(obj) && hasFinalizer(obj, FINALIZER)) {
+        // Stored before a validation rule existed: nothing safe to act on, and the finalizer must not pin it.
+        ctx.events.record(obj, 'Warning', 'CleanupSkipped', `job not deleted: invalid spec (${message})`);
+        await removeFinalizer(ctx.kube, GVR.modelPreheats, obj, FINALIZER, rc.signal);
+        return;
+      }
       await writeStatus(
         obj,
         (s) => withCondition(s, gen, { outcome: 'Failed', reason: PreheatReason.InvalidSpec, message }),

@@ -14,6 +14,7 @@ import {
   type TaskIdRule,
 } from '../storage/taskid.ts';
 import type { SecretReader } from './secrets.ts';
+import { redactURL } from '../redact.ts';
 
 export interface PreheatPlan {
   request: PreheatJobRequest;
@@ -109,13 +110,6 @@ export async function planPreheat(
       ...(spec.urls ? { urls: spec.urls } : { url: spec.url }),
       filteredQueryParams: spec.filteredQueryParams,
     },
-    tasks: urls.map((url) => ({ url: redactQuery(url, filter), taskID: idOf(url, filter) })),
+    tasks: urls.map((url) => ({ url: redactURL(url), taskID: idOf(url, filter) })),
   };
-}
-
-/** The URL with the values of filtered (signature) parameters replaced, safe to show in status. */
-export function redactQuery(url: string, filter: readonly string[]): string {
-  const u = new URL(url);
-  for (const name of filter) if (u.searchParams.has(name)) u.searchParams.set(name, 'REDACTED');
-  return u.href;
 }

@@ -5,6 +5,7 @@
  */
 import { ApiError } from '../runtime/kube.ts';
 import { GVR, type KubeClient, type KubeObject } from '../runtime/index.ts';
+import { rememberSecret } from '../redact.ts';
 
 /** A Secret, or one of its keys, is missing. The message names both; it never carries a value. */
 export class SecretNotFoundError extends Error {
@@ -26,6 +27,9 @@ export class SecretReader {
   async data(namespace: string, name: string, signal?: AbortSignal): Promise<Record<string, string>> {
     try {
       const secret = await this.kube.resource<SecretObject>(GVR.secrets).get(namespace, name, signal);
+      // Every value read is redacted from status, Events and logs from now on, wherever it turns up.
+      for (const v of Object.values(secret.data ?? {}))
+        rememberSecret(Buffer.from(v, 'base64').toString('utf8'));
       return secret.data ?? {};
     } catch (err) {
       if (err instanceof ApiError && err.code === 404) {

@@ -8,6 +8,7 @@
  */
 import {
   ServedModelSpec,
+  parseDuration,
   type ModelPreheat,
   type ReplicaStatus,
   type ServedModel,
@@ -38,7 +39,6 @@ import { SecretReader } from './secrets.ts';
 import { convergeReplica, type ReplicaGoal, type ReplicaOutcome } from './servedmodel-replica.ts';
 import { ensureOwnedPreheat, gateOf, preheatNameOf } from './servedmodel-preheat.ts';
 import {
-  MAX_MESSAGE_REPLICAS,
   ServedModelCondition,
   invalidSpecConditions,
   servedModelConditions,
@@ -49,6 +49,13 @@ export const FINALIZER = 'peerload.io/unregister-model';
  *  ServedModels do not all check at once). A 60 s period cost an idle operator 2.3 % of a core (bench row 5). */
 const STATIC_RECHECK_MS = 300_000;
 const SECRET_CACHE_MS = 5_000;
+/** Bounds of one model-server call during deletion: shorter as the grace deadline nears. */
+const CLEANUP_CALL_TIMEOUT_MS = 10_000;
+const MIN_CLEANUP_CALL_TIMEOUT_MS = 2_000;
+/** How long a deletion pass may run past the grace deadline before the replicas it has not reached are let go. */
+const CLEANUP_PASS_OVERRUN_MS = 5_000;
+/** Room for replica names in a condition or Event (an Event note holds 1,024 characters). */
+const MAX_LISTED_CHARS = 700;
 
 type Obj = ServedModel;
 type Status = ServedModelStatus;
@@ -57,7 +64,8 @@ export interface ServedModelControllerOptions {
   /** Connection pool toward the model servers (default: the model-server client's shared pool). Tests use it to
    *  reach emulated replicas whose EndpointSlice addresses are not on this machine. */
   dispatcher?: Dispatcher;
-  /** How long a deletion keeps trying unreachable replicas before it lets go. Default 2 minutes. */
+  /** How long a deletion keeps trying unreachable replicas before it lets go, when the spec does not say.
+   *  Default: the operator's --cleanup-grace-period. */
   cleanupGraceMs?: number;
 }
 
@@ -73,7 +81,7 @@ export function createServedModelController(
   const preheats = ctx.informers.get<ModelPreheat>(GVR.modelPreheats);
   const secrets = new SecretReader(ctx.kube);
   const { pollBackoffStart, pollBackoffMax } = ctx.config;
-  const cleanupGraceMs = opts.cleanupGraceMs ?? 120_000;
+  const cleanupGraceMs = opts.cleanupGraceMs ?? ctx.config.cleanupGracePeriod;
 
   // Which ServedModels a Service (EndpointSlice) or a ModelPreheat event concerns.
   models.addIndexer('service', (sm) => {
@@ -141,6 +149,18 @@ export function createServedModelController(
     if (!parsed.success) {
       const issue = parsed.error.issues[0]!;
       const message = `spec.${issue.path.join('.')}: ${issue.message}`;
+      if (isBeingDeleted(sm) && hasFinalizer(sm, FINALIZER)) {
+        // A spec the apiserver took before a validation rule existed: there is nothing safe to act on, and a
+        // finalizer that can never be removed would keep the object forever.
+        ctx.events.record(
+          sm,
+          'Warning',
+          'CleanupSkipped',
+          `model not unregistered: invalid spec (${message})`,
+        );
+        await removeFinalizer(ctx.kube, GVR.servedModels, sm, FINALIZER, rc.signal);
+        return;
+      }
       await writeStatus(sm, (s) => withConditions(s, gen, invalidSpecConditions(message)), rc.signal);
       return;
     }
@@ -256,35 +276,74 @@ export function createServedModelController(
     return slices.byIndex('service', `${namespace}/${svc}`);
   }
 
-  /** Unregisters the model from every replica it may be on; gives up on unreachable ones after a grace period. */
+  /**
+   * Unregisters the model from every replica it may be on. Replicas that cannot be reached are retried until the
+   * grace deadline (deletionTimestamp + grace), then let go of; meanwhile the Ready condition and a
+   * `CleanupPending` Event name them and the deadline, and retries are scheduled so the last one falls on the
+   * deadline (not on the work queue's growing backoff), so the object is released right after it.
+   */
   async function cleanUp(
     sm: Obj,
     spec: ServedModelSpec,
     discovered: Replica[],
     rc: ReconcileContext,
-  ): Promise<void> {
+  ): Promise<ReconcileResult | void> {
     if (!hasFinalizer(sm, FINALIZER)) return;
+    const grace = spec.deletion?.gracePeriod ? parseDuration(spec.deletion.gracePeriod) : cleanupGraceMs;
+    const started = Date.parse(sm.metadata.deletionTimestamp!);
+    const deadline = started + grace;
+    const left = deadline - Date.now();
+    // Replicas that do not answer must not hold the pass past the deadline by much: each call is bounded by the time
+    // left, and the whole pass (many replicas, `maxConcurrent` at a time) ends soon after the deadline; the replicas
+    // it did not get to then count as unreachable.
+    const timeoutMs = Math.min(CLEANUP_CALL_TIMEOUT_MS, Math.max(MIN_CLEANUP_CALL_TIMEOUT_MS, left));
+    const passSignal = AbortSignal.any([
+      rc.signal,
+      AbortSignal.timeout(Math.max(left, 0) + CLEANUP_PASS_OVERRUN_MS),
+    ]);
     const known = new Map<string, Replica>();
     for (const r of [...(sm.status?.replicas ?? []), ...discovered]) known.set(r.endpoint, r);
-    const failures: string[] = [];
+    const failures: { replica: Replica; why: string }[] = [];
     await pool([...known.values()], spec.rollout.maxConcurrent, async (r) => {
       try {
-        await unregisterEverywhere(clientFor(sm, spec, r), spec.modelName, rc.signal);
+        if (passSignal.aborted) throw new Error('not reached before the grace deadline');
+        await unregisterEverywhere(clientFor(sm, spec, r), spec.modelName, passSignal, timeoutMs);
       } catch (err) {
-        failures.push(`${r.pod ?? r.endpoint}: ${(err as Error).message}`);
+        failures.push({ replica: r, why: (err as Error).message });
       }
     });
+    const names = failures.map((f) => f.replica.pod ?? f.replica.endpoint).sort();
+    if (failures.length > 0 && Date.now() < deadline) {
+      const at = new Date(deadline).toISOString();
+      const message =
+        `deleting: ${spec.modelName} is still registered on ${failures.length} of ${known.size} replica(s) that ` +
+        `cannot be reached: ${listed(names)}; retrying until ${at}, then letting go of them`;
+      await writeStatus(
+        sm,
+        (s) =>
+          withConditions(s, sm.metadata.generation, [
+            { type: ServedModelCondition.Ready, status: 'False', reason: 'Deleting', message },
+            { type: ServedModelCondition.Reconciling, status: 'True', reason: 'Deleting', message },
+          ]),
+        rc.signal,
+      );
+      ctx.events.record(
+        sm,
+        'Warning',
+        'CleanupPending',
+        `unregistering ${spec.modelName} failed on ${listed(names)}; retrying until ${at}: ${failures[0]!.why}`,
+      );
+      const elapsed = Date.now() - started;
+      const interval = Math.min(pollBackoffMax, Math.max(pollBackoffStart, elapsed / 4));
+      return { requeueAfter: Math.max(0, Math.min(interval, deadline - Date.now())) };
+    }
     if (failures.length > 0) {
-      const waited = Date.now() - Date.parse(sm.metadata.deletionTimestamp!);
-      if (waited < cleanupGraceMs)
-        throw new Error(
-          `unregister failed on ${failures.length} replica(s): ${failures.slice(0, MAX_MESSAGE_REPLICAS).join('; ')}`,
-        );
       ctx.events.record(
         sm,
         'Warning',
         'CleanupAbandoned',
-        `gave up unregistering ${spec.modelName} after ${cleanupGraceMs / 1000}s on: ${failures.slice(0, MAX_MESSAGE_REPLICAS).join('; ')}`,
+        `gave up unregistering ${spec.modelName} after ${grace / 1000}s from ${failures.length} replica(s): ` +
+          `${listed(names)} (first error: ${failures[0]!.why})`,
       );
     } else {
       ctx.events.record(
@@ -342,8 +401,9 @@ async function unregisterEverywhere(
   client: ModelServerClient,
   name: string,
   signal: AbortSignal,
+  timeoutMs: number,
 ): Promise<void> {
-  const call = { signal, timeoutMs: 10_000 };
+  const call = { signal, timeoutMs };
   const all = await client.describeIfPresent(name, 'all', call);
   if (!all) return;
   const def = (await client.describeIfPresent(name, undefined, call))?.[0]?.modelVersion;
@@ -355,6 +415,19 @@ async function unregisterEverywhere(
       if (!(err instanceof ModelServerError && err.kind === 'notFound')) throw err;
     }
   }
+}
+
+/** Names, as many as fit in the room of a note, then how many more. */
+function listed(names: readonly string[]): string {
+  const shown: string[] = [];
+  let room = MAX_LISTED_CHARS;
+  for (const n of names) {
+    if (n.length + 2 > room) break;
+    shown.push(n);
+    room -= n.length + 2;
+  }
+  const more = names.length - shown.length;
+  return shown.join(', ') + (more > 0 ? ` and ${more} more` : '');
 }
 
 function waiting(r: Replica, previous: ReplicaStatus | undefined, why: string): ReplicaOutcome {

@@ -11,7 +11,8 @@ import { USER_AGENT } from '../version.ts';
 import { Pool, type Dispatcher } from 'undici';
 import { z } from 'zod';
 import { AuthProvider, parseExpire, type AuthProviderOptions, type ManagerAuth } from './auth.ts';
-import { ManagerError, extractManagerMessage, kindForStatus, parseRetryAfter, redact } from './errors.ts';
+import { ManagerError, extractManagerMessage, kindForStatus, parseRetryAfter } from './errors.ts';
+import { redact } from '../redact.ts';
 import {
   JobListSchema,
   JobSchema,

@@ -3,8 +3,9 @@
  * is a {@link ManagerError}; controllers map `kind` to conditions in one place and never look at HTTP details.
  *
  * Messages carry the manager's own text (`{"message"}`, `{"errors"}` or a text body) and never a credential:
- * request bodies and headers are never quoted, and known secrets are redacted from whatever the manager says.
+ * request bodies and headers are never quoted, and whatever the manager says passes the redaction boundary.
  */
+import { redact } from '../redact.ts';
 
 export const MANAGER_ERROR_KINDS = ['retryable', 'terminal', 'auth', 'notFound', 'conflict'] as const;
 export type ManagerErrorKind = (typeof MANAGER_ERROR_KINDS)[number];
@@ -34,7 +35,9 @@ export class ManagerError extends Error {
 
   constructor(init: ManagerErrorInit) {
     const where = init.status > 0 ? `HTTP ${init.status}` : (init.code ?? 'network error');
-    super(`manager ${init.operation} failed (${where}): ${init.managerMessage}`, { cause: init.cause });
+    super(redact(`manager ${init.operation} failed (${where}): ${init.managerMessage}`), {
+      cause: init.cause,
+    });
     this.name = 'ManagerError';
     this.kind = init.kind;
     this.status = init.status;
@@ -101,13 +104,4 @@ export function extractManagerMessage(body: string, secrets: readonly string[] =
     // not JSON: the text itself
   }
   return redact(message.length > MAX_MESSAGE ? message.slice(0, MAX_MESSAGE) + '…' : message, secrets);
-}
-
-/** Replaces every occurrence of each secret (length >= 4 to avoid mangling ordinary words) by `***`. */
-export function redact(text: string, secrets: readonly string[]): string {
-  let out = text;
-  for (const s of secrets) {
-    if (s.length >= 4) out = out.split(s).join('***');
-  }
-  return out;
 }

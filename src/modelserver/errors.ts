@@ -5,8 +5,9 @@
  *
  * Messages carry the server's own `type` and `message` (TorchServe's `{"code","type","message"}`, or a plugin's
  * `{"Status"}`) and never a credential: headers are never quoted and known keys are redacted from whatever the
- * server says.
+ * server says (through the redaction boundary, src/redact.ts).
  */
+import { redact } from '../redact.ts';
 
 export const MODEL_SERVER_ERROR_KINDS = ['retryable', 'terminal', 'auth', 'notFound', 'conflict'] as const;
 export type ModelServerErrorKind = (typeof MODEL_SERVER_ERROR_KINDS)[number];
@@ -42,7 +43,7 @@ export class ModelServerError extends Error {
   constructor(init: ModelServerErrorInit) {
     const where = init.status > 0 ? `HTTP ${init.status}` : (init.code ?? 'network error');
     const what = init.serverType ? `${init.serverType}: ${init.serverMessage}` : init.serverMessage;
-    super(`model server ${init.endpoint} ${init.operation} failed (${where}): ${what}`, {
+    super(redact(`model server ${init.endpoint} ${init.operation} failed (${where}): ${what}`), {
       cause: init.cause,
     });
     this.name = 'ModelServerError';
@@ -51,7 +52,7 @@ export class ModelServerError extends Error {
     this.serverType = init.serverType;
     this.serverMessage = init.serverMessage;
     this.operation = init.operation;
-    this.endpoint = init.endpoint;
+    this.endpoint = redact(init.endpoint);
     this.code = init.code;
   }
 
@@ -91,15 +92,6 @@ export function kindForStatus(status: number, serverType?: string): ModelServerE
   if (status === 409) return 'conflict';
   if (status === 408 || status === 429 || status >= 500) return 'retryable';
   return 'terminal';
-}
-
-/** Replaces every occurrence of each secret (length >= 4 to avoid mangling ordinary words) by `***`. */
-export function redact(text: string, secrets: readonly string[]): string {
-  let out = text;
-  for (const s of secrets) {
-    if (s.length >= 4) out = out.split(s).join('***');
-  }
-  return out;
 }
 
 /** Bounds a message so it fits a status field, then redacts `secrets`. */

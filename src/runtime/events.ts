@@ -8,6 +8,7 @@
 import { randomBytes } from 'node:crypto';
 import type { Logger } from 'pino';
 import { GVR, type KubeClient, type KubeObject } from './kube.ts';
+import { redact } from '../redact.ts';
 
 export type EventType = 'Normal' | 'Warning';
 
@@ -53,8 +54,9 @@ export class EventRecorder {
   }
 
   /** Records an event about `obj`. `action` says what the controller did or failed to do (e.g. `CreateJob`). */
-  record(obj: KubeObject, type: EventType, reason: string, note: string, action = reason): void {
+  record(obj: KubeObject, type: EventType, reason: string, text: string, action = reason): void {
     if (!REASON.test(reason)) throw new Error(`event reason "${reason}" must be CamelCase`);
+    const note = redact(text); // the redaction boundary for Events
     const m = obj.metadata;
     const namespace = m.namespace || 'default';
     const key = `${m.uid ?? `${m.namespace}/${m.name}`}\u0000${type}\u0000${reason}\u0000${note}`;

@@ -10,6 +10,7 @@
 import { isDeepStrictEqual } from 'node:util';
 import type { Logger } from 'pino';
 import { ApiError, objectKey, type KubeClient, type Gvr, type KubeObject } from './kube.ts';
+import { redactDeep } from '../redact.ts';
 
 export interface StatusResult<T> {
   /** The object as written (or as it was, when nothing changed). */
@@ -55,7 +56,8 @@ export class StatusWriter {
       if (mine && mine.baseRV === rv) view = this.latest(current);
       else if (mine && mine.rv === rv) cacheRV = mine.baseRV;
       else if (mine) this.recent.delete(uid);
-      const next = desired(view);
+      // The redaction boundary for status and conditions: what controllers copy from outside never leaves unredacted.
+      const next = redactDeep(desired(view));
       const base: unknown = view.status;
       const baseRV = view.metadata.resourceVersion ?? '';
       if (isDeepStrictEqual(normalize(base), normalize(next))) return { object: view, written: false };

@@ -5,6 +5,7 @@ import {
   Manager,
   createLogger,
   type ControllerFactory,
+  type Logger,
   type RequestRecord,
 } from '../../src/runtime/index.ts';
 import type * as k8s from '@kubernetes/client-node';
@@ -34,12 +35,13 @@ export async function startManager(
   kc: k8s.KubeConfig,
   flags: string[],
   factories: ControllerFactory[],
+  opts: { logger?: Logger } = {},
 ): Promise<RunningManager> {
   const config = testConfig(flags);
   const kube = new KubeClient(kc);
   const requests: RequestRecord[] = [];
   kube.onRequest((r) => requests.push(r));
-  const logger = createLogger(config.logLevel);
+  const logger = opts.logger ?? createLogger(config.logLevel);
   const manager = new Manager({ config, logger, kube, handleSignals: false }).add(...factories);
   const done = manager.run();
   const started = Date.now();

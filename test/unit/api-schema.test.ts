@@ -42,9 +42,51 @@ describe('invalid resources are rejected by zod too, naming the same field', () 
           .replace(/^\./, '')
           .replace(/\.\[/g, '['),
       );
-      expect(paths).toContain(c.field);
+      // A map value's path goes on with its key (spec.headers.X-Foo): the field named is still spec.headers.
+      expect(paths.some((p) => p === c.field || p.startsWith(`${c.field}.`))).toBe(true);
     });
   }
+});
+
+describe('the validation rules still take what is valid', () => {
+  const sm = (extra: Record<string, unknown>) =>
+    ServedModelSpec.safeParse({ modelName: 'm', fileName: 'm.mar', ...extra }).error?.issues ?? [];
+  const mph = (extra: Record<string, unknown>) =>
+    ModelPreheatSpec.safeParse({ url: 'https://h/m.mar', ...extra }).error?.issues ?? [];
+
+  it.each([
+    'http://10.0.0.1:8081',
+    'https://ts-0.ts.ml.svc.cluster.local:8443',
+    'http://torchserve',
+    'http://[fd00::7]:8081',
+    'http://localhost:65535',
+  ])('endpoint %s', (e) => expect(sm({ modelServer: { endpoints: [e] } })).toEqual([]));
+
+  it.each(['http://manager:8080', 'https://gw.example.com/dragonfly', 'http://10.0.0.1:8080/'])(
+    'manager url %s',
+    (url) => expect(mph({ manager: { url } })).toEqual([]),
+  );
+
+  it('headers that are tokens with ordinary values, a tab included', () =>
+    expect(
+      mph({
+        headers: { 'X-Request-Source': 'peerload', "x!#$%&'*+.^_`|~": 'a\tb', Authorization: 'Bearer t' },
+      }),
+    ).toEqual([]));
+
+  it('durations at their bounds', () => {
+    expect(
+      mph({ timeout: '1s', retry: { backoff: '1ms' }, manager: { url: 'http://m', requestTimeout: '1s' } }),
+    ).toEqual([]);
+    const os = { type: 's3', bucket: 'b', credentialsSecretRef: { name: 's' }, keys: ['k'] };
+    expect(mph({ url: undefined, objectStorage: { ...os, signedURLExpiry: '168h' } })).toEqual([]);
+    expect(
+      mph({ url: undefined, objectStorage: { ...os, signedURLExpiry: '1s', region: 'cn-north-1' } }),
+    ).toEqual([]);
+  });
+
+  it('deletion grace of 0s (let go after one pass)', () =>
+    expect(sm({ modelServer: { service: { name: 'ts' } }, deletion: { gracePeriod: '0s' } })).toEqual([]));
 });
 
 describe('defaults', () => {

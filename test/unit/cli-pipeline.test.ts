@@ -83,6 +83,8 @@ describe('peerload CLI for pipelines', () => {
       's3',
       '--bucket',
       'models',
+      '--credentials-secret',
+      's3-credentials',
       '--key',
       'a.mar',
       '--key',
@@ -95,6 +97,13 @@ describe('peerload CLI for pipelines', () => {
     expect(await run(['preheat', '--url', 'ftp://x/y', '--dry-run'])).toMatchObject({
       code: 2,
       stderr: expect.stringMatching(/^peerload preheat: --url: must be an absolute http/),
+    });
+    // objectStorage without credentials is refused by the same rule as the apiserver's.
+    expect(
+      await run(['preheat', '--object-storage', 's3', '--bucket', 'models', '--key', 'a.mar', '--dry-run']),
+    ).toMatchObject({
+      code: 2,
+      stderr: expect.stringContaining('--credentials-secret: credentialsSecretRef is required'),
     });
     expect(await run(['preheat', '--dry-run'])).toMatchObject({
       code: 2,

@@ -25,6 +25,7 @@ describe('operator config', () => {
       managerApiPath: '/api/v1',
       pollBackoffStart: 2_000,
       pollBackoffMax: 60_000,
+      cleanupGracePeriod: 120_000,
     });
     expect(c.identity).toMatch(/_[0-9a-f]{8}$/);
   });
@@ -35,6 +36,7 @@ describe('operator config', () => {
     expect(cfg(['--workers', '2', '--leader-elect'], env)).toMatchObject({ workers: 2, leaderElect: true });
     expect(cfg(['--no-leader-elect'])).toMatchObject({ leaderElect: false });
     expect(cfg(['--resync-period', '0s']).resyncPeriod).toBe(0);
+    expect(cfg(['--cleanup-grace-period', '30s']).cleanupGracePeriod).toBe(30_000);
   });
 
   it('names the flag and its variable on bad values', () => {
