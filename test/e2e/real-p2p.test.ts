@@ -304,6 +304,8 @@ describe('peerload on the real Dragonfly network', () => {
           type: 'file',
           objectStorage: objectStorage([KEY]),
           manager: jwtManager(),
+          // The manager rate-limits only jobs that name their scheduler clusters (10 per second per cluster).
+          schedulerClusterIDs: [1],
           retry: { limit: 0 },
         }),
       ),
