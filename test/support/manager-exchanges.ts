@@ -214,12 +214,17 @@ export const EXCHANGE_SCRIPT: { name: string; request: ExchangeRequest }[] = [
     request: { method: 'GET', path: '/api/v1/jobs/{job:preheat with a legacy filter}', auth: 'jwt' },
   },
   {
+    // The manager rate-limits creates per named scheduler cluster (none named: no limit), 10 per second.
     name: 'create burst',
     request: {
       method: 'POST',
       path: '/api/v1/jobs',
       auth: 'jwt',
-      body: file('{origin}/model.bin'),
+      body: JSON.stringify({
+        type: 'preheat',
+        args: { type: 'file', url: '{origin}/model.bin' },
+        scheduler_cluster_ids: [1],
+      }),
       burst: 30,
     },
   },
