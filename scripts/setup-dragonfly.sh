@@ -27,6 +27,8 @@ done
 if [[ ! -x "$BIN/dfdaemon" ]]; then
   command -v clang >/dev/null || need_debs+=(clang libclang-dev)
   command -v protoc >/dev/null || need_debs+=(protobuf-compiler)
+  # The well-known types (google/protobuf/*.proto) that prost-wkt-types compiles against.
+  [[ -f /usr/include/google/protobuf/duration.proto ]] || need_debs+=(libprotobuf-dev)
   command -v cmake >/dev/null || need_debs+=(cmake)
 fi
 if (( ${#need_debs[@]} )); then
@@ -60,13 +62,17 @@ if [[ ! -x "$BIN/dfdaemon" ]]; then
   # Only the daemon: the tests and benchmarks use its proxy, never dfget.
   log "building dfdaemon (dragonfly-client $CLIENT_VERSION; about 30-40 min on 2 cores; cached afterwards)"
   start=$(date +%s)
-  CARGO_TARGET_DIR="$work/target" cargo install "dragonfly-client@${CLIENT_VERSION}" --locked --root "$work/root" \
+  # The target directory is kept in the cache until the daemon is built: an interrupted or failed build (an hour
+  # of work) resumes where it stopped instead of starting over.
+  target="$PEERLOAD_CACHE/cargo-target-dragonfly-client${CLIENT_VERSION}"
+  CARGO_TARGET_DIR="$target" cargo install "dragonfly-client@${CLIENT_VERSION}" --locked --root "$work/root" \
     --bin dfdaemon \
     --config 'profile.release.opt-level=2' \
     --config 'profile.release.debug=false' \
     --config 'profile.release.incremental=false' \
     --config 'profile.release.package.librocksdb-sys.opt-level=1' >&2
   mv "$work/root/bin/dfdaemon" "$BIN/"
+  rm -rf "$target"
   log "dfdaemon built in $(( $(date +%s) - start )) s"
 fi
 echo "$BIN"
