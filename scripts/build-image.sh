@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Builds the operator image (Containerfile) or the plugin-jar image (plugin/Containerfile) with buildah.
+#   scripts/build-image.sh [--debian-bases] [--image operator|plugin] [--tag REF] [--oci-archive FILE]
+# --debian-bases  use the bases built from Debian packages by scripts/image-bases.sh (no registry needed)
+# --oci-archive   also write the image as an OCI archive (a release artifact; `skopeo copy` or `podman load` it)
+# Prints the image reference on stdout. Layers are cached by buildah, so an unchanged rebuild takes seconds.
+source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/lib-image.sh"
+cd "$REPO_ROOT"
+image=operator tag='' archive='' bases=false
+while (($#)); do
+  case $1 in
+    --debian-bases) bases=true ;;
+    --image) image=$2; shift ;;
+    --tag) tag=$2; shift ;;
+    --oci-archive) archive=$2; shift ;;
+    *) log "unknown argument $1 (see the head of $0)"; exit 2 ;;
+  esac
+  shift
+done
+version=$(node_modules/.bin/node -p 'require("./package.json").version')
+case $image in
+  operator) file=Containerfile; tag=${tag:-ghcr.io/peerload/peerload:$version} ;;
+  plugin)
+    file=plugin/Containerfile; tag=${tag:-ghcr.io/peerload/peerload-torchserve-plugin:$version}
+    [[ -f plugin/target/peerload-torchserve-plugin-$version.jar ]] || bash scripts/build-plugin.sh >/dev/null ;;
+  *) log "--image must be operator or plugin"; exit 2 ;;
+esac
+args=(--build-arg "PLUGIN_VERSION=$version")
+if $bases; then
+  while IFS= read -r kv; do args+=(--build-arg "$kv"); done < <(bash scripts/image-bases.sh)
+  args+=(--pull-never)
+fi
+log "building $tag ($file)"
+"${BUILDAH[@]}" build --quiet --layers --isolation chroot -f "$file" -t "$tag" "${args[@]}" . >/dev/null
+if [[ -n $archive ]]; then
+  rm -f "$archive"
+  "${BUILDAH[@]}" push --quiet "$tag" "oci-archive:$archive:$tag" >&2
+fi
+echo "$tag"
