@@ -31,6 +31,11 @@ if $bases; then
   while IFS= read -r kv; do args+=(--build-arg "$kv"); done < <(bash scripts/image-bases.sh)
   args+=(--pull-never)
 fi
+# A TLS-intercepting egress proxy (as on this CI machine) needs its CA inside the build stage for npm.
+ca=${NODE_EXTRA_CA_CERTS:-}
+if [[ -n $ca && -f $ca ]]; then
+  args+=(--volume "$ca:/run/peerload-extra-ca.crt:ro" --build-arg NODE_EXTRA_CA_CERTS=/run/peerload-extra-ca.crt)
+fi
 log "building $tag ($file)"
 "${BUILDAH[@]}" build --quiet --layers --isolation chroot -f "$file" -t "$tag" "${args[@]}" . >/dev/null
 if [[ -n $archive ]]; then

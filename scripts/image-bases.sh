@@ -18,7 +18,7 @@ NODE_DIST=$(dirname "$(dirname "$(readlink -f node_modules/.bin/node)")")
 NODE_VERSION=$("$NODE_DIST/bin/node" --version)
 # The npm `node` package carries no npm; npm itself is one self-contained package on the registry.
 NPM_VERSION="${PEERLOAD_IMAGE_NPM_VERSION:-11.21.2}"
-REV=2 # bump when the recipes below change
+REV=3 # bump when the recipes below change
 KEY="debian-$SUITE-node$NODE_VERSION-npm$NPM_VERSION-r$REV"
 DIR="$PEERLOAD_CACHE/image-bases-$KEY"
 mkdir -p "$DIR"
@@ -47,7 +47,7 @@ rootfs() { # name variant packages [hooks...]
 rootfs runtime extract libc6,libgcc-s1,libstdc++6
 rootfs jar extract busybox-static
 # Node's CA bundle is built in, so npm needs no ca-certificates package; the layout is the node image's.
-rootfs build essential "" \
+rootfs build essential libstdc++6 \
   --customize-hook="mkdir -p \"\$1/usr/local/bin\" \"\$1/usr/local/lib\" && cp -a '$NODE_DIST/bin/node' \"\$1/usr/local/bin/\" && mkdir -p \"\$1/usr/local/lib/node_modules\" && cp -a '$DIR/npm' \"\$1/usr/local/lib/node_modules/\" && ln -sf ../lib/node_modules/npm/bin/npm-cli.js \"\$1/usr/local/bin/npm\" && ln -sf ../lib/node_modules/npm/bin/npx-cli.js \"\$1/usr/local/bin/npx\""
 
 import() { # name -> image

@@ -8,8 +8,12 @@ if [[ -x "$BIN/helm" ]]; then echo "$BIN"; exit 0; fi
 command -v go >/dev/null || { log "go is required to build helm"; exit 1; }
 log "building helm $VERSION"
 mkdir -p "$BIN"
-# helm prints its version from these variables; `go install` of the command alone leaves them empty.
+# Helm's Makefile sets these: its version, and the Kubernetes version `helm template` assumes (else 1.20, which
+# fails the chart's kubeVersion); helm v3.21 is built on the Kubernetes 1.36 libraries.
+K8S_MINOR="${PEERLOAD_HELM_K8S_MINOR:-36}"
 GOBIN="$BIN" CGO_ENABLED=0 go install -trimpath \
-  -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$VERSION" \
+  -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$VERSION \
+    -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=$K8S_MINOR \
+    -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=$K8S_MINOR" \
   "helm.sh/helm/v3/cmd/helm@$VERSION" >&2
 echo "$BIN"
