@@ -3,7 +3,9 @@
 #   scripts/build-image.sh [--debian-bases] [--image operator|plugin] [--tag REF] [--oci-archive FILE]
 # --debian-bases  use the bases built from Debian packages by scripts/image-bases.sh (no registry needed)
 # --oci-archive   also write the image as an OCI archive (a release artifact; `skopeo copy` or `podman load` it)
-# Prints the image reference on stdout. Layers are cached by buildah, so an unchanged rebuild takes seconds.
+# Prints the image reference on stdout. An image already built from the same inputs (a hash of the build context
+# and arguments, kept as a label) is reused, so an unchanged rebuild takes a second. No intermediate layers are
+# kept: with vfs storage each layer is a full copy of the file system (GBs for the build stage).
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/lib-image.sh"
 cd "$REPO_ROOT"
@@ -20,10 +22,13 @@ while (($#)); do
 done
 version=$(node_modules/.bin/node -p 'require("./package.json").version')
 case $image in
-  operator) file=Containerfile; tag=${tag:-ghcr.io/peerload/peerload:$version} ;;
+  operator)
+    file=Containerfile; tag=${tag:-ghcr.io/peerload/peerload:$version}
+    inputs=(Containerfile .containerignore package.json package-lock.json tsconfig.json scripts/bundle.ts src) ;;
   plugin)
     file=plugin/Containerfile; tag=${tag:-ghcr.io/peerload/peerload-torchserve-plugin:$version}
-    [[ -f plugin/target/peerload-torchserve-plugin-$version.jar ]] || bash scripts/build-plugin.sh >/dev/null ;;
+    [[ -f plugin/target/peerload-torchserve-plugin-$version.jar ]] || bash scripts/build-plugin.sh >/dev/null
+    inputs=(plugin/Containerfile "plugin/target/peerload-torchserve-plugin-$version.jar") ;;
   *) log "--image must be operator or plugin"; exit 2 ;;
 esac
 args=(--build-arg "PLUGIN_VERSION=$version")
@@ -36,8 +41,15 @@ ca=${NODE_EXTRA_CA_CERTS:-}
 if [[ -n $ca && -f $ca ]]; then
   args+=(--volume "$ca:/run/peerload-extra-ca.crt:ro" --build-arg NODE_EXTRA_CA_CERTS=/run/peerload-extra-ca.crt)
 fi
-log "building $tag ($file)"
-"${BUILDAH[@]}" build --quiet --layers --isolation chroot -f "$file" -t "$tag" "${args[@]}" . >/dev/null
+hash=$( { printf '%s\n' "${args[@]}"; find "${inputs[@]}" -type f -print0 | sort -z | xargs -0 sha256sum; } | sha256sum | cut -c1-32)
+if [[ $("${BUILDAH[@]}" inspect --type image --format '{{index .OCIv1.Config.Labels "io.peerload.inputs"}}' "$tag" 2>/dev/null) == "$hash" ]]; then
+  log "$tag is up to date (inputs $hash)"
+else
+  log "building $tag ($file)"
+  "${BUILDAH[@]}" build --quiet --layers=false --isolation chroot -f "$file" -t "$tag" --label "io.peerload.inputs=$hash" \
+    "${args[@]}" . >/dev/null
+  "${BUILDAH[@]}" rmi --prune >/dev/null 2>&1 || true # the previous build of this tag, now untagged
+fi
 if [[ -n $archive ]]; then
   rm -f "$archive"
   "${BUILDAH[@]}" push --quiet "$tag" "oci-archive:$archive:$tag" >&2

@@ -32,7 +32,6 @@ import { serviceAccountIdentity, writeServiceAccountDir } from '../support/servi
 const MB = 1000 * 1000;
 const SA_DIR = '/var/run/secrets/kubernetes.io/serviceaccount';
 const SA_NS = 'peerload-system';
-const TAG = 'localhost/peerload:e2e';
 // Set-up installs buildah (scripts/setup-image-tools.sh); only a machine without it skips the image tests.
 const describeImage = buildahAvailable() ? describe : describe.skip;
 
@@ -40,13 +39,15 @@ const kubeconfigPath = inject('kubeconfigPath');
 const admin = new KubeClient(kubeConfig(kubeconfigPath));
 let work: string;
 let ctr: string | undefined;
+let image: string;
 let rootfs: string;
 let readOnly = false;
 
 beforeAll(async () => {
   if (!buildahAvailable()) return;
   work = mkdtempSync(join(tmpdir(), 'peerload-image-'));
-  const { ref, seconds } = await buildImage('operator', TAG);
+  const { ref, seconds } = await buildImage('operator');
+  image = ref;
   console.log(`[image] built ${ref} in ${seconds.toFixed(1)} s`);
   ctr = await buildah('from', '--pull-never', '--quiet', ref);
   rootfs = await buildah('mount', ctr);
@@ -79,7 +80,7 @@ describeImage('operator image', () => {
   });
 
   it('runs as UID 65532, and nothing in it is writable by that user except /tmp and its home', async () => {
-    expect(await buildah('inspect', '--type', 'image', '--format', '{{.OCIv1.Config.User}}', TAG)).toBe(
+    expect(await buildah('inspect', '--type', 'image', '--format', '{{.OCIv1.Config.User}}', image)).toBe(
       '65532:65532',
     );
     const writable = execFileSync(

@@ -23,16 +23,18 @@ export async function buildah(...args: string[]): Promise<string> {
   return stdout.trim();
 }
 
-/** scripts/build-image.sh with the Debian-built bases; returns the reference and the wall time. */
+/**
+ * scripts/build-image.sh with the Debian-built bases, under the release's default tag (so the image and release
+ * tests share one build); returns the reference and the wall time.
+ */
 export async function buildImage(
   image: 'operator' | 'plugin',
-  tag: string,
   extra: string[] = [],
 ): Promise<{ ref: string; seconds: number }> {
   const t0 = Date.now();
   const { stdout } = await exec(
     'bash',
-    ['scripts/build-image.sh', '--debian-bases', '--image', image, '--tag', tag, ...extra],
+    ['scripts/build-image.sh', '--debian-bases', '--image', image, ...extra],
     { cwd: REPO_ROOT, maxBuffer: 16 * 1024 * 1024, env: { ...process.env, BUILDAH_ISOLATION: 'chroot' } },
   );
   return { ref: stdout.trim().split('\n').pop()!, seconds: (Date.now() - t0) / 1000 };
