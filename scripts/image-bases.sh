@@ -18,7 +18,7 @@ NODE_DIST=$(dirname "$(dirname "$(readlink -f node_modules/.bin/node)")")
 NODE_VERSION=$("$NODE_DIST/bin/node" --version)
 # The npm `node` package carries no npm; npm itself is one self-contained package on the registry.
 NPM_VERSION="${PEERLOAD_IMAGE_NPM_VERSION:-11.21.2}"
-REV=3 # bump when the recipes below change
+REV=4 # bump when the recipes below change
 KEY="debian-$SUITE-node$NODE_VERSION-npm$NPM_VERSION-r$REV"
 DIR="$PEERLOAD_CACHE/image-bases-$KEY"
 mkdir -p "$DIR"
@@ -29,26 +29,47 @@ if [[ ! -f $DIR/npm/package.json ]]; then
   mv "$DIR/npm.tmp" "$DIR/npm" && rm "$DIR/$tgz"
 fi
 
-# A nonroot user as distroless has one, so tools that look the UID up find a name.
-users_hook='printf "root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n" > "$1/etc/passwd"; printf "root:x:0:\nnonroot:x:65532:\n" > "$1/etc/group"; mkdir -p "$1/home/nonroot" "$1/tmp"; chown 65532:65532 "$1/home/nonroot"; chmod 1777 "$1/tmp"'
-# Documentation, man pages and the dpkg database are not needed to run anything here.
-slim_hook='rm -rf "$1"/usr/share/doc "$1"/usr/share/man "$1"/usr/share/info "$1"/usr/share/locale "$1"/var/cache/apt "$1"/var/lib/apt/lists'
+# mmdebstrap runs no customize hooks in extract mode, so every variant is finished here, on a directory.
+finish() { # rootfs-dir
+  local r=$1
+  # A nonroot user as distroless has one, so tools that look the UID up find a name.
+  printf 'root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n' > "$r/etc/passwd"
+  printf 'root:x:0:\nnonroot:x:65532:\n' > "$r/etc/group"
+  mkdir -p "$r/home/nonroot" "$r/tmp"
+  chown 65532:65532 "$r/home/nonroot"
+  chmod 1777 "$r/tmp"
+  # Documentation, man pages and the package databases are not needed to run anything here.
+  rm -rf "$r"/usr/share/doc "$r"/usr/share/man "$r"/usr/share/info "$r"/usr/share/locale "$r"/var/cache/apt \
+    "$r"/var/lib/apt/lists
+}
 
-rootfs() { # name variant packages [hooks...]
-  local name=$1 variant=$2 include=$3; shift 3
+rootfs() { # name variant packages [extra step]
+  local name=$1 variant=$2 include=$3 extra=${4:-}
   if [[ -s $DIR/$name.tar ]]; then return; fi
   log "mmdebstrap $SUITE ($name: $variant${include:+ + $include})"
-  mmdebstrap --quiet --mode=root --format=tar --variant="$variant" ${include:+--include="$include"} \
-    --customize-hook="$users_hook" --customize-hook="$slim_hook" "$@" \
-    "$SUITE" "$DIR/$name.tar.tmp" "$MIRROR" >&2
+  local r="$DIR/$name.rootfs"
+  rm -rf "$r"
+  mmdebstrap --quiet --mode=root --format=directory --variant="$variant" ${include:+--include="$include"} \
+    "$SUITE" "$r" "$MIRROR" >&2
+  finish "$r"
+  [[ -z $extra ]] || "$extra" "$r"
+  tar -C "$r" --numeric-owner -cf "$DIR/$name.tar.tmp" .
   mv "$DIR/$name.tar.tmp" "$DIR/$name.tar"
+  rm -rf "$r"
+}
+
+# Node's CA bundle is built in, so npm needs no ca-certificates package; the layout is the node image's.
+add_node() { # rootfs-dir
+  mkdir -p "$1/usr/local/bin" "$1/usr/local/lib/node_modules"
+  cp -a "$NODE_DIST/bin/node" "$1/usr/local/bin/"
+  cp -a "$DIR/npm" "$1/usr/local/lib/node_modules/"
+  ln -sf ../lib/node_modules/npm/bin/npm-cli.js "$1/usr/local/bin/npm"
+  ln -sf ../lib/node_modules/npm/bin/npx-cli.js "$1/usr/local/bin/npx"
 }
 
 rootfs runtime extract libc6,libgcc-s1,libstdc++6
 rootfs jar extract busybox-static
-# Node's CA bundle is built in, so npm needs no ca-certificates package; the layout is the node image's.
-rootfs build essential libstdc++6 \
-  --customize-hook="mkdir -p \"\$1/usr/local/bin\" \"\$1/usr/local/lib\" && cp -a '$NODE_DIST/bin/node' \"\$1/usr/local/bin/\" && mkdir -p \"\$1/usr/local/lib/node_modules\" && cp -a '$DIR/npm' \"\$1/usr/local/lib/node_modules/\" && ln -sf ../lib/node_modules/npm/bin/npm-cli.js \"\$1/usr/local/bin/npm\" && ln -sf ../lib/node_modules/npm/bin/npx-cli.js \"\$1/usr/local/bin/npx\""
+rootfs build essential libstdc++6 add_node
 
 import() { # name -> image
   local image="localhost/peerload-base-$1:$KEY"

@@ -149,7 +149,7 @@ describeImage('operator image', () => {
       manager = await startManagerEmulator({ peer });
 
       // What the kubelet provides: mount points, then the root made read-only (readOnlyRootFilesystem).
-      mkdirSync(join(rootfs, SA_DIR), { recursive: true });
+      for (const d of [SA_DIR, '/proc', '/sys', '/dev', '/run']) mkdirSync(join(rootfs, d), { recursive: true });
       for (const f of ['etc/hosts', 'etc/resolv.conf', 'etc/hostname'])
         if (!existsSync(join(rootfs, f))) writeFileSync(join(rootfs, f), '');
       execFileSync('mount', ['--bind', rootfs, rootfs]);
