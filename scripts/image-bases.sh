@@ -18,7 +18,7 @@ NODE_DIST=$(dirname "$(dirname "$(readlink -f node_modules/.bin/node)")")
 NODE_VERSION=$("$NODE_DIST/bin/node" --version)
 # The npm `node` package carries no npm; npm itself is one self-contained package on the registry.
 NPM_VERSION="${PEERLOAD_IMAGE_NPM_VERSION:-11.21.2}"
-REV=4 # bump when the recipes below change
+REV=5 # bump when the recipes below change
 KEY="debian-$SUITE-node$NODE_VERSION-npm$NPM_VERSION-r$REV"
 DIR="$PEERLOAD_CACHE/image-bases-$KEY"
 mkdir -p "$DIR"
@@ -38,6 +38,8 @@ finish() { # rootfs-dir
   mkdir -p "$r/home/nonroot" "$r/tmp"
   chown 65532:65532 "$r/home/nonroot"
   chmod 1777 "$r/tmp"
+  # Device nodes: the container runtime mounts its own /dev.
+  find "$r/dev" -mindepth 1 -delete
   # Documentation, man pages and the package databases are not needed to run anything here.
   rm -rf "$r"/usr/share/doc "$r"/usr/share/man "$r"/usr/share/info "$r"/usr/share/locale "$r"/var/cache/apt \
     "$r"/var/lib/apt/lists
@@ -79,6 +81,11 @@ import() { # name -> image
     "${BUILDAH[@]}" add --quiet "$ctr" "$DIR/$1.tar" / >/dev/null
     "${BUILDAH[@]}" config --env PATH=/usr/local/bin:/usr/bin:/bin "$ctr"
     "${BUILDAH[@]}" commit --quiet --rm "$ctr" "$image" >/dev/null
+    # Bases of earlier recipes are copies of whole file systems (vfs): drop them.
+    local old
+    for old in $("${BUILDAH[@]}" images --format '{{.Name}}:{{.Tag}}' 2>/dev/null | grep "^localhost/peerload-base-$1:"); do
+      [[ $old == "$image" ]] || "${BUILDAH[@]}" rmi "$old" >/dev/null 2>&1 || true
+    done
   fi
   echo "$image"
 }

@@ -11,7 +11,9 @@ import {
   existsSync,
   mkdirSync,
   mkdtempSync,
+  readdirSync,
   readFileSync,
+  readlinkSync,
   rmSync,
   writeFileSync,
 } from 'node:fs';
@@ -149,8 +151,9 @@ describeImage('operator image', () => {
       manager = await startManagerEmulator({ peer });
 
       // What the kubelet provides: mount points, then the root made read-only (readOnlyRootFilesystem).
-      for (const d of [SA_DIR, '/proc', '/sys', '/dev', '/run']) mkdirSync(join(rootfs, d), { recursive: true });
-      for (const f of ['etc/hosts', 'etc/resolv.conf', 'etc/hostname'])
+      for (const d of [SA_DIR, '/proc', '/sys', '/dev', '/run'])
+        mkdirSync(join(rootfs, d), { recursive: true });
+      for (const f of ['etc/hosts', 'etc/resolv.conf', 'etc/hostname', 'run/.containerenv'])
         if (!existsSync(join(rootfs, f))) writeFileSync(join(rootfs, f), '');
       execFileSync('mount', ['--bind', rootfs, rootfs]);
       readOnly = true;
@@ -244,13 +247,25 @@ describeImage('operator image', () => {
         expect(done.status?.state).toBe('SUCCESS');
         expect([...manager.jobs.values()].some((j) => j.state === 'SUCCESS')).toBe(true);
       } finally {
-        child.kill('SIGTERM');
+        // A kubelet's SIGTERM goes to the container's process; buildah run would SIGKILL it instead.
+        const operatorPid = descendants(child.pid!).find((pid) => exeOf(pid).endsWith('/usr/local/bin/node'));
+        if (operatorPid) process.kill(operatorPid, 'SIGTERM');
+        else child.kill('SIGKILL');
         const code = await Promise.race([
           exited,
           new Promise<'timeout'>((r) => setTimeout(() => r('timeout'), 40_000)),
         ]);
         if (code === 'timeout') child.kill('SIGKILL');
         log.end();
+        expect(code, logText()).not.toBe('timeout');
+        // The operator's own exit status: buildah 1.28 exits 2 after it, failing to remove the mount points it
+        // made on the read-only root (a nil-logger panic in its clean-up).
+        const shutdown = readFileSync(logPath, 'utf8')
+          .split('\n')
+          .filter((l) => l.startsWith('{'))
+          .map((l) => JSON.parse(l) as { msg?: string; exitCode?: number; drained?: boolean })
+          .find((l) => l.msg === 'shutdown complete');
+        expect(shutdown, logText()).toMatchObject({ exitCode: 0, drained: true });
       }
       // A graceful stop releases the Lease (the next leader need not wait for it to expire).
       const lease = await admin
@@ -260,6 +275,39 @@ describeImage('operator image', () => {
     });
   });
 });
+
+/** Every process below `pid`, from /proc (parents first). */
+function descendants(pid: number): number[] {
+  const parents = new Map<number, number[]>();
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
+      const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+      parents.set(ppid, [...(parents.get(ppid) ?? []), Number(entry)]);
+    } catch {
+      // the process ended while we looked
+    }
+  }
+  const out: number[] = [];
+  const walk = (p: number): void => {
+    for (const c of parents.get(p) ?? []) {
+      out.push(c);
+      walk(c);
+    }
+  };
+  walk(pid);
+  return out;
+}
+
+/** The executable of a process (buildah's own helpers run from a memfd). */
+const exeOf = (pid: number): string => {
+  try {
+    return readlinkSync(`/proc/${pid}/exe`);
+  } catch {
+    return '';
+  }
+};
 
 interface ContainerSpec {
   command: string[];
