@@ -35,11 +35,13 @@ out=$(cd "$out" && pwd)
 
 log "install.yaml ($image)"
 kustomize="$(bash scripts/setup-kustomize.sh)/kustomize"
-overlay=$(mktemp -d); trap 'rm -rf "$overlay"' EXIT
+# kustomize takes only relative resource paths: the overlay lives inside the repository (dist/ is ignored).
+overlay=dist/.release-overlay
+rm -rf "$overlay" && mkdir -p "$overlay"; trap 'rm -rf "$REPO_ROOT/$overlay"' EXIT
 cat > "$overlay/kustomization.yaml" <<YAML
 apiVersion: kustomize.config.k8s.io/v1beta1
 kind: Kustomization
-resources: [$REPO_ROOT/deploy/default]
+resources: [../../deploy/default]
 images: [{name: ghcr.io/peerload/peerload, newName: $repo/peerload, newTag: "$version"}]
 YAML
 { echo "# peerload $version: kubectl apply --server-side -f install.yaml"; "$kustomize" build "$overlay"; } > "$out/install.yaml"
