@@ -4,17 +4,17 @@
  * archives hold the tagged images, the checksums verify); a tag that does not match the version is refused.
  */
 import { execFile, execFileSync } from 'node:child_process';
-import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { chmodSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { load, loadAll } from 'js-yaml';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { KubeClient } from '../../src/runtime/index.ts';
-import { buildahAvailable } from '../support/buildah.ts';
+import { buildah, buildahAvailable } from '../support/buildah.ts';
 import { helm } from '../support/helm.ts';
 import { kubeConfig, REPO_ROOT } from '../support/kube.ts';
-import { gvrOf, type Manifest } from '../support/runtime-deploy.ts';
+import { gvrOf, kustomize, type Manifest } from '../support/runtime-deploy.ts';
 
 const exec = promisify(execFile);
 const version = (JSON.parse(readFileSync(join(REPO_ROOT, 'package.json'), 'utf8')) as { version: string })
@@ -124,6 +124,34 @@ describeRelease('npm run release', () => {
       expect(index.manifests).toHaveLength(1);
       expect(index.manifests[0]!.annotations?.['org.opencontainers.image.ref.name']).toBe(ref);
     }
+  });
+
+  it("the plugin image's init container, as deploy/examples/torchserve runs it, copies the jar", async () => {
+    const pod = (
+      kustomize(join(REPO_ROOT, 'deploy/examples/torchserve')).find((m) => m.kind === 'Deployment') as any
+    ).spec.template.spec;
+    const init = pod.initContainers[0] as { image: string; command: string[] };
+    const plugins = mkdtempSync(join(tmpdir(), 'peerload-plugins-'));
+    chmodSync(plugins, 0o777); // an emptyDir is world-writable; the init container runs as 65532
+    const ctr = await buildah('from', '--pull-never', '--quiet', init.image);
+    try {
+      await buildah(
+        'run',
+        '--isolation',
+        'chroot',
+        '--volume',
+        `${plugins}:/plugins`,
+        ctr,
+        '--',
+        ...init.command,
+      );
+    } finally {
+      await buildah('rm', ctr);
+    }
+    expect(readFileSync(join(plugins, 'peerload-torchserve-plugin.jar'))).toEqual(
+      readFileSync(join(out, `peerload-torchserve-plugin-${version}.jar`)),
+    );
+    rmSync(plugins, { recursive: true, force: true });
   });
 
   it('refuses a tag that is not the package version, before building anything', async () => {
