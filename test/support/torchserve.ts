@@ -149,9 +149,10 @@ export async function startTorchServe(opts: TorchServeOptions = {}): Promise<Tor
     env,
   });
 
-  const managementURL = `http://127.0.0.1:${management}`;
-  const inferenceURL = `http://127.0.0.1:${inference}`;
-  const metricsURL = `http://127.0.0.1:${metrics}`;
+  // From the config, which `opts.config` may override (a restart on the same addresses).
+  const managementURL = config.management_address!;
+  const inferenceURL = config.inference_address!;
+  const metricsURL = config.metrics_address!;
   let keys: TorchServeKeys = { management: '', inference: '', api: '' };
   let pid = 0;
 
