@@ -4,8 +4,8 @@
  */
 import { join } from 'node:path';
 import { afterAll, describe, expect, inject, it } from 'vitest';
-import { KubeClient } from '../../src/runtime/index.ts';
-import { createNamespace, kubeConfig, REPO_ROOT } from '../support/kube.ts';
+import { GVR, KubeClient } from '../../src/runtime/index.ts';
+import { createNamespace, kubeConfig, readManifests, REPO_ROOT } from '../support/kube.ts';
 import { gvrOf, kustomize, type Manifest } from '../support/runtime-deploy.ts';
 
 const kc = kubeConfig(inject('kubeconfigPath'));
@@ -90,6 +90,26 @@ describe('deploy/examples/torchserve', () => {
       );
       expect(r.metadata.name).toBe(m.metadata.name);
     }
+  });
+
+  it('servedmodel.yaml reads the published keys of this Service, and the CRD accepts it', async () => {
+    const [sm] = readManifests(join(REPO_ROOT, 'deploy/examples/torchserve/servedmodel.yaml')) as any[];
+    expect(sm.spec.modelServer).toEqual({
+      service: { name: one(torchserve, 'Service').metadata.name, port: 'management' },
+      managementTokenSecretRef: { name: 'torchserve-keys', key: '{pod}.json' },
+    });
+    const ns = await createNamespace(kc, 'example-sm');
+    const r = await kube.resource(GVR.servedModels).patch(
+      ns,
+      sm.metadata.name,
+      { ...sm, metadata: { ...sm.metadata, namespace: ns } },
+      {
+        type: 'apply',
+        fieldManager: 'peerload-tests',
+        dryRun: true,
+      },
+    );
+    expect(r.metadata.name).toBe('resnet18');
   });
 });
 
