@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Idempotent set-up for development and tests. Safe to run again: each step checks before it works.
 #   scripts/setup.sh          node deps + control plane (enough for unit and integration tests)
-#   scripts/setup.sh --all    also TorchServe, MinIO, the plugin jar, buildah and the image bases (e2e tests, the demo)
+#   scripts/setup.sh --all    also TorchServe, MinIO and the plugin jar (e2e tests, the demo)
 source "$(dirname "$0")/lib.sh"
 cd "$REPO_ROOT"
 
@@ -18,14 +18,16 @@ node_version=$(node_modules/.bin/node --version)
 
 # 2. The control plane (kube-apiserver + etcd), built from the Go module proxy once and cached.
 bash scripts/setup-control-plane.sh >/dev/null
-bash scripts/setup-kustomize.sh >/dev/null
 bash scripts/setup-helm.sh >/dev/null
+bash scripts/setup-kustomize.sh >/dev/null
 
 if [[ ${1:-} == --all ]]; then
   bash scripts/setup-torchserve.sh >/dev/null
   bash scripts/setup-minio.sh >/dev/null
   bash scripts/build-plugin.sh >/dev/null
-  # The image tests (test/e2e/image.test.ts): buildah, and the Debian-built bases cached by version.
+fi
+if [[ ${1:-} == --all ]]; then
+  # The image tests (test/e2e/image.test.ts, release.test.ts): buildah, and the Debian-built bases cached by version.
   bash scripts/setup-image-tools.sh
   bash scripts/image-bases.sh >/dev/null
 fi
