@@ -18,6 +18,7 @@ node_version=$(node_modules/.bin/node --version)
 
 # 2. The control plane (kube-apiserver + etcd), built from the Go module proxy once and cached.
 bash scripts/setup-control-plane.sh >/dev/null
+bash scripts/setup-helm.sh >/dev/null
 bash scripts/setup-kustomize.sh >/dev/null
 # 3. What reads resource health and metrics as users' tools do: kstatus (Flux, kpt), promtool, and Lua 5.1 for the
 #    Argo CD health checks (Argo CD runs them in gopher-lua, a Lua 5.1).
@@ -40,5 +41,10 @@ if [[ ${1:-} == --all ]]; then
   bash scripts/setup-minio.sh >/dev/null
   bash scripts/build-plugin.sh >/dev/null
   wait "$dragonfly" || { log "building the Dragonfly network failed (scripts/setup-dragonfly.sh)"; exit 1; }
+fi
+if [[ ${1:-} == --all ]]; then
+  # The image tests (test/e2e/image.test.ts, release.test.ts): buildah, and the Debian-built bases cached by version.
+  bash scripts/setup-image-tools.sh
+  bash scripts/image-bases.sh >/dev/null
 fi
 log "ready (node $node_version, cache $PEERLOAD_CACHE)"

@@ -32,6 +32,10 @@ const COMMANDS: Record<string, Command> = {
     summary: 'Print the P2P task id of a URL (as the peer daemon computes it)',
     run: async (argv) => (await import('./taskid.ts')).run(argv),
   },
+  'publish-keys': {
+    summary: "Publish this pod's TorchServe key_file.json into a Secret key <pod>.json (sidecar)",
+    run: async (argv) => (await import('./publish-keys.ts')).run(argv),
+  },
   crds: {
     summary: 'Write the CustomResourceDefinitions (to stdout, or --out DIR)',
     run: async (argv) => (await import('./crds.ts')).run(argv),

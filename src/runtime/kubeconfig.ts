@@ -153,7 +153,13 @@ export async function loadKubeConfig(
     );
   const simple = kubeconfigFromFile(file);
   if (simple) return simple;
-  const { KubeConfig } = await import('@kubernetes/client-node');
+  // The container image leaves client-node out (scripts/bundle.ts): a pod never needs an auth plugin.
+  const { KubeConfig } = await import('@kubernetes/client-node').catch(() => {
+    throw new Error(
+      `kubeconfig ${file}: its user runs an auth plugin (exec or auth-provider), which this build of peerload ` +
+        'does not include; use a token or client certificate, or run peerload from npm',
+    );
+  });
   const kc = new KubeConfig();
   kc.loadFromFile(file);
   return kc as unknown as KubeConfigLike;

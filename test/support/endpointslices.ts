@@ -73,6 +73,18 @@ export class ServiceEndpoints {
     return this.add(name, old.url, old.ready ?? true);
   }
 
+  /** The pod's readiness changed (its container restarted): same pod, same UID. */
+  async setReady(name: string, ready: boolean): Promise<FakePod> {
+    const pod = { ...this.pods.get(name)!, ready };
+    this.pods.set(name, pod);
+    await this.api.replaceNamespacedEndpointSlice({
+      namespace: this.namespace,
+      name: this.sliceName(name),
+      body: await this.withVersion(pod),
+    });
+    return pod;
+  }
+
   async remove(name: string): Promise<void> {
     this.pods.delete(name);
     await this.api.deleteNamespacedEndpointSlice({ namespace: this.namespace, name: this.sliceName(name) });

@@ -33,6 +33,8 @@ export function renderDefault(): Manifest[] {
 const RESOURCES: Record<string, [resource: string, namespaced: boolean]> = {
   Namespace: ['namespaces', false],
   ServiceAccount: ['serviceaccounts', true],
+  Secret: ['secrets', true],
+  ConfigMap: ['configmaps', true],
   Service: ['services', true],
   ClusterRole: ['clusterroles', false],
   ClusterRoleBinding: ['clusterrolebindings', false],

@@ -40,6 +40,11 @@ export interface TorchServeOptions {
   modelStore?: string;
   /** How long to wait for the server to answer /ping (default 120 s). */
   startTimeoutMs?: number;
+  /**
+   * An existing working directory, kept on stop: starting again on it (with the same addresses in `config`) is
+   * a restart of the same pod's container -- key_file.json is rewritten in place with new keys.
+   */
+  workDir?: string;
 }
 
 export interface TorchServe {
@@ -84,7 +89,8 @@ function isAlive(pid: number): boolean {
 
 export async function startTorchServe(opts: TorchServeOptions = {}): Promise<TorchServe> {
   const bin = await torchServeBinDir();
-  const workDir = await mkdtemp(join(tmpdir(), 'peerload-torchserve-'));
+  const ownWorkDir = !opts.workDir;
+  const workDir = opts.workDir ?? (await mkdtemp(join(tmpdir(), 'peerload-torchserve-')));
   const tmp = join(workDir, 'tmp');
   const modelStore = opts.modelStore ?? join(workDir, 'model-store');
   const pluginsDir = join(workDir, 'plugins');
@@ -143,9 +149,10 @@ export async function startTorchServe(opts: TorchServeOptions = {}): Promise<Tor
     env,
   });
 
-  const managementURL = `http://127.0.0.1:${management}`;
-  const inferenceURL = `http://127.0.0.1:${inference}`;
-  const metricsURL = `http://127.0.0.1:${metrics}`;
+  // From the config, which `opts.config` may override (a restart on the same addresses).
+  const managementURL = config.management_address!;
+  const inferenceURL = config.inference_address!;
+  const metricsURL = config.metrics_address!;
   let keys: TorchServeKeys = { management: '', inference: '', api: '' };
   let pid = 0;
 
@@ -160,7 +167,7 @@ export async function startTorchServe(opts: TorchServeOptions = {}): Promise<Tor
       });
     }
     await proc.stop(10_000);
-    await rm(workDir, { recursive: true, force: true });
+    if (ownWorkDir) await rm(workDir, { recursive: true, force: true });
   };
 
   try {

@@ -1,0 +1,173 @@
+/**
+ * charts/peerload: lints, renders what deploy/ renders where both set the same thing (so the Helm and kubectl
+ * installs cannot drift), carries the CRDs of crds/, and the real apiserver accepts it (server-side apply).
+ */
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterAll, describe, expect, inject, it } from 'vitest';
+import { GVR, KubeClient } from '../../src/runtime/index.ts';
+import { CHART, helm, helmTemplate } from '../support/helm.ts';
+import { createNamespace, kubeConfig, REPO_ROOT } from '../support/kube.ts';
+import { gvrOf, kustomize, type Manifest } from '../support/runtime-deploy.ts';
+
+const kc = kubeConfig(inject('kubeconfigPath'));
+const kube = new KubeClient(kc);
+afterAll(() => kube.close());
+
+const NS = 'peerload-system';
+const chart = helmTemplate('peerload', NS);
+const base = kustomize(join(REPO_ROOT, 'deploy/base'));
+const one = (ms: Manifest[], kind: string) => {
+  const found = ms.filter((m) => m.kind === kind);
+  expect(found, kind).toHaveLength(1);
+  return found[0] as any;
+};
+
+const apply = (m: Manifest, dryRun: boolean) =>
+  kube.resource(gvrOf(m)).patch(m.metadata.namespace, m.metadata.name, m, {
+    type: 'apply',
+    fieldManager: 'peerload-chart-test',
+    force: true,
+    dryRun,
+  });
+
+describe('charts/peerload', () => {
+  it('passes helm lint, with the defaults and with every toggle', () => {
+    expect(helm(['lint', '--strict', CHART])).toMatch(/1 chart\(s\) linted, 0 chart\(s\) failed/);
+    expect(
+      helm([
+        'lint',
+        '--strict',
+        CHART,
+        '--set',
+        'watchNamespace=team-a,manager.url=http://m:8080,manager.tokenSecret=df-token',
+        '--set',
+        'metrics.serviceMonitor.enabled=true,leaderElection.enabled=false,replicaCount=1',
+      ]),
+    ).toMatch(/0 chart\(s\) failed/);
+  });
+
+  it('carries the CRDs of crds/ unchanged', () => {
+    for (const f of ['modelpreheats.peerload.io.yaml', 'servedmodels.peerload.io.yaml']) {
+      expect(readFileSync(join(CHART, 'crds', f), 'utf8')).toBe(
+        readFileSync(join(REPO_ROOT, 'crds', f), 'utf8'),
+      );
+    }
+    const withCRDs = helmTemplate('peerload', NS, {}, ['--include-crds']);
+    expect(
+      withCRDs
+        .filter((m) => m.kind === 'CustomResourceDefinition')
+        .map((m) => m.metadata.name)
+        .sort(),
+    ).toEqual(['modelpreheats.peerload.io', 'servedmodels.peerload.io']);
+  });
+
+  it('renders the Deployment of deploy/ where both set the same thing', () => {
+    const h = one(chart, 'Deployment');
+    const k = one(base, 'Deployment');
+    expect(h.metadata.name).toBe(k.metadata.name);
+    expect(h.metadata.namespace).toBe(k.metadata.namespace);
+    expect(h.spec.replicas).toBe(k.spec.replicas);
+    // The chart's selector adds the release label to deploy/'s.
+    expect(h.spec.selector.matchLabels).toMatchObject(k.spec.selector.matchLabels);
+    const hp = h.spec.template.spec;
+    const kp = k.spec.template.spec;
+    for (const f of ['serviceAccountName', 'terminationGracePeriodSeconds', 'securityContext', 'volumes'])
+      expect(hp[f], f).toEqual(kp[f]);
+    const term = (p: any) => p.affinity.podAntiAffinity.preferredDuringSchedulingIgnoredDuringExecution[0];
+    expect(term(hp).podAffinityTerm.labelSelector.matchLabels).toMatchObject(
+      term(kp).podAffinityTerm.labelSelector.matchLabels,
+    );
+    const hc = hp.containers[0];
+    const kc0 = kp.containers[0];
+    for (const f of [
+      'name',
+      'image',
+      'command',
+      'env',
+      'ports',
+      'livenessProbe',
+      'readinessProbe',
+      'resources',
+      'securityContext',
+      'volumeMounts',
+    ])
+      expect(hc[f], f).toEqual(kc0[f]);
+    // deploy/'s flags, and the Lease named after the release (peerload-operator for release "peerload").
+    expect(hc.args).toEqual(expect.arrayContaining(kc0.args));
+    expect(hc.args).toContain('--leader-election-id=peerload-operator');
+  });
+
+  it('renders the RBAC, Service and PodDisruptionBudget of deploy/', () => {
+    for (const kind of ['ClusterRole', 'Role']) {
+      expect(one(chart, kind).rules, kind).toEqual(one(base, kind).rules);
+      expect(one(chart, kind).metadata.name, kind).toBe(one(base, kind).metadata.name);
+    }
+    for (const kind of ['ClusterRoleBinding', 'RoleBinding']) {
+      expect(one(chart, kind).roleRef, kind).toEqual(one(base, kind).roleRef);
+      expect(one(chart, kind).subjects, kind).toEqual(one(base, kind).subjects);
+    }
+    expect(one(chart, 'ServiceAccount').metadata.name).toBe(one(base, 'ServiceAccount').metadata.name);
+    expect(one(chart, 'Service').spec.ports).toEqual(one(base, 'Service').spec.ports);
+    expect(one(chart, 'PodDisruptionBudget').spec.minAvailable).toBe(
+      one(base, 'PodDisruptionBudget').spec.minAvailable,
+    );
+  });
+
+  it('sets the manager URL, token Secret, namespace scope and leader election from values', () => {
+    const ms = helmTemplate('models', 'ml', {
+      'manager.url': 'http://dragonfly-manager.dragonfly-system:8080',
+      'manager.tokenSecret': 'df-token',
+      watchNamespace: 'team-a',
+      'leaderElection.enabled': 'false',
+      replicaCount: '1',
+      'metrics.serviceMonitor.enabled': 'true',
+    });
+    const d = one(ms, 'Deployment');
+    expect(d.metadata.name).toBe('models-operator');
+    expect(d.spec.replicas).toBe(1);
+    expect(d.spec.template.spec.containers[0].args).toEqual(
+      expect.arrayContaining([
+        '--no-leader-elect',
+        '--manager-url=http://dragonfly-manager.dragonfly-system:8080',
+        '--manager-token-secret=df-token',
+        '--namespace=team-a',
+      ]),
+    );
+    // Namespace scope: no cluster-wide rights; the operator's rules in team-a; the token Secret by name.
+    expect(ms.filter((m) => m.kind.startsWith('Cluster'))).toEqual([]);
+    const roles = ms.filter((m) => m.kind === 'Role') as any[];
+    expect(roles.map((r) => `${r.metadata.namespace}/${r.metadata.name}`).sort()).toEqual([
+      'ml/models-operator-manager-token',
+      'team-a/models-operator',
+    ]);
+    expect(roles.find((r) => r.metadata.namespace === 'ml').rules).toEqual([
+      { apiGroups: [''], resources: ['secrets'], resourceNames: ['df-token'], verbs: ['get'] },
+    ]);
+    expect(ms.filter((m) => m.kind === 'PodDisruptionBudget')).toEqual([]); // one replica: nothing to keep
+    const sm = one(ms, 'ServiceMonitor');
+    expect(sm.spec.endpoints[0]).toMatchObject({ port: 'metrics', path: '/metrics' });
+    expect(sm.spec.selector.matchLabels).toEqual(one(ms, 'Service').spec.selector);
+  });
+
+  it('is accepted by the apiserver: the defaults (dry run) and a namespace-scoped release (applied)', async () => {
+    // The namespace must exist even for a dry run; deploy-manifests creates the same one.
+    await apply(one(kustomize(join(REPO_ROOT, 'deploy/base')), 'Namespace'), false);
+    for (const m of chart) expect((await apply(m, true)).metadata.name).toBe(m.metadata.name);
+
+    const release = await createNamespace(kc, 'chart');
+    const watched = await createNamespace(kc, 'chart-team');
+    const scoped = helmTemplate('scoped', release, {
+      watchNamespace: watched,
+      'manager.tokenSecret': 'df-token',
+    });
+    for (const m of scoped) await apply(m, false);
+    const d = await kube.resource(gvrOf(one(scoped, 'Deployment'))).get(release, 'scoped-operator');
+    expect((d as any).spec.template.spec.serviceAccountName).toBe('scoped-operator');
+    const lease = await kube
+      .resource(GVR.leases)
+      .list(release)
+      .then((l) => l.items.length);
+    expect(lease).toBe(0); // nothing runs the pods here: no kubelet, no scheduler
+  });
+});
