@@ -38,11 +38,7 @@ import { discoverReplicas, SERVICE_NAME_LABEL, type EndpointSlice, type Replica 
 import { SecretReader } from './secrets.ts';
 import { convergeReplica, type ReplicaGoal, type ReplicaOutcome } from './servedmodel-replica.ts';
 import { ensureOwnedPreheat, gateOf, preheatNameOf } from './servedmodel-preheat.ts';
-import {
-  ServedModelCondition,
-  invalidSpecConditions,
-  servedModelConditions,
-} from './servedmodel-status.ts';
+import { ServedModelCondition, invalidSpecConditions, servedModelConditions } from './servedmodel-status.ts';
 
 export const FINALIZER = 'peerload.io/unregister-model';
 /** Static endpoints send no events: look at them this often once everything is ready (jittered ±20 %, so 1,000
