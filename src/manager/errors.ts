@@ -89,10 +89,24 @@ const MAX_MESSAGE = 1024;
  * The manager's message out of an error body: `{"message"}` (handlers), `{"errors"}` (validation), a JSON string,
  * or plain text (429). Truncated; `secrets` are replaced by `***`.
  */
+/**
+ * The first of several JSON objects written back to back: the real manager's create middleware (v2.5.1) answers a
+ * body it cannot bind with a 422 and does not abort, so the handler appends its own 422 (`{"errors":…}{"errors":…}`).
+ */
+function parseManagerJSON(text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch (e) {
+    const boundary = text.startsWith('{') ? text.indexOf('}{') : -1;
+    if (boundary < 0) throw e;
+    return JSON.parse(text.slice(0, boundary + 1));
+  }
+}
+
 export function extractManagerMessage(body: string, secrets: readonly string[] = []): string {
   let message = body.trim();
   try {
-    const parsed: unknown = JSON.parse(body);
+    const parsed = parseManagerJSON(message);
     if (typeof parsed === 'string') message = parsed;
     else if (parsed && typeof parsed === 'object') {
       const o = parsed as Record<string, unknown>;

@@ -69,6 +69,17 @@ export interface ManagerEmulatorOptions {
   runningStates?: boolean;
   /** Clock of token expiry (JWT and personal access tokens); default Date.now. */
   now?: () => number;
+  /**
+   * Answer as this real manager release does, as recorded in test/fixtures/dragonfly/manager-<version>.json and
+   * replayed by test/unit/manager-replay.test.ts: JWT on /api/v1; sign-in failures 401 `Unauthorized` with a
+   * `WWW-Authenticate: JWT realm=Dragonfly` challenge; the create rate limiter runs before validation (a body it
+   * cannot bind is answered twice, an unknown scheduler cluster is 429 text/plain) and allows 10 creates per
+   * second per named scheduler cluster; a preheat whose seed peer cannot fetch the URL ends SUCCESS with null
+   * peer lists. Default: the contract's behaviour, version-neutral.
+   */
+  version?: 'v2.5.1';
+  /** Creates per second per named scheduler cluster (version v2.5.1; default 10, the manager's default). */
+  jobRateLimit?: number;
 }
 
 export interface EmulatedJob {
@@ -161,18 +172,31 @@ class HttpError extends Error {
   readonly status: number;
   readonly body: unknown;
   readonly text: boolean;
+  /** `body` is the exact JSON text to send (e.g. two objects back to back), with a JSON content type. */
+  readonly raw: boolean;
   readonly headers: Record<string, string>;
   constructor(
     status: number,
     body: unknown,
-    opts: { text?: boolean; headers?: Record<string, string> } = {},
+    opts: { text?: boolean; raw?: boolean; headers?: Record<string, string> } = {},
   ) {
     super(typeof body === 'string' ? body : JSON.stringify(body));
     this.status = status;
     this.body = body;
     this.text = opts.text ?? false;
+    this.raw = opts.raw ?? false;
     this.headers = opts.headers ?? {};
   }
+}
+
+/** Go's encoding/json error text for a body that is not JSON (what gin's binding answers). */
+function goJSONError(body: string, e: unknown): string {
+  if (body.trim() === '' || /end of (JSON )?input|Unterminated|Expected .* after/i.test(String(e))) {
+    return body.trim() === '' ? 'EOF' : 'unexpected EOF';
+  }
+  const bad = /position (\d+)/.exec(String(e));
+  const ch = bad ? body[Number(bad[1])] : body.trim()[0];
+  return `invalid character '${ch ?? '?'}' looking for beginning of value`;
 }
 
 const unauthorized = () => new HttpError(401, { message: 'Unauthorized' });
@@ -231,7 +255,19 @@ export async function startManagerEmulator(opts: ManagerEmulatorOptions = {}): P
   const statusField = opts.statusField ?? 'state';
   const argsDialect = opts.argsDialect ?? 'current';
   const resultCase = opts.resultCase ?? 'snake';
-  const apiAuth = opts.apiAuth ?? 'none';
+  const real = opts.version !== undefined;
+  const apiAuth = opts.apiAuth ?? (real ? 'jwt' : 'none');
+  const jobRateLimit = opts.jobRateLimit ?? 10;
+  /** GCRA per cluster (redis_rate.PerSecond in the manager: burst = rate): the time the bucket is empty until. */
+  const rateTAT = new Map<number, number>();
+  const allowCreate = (clusterID: number): boolean => {
+    const interval = 1000 / jobRateLimit;
+    const t = Date.now();
+    const tat = Math.max(rateTAT.get(clusterID) ?? t, t);
+    if (tat - t > interval * (jobRateLimit - 1)) return false;
+    rateTAT.set(clusterID, tat + interval);
+    return true;
+  };
   const users = (opts.users ?? [{ name: 'root', password: 'dragonfly' }]).map((u, i) => ({
     id: u.id ?? i + 1,
     ...u,
@@ -718,6 +754,28 @@ export async function startManagerEmulator(opts: ManagerEmulatorOptions = {}): P
     setState(job, state);
   }
 
+  /**
+   * The real manager's create middleware (v2.5.1 manager/middlewares/ratelimiter.go): it binds the body first and
+   * writes a 422 without aborting, so the handler binds again and writes its own 422 after it (two JSON objects in
+   * one body); then every named scheduler cluster must pass its limiter, and an unknown one never does.
+   */
+  function realRateLimiter(bodyText: string): void {
+    let body: unknown;
+    try {
+      body = JSON.parse(bodyText);
+    } catch (e) {
+      const text = JSON.stringify({ errors: goJSONError(bodyText, e) });
+      throw new HttpError(422, text + text, { raw: true });
+    }
+    const ids =
+      isObj(body) && Array.isArray(body['scheduler_cluster_ids']) ? body['scheduler_cluster_ids'] : [];
+    for (const id of ids) {
+      if (!clusters.some((c) => c.id === id) || !allowCreate(id as number)) {
+        throw new HttpError(429, 'rate limit exceeded', { text: true });
+      }
+    }
+  }
+
   // ---------------------------------------------------------------- router
 
   function json(res: ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}) {
@@ -812,11 +870,16 @@ export async function startManagerEmulator(opts: ManagerEmulatorOptions = {}): P
       }
       const name = isObj(body) ? body['name'] : undefined;
       const password = isObj(body) ? body['password'] : undefined;
+      const challenge = { headers: { 'www-authenticate': 'JWT realm=Dragonfly' } };
       if (typeof name !== 'string' || typeof password !== 'string' || !name || !password) {
+        if (real) throw new HttpError(401, { message: 'Unauthorized' }, challenge);
         throw new HttpError(401, { code: 401, message: 'missing Username or Password' });
       }
       const user = users.find((x) => x.name === name && x.password === password);
-      if (!user) throw new HttpError(401, { code: 401, message: 'incorrect Username or Password' });
+      if (!user) {
+        if (real) throw new HttpError(401, { message: 'Unauthorized' }, challenge);
+        throw new HttpError(401, { code: 401, message: 'incorrect Username or Password' });
+      }
       const token = randomBytes(24).toString('base64url');
       const expiresAt = now() + jwtTTL;
       jwts.set(token, { userID: user.id, expiresAt });
@@ -862,6 +925,7 @@ export async function startManagerEmulator(opts: ManagerEmulatorOptions = {}): P
     if (injected) throw new HttpError(injected.status, { message: injected.message });
 
     if (idRaw === undefined && method === 'POST') {
+      if (real) realRateLimiter(bodyText);
       if (inject.rateLimit.length > 0) {
         const retryAfter = inject.rateLimit.shift();
         throw new HttpError(429, 'rate limit exceeded', {
@@ -932,10 +996,9 @@ export async function startManagerEmulator(opts: ManagerEmulatorOptions = {}): P
         return;
       }
       if (e instanceof HttpError) {
-        if (e.text) {
-          res
-            .writeHead(e.status, { 'content-type': 'text/plain; charset=utf-8', ...e.headers })
-            .end(String(e.body));
+        if (e.text || e.raw) {
+          const type = e.raw ? 'application/json; charset=utf-8' : 'text/plain; charset=utf-8';
+          res.writeHead(e.status, { 'content-type': type, ...e.headers }).end(String(e.body));
         } else {
           json(res, e.status, e.body, e.headers);
         }

@@ -2,7 +2,12 @@ import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { ManagerClient, type ManagerClientOptions } from '../../src/manager/client.ts';
-import { ManagerError, kindForStatus, parseRetryAfter } from '../../src/manager/errors.ts';
+import {
+  ManagerError,
+  extractManagerMessage,
+  kindForStatus,
+  parseRetryAfter,
+} from '../../src/manager/errors.ts';
 import {
   JobSchema,
   jobPeerTasks,
@@ -472,6 +477,16 @@ describe('manager types', () => {
     expect(status.state).toBe('PENDING');
     expect(JobSchema.safeParse({ id: 1, type: 'preheat' }).success).toBe(false);
     expect(toSnakeCase('SchedulerClusterID')).toBe('scheduler_cluster_id');
+  });
+
+  it("reads the manager's message out of every body it answers, two JSON objects back to back included", () => {
+    // The real v2.5.1 create middleware answers an unbindable body twice (test/fixtures/dragonfly).
+    expect(extractManagerMessage('{"errors":"unexpected EOF"}{"errors":"unexpected EOF"}')).toBe(
+      'unexpected EOF',
+    );
+    expect(extractManagerMessage('{"message":"record not found"}')).toBe('record not found');
+    expect(extractManagerMessage('rate limit exceeded')).toBe('rate limit exceeded');
+    expect(extractManagerMessage('{"message":"a }{ b"}')).toBe('a }{ b');
   });
 
   it('parses Link headers with unquoted and quoted rel', () => {
