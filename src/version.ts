@@ -3,10 +3,10 @@
  * every HTTP client and `fieldManager=peerload-operator` on every apiserver write, so `managedFields` and audit
  * logs name it instead of `unknown`.
  */
-import { createRequire } from 'node:module';
+// A JSON module import, not a read at run time: the bundler inlines it into the image's CLI (which ships no
+// package.json), and from src/ or dist/ the same relative path resolves to the package's own file.
+import pkg from '../package.json' with { type: 'json' };
 
-// package.json sits one level above both src/ and dist/, so the same relative path works from either.
-export const VERSION: string = (createRequire(import.meta.url)('../package.json') as { version: string })
-  .version;
+export const VERSION: string = pkg.version;
 export const USER_AGENT = `peerload/${VERSION}`;
 export const FIELD_MANAGER = 'peerload-operator';
