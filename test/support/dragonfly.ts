@@ -160,7 +160,7 @@ export async function startDragonfly(opts: DragonflyOptions = {}): Promise<Drago
       peers.map((p) =>
         waitFor(
           `${p.name} to announce itself to the scheduler`,
-          async () => /announce.*host/i.test(await p.logs()),
+          async () => /announce host to /.test(await p.logs()),
           {
             timeoutMs: 60_000,
             intervalMs: 500,
