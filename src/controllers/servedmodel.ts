@@ -3,8 +3,12 @@
  * kept so as pods come, go and restart, and unregistered everywhere on delete.
  *
  * One reconcile = one pass over the replicas (at most `rollout.maxConcurrent` at a time), each replica moved one
- * step by convergeReplica(), then one status write. Pods are found through the EndpointSlices of the Service, so
- * a new, removed or restarted pod wakes the ServedModel; worker readiness is polled with requeueAfter.
+ * step by convergeReplica(), then one status write. Registrations (the plugin downloads the archive first, which
+ * takes minutes for a large model) never run inside a reconcile: they run in the background (registrations.ts),
+ * the reconcile starts them and reads their phase, and each change of phase enqueues the ServedModel again. Status
+ * writes that only report progress are coalesced to one per STATUS_COALESCE_MS per object. Pods are found through
+ * the EndpointSlices of the Service, so a new, removed or restarted pod wakes the ServedModel; worker readiness is
+ * polled with requeueAfter.
  */
 import {
   ServedModelSpec,
@@ -14,8 +18,9 @@ import {
   type ServedModel,
   type ServedModelStatus,
 } from '../api/index.ts';
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { Dispatcher } from 'undici';
-import { ModelServerClient } from '../modelserver/client.ts';
+import { ModelServerClient, type RegisterRequest, type RegisterResult } from '../modelserver/client.ts';
 import { secretToken, type TokenSource } from '../modelserver/auth.ts';
 import { ModelServerError } from '../modelserver/errors.ts';
 import {
@@ -36,7 +41,13 @@ import {
 } from '../runtime/index.ts';
 import { discoverReplicas, SERVICE_NAME_LABEL, type EndpointSlice, type Replica } from './replicas.ts';
 import { SecretReader } from './secrets.ts';
-import { convergeReplica, type ReplicaGoal, type ReplicaOutcome } from './servedmodel-replica.ts';
+import {
+  convergeReplica,
+  registeredEvent,
+  type ReplicaGoal,
+  type ReplicaOutcome,
+} from './servedmodel-replica.ts';
+import { RegistrationRunner, type Progress, type RegistrationId } from './registrations.ts';
 import { ensureOwnedPreheat, gateOf, preheatNameOf } from './servedmodel-preheat.ts';
 import { ServedModelCondition, invalidSpecConditions, servedModelConditions } from './servedmodel-status.ts';
 
@@ -50,6 +61,11 @@ const CLEANUP_CALL_TIMEOUT_MS = 10_000;
 const MIN_CLEANUP_CALL_TIMEOUT_MS = 2_000;
 /** How long a deletion pass may run past the grace deadline before the replicas it has not reached are let go. */
 const CLEANUP_PASS_OVERRUN_MS = 5_000;
+/** At most one status write per object this often when only progress changed (conditions' status or reason did
+ *  not): a rollout over many replicas would otherwise write once per replica phase. */
+const STATUS_COALESCE_MS = 2_000;
+/** How often a registration asks again while the model server downloads the archive for an earlier request. */
+const IN_PROGRESS_POLL_MS = 2_000;
 /** Room for replica names in a condition or Event (an Event note holds 1,024 characters). */
 const MAX_LISTED_CHARS = 700;
 
@@ -127,6 +143,14 @@ export function createServedModelController(
     });
   }
 
+  const registrations = new RegistrationRunner<RegisterResult>({
+    global: ctx.config.maxConcurrentRegistrations,
+    // Registrations start in reconciles, so the controller exists by the time one reports.
+    onChange: (owner) => controller.enqueue(owner),
+  });
+  /** When each object's status was last written (for coalescing). */
+  const lastWrite = new Map<string, number>();
+
   const writeStatus = (obj: Obj, change: (s: Status) => Status, signal: AbortSignal) =>
     ctx.status.update<Obj, Status>(GVR.servedModels, obj, (o) => change({ ...(o.status ?? {}) }), signal);
 
@@ -186,15 +210,36 @@ export function createServedModelController(
     // 2. Every replica one step closer (the seed first, alone, when the network does not hold the model yet).
     const previous = new Map((sm.status?.replicas ?? []).map((r) => [r.endpoint, r]));
     const goal = goalOf(spec);
+    const uid = sm.metadata.uid ?? key;
+    const wanted = `${spec.version ?? ''}|${spec.fileName}`;
+    registrations.prune(uid, new Set(discovery.replicas.map((r) => r.endpoint)), wanted);
+    const idOf = (endpoint: string): RegistrationId => ({
+      uid,
+      owner: key,
+      replica: endpoint,
+      version: wanted,
+    });
+    /** Registrations whose result this pass acted on (by endpoint): forgotten once their Events are recorded. */
+    const consumed = new Set<string>();
     let outcomes: ReplicaOutcome[];
     if (gate.state === 'closed') {
       outcomes = discovery.replicas.map((r) => waiting(r, previous.get(r.endpoint), gate.message));
     } else {
-      const step = (r: Replica, mayRegister: boolean) =>
-        convergeReplica(clientFor(sm, spec, r), r, goal, previous.get(r.endpoint), {
+      const step = (r: Replica, mayRegister: boolean) => {
+        const client = clientFor(sm, spec, r);
+        const id = idOf(r.endpoint);
+        return convergeReplica(client, r, goal, previous.get(r.endpoint), {
           mayRegister,
           signal: rc.signal,
+          register: (req) => {
+            const state = registrations.ensure(id, spec.rollout.maxConcurrent, (signal, progress) =>
+              registerUntilDone(client, req, spec.version, signal, progress),
+            );
+            if (state.state !== 'running') consumed.add(r.endpoint);
+            return state;
+          },
         });
+      };
       const seeded = !spec.rollout.seedFirst || [...previous.values()].some((r) => r.registered);
       const [seed, ...rest] = discovery.replicas;
       if (!seeded && seed) {
@@ -207,7 +252,17 @@ export function createServedModelController(
     }
 
     // 3. Status, conditions and Events from what the pass saw.
+    // A registration that ended before this pass described its replica: the pass found the model there, so it
+    // never asked for the result; its Event is due all the same (one per replica registration).
+    for (const [i, o] of outcomes.entries()) {
+      if (!o.status.registered || consumed.has(o.status.endpoint)) continue;
+      const state = registrations.peek(idOf(o.status.endpoint));
+      if (!state || state.state === 'running') continue;
+      if (state.state === 'done') o.events.push(registeredEvent(goal, discovery.replicas[i]!, state.result));
+      consumed.add(o.status.endpoint);
+    }
     for (const o of outcomes) for (const e of o.events) ctx.events.record(sm, e.type, e.reason, e.note);
+    for (const endpoint of consumed) registrations.settle(idOf(endpoint));
     const replicas = outcomes.map((o) => stamp(o.status, previous.get(o.status.endpoint)));
     const failed = outcomes.filter((o) => o.failure);
     const readyCount = replicas.filter((r) => r.ready).length;
@@ -231,6 +286,14 @@ export function createServedModelController(
       })),
     });
     const before = getCondition(sm.status?.conditions, ServedModelCondition.Ready);
+    // Progress alone (phases, counts) waits for the coalescing interval; a change of what the conditions say
+    // (status or reason) or of the generation is written at once.
+    const sinceWrite = Date.now() - (lastWrite.get(key) ?? 0);
+    const nextConditions = applyConditions(sm.status?.conditions, conditions, gen);
+    const urgent =
+      sm.status?.observedGeneration !== gen ||
+      conditionsDigest(nextConditions) !== conditionsDigest(sm.status?.conditions ?? []);
+    if (!urgent && sinceWrite < STATUS_COALESCE_MS) return { requeueAfter: STATUS_COALESCE_MS - sinceWrite };
     const written = await writeStatus(
       sm,
       (s) =>
@@ -249,6 +312,7 @@ export function createServedModelController(
         ),
       rc.signal,
     );
+    if (written.written) lastWrite.set(key, Date.now());
     const after = getCondition(written.object.status?.conditions, ServedModelCondition.Ready);
     if (after?.status === 'True' && before?.status !== 'True')
       ctx.events.record(sm, 'Normal', 'Ready', after.message);
@@ -256,13 +320,16 @@ export function createServedModelController(
       ctx.events.record(sm, 'Warning', 'NotReady', after?.message ?? '');
 
     // 4. When to look again: soon while converging (less often the longer it takes), rarely when done.
+    const registering = replicas.some((r) => r.phase === 'Pending' || r.phase === 'Downloading');
     if (allReady && failed.length === 0)
       return spec.modelServer.endpoints
         ? { requeueAfter: STATIC_RECHECK_MS * (0.8 + Math.random() * 0.4) }
         : undefined;
     if (gate.state === 'closed' && gate.final) return;
+    // A registration's end enqueues the object; polling meanwhile only refreshes what the replicas say.
     const since = Date.parse(after?.lastTransitionTime ?? new Date().toISOString());
-    return { requeueAfter: Math.min(pollBackoffMax, Math.max(pollBackoffStart, (Date.now() - since) / 4)) };
+    const poll = Math.min(pollBackoffMax, Math.max(pollBackoffStart, (Date.now() - since) / 4));
+    return { requeueAfter: registering ? Math.max(poll, pollBackoffMax / 2) : poll };
   }
 
   /** The EndpointSlices of the ServedModel's Service, from the cache. */
@@ -353,18 +420,21 @@ export function createServedModelController(
     forget(`${sm.metadata.namespace}/${sm.metadata.name}`, sm.metadata.uid);
   }
 
-  function forget(_key: string, uid?: string): void {
+  function forget(key: string, uid?: string): void {
+    lastWrite.delete(key);
     if (!uid) return;
+    registrations.prune(uid);
     for (const id of tokenSources.keys()) if (id.startsWith(`${uid}|`)) tokenSources.delete(id);
   }
 
-  return new Controller<Obj>(
+  const controller = new Controller<Obj>(
     {
       name: 'servedmodel',
       for: models,
       reconcile,
       workers: ctx.config.workers,
       predicate: specChanged,
+      onStop: () => registrations.stop(),
       watches: [
         {
           informer: slices,
@@ -379,6 +449,48 @@ export function createServedModelController(
     },
     { logger: ctx.logger, metrics: ctx.metrics },
   );
+  return controller;
+}
+
+/**
+ * One registration: the plugin's POST. While the model server downloads the same archive for an earlier request
+ * (an operator that restarted mid-download) it waits for that one: it looks whether the wanted version got
+ * registered, and asks again only when not (the earlier download failed), so no second download starts.
+ */
+async function registerUntilDone(
+  client: ModelServerClient,
+  req: RegisterRequest,
+  version: string | undefined,
+  signal: AbortSignal,
+  progress: Progress,
+): Promise<RegisterResult> {
+  for (;;) {
+    const result = await client.register(req, { signal });
+    if (!result.inProgress) return result;
+    progress(`the model server is downloading ${req.fileName} for an earlier request; waiting for it`);
+    await sleep(IN_PROGRESS_POLL_MS, undefined, { signal });
+    // Registered meanwhile? Without a wanted version a registered one may be an old one: only the plugin can tell
+    // (409). Not registered: asking again answers "in progress" without starting anything, or starts the
+    // download when the earlier one failed.
+    if (version === undefined || req.modelName === undefined) continue;
+    const found = (await client.describeIfPresent(req.modelName, version, { signal }))?.[0];
+    if (found)
+      return {
+        httpStatus: 200,
+        status: 'registered by an earlier request',
+        modelName: found.modelName,
+        version: found.modelVersion,
+        workersPending: false,
+      };
+  }
+}
+
+/** What the conditions say, without messages and times (which change with progress). */
+function conditionsDigest(conditions: readonly { type: string; status: string; reason?: string }[]): string {
+  return conditions
+    .map((c) => `${c.type}=${c.status}/${c.reason ?? ''}`)
+    .sort()
+    .join(',');
 }
 
 function goalOf(spec: ServedModelSpec): ReplicaGoal {
@@ -435,20 +547,25 @@ function waiting(r: Replica, previous: ReplicaStatus | undefined, why: string): 
       registered: previous?.registered ?? false,
       readyWorkers: previous?.readyWorkers ?? 0,
       ready: false,
+      phase: 'Pending',
       message: why,
     },
     events: [],
   };
 }
 
-/** Keeps a replica's lastUpdateTime unless what a person reads (ready, message) changed. */
+/** Keeps a replica's lastUpdateTime unless what a person reads (ready, message) changed, and `since` while the
+ *  phase stays. */
 function stamp(status: ReplicaStatus, previous: ReplicaStatus | undefined): ReplicaStatus {
   const same =
     previous &&
     previous.ready === status.ready &&
     previous.message === status.message &&
     previous.lastUpdateTime;
-  return { ...status, lastUpdateTime: same ? previous.lastUpdateTime : new Date().toISOString() };
+  const now = new Date().toISOString();
+  const kept = previous?.phase === status.phase ? previous?.since : undefined;
+  const since = kept ?? status.since ?? now;
+  return { ...status, since, lastUpdateTime: same ? previous.lastUpdateTime : now };
 }
 
 function withConditions(s: Status, gen: number | undefined, changes: ConditionChange[]): Status {
