@@ -54,7 +54,7 @@ const PluginBody = z.looseObject({
  * The plugin's answer to a POST for an object key it is downloading already (for an earlier request, e.g. of an
  * operator that restarted): HTTP 202 with `{"code": 202, "type": "DownloadInProgress", "message": ...,
  * "Status": ...}`. Nothing new was started; the caller asks again later and gets the registration's outcome
- * (409 once the earlier request registered the model). plugin/README.md documents it.
+ * (409 once the earlier request registered the model); the README documents it.
  */
 export const DOWNLOAD_IN_PROGRESS = 'DownloadInProgress';
 

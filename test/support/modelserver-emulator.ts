@@ -690,7 +690,7 @@ class Emulator implements ModelServerEmulator {
       return fail(400, 'BadRequestException', `Invalid file_name: ${r.fileName}`);
     }
     // As the plugin: one download per object key; a POST for a key in flight starts nothing and answers 202
-    // DownloadInProgress (plugin/README.md). The download goes on when the client that started it goes away.
+    // DownloadInProgress (README). The download goes on when the client that started it goes away.
     const started = this.pluginInFlight.get(r.fileName);
     if (started !== undefined) {
       this.stats.inProgressAnswers++;
