@@ -13,13 +13,13 @@ import {
   parseDuration,
   type ModelPreheat,
   type ModelPreheatStatus,
+  GVR,
 } from '../api/index.ts';
 import type { ManagerClient } from '../manager/client.ts';
 import { ManagerError } from '../manager/errors.ts';
 import type { ManagerJob } from '../manager/types.ts';
 import {
   Controller,
-  GVR,
   addFinalizer,
   applyConditions,
   getCondition,

@@ -170,7 +170,7 @@ export async function convergeReplica(
             readyWorkers: 0,
             ready: false,
             phase: 'Registering',
-            message: `${goal.modelName} is registered but not described yet`,
+            message: `${goal.modelName} ${version ?? ''} is not described after its registration (does the archive register another version?)`,
           },
           events,
         };

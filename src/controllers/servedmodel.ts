@@ -17,6 +17,7 @@ import {
   type ReplicaStatus,
   type ServedModel,
   type ServedModelStatus,
+  GVR,
 } from '../api/index.ts';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Dispatcher } from 'undici';
@@ -25,7 +26,6 @@ import { secretToken, type TokenSource } from '../modelserver/auth.ts';
 import { ModelServerError } from '../modelserver/errors.ts';
 import {
   Controller,
-  GVR,
   addFinalizer,
   applyConditions,
   getCondition,
@@ -56,6 +56,8 @@ export const FINALIZER = 'peerload.io/unregister-model';
  *  ServedModels do not all check at once). A 60 s period cost an idle operator 2.3 % of a core (bench row 5). */
 const STATIC_RECHECK_MS = 300_000;
 const SECRET_CACHE_MS = 5_000;
+/** How often a ServedModel whose every failure needs a change (Stalled) looks again by itself. */
+const STALLED_RECHECK_MS = 300_000;
 /** Bounds of one model-server call during deletion: shorter as the grace deadline nears. */
 const CLEANUP_CALL_TIMEOUT_MS = 10_000;
 const MIN_CLEANUP_CALL_TIMEOUT_MS = 2_000;
@@ -116,6 +118,8 @@ export function createServedModelController(
     const id = `${namespace}/${name}/${key}`;
     const hit = secretCache.get(id);
     if (hit && Date.now() - hit.at < SECRET_CACHE_MS) return hit.value;
+    // Expired entries go as new ones come, so Secrets of pods long gone do not stay.
+    for (const [k, e] of secretCache) if (Date.now() - e.at >= SECRET_CACHE_MS) secretCache.delete(k);
     const value = secrets.value(namespace, { name, key });
     value.catch(() => secretCache.delete(id));
     secretCache.set(id, { at: Date.now(), value });
@@ -212,7 +216,13 @@ export function createServedModelController(
     const goal = goalOf(spec);
     const uid = sm.metadata.uid ?? key;
     const wanted = `${spec.version ?? ''}|${spec.fileName}`;
-    registrations.prune(uid, new Set(discovery.replicas.map((r) => r.endpoint)), wanted);
+    const endpoints = new Set(discovery.replicas.map((r) => r.endpoint));
+    registrations.prune(uid, endpoints, wanted);
+    // Token sources of replicas that went away (pods churn): a returning endpoint gets a fresh one.
+    for (const id of tokenSources.keys()) {
+      const [owner, endpoint] = id.split('|');
+      if (owner === uid && !endpoints.has(endpoint!)) tokenSources.delete(id);
+    }
     const idOf = (endpoint: string): RegistrationId => ({
       uid,
       owner: key,
@@ -326,6 +336,13 @@ export function createServedModelController(
         ? { requeueAfter: STATIC_RECHECK_MS * (0.8 + Math.random() * 0.4) }
         : undefined;
     if (gate.state === 'closed' && gate.final) return;
+    // Every failure needs a change of the spec, the archive or the model server (a rejected archive, a version
+    // mismatch): asking again at poll rate cannot help; a spec or endpoint change wakes the object, and a slow
+    // re-check notices a fixed model server. Refused credentials stay on the poll: the Secret, which nothing
+    // watches, is republished by the key sidecar on rotation.
+    const needsChange = (o: ReplicaOutcome) => !o.failure!.retryable && o.failure!.kind !== 'auth';
+    if (failed.length > 0 && failed.every(needsChange) && !registering)
+      return { requeueAfter: STALLED_RECHECK_MS * (0.8 + Math.random() * 0.4) };
     // A registration's end enqueues the object; polling meanwhile only refreshes what the replicas say.
     const since = Date.parse(after?.lastTransitionTime ?? new Date().toISOString());
     const poll = Math.min(pollBackoffMax, Math.max(pollBackoffStart, (Date.now() - since) / 4));
