@@ -2,7 +2,7 @@
  * Model registrations (the plugin's download + register, minutes for a multi-GB archive) run here, in the
  * background, so that a reconcile never waits for one: controller-runtime's rule is never to block Reconcile on
  * long external work. The reconcile starts a registration, reads its phase, and takes its result once it is done;
- * every change of phase calls `onChange` with the owner's key, which enqueues the ServedModel.
+ * its end (and any progress message) calls `onChange` with the owner's key, which enqueues the ServedModel.
  *
  * A registration is keyed by (ServedModel uid, replica, version): starting one that runs already is a no-op, so
  * reconciles can ask as often as they like. At most `perOwner` registrations of one ServedModel
@@ -36,7 +36,7 @@ export type RegistrationRun<R> = (signal: AbortSignal, progress: Progress) => Pr
 export interface RegistrationRunnerOptions {
   /** Registrations in flight at once over all owners. */
   global: number;
-  /** Called when a registration changes phase or ends. */
+  /** Called when a registration ends or reports progress. */
   onChange: (owner: string) => void;
   now?: () => number;
 }
@@ -142,7 +142,7 @@ export class RegistrationRunner<R> {
       since,
       message: 'the model server downloads the archive',
     };
-    this.opts.onChange(task.id.owner);
+    // Not reported: a slot frees when another registration ends, which is reported already.
     const progress: Progress = (message) => {
       if (task.state.state === 'running' && task.state.message !== message) {
         task.state = { ...task.state, message };

@@ -162,6 +162,19 @@ export async function convergeReplica(
         );
       }
       target = (await client.describeIfPresent(goal.modelName, version, call))?.[0];
+      if (!target && goal.version !== undefined && current && current.modelVersion !== goal.version) {
+        // 409 (the archive's version is registered) yet the wanted one is absent: the archive registers another
+        // version. Retrying cannot help until the spec or the archive changes.
+        return fail(
+          base,
+          false,
+          'VersionMismatch',
+          `${goal.fileName} does not register version ${goal.version} (spec.version); the model server has ` +
+            `${goal.modelName} ${current.modelVersion}`,
+          false,
+          events,
+        );
+      }
       if (!target) {
         return {
           status: {
@@ -170,7 +183,7 @@ export async function convergeReplica(
             readyWorkers: 0,
             ready: false,
             phase: 'Registering',
-            message: `${goal.modelName} ${version ?? ''} is not described after its registration (does the archive register another version?)`,
+            message: `${goal.modelName} ${version ?? ''} is registered but not described yet`,
           },
           events,
         };

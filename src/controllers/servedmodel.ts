@@ -47,7 +47,12 @@ import {
   type ReplicaGoal,
   type ReplicaOutcome,
 } from './servedmodel-replica.ts';
-import { RegistrationRunner, type Progress, type RegistrationId } from './registrations.ts';
+import {
+  RegistrationRunner,
+  type Progress,
+  type RegistrationId,
+  type RegistrationState,
+} from './registrations.ts';
 import { ensureOwnedPreheat, gateOf, preheatNameOf } from './servedmodel-preheat.ts';
 import { ServedModelCondition, invalidSpecConditions, servedModelConditions } from './servedmodel-status.ts';
 
@@ -55,7 +60,6 @@ export const FINALIZER = 'peerload.io/unregister-model';
 /** Static endpoints send no events: look at them this often once everything is ready (jittered ±20 %, so 1,000
  *  ServedModels do not all check at once). A 60 s period cost an idle operator 2.3 % of a core (bench row 5). */
 const STATIC_RECHECK_MS = 300_000;
-const SECRET_CACHE_MS = 5_000;
 /** How often a ServedModel whose every failure needs a change (Stalled) looks again by itself. */
 const STALLED_RECHECK_MS = 300_000;
 /** Bounds of one model-server call during deletion: shorter as the grace deadline nears. */
@@ -110,21 +114,11 @@ export function createServedModelController(
   const keysOf = (index: string, value: string) =>
     models.byIndex(index, value).map((sm) => `${sm.metadata.namespace}/${sm.metadata.name}`);
 
-  // Token sources live as long as the replica (renewal is single-flight per source); Secret reads are cached
-  // briefly because every request asks for the token.
+  // Token sources live as long as the replica (renewal is single-flight per source); the SecretReader keeps what
+  // it read for a few seconds, because every request asks for the token.
   const tokenSources = new Map<string, TokenSource>();
-  const secretCache = new Map<string, { at: number; value: Promise<string> }>();
-  const cachedSecret = (namespace: string, name: string, key: string): Promise<string> => {
-    const id = `${namespace}/${name}/${key}`;
-    const hit = secretCache.get(id);
-    if (hit && Date.now() - hit.at < SECRET_CACHE_MS) return hit.value;
-    // Expired entries go as new ones come, so Secrets of pods long gone do not stay.
-    for (const [k, e] of secretCache) if (Date.now() - e.at >= SECRET_CACHE_MS) secretCache.delete(k);
-    const value = secrets.value(namespace, { name, key });
-    value.catch(() => secretCache.delete(id));
-    secretCache.set(id, { at: Date.now(), value });
-    return value;
-  };
+  const cachedSecret = (namespace: string, name: string, key: string): Promise<string> =>
+    secrets.value(namespace, { name, key });
 
   function clientFor(sm: Obj, spec: ServedModelSpec, replica: Replica): ModelServerClient {
     const ref = spec.modelServer.managementTokenSecretRef;
@@ -235,15 +229,18 @@ export function createServedModelController(
     if (gate.state === 'closed') {
       outcomes = discovery.replicas.map((r) => waiting(r, previous.get(r.endpoint), gate.message));
     } else {
-      const step = (r: Replica, mayRegister: boolean) => {
+      const step = async (r: Replica, mayRegister: boolean): Promise<ReplicaOutcome> => {
         const client = clientFor(sm, spec, r);
         const id = idOf(r.endpoint);
+        // A registration under way says where the replica is: describing it would only cost a request.
+        const running = registrations.peek(id);
+        if (running?.state === 'running') return underWay(r, running);
         return convergeReplica(client, r, goal, previous.get(r.endpoint), {
           mayRegister,
           signal: rc.signal,
           register: (req) => {
             const state = registrations.ensure(id, spec.rollout.maxConcurrent, (signal, progress) =>
-              registerUntilDone(client, req, spec.version, signal, progress),
+              registerUntilDone(client, req, spec.version, goal, signal, progress),
             );
             if (state.state !== 'running') consumed.add(r.endpoint);
             return state;
@@ -272,7 +269,16 @@ export function createServedModelController(
       consumed.add(o.status.endpoint);
     }
     for (const o of outcomes) for (const e of o.events) ctx.events.record(sm, e.type, e.reason, e.note);
-    for (const endpoint of consumed) registrations.settle(idOf(endpoint));
+    // A registration whose outcome needs a change (a version mismatch, a rejected archive) stays as it ended, so
+    // passes do not register again at poll rate; a new spec (another registration key) or the slow re-check
+    // after STALLED_RECHECK_MS tries again.
+    for (const o of outcomes) {
+      if (!consumed.has(o.status.endpoint)) continue;
+      const id = idOf(o.status.endpoint);
+      const ended = registrations.peek(id);
+      const keep = o.failure && needsChange(o) && ended && Date.now() - ended.since < STALLED_RECHECK_MS;
+      if (!keep) registrations.settle(id);
+    }
     const replicas = outcomes.map((o) => stamp(o.status, previous.get(o.status.endpoint)));
     const failed = outcomes.filter((o) => o.failure);
     const readyCount = replicas.filter((r) => r.ready).length;
@@ -303,7 +309,36 @@ export function createServedModelController(
     const urgent =
       sm.status?.observedGeneration !== gen ||
       conditionsDigest(nextConditions) !== conditionsDigest(sm.status?.conditions ?? []);
-    if (!urgent && sinceWrite < STATUS_COALESCE_MS) return { requeueAfter: STATUS_COALESCE_MS - sinceWrite };
+    // 4. When to look again: soon while converging (less often the longer it takes), rarely when done.
+    const nextLook = (readySince: string | undefined): ReconcileResult | undefined => {
+      const registering = replicas.some((r) => r.phase === 'Pending' || r.phase === 'Downloading');
+      if (allReady && failed.length === 0)
+        return spec.modelServer.endpoints
+          ? { requeueAfter: STATIC_RECHECK_MS * (0.8 + Math.random() * 0.4) }
+          : undefined;
+      if (gate.state === 'closed' && gate.final) return;
+      // Every failure needs a change of the spec, the archive or the model server (a rejected archive, a version
+      // mismatch): asking again at poll rate cannot help; a spec or endpoint change wakes the object, and a slow
+      // re-check notices a fixed model server. Refused credentials stay on the poll: the Secret, which nothing
+      // watches, is republished by the key sidecar on rotation.
+      if (failed.length > 0 && failed.every(needsChange) && !registering)
+        return { requeueAfter: STALLED_RECHECK_MS * (0.8 + Math.random() * 0.4) };
+      // While registrations run, each one's end enqueues the object, and those passes see the workers that start
+      // meanwhile: polling then would only add passes (each describes every replica). Otherwise the replicas whose
+      // workers are starting are polled soon after they entered that phase, less often the longer it takes.
+      if (registering) return { requeueAfter: pollBackoffMax };
+      const polled = replicas.filter((r) => !r.ready && r.since !== undefined);
+      const since =
+        polled.length > 0
+          ? Math.max(...polled.map((r) => Date.parse(r.since!)))
+          : Date.parse(readySince ?? new Date().toISOString());
+      return { requeueAfter: Math.min(pollBackoffMax, Math.max(pollBackoffStart, (Date.now() - since) / 4)) };
+    };
+    if (!urgent && sinceWrite < STATUS_COALESCE_MS) {
+      // The write waits; the poll does not (workers starting on the last replicas are seen as soon as they are).
+      const look = nextLook(before?.lastTransitionTime)?.requeueAfter ?? Infinity;
+      return { requeueAfter: Math.min(look, STATUS_COALESCE_MS - sinceWrite) };
+    }
     const written = await writeStatus(
       sm,
       (s) =>
@@ -329,24 +364,7 @@ export function createServedModelController(
     if (after?.status !== 'True' && before?.status === 'True')
       ctx.events.record(sm, 'Warning', 'NotReady', after?.message ?? '');
 
-    // 4. When to look again: soon while converging (less often the longer it takes), rarely when done.
-    const registering = replicas.some((r) => r.phase === 'Pending' || r.phase === 'Downloading');
-    if (allReady && failed.length === 0)
-      return spec.modelServer.endpoints
-        ? { requeueAfter: STATIC_RECHECK_MS * (0.8 + Math.random() * 0.4) }
-        : undefined;
-    if (gate.state === 'closed' && gate.final) return;
-    // Every failure needs a change of the spec, the archive or the model server (a rejected archive, a version
-    // mismatch): asking again at poll rate cannot help; a spec or endpoint change wakes the object, and a slow
-    // re-check notices a fixed model server. Refused credentials stay on the poll: the Secret, which nothing
-    // watches, is republished by the key sidecar on rotation.
-    const needsChange = (o: ReplicaOutcome) => !o.failure!.retryable && o.failure!.kind !== 'auth';
-    if (failed.length > 0 && failed.every(needsChange) && !registering)
-      return { requeueAfter: STALLED_RECHECK_MS * (0.8 + Math.random() * 0.4) };
-    // A registration's end enqueues the object; polling meanwhile only refreshes what the replicas say.
-    const since = Date.parse(after?.lastTransitionTime ?? new Date().toISOString());
-    const poll = Math.min(pollBackoffMax, Math.max(pollBackoffStart, (Date.now() - since) / 4));
-    return { requeueAfter: registering ? Math.max(poll, pollBackoffMax / 2) : poll };
+    return nextLook(after?.lastTransitionTime);
   }
 
   /** The EndpointSlices of the ServedModel's Service, from the cache. */
@@ -478,12 +496,27 @@ async function registerUntilDone(
   client: ModelServerClient,
   req: RegisterRequest,
   version: string | undefined,
+  goal: ReplicaGoal,
   signal: AbortSignal,
   progress: Progress,
 ): Promise<RegisterResult> {
   for (;;) {
     const result = await client.register(req, { signal });
-    if (!result.inProgress) return result;
+    if (!result.inProgress) {
+      // Start the workers at once rather than on the next pass (they take longest); the pass checks the counts
+      // and scales again should this fail. A version other than the wanted one is the pass's to report.
+      const registered = result.version ?? version;
+      if (req.modelName !== undefined && (version === undefined || registered === version))
+        await client
+          .scale(
+            req.modelName,
+            registered,
+            { minWorker: goal.minWorkers, maxWorker: goal.maxWorkers },
+            { signal },
+          )
+          .catch(() => undefined);
+      return result;
+    }
     progress(`the model server is downloading ${req.fileName} for an earlier request; waiting for it`);
     await sleep(IN_PROGRESS_POLL_MS, undefined, { signal });
     // Registered meanwhile? Without a wanted version a registered one may be an old one: only the plugin can tell
@@ -509,6 +542,11 @@ function conditionsDigest(conditions: readonly { type: string; status: string; r
     .sort()
     .join(',');
 }
+
+/** A failure that retrying cannot fix until the spec, the archive or the model server changes. Refused credentials
+ *  are not one: the key sidecar republishes the Secret on rotation. */
+const needsChange = (o: ReplicaOutcome) =>
+  o.failure !== undefined && !o.failure.retryable && o.failure.kind !== 'auth';
 
 function goalOf(spec: ServedModelSpec): ReplicaGoal {
   return {
@@ -566,6 +604,26 @@ function waiting(r: Replica, previous: ReplicaStatus | undefined, why: string): 
       ready: false,
       phase: 'Pending',
       message: why,
+    },
+    events: [],
+  };
+}
+
+function underWay(
+  r: Replica,
+  state: Extract<RegistrationState<unknown>, { state: 'running' }>,
+): ReplicaOutcome {
+  return {
+    status: {
+      endpoint: r.endpoint,
+      ...(r.pod ? { pod: r.pod } : {}),
+      ...(r.podUID ? { podUID: r.podUID } : {}),
+      registered: false,
+      readyWorkers: 0,
+      ready: false,
+      phase: state.phase,
+      since: new Date(state.since).toISOString(),
+      message: state.message,
     },
     events: [],
   };

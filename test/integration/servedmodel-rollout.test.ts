@@ -191,4 +191,30 @@ describe('ServedModel rollouts in the background', () => {
     expect(stats.inProgressAnswers).toBeGreaterThanOrEqual(1);
     expect(stats.registrations).toBe(1);
   }, 60_000);
+
+  it('a failure that needs a change (version mismatch) is Stalled and not retried at poll rate', async () => {
+    const f = await fleet(1, { registrationLatencyMs: 10, modelVersion: '1.0' });
+    await service('mismatch', f.urls);
+    await create('mismatch', 'mismatch', { version: '2.0' });
+    const stalled = await waitFor(
+      'mismatch Stalled',
+      async () => {
+        const o = await get('mismatch');
+        return o.status?.conditions?.some((c) => c.type === 'Stalled' && c.status === 'True') ? o : undefined;
+      },
+      { timeoutMs: 10_000, intervalMs: 50 },
+    );
+    expect(stalled.status?.conditions?.find((c) => c.type === 'Ready')?.reason).toBe('VersionMismatch');
+    expect(stalled.status?.replicas?.[0]?.phase).toBe('Failed');
+    // Looks scheduled before it stalled (at most --poll-backoff-max 1s away) may still come; then none.
+    await new Promise((r) => setTimeout(r, 2_000));
+    const attempts = f.stats().registrationAttempts;
+    expect(attempts).toBeLessThanOrEqual(4);
+    // --poll-backoff-start 100ms, --poll-backoff-max 1s: at poll rate this would be 3 to 20 more attempts.
+    await new Promise((r) => setTimeout(r, 3_000));
+    expect(f.stats().registrationAttempts).toBe(attempts);
+    expect((await get('mismatch')).status?.conditions?.find((c) => c.type === 'Ready')?.reason).toBe(
+      'VersionMismatch',
+    );
+  }, 40_000);
 });
