@@ -4,7 +4,7 @@
  *
  *   npm run bench -- --only 1,2 --reps 5
  *
- * Options: --only <list of 1..6>, --reps <n ≥ 1; default 3>, --out <json path>, --workers <n> (scenario 1),
+ * Options: --only <list of 1..7>, --reps <n ≥ 1; default 3>, --out <json path>, --workers <n> (scenario 1),
  * --size-mib <n> (scenarios 3 and 6; default 1024), --origin-mbps <MB/s> (scenario 4; default 50),
  * --idle-seconds <n> (scenario 5; default 60).
  */
@@ -21,6 +21,7 @@ import { scenario2 } from './scenarios/s2-fanout.ts';
 import { dataPlaneScenarios } from './scenarios/s3-s6-dataplane.ts';
 import { scenario4 } from './scenarios/s4-origin.ts';
 import { scenario5 } from './scenarios/s5-idle.ts';
+import { scenario7 } from './scenarios/s7-head-of-line.ts';
 
 const ROOT = resolve(import.meta.dirname, '..');
 
@@ -36,7 +37,7 @@ const { values } = parseArgs({
   },
   strict: true,
 });
-const only = new Set((values.only ?? '1,2,3,4,5,6').split(',').map((s) => Number(s.trim())));
+const only = new Set((values.only ?? '1,2,3,4,5,6,7').split(',').map((s) => Number(s.trim())));
 const reps = Math.max(1, Number(values.reps ?? 3));
 const out = resolve(values.out ?? `${ROOT}/bench/results/latest.json`);
 const workers = Number(values.workers ?? 32);
@@ -110,6 +111,7 @@ async function main(): Promise<number> {
     );
   if (only.has(4)) await attempt('4', () => withControlPlane((cp) => scenario4(cp, { reps, originMBps })));
   if (only.has(5)) await attempt('5', () => withControlPlane((cp) => scenario5(cp, { reps, idleSeconds })));
+  if (only.has(7)) await attempt('7', () => withControlPlane((cp) => scenario7(cp, { reps })));
 
   rows.sort((a, b) => a.id.localeCompare(b.id, 'en', { numeric: true }));
   const result = {

@@ -43,6 +43,10 @@ const ALL = {
   retryPeriod: { flag: 'retry-period', help: 'Interval of lease acquire/renew attempts' },
   identity: { flag: 'identity', help: 'Leader identity; default: <hostname>_<random>' },
   workers: { flag: 'workers', help: 'Concurrent reconciles per controller' },
+  maxConcurrentRegistrations: {
+    flag: 'max-concurrent-registrations',
+    help: 'Model registrations (download + register) in flight at once, over all ServedModels',
+  },
   resyncPeriod: { flag: 'resync-period', help: 'Replay the cache to the controllers this often (0s: never)' },
   logLevel: { flag: 'log-level', help: 'trace, debug, info, warn, error, fatal or silent' },
   shutdownTimeout: { flag: 'shutdown-timeout', help: 'Deadline for in-flight reconciles on SIGTERM' },
@@ -98,6 +102,13 @@ export const OperatorConfigSchema = z
       .min(1, 'must be an integer between 1 and 64')
       .max(64, 'must be an integer between 1 and 64')
       .default(4),
+    // Each holds a connection to a replica while its plugin downloads; the rest wait in phase Pending.
+    maxConcurrentRegistrations: z.coerce
+      .number({ message: 'must be an integer between 1 and 1000' })
+      .int('must be an integer between 1 and 1000')
+      .min(1, 'must be an integer between 1 and 1000')
+      .max(1000, 'must be an integer between 1 and 1000')
+      .default(32),
     resyncPeriod: duration('resync period').default(600_000),
     logLevel: z.enum(['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent']).default('info'),
     shutdownTimeout: duration('shutdown timeout').default(25_000),

@@ -1,6 +1,7 @@
 /** The benchmark's own apiserver client (the runtime's undici client: one pool, JSON) and a few helpers. */
 import { randomBytes } from 'node:crypto';
-import { KubeClient, GVR, type Gvr, type KubeObject, type RequestRecord } from '../../src/runtime/index.ts';
+import { GVR } from '../../src/api/index.ts';
+import { KubeClient, type Gvr, type KubeObject, type RequestRecord } from '../../src/runtime/index.ts';
 import { kubeConfig } from '../../test/support/kube.ts';
 import type { ControlPlane } from '../../test/support/controlplane.ts';
 import { rbacOf } from '../../test/support/runtime-harness.ts';

@@ -4,3 +4,4 @@ export * from './objectstorage.ts';
 export * from './modelpreheat.ts';
 export * from './servedmodel.ts';
 export { KINDS, customResourceDefinition } from './crd.ts';
+export * from './resources.ts';

@@ -209,6 +209,10 @@ export const ServedModelSpec = withRules(
 );
 export type ServedModelSpec = z.infer<typeof ServedModelSpec>;
 
+/** Where the rollout on one replica is (status.replicas[].phase). */
+export const ReplicaPhase = z.enum(['Pending', 'Downloading', 'Registering', 'Scaling', 'Ready', 'Failed']);
+export type ReplicaPhase = z.infer<typeof ReplicaPhase>;
+
 export const ReplicaStatus = z.object({
   endpoint: z.string().meta({ description: 'Management URL of the replica.' }),
   pod: z.string().optional().meta({ description: 'Pod behind the endpoint (Service discovery).' }),
@@ -222,6 +226,13 @@ export const ReplicaStatus = z.object({
     .max(1024)
     .optional()
     .meta({ description: "Why the replica is not ready (the model server's answer)." }),
+  phase: ReplicaPhase.optional().meta({
+    description:
+      'Where the rollout on the replica is: Pending (waiting for a registration slot or the seed replica), ' +
+      'Downloading (the plugin downloads and registers the archive), Registering (registered, being described), ' +
+      'Scaling (workers starting), Ready, Failed.',
+  }),
+  since: Timestamp.optional().meta({ description: 'When the replica entered its phase.' }),
   lastUpdateTime: Timestamp.optional().meta({ description: 'When ready or message last changed.' }),
 });
 export type ReplicaStatus = z.infer<typeof ReplicaStatus>;

@@ -2,8 +2,8 @@
 import { parseCommandArgs } from './args.ts';
 import { CliError } from './errors.ts';
 import { kubeClientFor } from './wait.ts';
-import { API_VERSION } from '../api/index.ts';
-import { ApiError, GVR, type KubeObject } from '../runtime/kube.ts';
+import { API_VERSION, GVR } from '../api/index.ts';
+import { ApiError, type KubeObject } from '../runtime/kube.ts';
 import {
   CheckInputError,
   checkDocuments,

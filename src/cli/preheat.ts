@@ -3,8 +3,8 @@
  * `--wait` waits for it as `peerload wait` does.
  */
 import { dump } from 'js-yaml';
-import { API_VERSION, ModelPreheatSpec, OBJECT_STORAGE_TYPES, PREHEAT_SCOPES } from '../api/index.ts';
-import { ApiError, GVR, type KubeObject } from '../runtime/kube.ts';
+import { API_VERSION, ModelPreheatSpec, OBJECT_STORAGE_TYPES, PREHEAT_SCOPES, GVR } from '../api/index.ts';
+import { ApiError, type KubeObject } from '../runtime/kube.ts';
 import { parseCommandArgs } from './args.ts';
 import { CliError } from './errors.ts';
 import { durationFlag, kubeClientFor, waitForResource, type WaitIO } from './wait.ts';

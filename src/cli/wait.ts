@@ -3,8 +3,8 @@
  * it is Stalled (exit 1, printing the reason), and exits 2 on bad input or time-out. One progress line on stderr
  * per change, for CI logs. Unlike `kubectl wait --for=condition=Ready`, a failure ends the wait at once.
  */
-import { parseDuration } from '../api/index.ts';
-import { ApiError, GVR, KubeClient, type Gvr, type KubeObject } from '../runtime/kube.ts';
+import { parseDuration, GVR } from '../api/index.ts';
+import { ApiError, KubeClient, type Gvr, type KubeObject } from '../runtime/kube.ts';
 import { loadKubeConfig } from '../runtime/kubeconfig.ts';
 import { parseCommandArgs } from './args.ts';
 import { CliError } from './errors.ts';

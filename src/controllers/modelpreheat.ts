@@ -13,13 +13,13 @@ import {
   parseDuration,
   type ModelPreheat,
   type ModelPreheatStatus,
+  GVR,
 } from '../api/index.ts';
 import type { ManagerClient } from '../manager/client.ts';
 import { ManagerError } from '../manager/errors.ts';
 import type { ManagerJob } from '../manager/types.ts';
 import {
   Controller,
-  GVR,
   addFinalizer,
   applyConditions,
   getCondition,
@@ -56,7 +56,8 @@ type Status = ModelPreheatStatus;
 
 export function modelPreheatController(ctx: ControllerContext): Controller<Obj> {
   const informer = ctx.informers.get<Obj>(GVR.modelPreheats);
-  const secrets = new SecretReader(ctx.kube);
+  // Polls of a running job ask for the manager's credentials each time: a rotated Secret is seen within 30 s.
+  const secrets = new SecretReader(ctx.kube, { ttlMs: 30_000 });
   const clients = new ManagerClients();
   const { pollBackoffStart, pollBackoffMax } = ctx.config;
 

@@ -1,7 +1,9 @@
 /**
  * Reads Secrets the resources refer to. Direct GETs, not a cluster-wide Secret watch: the operator needs a
  * handful of Secrets only when it acts (creates a job, renews a token), and caching every Secret of the cluster
- * in memory would cost RAM and a broad `watch secrets` permission.
+ * in memory would cost RAM and a broad `watch secrets` permission. What it read is kept for `ttlMs` (polls and
+ * every model-server request ask for tokens), and concurrent reads of one Secret share one GET (single-flight);
+ * a failed read is not kept.
  */
 import { ApiError } from '../runtime/kube.ts';
 import { GVR, type KubeClient, type KubeObject } from '../runtime/index.ts';
@@ -17,16 +19,53 @@ export class SecretNotFoundError extends Error {
 
 type SecretObject = KubeObject & { data?: Record<string, string> };
 
+export interface SecretReaderOptions {
+  /** How long a read Secret is reused. Default 5 s; 0: never. */
+  ttlMs?: number;
+  now?: () => number;
+}
+
 export class SecretReader {
   private readonly kube: KubeClient;
-  constructor(kube: KubeClient) {
+  private readonly ttlMs: number;
+  private readonly now: () => number;
+  private readonly cache = new Map<string, { at: number; data: Promise<Record<string, string>> }>();
+
+  constructor(kube: KubeClient, opts: SecretReaderOptions = {}) {
     this.kube = kube;
+    this.ttlMs = opts.ttlMs ?? 5_000;
+    this.now = opts.now ?? Date.now;
   }
 
   /** The Secret's data map, values still base64 as the API returns them. */
-  async data(namespace: string, name: string, signal?: AbortSignal): Promise<Record<string, string>> {
+  data(namespace: string, name: string, signal?: AbortSignal): Promise<Record<string, string>> {
+    const id = `${namespace}/${name}`;
+    const now = this.now();
+    // Expired entries go as reads come, so Secrets nobody asks for any more do not stay in memory.
+    for (const [k, e] of this.cache) if (now - e.at >= this.ttlMs) this.cache.delete(k);
+    let entry = this.cache.get(id);
+    if (!entry) {
+      // Shared by every caller, so no caller's signal ends it; each caller still stops waiting on its own.
+      const data = this.read(namespace, name);
+      entry = { at: now, data };
+      data.catch(() => {
+        if (this.cache.get(id)?.data === data) this.cache.delete(id);
+      });
+      if (this.ttlMs > 0) this.cache.set(id, entry);
+    }
+    if (!signal) return entry.data;
+    signal.throwIfAborted();
+    return Promise.race([
+      entry.data,
+      new Promise<never>((_, reject) =>
+        signal.addEventListener('abort', () => reject(signal.reason), { once: true }),
+      ),
+    ]);
+  }
+
+  private async read(namespace: string, name: string): Promise<Record<string, string>> {
     try {
-      const secret = await this.kube.resource<SecretObject>(GVR.secrets).get(namespace, name, signal);
+      const secret = await this.kube.resource<SecretObject>(GVR.secrets).get(namespace, name);
       // Every value read is redacted from status, Events and logs from now on, wherever it turns up.
       for (const v of Object.values(secret.data ?? {}))
         rememberSecret(Buffer.from(v, 'base64').toString('utf8'));

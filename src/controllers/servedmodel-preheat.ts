@@ -10,8 +10,9 @@ import {
   type ModelPreheat,
   type ServedModel,
   type ServedModelSpec,
+  GVR,
 } from '../api/index.ts';
-import { GVR, getCondition, type Informer, type KubeClient } from '../runtime/index.ts';
+import { getCondition, type Informer, type KubeClient } from '../runtime/index.ts';
 import { isDeepStrictEqual } from 'node:util';
 import { PreheatCondition } from './modelpreheat-status.ts';
 

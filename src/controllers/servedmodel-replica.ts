@@ -5,8 +5,15 @@
  * The old version stays default until the new one is ready, so a replica always has a default version.
  */
 import type { ReplicaStatus } from '../api/index.ts';
-import { readyWorkers, type ModelDescription, type ModelServerClient } from '../modelserver/client.ts';
+import {
+  readyWorkers,
+  type ModelDescription,
+  type ModelServerClient,
+  type RegisterRequest,
+  type RegisterResult,
+} from '../modelserver/client.ts';
 import { ModelServerError, type ModelServerErrorKind } from '../modelserver/errors.ts';
+import type { RegistrationState } from './registrations.ts';
 import type { Replica } from './replicas.ts';
 
 export interface ReplicaGoal {
@@ -44,6 +51,9 @@ export interface StepOptions {
   /** False while waiting for the seed replica: describe only, do not download. */
   mayRegister: boolean;
   signal?: AbortSignal;
+  /** Runs the registration in the background and says where it is (the controller's way, so no reconcile waits
+   *  for a download). Without it the registration is awaited here. */
+  register?: (req: RegisterRequest) => RegistrationState<RegisterResult>;
 }
 
 export async function convergeReplica(
@@ -79,6 +89,7 @@ export async function convergeReplica(
             registered: false,
             readyWorkers: 0,
             ready: false,
+            phase: 'Pending',
             message: 'waiting for the seed replica',
           },
           events,
@@ -93,27 +104,49 @@ export async function convergeReplica(
       }
       let version = goal.version;
       try {
-        const result = await client.register(
-          {
-            fileName: goal.fileName,
-            modelName: goal.modelName,
-            initialWorkers: 0,
-            ...defined(goal.registration),
-          },
-          call,
-        );
+        const req: RegisterRequest = {
+          fileName: goal.fileName,
+          modelName: goal.modelName,
+          initialWorkers: 0,
+          ...defined(goal.registration),
+        };
+        let result: RegisterResult;
+        if (opts.register) {
+          const state = opts.register(req);
+          if (state.state === 'running') {
+            return {
+              status: {
+                ...base,
+                registered: false,
+                readyWorkers: 0,
+                ready: false,
+                phase: state.phase,
+                since: new Date(state.since).toISOString(),
+                message: state.message,
+              },
+              events,
+            };
+          }
+          if (state.state === 'failed') throw state.error;
+          result = state.result;
+        } else {
+          result = await client.register(req, call);
+        }
+        if (result.inProgress) {
+          return {
+            status: {
+              ...base,
+              registered: false,
+              readyWorkers: 0,
+              ready: false,
+              phase: 'Downloading',
+              message: `the model server is downloading ${goal.fileName} for an earlier request`,
+            },
+            events,
+          };
+        }
         version = result.version ?? version;
-        const via =
-          result.cacheHit === undefined
-            ? ''
-            : result.cacheHit
-              ? ' (peer cache hit)'
-              : ' (downloaded through the peer)';
-        events.push({
-          type: 'Normal',
-          reason: 'ModelRegistered',
-          note: `registered ${goal.modelName} ${version ?? ''} on ${label(replica)}${via}`,
-        });
+        events.push(registeredEvent(goal, replica, result));
       } catch (err) {
         // 409: someone (a previous attempt whose answer was lost) registered it already: fine, describe it.
         if (!(err instanceof ModelServerError && err.kind === 'conflict')) throw err;
@@ -128,8 +161,33 @@ export async function convergeReplica(
           events,
         );
       }
-      target = (await client.describe(goal.modelName, version, call))[0];
-      if (!target) throw new Error(`${goal.modelName} is not described after its registration`);
+      target = (await client.describeIfPresent(goal.modelName, version, call))?.[0];
+      if (!target && goal.version !== undefined && current && current.modelVersion !== goal.version) {
+        // 409 (the archive's version is registered) yet the wanted one is absent: the archive registers another
+        // version. Retrying cannot help until the spec or the archive changes.
+        return fail(
+          base,
+          false,
+          'VersionMismatch',
+          `${goal.fileName} does not register version ${goal.version} (spec.version); the model server has ` +
+            `${goal.modelName} ${current.modelVersion}`,
+          false,
+          events,
+        );
+      }
+      if (!target) {
+        return {
+          status: {
+            ...base,
+            registered: true,
+            readyWorkers: 0,
+            ready: false,
+            phase: 'Registering',
+            message: `${goal.modelName} ${version ?? ''} is registered but not described yet`,
+          },
+          events,
+        };
+      }
     }
     registered = true;
 
@@ -177,6 +235,7 @@ export async function convergeReplica(
         version: ready ? target.modelVersion : (previous?.version ?? servedVersion),
         readyWorkers: readyCount,
         ready,
+        phase: ready ? 'Ready' : 'Scaling',
         ...(ready ? {} : { message: `${readyCount}/${goal.minWorkers} workers READY` }),
       },
       events,
@@ -219,10 +278,27 @@ function fail(
       registered,
       readyWorkers: 0,
       ready: false,
+      phase: 'Failed',
       message: message.slice(0, 1024),
     },
     failure: { reason, retryable, kind },
     events,
+  };
+}
+
+/** The Event of one replica's registration (one per replica and registration: their notes differ). */
+export function registeredEvent(goal: ReplicaGoal, replica: Replica, result: RegisterResult): ReplicaEvent {
+  const via =
+    result.cacheHit === undefined
+      ? ''
+      : result.cacheHit
+        ? ' (peer cache hit)'
+        : ' (downloaded through the peer)';
+  const version = result.version ?? goal.version ?? '';
+  return {
+    type: 'Normal',
+    reason: 'ModelRegistered',
+    note: `registered ${goal.modelName} ${version} on ${label(replica)}${via}`,
   };
 }
 

@@ -3,8 +3,12 @@
  * kept so as pods come, go and restart, and unregistered everywhere on delete.
  *
  * One reconcile = one pass over the replicas (at most `rollout.maxConcurrent` at a time), each replica moved one
- * step by convergeReplica(), then one status write. Pods are found through the EndpointSlices of the Service, so
- * a new, removed or restarted pod wakes the ServedModel; worker readiness is polled with requeueAfter.
+ * step by convergeReplica(), then one status write. Registrations (the plugin downloads the archive first, which
+ * takes minutes for a large model) never run inside a reconcile: they run in the background (registrations.ts),
+ * the reconcile starts them and reads their phase, and each change of phase enqueues the ServedModel again. Status
+ * writes that only report progress are coalesced to one per STATUS_COALESCE_MS per object. Pods are found through
+ * the EndpointSlices of the Service, so a new, removed or restarted pod wakes the ServedModel; worker readiness is
+ * polled with requeueAfter.
  */
 import {
   ServedModelSpec,
@@ -13,14 +17,15 @@ import {
   type ReplicaStatus,
   type ServedModel,
   type ServedModelStatus,
+  GVR,
 } from '../api/index.ts';
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { Dispatcher } from 'undici';
-import { ModelServerClient } from '../modelserver/client.ts';
+import { ModelServerClient, type RegisterRequest, type RegisterResult } from '../modelserver/client.ts';
 import { secretToken, type TokenSource } from '../modelserver/auth.ts';
 import { ModelServerError } from '../modelserver/errors.ts';
 import {
   Controller,
-  GVR,
   addFinalizer,
   applyConditions,
   getCondition,
@@ -36,7 +41,18 @@ import {
 } from '../runtime/index.ts';
 import { discoverReplicas, SERVICE_NAME_LABEL, type EndpointSlice, type Replica } from './replicas.ts';
 import { SecretReader } from './secrets.ts';
-import { convergeReplica, type ReplicaGoal, type ReplicaOutcome } from './servedmodel-replica.ts';
+import {
+  convergeReplica,
+  registeredEvent,
+  type ReplicaGoal,
+  type ReplicaOutcome,
+} from './servedmodel-replica.ts';
+import {
+  RegistrationRunner,
+  type Progress,
+  type RegistrationId,
+  type RegistrationState,
+} from './registrations.ts';
 import { ensureOwnedPreheat, gateOf, preheatNameOf } from './servedmodel-preheat.ts';
 import { ServedModelCondition, invalidSpecConditions, servedModelConditions } from './servedmodel-status.ts';
 
@@ -44,12 +60,18 @@ export const FINALIZER = 'peerload.io/unregister-model';
 /** Static endpoints send no events: look at them this often once everything is ready (jittered ±20 %, so 1,000
  *  ServedModels do not all check at once). A 60 s period cost an idle operator 2.3 % of a core (bench row 5). */
 const STATIC_RECHECK_MS = 300_000;
-const SECRET_CACHE_MS = 5_000;
+/** How often a ServedModel whose every failure needs a change (Stalled) looks again by itself. */
+const STALLED_RECHECK_MS = 300_000;
 /** Bounds of one model-server call during deletion: shorter as the grace deadline nears. */
 const CLEANUP_CALL_TIMEOUT_MS = 10_000;
 const MIN_CLEANUP_CALL_TIMEOUT_MS = 2_000;
 /** How long a deletion pass may run past the grace deadline before the replicas it has not reached are let go. */
 const CLEANUP_PASS_OVERRUN_MS = 5_000;
+/** At most one status write per object this often when only progress changed (conditions' status or reason did
+ *  not): a rollout over many replicas would otherwise write once per replica phase. */
+const STATUS_COALESCE_MS = 2_000;
+/** How often a registration asks again while the model server downloads the archive for an earlier request. */
+const IN_PROGRESS_POLL_MS = 2_000;
 /** Room for replica names in a condition or Event (an Event note holds 1,024 characters). */
 const MAX_LISTED_CHARS = 700;
 
@@ -92,19 +114,11 @@ export function createServedModelController(
   const keysOf = (index: string, value: string) =>
     models.byIndex(index, value).map((sm) => `${sm.metadata.namespace}/${sm.metadata.name}`);
 
-  // Token sources live as long as the replica (renewal is single-flight per source); Secret reads are cached
-  // briefly because every request asks for the token.
+  // Token sources live as long as the replica (renewal is single-flight per source); the SecretReader keeps what
+  // it read for a few seconds, because every request asks for the token.
   const tokenSources = new Map<string, TokenSource>();
-  const secretCache = new Map<string, { at: number; value: Promise<string> }>();
-  const cachedSecret = (namespace: string, name: string, key: string): Promise<string> => {
-    const id = `${namespace}/${name}/${key}`;
-    const hit = secretCache.get(id);
-    if (hit && Date.now() - hit.at < SECRET_CACHE_MS) return hit.value;
-    const value = secrets.value(namespace, { name, key });
-    value.catch(() => secretCache.delete(id));
-    secretCache.set(id, { at: Date.now(), value });
-    return value;
-  };
+  const cachedSecret = (namespace: string, name: string, key: string): Promise<string> =>
+    secrets.value(namespace, { name, key });
 
   function clientFor(sm: Obj, spec: ServedModelSpec, replica: Replica): ModelServerClient {
     const ref = spec.modelServer.managementTokenSecretRef;
@@ -126,6 +140,14 @@ export function createServedModelController(
       ...(opts.dispatcher ? { dispatcher: opts.dispatcher } : {}),
     });
   }
+
+  const registrations = new RegistrationRunner<RegisterResult>({
+    global: ctx.config.maxConcurrentRegistrations,
+    // Registrations start in reconciles, so the controller exists by the time one reports.
+    onChange: (owner) => controller.enqueue(owner),
+  });
+  /** When each object's status was last written (for coalescing). */
+  const lastWrite = new Map<string, number>();
 
   const writeStatus = (obj: Obj, change: (s: Status) => Status, signal: AbortSignal) =>
     ctx.status.update<Obj, Status>(GVR.servedModels, obj, (o) => change({ ...(o.status ?? {}) }), signal);
@@ -186,15 +208,45 @@ export function createServedModelController(
     // 2. Every replica one step closer (the seed first, alone, when the network does not hold the model yet).
     const previous = new Map((sm.status?.replicas ?? []).map((r) => [r.endpoint, r]));
     const goal = goalOf(spec);
+    const uid = sm.metadata.uid ?? key;
+    const wanted = `${spec.version ?? ''}|${spec.fileName}`;
+    const endpoints = new Set(discovery.replicas.map((r) => r.endpoint));
+    registrations.prune(uid, endpoints, wanted);
+    // Token sources of replicas that went away (pods churn): a returning endpoint gets a fresh one.
+    for (const id of tokenSources.keys()) {
+      const [owner, endpoint] = id.split('|');
+      if (owner === uid && !endpoints.has(endpoint!)) tokenSources.delete(id);
+    }
+    const idOf = (endpoint: string): RegistrationId => ({
+      uid,
+      owner: key,
+      replica: endpoint,
+      version: wanted,
+    });
+    /** Registrations whose result this pass acted on (by endpoint): forgotten once their Events are recorded. */
+    const consumed = new Set<string>();
     let outcomes: ReplicaOutcome[];
     if (gate.state === 'closed') {
       outcomes = discovery.replicas.map((r) => waiting(r, previous.get(r.endpoint), gate.message));
     } else {
-      const step = (r: Replica, mayRegister: boolean) =>
-        convergeReplica(clientFor(sm, spec, r), r, goal, previous.get(r.endpoint), {
+      const step = async (r: Replica, mayRegister: boolean): Promise<ReplicaOutcome> => {
+        const client = clientFor(sm, spec, r);
+        const id = idOf(r.endpoint);
+        // A registration under way says where the replica is: describing it would only cost a request.
+        const running = registrations.peek(id);
+        if (running?.state === 'running') return underWay(r, running);
+        return convergeReplica(client, r, goal, previous.get(r.endpoint), {
           mayRegister,
           signal: rc.signal,
+          register: (req) => {
+            const state = registrations.ensure(id, spec.rollout.maxConcurrent, (signal, progress) =>
+              registerUntilDone(client, req, spec.version, goal, signal, progress),
+            );
+            if (state.state !== 'running') consumed.add(r.endpoint);
+            return state;
+          },
         });
+      };
       const seeded = !spec.rollout.seedFirst || [...previous.values()].some((r) => r.registered);
       const [seed, ...rest] = discovery.replicas;
       if (!seeded && seed) {
@@ -207,7 +259,26 @@ export function createServedModelController(
     }
 
     // 3. Status, conditions and Events from what the pass saw.
+    // A registration that ended before this pass described its replica: the pass found the model there, so it
+    // never asked for the result; its Event is due all the same (one per replica registration).
+    for (const [i, o] of outcomes.entries()) {
+      if (!o.status.registered || consumed.has(o.status.endpoint)) continue;
+      const state = registrations.peek(idOf(o.status.endpoint));
+      if (!state || state.state === 'running') continue;
+      if (state.state === 'done') o.events.push(registeredEvent(goal, discovery.replicas[i]!, state.result));
+      consumed.add(o.status.endpoint);
+    }
     for (const o of outcomes) for (const e of o.events) ctx.events.record(sm, e.type, e.reason, e.note);
+    // A registration whose outcome needs a change (a version mismatch, a rejected archive) stays as it ended, so
+    // passes do not register again at poll rate; a new spec (another registration key) or the slow re-check
+    // after STALLED_RECHECK_MS tries again.
+    for (const o of outcomes) {
+      if (!consumed.has(o.status.endpoint)) continue;
+      const id = idOf(o.status.endpoint);
+      const ended = registrations.peek(id);
+      const keep = o.failure && needsChange(o) && ended && Date.now() - ended.since < STALLED_RECHECK_MS;
+      if (!keep) registrations.settle(id);
+    }
     const replicas = outcomes.map((o) => stamp(o.status, previous.get(o.status.endpoint)));
     const failed = outcomes.filter((o) => o.failure);
     const readyCount = replicas.filter((r) => r.ready).length;
@@ -231,6 +302,43 @@ export function createServedModelController(
       })),
     });
     const before = getCondition(sm.status?.conditions, ServedModelCondition.Ready);
+    // Progress alone (phases, counts) waits for the coalescing interval; a change of what the conditions say
+    // (status or reason) or of the generation is written at once.
+    const sinceWrite = Date.now() - (lastWrite.get(key) ?? 0);
+    const nextConditions = applyConditions(sm.status?.conditions, conditions, gen);
+    const urgent =
+      sm.status?.observedGeneration !== gen ||
+      conditionsDigest(nextConditions) !== conditionsDigest(sm.status?.conditions ?? []);
+    // 4. When to look again: soon while converging (less often the longer it takes), rarely when done.
+    const nextLook = (readySince: string | undefined): ReconcileResult | undefined => {
+      const registering = replicas.some((r) => r.phase === 'Pending' || r.phase === 'Downloading');
+      if (allReady && failed.length === 0)
+        return spec.modelServer.endpoints
+          ? { requeueAfter: STATIC_RECHECK_MS * (0.8 + Math.random() * 0.4) }
+          : undefined;
+      if (gate.state === 'closed' && gate.final) return;
+      // Every failure needs a change of the spec, the archive or the model server (a rejected archive, a version
+      // mismatch): asking again at poll rate cannot help; a spec or endpoint change wakes the object, and a slow
+      // re-check notices a fixed model server. Refused credentials stay on the poll: the Secret, which nothing
+      // watches, is republished by the key sidecar on rotation.
+      if (failed.length > 0 && failed.every(needsChange) && !registering)
+        return { requeueAfter: STALLED_RECHECK_MS * (0.8 + Math.random() * 0.4) };
+      // While registrations run, each one's end enqueues the object, and those passes see the workers that start
+      // meanwhile: polling then would only add passes (each describes every replica). Otherwise the replicas whose
+      // workers are starting are polled soon after they entered that phase, less often the longer it takes.
+      if (registering) return { requeueAfter: pollBackoffMax };
+      const polled = replicas.filter((r) => !r.ready && r.since !== undefined);
+      const since =
+        polled.length > 0
+          ? Math.max(...polled.map((r) => Date.parse(r.since!)))
+          : Date.parse(readySince ?? new Date().toISOString());
+      return { requeueAfter: Math.min(pollBackoffMax, Math.max(pollBackoffStart, (Date.now() - since) / 4)) };
+    };
+    if (!urgent && sinceWrite < STATUS_COALESCE_MS) {
+      // The write waits; the poll does not (workers starting on the last replicas are seen as soon as they are).
+      const look = nextLook(before?.lastTransitionTime)?.requeueAfter ?? Infinity;
+      return { requeueAfter: Math.min(look, STATUS_COALESCE_MS - sinceWrite) };
+    }
     const written = await writeStatus(
       sm,
       (s) =>
@@ -249,20 +357,14 @@ export function createServedModelController(
         ),
       rc.signal,
     );
+    if (written.written) lastWrite.set(key, Date.now());
     const after = getCondition(written.object.status?.conditions, ServedModelCondition.Ready);
     if (after?.status === 'True' && before?.status !== 'True')
       ctx.events.record(sm, 'Normal', 'Ready', after.message);
     if (after?.status !== 'True' && before?.status === 'True')
       ctx.events.record(sm, 'Warning', 'NotReady', after?.message ?? '');
 
-    // 4. When to look again: soon while converging (less often the longer it takes), rarely when done.
-    if (allReady && failed.length === 0)
-      return spec.modelServer.endpoints
-        ? { requeueAfter: STATIC_RECHECK_MS * (0.8 + Math.random() * 0.4) }
-        : undefined;
-    if (gate.state === 'closed' && gate.final) return;
-    const since = Date.parse(after?.lastTransitionTime ?? new Date().toISOString());
-    return { requeueAfter: Math.min(pollBackoffMax, Math.max(pollBackoffStart, (Date.now() - since) / 4)) };
+    return nextLook(after?.lastTransitionTime);
   }
 
   /** The EndpointSlices of the ServedModel's Service, from the cache. */
@@ -353,18 +455,21 @@ export function createServedModelController(
     forget(`${sm.metadata.namespace}/${sm.metadata.name}`, sm.metadata.uid);
   }
 
-  function forget(_key: string, uid?: string): void {
+  function forget(key: string, uid?: string): void {
+    lastWrite.delete(key);
     if (!uid) return;
+    registrations.prune(uid);
     for (const id of tokenSources.keys()) if (id.startsWith(`${uid}|`)) tokenSources.delete(id);
   }
 
-  return new Controller<Obj>(
+  const controller = new Controller<Obj>(
     {
       name: 'servedmodel',
       for: models,
       reconcile,
       workers: ctx.config.workers,
       predicate: specChanged,
+      onStop: () => registrations.stop(),
       watches: [
         {
           informer: slices,
@@ -379,7 +484,69 @@ export function createServedModelController(
     },
     { logger: ctx.logger, metrics: ctx.metrics },
   );
+  return controller;
 }
+
+/**
+ * One registration: the plugin's POST. While the model server downloads the same archive for an earlier request
+ * (an operator that restarted mid-download) it waits for that one: it looks whether the wanted version got
+ * registered, and asks again only when not (the earlier download failed), so no second download starts.
+ */
+async function registerUntilDone(
+  client: ModelServerClient,
+  req: RegisterRequest,
+  version: string | undefined,
+  goal: ReplicaGoal,
+  signal: AbortSignal,
+  progress: Progress,
+): Promise<RegisterResult> {
+  for (;;) {
+    const result = await client.register(req, { signal });
+    if (!result.inProgress) {
+      // Start the workers at once rather than on the next pass (they take longest); the pass checks the counts
+      // and scales again should this fail. A version other than the wanted one is the pass's to report.
+      const registered = result.version ?? version;
+      if (req.modelName !== undefined && (version === undefined || registered === version))
+        await client
+          .scale(
+            req.modelName,
+            registered,
+            { minWorker: goal.minWorkers, maxWorker: goal.maxWorkers },
+            { signal },
+          )
+          .catch(() => undefined);
+      return result;
+    }
+    progress(`the model server is downloading ${req.fileName} for an earlier request; waiting for it`);
+    await sleep(IN_PROGRESS_POLL_MS, undefined, { signal });
+    // Registered meanwhile? Without a wanted version a registered one may be an old one: only the plugin can tell
+    // (409). Not registered: asking again answers "in progress" without starting anything, or starts the
+    // download when the earlier one failed.
+    if (version === undefined || req.modelName === undefined) continue;
+    const found = (await client.describeIfPresent(req.modelName, version, { signal }))?.[0];
+    if (found)
+      return {
+        httpStatus: 200,
+        status: 'registered by an earlier request',
+        modelName: found.modelName,
+        version: found.modelVersion,
+        workersPending: false,
+      };
+  }
+}
+
+/** What the conditions say, without messages and times (which change with progress). */
+function conditionsDigest(conditions: readonly { type: string; status: string; reason?: string }[]): string {
+  return conditions
+    .map((c) => `${c.type}=${c.status}/${c.reason ?? ''}`)
+    .sort()
+    .join(',');
+}
+
+/** A failure that retrying cannot fix until the spec, the archive or the model server changes. Refused credentials
+ *  are not one: the key sidecar republishes the Secret on rotation. */
+const needsChange = (o: ReplicaOutcome) =>
+  o.failure !== undefined && !o.failure.retryable && o.failure.kind !== 'auth';
 
 function goalOf(spec: ServedModelSpec): ReplicaGoal {
   return {
@@ -435,20 +602,45 @@ function waiting(r: Replica, previous: ReplicaStatus | undefined, why: string): 
       registered: previous?.registered ?? false,
       readyWorkers: previous?.readyWorkers ?? 0,
       ready: false,
+      phase: 'Pending',
       message: why,
     },
     events: [],
   };
 }
 
-/** Keeps a replica's lastUpdateTime unless what a person reads (ready, message) changed. */
+function underWay(
+  r: Replica,
+  state: Extract<RegistrationState<unknown>, { state: 'running' }>,
+): ReplicaOutcome {
+  return {
+    status: {
+      endpoint: r.endpoint,
+      ...(r.pod ? { pod: r.pod } : {}),
+      ...(r.podUID ? { podUID: r.podUID } : {}),
+      registered: false,
+      readyWorkers: 0,
+      ready: false,
+      phase: state.phase,
+      since: new Date(state.since).toISOString(),
+      message: state.message,
+    },
+    events: [],
+  };
+}
+
+/** Keeps a replica's lastUpdateTime unless what a person reads (ready, message) changed, and `since` while the
+ *  phase stays. */
 function stamp(status: ReplicaStatus, previous: ReplicaStatus | undefined): ReplicaStatus {
   const same =
     previous &&
     previous.ready === status.ready &&
     previous.message === status.message &&
     previous.lastUpdateTime;
-  return { ...status, lastUpdateTime: same ? previous.lastUpdateTime : new Date().toISOString() };
+  const now = new Date().toISOString();
+  const kept = previous?.phase === status.phase ? previous?.since : undefined;
+  const since = kept ?? status.since ?? now;
+  return { ...status, since, lastUpdateTime: same ? previous.lastUpdateTime : now };
 }
 
 function withConditions(s: Status, gen: number | undefined, changes: ConditionChange[]): Status {

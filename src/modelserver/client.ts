@@ -47,7 +47,16 @@ const PluginBody = z.looseObject({
   status: z.string().optional(),
   TaskID: z.string().optional(),
   CacheHit: z.union([z.boolean(), z.string()]).optional(),
+  type: z.string().optional(),
 });
+
+/**
+ * The plugin's answer to a POST for an object key it is downloading already (for an earlier request, e.g. of an
+ * operator that restarted): HTTP 202 with `{"code": 202, "type": "DownloadInProgress", "message": ...,
+ * "Status": ...}`. Nothing new was started; the caller asks again later and gets the registration's outcome
+ * (409 once the earlier request registered the model); the README documents it.
+ */
+export const DOWNLOAD_IN_PROGRESS = 'DownloadInProgress';
 
 const Str = z.union([z.string(), z.number()]).transform(String);
 
@@ -131,6 +140,8 @@ export interface RegisterResult {
   taskID?: string | undefined;
   /** The download was served from the peer's cache (p2p plugin). */
   cacheHit?: boolean | undefined;
+  /** The plugin is downloading this object key for an earlier request: nothing registered yet, ask again later. */
+  inProgress?: boolean;
 }
 
 export interface ScaleRequest {
@@ -273,6 +284,7 @@ export function extractPluginStatus(body: string): {
   validJSON: boolean;
   taskID?: string;
   cacheHit?: boolean;
+  type?: string;
 } {
   try {
     const parsed = PluginBody.safeParse(JSON.parse(body));
@@ -285,6 +297,7 @@ export function extractPluginStatus(body: string): {
         ...(d.Status !== undefined || d.status !== undefined ? { status: d.Status ?? d.status } : {}),
         ...(d.TaskID !== undefined ? { taskID: d.TaskID } : {}),
         ...(cacheHit !== undefined ? { cacheHit } : {}),
+        ...(d.type !== undefined ? { type: d.type } : {}),
       };
     }
     return { validJSON: true };
@@ -383,6 +396,14 @@ export class ModelServerClient {
       ...(body.cacheHit !== undefined ? { cacheHit: body.cacheHit } : {}),
     };
     const status = body.status;
+    if (res.status === 202 && body.type === DOWNLOAD_IN_PROGRESS) {
+      return {
+        httpStatus: 202,
+        status: status ?? 'download in progress',
+        workersPending: false,
+        inProgress: true,
+      };
+    }
     if (status !== undefined) {
       const reg = parseRegisteredMessage(status);
       if (reg && (res.status === 200 || res.status === 201)) {

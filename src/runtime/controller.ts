@@ -65,6 +65,8 @@ export interface ControllerOptions<T extends KubeObject> {
   workers?: number;
   rateLimiter?: RateLimiterOptions;
   predicate?: Predicate<T>;
+  /** Called once when the controller stops taking work: ends the background work it started. */
+  onStop?: () => void;
 }
 
 /** Ignores updates that change neither generation, labels, annotations, finalizers nor deletionTimestamp
@@ -169,6 +171,7 @@ export class Controller<T extends KubeObject = KubeObject> {
   async stop(deadlineMs: number): Promise<boolean> {
     this.running = false;
     for (const u of this.unsubscribe.splice(0)) u();
+    this.opts.onStop?.();
     const drained = await this.queue.shutdownWithDrain(deadlineMs);
     if (!drained) {
       this.log.warn({ inFlight: this.queue.inFlight, deadlineMs }, 'abandoning in-flight reconciles');

@@ -3,7 +3,7 @@
  * src/controllers/index.ts:
  *
  *   export function fooController(ctx: ControllerContext): Controller<Foo> {
- *     const foos = ctx.informers.get<Foo>(GVR.modelPreheats);            // shared, cached
+ *     const foos = ctx.informers.get<Foo>(FOO_GVR);                      // shared, cached; FOO_GVR: a Gvr
  *     const slices = ctx.informers.get<EndpointSlice>(GVR.endpointSlices);
  *     foos.addIndexer('service', (f) => [`${f.metadata.namespace}/${f.spec.service}`]);
  *     return new Controller<Foo>(
@@ -17,7 +17,7 @@
  *           const foo = foos.get(key);                                     // from the cache; undefined = gone
  *           if (!foo) return;
  *           ...                                                            // converge; throw to retry with backoff,
- *           await ctx.status.update(GVR.modelPreheats, foo, (o) => ({        // TerminalError to give up
+ *           await ctx.status.update(FOO_GVR, foo, (o) => ({                  // TerminalError to give up
  *             ...o.status,
  *             conditions: setCondition(o.status?.conditions, { type: 'Ready', status: 'True', reason: 'Done' },
  *               o.metadata.generation),

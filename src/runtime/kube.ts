@@ -17,27 +17,15 @@ import { readFileOrData, type KubeConfigLike } from './kubeconfig.ts';
 export interface Gvr {
   group: string;
   version: string;
-  /** Plural resource name, e.g. `modelpreheats`. */
+  /** Plural resource name, e.g. `endpointslices`. */
   resource: string;
   kind: string;
   namespaced: boolean;
 }
 
+/** The Kubernetes resources the runtime itself uses (and controllers may watch). A product's own resources are
+ *  defined beside its API (peerload's: `src/api/resources.ts`), so the runtime knows no product. */
 export const GVR = {
-  modelPreheats: {
-    group: 'peerload.io',
-    version: 'v1alpha1',
-    resource: 'modelpreheats',
-    kind: 'ModelPreheat',
-    namespaced: true,
-  },
-  servedModels: {
-    group: 'peerload.io',
-    version: 'v1alpha1',
-    resource: 'servedmodels',
-    kind: 'ServedModel',
-    namespaced: true,
-  },
   endpointSlices: {
     group: 'discovery.k8s.io',
     version: 'v1',

@@ -4,7 +4,8 @@
  */
 import { join } from 'node:path';
 import { afterAll, describe, expect, inject, it } from 'vitest';
-import { GVR, KubeClient } from '../../src/runtime/index.ts';
+import { GVR } from '../../src/api/index.ts';
+import { KubeClient } from '../../src/runtime/index.ts';
 import { createNamespace, kubeConfig, readManifests, REPO_ROOT } from '../support/kube.ts';
 import { gvrOf, kustomize, type Manifest } from '../support/runtime-deploy.ts';
 

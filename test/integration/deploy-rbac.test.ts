@@ -10,10 +10,10 @@
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import type { ModelPreheat, ServedModel } from '../../src/api/index.ts';
 import { controllers } from '../../src/controllers/index.ts';
+import { GVR } from '../../src/api/index.ts';
 import {
   Controller,
   EventRecorder,
-  GVR,
   KubeClient,
   addFinalizer,
   removeFinalizer,

@@ -4,10 +4,10 @@
  */
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import type { ModelPreheat } from '../../src/api/index.ts';
+import { GVR } from '../../src/api/index.ts';
 import {
   Controller,
   EventRecorder,
-  GVR,
   addFinalizer,
   getCondition,
   removeFinalizer,

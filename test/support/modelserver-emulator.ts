@@ -104,6 +104,10 @@ export interface ModelServerEmulatorStats {
   downloads: number;
   downloadBytes: number;
   injectedFailures: number;
+  /** p2p plugin: POSTs answered 202 DownloadInProgress (their key was downloading for an earlier request). */
+  inProgressAnswers: number;
+  /** p2p plugin: POSTs that started a download + registration (the others were refused or shared one). */
+  pluginRegistrationsStarted: number;
 }
 
 export interface DownloadRecord {
@@ -252,6 +256,8 @@ function emptyStats(): ModelServerEmulatorStats {
     downloads: 0,
     downloadBytes: 0,
     injectedFailures: 0,
+    inProgressAnswers: 0,
+    pluginRegistrationsStarted: 0,
   };
 }
 
@@ -290,6 +296,8 @@ class Emulator implements ModelServerEmulator {
   port = 0;
   stats = emptyStats();
   downloads: DownloadRecord[] = [];
+  /** p2p plugin: object keys being downloaded + registered, and since when. */
+  private readonly pluginInFlight = new Map<string, number>();
 
   private readonly opts: ModelServerEmulatorOptions;
   private readonly now: () => number;
@@ -681,6 +689,27 @@ class Emulator implements ModelServerEmulator {
     if (r.fileName.startsWith('/') || `/${r.fileName}/`.includes('/../')) {
       return fail(400, 'BadRequestException', `Invalid file_name: ${r.fileName}`);
     }
+    // As the plugin: one download per object key; a POST for a key in flight starts nothing and answers 202
+    // DownloadInProgress (README). The download goes on when the client that started it goes away.
+    const started = this.pluginInFlight.get(r.fileName);
+    if (started !== undefined) {
+      this.stats.inProgressAnswers++;
+      const message = `Download of ${r.fileName} in progress since ${new Date(started).toISOString()}`;
+      return { status: 202, json: { code: 202, type: 'DownloadInProgress', message, Status: message } };
+    }
+    this.stats.pluginRegistrationsStarted++;
+    this.pluginInFlight.set(r.fileName, this.now());
+    try {
+      return await this.downloadAndRegister(r, fail);
+    } finally {
+      this.pluginInFlight.delete(r.fileName);
+    }
+  }
+
+  private async downloadAndRegister(
+    r: Registration,
+    fail: (status: number, type: string, message: string, headers?: Record<string, string>) => Reply,
+  ): Promise<Reply> {
     const dl = await this.download(r.fileName);
     if (dl && dl.status === 404)
       return fail(404, 'ModelNotFoundException', `Object not found: ${r.fileName}`);

@@ -104,6 +104,20 @@ describe('register', () => {
     expect(emu.model('alpha')[0]?.workers).toHaveLength(2);
   });
 
+  it('a POST while the plugin downloads the same archive is inProgress (202 DownloadInProgress), not an error', async () => {
+    const emu = await emulator({ registrationLatencyMs: 300 });
+    const c = client(emu);
+    const first = c.register({ fileName: 'models/tiny.mar' });
+    await sleep(50);
+    const second = await c.register({ fileName: 'models/tiny.mar' });
+    expect(second).toMatchObject({ httpStatus: 202, inProgress: true, workersPending: false });
+    expect(second.status).toContain('in progress');
+    expect((await first).inProgress).toBeUndefined();
+    expect(emu.stats.pluginRegistrationsStarted).toBe(1);
+    // Once the first is done the next POST is answered by the model server: already registered.
+    expect((await failure(c.register({ fileName: 'models/tiny.mar' }))).kind).toBe('conflict');
+  });
+
   it('maps a duplicate registration to a conflict with the server message', async () => {
     const emu = await emulator();
     const c = client(emu);

@@ -3,7 +3,8 @@
  * that write, not the stale cache (found by the benchmark: 1,000 objects at 64 workers made 4.3 writes each).
  */
 import { describe, expect, it } from 'vitest';
-import { GVR, StatusWriter, type KubeClient, type KubeObject } from '../../src/runtime/index.ts';
+import { GVR } from '../../src/api/index.ts';
+import { StatusWriter, type KubeClient, type KubeObject } from '../../src/runtime/index.ts';
 
 type Obj = KubeObject & { status?: { jobID?: number; state?: string } };
 

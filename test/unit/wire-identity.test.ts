@@ -4,7 +4,8 @@ import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ManagerClient } from '../../src/manager/client.ts';
 import { ModelServerClient } from '../../src/modelserver/client.ts';
-import { GVR, KubeClient } from '../../src/runtime/index.ts';
+import { GVR } from '../../src/api/index.ts';
+import { KubeClient } from '../../src/runtime/index.ts';
 import { FIELD_MANAGER, USER_AGENT, VERSION } from '../../src/version.ts';
 import pkg from '../../package.json' with { type: 'json' };
 

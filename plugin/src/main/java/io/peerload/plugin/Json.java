@@ -40,4 +40,21 @@ public final class Json {
   public static String status(String message) {
     return status(message, null, null, null);
   }
+
+  /** {@code type} of the answer to a POST for an archive that is being downloaded for an earlier request. */
+  public static final String DOWNLOAD_IN_PROGRESS = "DownloadInProgress";
+
+  /**
+   * The 202 answer to a POST for an archive another request is downloading: {@code {"code": 202, "type":
+   * "DownloadInProgress", "message": m, "Status": m}}. Nothing was started; asking again later answers with the
+   * outcome (409 once the earlier request registered the model). The operator waits on it (README, "Model servers (TorchServe)").
+   */
+  public static String inProgress(String message) {
+    Map<String, Object> body = new LinkedHashMap<>();
+    body.put("code", 202);
+    body.put("type", DOWNLOAD_IN_PROGRESS);
+    body.put("message", message);
+    body.put("Status", message);
+    return GSON.toJson(body);
+  }
 }

@@ -8,6 +8,7 @@ import java.util.HashSet;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
+import java.util.concurrent.ConcurrentHashMap;
 import java.util.regex.Pattern;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -15,6 +16,11 @@ import org.slf4j.LoggerFactory;
 /**
  * {@code POST /p2p/models?file_name=...}: validate, download through the peer proxy, register. Independent of the
  * SDK's request and response types so it is tested without a model server.
+ *
+ * <p>One download per archive at a time: a POST for an archive (its file in the model store, so two object keys
+ * with the same last segment count as one) that another request is downloading and registering starts nothing
+ * and answers 202 {@link Json#inProgress}; a request removes an archive only when it created it, under that
+ * exclusion, so the loser of a race never deletes what the winner registered.
  */
 public final class ModelRegistration {
   private static final Logger LOG = LoggerFactory.getLogger(ModelRegistration.class);
@@ -54,6 +60,8 @@ public final class ModelRegistration {
   private final ProxyDownloader downloader;
   private final Registry registry;
   private final Clock clock;
+  /** Archives being downloaded + registered, with what the answer to a concurrent POST says about them. */
+  private final ConcurrentHashMap<Path, String> inFlight = new ConcurrentHashMap<>();
 
   public ModelRegistration(ConfigSource configs, ProxyDownloader downloader, Registry registry, Clock clock) {
     this.configs = configs;
@@ -100,11 +108,28 @@ public final class ModelRegistration {
     }
 
     ObjectStorage storage = config.storage();
+    Path target = store.resolve(fileName).normalize();
+    String held = inFlight.putIfAbsent(target, key + " since " + clock.instant());
+    if (held != null) {
+      LOG.info("p2p registration of {} not started: {} is downloading for an earlier request ({})", key, fileName,
+          held);
+      return new Outcome(202, Json.inProgress("Download of " + fileName + " in progress for an earlier request ("
+          + held + "); ask again later"));
+    }
+    try {
+      return downloadAndRegister(req, key, fileName, config, storage, target);
+    } finally {
+      inFlight.remove(target);
+    }
+  }
+
+  private Outcome downloadAndRegister(Registrar.Request req, String key, String fileName, PluginConfig config,
+      ObjectStorage storage, Path target) throws PluginException {
     String what = storage.type() + "://" + storage.bucket() + "/" + key;
     String signed = storage.signedUrl(key, clock.instant(), ObjectStorage.DEFAULT_EXPIRY);
     String expectedTaskId = TaskId.forRequest(signed, config.filter(), header(config, "X-Dragonfly-Tag"),
         header(config, "X-Dragonfly-Application"), header(config, "X-Dragonfly-Piece-Length"), config.taskIdRule());
-    Path target = store.resolve(fileName);
+    // Checked while this request holds the archive: no other request can create it meanwhile.
     boolean existed = Files.exists(target);
     long start = System.nanoTime();
     ProxyDownloader.Result dl =

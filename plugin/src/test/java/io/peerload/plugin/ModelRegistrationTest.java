@@ -221,4 +221,51 @@ class ModelRegistrationTest {
       assertEquals("internal error: IllegalStateException", json(o).get("Status").getAsString());
     }
   }
+
+  // ---- one download per archive ----------------------------------------------------------------------------
+
+  @Test
+  void aPostForAnArchiveBeingDownloadedStartsNothingAndAnswers202InProgress() throws Exception {
+    Path store = Files.createDirectory(dir.resolve("store"));
+    AtomicReference<ModelRegistration.Outcome> second = new AtomicReference<>();
+    AtomicReference<ModelRegistration> self = new AtomicReference<>();
+    try (FakeProxy proxy = new FakeProxy(FakeProxy.ok("PK".getBytes(StandardCharsets.US_ASCII)))) {
+      // The second POST (another key with the same file name counts too) arrives while the first registers.
+      ModelRegistration reg = registration(writeConfig(proxy.uri().toString()), r -> {
+        second.set(self.get().handle(params("file_name", "other/tiny.mar"), store.toString()));
+        assertTrue(Files.exists(store.resolve("tiny.mar")), "the answer leaves the first request's archive alone");
+        return new Registrar.Result(200, "Model \"tiny\" Version: 1.0 registered with 0 initial workers");
+      });
+      self.set(reg);
+      ModelRegistration.Outcome first = reg.handle(params("file_name", "team/tiny.mar"), store.toString());
+      assertEquals(200, first.status, first.body);
+      assertEquals(202, second.get().status, second.get().body);
+      JsonObject body = json(second.get());
+      assertEquals("DownloadInProgress", body.get("type").getAsString());
+      assertEquals(202, body.get("code").getAsInt());
+      assertTrue(body.get("Status").getAsString().contains("tiny.mar in progress"), body.toString());
+      assertEquals(1, proxy.received.size(), "one download");
+      assertTrue(Files.exists(store.resolve("tiny.mar")));
+
+      // Once the first is done, a POST is handled again (here: the model server says it is registered).
+      ModelRegistration conflicting = registration(writeConfig(proxy.uri().toString()), r -> {
+        throw PluginException.conflict("Model version 1.0 is already registered for model \"tiny\"");
+      });
+      assertEquals(409, conflicting.handle(params("file_name", "team/tiny.mar"), store.toString()).status);
+      assertEquals(2, proxy.received.size());
+      assertTrue(Files.exists(store.resolve("tiny.mar")), "a 409 never removes an archive it did not create");
+    }
+  }
+
+  @Test
+  void theArchiveIsFreedWhenTheRequestFails() throws Exception {
+    Path store = Files.createDirectory(dir.resolve("store"));
+    try (FakeProxy proxy = new FakeProxy(FakeProxy.status(502, "", "X-Dragonfly-Error-Type: proxy"))) {
+      ModelRegistration reg = registration(writeConfig(proxy.uri().toString()),
+          r -> new Registrar.Result(200, "Model \"m\" Version: 1.0 registered with 0 initial workers"));
+      assertEquals(502, reg.handle(params("file_name", "m.mar"), store.toString()).status);
+      proxy.script(FakeProxy.ok(new byte[1]));
+      assertEquals(200, reg.handle(params("file_name", "m.mar"), store.toString()).status);
+    }
+  }
 }

@@ -1,0 +1,24 @@
+/**
+ * peerload's resources as the runtime addresses them, next to the Kubernetes ones the operator uses: controllers,
+ * the CLI and tests take `GVR` from here, the runtime (src/runtime) knows only the Kubernetes ones.
+ */
+import { GVR as KubernetesGVR, type Gvr } from '../runtime/kube.ts';
+import { GROUP, VERSION } from './common.ts';
+
+export const GVR = {
+  ...KubernetesGVR,
+  modelPreheats: {
+    group: GROUP,
+    version: VERSION,
+    resource: 'modelpreheats',
+    kind: 'ModelPreheat',
+    namespaced: true,
+  },
+  servedModels: {
+    group: GROUP,
+    version: VERSION,
+    resource: 'servedmodels',
+    kind: 'ServedModel',
+    namespaced: true,
+  },
+} as const satisfies Record<string, Gvr>;

@@ -1,0 +1,173 @@
+/**
+ * Model registrations (the plugin's download + register, minutes for a multi-GB archive) run here, in the
+ * background, so that a reconcile never waits for one: controller-runtime's rule is never to block Reconcile on
+ * long external work. The reconcile starts a registration, reads its phase, and takes its result once it is done;
+ * its end (and any progress message) calls `onChange` with the owner's key, which enqueues the ServedModel.
+ *
+ * A registration is keyed by (ServedModel uid, replica, version): starting one that runs already is a no-op, so
+ * reconciles can ask as often as they like. At most `perOwner` registrations of one ServedModel
+ * (`rollout.maxConcurrent`) and `global` of all of them run at once; the others wait in phase `Pending`, first
+ * come first served.
+ */
+import type { ReplicaPhase } from '../api/index.ts';
+
+export type RegistrationPhase = Extract<ReplicaPhase, 'Pending' | 'Downloading'>;
+
+export interface RegistrationId {
+  /** ServedModel uid: a deleted and re-created object does not inherit registrations. */
+  uid: string;
+  /** The `namespace/name` key `onChange` is called with. */
+  owner: string;
+  replica: string;
+  /** Wanted version and archive: a new spec starts a new registration. */
+  version: string;
+}
+
+export type RegistrationState<R> =
+  | { state: 'running'; phase: RegistrationPhase; since: number; message: string }
+  | { state: 'done'; since: number; result: R }
+  | { state: 'failed'; since: number; error: unknown };
+
+/** What a registration may say while it runs, e.g. that the replica is downloading for an earlier request. */
+export type Progress = (message: string) => void;
+
+export type RegistrationRun<R> = (signal: AbortSignal, progress: Progress) => Promise<R>;
+
+export interface RegistrationRunnerOptions {
+  /** Registrations in flight at once over all owners. */
+  global: number;
+  /** Called when a registration ends or reports progress. */
+  onChange: (owner: string) => void;
+  now?: () => number;
+}
+
+interface Task<R> {
+  id: RegistrationId;
+  limit: number;
+  run: RegistrationRun<R>;
+  state: RegistrationState<R>;
+  abort: AbortController;
+}
+
+const keyOf = (id: RegistrationId) => `${id.uid}\u0000${id.replica}\u0000${id.version}`;
+
+export class RegistrationRunner<R> {
+  private readonly opts: Required<RegistrationRunnerOptions>;
+  private readonly tasks = new Map<string, Task<R>>();
+  /** Waiting tasks in arrival order. */
+  private readonly queue: Task<R>[] = [];
+  private readonly running = new Map<string, number>();
+  private runningTotal = 0;
+  private stopped = false;
+
+  constructor(opts: RegistrationRunnerOptions) {
+    this.opts = { now: Date.now, ...opts };
+  }
+
+  /** The registration's state, starting it when there is none. `perOwner` bounds the owner's registrations. */
+  ensure(id: RegistrationId, perOwner: number, run: RegistrationRun<R>): RegistrationState<R> {
+    const key = keyOf(id);
+    const existing = this.tasks.get(key);
+    if (existing) return existing.state;
+    const task: Task<R> = {
+      id,
+      limit: Math.max(1, perOwner),
+      run,
+      state: { state: 'running', phase: 'Pending', since: this.opts.now(), message: 'waiting for a slot' },
+      abort: new AbortController(),
+    };
+    this.tasks.set(key, task);
+    this.queue.push(task);
+    this.pump();
+    return task.state;
+  }
+
+  /** The registration's state without starting one. */
+  peek(id: RegistrationId): RegistrationState<R> | undefined {
+    return this.tasks.get(keyOf(id))?.state;
+  }
+
+  /** Forgets a finished registration once its result has been acted on (a later `ensure` starts a new one). */
+  settle(id: RegistrationId): void {
+    const task = this.tasks.get(keyOf(id));
+    if (task && task.state.state !== 'running') this.tasks.delete(keyOf(id));
+  }
+
+  /** Drops the registrations of `uid` whose replica is not in `keep` (all of them without `keep`), aborting runs. */
+  prune(uid: string, keep?: ReadonlySet<string>, version?: string): void {
+    for (const [key, task] of this.tasks) {
+      if (task.id.uid !== uid) continue;
+      if (keep && keep.has(task.id.replica) && (version === undefined || task.id.version === version))
+        continue;
+      this.drop(key, task);
+    }
+  }
+
+  /** How many registrations run (not wait) now, over all owners. */
+  get inFlight(): number {
+    return this.runningTotal;
+  }
+
+  stop(): void {
+    this.stopped = true;
+    for (const [key, task] of this.tasks) this.drop(key, task);
+  }
+
+  private drop(key: string, task: Task<R>): void {
+    this.tasks.delete(key);
+    const i = this.queue.indexOf(task);
+    if (i >= 0) this.queue.splice(i, 1);
+    task.abort.abort(new Error('registration no longer wanted'));
+  }
+
+  private pump(): void {
+    for (let i = 0; i < this.queue.length && this.runningTotal < this.opts.global && !this.stopped;) {
+      const task = this.queue[i]!;
+      if ((this.running.get(task.id.uid) ?? 0) >= task.limit) {
+        i++;
+        continue;
+      }
+      this.queue.splice(i, 1);
+      this.launch(task);
+    }
+  }
+
+  private launch(task: Task<R>): void {
+    this.runningTotal++;
+    this.running.set(task.id.uid, (this.running.get(task.id.uid) ?? 0) + 1);
+    const since = this.opts.now();
+    task.state = {
+      state: 'running',
+      phase: 'Downloading',
+      since,
+      message: 'the model server downloads the archive',
+    };
+    // Not reported: a slot frees when another registration ends, which is reported already.
+    const progress: Progress = (message) => {
+      if (task.state.state === 'running' && task.state.message !== message) {
+        task.state = { ...task.state, message };
+        this.opts.onChange(task.id.owner);
+      }
+    };
+    void (async () => {
+      let state: RegistrationState<R>;
+      try {
+        state = {
+          state: 'done',
+          since: this.opts.now(),
+          result: await task.run(task.abort.signal, progress),
+        };
+      } catch (error) {
+        state = { state: 'failed', since: this.opts.now(), error };
+      }
+      this.runningTotal--;
+      const left = (this.running.get(task.id.uid) ?? 1) - 1;
+      if (left > 0) this.running.set(task.id.uid, left);
+      else this.running.delete(task.id.uid);
+      task.state = state;
+      // A dropped task's result is nobody's: only a task still registered reports.
+      if (this.tasks.get(keyOf(task.id)) === task) this.opts.onChange(task.id.owner);
+      this.pump();
+    })();
+  }
+}

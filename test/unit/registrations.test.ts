@@ -1,0 +1,85 @@
+import { describe, expect, it } from 'vitest';
+import { RegistrationRunner, type RegistrationId } from '../../src/controllers/registrations.ts';
+
+/** A registration the test ends by hand. */
+function gate() {
+  let open!: (v: string) => void;
+  let fail!: (e: Error) => void;
+  const done = new Promise<string>((res, rej) => {
+    open = res;
+    fail = rej;
+  });
+  return { done, open, fail };
+}
+const tick = () => new Promise((r) => setImmediate(r));
+const id = (uid: string, replica: string, version = 'v1'): RegistrationId => ({
+  uid,
+  owner: `ns/${uid}`,
+  replica,
+  version,
+});
+
+describe('RegistrationRunner', () => {
+  it('runs at most perOwner of one owner and global over all; the rest wait in Pending, first come first served', async () => {
+    const changes: string[] = [];
+    const runner = new RegistrationRunner<string>({ global: 3, onChange: (o) => changes.push(o) });
+    const gates = new Map<string, ReturnType<typeof gate>>();
+    const start = (i: RegistrationId) =>
+      runner.ensure(i, 2, () => {
+        const g = gate();
+        gates.set(`${i.uid}/${i.replica}`, g);
+        return g.done;
+      });
+    for (const r of ['a', 'b', 'c']) start(id('one', r));
+    for (const r of ['a', 'b']) start(id('two', r));
+    expect(runner.inFlight).toBe(3);
+    expect([...gates.keys()]).toEqual(['one/a', 'one/b', 'two/a']);
+    expect(runner.peek(id('one', 'c'))).toMatchObject({ state: 'running', phase: 'Pending' });
+    expect(runner.peek(id('two', 'b'))).toMatchObject({ state: 'running', phase: 'Pending' });
+    expect(runner.peek(id('one', 'a'))).toMatchObject({ state: 'running', phase: 'Downloading' });
+
+    gates.get('one/a')!.open('registered');
+    await tick();
+    // one/c was first in line and one has a free slot again.
+    expect([...gates.keys()]).toEqual(['one/a', 'one/b', 'two/a', 'one/c']);
+    expect(runner.peek(id('one', 'a'))).toMatchObject({ state: 'done', result: 'registered' });
+    expect(changes).toContain('ns/one');
+  });
+
+  it('starts a registration once however often it is asked, keeps the result until settled, then starts anew', async () => {
+    const runner = new RegistrationRunner<string>({ global: 10, onChange: () => {} });
+    let runs = 0;
+    const g = gate();
+    const run = () => {
+      runs++;
+      return g.done;
+    };
+    runner.ensure(id('u', 'r'), 1, run);
+    runner.ensure(id('u', 'r'), 1, run);
+    expect(runs).toBe(1);
+    g.fail(new Error('refused'));
+    await tick();
+    const state = runner.ensure(id('u', 'r'), 1, run);
+    expect(state).toMatchObject({ state: 'failed' });
+    expect(runs).toBe(1);
+    runner.settle(id('u', 'r'));
+    runner.ensure(id('u', 'r'), 1, run);
+    expect(runs).toBe(2);
+  });
+
+  it('prune aborts the registrations of replicas (or versions) no longer wanted and frees their slots', async () => {
+    const runner = new RegistrationRunner<string>({ global: 1, onChange: () => {} });
+    let aborted = false;
+    runner.ensure(id('u', 'gone'), 1, (signal) => {
+      signal.addEventListener('abort', () => (aborted = true));
+      return new Promise<string>((_, rej) => signal.addEventListener('abort', () => rej(signal.reason)));
+    });
+    runner.ensure(id('u', 'kept', 'v2'), 1, () => Promise.resolve('ok'));
+    expect(runner.peek(id('u', 'kept', 'v2'))).toMatchObject({ phase: 'Pending' });
+    runner.prune('u', new Set(['kept']), 'v2');
+    expect(aborted).toBe(true);
+    expect(runner.peek(id('u', 'gone'))).toBeUndefined();
+    await tick();
+    expect(runner.peek(id('u', 'kept', 'v2'))).toMatchObject({ state: 'done', result: 'ok' });
+  });
+});
