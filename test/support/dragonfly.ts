@@ -96,7 +96,8 @@ export async function startDragonfly(opts: DragonflyOptions = {}): Promise<Drago
     // Peers first (they talk to the scheduler and manager), then the services, then the stores.
     await Promise.allSettled(peers.map((p) => p.process.stop(10_000)));
     for (const p of [...processes].reverse()) await p.stop(10_000).catch(() => {});
-    await rm(dir, { recursive: true, force: true });
+    // PEERLOAD_KEEP_DRAGONFLY=1 keeps the configurations and logs for a look afterwards.
+    if (!process.env['PEERLOAD_KEEP_DRAGONFLY']) await rm(dir, { recursive: true, force: true });
   };
   try {
     const [mysql, redis] = await Promise.all([
@@ -139,23 +140,14 @@ export async function startDragonfly(opts: DragonflyOptions = {}): Promise<Drago
       opts,
     });
     peers.push(seed);
-    await waitFor(
-      'the seed peer to be active in the manager',
-      async () => {
-        const list = await getJSON<{ state: string; ip: string }[]>(
-          `${manager.url}/api/v1/seed-peers`,
-          token,
-        );
-        return list.some((s) => s.state === 'active' && s.ip === seed.ip);
-      },
-      { timeoutMs: 60_000, intervalMs: 500 },
-    );
+    // Client 1.4 seed peers never register with the manager (it does not call UpdateSeedPeer): the scheduler
+    // learns them from their host announcement, which is what a preheat job needs.
     for (const [i, ip] of ips.slice(1).entries()) {
       peers.push(
         await startPeer(bin, dir, `peer-${i + 1}`, ip, manager.grpcAddr, { seed: false, rules, opts }),
       );
     }
-    // A daemon is ready once it has announced its host to a scheduler (from the manager's scheduler list).
+    // A daemon is ready once it has announced its host to a scheduler (found through the manager).
     await Promise.all(
       peers.map((p) =>
         waitFor(
@@ -180,7 +172,7 @@ export async function startDragonfly(opts: DragonflyOptions = {}): Promise<Drago
 async function tailLogs(dir: string): Promise<string> {
   const { stdout } = await run('bash', [
     '-c',
-    `tail -n 15 $(find "${dir}" -name '*.log' -type f) 2>/dev/null`,
+    `tail -n 15 $(find "${dir}" -type f \\( -name '*.log' -o -name '*.out' -o -name 'dfdaemon*' \\) -not -path '*/mariadb/data/*') 2>/dev/null`,
   ]).catch(() => ({ stdout: '' }));
   return stdout;
 }
