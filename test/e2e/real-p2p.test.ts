@@ -365,7 +365,7 @@ describe('task identity on the real daemon', () => {
       if (v.application !== null) headers['X-Dragonfly-Application'] = v.application;
       if (v.pieceLength !== null) headers['X-Dragonfly-Piece-Length'] = String(v.pieceLength);
       const { statusCode, headers: got } = await proxyGet(peer.proxyURL, url, headers);
-      expect(statusCode, url).toBeLessThan(300);
+      expect(statusCode, `${url} ${JSON.stringify(headers)} -> ${JSON.stringify(got)}`).toBeLessThan(300);
       const expected = taskID({
         url,
         filter,

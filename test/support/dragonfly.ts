@@ -17,6 +17,7 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { promisify } from 'node:util';
 import { dump } from 'js-yaml';
+import { startOrigin } from './origin.ts';
 import { freePort } from './ports.ts';
 import { startProcess, waitFor, type ManagedProcess } from './process.ts';
 
@@ -114,9 +115,11 @@ export async function startDragonfly(opts: DragonflyOptions = {}): Promise<Drago
       managerURL: manager.url,
       processes,
       dir,
-      signIn: (user: { name: string; password: string } = ROOT_USER) => signIn(manager.url, user),
+      // The root user's JWT of start-up is reused: the real manager refuses sign-ins that follow one another closely.
+      signIn: async (user: { name: string; password: string } = ROOT_USER) =>
+        user === ROOT_USER ? token : signIn(manager.url, user),
       createPersonalAccessToken: (name: string, scopes?: string[]) =>
-        createPersonalAccessToken(manager.url, name, scopes),
+        createPersonalAccessToken(manager.url, token, name, scopes),
       stop,
     };
     if (opts.managerOnly) return { ...network, seedPeer: undefined, peers };
@@ -161,6 +164,7 @@ export async function startDragonfly(opts: DragonflyOptions = {}): Promise<Drago
       ),
     );
 
+    await preheatProbe(manager.url, token);
     return { ...network, seedPeer: seed, peers: peers.slice(1) };
   } catch (err) {
     const detail = await tailLogs(dir);
@@ -179,10 +183,10 @@ async function tailLogs(dir: string): Promise<string> {
 
 async function createPersonalAccessToken(
   managerURL: string,
+  jwt: string,
   name: string,
   scopes = ['job'],
 ): Promise<string> {
-  const jwt = await signIn(managerURL, ROOT_USER);
   const res = await fetch(`${managerURL}/api/v1/personal-access-tokens`, {
     method: 'POST',
     headers: { authorization: `Bearer ${jwt}`, 'content-type': 'application/json' },
@@ -198,14 +202,50 @@ async function createPersonalAccessToken(
   return ((await res.json()) as { token: string }).token;
 }
 
+/**
+ * Waits until the network can preheat: a first job right after start-up can end FAILURE "no available seed peer"
+ * although the seed peer has announced itself, so a tiny file is preheated (again) until a job succeeds.
+ */
+async function preheatProbe(managerURL: string, jwt: string): Promise<void> {
+  const origin = await startOrigin({ '/probe.bin': Buffer.alloc(4096, 1) });
+  try {
+    await waitFor(
+      'a probe preheat to succeed',
+      async () => {
+        const create = await fetch(`${managerURL}/api/v1/jobs`, {
+          method: 'POST',
+          headers: { authorization: `Bearer ${jwt}`, 'content-type': 'application/json' },
+          body: JSON.stringify({ type: 'preheat', args: { type: 'file', url: `${origin.url}/probe.bin` } }),
+        });
+        if (!create.ok) throw new Error(`probe job: ${create.status} ${await create.text()}`);
+        const { id } = (await create.json()) as { id: number };
+        for (;;) {
+          await new Promise((r) => setTimeout(r, 1_000));
+          const job = (await getJSON<{ state: string }>(`${managerURL}/api/v1/jobs/${id}`, jwt)).state;
+          if (job === 'SUCCESS') return true;
+          if (job === 'FAILURE') return false;
+        }
+      },
+      { timeoutMs: 300_000, intervalMs: 5_000 },
+    );
+  } finally {
+    await origin.close();
+  }
+}
+
+/** Signs in; the real manager refuses a sign-in within about a second of the previous one (401), so it retries. */
 async function signIn(managerURL: string, user: { name: string; password: string }): Promise<string> {
-  const res = await fetch(`${managerURL}/api/v1/users/signin`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json' },
-    body: JSON.stringify(user),
-  });
-  if (!res.ok) throw new Error(`sign-in: ${res.status} ${await res.text()}`);
-  return ((await res.json()) as { token: string }).token;
+  for (let attempt = 0; ; attempt++) {
+    const res = await fetch(`${managerURL}/api/v1/users/signin`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify(user),
+    });
+    if (res.ok) return ((await res.json()) as { token: string }).token;
+    const text = await res.text();
+    if (res.status !== 401 || attempt >= 3) throw new Error(`sign-in: ${res.status} ${text}`);
+    await new Promise((r) => setTimeout(r, 1_200));
+  }
 }
 
 async function getJSON<T>(url: string, token: string): Promise<T> {
