@@ -258,7 +258,9 @@ describe('peerload on the real Dragonfly network', () => {
     });
     const preheat = await get<ModelPreheat>('modelpreheats', 'tiny-sm-preheat');
     expect(preheat.status!.state).toBe('SUCCESS');
-    expect(origin.bytesServed(key)).toBeLessThanOrEqual((await size()) + 2);
+    // The object once, to the seed peer, plus one 1-byte range probe per peer (the seed and both node peers).
+    expect(origin.bytesServed(key)).toBeGreaterThanOrEqual(await size());
+    expect(origin.bytesServed(key)).toBeLessThanOrEqual((await size()) + 3);
   });
 
   it('/oapi/v1 with a personal access token created through the manager API', async () => {
