@@ -17,7 +17,7 @@ import {
   type CelRule,
 } from './common.ts';
 import { ManagerRef } from './manager.ts';
-import { ObjectStorageSource } from './objectstorage.ts';
+import { FilteredQueryParams, ObjectStorageSource } from './objectstorage.ts';
 
 export const PREHEAT_SCOPES = ['single_seed_peer', 'all_seed_peers', 'all_peers'] as const;
 export const JOB_STATES = ['PENDING', 'RECEIVED', 'STARTED', 'RETRY', 'SUCCESS', 'FAILURE'] as const;
@@ -109,20 +109,10 @@ export const ModelPreheatSpec = withRules(
       description:
         'Objects in a bucket: the operator signs each key and preheats it with the matching filter.',
     }),
-    filteredQueryParams: z
-      .array(
-        z
-          .string()
-          .min(1)
-          .max(128)
-          .regex(/^[^&,\s]+$/, 'must be one query parameter name'),
-      )
-      .max(64)
-      .optional()
-      .meta({
-        description:
-          "Query parameters left out of the task id (the manager job's filter). Default: the manager default (S3, GCS, OSS, OBS, COS signatures and ns).",
-      }),
+    filteredQueryParams: FilteredQueryParams.optional().meta({
+      description:
+        "Query parameters left out of the task id (the manager job's filter). Default: the manager default (S3, GCS, OSS, OBS, COS signatures and ns).",
+    }),
     headers: HttpHeaders.optional().meta({
       description:
         'HTTP headers the seed peers send to the origin: names are HTTP tokens, values have no CR, LF or other control characters.',

@@ -23,6 +23,17 @@ const BucketName = z
   .max(255)
   .regex(/^[A-Za-z0-9][A-Za-z0-9._-]*$/, 'must be a bucket name');
 
+/** Query parameter names left out of a task id (a preheat's or the plugin's filter): one name each, no separator. */
+export const FilteredQueryParams = z
+  .array(
+    z
+      .string()
+      .min(1)
+      .max(128)
+      .regex(/^[^&,\s]+$/, 'must be one query parameter name'),
+  )
+  .max(64);
+
 const locationFields = {
   type: z.enum(OBJECT_STORAGE_TYPES).meta({
     description: 'Object storage kind: s3 (and S3-compatible stores), oss, gcs or abs (Azure Blob Storage).',
@@ -62,20 +73,10 @@ const locationFields = {
   signedURLExpiry: durationBetween('1s', '168h')
     .default('1h')
     .meta({ description: 'Validity of each signed URL, from 1s to 168h (7 days, the s3 and gcs maximum).' }),
-  filteredQueryParams: z
-    .array(
-      z
-        .string()
-        .min(1)
-        .max(128)
-        .regex(/^[^&,\s]+$/, 'must be one query parameter name'),
-    )
-    .max(64)
-    .optional()
-    .meta({
-      description:
-        'Query parameters left out of the task id. Default: the signature parameters of the storage kind, the same default as the endpoint plugin.',
-    }),
+  filteredQueryParams: FilteredQueryParams.optional().meta({
+    description:
+      'Query parameters left out of the task id. Default: the signature parameters of the storage kind, the same default as the endpoint plugin.',
+  }),
 };
 
 type Location = z.infer<z.ZodObject<typeof locationFields>>;
