@@ -387,6 +387,8 @@ export function createServedModelController(
     rc: ReconcileContext,
   ): Promise<ReconcileResult | void> {
     if (!hasFinalizer(sm, FINALIZER)) return;
+    // Registrations still running would register the model again after it was unregistered: stop them first.
+    registrations.prune(sm.metadata.uid!);
     const grace = spec.deletion?.gracePeriod ? parseDuration(spec.deletion.gracePeriod) : cleanupGraceMs;
     const started = Date.parse(sm.metadata.deletionTimestamp!);
     const deadline = started + grace;
