@@ -3,7 +3,9 @@
  * and typed errors; knows nothing about Kubernetes.
  *
  * - One undici `Pool` per manager (keep-alive connection reuse), at most `maxConcurrency` requests in flight
- *   toward it (the rest wait in FIFO order), a time-out per request (headers and body included).
+ *   toward it (the rest wait in FIFO order).
+ * - The exchange itself is the shared HTTP layer's (src/http/): a time-out per request (headers and body
+ *   included) composed with the caller's AbortSignal, bodies read with a size bound, one retry classification.
  * - Every failure is a {@link ManagerError} with a `kind` the caller acts on.
  * - Optional in-client retries (off by default: controllers requeue instead) honour `Retry-After`.
  */
@@ -11,8 +13,12 @@ import { USER_AGENT } from '../version.ts';
 import { Pool, type Dispatcher } from 'undici';
 import { z } from 'zod';
 import { AuthProvider, parseExpire, type AuthProviderOptions, type ManagerAuth } from './auth.ts';
-import { ManagerError, extractManagerMessage, kindForStatus, parseRetryAfter } from './errors.ts';
-import { redact } from '../redact.ts';
+import { ManagerError, extractManagerMessage, kindForStatus } from './errors.ts';
+import { parseBody } from '../http/body.ts';
+import { INVALID_RESPONSE, UNUSABLE_RESPONSE_KIND } from '../http/classify.ts';
+import { InFlightLimit } from '../http/limit.ts';
+import { headerValue, sendRequest, type HttpResponse } from '../http/request.ts';
+import { NO_RETRIES, parseRetryAfter, sleep, withRetries, type RetryOptions } from '../http/retry.ts';
 import {
   JobListSchema,
   JobSchema,
@@ -44,6 +50,8 @@ export interface ManagerClientOptions {
   maxConcurrency?: number;
   /** In-client retries of retryable failures. Default: none. */
   retry?: RetryOptions;
+  /** Largest response body read. Default 16 MiB (src/http/body.ts). */
+  maxResponseBytes?: number;
   /** JWT renewal tuning (sign-in auth). */
   authOptions?: AuthProviderOptions;
   /** Use this dispatcher instead of an own Pool (tests, proxies). Not closed by {@link ManagerClient.close}. */
@@ -51,63 +59,17 @@ export interface ManagerClientOptions {
   userAgent?: string;
 }
 
-export interface RetryOptions {
-  /** Extra attempts after the first. */
-  attempts: number;
-  /** First back-off delay (doubled each attempt, jittered) when the manager gives no Retry-After. Default 500. */
-  minDelayMs?: number;
-  /** Longest wait; a larger Retry-After is not waited for: the error is thrown for the caller to requeue. */
-  maxDelayMs?: number;
-}
+export type { RetryOptions } from '../http/retry.ts';
 
 type Method = 'GET' | 'POST' | 'PATCH' | 'DELETE';
 
-interface RawResponse {
-  status: number;
-  headers: Record<string, string | string[] | undefined>;
-  text: string;
+export interface CallOptions {
+  /** The caller's: aborting it ends the call (waits and retries included) with the signal's reason. */
+  signal?: AbortSignal;
 }
 
-/**
- * A FIFO counting semaphore. Hand-written: a dozen lines, and the client needs only acquire/release.
- */
-class Semaphore {
-  readonly #max: number;
-  #active = 0;
-  readonly #waiters: (() => void)[] = [];
-  constructor(max: number) {
-    this.#max = max;
-  }
-  get active(): number {
-    return this.#active;
-  }
-  get waiting(): number {
-    return this.#waiters.length;
-  }
-  async acquire(): Promise<void> {
-    if (this.#active < this.#max) {
-      this.#active++;
-      return;
-    }
-    await new Promise<void>((resolve) => this.#waiters.push(resolve));
-  }
-  release(): void {
-    const next = this.#waiters.shift();
-    if (next) next();
-    else this.#active--;
-  }
-}
-
-const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 /** How long the real manager wants between two sign-ins (see #signIn). */
 const SIGN_IN_SPACING_MS = 1_200;
-
-const NETWORK_RETRY_SAFE_FOR_POST = new Set([
-  'ECONNREFUSED',
-  'ENOTFOUND',
-  'EAI_AGAIN',
-  'UND_ERR_CONNECT_TIMEOUT',
-]);
 
 export class ManagerClient {
   readonly baseURL: string;
@@ -117,12 +79,12 @@ export class ManagerClient {
   readonly #prefix: string;
   readonly #dispatcher: Dispatcher;
   readonly #ownsDispatcher: boolean;
-  readonly #semaphore: Semaphore;
+  readonly #limit: InFlightLimit;
   readonly #timeoutMs: number;
+  readonly #maxResponseBytes: number | undefined;
   readonly #retry: Required<RetryOptions>;
   readonly #auth: AuthProvider;
   readonly #userAgent: string;
-  #maxInFlight = 0;
   /** Scheduler clusters this manager has shown to exist (see verifySchedulerClusters). */
   readonly #knownClusters = new Set<number>();
 
@@ -137,12 +99,13 @@ export class ManagerClient {
     this.apiPath = opts.apiPath ?? '/api/v1';
     this.argsDialect = opts.argsDialect ?? 'current';
     this.#timeoutMs = opts.requestTimeoutMs ?? 30_000;
+    this.#maxResponseBytes = opts.maxResponseBytes;
     const max = opts.maxConcurrency ?? 16;
-    this.#semaphore = new Semaphore(max);
+    this.#limit = new InFlightLimit(max);
     this.#retry = {
-      attempts: opts.retry?.attempts ?? 0,
-      minDelayMs: opts.retry?.minDelayMs ?? 500,
-      maxDelayMs: opts.retry?.maxDelayMs ?? 30_000,
+      attempts: opts.retry?.attempts ?? NO_RETRIES.attempts,
+      minDelayMs: opts.retry?.minDelayMs ?? NO_RETRIES.minDelayMs,
+      maxDelayMs: opts.retry?.maxDelayMs ?? NO_RETRIES.maxDelayMs,
     };
     this.#ownsDispatcher = opts.dispatcher === undefined;
     this.#dispatcher =
@@ -163,17 +126,17 @@ export class ManagerClient {
 
   /** Most requests that were in flight at once (bounded by `maxConcurrency`). */
   get maxInFlight(): number {
-    return this.#maxInFlight;
+    return this.#limit.peak;
   }
 
   /** `POST {apiPath}/jobs` with `type: preheat`. The manager answers 200 and the job (PENDING). */
-  async createPreheatJob(req: PreheatJobRequest): Promise<ManagerJob> {
-    await this.verifySchedulerClusters(req.schedulerClusterIDs ?? []);
+  async createPreheatJob(req: PreheatJobRequest, call: CallOptions = {}): Promise<ManagerJob> {
+    await this.verifySchedulerClusters(req.schedulerClusterIDs ?? [], call);
     const body = buildCreatePreheatBody(req, this.argsDialect);
     const secrets = [req.password, req.headers?.['Authorization'], req.headers?.['authorization']].filter(
       (s): s is string => typeof s === 'string',
     );
-    const res = await this.#call('create preheat job', 'POST', '/jobs', { body, secrets });
+    const res = await this.#call('create preheat job', 'POST', '/jobs', { body, secrets, ...call });
     return this.#parseJob('create preheat job', res);
   }
 
@@ -184,7 +147,7 @@ export class ManagerClient {
    * names the cluster. A lookup the credentials may not make (a personal access token without the `cluster` scope,
    * 401/403) proves nothing either way and is not an error: the job is created as before.
    */
-  async verifySchedulerClusters(ids: readonly number[]): Promise<void> {
+  async verifySchedulerClusters(ids: readonly number[], call: CallOptions = {}): Promise<void> {
     // /oapi/v1 has no scheduler-cluster route; its `clusters` are keyed by the scheduler cluster id.
     const route = this.apiPath === '/oapi/v1' ? '/clusters' : '/scheduler-clusters';
     for (const id of ids) {
@@ -194,6 +157,7 @@ export class ManagerClient {
           `look up scheduler cluster ${id}`,
           'GET',
           `${route}/${encodeURIComponent(String(id))}`,
+          call,
         );
         this.#knownClusters.add(id);
       } catch (e) {
@@ -212,28 +176,29 @@ export class ManagerClient {
   }
 
   /**
-   * `GET {apiPath}/jobs/{id}`. `once` makes one attempt bounded by `timeoutMs` instead of the retrying call: for a
+   * `GET {apiPath}/jobs/{id}`. A `timeoutMs` makes one attempt bounded by it instead of the retrying call: for a
    * look that is only an optimisation and must not hold the caller up.
    */
-  async getJob(id: number, once?: { timeoutMs: number }): Promise<ManagerJob> {
+  async getJob(id: number, call: CallOptions & { timeoutMs?: number } = {}): Promise<ManagerJob> {
     const op = `get job ${id}`;
     const res = await this.#call(op, 'GET', `/jobs/${encodeURIComponent(String(id))}`, {
-      ...(once ? { attempts: 0, timeoutMs: once.timeoutMs } : {}),
+      ...(call.timeoutMs !== undefined ? { attempts: 0, timeoutMs: call.timeoutMs } : {}),
+      ...(call.signal ? { signal: call.signal } : {}),
     });
     return this.#parseJob(op, res);
   }
 
   /** `GET {apiPath}/jobs?page=&per_page=&type=&state=&user_id=` with its `Link` header. */
-  async listJobs(query: ListJobsQuery = {}): Promise<JobPage> {
+  async listJobs(query: ListJobsQuery = {}, call: CallOptions = {}): Promise<JobPage> {
     const q: Record<string, string> = {};
     if (query.page !== undefined) q['page'] = String(query.page);
     if (query.perPage !== undefined) q['per_page'] = String(query.perPage);
     if (query.type !== undefined) q['type'] = query.type;
     if (query.state !== undefined) q['state'] = query.state;
     if (query.userID !== undefined) q['user_id'] = String(query.userID);
-    const res = await this.#call('list jobs', 'GET', '/jobs', { query: q });
+    const res = await this.#call('list jobs', 'GET', '/jobs', { query: q, ...call });
     const list = this.#parseJSON('list jobs', res, JobListSchema);
-    const raw = parseLinkHeader(headerString(res.headers['link']));
+    const raw = parseLinkHeader(headerValue(res.headers['link']));
     const links: JobPage['links'] = {};
     const pages: JobPage['pages'] = {};
     for (const rel of ['first', 'prev', 'next', 'last'] as LinkRel[]) {
@@ -247,46 +212,43 @@ export class ManagerClient {
   }
 
   /** `DELETE {apiPath}/jobs/:id`: removes the job record (the P2P cache stays). */
-  async deleteJob(id: number): Promise<void> {
-    await this.#call(`delete job ${id}`, 'DELETE', `/jobs/${encodeURIComponent(String(id))}`);
+  async deleteJob(id: number, call: CallOptions = {}): Promise<void> {
+    await this.#call(`delete job ${id}`, 'DELETE', `/jobs/${encodeURIComponent(String(id))}`, call);
   }
 
   async close(): Promise<void> {
     if (this.#ownsDispatcher) await this.#dispatcher.close();
   }
 
-  #parseJob(op: string, res: RawResponse): ManagerJob {
+  #parseJob(op: string, res: HttpResponse): ManagerJob {
     return normaliseJob(this.#parseJSON(op, res, JobSchema));
   }
 
-  #parseJSON<S extends z.ZodType>(op: string, res: RawResponse, schema: S): z.output<S> {
-    let json: unknown;
-    try {
-      json = JSON.parse(res.text);
-    } catch {
-      throw badResponse(op, res.status, 'response is not JSON');
-    }
-    const parsed = schema.safeParse(json);
-    if (!parsed.success) {
-      const issue = parsed.error.issues[0];
-      const where = issue ? `${issue.path.join('.') || '(root)'}: ${issue.message}` : 'invalid';
-      throw badResponse(op, res.status, `unexpected response (${where})`);
-    }
-    return parsed.data;
+  #parseJSON<S extends z.ZodType>(op: string, res: HttpResponse, schema: S): z.output<S> {
+    const parsed = parseBody(res.text, schema);
+    if (parsed.ok) return parsed.data;
+    throw new ManagerError({
+      kind: UNUSABLE_RESPONSE_KIND,
+      status: res.status,
+      code: INVALID_RESPONSE,
+      operation: op,
+      managerMessage: parsed.problem,
+    });
   }
 
   async #signIn(
     username: string,
     password: string,
   ): Promise<{ token: string; expiresAt: number | undefined }> {
-    // Sign-in lives under /api/v1 whatever the job API prefix is.
+    // Sign-in lives under /api/v1 whatever the job API prefix is. It is shared by every caller waiting for a token,
+    // so no one caller's signal ends it.
     const signIn = () =>
       this.#send('sign-in', 'POST', `${this.#prefix}/api/v1/users/signin`, {
         body: { name: username, password },
         secrets: [password],
         auth: false,
       });
-    let res: RawResponse;
+    let res: HttpResponse;
     try {
       res = await signIn();
     } catch (e) {
@@ -300,7 +262,7 @@ export class ManagerClient {
     return { token: data.token, expiresAt: parseExpire(data.expire) };
   }
 
-  async #call(
+  #call(
     op: string,
     method: Method,
     path: string,
@@ -310,26 +272,20 @@ export class ManagerClient {
       secrets?: string[];
       attempts?: number;
       timeoutMs?: number;
+      signal?: AbortSignal;
     } = {},
-  ): Promise<RawResponse> {
+  ): Promise<HttpResponse> {
     const fullPath = `${this.#prefix}${this.apiPath}${path}`;
-    const attempts = opts.attempts ?? this.#retry.attempts;
-    for (let attempt = 0; ; attempt++) {
-      try {
-        return await this.#send(op, method, fullPath, { ...opts, auth: true });
-      } catch (e) {
-        if (!(e instanceof ManagerError) || !e.retryable || attempt >= attempts) throw e;
-        // A POST is repeated only when the manager surely did not act on it.
-        if (method === 'POST' && e.status !== 429 && !NETWORK_RETRY_SAFE_FOR_POST.has(e.code ?? '')) throw e;
-        const backoff = Math.min(this.#retry.maxDelayMs, this.#retry.minDelayMs * 2 ** attempt);
-        const delay = e.retryAfterMs ?? backoff * (0.5 + Math.random() / 2);
-        if (delay > this.#retry.maxDelayMs) throw e;
-        await sleep(delay);
-      }
-    }
+    const retry = { ...this.#retry, attempts: opts.attempts ?? this.#retry.attempts };
+    return withRetries(
+      method,
+      retry,
+      () => this.#send(op, method, fullPath, { ...opts, auth: true }),
+      opts.signal,
+    );
   }
 
-  /** One HTTP exchange, with auth (and one re-sign-in on 401 for JWT), under the concurrency bound. */
+  /** One HTTP exchange, with auth (and one re-sign-in on 401 for JWT), under the in-flight bound. */
   async #send(
     op: string,
     method: Method,
@@ -339,9 +295,10 @@ export class ManagerClient {
       query?: Record<string, string>;
       secrets?: string[];
       timeoutMs?: number;
+      signal?: AbortSignal;
       auth: boolean;
     },
-  ): Promise<RawResponse> {
+  ): Promise<HttpResponse> {
     for (let authAttempt = 0; ; authAttempt++) {
       const material = opts.auth ? await this.#auth.material() : { headers: {}, query: {}, jwt: undefined };
       const secrets = [...this.#auth.secrets(), ...(opts.secrets ?? [])];
@@ -356,13 +313,25 @@ export class ManagerClient {
         payload = JSON.stringify(opts.body);
         headers['content-type'] = 'application/json';
       }
-      const res = await this.#exchange(
-        op,
-        method,
-        fullPath + (search ? `?${search}` : ''),
-        headers,
-        payload,
-        opts.timeoutMs ?? this.#timeoutMs,
+      const res = await this.#limit.run(
+        () =>
+          sendRequest(
+            {
+              dispatcher: this.#dispatcher,
+              origin: this.#origin,
+              path: fullPath + (search ? `?${search}` : ''),
+              method,
+              headers,
+              body: payload,
+              timeoutMs: opts.timeoutMs ?? this.#timeoutMs,
+              signal: opts.signal,
+              maxResponseBytes: this.#maxResponseBytes,
+              operation: op,
+              secrets,
+            },
+            ManagerError.from,
+          ),
+        opts.signal,
       );
       if (res.status >= 200 && res.status < 300) return res;
       if (res.status === 401 && material.jwt !== undefined && authAttempt === 0) {
@@ -378,84 +347,9 @@ export class ManagerClient {
         managerMessage: message,
         retryAfterMs:
           res.status === 429 || res.status === 503
-            ? parseRetryAfter(headerString(res.headers['retry-after']))
+            ? parseRetryAfter(headerValue(res.headers['retry-after']))
             : undefined,
       });
     }
   }
-
-  async #exchange(
-    op: string,
-    method: Method,
-    path: string,
-    headers: Record<string, string>,
-    body: string | undefined,
-    timeoutMs: number,
-  ): Promise<RawResponse> {
-    await this.#semaphore.acquire();
-    this.#maxInFlight = Math.max(this.#maxInFlight, this.#semaphore.active);
-    const signal = AbortSignal.timeout(timeoutMs);
-    try {
-      const res = await this.#dispatcher.request({
-        origin: this.#origin,
-        path,
-        method,
-        headers,
-        body: body ?? null,
-        signal,
-      });
-      const text = await res.body.text();
-      return { status: res.statusCode, headers: res.headers, text };
-    } catch (e) {
-      if (signal.aborted) {
-        throw new ManagerError({
-          kind: 'retryable',
-          status: 0,
-          code: 'TIMEOUT',
-          operation: op,
-          managerMessage: `no answer within ${timeoutMs} ms`,
-          cause: e,
-        });
-      }
-      const code = errorCode(e);
-      throw new ManagerError({
-        kind: 'retryable',
-        status: 0,
-        code,
-        operation: op,
-        managerMessage: redact(
-          `cannot reach manager at ${this.#origin}: ${e instanceof Error ? e.message : String(e)}`,
-          this.#auth.secrets(),
-        ),
-        cause: e,
-      });
-    } finally {
-      this.#semaphore.release();
-    }
-  }
-}
-
-function headerString(v: string | string[] | undefined): string | undefined {
-  return Array.isArray(v) ? v.join(', ') : v;
-}
-
-function errorCode(e: unknown): string {
-  let cur: unknown = e;
-  for (let i = 0; i < 4 && cur && typeof cur === 'object'; i++) {
-    const code = (cur as { code?: unknown }).code;
-    if (typeof code === 'string') return code;
-    cur = (cur as { cause?: unknown }).cause;
-  }
-  return 'NETWORK';
-}
-
-function badResponse(op: string, status: number, message: string): ManagerError {
-  // A proxy or a half-started manager answering garbage: worth retrying later.
-  return new ManagerError({
-    kind: 'retryable',
-    status,
-    code: 'BAD_RESPONSE',
-    operation: op,
-    managerMessage: message,
-  });
 }

@@ -2,12 +2,8 @@ import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { ManagerClient, type ManagerClientOptions } from '../../src/manager/client.ts';
-import {
-  ManagerError,
-  extractManagerMessage,
-  kindForStatus,
-  parseRetryAfter,
-} from '../../src/manager/errors.ts';
+import { ManagerError, extractManagerMessage, kindForStatus } from '../../src/manager/errors.ts';
+import { parseRetryAfter } from '../../src/http/retry.ts';
 import {
   JobSchema,
   jobPeerTasks,
@@ -388,7 +384,7 @@ describe('ManagerClient error mapping', () => {
     expect(slow).toMatchObject({
       kind: 'retryable',
       code: 'TIMEOUT',
-      managerMessage: 'no answer within 150 ms',
+      managerMessage: 'no complete answer within 150 ms',
     });
     expect(Date.now() - t0).toBeLessThan(500);
     m.setRequestDelay(0);
@@ -413,7 +409,7 @@ describe('ManagerClient error mapping', () => {
     expect(m.counters.gets).toBe(24);
   });
 
-  it('a 200 that is not a job (an ingress default page) is a retryable bad response', async () => {
+  it('a 200 that is not a job (an ingress default page) is a retryable invalid response', async () => {
     const server = createServer((_req, res) =>
       res.writeHead(200, { 'content-type': 'text/html' }).end('<html>hi</html>'),
     );
@@ -422,9 +418,9 @@ describe('ManagerClient error mapping', () => {
       const c = new ManagerClient({ baseURL: `http://127.0.0.1:${(server.address() as AddressInfo).port}` });
       clients.push(c);
       const e = await caught(c.getJob(1));
-      expect(e).toMatchObject({ kind: 'retryable', status: 200, code: 'BAD_RESPONSE' });
+      expect(e).toMatchObject({ kind: 'retryable', status: 200, code: 'INVALID_RESPONSE' });
       const wrongShape = await caught(c.listJobs());
-      expect(wrongShape.code).toBe('BAD_RESPONSE');
+      expect(wrongShape.code).toBe('INVALID_RESPONSE');
     } finally {
       server.closeAllConnections();
       await new Promise<void>((r) => server.close(() => r()));

@@ -1,0 +1,106 @@
+/**
+ * One HTTP exchange on undici, the same way for both clients: a time-out over the whole exchange (connect,
+ * headers and body) composed with the caller's AbortSignal, the body read with a size bound, and every transport
+ * failure turned into the client's own {@link HttpError} (retryable: the request may succeed later as it is).
+ *
+ * A caller's abort is not a failure of the server: its reason is thrown as it is, so a caller that stops work
+ * (shutdown, a deleted object) sees its own reason and no condition is written from it.
+ */
+import type { Dispatcher } from 'undici';
+import { DEFAULT_MAX_RESPONSE_BYTES, ResponseTooLargeError, readBounded } from './body.ts';
+import { TIMEOUT, UNUSABLE_RESPONSE_KIND, transportCode } from './classify.ts';
+import { boundDetail, type HttpError, type HttpErrorInit } from './errors.ts';
+
+export interface HttpRequest {
+  dispatcher: Dispatcher;
+  /** `http://host:port`: undici dispatches by origin. */
+  origin: string;
+  /** Path and query string. */
+  path: string;
+  method: Dispatcher.HttpMethod;
+  headers: Record<string, string>;
+  body?: string | undefined;
+  /** Whole exchange, ms. */
+  timeoutMs: number;
+  /** The caller's: aborting it ends the exchange and rethrows its reason. */
+  signal?: AbortSignal | undefined;
+  /** Largest body read. Default {@link DEFAULT_MAX_RESPONSE_BYTES}. */
+  maxResponseBytes?: number | undefined;
+  /** Named in errors. */
+  operation: string;
+  /** Values to keep out of error messages (tokens the client holds). */
+  secrets?: readonly string[] | undefined;
+}
+
+export interface HttpResponse {
+  status: number;
+  headers: Record<string, string | string[] | undefined>;
+  text: string;
+}
+
+/** Builds the client's error class (ManagerError, ModelServerError) from a failure's fields. */
+export type ErrorFactory = (init: HttpErrorInit) => HttpError;
+
+/** Any status is an answer (the client classifies it); only transport failures and aborts throw. */
+export async function sendRequest(req: HttpRequest, toError: ErrorFactory): Promise<HttpResponse> {
+  req.signal?.throwIfAborted();
+  const timeout = AbortSignal.timeout(req.timeoutMs);
+  const signal = req.signal ? AbortSignal.any([req.signal, timeout]) : timeout;
+  const maxBytes = req.maxResponseBytes ?? DEFAULT_MAX_RESPONSE_BYTES;
+  let status = 0;
+  try {
+    const res = await req.dispatcher.request({
+      origin: req.origin,
+      path: req.path,
+      method: req.method,
+      headers: req.headers,
+      body: req.body ?? null,
+      signal,
+      // undici's own idle time-outs default to 300 s, below a long call's budget (a register downloads first).
+      headersTimeout: req.timeoutMs,
+      bodyTimeout: req.timeoutMs,
+    });
+    status = res.statusCode;
+    const text = await readBounded(res.body, maxBytes);
+    return { status: res.statusCode, headers: res.headers, text };
+  } catch (e) {
+    if (req.signal?.aborted) throw req.signal.reason ?? e;
+    if (e instanceof ResponseTooLargeError) {
+      throw toError({
+        kind: UNUSABLE_RESPONSE_KIND,
+        status,
+        operation: req.operation,
+        detail: e.message,
+        code: e.code,
+        cause: e,
+      });
+    }
+    const code = timeout.aborted ? TIMEOUT : transportCode(e);
+    const detail =
+      code === TIMEOUT
+        ? `no complete answer within ${req.timeoutMs} ms`
+        : `request to ${req.origin} failed: ${e instanceof Error ? e.message : String(e)}`;
+    throw toError({
+      kind: 'retryable',
+      status: 0,
+      operation: req.operation,
+      detail: boundDetail(detail, req.secrets),
+      code,
+      cause: e,
+    });
+  }
+}
+
+/** A header's value as one string (undici gives repeated headers as an array). */
+export function headerValue(v: string | string[] | undefined): string | undefined {
+  return Array.isArray(v) ? v.join(', ') : v;
+}
+
+/** `?a=1&b=2` of the defined values; empty when there are none. */
+export function queryString(q: Record<string, string | number | boolean | undefined> | undefined): string {
+  if (!q) return '';
+  const params = new URLSearchParams();
+  for (const [k, v] of Object.entries(q)) if (v !== undefined) params.append(k, String(v));
+  const s = params.toString();
+  return s === '' ? '' : `?${s}`;
+}
