@@ -208,10 +208,10 @@ describe('register', () => {
       });
     });
 
-    it('a 200 with garbage is an invalid response (terminal)', async () => {
+    it('a 200 with garbage is an invalid response (retryable, as in the manager client: src/http/classify.ts)', async () => {
       next = { status: 200, body: '<html>hello</html>' };
       const err = await failure(client({ url }).register({ fileName: 'a.mar' }));
-      expect(err).toMatchObject({ kind: 'terminal', code: 'INVALID_RESPONSE' });
+      expect(err).toMatchObject({ kind: 'retryable', code: 'INVALID_RESPONSE', status: 200 });
       next = { status: 200, body: '{"other": 1}' };
       const err2 = await failure(client({ url }).register({ fileName: 'a.mar' }));
       expect(err2.code).toBe('INVALID_RESPONSE');
@@ -220,7 +220,7 @@ describe('register', () => {
     it('describe rejects a body that is not an array of descriptions', async () => {
       next = { status: 200, body: '{"modelName": "x"}' };
       const err = await failure(client({ url }).describe('x'));
-      expect(err).toMatchObject({ kind: 'terminal', code: 'INVALID_RESPONSE' });
+      expect(err).toMatchObject({ kind: 'retryable', code: 'INVALID_RESPONSE' });
     });
 
     it('a response larger than maxResponseBytes is refused', async () => {
