@@ -35,7 +35,7 @@ import {
   type ModelDescription,
   type ModelSummary,
 } from './wire.ts';
-import { parseBody } from '../http/body.ts';
+import { DEFAULT_MAX_RESPONSE_BYTES, parseBody } from '../http/body.ts';
 import { INVALID_RESPONSE, UNUSABLE_RESPONSE_KIND } from '../http/classify.ts';
 import { boundDetail, type HttpErrorInit } from '../http/errors.ts';
 import { headerValue, queryString, sendRequest, type HttpResponse } from '../http/request.ts';
@@ -100,7 +100,7 @@ export class ModelServerClient {
     this.dispatcher = opts.dispatcher ?? sharedModelServerAgent();
     this.timeoutMs = opts.timeoutMs ?? 30_000;
     this.registerTimeoutMs = opts.registerTimeoutMs ?? 30 * 60_000;
-    this.maxResponseBytes = opts.maxResponseBytes ?? 16 * 1024 * 1024;
+    this.maxResponseBytes = opts.maxResponseBytes ?? DEFAULT_MAX_RESPONSE_BYTES;
     this.tokenContext = { rotateManagementKey: (apiKey) => this.rotateManagementKey(apiKey) };
   }
 
