@@ -42,6 +42,7 @@ import {
 } from './modelpreheat-status.ts';
 import { planPreheat } from './preheat-request.ts';
 import { SecretReader } from './secrets.ts';
+import { operatorMetrics } from './metrics.ts';
 
 export const FINALIZER = 'peerload.io/delete-manager-job';
 export const SUCCEEDED = PreheatCondition.Succeeded;
@@ -59,6 +60,7 @@ export function modelPreheatController(ctx: ControllerContext): Controller<Obj> 
   // Polls of a running job ask for the manager's credentials each time: a rotated Secret is seen within 30 s.
   const secrets = new SecretReader(ctx.kube, { ttlMs: 30_000 });
   const clients = new ManagerClients();
+  const metrics = operatorMetrics(ctx.metrics);
   const { pollBackoffStart, pollBackoffMax } = ctx.config;
 
   const writeStatus = (obj: Obj, change: (s: Status) => Status, signal: AbortSignal) =>
@@ -253,7 +255,7 @@ export function modelPreheatController(ctx: ControllerContext): Controller<Obj> 
       rc.signal,
     );
     ctx.events.record(obj, 'Normal', 'JobSucceeded', `preheat job ${job.id} succeeded (attempt ${attempt})`);
-    ctx.metrics.preheatJobs.labels('succeeded').inc();
+    metrics.preheatJobs.labels('succeeded').inc();
   }
 
   async function pollJob(
@@ -270,7 +272,7 @@ export function modelPreheatController(ctx: ControllerContext): Controller<Obj> 
       job = await client.getJob(current.jobID!);
     } catch (err) {
       if (err instanceof ManagerError && err.kind === 'notFound') {
-        ctx.metrics.managerErrors.labels(err.kind).inc();
+        metrics.managerErrors.labels(err.kind).inc();
         // The record was deleted on the manager: the outcome is unknowable, so count it as a failed attempt.
         return recordFailure(obj, spec, attempt, `job ${current.jobID} no longer exists on the manager`, rc);
       }
@@ -350,7 +352,7 @@ export function modelPreheatController(ctx: ControllerContext): Controller<Obj> 
       exhausted ? reason : PreheatReason.JobFailedWillRetry,
       `attempt ${attempt}: ${why}`,
     );
-    ctx.metrics.preheatJobs.labels(exhausted ? 'failed' : 'retried').inc();
+    metrics.preheatJobs.labels(exhausted ? 'failed' : 'retried').inc();
     return exhausted ? undefined : { requeueAfter: delay };
   }
 
@@ -362,7 +364,7 @@ export function modelPreheatController(ctx: ControllerContext): Controller<Obj> 
     rc: ReconcileContext,
   ): Promise<ReconcileResult | void> {
     const view = describeFailure(err, action);
-    if (err instanceof ManagerError) ctx.metrics.managerErrors.labels(err.kind).inc();
+    if (err instanceof ManagerError) metrics.managerErrors.labels(err.kind).inc();
     const gen = obj.metadata.generation;
     await writeStatus(
       obj,

@@ -55,6 +55,7 @@ import {
 } from './registrations.ts';
 import { ensureOwnedPreheat, gateOf, preheatNameOf } from './servedmodel-preheat.ts';
 import { ServedModelCondition, invalidSpecConditions, servedModelConditions } from './servedmodel-status.ts';
+import { operatorMetrics } from './metrics.ts';
 
 export const FINALIZER = 'peerload.io/unregister-model';
 /** Static endpoints send no events: look at them this often once everything is ready (jittered ±20 %, so 1,000
@@ -98,6 +99,7 @@ export function createServedModelController(
   slices.addIndexer('service', (s) => [`${s.metadata.namespace}/${s.metadata.labels?.[SERVICE_NAME_LABEL]}`]);
   const preheats = ctx.informers.get<ModelPreheat>(GVR.modelPreheats);
   const secrets = new SecretReader(ctx.kube);
+  const metrics = operatorMetrics(ctx.metrics);
   const { pollBackoffStart, pollBackoffMax } = ctx.config;
   const cleanupGraceMs = opts.cleanupGraceMs ?? ctx.config.cleanupGracePeriod;
 
@@ -158,7 +160,7 @@ export function createServedModelController(
     if (!sm) {
       forget(key);
       const [ns, name] = key.split('/');
-      ctx.metrics.servedModelReplicas(ns!, name!);
+      metrics.servedModelReplicas(ns!, name!);
       return;
     }
     const namespace = sm.metadata.namespace!;
@@ -283,8 +285,8 @@ export function createServedModelController(
     const failed = outcomes.filter((o) => o.failure);
     const readyCount = replicas.filter((r) => r.ready).length;
     const desired = replicas.length;
-    ctx.metrics.servedModelReplicas(namespace, sm.metadata.name, readyCount, desired);
-    for (const o of failed) if (o.failure!.kind) ctx.metrics.modelServerErrors.labels(o.failure!.kind).inc();
+    metrics.servedModelReplicas(namespace, sm.metadata.name, readyCount, desired);
+    for (const o of failed) if (o.failure!.kind) metrics.modelServerErrors.labels(o.failure!.kind).inc();
     const allReady = desired > 0 && readyCount === desired;
     const versions = new Set(replicas.map((r) => r.version));
     const conditions = servedModelConditions({

@@ -49,7 +49,7 @@ export {
   setCondition,
   formatTime,
 } from './conditions.ts';
-export type { ConditionChange, ConditionInput, ConditionStatus } from './conditions.ts';
+export type { Condition, ConditionChange, ConditionInput, ConditionStatus } from './conditions.ts';
 export { EventRecorder } from './events.ts';
 export type { EventType } from './events.ts';
 export { addFinalizer, hasFinalizer, isBeingDeleted, removeFinalizer } from './finalizers.ts';
