@@ -3,7 +3,7 @@
  * leader election, /metrics /healthz /readyz, graceful shutdown on SIGTERM/SIGINT).
  */
 import { ConfigError, loadConfig } from '../config.ts';
-import { controllers } from '../controllers/index.ts';
+import { OPERATOR_IDENTITY, controllers } from '../controllers/index.ts';
 import { KubeClient } from '../runtime/kube.ts';
 import { loadKubeConfig } from '../runtime/kubeconfig.ts';
 import { createLogger } from '../runtime/logger.ts';
@@ -30,7 +30,7 @@ export async function run(argv: string[]): Promise<number> {
   } catch (err) {
     throw new CliError(`--kubeconfig: ${(err as Error).message}`);
   }
-  const manager = new Manager({ config, logger, kube }).add(...controllers);
+  const manager = new Manager({ config, logger, kube, ...OPERATOR_IDENTITY }).add(...controllers);
   logger.info(
     {
       identity: config.identity,

@@ -17,11 +17,10 @@ import {
 } from '../api/index.ts';
 import type { ManagerClient } from '../manager/client.ts';
 import { ManagerError } from '../manager/errors.ts';
-import type { ManagerJob } from '../manager/types.ts';
+import { jobPeerTasks, type ManagerJob, type PeerTask } from '../manager/types.ts';
 import {
   Controller,
   addFinalizer,
-  applyConditions,
   getCondition,
   hasFinalizer,
   isBeingDeleted,
@@ -42,6 +41,8 @@ import {
 } from './modelpreheat-status.ts';
 import { planPreheat } from './preheat-request.ts';
 import { SecretReader } from './secrets.ts';
+import { operatorMetrics } from './metrics.ts';
+import { invalidSpec, specProblem, statusWriter, withConditions } from './status.ts';
 
 export const FINALIZER = 'peerload.io/delete-manager-job';
 export const SUCCEEDED = PreheatCondition.Succeeded;
@@ -59,10 +60,10 @@ export function modelPreheatController(ctx: ControllerContext): Controller<Obj> 
   // Polls of a running job ask for the manager's credentials each time: a rotated Secret is seen within 30 s.
   const secrets = new SecretReader(ctx.kube, { ttlMs: 30_000 });
   const clients = new ManagerClients();
+  const metrics = operatorMetrics(ctx.metrics);
   const { pollBackoffStart, pollBackoffMax } = ctx.config;
 
-  const writeStatus = (obj: Obj, change: (s: Status) => Status, signal: AbortSignal) =>
-    ctx.status.update<Obj, Status>(GVR.modelPreheats, obj, (o) => change({ ...(o.status ?? {}) }), signal);
+  const writeStatus = statusWriter<Obj, Status>(ctx, GVR.modelPreheats);
 
   /** `s` with the phase and conditions of what was observed (modelpreheat-status.ts decides them). */
   const withCondition = (
@@ -71,12 +72,7 @@ export function modelPreheatController(ctx: ControllerContext): Controller<Obj> 
     o: Omit<PreheatObservation, 'jobState'>,
   ): Status => {
     const observation = { ...o, jobState: s.jobGeneration === gen ? s.state : undefined };
-    return {
-      ...s,
-      observedGeneration: gen,
-      phase: preheatPhase(observation),
-      conditions: applyConditions(s.conditions, preheatConditions(observation), gen),
-    };
+    return withConditions({ ...s, phase: preheatPhase(observation) }, gen, preheatConditions(observation));
   };
 
   async function reconcile(key: string, rc: ReconcileContext): Promise<ReconcileResult | void> {
@@ -88,20 +84,15 @@ export function modelPreheatController(ctx: ControllerContext): Controller<Obj> 
 
     const parsed = ModelPreheatSpec.safeParse(obj.spec);
     if (!parsed.success) {
-      const issue = parsed.error.issues[0]!;
-      const message = `spec.${issue.path.join('.')}: ${issue.message}`;
-      if (isBeingDeleted(obj) && hasFinalizer(obj, FINALIZER)) {
-        // Stored before a validation rule existed: nothing safe to act on, and the finalizer must not pin it.
-        ctx.events.record(obj, 'Warning', 'CleanupSkipped', `job not deleted: invalid spec (${message})`);
-        await removeFinalizer(ctx.kube, GVR.modelPreheats, obj, FINALIZER, rc.signal);
-        return;
-      }
-      await writeStatus(
-        obj,
-        (s) => withCondition(s, gen, { outcome: 'Failed', reason: PreheatReason.InvalidSpec, message }),
-        rc.signal,
-      );
-      return;
+      const message = specProblem(parsed.error);
+      const problem = { finalizer: FINALIZER, message, skipped: 'job not deleted' };
+      const report = () =>
+        writeStatus(
+          obj,
+          (s) => withCondition(s, gen, { outcome: 'Failed', reason: PreheatReason.InvalidSpec, message }),
+          rc.signal,
+        );
+      return invalidSpec(ctx, GVR.modelPreheats, obj, problem, report, rc.signal);
     }
     const spec = parsed.data;
 
@@ -253,7 +244,7 @@ export function modelPreheatController(ctx: ControllerContext): Controller<Obj> 
       rc.signal,
     );
     ctx.events.record(obj, 'Normal', 'JobSucceeded', `preheat job ${job.id} succeeded (attempt ${attempt})`);
-    ctx.metrics.preheatJobs.labels('succeeded').inc();
+    metrics.preheatJobs.labels('succeeded').inc();
   }
 
   async function pollJob(
@@ -270,7 +261,7 @@ export function modelPreheatController(ctx: ControllerContext): Controller<Obj> 
       job = await client.getJob(current.jobID!);
     } catch (err) {
       if (err instanceof ManagerError && err.kind === 'notFound') {
-        ctx.metrics.managerErrors.labels(err.kind).inc();
+        metrics.managerErrors.labels(err.kind).inc();
         // The record was deleted on the manager: the outcome is unknowable, so count it as a failed attempt.
         return recordFailure(obj, spec, attempt, `job ${current.jobID} no longer exists on the manager`, rc);
       }
@@ -350,7 +341,7 @@ export function modelPreheatController(ctx: ControllerContext): Controller<Obj> 
       exhausted ? reason : PreheatReason.JobFailedWillRetry,
       `attempt ${attempt}: ${why}`,
     );
-    ctx.metrics.preheatJobs.labels(exhausted ? 'failed' : 'retried').inc();
+    metrics.preheatJobs.labels(exhausted ? 'failed' : 'retried').inc();
     return exhausted ? undefined : { requeueAfter: delay };
   }
 
@@ -362,7 +353,7 @@ export function modelPreheatController(ctx: ControllerContext): Controller<Obj> 
     rc: ReconcileContext,
   ): Promise<ReconcileResult | void> {
     const view = describeFailure(err, action);
-    if (err instanceof ManagerError) ctx.metrics.managerErrors.labels(err.kind).inc();
+    if (err instanceof ManagerError) metrics.managerErrors.labels(err.kind).inc();
     const gen = obj.metadata.generation;
     await writeStatus(
       obj,
@@ -432,15 +423,8 @@ export function modelPreheatController(ctx: ControllerContext): Controller<Obj> 
 function peerResults(
   job: ManagerJob,
 ): Pick<Status, 'successCount' | 'failureCount' | 'successTasks' | 'failureTasks'> {
-  const results = (job.result?.jobStates ?? []).flatMap((s) => s.results);
-  const success = results.flatMap((r) => r.successTasks);
-  const failure = results.flatMap((r) => r.failureTasks);
-  const clean = (t: {
-    url: string;
-    hostname?: string | undefined;
-    ip?: string | undefined;
-    description?: string | undefined;
-  }) => ({
+  const { success, failure } = jobPeerTasks(job);
+  const clean = (t: PeerTask) => ({
     url: t.url,
     ...(t.hostname ? { hostname: t.hostname } : {}),
     ...(t.ip ? { ip: t.ip } : {}),
@@ -456,11 +440,8 @@ function peerResults(
 
 /** The manager's own words for why a job failed. */
 function failureText(job: ManagerJob): string {
-  const errors = (job.result?.jobStates ?? []).map((s) => s.error).filter((e): e is string => !!e);
-  const peers = (job.result?.jobStates ?? [])
-    .flatMap((s) => s.results.flatMap((r) => r.failureTasks))
-    .map((t) => t.description)
-    .filter((d): d is string => !!d);
+  const { failure, errors } = jobPeerTasks(job);
+  const peers = failure.map((t) => t.description).filter((d): d is string => !!d);
   const text = [...new Set([...errors, ...peers])].join('; ');
   return `job ${job.id} ended in FAILURE${text ? `: ${text}` : ''}`;
 }

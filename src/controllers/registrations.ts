@@ -31,7 +31,13 @@ export type RegistrationState<R> =
 /** What a registration may say while it runs, e.g. that the replica is downloading for an earlier request. */
 export type Progress = (message: string) => void;
 
-export type RegistrationRun<R> = (signal: AbortSignal, progress: Progress) => Promise<R>;
+/** `signal` aborts the run and its request; `stopping` asks it to finish the request in flight and start no other
+ *  (the owner is being deleted). */
+export type RegistrationRun<R> = (
+  signal: AbortSignal,
+  progress: Progress,
+  stopping: AbortSignal,
+) => Promise<R>;
 
 export interface RegistrationRunnerOptions {
   /** Registrations in flight at once over all owners. */
@@ -47,6 +53,7 @@ interface Task<R> {
   run: RegistrationRun<R>;
   state: RegistrationState<R>;
   abort: AbortController;
+  stopping: AbortController;
 }
 
 const keyOf = (id: RegistrationId) => `${id.uid}\u0000${id.replica}\u0000${id.version}`;
@@ -75,6 +82,7 @@ export class RegistrationRunner<R> {
       run,
       state: { state: 'running', phase: 'Pending', since: this.opts.now(), message: 'waiting for a slot' },
       abort: new AbortController(),
+      stopping: new AbortController(),
     };
     this.tasks.set(key, task);
     this.queue.push(task);
@@ -101,6 +109,24 @@ export class RegistrationRunner<R> {
         continue;
       this.drop(key, task);
     }
+  }
+
+  /**
+   * Winds down the registrations of `uid` before it is unregistered (deletion): the ones waiting for a slot and the
+   * ended ones are dropped; the running ones are told to start nothing more (`stopping`) but NOT aborted: a POST the
+   * model server took goes on there when its client goes away, so only its answer says the model landed and may now
+   * be unregistered. Returns how many still run; each one's end calls `onChange` as usual.
+   */
+  drain(uid: string): number {
+    let running = 0;
+    for (const [key, task] of this.tasks) {
+      if (task.id.uid !== uid) continue;
+      if (task.state.state === 'running' && !this.queue.includes(task)) {
+        task.stopping.abort();
+        running++;
+      } else this.drop(key, task);
+    }
+    return running;
   }
 
   /** How many registrations run (not wait) now, over all owners. */
@@ -155,7 +181,7 @@ export class RegistrationRunner<R> {
         state = {
           state: 'done',
           since: this.opts.now(),
-          result: await task.run(task.abort.signal, progress),
+          result: await task.run(task.abort.signal, progress, task.stopping.signal),
         };
       } catch (error) {
         state = { state: 'failed', since: this.opts.now(), error };

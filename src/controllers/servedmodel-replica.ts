@@ -4,6 +4,7 @@
  * differ → when the wanted version is ready make it the default → then unregister the other versions.
  * The old version stays default until the new one is ready, so a replica always has a default version.
  */
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { ReplicaStatus } from '../api/index.ts';
 import {
   readyWorkers,
@@ -13,7 +14,7 @@ import {
   type RegisterResult,
 } from '../modelserver/client.ts';
 import { ModelServerError, type ModelServerErrorKind } from '../modelserver/errors.ts';
-import type { RegistrationState } from './registrations.ts';
+import type { Progress, RegistrationState } from './registrations.ts';
 import type { Replica } from './replicas.ts';
 
 export interface ReplicaGoal {
@@ -306,4 +307,116 @@ const label = (r: Replica) => (r.pod ? `pod ${r.pod} (${r.endpoint})` : r.endpoi
 
 function defined<T extends object>(o: T): Partial<T> {
   return Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) as Partial<T>;
+}
+
+/** How often a registration asks again while the model server downloads the archive for an earlier request. */
+const IN_PROGRESS_POLL_MS = 2_000;
+
+/**
+ * One registration: the plugin's POST. While the model server downloads the same archive for an earlier request
+ * (an operator that restarted mid-download) it waits for that one: it looks whether the wanted version got
+ * registered, and asks again only when not (the earlier download failed), so no second download starts.
+ * `stopping` (the ServedModel is being deleted): the request in flight ends, nothing follows it.
+ */
+export async function registerUntilDone(
+  client: ModelServerClient,
+  req: RegisterRequest,
+  version: string | undefined,
+  goal: ReplicaGoal,
+  signal: AbortSignal,
+  progress: Progress,
+  stopping?: AbortSignal,
+): Promise<RegisterResult> {
+  for (;;) {
+    const result = await client.register(req, { signal });
+    if (!result.inProgress) {
+      // Start the workers at once rather than on the next pass (they take longest); the pass checks the counts
+      // and scales again should this fail. A version other than the wanted one is the pass's to report.
+      const registered = result.version ?? version;
+      if (
+        !stopping?.aborted &&
+        req.modelName !== undefined &&
+        (version === undefined || registered === version)
+      )
+        await client
+          .scale(
+            req.modelName,
+            registered,
+            { minWorker: goal.minWorkers, maxWorker: goal.maxWorkers },
+            { signal },
+          )
+          .catch(() => undefined);
+      return result;
+    }
+    // Being deleted: the earlier request's download is not ours to wait for.
+    if (stopping?.aborted)
+      throw new Error(`registration of ${req.fileName} stopped: the ServedModel is being deleted`);
+    progress(`the model server is downloading ${req.fileName} for an earlier request; waiting for it`);
+    await sleep(IN_PROGRESS_POLL_MS, undefined, { signal });
+    // Registered meanwhile? Without a wanted version a registered one may be an old one: only the plugin can tell
+    // (409). Not registered: asking again answers "in progress" without starting anything, or starts the
+    // download when the earlier one failed.
+    if (version === undefined || req.modelName === undefined) continue;
+    const found = (await client.describeIfPresent(req.modelName, version, { signal }))?.[0];
+    if (found)
+      return {
+        httpStatus: 200,
+        status: 'registered by an earlier request',
+        modelName: found.modelName,
+        version: found.modelVersion,
+        workersPending: false,
+      };
+  }
+}
+
+/** A replica the preheat gate holds back. */
+export function waiting(r: Replica, previous: ReplicaStatus | undefined, why: string): ReplicaOutcome {
+  return {
+    status: {
+      endpoint: r.endpoint,
+      ...(r.pod ? { pod: r.pod } : {}),
+      ...(r.podUID ? { podUID: r.podUID } : {}),
+      registered: previous?.registered ?? false,
+      readyWorkers: previous?.readyWorkers ?? 0,
+      ready: false,
+      phase: 'Pending',
+      message: why,
+    },
+    events: [],
+  };
+}
+
+/** A replica whose registration runs in the background. */
+export function underWay(
+  r: Replica,
+  state: Extract<RegistrationState<unknown>, { state: 'running' }>,
+): ReplicaOutcome {
+  return {
+    status: {
+      endpoint: r.endpoint,
+      ...(r.pod ? { pod: r.pod } : {}),
+      ...(r.podUID ? { podUID: r.podUID } : {}),
+      registered: false,
+      readyWorkers: 0,
+      ready: false,
+      phase: state.phase,
+      since: new Date(state.since).toISOString(),
+      message: state.message,
+    },
+    events: [],
+  };
+}
+
+/** Keeps a replica's lastUpdateTime unless what a person reads (ready, message) changed, and `since` while the
+ *  phase stays. */
+export function stamp(status: ReplicaStatus, previous: ReplicaStatus | undefined): ReplicaStatus {
+  const same =
+    previous &&
+    previous.ready === status.ready &&
+    previous.message === status.message &&
+    previous.lastUpdateTime;
+  const now = new Date().toISOString();
+  const kept = previous?.phase === status.phase ? previous?.since : undefined;
+  const since = kept ?? status.since ?? now;
+  return { ...status, since, lastUpdateTime: same ? previous.lastUpdateTime : now };
 }

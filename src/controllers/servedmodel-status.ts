@@ -30,6 +30,8 @@ export const ServedModelReason = {
   NoReadyReplicas: 'NoReadyReplicas',
   ReplicaFailures: 'ReplicaFailures',
   NoFailures: 'NoFailures',
+  /** Being deleted: unregistering, or waiting for registrations under way or for unreachable replicas. */
+  Deleting: 'Deleting',
 } as const;
 
 /** Gate reasons that need a change before the ServedModel can progress. */

@@ -4,9 +4,18 @@
  * All functions are pure: they return new arrays and never mutate their input (the input usually comes from
  * the informer cache, which must stay untouched).
  */
-import type { Condition } from '../api/index.ts';
+export type ConditionStatus = 'True' | 'False' | 'Unknown';
 
-export type ConditionStatus = Condition['status'];
+/** metav1.Condition. Declared here rather than taken from an API package: the runtime knows no product's types
+ *  (a product's schema of it, e.g. zod's, is structurally the same type). */
+export interface Condition {
+  type: string;
+  status: ConditionStatus;
+  observedGeneration?: number | undefined;
+  lastTransitionTime: string;
+  reason: string;
+  message: string;
+}
 
 export interface ConditionInput {
   type: string;

@@ -13,7 +13,7 @@ import { redact } from '../redact.ts';
 export type EventType = 'Normal' | 'Warning';
 
 export interface EventRecorderOptions {
-  /** `reportingController`, e.g. `peerload.io/operator`. */
+  /** `reportingController`, e.g. `example.io/operator`. */
   controller: string;
   /** `reportingInstance`, e.g. the pod name. */
   instance: string;

@@ -49,7 +49,7 @@ export {
   setCondition,
   formatTime,
 } from './conditions.ts';
-export type { ConditionChange, ConditionInput, ConditionStatus } from './conditions.ts';
+export type { Condition, ConditionChange, ConditionInput, ConditionStatus } from './conditions.ts';
 export { EventRecorder } from './events.ts';
 export type { EventType } from './events.ts';
 export { addFinalizer, hasFinalizer, isBeingDeleted, removeFinalizer } from './finalizers.ts';
@@ -79,5 +79,6 @@ export { InformerFactory, Manager } from './manager.ts';
 export type { ControllerContext, ControllerFactory, ManagerOptions } from './manager.ts';
 export { Metrics } from './metrics.ts';
 export { StatusWriter, mergePatch } from './status.ts';
+export type { StatusResult } from './status.ts';
 export { RateLimiter, WorkQueue } from './workqueue.ts';
 export type { QueueMetrics, RateLimiterOptions } from './workqueue.ts';

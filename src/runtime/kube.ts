@@ -24,7 +24,7 @@ export interface Gvr {
 }
 
 /** The Kubernetes resources the runtime itself uses (and controllers may watch). A product's own resources are
- *  defined beside its API (peerload's: `src/api/resources.ts`), so the runtime knows no product. */
+ *  defined beside its API (e.g. a product's `src/api/resources.ts`), so the runtime knows no product. */
 export const GVR = {
   endpointSlices: {
     group: 'discovery.k8s.io',

@@ -156,8 +156,8 @@ export async function loadKubeConfig(
   // The container image leaves client-node out (scripts/bundle.ts): a pod never needs an auth plugin.
   const { KubeConfig } = await import('@kubernetes/client-node').catch(() => {
     throw new Error(
-      `kubeconfig ${file}: its user runs an auth plugin (exec or auth-provider), which this build of peerload ` +
-        'does not include; use a token or client certificate, or run peerload from npm',
+      `kubeconfig ${file}: its user runs an auth plugin (exec or auth-provider), which this build ` +
+        'does not include (bundled without @kubernetes/client-node); use a token or client certificate, or run it from npm',
     );
   });
   const kc = new KubeConfig();

@@ -120,7 +120,12 @@ export interface ManagerOptions {
   logger: Logger;
   /** Default: from `config.kubeconfig` or in-cluster (pass one built from `loadKubeConfig` for auth plugins). */
   kube?: KubeClient;
+  /** Who reports the Events (`reportingController`), e.g. `example.io/operator`. */
+  reportingController: string;
+  /** Default: `new Metrics({ namespace: metricsNamespace })`. */
   metrics?: Metrics;
+  /** The prefix of the runtime's metrics that have no ecosystem name (see Metrics); used without `metrics`. */
+  metricsNamespace?: string;
   /** Install SIGTERM/SIGINT handlers (a second signal exits at once with 1). Default true. */
   handleSignals?: boolean;
 }
@@ -148,7 +153,7 @@ export class Manager {
     this.config = opts.config;
     this.logger = opts.logger;
     this.kube = opts.kube ?? new KubeClient(syncKubeConfig(opts.config.kubeconfig));
-    this.metrics = opts.metrics ?? new Metrics();
+    this.metrics = opts.metrics ?? new Metrics({ namespace: opts.metricsNamespace });
     this.metrics.observeKube(this.kube);
     this.handleSignals = opts.handleSignals ?? true;
     this.informers = new InformerFactory(this.kube, {
@@ -158,7 +163,7 @@ export class Manager {
       metrics: this.metrics,
     });
     this.events = new EventRecorder(this.kube, {
-      controller: 'peerload.io/operator',
+      controller: opts.reportingController,
       instance: this.config.identity,
       logger: this.logger,
     });

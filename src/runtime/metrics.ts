@@ -5,7 +5,8 @@
  *   `controller_runtime_max_concurrent_reconciles`, `workqueue_*` (labels `controller` and `name`),
  *   client-go's `leader_election_master_status` and `rest_client_requests_total`;
  * - Node's process metrics as prom-client names them, unprefixed (`process_cpu_seconds_total`, `nodejs_*`);
- * - peerload's own under `peerload_`.
+ * - the runtime's own (informer restarts) under the product's prefix (`namespace`);
+ * - a product's own, registered on the same registry through {@link Metrics.register}.
  */
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import type { QueueMetrics } from './workqueue.ts';
@@ -40,15 +41,15 @@ export class Metrics {
   readonly leader: Gauge<'name'>;
   readonly kubeRequests: Counter<'code' | 'host' | 'method'>;
   readonly informerRestarts: Counter<'resource' | 'kind'>;
-  /** peerload's own. */
-  readonly preheatJobs: Counter<'result'>;
-  readonly replicasReady: Gauge<'namespace' | 'name'>;
-  readonly replicasDesired: Gauge<'namespace' | 'name'>;
-  readonly managerErrors: Counter<'kind'>;
-  readonly modelServerErrors: Counter<'kind'>;
   private readonly queues = new Map<string, InFlightProbe>();
+  private readonly extensions = new Map<(registry: Registry) => unknown, unknown>();
 
-  constructor(opts: { processMetrics?: boolean } = {}) {
+  /**
+   * `namespace`: the prefix of the metrics that have no ecosystem name (e.g. `example` gives
+   * `example_informer_restarts_total`); none gives them unprefixed.
+   */
+  constructor(opts: { namespace?: string; processMetrics?: boolean } = {}) {
+    const prefix = opts.namespace ? `${opts.namespace}_` : '';
     const registers = [this.registry];
     if (opts.processMetrics ?? true) {
       // 100 ms event-loop sampling instead of 10 ms: cheaper for an operator that is mostly idle.
@@ -162,41 +163,21 @@ export class Metrics {
       registers,
     });
     this.informerRestarts = new Counter({
-      name: 'peerload_informer_restarts_total',
+      name: `${prefix}informer_restarts_total`,
       help: 'Informer lists and watch (re)starts, by resource.',
       labelNames: ['resource', 'kind'],
       registers,
     });
-    this.preheatJobs = new Counter({
-      name: 'peerload_preheat_jobs_total',
-      help: 'Preheat jobs that ended, by result: succeeded, retried (failed, another attempt follows), failed (for good).',
-      labelNames: ['result'],
-      registers,
-    });
-    this.replicasReady = new Gauge({
-      name: 'peerload_servedmodel_replicas_ready',
-      help: 'Replicas where the ServedModel is READY.',
-      labelNames: ['namespace', 'name'],
-      registers,
-    });
-    this.replicasDesired = new Gauge({
-      name: 'peerload_servedmodel_replicas_desired',
-      help: 'Replicas the ServedModel should be READY on (ready endpoints found).',
-      labelNames: ['namespace', 'name'],
-      registers,
-    });
-    this.managerErrors = new Counter({
-      name: 'peerload_manager_request_errors_total',
-      help: 'Failed requests to the P2P manager, by kind: auth, notFound, terminal, retryable, conflict.',
-      labelNames: ['kind'],
-      registers,
-    });
-    this.modelServerErrors = new Counter({
-      name: 'peerload_modelserver_request_errors_total',
-      help: 'Failed requests to model-server replicas, by kind: auth, notFound, conflict, terminal, retryable, other.',
-      labelNames: ['kind'],
-      registers,
-    });
+  }
+
+  /**
+   * A product's own metrics on this registry (served on the same /metrics): `create` registers them and runs
+   * once per registry; later calls with the same function return the same set, so every controller of one
+   * manager may ask for them.
+   */
+  register<T>(create: (registry: Registry) => T): T {
+    if (!this.extensions.has(create)) this.extensions.set(create, create(this.registry));
+    return this.extensions.get(create) as T;
   }
 
   /** The queue metrics of one controller; `probe` lets the unfinished-work gauges see its in-flight keys. */
@@ -220,17 +201,6 @@ export class Metrics {
       add: () => adds.inc(),
       retry: () => retries.inc(),
     };
-  }
-
-  /** The replica gauges of one ServedModel; `undefined` counts remove them (the resource is gone). */
-  servedModelReplicas(namespace: string, name: string, ready?: number, desired?: number): void {
-    if (ready === undefined || desired === undefined) {
-      this.replicasReady.remove(namespace, name);
-      this.replicasDesired.remove(namespace, name);
-      return;
-    }
-    this.replicasReady.labels(namespace, name).set(ready);
-    this.replicasDesired.labels(namespace, name).set(desired);
   }
 
   observeKube(kube: KubeClient): () => void {

@@ -9,6 +9,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { dump } from 'js-yaml';
 import { describe, expect, it } from 'vitest';
+import { OPERATOR_IDENTITY } from '../../src/controllers/index.ts';
+import { operatorMetrics } from '../../src/controllers/metrics.ts';
 import { Metrics } from '../../src/runtime/metrics.ts';
 import { REPO_ROOT } from '../support/kube.ts';
 import { kustomize } from '../support/runtime-deploy.ts';
@@ -53,7 +55,9 @@ describe('deploy/monitoring', () => {
 
   it('queries only metrics the operator exports (rules and dashboard)', async () => {
     const exported = new Set<string>();
-    for (const m of await new Metrics().registry.getMetricsAsJSON()) {
+    const metrics = new Metrics({ namespace: OPERATOR_IDENTITY.metricsNamespace });
+    operatorMetrics(metrics);
+    for (const m of await metrics.registry.getMetricsAsJSON()) {
       exported.add(m.name);
       if (String(m.type) === 'histogram')
         for (const s of ['_bucket', '_sum', '_count']) exported.add(m.name + s);

@@ -1,5 +1,6 @@
 /** In-process managers for runtime integration tests: config, request recording, start/stop. */
 import { loadConfig, type OperatorConfig } from '../../src/config.ts';
+import { OPERATOR_IDENTITY } from '../../src/controllers/index.ts';
 import {
   KubeClient,
   Manager,
@@ -42,7 +43,9 @@ export async function startManager(
   const requests: RequestRecord[] = [];
   kube.onRequest((r) => requests.push(r));
   const logger = opts.logger ?? createLogger(config.logLevel);
-  const manager = new Manager({ config, logger, kube, handleSignals: false }).add(...factories);
+  const manager = new Manager({ config, logger, kube, handleSignals: false, ...OPERATOR_IDENTITY }).add(
+    ...factories,
+  );
   const done = manager.run();
   const started = Date.now();
   while (!manager.port) {

@@ -10,6 +10,7 @@
  */
 import { appendFileSync } from 'node:fs';
 import { loadConfig } from '../../src/config.ts';
+import { OPERATOR_IDENTITY } from '../../src/controllers/index.ts';
 import {
   Controller,
   GVR,
@@ -132,7 +133,7 @@ async function main(): Promise<void> {
   const sleepMs = Number(process.env.TEST_SLEEP_MS ?? 50);
   const requeueMs = process.env.TEST_REQUEUE_MS ? Number(process.env.TEST_REQUEUE_MS) : undefined;
   const logger = createLogger(config.logLevel);
-  const manager = new Manager({ config, logger }).add(
+  const manager = new Manager({ config, logger, ...OPERATOR_IDENTITY }).add(
     recordingController({
       identity: config.identity,
       record: (r) => file && appendFileSync(file, JSON.stringify(r) + '\n'),

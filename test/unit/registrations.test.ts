@@ -82,4 +82,37 @@ describe('RegistrationRunner', () => {
     await tick();
     expect(runner.peek(id('u', 'kept', 'v2'))).toMatchObject({ state: 'done', result: 'ok' });
   });
+
+  it('drain (deletion): drops waiting and ended registrations, lets the running one end without aborting it', async () => {
+    const changes: string[] = [];
+    const runner = new RegistrationRunner<string>({ global: 10, onChange: (o) => changes.push(o) });
+    const g = gate();
+    let signals: { signal: AbortSignal; stopping: AbortSignal } | undefined;
+    runner.ensure(id('a', 'r1'), 1, (signal, _progress, stopping) => {
+      signals = { signal, stopping };
+      return g.done;
+    });
+    let queuedRan = false;
+    runner.ensure(id('a', 'r2'), 1, async () => {
+      queuedRan = true;
+      return 'x';
+    });
+    runner.ensure(id('b', 'r1'), 1, () => new Promise<string>(() => {}));
+    await tick();
+    expect(runner.peek(id('a', 'r2'))).toMatchObject({ state: 'running', phase: 'Pending' });
+
+    expect(runner.drain('a')).toBe(1);
+    expect(signals!.stopping.aborted).toBe(true);
+    expect(signals!.signal.aborted).toBe(false); // the POST the model server took goes on
+    expect(runner.peek(id('a', 'r2'))).toBeUndefined(); // never sent: dropped
+    expect(runner.peek(id('b', 'r1'))?.state).toBe('running'); // other owners untouched
+
+    g.open('registered');
+    await tick();
+    expect(queuedRan).toBe(false);
+    expect(changes).toContain('ns/a'); // its end wakes the deletion
+    expect(runner.peek(id('a', 'r1'))).toMatchObject({ state: 'done', result: 'registered' });
+    expect(runner.drain('a')).toBe(0);
+    expect(runner.peek(id('a', 'r1'))).toBeUndefined();
+  });
 });

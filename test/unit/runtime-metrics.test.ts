@@ -1,4 +1,6 @@
 import { describe, expect, it } from 'vitest';
+import { OPERATOR_IDENTITY } from '../../src/controllers/index.ts';
+import { operatorMetrics } from '../../src/controllers/metrics.ts';
 import { Metrics } from '../../src/runtime/metrics.ts';
 import { WorkQueue } from '../../src/runtime/workqueue.ts';
 
@@ -38,13 +40,40 @@ describe('workqueue metrics (client-go names)', () => {
   });
 
   it('ServedModel replica gauges are removed with the resource', async () => {
-    const metrics = new Metrics({ processMetrics: false });
+    const runtime = new Metrics({ processMetrics: false });
+    const metrics = operatorMetrics(runtime);
     metrics.servedModelReplicas('ns', 'sm', 2, 3);
-    let text = await metrics.registry.metrics();
+    let text = await runtime.registry.metrics();
     expect(value(text, 'peerload_servedmodel_replicas_ready{namespace="ns",name="sm"}')).toBe(2);
     expect(value(text, 'peerload_servedmodel_replicas_desired{namespace="ns",name="sm"}')).toBe(3);
     metrics.servedModelReplicas('ns', 'sm');
-    text = await metrics.registry.metrics();
+    text = await runtime.registry.metrics();
     expect(text).not.toContain('name="sm"');
+  });
+});
+
+describe('product metrics on the runtime registry', () => {
+  it("peerload's metrics are registered once per registry, whichever controller asks first", async () => {
+    const runtime = new Metrics({ processMetrics: false, namespace: OPERATOR_IDENTITY.metricsNamespace });
+    expect(operatorMetrics(runtime)).toBe(operatorMetrics(runtime));
+    // A second manager in the same process gets its own set (prom-client would throw on a duplicate name).
+    expect(operatorMetrics(new Metrics({ processMetrics: false }))).not.toBe(operatorMetrics(runtime));
+    const names = (await runtime.registry.getMetricsAsJSON()).map((m) => m.name);
+    expect(names.filter((n) => n.startsWith('peerload_')).sort()).toEqual([
+      'peerload_informer_restarts_total',
+      'peerload_manager_request_errors_total',
+      'peerload_modelserver_request_errors_total',
+      'peerload_preheat_jobs_total',
+      'peerload_servedmodel_replicas_desired',
+      'peerload_servedmodel_replicas_ready',
+    ]);
+  });
+
+  it("the runtime's unnamed metrics take the product's prefix, and none without one", async () => {
+    const names = async (m: Metrics) => (await m.registry.getMetricsAsJSON()).map((x) => x.name);
+    expect(await names(new Metrics({ processMetrics: false, namespace: 'acme' }))).toContain(
+      'acme_informer_restarts_total',
+    );
+    expect(await names(new Metrics({ processMetrics: false }))).toContain('informer_restarts_total');
   });
 });

@@ -1,0 +1,65 @@
+/**
+ * Model-server clients of the replicas of every ServedModel, with their management-token sources. A token source
+ * lives as long as its replica (its renewal is single-flight), so it is kept per (ServedModel uid, endpoint, Secret
+ * key) and pruned when the replica or the ServedModel goes: pods churn, and a returning endpoint gets a fresh one.
+ */
+import type { ServedModel, ServedModelSpec } from '../api/index.ts';
+import type { Dispatcher } from 'undici';
+import { secretToken, type TokenSource } from '../modelserver/auth.ts';
+import { ModelServerClient } from '../modelserver/client.ts';
+import type { Replica } from './replicas.ts';
+
+/** Reads one key of a Secret (SecretReader.value: cached for a few seconds, as every request asks for the token). */
+export type SecretValue = (namespace: string, ref: { name: string; key: string }) => Promise<string>;
+
+export class ReplicaClients {
+  private readonly secret: SecretValue;
+  private readonly dispatcher: Dispatcher | undefined;
+  /** By uid, then by `endpoint|secret|key`. */
+  private readonly tokens = new Map<string, Map<string, TokenSource>>();
+
+  constructor(secret: SecretValue, dispatcher?: Dispatcher) {
+    this.secret = secret;
+    this.dispatcher = dispatcher;
+  }
+
+  get(sm: ServedModel, spec: ServedModelSpec, replica: Replica): ModelServerClient {
+    const ref = spec.modelServer.managementTokenSecretRef;
+    let token: TokenSource | undefined;
+    if (ref) {
+      // `{pod}` in the key selects a per-pod key: every TorchServe process draws its own keys.
+      const key = ref.key.replaceAll('{pod}', replica.pod ?? '');
+      const uid = sm.metadata.uid ?? `${sm.metadata.namespace}/${sm.metadata.name}`; // as the controller keys it
+      let mine = this.tokens.get(uid);
+      if (!mine) this.tokens.set(uid, (mine = new Map()));
+      const id = `${replica.endpoint}|${ref.name}|${key}`;
+      token = mine.get(id);
+      if (!token) {
+        const namespace = sm.metadata.namespace!;
+        token = secretToken(() => this.secret(namespace, { name: ref.name, key }));
+        mine.set(id, token);
+      }
+    }
+    return new ModelServerClient({
+      baseURL: replica.endpoint,
+      pluginPath: spec.modelServer.pluginPath,
+      token,
+      ...(this.dispatcher ? { dispatcher: this.dispatcher } : {}),
+    });
+  }
+
+  /** Drops the token sources of `uid` whose endpoint is not in `keep` (all of them without `keep`). */
+  prune(uid: string, keep?: ReadonlySet<string>): void {
+    const mine = this.tokens.get(uid);
+    if (!mine) return;
+    if (keep) for (const id of mine.keys()) if (!keep.has(id.slice(0, id.indexOf('|')))) mine.delete(id);
+    if (!keep || mine.size === 0) this.tokens.delete(uid);
+  }
+
+  /** How many token sources are kept (over all ServedModels). */
+  get size(): number {
+    let n = 0;
+    for (const m of this.tokens.values()) n += m.size;
+    return n;
+  }
+}

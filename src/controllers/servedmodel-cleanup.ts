@@ -1,0 +1,203 @@
+/**
+ * The deletion of a ServedModel: the model unregistered from every replica it may be on, then the finalizer
+ * removed. Registrations under way are waited for first (a POST the model server took registers the model after
+ * any unregister pass that ran before it ended).
+ */
+import {
+  GVR,
+  parseDuration,
+  type ServedModel,
+  type ServedModelSpec,
+  type ServedModelStatus,
+} from '../api/index.ts';
+import type { ModelServerClient } from '../modelserver/client.ts';
+import { ModelServerError } from '../modelserver/errors.ts';
+import {
+  hasFinalizer,
+  removeFinalizer,
+  type ControllerContext,
+  type ReconcileContext,
+  type ReconcileResult,
+} from '../runtime/index.ts';
+import { pool } from './pool.ts';
+import type { RegistrationRunner } from './registrations.ts';
+import type { Replica } from './replicas.ts';
+import { ServedModelCondition, ServedModelReason } from './servedmodel-status.ts';
+import { withConditions, type StatusWrite } from './status.ts';
+
+export const FINALIZER = 'peerload.io/unregister-model';
+/** Bounds of one model-server call during deletion: shorter as the grace deadline nears. */
+const CLEANUP_CALL_TIMEOUT_MS = 10_000;
+const MIN_CLEANUP_CALL_TIMEOUT_MS = 2_000;
+/** How long a deletion pass may run past the grace deadline before the replicas it has not reached are let go. */
+const CLEANUP_PASS_OVERRUN_MS = 5_000;
+/** Room for replica names in a condition or Event (an Event note holds 1,024 characters). */
+const MAX_LISTED_CHARS = 700;
+
+export interface CleanupDeps {
+  ctx: ControllerContext;
+  registrations: RegistrationRunner<unknown>;
+  clientFor(sm: ServedModel, spec: ServedModelSpec, replica: Replica): ModelServerClient;
+  writeStatus: StatusWrite<ServedModel, ServedModelStatus>;
+  /** The grace period when the spec does not set one. */
+  graceMs: number;
+  /** Drops what the controller keeps for the object (called once its finalizer is gone). */
+  forget(key: string, uid: string | undefined): void;
+}
+
+/**
+ * The deletion pass. Replicas that cannot be reached are retried until the grace deadline (deletionTimestamp +
+ * grace), then let go of; meanwhile the Ready condition and a `CleanupPending` Event name them and the deadline, and
+ * retries are scheduled so the last one falls on the deadline (not on the work queue's growing backoff), so the
+ * object is released right after it.
+ */
+export function servedModelCleanup(deps: CleanupDeps) {
+  const { ctx, registrations, clientFor, writeStatus, graceMs, forget } = deps;
+  const { pollBackoffStart, pollBackoffMax } = ctx.config;
+  return async function cleanUp(
+    sm: ServedModel,
+    spec: ServedModelSpec,
+    discovered: Replica[],
+    rc: ReconcileContext,
+  ): Promise<ReconcileResult | void> {
+    if (!hasFinalizer(sm, FINALIZER)) return;
+    const grace = spec.deletion?.gracePeriod ? parseDuration(spec.deletion.gracePeriod) : graceMs;
+    const started = Date.parse(sm.metadata.deletionTimestamp!);
+    const deadline = started + grace;
+    const elapsed = Date.now() - started;
+    const retryIn = () =>
+      Math.max(
+        0,
+        Math.min(Math.min(pollBackoffMax, Math.max(pollBackoffStart, elapsed / 4)), deadline - Date.now()),
+      );
+    const deleting = (message: string) =>
+      writeStatus(
+        sm,
+        (s) =>
+          withConditions(s, sm.metadata.generation, [
+            {
+              type: ServedModelCondition.Ready,
+              status: 'False',
+              reason: ServedModelReason.Deleting,
+              message,
+            },
+            {
+              type: ServedModelCondition.Reconciling,
+              status: 'True',
+              reason: ServedModelReason.Deleting,
+              message,
+            },
+          ]),
+        rc.signal,
+      );
+
+    // Registrations the model server took would land after the unregister pass: those not sent yet are dropped,
+    // the ones in flight are waited for (their end enqueues the object) until the grace deadline, then let go of.
+    const inFlight = registrations.drain(sm.metadata.uid!);
+    if (inFlight > 0 && Date.now() < deadline) {
+      await deleting(
+        `deleting: waiting for ${inFlight} registration(s) of ${spec.modelName} under way to end before ` +
+          `unregistering it (until ${new Date(deadline).toISOString()})`,
+      );
+      return { requeueAfter: retryIn() };
+    }
+    registrations.prune(sm.metadata.uid!);
+    const left = deadline - Date.now();
+    // Replicas that do not answer must not hold the pass past the deadline by much: each call is bounded by the time
+    // left, and the whole pass (many replicas, `maxConcurrent` at a time) ends soon after the deadline; the replicas
+    // it did not get to then count as unreachable.
+    const timeoutMs = Math.min(CLEANUP_CALL_TIMEOUT_MS, Math.max(MIN_CLEANUP_CALL_TIMEOUT_MS, left));
+    const passSignal = AbortSignal.any([
+      rc.signal,
+      AbortSignal.timeout(Math.max(left, 0) + CLEANUP_PASS_OVERRUN_MS),
+    ]);
+    const known = new Map<string, Replica>();
+    for (const r of [...(sm.status?.replicas ?? []), ...discovered]) known.set(r.endpoint, r);
+    const failures: { replica: Replica; why: string }[] = [];
+    await pool([...known.values()], spec.rollout.maxConcurrent, async (r) => {
+      try {
+        if (passSignal.aborted) throw new Error('not reached before the grace deadline');
+        await unregisterEverywhere(clientFor(sm, spec, r), spec.modelName, passSignal, timeoutMs);
+      } catch (err) {
+        failures.push({ replica: r, why: (err as Error).message });
+      }
+    });
+    const names = failures.map((f) => f.replica.pod ?? f.replica.endpoint).sort();
+    if (failures.length > 0 && Date.now() < deadline) {
+      const at = new Date(deadline).toISOString();
+      const message =
+        `deleting: ${spec.modelName} is still registered on ${failures.length} of ${known.size} replica(s) that ` +
+        `cannot be reached: ${listed(names)}; retrying until ${at}, then letting go of them`;
+      await writeStatus(
+        sm,
+        (s) =>
+          withConditions(s, sm.metadata.generation, [
+            { type: ServedModelCondition.Ready, status: 'False', reason: 'Deleting', message },
+            { type: ServedModelCondition.Reconciling, status: 'True', reason: 'Deleting', message },
+          ]),
+        rc.signal,
+      );
+      ctx.events.record(
+        sm,
+        'Warning',
+        'CleanupPending',
+        `unregistering ${spec.modelName} failed on ${listed(names)}; retrying until ${at}: ${failures[0]!.why}`,
+      );
+      const elapsed = Date.now() - started;
+      const interval = Math.min(pollBackoffMax, Math.max(pollBackoffStart, elapsed / 4));
+      return { requeueAfter: Math.max(0, Math.min(interval, deadline - Date.now())) };
+    }
+    if (failures.length > 0) {
+      ctx.events.record(
+        sm,
+        'Warning',
+        'CleanupAbandoned',
+        `gave up unregistering ${spec.modelName} after ${grace / 1000}s from ${failures.length} replica(s): ` +
+          `${listed(names)} (first error: ${failures[0]!.why})`,
+      );
+    } else {
+      ctx.events.record(
+        sm,
+        'Normal',
+        'Unregistered',
+        `unregistered ${spec.modelName} from ${known.size} replica(s)`,
+      );
+    }
+    await removeFinalizer(ctx.kube, GVR.servedModels, sm, FINALIZER, rc.signal);
+    forget(`${sm.metadata.namespace}/${sm.metadata.name}`, sm.metadata.uid);
+  };
+}
+
+/** Unregisters every version: the non-default ones first (TorchServe refuses to drop a default that has siblings). */
+async function unregisterEverywhere(
+  client: ModelServerClient,
+  name: string,
+  signal: AbortSignal,
+  timeoutMs: number,
+): Promise<void> {
+  const call = { signal, timeoutMs };
+  const all = await client.describeIfPresent(name, 'all', call);
+  if (!all) return;
+  const def = (await client.describeIfPresent(name, undefined, call))?.[0]?.modelVersion;
+  const order = [...all.filter((d) => d.modelVersion !== def), ...all.filter((d) => d.modelVersion === def)];
+  for (const d of order) {
+    try {
+      await client.unregister(name, d.modelVersion, call);
+    } catch (err) {
+      if (!(err instanceof ModelServerError && err.kind === 'notFound')) throw err;
+    }
+  }
+}
+
+/** Names, as many as fit in the room of a note, then how many more. */
+function listed(names: readonly string[]): string {
+  const shown: string[] = [];
+  let room = MAX_LISTED_CHARS;
+  for (const n of names) {
+    if (n.length + 2 > room) break;
+    shown.push(n);
+    room -= n.length + 2;
+  }
+  const more = names.length - shown.length;
+  return shown.join(', ') + (more > 0 ? ` and ${more} more` : '');
+}

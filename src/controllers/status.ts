@@ -1,0 +1,79 @@
+/**
+ * What both controllers do with status in the same way: the write (a function of the current status, which the
+ * runtime's StatusWriter calls again after a conflict), conditions applied with the generation they are about, and
+ * an invalid spec (reported, or let go of when the object is being deleted).
+ */
+import type { ZodError } from 'zod';
+import type { Condition } from '../api/index.ts';
+import {
+  applyConditions,
+  hasFinalizer,
+  isBeingDeleted,
+  removeFinalizer,
+  type ConditionChange,
+  type ControllerContext,
+  type Gvr,
+  type KubeObject,
+  type StatusResult,
+} from '../runtime/index.ts';
+
+/** Writes `change(current status)` as the status of `obj`. */
+export type StatusWrite<O, S> = (
+  obj: O,
+  change: (s: S) => S,
+  signal: AbortSignal,
+) => Promise<StatusResult<O>>;
+
+export function statusWriter<O extends KubeObject & { status?: S | undefined }, S extends object>(
+  ctx: Pick<ControllerContext, 'status'>,
+  gvr: Gvr,
+): StatusWrite<O, S> {
+  return (obj, change, signal) =>
+    ctx.status.update<O, S>(gvr, obj, (o) => change({ ...(o.status ?? {}) } as S), signal);
+}
+
+interface ConditionedStatus {
+  observedGeneration?: number | undefined;
+  conditions?: Condition[] | undefined;
+}
+
+/** `s` with `changes` applied to its conditions, both recording the generation they are about. */
+export function withConditions<S extends ConditionedStatus>(
+  s: S,
+  gen: number | undefined,
+  changes: readonly ConditionChange[],
+): S {
+  return { ...s, observedGeneration: gen, conditions: applyConditions(s.conditions, changes, gen) };
+}
+
+/** What an invalid spec is told: its first problem, naming the field. */
+export function specProblem(error: ZodError): string {
+  const issue = error.issues[0]!;
+  return `spec.${issue.path.join('.')}: ${issue.message}`;
+}
+
+/**
+ * An invalid spec. Being deleted with our finalizer: a spec the apiserver took before a validation rule existed
+ * leaves nothing safe to act on, and a finalizer that can never be removed would keep the object forever, so it
+ * is removed with a `CleanupSkipped` Event saying what was not done. Otherwise `report` writes the status.
+ */
+export async function invalidSpec<O extends KubeObject>(
+  ctx: Pick<ControllerContext, 'kube' | 'events'>,
+  gvr: Gvr,
+  obj: O,
+  problem: { finalizer: string; message: string; skipped: string },
+  report: () => Promise<unknown>,
+  signal: AbortSignal,
+): Promise<void> {
+  if (isBeingDeleted(obj) && hasFinalizer(obj, problem.finalizer)) {
+    ctx.events.record(
+      obj,
+      'Warning',
+      'CleanupSkipped',
+      `${problem.skipped}: invalid spec (${problem.message})`,
+    );
+    await removeFinalizer(ctx.kube, gvr, obj, problem.finalizer, signal);
+    return;
+  }
+  await report();
+}
