@@ -13,6 +13,7 @@
 import { readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { JobSchema, jobPeerTasks, normaliseJob } from '../../src/manager/types.ts';
 import { startManagerEmulator, type ManagerEmulator } from '../support/manager-emulator.ts';
 import {
   EXCHANGE_SCRIPT,
@@ -196,5 +197,35 @@ describe(`manager emulator (v2.5.1 profile) replays the real manager ${FIXTURE.m
     expect(shapeOf(gotJSON), 'JSON shape (keys, null vs [] vs object)').toEqual(shapeOf(wantJSON));
     expect(meaningfulValues(gotJSON), 'meaningful values').toEqual(meaningfulValues(wantJSON));
     expect(normalise(gotJSON), 'the whole document, normalised').toEqual(normalise(wantJSON));
+  });
+});
+
+describe(`the manager client reads every job the real manager ${FIXTURE.manager} answered`, () => {
+  const jobDocuments = FIXTURE.exchanges.flatMap((e) => {
+    const body = parseJSONBody(e.response.body);
+    const docs = Array.isArray(body) ? body : [body];
+    return docs
+      .filter((d): d is Record<string, unknown> => !!d && typeof d === 'object' && 'task_id' in d)
+      .map((d, i) => [`${e.name} #${i}`, d] as const);
+  });
+
+  it('the fixture has job documents of every kind (create, get, list; PENDING, SUCCESS, FAILURE)', () => {
+    expect(jobDocuments.length).toBeGreaterThanOrEqual(10);
+    expect(new Set(jobDocuments.map(([, d]) => d['state']))).toEqual(
+      new Set(['PENDING', 'SUCCESS', 'FAILURE']),
+    );
+  });
+
+  it.each(jobDocuments)('%s', (_name, doc) => {
+    const job = normaliseJob(JobSchema.parse(doc));
+    expect(job.state).toBe(doc['state']);
+    expect(job.groupID).toMatch(/^group_/);
+    // Null peer lists (PENDING, or the SUCCESS of an origin 404) read as no peers, never as an error.
+    const peers = jobPeerTasks(job);
+    const result = doc['result'] as { job_states?: { results: unknown }[] } | null;
+    const successTasks = (result?.job_states ?? []).flatMap((s) =>
+      ((s.results ?? []) as { success_tasks: unknown[] | null }[]).flatMap((r) => r.success_tasks ?? []),
+    );
+    expect(peers.success).toHaveLength(successTasks.length);
   });
 });
