@@ -485,7 +485,7 @@ export async function startManagerEmulator(opts: ManagerEmulatorOptions = {}): P
   const argValidation = (field: string, tag: string) =>
     real
       ? validation('CreatePreheatJobRequest.Args', field, tag)
-      : validation('PreheatArgs', field, tag === 'gte' && field === 'IPs' ? 'max' : tag);
+      : validation('PreheatArgs', field, field === 'IPs' ? 'max' : tag);
 
   /** Go's zero value test (`omitempty` on a struct skips validating a zero struct: all fields absent or zero). */
   const isZeroArgs = (raw: unknown): boolean =>
@@ -535,7 +535,8 @@ export async function startManagerEmulator(opts: ManagerEmulatorOptions = {}): P
       if (!Array.isArray(raw['ips']))
         throw typeError('CreatePreheatJobRequest.args.ips', '[]string', raw['ips']);
       if (raw['ips'].length > 100) throw argValidation('IPs', 'lte');
-      if (raw['ips'].length < 1) throw argValidation('IPs', 'gte');
+      // `omitempty` skips an empty list in the real manager; the contract refuses it.
+      if (raw['ips'].length < 1 && !real) throw argValidation('IPs', 'gte');
       ips = raw['ips'] as string[];
     }
     const count = optInt(raw, 'count', 'CreatePreheatJobRequest.args.count', 'uint32');

@@ -170,7 +170,9 @@ describe(`manager emulator (v2.5.1 profile) replays the real manager ${FIXTURE.m
   });
 
   it('the whole replay is quick: the 30 s polls pass on the injected clock', () => {
-    expect(replayMs).toBeLessThan(5_000);
+    // On real time the two terminal polls alone would take 60 s; measured here: 1.2-2.4 s on a busy 2-core
+    // machine. The bound leaves room for a slower machine without letting real-time polling back in.
+    expect(replayMs).toBeLessThan(20_000);
   });
 
   it.each(FIXTURE.exchanges.map((e, i) => [e.name, i] as const))('%s', (_name, i) => {
