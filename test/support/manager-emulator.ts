@@ -25,6 +25,15 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo, Socket } from 'node:net';
 import { Agent, request as undiciRequest } from 'undici';
 import { RAW_DEFAULT_FILTERED_QUERY_PARAMS, taskID as computeTaskID } from '../../src/storage/taskid.ts';
+import {
+  clusterViewJSON,
+  dbTime,
+  goNanoTime,
+  rfc3339Seconds,
+  schedulerClusterJSON,
+  sortedKeys,
+  userJSON,
+} from './manager-json.ts';
 import type { PeerProxy } from './peer-proxy.ts';
 
 export type EmulatedJobState = 'PENDING' | 'RECEIVED' | 'STARTED' | 'RETRY' | 'SUCCESS' | 'FAILURE';
@@ -67,15 +76,22 @@ export interface ManagerEmulatorOptions {
   jobLatencyMs?: number;
   /** Walk PENDING -> RECEIVED -> STARTED before the end (each visible for jobLatencyMs / 3). */
   runningStates?: boolean;
-  /** Clock of token expiry (JWT and personal access tokens); default Date.now. */
+  /** Clock of token expiry, timestamps and the v2.5.1 rate limiter; default Date.now. */
   now?: () => number;
+  /**
+   * What job latency is measured on: `real` time (default), or the injected `now`: a job then waits until the test
+   * moves that clock and calls `tick()`, so a replay of the real manager's 30 s polling is deterministic and quick.
+   */
+  jobClock?: 'real' | 'now';
   /**
    * Answer as this real manager release does, as recorded in test/fixtures/dragonfly/manager-<version>.json and
    * replayed by test/unit/manager-replay.test.ts: JWT on /api/v1; sign-in failures 401 `Unauthorized` with a
    * `WWW-Authenticate: JWT realm=Dragonfly` challenge; the create rate limiter runs before validation (a body it
    * cannot bind is answered twice, an unknown scheduler cluster is 429 text/plain) and allows 10 creates per
    * second per named scheduler cluster; a preheat whose seed peer cannot fetch the URL ends SUCCESS with null
-   * peer lists. Default: the contract's behaviour, version-neutral.
+   * peer lists. Its JSON is the real one (test/support/manager-json.ts: `is_del`, `user`, sorted `args` with
+   * `hdfs`/`object_storage`, nanosecond times in `result`, null for relations not loaded); the legacy `filter`
+   * argument is ignored; `per_page=0` lists 10. Default: the contract's behaviour, version-neutral.
    */
   version?: 'v2.5.1';
   /** Creates per second per named scheduler cluster (version v2.5.1; default 10, the manager's default). */
@@ -103,6 +119,10 @@ export interface EmulatedJob {
     taskIDs: Record<string, string>;
     error?: string;
     done: Promise<void>;
+    /** `task_<uuid>` of the job's machinery task (version v2.5.1 `result`). */
+    taskUUID: string;
+    /** When the manager created the job's task group (Go nanosecond time). */
+    groupCreatedAt: string;
   };
 }
 
@@ -145,6 +165,8 @@ export interface ManagerEmulator {
   injectPartialFailures(count: number): void;
   /** Time from create to terminal for jobs created from now on. */
   setJobLatency(ms: number): void;
+  /** `jobClock: 'now'`: wakes the jobs whose latency has passed on the injected clock (call after moving it). */
+  tick(): void;
   /** The next `count` requests (sign-in excluded) answer `status` with `{"message"}`. */
   injectServerErrors(count: number, status?: number, message?: string): void;
   /** The next `count` creates answer 429 text/plain `rate limit exceeded` (with Retry-After when given). */
@@ -200,6 +222,7 @@ function goJSONError(body: string, e: unknown): string {
 }
 
 const unauthorized = () => new HttpError(401, { message: 'Unauthorized' });
+const JWT_CHALLENGE = { 'www-authenticate': 'JWT realm=Dragonfly' };
 /** gin's validator text for a failed binding tag. */
 const validation = (struct: string, field: string, tag: string) =>
   new HttpError(422, {
@@ -258,11 +281,16 @@ export async function startManagerEmulator(opts: ManagerEmulatorOptions = {}): P
   const real = opts.version !== undefined;
   const apiAuth = opts.apiAuth ?? (real ? 'jwt' : 'none');
   const jobRateLimit = opts.jobRateLimit ?? 10;
+  const now = opts.now ?? Date.now;
+  const startedAt = now();
+  const clusterDefaults = { createdAt: startedAt, jobRateLimit };
+  /** A record's time: the real manager's database form (v2.5.1), or the contract's ISO string. */
+  const stamp = (): string => (real ? dbTime(now()) : new Date(now()).toISOString());
   /** GCRA per cluster (redis_rate.PerSecond in the manager: burst = rate): the time the bucket is empty until. */
   const rateTAT = new Map<number, number>();
   const allowCreate = (clusterID: number): boolean => {
     const interval = 1000 / jobRateLimit;
-    const t = Date.now();
+    const t = now();
     const tat = Math.max(rateTAT.get(clusterID) ?? t, t);
     if (tat - t > interval * (jobRateLimit - 1)) return false;
     rateTAT.set(clusterID, tat + interval);
@@ -272,9 +300,9 @@ export async function startManagerEmulator(opts: ManagerEmulatorOptions = {}): P
     id: u.id ?? i + 1,
     ...u,
   }));
-  const jwtTTL = opts.jwtTTLms ?? 3_600_000;
+  // The harness's manager (test/support/dragonfly.ts, stock manager.yaml) issues JWTs for 24 h.
+  const jwtTTL = opts.jwtTTLms ?? (real ? 86_400_000 : 3_600_000);
   const clusters = opts.schedulerClusters ?? [{ id: 1, name: 'cluster-1' }];
-  const now = opts.now ?? Date.now;
   const runningStates = opts.runningStates ?? false;
   const agent = new Agent({ keepAliveTimeout: 5_000 });
 
@@ -308,12 +336,59 @@ export async function startManagerEmulator(opts: ManagerEmulatorOptions = {}): P
     maxInFlight: 0,
   });
   const counters = newCounters();
+  const clockWaiters = new Set<{ at: number; wake: () => void }>();
+  /** Waits `ms` of job latency on the job clock (see `jobClock`); 0: the next turn of the event loop. */
+  function waitJobClock(ms: number): Promise<void> {
+    if (ms <= 0) return new Promise<void>((r) => setImmediate(r));
+    if (opts.jobClock !== 'now') return sleep(ms);
+    const at = now() + ms;
+    return new Promise<void>((wake) => clockWaiters.add({ at, wake }));
+  }
+  function tick(): void {
+    const t = now();
+    for (const w of clockWaiters) {
+      if (w.at <= t) {
+        clockWaiters.delete(w);
+        w.wake();
+      }
+    }
+  }
   const log: RecordedManagerRequest[] = [];
   let inFlight = 0;
 
   // ---------------------------------------------------------------- serialisation
 
-  function jobJSON(job: EmulatedJob): Record<string, unknown> {
+  /**
+   * A job as one route answers it. The real manager (v2.5.1) answers a create with the record it inserted (no
+   * `result` yet, relations as given), a get with the record read back (seed peer and scheduler clusters preloaded)
+   * and a list without relations.
+   */
+  function jobJSON(job: EmulatedJob, view: 'create' | 'get' | 'list' = 'get'): Record<string, unknown> {
+    return real ? realJobJSON(job, view) : contractJobJSON(job);
+  }
+
+  function realJobJSON(job: EmulatedJob, view: 'create' | 'get' | 'list'): Record<string, unknown> {
+    const user = view === 'create' ? undefined : users.find((u) => job.user_id !== 0 && u.id === job.user_id);
+    return {
+      id: job.id,
+      created_at: job.created_at,
+      updated_at: job.updated_at,
+      is_del: 0,
+      task_id: job.task_id,
+      bio: job.bio,
+      type: job.type,
+      state: job.state,
+      args: job.args,
+      result: view === 'create' ? null : job.result,
+      user_id: job.user_id,
+      user: userJSON(user, startedAt),
+      seed_peer_clusters: view === 'get' ? job.seed_peer_clusters : null,
+      scheduler_clusters:
+        view === 'list' ? null : job.scheduler_clusters.map((c) => schedulerClusterJSON(c, clusterDefaults)),
+    };
+  }
+
+  function contractJobJSON(job: EmulatedJob): Record<string, unknown> {
     const { internal: _internal, state, result, ...rest } = job;
     const out: Record<string, unknown> = { ...rest };
     // Keep the field order of the real JSON: ... type, state, args, result ...
@@ -349,15 +424,22 @@ export async function startManagerEmulator(opts: ManagerEmulatorOptions = {}): P
     }
   }
 
-  /** Returns the signed-in user id (0 without auth). */
+  /**
+   * Returns the signed-in user id (0 without auth). The real manager's JWT middleware (v2.5.1) answers every refusal
+   * 401 `Unauthorized` with its realm as the challenge.
+   */
   function checkJWT(req: IncomingMessage, query: URLSearchParams): number {
     if (apiAuth === 'none') return 0;
+    const refused = (contractMessage: string) =>
+      real
+        ? new HttpError(401, { message: 'Unauthorized' }, { headers: JWT_CHALLENGE })
+        : new HttpError(401, { message: contractMessage });
     const cookie = /(?:^|;\s*)jwt=([^;]+)/.exec(req.headers.cookie ?? '')?.[1];
     const token = bearer(req) ?? cookie ?? query.get('token') ?? undefined;
-    if (!token) throw unauthorized();
+    if (!token) throw refused('Unauthorized');
     const session = jwts.get(token);
-    if (!session) throw unauthorized();
-    if (now() >= session.expiresAt) throw new HttpError(401, { message: 'Token is expired' });
+    if (!session) throw refused('Unauthorized');
+    if (now() >= session.expiresAt) throw refused('Token is expired');
     return session.userID;
   }
 
@@ -367,7 +449,9 @@ export async function startManagerEmulator(opts: ManagerEmulatorOptions = {}): P
     try {
       return JSON.parse(text);
     } catch (e) {
-      throw new HttpError(422, { errors: e instanceof Error ? e.message : 'invalid JSON' });
+      throw new HttpError(422, {
+        errors: real ? goJSONError(text, e) : e instanceof Error ? e.message : 'invalid JSON',
+      });
     }
   }
 
@@ -397,12 +481,27 @@ export async function startManagerEmulator(opts: ManagerEmulatorOptions = {}): P
     return v;
   }
 
-  /** Validates and normalises preheat args the way the manager's binding + service do, defaults included. */
-  function preheatArgs(raw: unknown): Record<string, unknown> {
+  /** gin's validator text for a tag of a preheat argument (struct path per manager version). */
+  const argValidation = (field: string, tag: string) =>
+    real
+      ? validation('CreatePreheatJobRequest.Args', field, tag)
+      : validation('PreheatArgs', field, field === 'IPs' ? 'max' : tag);
+
+  /** Go's zero value test (`omitempty` on a struct skips validating a zero struct: all fields absent or zero). */
+  const isZeroArgs = (raw: unknown): boolean =>
+    !isObj(raw) || Object.values(raw).every((v) => v === null || v === '' || v === 0 || v === false);
+
+  /**
+   * Binds preheat args the way the manager's binding does (422), with the service's defaults filled in. The
+   * checks of the service (500 `invalid params: ...`) come later, in {@link checkPreheatArgs}, after the scheduler
+   * clusters are chosen, as in the manager.
+   */
+  function bindPreheatArgs(raw: unknown): Record<string, unknown> {
+    if (real && isZeroArgs(raw)) return { type: '' };
     if (!isObj(raw)) throw validation('CreatePreheatJobRequest', 'Args', 'required');
     const type = optString(raw, 'type', 'CreatePreheatJobRequest.args.type');
-    if (type === '') throw validation('PreheatArgs', 'Type', 'required');
-    if (type !== 'image' && type !== 'file') throw validation('PreheatArgs', 'Type', 'oneof');
+    if (type === '') throw argValidation('Type', 'required');
+    if (type !== 'image' && type !== 'file') throw argValidation('Type', 'oneof');
     const url = optString(raw, 'url', 'CreatePreheatJobRequest.args.url');
     let urls: string[] | null = null;
     if (raw['urls'] !== undefined && raw['urls'] !== null) {
@@ -411,9 +510,12 @@ export async function startManagerEmulator(opts: ManagerEmulatorOptions = {}): P
       }
       urls = raw['urls'] as string[];
     }
-    // All three dialects are accepted; the newest wins when several are sent.
+    // The contract accepts all three dialects (the newest wins); the real v2.5.1 binds only
+    // `filtered_query_params` and applies its default list when a legacy `filter` is all there is.
     let filter = '';
-    for (const key of ['filter', 'filteredQueryParams', 'filtered_query_params']) {
+    for (const key of real
+      ? ['filtered_query_params']
+      : ['filter', 'filteredQueryParams', 'filtered_query_params']) {
       const v = optString(raw, key, `CreatePreheatJobRequest.args.${key}`);
       if (v !== '') filter = v;
     }
@@ -426,25 +528,27 @@ export async function startManagerEmulator(opts: ManagerEmulatorOptions = {}): P
     }
     const scope = optString(raw, 'scope', 'CreatePreheatJobRequest.args.scope') || 'single_seed_peer';
     if (!['single_seed_peer', 'all_seed_peers', 'all_peers'].includes(scope)) {
-      throw validation('PreheatArgs', 'Scope', 'oneof');
+      throw argValidation('Scope', 'oneof');
     }
     let ips: string[] | null = null;
     if (raw['ips'] !== undefined && raw['ips'] !== null) {
       if (!Array.isArray(raw['ips']))
         throw typeError('CreatePreheatJobRequest.args.ips', '[]string', raw['ips']);
-      if (raw['ips'].length < 1 || raw['ips'].length > 100) throw validation('PreheatArgs', 'IPs', 'max');
+      if (raw['ips'].length > 100) throw argValidation('IPs', 'lte');
+      // `omitempty` skips an empty list in the real manager; the contract refuses it.
+      if (raw['ips'].length < 1 && !real) throw argValidation('IPs', 'gte');
       ips = raw['ips'] as string[];
     }
     const count = optInt(raw, 'count', 'CreatePreheatJobRequest.args.count', 'uint32');
     if (count !== undefined && (count < 1 || count > 200))
-      throw validation('PreheatArgs', 'Count', count < 1 ? 'gte' : 'lte');
+      throw argValidation('Count', count < 1 ? 'gte' : 'lte');
     const percentage = optInt(raw, 'percentage', 'CreatePreheatJobRequest.args.percentage', 'uint8');
     if (percentage !== undefined && (percentage < 1 || percentage > 100)) {
-      throw validation('PreheatArgs', 'Percentage', percentage < 1 ? 'gte' : 'lte');
+      throw argValidation('Percentage', percentage < 1 ? 'gte' : 'lte');
     }
     const pieceLength = optInt(raw, 'piece_length', 'CreatePreheatJobRequest.args.piece_length', 'uint64');
     if (pieceLength !== undefined && (pieceLength < 4194304 || pieceLength > 67108864)) {
-      throw validation('PreheatArgs', 'PieceLength', pieceLength < 4194304 ? 'gte' : 'lte');
+      throw argValidation('PieceLength', pieceLength < 4194304 ? 'gte' : 'lte');
     }
     const timeout = optInt(raw, 'timeout', 'CreatePreheatJobRequest.args.timeout', 'time.Duration');
     const concurrentTaskCount = optInt(
@@ -460,17 +564,6 @@ export async function startManagerEmulator(opts: ManagerEmulatorOptions = {}): P
       'int64',
     );
     const platform = optString(raw, 'platform', 'CreatePreheatJobRequest.args.platform');
-
-    // Service-level checks (500 `invalid params: ...`).
-    if (url === '' && (urls === null || urls.length === 0)) {
-      throw new HttpError(500, { message: 'invalid params: url is required' });
-    }
-    if (type === 'image') {
-      if (urls !== null && urls.length > 0)
-        throw new HttpError(500, { message: 'invalid params: urls is only supported for file type' });
-      if (!IMAGE_URL.test(url))
-        throw new HttpError(500, { message: `invalid params: invalid image url ${url}` });
-    }
 
     const args: Record<string, unknown> = {
       type,
@@ -495,18 +588,37 @@ export async function startManagerEmulator(opts: ManagerEmulatorOptions = {}): P
       concurrent_peer_count: concurrentPeerCount || 500,
       timeout: timeout || DEFAULT_TIMEOUT_NS,
     });
-    return args;
+    if (!real) return args;
+    // The manager stores the args struct as a map: every field, keys sorted, the storage back ends null.
+    return sortedKeys({
+      ...args,
+      object_storage: isObj(raw['object_storage']) ? raw['object_storage'] : null,
+      hdfs: isObj(raw['hdfs']) ? raw['hdfs'] : null,
+    });
+  }
+
+  /** The preheat service's checks of bound args (500 `invalid params: ...`, `unknown preheat type`). */
+  function checkPreheatArgs(args: Record<string, unknown>): void {
+    const url = args['url'] as string;
+    const urls = args['urls'] as string[] | null;
+    if (args['type'] === 'image') {
+      if (url === '') throw new HttpError(500, { message: 'invalid params: url is required' });
+      if (!real && urls !== null && urls.length > 0)
+        throw new HttpError(500, { message: 'invalid params: urls is only supported for file type' });
+      if (!IMAGE_URL.test(url))
+        throw new HttpError(500, { message: `invalid params: invalid image url ${url}` });
+    } else if (args['type'] === 'file') {
+      if (url === '' && (urls === null || urls.length === 0)) {
+        const message = real ? 'invalid params: url or urls is required' : 'invalid params: url is required';
+        throw new HttpError(500, { message });
+      }
+    } else {
+      throw new HttpError(500, { message: 'unknown preheat type' });
+    }
   }
 
   function selectClusters(body: Record<string, unknown>): { id: number; name: string }[] {
     const raw = body['scheduler_cluster_ids'];
-    if (
-      raw !== undefined &&
-      raw !== null &&
-      (!Array.isArray(raw) || raw.some((x) => typeof x !== 'number' || !Number.isInteger(x) || x < 0))
-    ) {
-      throw typeError('CreatePreheatJobRequest.scheduler_cluster_ids', '[]uint', raw);
-    }
     const ids = (raw as number[] | null | undefined) ?? [];
     if (ids.length === 0) {
       if (clusters.length === 0) throw new HttpError(500, { message: 'candidate schedulers not found' });
@@ -519,45 +631,84 @@ export async function startManagerEmulator(opts: ManagerEmulatorOptions = {}): P
     });
   }
 
-  function createJob(bodyText: string, userID: number): EmulatedJob {
+  /**
+   * Binds `types.CreateJobRequest` (422): the real manager's rate limiter (v2.5.1) does it before the handler
+   * does it again, so a failure there is answered twice (see {@link realRateLimiter}).
+   */
+  function bindCreateJob(bodyText: string): Record<string, unknown> {
     const body = parseJSON(bodyText);
     if (!isObj(body))
       throw new HttpError(422, {
         errors: 'json: cannot unmarshal into Go value of type types.CreateJobRequest',
       });
-    if (typeof body['type'] !== 'string' || body['type'] === '')
-      throw validation('CreateJobRequest', 'Type', 'required');
-    const type = body['type'];
-    if (type !== 'preheat' && !KNOWN_OTHER_TYPES.has(type))
-      throw new HttpError(422, { errors: 'Unknow type' });
-    if (body['bio'] !== undefined && typeof body['bio'] !== 'string')
+    if (body['bio'] !== undefined && body['bio'] !== null && typeof body['bio'] !== 'string')
       throw typeError('CreateJobRequest.bio', 'string', body['bio']);
     if (
       body['user_id'] !== undefined &&
+      body['user_id'] !== null &&
       (typeof body['user_id'] !== 'number' || !Number.isInteger(body['user_id']))
     ) {
       throw typeError('CreateJobRequest.user_id', 'uint', body['user_id']);
     }
-    const args = type === 'preheat' ? preheatArgs(body['args']) : isObj(body['args']) ? body['args'] : {};
+    const raw = body['scheduler_cluster_ids'];
+    if (
+      raw !== undefined &&
+      raw !== null &&
+      (!Array.isArray(raw) || raw.some((x) => typeof x !== 'number' || !Number.isInteger(x) || x < 0))
+    ) {
+      throw typeError('CreateJobRequest.scheduler_cluster_ids', '[]uint', raw);
+    }
+    if (typeof body['type'] !== 'string' || body['type'] === '')
+      throw validation('CreateJobRequest', 'Type', 'required');
+    return body;
+  }
+
+  /**
+   * How each job type is created: its args bound and checked. A type the manager knows but the emulator does not
+   * run is stored with its args as given.
+   */
+  const JOB_TYPES: Record<
+    string,
+    { bind(raw: unknown): Record<string, unknown>; check(args: Record<string, unknown>): void }
+  > = {
+    preheat: { bind: bindPreheatArgs, check: checkPreheatArgs },
+  };
+  const storedAsGiven = {
+    bind: (raw: unknown) => (isObj(raw) ? raw : {}),
+    check: () => undefined,
+  };
+
+  function createJob(bodyText: string, userID: number): EmulatedJob {
+    const body = bindCreateJob(bodyText);
+    const type = body['type'] as string;
+    const kind = JOB_TYPES[type] ?? (KNOWN_OTHER_TYPES.has(type) ? storedAsGiven : undefined);
+    if (!kind) throw new HttpError(422, { errors: 'Unknow type' });
+    const args = kind.bind(body['args']);
     const selected = selectClusters(body);
-    const now = new Date().toISOString();
+    kind.check(args);
+    const created = stamp();
     let resolveDone!: () => void;
     const done = new Promise<void>((r) => (resolveDone = r));
+    const groupCreatedAt = goNanoTime(now());
     const job: EmulatedJob = {
       id: nextID++,
-      created_at: now,
-      updated_at: now,
+      created_at: created,
+      updated_at: created,
       task_id: `group_${randomUUID()}`,
       bio: (body['bio'] as string | undefined) ?? '',
       type,
       state: 'PENDING',
       args,
       result: null,
-      user_id: (body['user_id'] as number | undefined) ?? userID,
+      // The contract's emulator stamps the signed-in user; the real manager keeps the body's (default 0).
+      user_id: (body['user_id'] as number | undefined) ?? (real ? 0 : userID),
       scheduler_clusters: selected.map((c) => ({ ...c })),
       seed_peer_clusters: [],
-      internal: { urls: [], taskIDs: {}, done },
+      internal: { urls: [], taskIDs: {}, done, taskUUID: `task_${randomUUID()}`, groupCreatedAt },
     };
+    // The real manager polls the group at once after the insert: a get right after the create shows the PENDING
+    // group (the create's own answer has no result).
+    if (real && type === 'preheat') job.result = realResult(job, 'PENDING', '', null);
     jobs.set(job.id, job);
     void runJob(job).finally(resolveDone);
     return job;
@@ -567,7 +718,48 @@ export async function startManagerEmulator(opts: ManagerEmulatorOptions = {}): P
 
   function setState(job: EmulatedJob, state: EmulatedJobState) {
     job.state = state;
-    job.updated_at = new Date().toISOString();
+    job.updated_at = stamp();
+  }
+
+  type PeerTask = { url: string; hostname: string; ip: string; description?: string };
+
+  /**
+   * The real manager's `result` (v2.5.1): the machinery group state as a map (keys sorted, Go nanosecond times),
+   * one task per scheduler cluster. `lists` null: the task has no results (still PENDING, or failed before any
+   * peer answered); an empty peer list is null, never [].
+   */
+  function realResult(
+    job: EmulatedJob,
+    state: EmulatedJobState,
+    error: string,
+    lists: { success: PeerTask[]; failure: PeerTask[] } | null,
+  ): Record<string, unknown> {
+    const orNull = (tasks: PeerTask[]) => (tasks.length > 0 ? tasks.map((t) => sortedKeys(t)) : null);
+    return sortedKeys({
+      created_at: job.internal.groupCreatedAt,
+      group_uuid: job.task_id,
+      job_states: job.scheduler_clusters.map((c) =>
+        sortedKeys({
+          created_at: job.internal.groupCreatedAt,
+          error,
+          results: lists
+            ? [
+                sortedKeys({
+                  failure_tasks: orNull(lists.failure),
+                  scheduler_cluster_id: c.id,
+                  success_tasks: orNull(lists.success),
+                }),
+              ]
+            : null,
+          state,
+          task_name: job.type,
+          task_uuid: job.internal.taskUUID,
+          ttl: 0,
+        }),
+      ),
+      state,
+      updated_at: goNanoTime(now()),
+    });
   }
 
   async function resolveImage(args: Record<string, unknown>): Promise<string[]> {
@@ -631,15 +823,13 @@ export async function startManagerEmulator(opts: ManagerEmulatorOptions = {}): P
       partial = true;
     }
     if (runningStates) {
-      await sleep(latency / 3);
+      await waitJobClock(latency / 3);
       setState(job, 'RECEIVED');
-      await sleep(latency / 3);
+      await waitJobClock(latency / 3);
       setState(job, 'STARTED');
-      await sleep(latency / 3);
-    } else if (latency > 0) {
-      await sleep(latency);
+      await waitJobClock(latency / 3);
     } else {
-      await new Promise<void>((r) => setImmediate(r));
+      await waitJobClock(latency);
     }
     if (!jobs.has(job.id)) return; // deleted meanwhile
 
@@ -728,8 +918,17 @@ export async function startManagerEmulator(opts: ManagerEmulatorOptions = {}): P
     if (silentFailure) error = '';
     const failed = error !== '';
     const state: EmulatedJobState = failed ? 'FAILURE' : 'SUCCESS';
-    const now = new Date().toISOString();
     job.internal.error = error || undefined;
+    if (real) {
+      const lists = failed && success.length === 0 && failure.length === 0 ? null : { success, failure };
+      job.result =
+        job.type === 'preheat'
+          ? realResult(job, state, error, silentFailure ? { success: [], failure: [] } : lists)
+          : null;
+      setState(job, state);
+      return;
+    }
+    const now = new Date().toISOString();
     job.result =
       job.type === 'preheat'
         ? {
@@ -760,15 +959,15 @@ export async function startManagerEmulator(opts: ManagerEmulatorOptions = {}): P
    * one body); then every named scheduler cluster must pass its limiter, and an unknown one never does.
    */
   function realRateLimiter(bodyText: string): void {
-    let body: unknown;
+    let body: Record<string, unknown>;
     try {
-      body = JSON.parse(bodyText);
+      body = bindCreateJob(bodyText);
     } catch (e) {
-      const text = JSON.stringify({ errors: goJSONError(bodyText, e) });
+      if (!(e instanceof HttpError) || e.status !== 422) throw e;
+      const text = JSON.stringify(e.body);
       throw new HttpError(422, text + text, { raw: true });
     }
-    const ids =
-      isObj(body) && Array.isArray(body['scheduler_cluster_ids']) ? body['scheduler_cluster_ids'] : [];
+    const ids = Array.isArray(body['scheduler_cluster_ids']) ? body['scheduler_cluster_ids'] : [];
     for (const id of ids) {
       if (!clusters.some((c) => c.id === id) || !allowCreate(id as number)) {
         throw new HttpError(429, 'rate limit exceeded', { text: true });
@@ -801,15 +1000,40 @@ export async function startManagerEmulator(opts: ManagerEmulatorOptions = {}): P
     return job;
   }
 
-  function list(res: ServerResponse, prefix: string, query: URLSearchParams) {
+  /**
+   * `page` and `per_page` as the real manager (v2.5.1) binds them: `omitempty,gte=1` makes 0 mean absent, and
+   * absent is page 1 of 10.
+   */
+  function realPagination(query: URLSearchParams): { page: number; perPage: number } {
+    const int = (key: string, field: string, max: number, fallback: number) => {
+      const raw = query.get(key) ?? '0';
+      if (!/^[-+]?[0-9]+$/.test(raw))
+        throw new HttpError(422, {
+          errors: `strconv.ParseInt: parsing ${JSON.stringify(raw)}: invalid syntax`,
+        });
+      const n = Number(raw);
+      if (n < 0) throw validation('GetJobsQuery', field, 'gte');
+      if (n > max) throw validation('GetJobsQuery', field, 'lte');
+      return n === 0 ? fallback : n;
+    };
+    return {
+      page: int('page', 'Page', Number.MAX_SAFE_INTEGER, 1),
+      perPage: int('per_page', 'PerPage', 10_000_000, 10),
+    };
+  }
+
+  function contractPagination(query: URLSearchParams): { page: number; perPage: number } {
     const pageRaw = query.get('page') ?? '1';
     const perPageRaw = query.get('per_page') ?? '10';
     if (!/^[0-9]+$/.test(pageRaw) || Number(pageRaw) < 1) throw validation('GetJobsQuery', 'Page', 'min');
     if (!/^[0-9]+$/.test(perPageRaw) || Number(perPageRaw) < 1 || Number(perPageRaw) > 10_000_000) {
       throw validation('GetJobsQuery', 'PerPage', 'min');
     }
-    const page = Number(pageRaw);
-    const perPage = Number(perPageRaw);
+    return { page: Number(pageRaw), perPage: Number(perPageRaw) };
+  }
+
+  function list(res: ServerResponse, prefix: string, query: URLSearchParams) {
+    const { page, perPage } = real ? realPagination(query) : contractPagination(query);
     const type = query.get('type');
     const state = query.get('state');
     const userID = query.get('user_id');
@@ -836,7 +1060,12 @@ export async function startManagerEmulator(opts: ManagerEmulatorOptions = {}): P
       `${link(1)};rel=first`,
       `${link(totalPages)};rel=last`,
     ].join(',');
-    json(res, 200, items.map(jobJSON), { link: header });
+    json(
+      res,
+      200,
+      items.map((j) => jobJSON(j, 'list')),
+      { link: header },
+    );
   }
 
   async function route(req: IncomingMessage, res: ServerResponse): Promise<void> {
@@ -870,7 +1099,7 @@ export async function startManagerEmulator(opts: ManagerEmulatorOptions = {}): P
       }
       const name = isObj(body) ? body['name'] : undefined;
       const password = isObj(body) ? body['password'] : undefined;
-      const challenge = { headers: { 'www-authenticate': 'JWT realm=Dragonfly' } };
+      const challenge = { headers: JWT_CHALLENGE };
       if (typeof name !== 'string' || typeof password !== 'string' || !name || !password) {
         if (real) throw new HttpError(401, { message: 'Unauthorized' }, challenge);
         throw new HttpError(401, { code: 401, message: 'missing Username or Password' });
@@ -883,7 +1112,8 @@ export async function startManagerEmulator(opts: ManagerEmulatorOptions = {}): P
       const token = randomBytes(24).toString('base64url');
       const expiresAt = now() + jwtTTL;
       jwts.set(token, { userID: user.id, expiresAt });
-      json(res, 200, { code: 200, expire: new Date(expiresAt).toISOString(), token });
+      if (real) json(res, 200, { expire: rfc3339Seconds(expiresAt), token });
+      else json(res, 200, { code: 200, expire: new Date(expiresAt).toISOString(), token });
       return;
     }
 
@@ -897,7 +1127,10 @@ export async function startManagerEmulator(opts: ManagerEmulatorOptions = {}): P
       else checkJWT(req, u.searchParams);
       const cluster = clusters.find((c) => c.id === parseID(cm[2]!));
       if (!cluster) throw new HttpError(404, { message: 'record not found' });
-      json(res, 200, { id: cluster.id, name: cluster.name, bio: '', is_default: cluster.id === 1 });
+      if (!real)
+        json(res, 200, { id: cluster.id, name: cluster.name, bio: '', is_default: cluster.id === 1 });
+      else if (cm[1]) json(res, 200, clusterViewJSON(cluster, clusterDefaults));
+      else json(res, 200, schedulerClusterJSON(cluster, clusterDefaults, true));
       return;
     }
 
@@ -935,7 +1168,7 @@ export async function startManagerEmulator(opts: ManagerEmulatorOptions = {}): P
       }
       counters.creates++;
       const job = createJob(bodyText, userID);
-      json(res, 200, jobJSON(job));
+      json(res, 200, jobJSON(job, 'create'));
       return;
     }
     if (idRaw === undefined) {
@@ -963,8 +1196,8 @@ export async function startManagerEmulator(opts: ManagerEmulatorOptions = {}): P
           throw typeError('UpdateJobRequest.user_id', 'uint', body['user_id']);
         job.user_id = body['user_id'];
       }
-      job.updated_at = new Date().toISOString();
-      json(res, 200, jobJSON(job));
+      job.updated_at = stamp();
+      json(res, 200, jobJSON(job, 'list'));
       return;
     }
     counters.deletes++;
@@ -1058,6 +1291,7 @@ export async function startManagerEmulator(opts: ManagerEmulatorOptions = {}): P
     setJobLatency(ms: number) {
       jobLatency = ms;
     },
+    tick,
     injectServerErrors(count: number, status = 500, message = 'internal server error') {
       for (let i = 0; i < count; i++) inject.serverErrors.push({ status, message });
     },

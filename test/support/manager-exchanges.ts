@@ -289,6 +289,11 @@ export interface ExchangeTarget {
   origin: string;
   /** Give up polling a job after this long (default 240 s: the real manager polls its workers every 30 s). */
   terminalTimeoutMs?: number;
+  /**
+   * How the poll of an `untilTerminal` exchange waits between two gets (default: 500 ms of real time). The replay
+   * moves the emulator's clock instead, so 30 s of the manager's polling take no time.
+   */
+  pause?: () => Promise<void>;
 }
 
 async function send(target: ExchangeTarget, req: ExchangeRequest, path: string): Promise<RecordedResponse> {
@@ -337,7 +342,7 @@ export async function runExchanges(target: ExchangeTarget): Promise<Exchange[]> 
     if (request.untilTerminal) {
       const deadline = Date.now() + (target.terminalTimeoutMs ?? 240_000);
       while (!/"state":"(SUCCESS|FAILURE)"/.test(response.body) && Date.now() < deadline) {
-        await new Promise((r) => setTimeout(r, 500));
+        await (target.pause?.() ?? new Promise((r) => setTimeout(r, 500)));
         response = await send(target, request, path);
       }
     }
