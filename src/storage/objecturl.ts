@@ -145,7 +145,7 @@ export interface Endpoint {
 
 /** Parses an endpoint; throws when it is not an absolute http(s) URL without query, fragment or user info. */
 export function parseEndpoint(endpoint: string): Endpoint {
-  const m = /^(https?):\/\/([^/?#\s@]+)([^?#\s]*)$/i.exec(endpoint);
+  const m = /^(https?):\/\/([^/?#\s@]+)((?:\/[^?#\s]*)?)$/i.exec(endpoint);
   if (!m) throw new Error(`endpoint must be an absolute http(s) URL without query, fragment or user info`);
   const authority = m[2]!;
   const bracket = authority.startsWith('[') ? authority.indexOf(']') + 1 : 0;
