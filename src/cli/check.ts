@@ -8,6 +8,7 @@ import {
   CheckInputError,
   checkDocuments,
   parsePluginConfig,
+  pluginSide,
   readManifests,
   readText,
 } from '../check/consistency.ts';
@@ -80,7 +81,7 @@ export async function run(argv: string[], io: CheckIO = defaultIO): Promise<numb
     if (positionals.length === 0 && !values['from-cluster'])
       throw new CliError(`expected at least one manifest, - (stdin) or --from-cluster\n\n${USAGE}`);
     const configPath = values['plugin-config'];
-    const plugin = parsePluginConfig(await readText(configPath), configPath);
+    const plugin = pluginSide(parsePluginConfig(await readText(configPath), configPath));
     const cluster = values['from-cluster'] ? [await fromCluster(values.namespace, values.kubeconfig)] : [];
     const docs = await readManifests(positionals, plugin, cluster);
     const results = checkDocuments(plugin, docs);

@@ -128,7 +128,8 @@ export function encodeKey(key: string): string {
   return key.split('/').map(encodeSegment).join('/');
 }
 
-interface Endpoint {
+/** A storage endpoint as written (`scheme://authority[/path]`), the one parser of endpoints in src/. */
+export interface Endpoint {
   /** The endpoint as written, without trailing slashes. */
   base: string;
   scheme: 'http' | 'https';
@@ -136,20 +137,27 @@ interface Endpoint {
   authority: string;
   /** The host without port, lowercased (for comparisons only). */
   host: string;
+  /** The port as written (`''` when none). */
+  port: string;
+  /** The path after the authority, without trailing slashes (`''` when none). */
+  path: string;
 }
 
-function parseEndpoint(endpoint: string): Endpoint {
-  const m = /^(https?):\/\/([^/?#\s@]+)([^?#\s]*)$/i.exec(endpoint);
+/** Parses an endpoint; throws when it is not an absolute http(s) URL without query, fragment or user info. */
+export function parseEndpoint(endpoint: string): Endpoint {
+  const m = /^(https?):\/\/([^/?#\s@]+)((?:\/[^?#\s]*)?)$/i.exec(endpoint);
   if (!m) throw new Error(`endpoint must be an absolute http(s) URL without query, fragment or user info`);
   const authority = m[2]!;
-  const host = (
-    authority.startsWith('[') ? authority.slice(0, authority.indexOf(']') + 1) : authority.split(':')[0]!
-  ).toLowerCase();
+  const bracket = authority.startsWith('[') ? authority.indexOf(']') + 1 : 0;
+  const colon = authority.indexOf(':', bracket);
+  const host = (colon < 0 ? authority : authority.slice(0, colon)).toLowerCase();
   return {
     base: endpoint.replace(/\/+$/, ''),
     scheme: m[1]!.toLowerCase() as 'http' | 'https',
     authority,
     host,
+    port: colon < 0 ? '' : authority.slice(colon + 1),
+    path: m[3]!.replace(/\/+$/, ''),
   };
 }
 

@@ -5,7 +5,12 @@ import com.google.gson.JsonObject;
 import com.google.gson.JsonParseException;
 import com.google.gson.JsonParser;
 import com.google.gson.JsonPrimitive;
+import com.google.gson.JsonSyntaxException;
+import com.google.gson.Strictness;
+import com.google.gson.stream.JsonReader;
+import com.google.gson.stream.JsonToken;
 import java.io.IOException;
+import java.io.StringReader;
 import java.net.URI;
 import java.net.URISyntaxException;
 import java.nio.charset.StandardCharsets;
@@ -36,6 +41,7 @@ public final class PluginConfig {
    * download would silently go straight to the origin.
    */
   public static final String USE_P2P_HEADER = "X-Dragonfly-Use-P2P";
+  static final String PIECE_LENGTH_HEADER = "X-Dragonfly-Piece-Length";
 
   private static final Pattern TOKEN = Pattern.compile("[!#$%&'*+.^_`|~0-9A-Za-z-]+");
   /** Headers the plugin owns: a configured value would break the request framing or the filter. */
@@ -141,7 +147,7 @@ public final class PluginConfig {
   public static PluginConfig parse(String json, String source, Path baseDir) throws ConfigException {
     JsonElement root;
     try {
-      root = JsonParser.parseString(json);
+      root = parseStrictJson(json);
     } catch (JsonParseException e) {
       // Only the position is kept from the parser's message: the file holds secrets and nothing of it is echoed.
       throw new ConfigException(source + ": not valid JSON" + position(e.getMessage()));
@@ -182,6 +188,10 @@ public final class PluginConfig {
         if (value.indexOf('\r') >= 0 || value.indexOf('\n') >= 0 || value.indexOf('\0') >= 0) {
           throw new ConfigException(source + ": field \"" + field + "\": the value must not contain CR, LF or NUL");
         }
+        // The daemon ignores a piece length it cannot parse, which silently changes the task id.
+        if (name.equalsIgnoreCase(PIECE_LENGTH_HEADER) && !value.isEmpty() && TaskId.parsePieceLength(value) == null) {
+          throw new ConfigException(source + ": field \"" + field + "\": not a size such as 4194304 or 4mib");
+        }
         headers.put(name, value);
       }
     }
@@ -199,7 +209,7 @@ public final class PluginConfig {
         String name = primitiveString(item, field, source);
         if (name.isEmpty() || name.indexOf('&') >= 0 || name.indexOf(',') >= 0 || name.trim().length() != name.length()
             || hasControl(name)) {
-          throw new ConfigException(source + ": field \"" + field + "\": must be a non-empty query parameter name without '&', ',' or spaces");
+          throw new ConfigException(source + ": field \"" + field + "\": must be a non-empty query parameter name without '&', ',', control characters or surrounding spaces");
         }
         if (!filter.contains(name)) {
           filter.add(name);
@@ -372,7 +382,7 @@ public final class PluginConfig {
     if (!"http".equalsIgnoreCase(u.getScheme())) {
       throw new ConfigException(source + ": field \"addr\" must be an http:// URL (the peer's proxy speaks plain HTTP)");
     }
-    if (u.getHost() == null || u.getRawUserInfo() != null) {
+    if (u.getHost() == null || u.getRawUserInfo() != null || !portInRange(u.getPort())) {
       throw new ConfigException(source + ": field \"addr\" must be http://host:port");
     }
     if ((u.getRawPath() != null && !u.getRawPath().isEmpty() && !u.getRawPath().equals("/")) || u.getRawQuery() != null) {
@@ -392,13 +402,19 @@ public final class PluginConfig {
     if (!scheme.equals("http") && !scheme.equals("https")) {
       throw new ConfigException(source + ": field \"" + field + "\" must be an http:// or https:// URL");
     }
-    if (u.getHost() == null || u.getRawUserInfo() != null || u.getRawQuery() != null || u.getRawFragment() != null) {
+    if (u.getHost() == null || u.getRawUserInfo() != null || u.getRawQuery() != null || u.getRawFragment() != null
+        || !portInRange(u.getPort())) {
       throw new ConfigException(source + ": field \"" + field + "\" must be scheme://host[:port]");
     }
     if (!allowPath && u.getRawPath() != null && !u.getRawPath().isEmpty()) {
       throw new ConfigException(source + ": field \"" + field + "\" must not have a path");
     }
     return scheme + "://" + u.getHost() + (u.getPort() == -1 ? "" : ":" + u.getPort());
+  }
+
+  /** java.net.URI takes any port number; the plugin could not connect to one outside 1-65535. */
+  private static boolean portInRange(int port) {
+    return port == -1 || (port >= 1 && port <= 65535);
   }
 
   private static String trimSlash(String s) {
@@ -431,6 +447,29 @@ public final class PluginConfig {
       }
     }
     return false;
+  }
+
+  /**
+   * JSON as RFC 8259 has it. JsonParser.parseString is lenient (unquoted names, single quotes), which would accept
+   * files that {@code peerload check} and every other JSON reader refuse.
+   */
+  private static JsonElement parseStrictJson(String json) {
+    JsonReader reader = new JsonReader(new StringReader(json));
+    reader.setStrictness(Strictness.STRICT);
+    try {
+      JsonElement root = JsonParser.parseReader(reader);
+      if (reader.peek() != JsonToken.END_DOCUMENT) {
+        throw new JsonSyntaxException("Did not consume the entire document at line " + lineColumn(reader));
+      }
+      return root;
+    } catch (IOException e) {
+      throw new JsonSyntaxException(e.getMessage(), e);
+    }
+  }
+
+  private static String lineColumn(JsonReader reader) {
+    java.util.regex.Matcher m = Pattern.compile("line (\\d+) column (\\d+)").matcher(reader.toString());
+    return m.find() ? m.group(1) + " column " + m.group(2) : "";
   }
 
   private static String position(String message) {
