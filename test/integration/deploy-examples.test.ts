@@ -114,6 +114,51 @@ describe('deploy/examples/torchserve', () => {
   });
 });
 
+describe('deploy/examples/torchserve-hardlink', () => {
+  const ms = kustomize(join(REPO_ROOT, 'deploy/examples/torchserve-hardlink'));
+  const pod = one(ms, 'Deployment').spec.template.spec;
+  const ts = pod.containers.find((c: { name: string }) => c.name === 'torchserve');
+
+  it("mounts the pod's own directory of the node volume as the model store, named in hard_link_dir", () => {
+    expect(pod.volumes.find((v: { name: string }) => v.name === 'model-store')).toEqual({
+      name: 'model-store',
+      hostPath: { path: '/var/lib/dragonfly/model-stores', type: 'DirectoryOrCreate' },
+    });
+    const mount = ts.volumeMounts.find((m: { name: string }) => m.name === 'model-store');
+    expect(mount).toEqual({
+      name: 'model-store',
+      mountPath: '/home/model-server/model-store',
+      subPathExpr: '$(POD_NAME)',
+    });
+    expect(ts.args).toContain(`--model-store=${mount.mountPath}`);
+    expect(ts.env).toContainEqual({
+      name: 'POD_NAME',
+      valueFrom: { fieldRef: { fieldPath: 'metadata.name' } },
+    });
+    const config = JSON.parse(one(ms, 'Secret', 'p2p-endpoint-config').stringData['config.json']);
+    expect(config.hard_link_dir).toBe('/var/lib/dragonfly/model-stores/${POD_NAME}');
+    // The directory is handed to TorchServe's user before it starts (fsGroup does not apply to hostPath).
+    const owner = pod.initContainers.find((c: { name: string }) => c.name === 'model-store-owner');
+    expect(owner.command).toEqual(['chown', '1000:1000', '/model-store']);
+    expect(owner.volumeMounts[0].subPathExpr).toBe('$(POD_NAME)');
+  });
+
+  it('is accepted by the apiserver (server-side apply, dry run)', async () => {
+    const ns = await createNamespace(kc, 'example-ts-hl');
+    for (const m of ms) {
+      const r = await kube
+        .resource(gvrOf(m))
+        .patch(
+          ns,
+          m.metadata.name,
+          { ...m, metadata: { ...m.metadata, namespace: ns } },
+          { type: 'apply', fieldManager: 'peerload-tests', force: true, dryRun: true },
+        );
+      expect(r.metadata.name).toBe(m.metadata.name);
+    }
+  });
+});
+
 describe('deploy/examples/install', () => {
   it('is deploy/default with the manager URL set', () => {
     const ms = kustomize(join(REPO_ROOT, 'deploy/examples/install'));

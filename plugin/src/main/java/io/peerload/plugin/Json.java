@@ -20,6 +20,14 @@ public final class Json {
    * daemon says nothing that tells a hit on another peer's cache from a download from the origin.
    */
   public static String status(String message, String taskId, Boolean localHit, String errorType) {
+    return status(message, taskId, localHit, errorType, null);
+  }
+
+  /**
+   * With {@code HardLink} when the configuration asks for hard links ({@code hard_link_dir}): true when the
+   * archive is a hard link of the peer daemon's copy (nothing was copied), false when it was streamed instead.
+   */
+  public static String status(String message, String taskId, Boolean localHit, String errorType, Boolean hardLink) {
     Map<String, Object> body = new LinkedHashMap<>();
     body.put("Status", message == null ? "" : message);
     if (taskId != null && !taskId.isEmpty()) {
@@ -30,6 +38,9 @@ public final class Json {
     }
     if (localHit != null) {
       body.put("LocalHit", localHit);
+    }
+    if (hardLink != null) {
+      body.put("HardLink", hardLink);
     }
     if (errorType != null && !errorType.isEmpty()) {
       body.put("ErrorType", errorType);

@@ -133,7 +133,8 @@ public final class ModelRegistration {
     boolean existed = Files.exists(target);
     long start = System.nanoTime();
     ProxyDownloader.Result dl =
-        downloader.download(config.addr(), signed, config.headers(), config.filter(), target, what);
+        downloader.download(config.addr(), signed, config.headers(), config.filter(), target, what,
+            config.hardLinkDir());
     long millis = (System.nanoTime() - start) / 1_000_000;
     if (dl.taskId == null) {
       LOG.warn("p2p download of {} done: {} bytes in {} ms, but NOT through P2P: the peer proxy sent no task id "
@@ -144,6 +145,11 @@ public final class ModelRegistration {
           dl.taskId.equals(expectedTaskId) ? "" : ": DIFFERENT, a preheat of the expected id is not used",
           dl.localHit ? "local hit" : "not a local hit (the daemon does not say whether a peer or the origin served it)");
     }
+    if (Boolean.TRUE.equals(dl.hardLink)) {
+      LOG.info("{} is a hard link of the peer daemon's copy: nothing was copied", fileName);
+    } else if (dl.hardLink != null) {
+      LOG.info("{} was streamed, not hard-linked: {}", fileName, dl.hardLinkFallback);
+    }
 
     Registrar.Result result;
     try {
@@ -153,12 +159,12 @@ public final class ModelRegistration {
         deleteQuietly(target);
       }
       LOG.info("registration of {} refused by the model server ({}): {}", fileName, e.status(), e.getMessage());
-      return new Outcome(e.status(), Json.status(e.getMessage(), dl.taskId, dl.localHit, null));
+      return new Outcome(e.status(), Json.status(e.getMessage(), dl.taskId, dl.localHit, null, dl.hardLink));
     }
     if (result.status >= 400 && !existed) {
       deleteQuietly(target);
     }
-    return new Outcome(result.status, Json.status(result.message, dl.taskId, dl.localHit, null));
+    return new Outcome(result.status, Json.status(result.message, dl.taskId, dl.localHit, null, dl.hardLink));
   }
 
   private static String header(PluginConfig c, String name) {

@@ -58,9 +58,13 @@ public final class PluginConfig {
               "proxy-connection",
               "x-dragonfly-filter",
               "x-dragonfly-filtered-query-params",
+              "x-dragonfly-output-path",
+              "x-dragonfly-force-hard-link",
               USE_P2P_HEADER.toLowerCase(Locale.ROOT)));
 
-  private static final Set<String> TOP_LEVEL = setOf("addr", "header", "filter", "object_storage", "daemon_version");
+  private static final Set<String> TOP_LEVEL = setOf("addr", "header", "filter", "object_storage", "daemon_version", "hard_link_dir");
+  /** {@code ${NAME}} in {@code hard_link_dir}: the per-pod part of a node volume's path (a pod name, say). */
+  private static final Pattern ENV_REF = Pattern.compile("\\$\\{([A-Za-z_][A-Za-z0-9_]*)\\}");
   private static final Map<String, Set<String>> REQUIRED = new LinkedHashMap<>();
   private static final Map<String, Set<String>> OPTIONAL = new LinkedHashMap<>();
 
@@ -81,9 +85,11 @@ public final class PluginConfig {
   private final boolean filterConfigured;
   private final ObjectStorage storage;
   private final TaskId.Rule taskIdRule;
+  private final String hardLinkDir;
 
   private PluginConfig(URI addr, Map<String, String> headers, List<String> filter, boolean filterConfigured,
-      ObjectStorage storage, TaskId.Rule taskIdRule) {
+      ObjectStorage storage, TaskId.Rule taskIdRule, String hardLinkDir) {
+    this.hardLinkDir = hardLinkDir;
     this.addr = addr;
     this.headers = Collections.unmodifiableMap(headers);
     this.filter = Collections.unmodifiableList(filter);
@@ -120,6 +126,14 @@ public final class PluginConfig {
     return taskIdRule;
   }
 
+  /**
+   * {@code hard_link_dir}: the model store's directory as the peer daemon sees it, {@code ${NAME}} replaced from
+   * the environment; null (the default) when the daemon is not asked for hard links.
+   */
+  public String hardLinkDir() {
+    return hardLinkDir;
+  }
+
   /** A summary safe for logs: no credential, no header value (headers may carry tokens). */
   @Override
   public String toString() {
@@ -135,7 +149,8 @@ public final class PluginConfig {
         + filter
         + (filterConfigured ? "" : " (default)")
         + " daemon_version="
-        + taskIdRule;
+        + taskIdRule
+        + (hardLinkDir == null ? "" : " hard_link_dir=" + hardLinkDir);
   }
 
   /**
@@ -145,6 +160,11 @@ public final class PluginConfig {
    * @param baseDir directory relative {@code service_account_path}s are resolved against
    */
   public static PluginConfig parse(String json, String source, Path baseDir) throws ConfigException {
+    return parse(json, source, baseDir, System.getenv());
+  }
+
+  /** As {@link #parse(String, String, Path)}, with {@code env} for the {@code ${NAME}}s of {@code hard_link_dir}. */
+  static PluginConfig parse(String json, String source, Path baseDir, Map<String, String> env) throws ConfigException {
     JsonElement root;
     try {
       root = parseStrictJson(json);
@@ -159,7 +179,7 @@ public final class PluginConfig {
     for (String k : o.keySet()) {
       if (!TOP_LEVEL.contains(k)) {
         throw new ConfigException(
-            source + ": unknown field \"" + k + "\" (expected addr, header, filter, object_storage, daemon_version)");
+            source + ": unknown field \"" + k + "\" (expected addr, header, filter, object_storage, daemon_version, hard_link_dir)");
       }
     }
 
@@ -226,6 +246,11 @@ public final class PluginConfig {
       }
     }
 
+    String hardLinkDir = null;
+    if (o.has("hard_link_dir") && !o.get("hard_link_dir").isJsonNull()) {
+      hardLinkDir = hardLinkDir(string(o, "hard_link_dir", source), env, source);
+    }
+
     if (!o.has("object_storage") || o.get("object_storage").isJsonNull()) {
       throw new ConfigException(source + ": field \"object_storage\" is required");
     }
@@ -235,7 +260,44 @@ public final class PluginConfig {
     ObjectStorage storage = parseStorage(o.getAsJsonObject("object_storage"), source, baseDir);
     boolean configured = filter != null;
     return new PluginConfig(
-        addr, headers, configured ? filter : new ArrayList<>(storage.defaultFilter()), configured, storage, rule);
+        addr, headers, configured ? filter : new ArrayList<>(storage.defaultFilter()), configured, storage, rule,
+        hardLinkDir);
+  }
+
+  /**
+   * Validates {@code hard_link_dir} and replaces its {@code ${NAME}}s. The daemon needs an absolute path (it
+   * resolves nothing), and the path ends up in a request header, so no control characters.
+   */
+  static String hardLinkDir(String raw, Map<String, String> env, String source) throws ConfigException {
+    String field = source + ": field \"hard_link_dir\"";
+    java.util.regex.Matcher m = ENV_REF.matcher(raw);
+    StringBuilder b = new StringBuilder();
+    while (m.find()) {
+      String value = env.get(m.group(1));
+      if (value == null || value.isEmpty()) {
+        throw new ConfigException(field + " uses ${" + m.group(1) + "}, which is not set in the model server's "
+            + "environment: set it (e.g. from the pod's metadata.name) or write the path out");
+      }
+      m.appendReplacement(b, java.util.regex.Matcher.quoteReplacement(value));
+    }
+    m.appendTail(b);
+    String dir = b.toString();
+    if (dir.contains("${")) {
+      throw new ConfigException(field + ": only ${NAME} (letters, digits, '_') can be replaced from the environment");
+    }
+    if (!dir.startsWith("/")) {
+      throw new ConfigException(field + " must be an absolute path: the model store's directory as the peer daemon "
+          + "sees it (the same path when both pods mount the node volume at the same place)");
+    }
+    if (hasControl(dir)) {
+      throw new ConfigException(field + " must not contain control characters");
+    }
+    for (String segment : dir.split("/")) {
+      if (segment.equals(".") || segment.equals("..")) {
+        throw new ConfigException(field + " must not contain '.' or '..' segments");
+      }
+    }
+    return dir.length() > 1 && dir.endsWith("/") ? dir.substring(0, dir.length() - 1) : dir;
   }
 
   private static ObjectStorage parseStorage(JsonObject s, String source, Path baseDir) throws ConfigException {

@@ -20,6 +20,7 @@ import java.nio.channels.WritableByteChannel;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.AtomicMoveNotSupportedException;
 import java.nio.file.Files;
+import java.nio.file.LinkOption;
 import java.nio.file.Path;
 import java.nio.file.StandardCopyOption;
 import java.nio.file.StandardOpenOption;
@@ -28,9 +29,12 @@ import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Locale;
 import java.util.Map;
+import java.util.UUID;
 import java.util.concurrent.TimeUnit;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
 
 /**
  * Downloads one signed object URL through the peer's HTTP proxy into a file, streaming (a few fixed buffers,
@@ -44,6 +48,7 @@ import java.util.regex.Pattern;
  * Bounded connect and idle-read timeouts; no overall timeout, since a multi-GB model legitimately takes long.
  */
 public final class ProxyDownloader {
+  private static final Logger LOG = LoggerFactory.getLogger(ProxyDownloader.class);
   static final String USER_AGENT = "peerload-torchserve-plugin/0.1";
   private static final int MAX_HEAD = 64 * 1024;
   /** Reads the head a buffer at a time; the body goes around it, straight into the copy's buffers. */
@@ -85,12 +90,54 @@ public final class ProxyDownloader {
      * peer's cache, say) or the origin, and the daemon does not say which. Null when it did not go through P2P.
      */
     public final Boolean localHit;
+    /**
+     * TRUE when the file is a hard link of the daemon's own copy (nothing was read); FALSE when a hard link was
+     * asked for and the body was streamed instead ({@link #hardLinkFallback} says why); null when none was asked.
+     */
+    public final Boolean hardLink;
+    /** Why a hard link that was asked for was not used; null otherwise. */
+    public final String hardLinkFallback;
 
     Result(Path file, long bytes, String taskId, Boolean localHit) {
+      this(file, bytes, taskId, localHit, null, null);
+    }
+
+    Result(Path file, long bytes, String taskId, Boolean localHit, Boolean hardLink, String hardLinkFallback) {
       this.file = file;
       this.bytes = bytes;
       this.taskId = taskId;
       this.localHit = localHit;
+      this.hardLink = hardLink;
+      this.hardLinkFallback = hardLinkFallback;
+    }
+
+    Result withFallback(String why) {
+      return new Result(file, bytes, taskId, localHit, Boolean.FALSE, why);
+    }
+  }
+
+  /**
+   * A hard link asked of the daemon for one request: it creates {@code daemonPath} (its view of the model store)
+   * as a hard link of its cached file, which this process sees as {@code local}. The name is new for every
+   * request, so the daemon never finds it taken (it refuses an existing path that is not the same inode).
+   */
+  static final class HardLinkRequest {
+    final Path local;
+    final String daemonPath;
+
+    HardLinkRequest(Path modelStore, String daemonDir) {
+      String name = ".p2p-" + UUID.randomUUID() + ".link";
+      this.local = modelStore.resolve(name);
+      this.daemonPath = (daemonDir.endsWith("/") ? daemonDir : daemonDir + "/") + name;
+    }
+
+    /** Removes the link if the daemon made it; it names the daemon's copy, so removing it never touches that. */
+    void discard() {
+      try {
+        Files.deleteIfExists(local);
+      } catch (IOException e) {
+        LOG.warn("cannot remove the daemon's link {}: {}", local, reason(e));
+      }
     }
   }
 
@@ -112,6 +159,47 @@ public final class ProxyDownloader {
   public Result download(
       URI proxy, String signedUrl, Map<String, String> headers, List<String> filter, Path target, String what)
       throws PluginException {
+    return download(proxy, signedUrl, headers, filter, target, what, null);
+  }
+
+  /**
+   * As {@link #download(URI, String, Map, List, Path, String)}, but when {@code hardLinkDir} (the model store's
+   * directory as the peer daemon sees it) is set, first asks the daemon to place its own copy in the model store
+   * as a hard link ({@code X-Dragonfly-Output-Path} + {@code X-Dragonfly-Force-Hard-Link: true}, honoured by the
+   * proxy of dragonfly-client 1.4+). The link is used only when the daemon says it served the task from its own
+   * storage ({@code X-Dragonfly-Task-Download-Finished: true}) and the file has the announced size; the body is
+   * then not read. On a download the daemon does not hold yet it makes the link too, but of a file it has only
+   * allocated (full size, no content yet): that link is removed and the body streamed as usual. A refusal of the
+   * daemon's own (cross-device link, unwritable directory; 500 with {@code X-Dragonfly-Error-Type: dfdaemon}) is
+   * followed by the plain streamed download; an origin error is the origin's answer and is reported as such.
+   */
+  public Result download(URI proxy, String signedUrl, Map<String, String> headers, List<String> filter, Path target,
+      String what, String hardLinkDir) throws PluginException {
+    if (hardLinkDir == null) {
+      return fetch(proxy, signedUrl, headers, filter, target, what, null);
+    }
+    HardLinkRequest link = new HardLinkRequest(target.toAbsolutePath().getParent(), hardLinkDir);
+    String[] refused = new String[1];
+    try {
+      Result r = fetch(proxy, signedUrl, headers, filter, target, what, link, refused);
+      if (r != null) {
+        return r;
+      }
+    } finally {
+      link.discard(); // a no-op once moved into place
+    }
+    LOG.info("hard link of {} refused by the peer daemon ({}); downloading it the usual way", what, refused[0]);
+    return fetch(proxy, signedUrl, headers, filter, target, what, null).withFallback(refused[0]);
+  }
+
+  private Result fetch(URI proxy, String signedUrl, Map<String, String> headers, List<String> filter, Path target,
+      String what, HardLinkRequest link) throws PluginException {
+    return fetch(proxy, signedUrl, headers, filter, target, what, link, new String[1]);
+  }
+
+  /** One request; null (with the reason in {@code refused[0]}) when the daemon refused to make {@code link}. */
+  private Result fetch(URI proxy, String signedUrl, Map<String, String> headers, List<String> filter, Path target,
+      String what, HardLinkRequest link, String[] refused) throws PluginException {
     URI origin = URI.create(signedUrl);
     String hostHeader = origin.getPort() == -1 ? origin.getHost() : origin.getHost() + ":" + origin.getPort();
     StringBuilder req = new StringBuilder(signedUrl.length() + 512);
@@ -128,6 +216,10 @@ public final class ProxyDownloader {
     }
     for (Map.Entry<String, String> e : headers.entrySet()) {
       req.append(e.getKey()).append(": ").append(e.getValue()).append("\r\n");
+    }
+    if (link != null) {
+      req.append(OUTPUT_PATH_HEADER).append(": ").append(link.daemonPath).append("\r\n");
+      req.append(FORCE_HARD_LINK_HEADER).append(": true\r\n");
     }
     req.append("\r\n");
 
@@ -169,6 +261,10 @@ public final class ProxyDownloader {
       String errorType = head.header("X-Dragonfly-Error-Type");
 
       if (head.status != 200) {
+        if (link != null && errorType != null && !"backend".equalsIgnoreCase(errorType)) {
+          refused[0] = "HTTP " + head.status + ", " + errorType + " error; the daemon's log says why";
+          return null;
+        }
         throw failure(head.status, errorType, errorDetail(in, head), proxyName, what);
       }
 
@@ -183,6 +279,22 @@ public final class ProxyDownloader {
             throw PluginException.badGateway(proxyName + " sent an invalid Content-Length for " + what, errorType, e);
           }
         }
+      }
+
+      String fallback = null;
+      if (link != null) {
+        fallback = linkedFileProblem(link.local, localHit, chunked ? -1 : expected);
+        if (fallback == null) {
+          try {
+            placeAtomically(link.local, target);
+            // The body is not read: closing the connection ends it (the daemon stops sending; in client 1.4.2 a
+            // failed send on a proxied download is only logged, so the task stays finished).
+            return new Result(target, expected, taskId, localHit, Boolean.TRUE, null);
+          } catch (IOException e) {
+            fallback = "cannot move the daemon's link to " + target + ": " + reason(e);
+          }
+        }
+        link.discard();
       }
 
       Path dir = target.toAbsolutePath().getParent();
@@ -205,13 +317,9 @@ public final class ProxyDownloader {
           throw PluginException.badGateway(
               "download of " + what + " was truncated: received " + got + " of " + expected + " bytes", errorType, null);
         }
-        try {
-          Files.move(tmp, target, StandardCopyOption.ATOMIC_MOVE, StandardCopyOption.REPLACE_EXISTING);
-        } catch (AtomicMoveNotSupportedException e) {
-          Files.move(tmp, target, StandardCopyOption.REPLACE_EXISTING);
-        }
+        placeAtomically(tmp, target);
         ok = true;
-        return new Result(target, got, taskId, localHit);
+        return new Result(target, got, taskId, localHit, link == null ? null : Boolean.FALSE, fallback);
       } catch (IOException e) {
         throw PluginException.internal("cannot write " + target + ": " + reason(e), e);
       } finally {
@@ -226,6 +334,44 @@ public final class ProxyDownloader {
     } catch (IOException e) {
       // closing the socket failed: nothing to report
       throw PluginException.internal("socket error: " + reason(e), e);
+    }
+  }
+
+  static final String OUTPUT_PATH_HEADER = "X-Dragonfly-Output-Path";
+  static final String FORCE_HARD_LINK_HEADER = "X-Dragonfly-Force-Hard-Link";
+
+  /**
+   * Why the daemon's link cannot be registered as the archive, or null when it can: only a task the daemon
+   * already held (its file is complete), and a regular file of the announced size (a daemon that ignored the
+   * header made none; a link to somewhere else than this model store does not show up here).
+   */
+  static String linkedFileProblem(Path link, Boolean localHit, long expected) {
+    if (!Boolean.TRUE.equals(localHit)) {
+      return Boolean.FALSE.equals(localHit)
+          ? "not a local hit: the daemon's file is still being filled"
+          : "the peer proxy did not serve it through P2P";
+    }
+    if (!Files.isRegularFile(link, LinkOption.NOFOLLOW_LINKS)) {
+      return "the daemon made no file at " + link
+          + " (a daemon that ignores X-Dragonfly-Output-Path, or hard_link_dir is not this model store)";
+    }
+    if (expected < 0) {
+      return "the peer proxy sent no Content-Length to check the daemon's file against";
+    }
+    try {
+      long size = Files.size(link);
+      return size == expected ? null
+          : "the daemon's file has " + size + " bytes, the response announced " + expected;
+    } catch (IOException e) {
+      return "cannot read the size of " + link + ": " + reason(e);
+    }
+  }
+
+  private static void placeAtomically(Path from, Path target) throws IOException {
+    try {
+      Files.move(from, target, StandardCopyOption.ATOMIC_MOVE, StandardCopyOption.REPLACE_EXISTING);
+    } catch (AtomicMoveNotSupportedException e) {
+      Files.move(from, target, StandardCopyOption.REPLACE_EXISTING);
     }
   }
 
