@@ -372,7 +372,9 @@ export function createServedModelController(
     // (status or reason) or of the generation is written at once.
     const sinceWrite = Date.now() - (lastWrite.get(key) ?? 0);
     const nextConditions = applyConditions(sm.status?.conditions, conditions, gen);
+    // A registration's outcome (localHit) is known in one pass only: it is written at once, not coalesced away.
     const urgent =
+      localHits.size > 0 ||
       sm.status?.observedGeneration !== gen ||
       conditionsDigest(nextConditions) !== conditionsDigest(sm.status?.conditions ?? []);
     // 4. When to look again: soon while converging (less often the longer it takes), rarely when done.
