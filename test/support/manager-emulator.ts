@@ -808,8 +808,10 @@ export async function startManagerEmulator(opts: ManagerEmulatorOptions = {}): P
     state: EmulatedJobState,
     error: string,
     lists: { success: PeerTask[]; failure: PeerTask[] } | null,
+    /** all_peers makes its lists with make(): empty ones are [], not null. */
+    emptyLists: null | [] = null,
   ): Record<string, unknown> {
-    const orNull = (tasks: PeerTask[]) => (tasks.length > 0 ? tasks.map((t) => sortedKeys(t)) : null);
+    const orNull = (tasks: PeerTask[]) => (tasks.length > 0 ? tasks.map((t) => sortedKeys(t)) : emptyLists);
     return sortedKeys({
       created_at: job.internal.groupCreatedAt,
       group_uuid: job.task_id,
@@ -1007,7 +1009,13 @@ export async function startManagerEmulator(opts: ManagerEmulatorOptions = {}): P
       const lists = failed && success.length === 0 && failure.length === 0 ? null : { success, failure };
       job.result =
         job.type === 'preheat'
-          ? realResult(job, state, error, silentFailure ? { success: [], failure: [] } : lists)
+          ? realResult(
+              job,
+              state,
+              error,
+              silentFailure ? { success: [], failure: [] } : lists,
+              args['scope'] === 'all_peers' && nodePeers.length > 0 ? [] : null,
+            )
           : null;
       setState(job, state);
       return;
@@ -1096,6 +1104,7 @@ export async function startManagerEmulator(opts: ManagerEmulatorOptions = {}): P
     if (!jobs.has(job.id)) return;
     const taskID = taskOf(job.args);
     job.internal.taskIDs[taskID] = taskID;
+    const known = holders.has(taskID);
     const held = [...(holders.get(taskID)?.values() ?? [])];
     const at = goNanoTime(now());
     const results = (clusterID: number) =>
@@ -1114,10 +1123,11 @@ export async function startManagerEmulator(opts: ManagerEmulatorOptions = {}): P
             ),
             scheduler_cluster_id: clusterID,
           })
-        : sortedKeys({
-            failure_tasks: null,
+        : // A task the scheduler knows answers lists made with make() ([] when empty); an unknown one, none (null).
+          sortedKeys({
+            failure_tasks: known ? [] : null,
             scheduler_cluster_id: clusterID,
-            success_tasks: held.length
+            success_tasks: known
               ? held.map((h) => sortedKeys({ host_type: h.hostType, hostname: h.hostname, ip: h.ip }))
               : null,
           });
