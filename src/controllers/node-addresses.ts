@@ -68,7 +68,8 @@ export class NodeAddresses {
       const addresses = obj.status?.addresses ?? [];
       return (addresses.find((a) => a.type === 'InternalIP') ?? addresses[0])?.address || undefined;
     } catch (err) {
-      if (err instanceof ApiError && err.code === 404) return undefined;
+      // 403: the operator may not read nodes (a namespace-scoped install): node targeting then falls back to the seeds.
+      if (err instanceof ApiError && (err.code === 404 || err.code === 403)) return undefined;
       throw err;
     }
   }
