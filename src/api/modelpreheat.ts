@@ -2,6 +2,7 @@
  * ModelPreheat: make content available in the P2P network ahead of use, through one manager preheat job
  * (seed 1.5, 2.1, 3, 4.1, 4.2; wire contract in shared/contracts/manager-jobs.md).
  */
+import { isIP } from 'node:net';
 import { z } from 'zod';
 import {
   API_VERSION,
@@ -93,6 +94,45 @@ export const PeerDaemonVersion = z
       "Peer daemon (dragonfly-client) version whose task ids status.tasks shows: 1.4 (below 1.5.3: query kept in order) or 1.5.3+ (sorted), or a version such as 1.4.2. Default: the operator's --peer-daemon-version (1.4).",
   });
 
+/** An IPv4 or IPv6 address, checked by the apiserver (CEL's isIP, Kubernetes 1.30+) and by zod alike. */
+export const IPAddress = withRules(z.string().max(45), [
+  {
+    rule: 'isIP(self)',
+    message: 'must be an IPv4 or IPv6 address',
+    check: (v) => isIP(v) !== 0,
+  },
+]);
+
+/**
+ * Which peers of the scope download the content: the manager's `ips`, `count` and `percentage` (v2.2.0+, scope
+ * all_peers or all_seed_peers; ips at most 100, count at most 200).
+ */
+export const PreheatTargets = withRules(
+  z.object({
+    ips: distinct(z.array(IPAddress).min(1).max(100)).optional().meta({
+      description:
+        "Host IPs of the peers to preheat (a node's InternalIP where the peer daemon runs with hostNetwork). A peer already holding the content for this spec is not preheated again.",
+    }),
+    count: z.int().min(1).max(200).optional().meta({ description: 'Preheat this many peers of the scope.' }),
+    percentage: z
+      .int()
+      .min(1)
+      .max(100)
+      .optional()
+      .meta({ description: 'Preheat this percentage of the peers of the scope (at least one).' }),
+  }),
+  [
+    {
+      rule: '[has(self.ips), has(self.count), has(self.percentage)].filter(x, x).size() == 1',
+      message: 'set exactly one of ips, count and percentage',
+      fieldPath: '.ips',
+      reason: 'FieldValueInvalid',
+      check: (t) => countSet(t.ips, t.count, t.percentage) === 1,
+    },
+  ],
+);
+export type PreheatTargets = z.infer<typeof PreheatTargets>;
+
 export const ModelPreheatSpec = withRules(
   z.object({
     type: z.enum(['file', 'image']).default('file').meta({
@@ -143,6 +183,10 @@ export const ModelPreheatSpec = withRules(
       .enum(PREHEAT_SCOPES)
       .default('single_seed_peer')
       .meta({ description: 'Which peers download the content.' }),
+    targets: PreheatTargets.optional().meta({
+      description:
+        'With scope all_peers or all_seed_peers: which of those peers download (by host IP, count or percentage). Unset: all of them.',
+    }),
     schedulerClusterIDs: distinct(z.array(z.int().min(1)).max(100))
       .optional()
       .meta({ description: "IDs of the manager's scheduler clusters to preheat in; empty means all." }),
@@ -169,6 +213,14 @@ export const ModelPreheatSpec = withRules(
     deleteJobOnCleanup: z.boolean().default(false).meta({
       description: 'Delete the manager job record when this resource is deleted (the P2P cache stays).',
     }),
+    evictOnDelete: z.boolean().default(false).meta({
+      description:
+        "Delete the preheated tasks from every peer of the network (a manager delete_task job) when this resource is deleted; the next download goes to the origin. Off: the peers' caches keep them until their own GC.",
+    }),
+    cacheRefreshInterval: durationBetween('1m').optional().meta({
+      description:
+        'How often status.cache (which peers hold each task, a manager get_task job) is refreshed once the preheat succeeded. Unset: after success and on demand only (annotate peerload.io/refresh-cache with a new value).',
+    }),
   }),
   [
     {
@@ -186,6 +238,13 @@ export const ModelPreheatSpec = withRules(
       reason: 'FieldValueInvalid',
       check: (s) =>
         s.type !== 'image' || (s.url !== undefined && new RegExp(IMAGE_MANIFEST_PATTERN).test(s.url)),
+    },
+    {
+      rule: "!has(self.targets) || self.scope != 'single_seed_peer'",
+      message: 'targets need scope all_peers (node peers) or all_seed_peers',
+      fieldPath: '.targets',
+      reason: 'FieldValueInvalid',
+      check: (s) => s.targets === undefined || s.scope !== 'single_seed_peer',
     },
     {
       rule: "self.type == 'image' || (!has(self.platform) && !has(self.imageCredentialsSecretRef))",
@@ -206,6 +265,64 @@ const PeerTask = z.object({
 });
 
 export const MAX_LISTED_TASKS = 20;
+/** Tasks whose holders status.cache lists (one get_task job each per refresh). */
+export const MAX_CACHE_TASKS = 10;
+
+/** Per targeted peer: the outcome of its preheat, kept while the content stays the same. */
+const TargetPeer = z.object({
+  ip: z.string().meta({ description: 'Host IP of the peer (from spec.targets.ips).' }),
+  hostname: z.string().optional().meta({ description: 'Host name of the peer, as the scheduler knows it.' }),
+  state: z.enum(['Preheated', 'Failed']).meta({
+    description: 'Preheated: the peer holds the content; Failed: its preheat failed (see message).',
+  }),
+  jobID: z.int().optional().meta({ description: 'The manager job that preheated it.' }),
+  message: z
+    .string()
+    .max(1024)
+    .optional()
+    .meta({ description: "The peer's or scheduler's words on failure." }),
+});
+export type TargetPeer = z.infer<typeof TargetPeer>;
+
+const CachePeer = z.object({
+  ip: z.string().meta({ description: 'Host IP of the peer.' }),
+  hostname: z.string().optional().meta({ description: 'Host name of the peer.' }),
+  hostType: z
+    .string()
+    .optional()
+    .meta({ description: 'normal (a node peer) or super/strong/weak (seed peers).' }),
+  finished: z.boolean().meta({ description: 'Whether the peer holds the whole task (false: downloading).' }),
+});
+
+export const CacheStatus = z.object({
+  observedAt: Timestamp.optional().meta({
+    description: 'When the network was last asked (a get_task job ended).',
+  }),
+  jobID: z.int().optional().meta({ description: 'The last get_task job.' }),
+  tasks: z
+    .array(
+      z.object({
+        taskID: z.string().meta({ description: 'P2P task id (as in status.tasks).' }),
+        peerCount: z.int().meta({ description: 'Peers that hold the whole task.' }),
+        peers: z
+          .array(CachePeer)
+          .max(MAX_LISTED_TASKS)
+          .meta({ description: 'First peers that have the task.' }),
+      }),
+    )
+    .max(MAX_CACHE_TASKS)
+    .meta({ description: 'Per task (the first 10): which peers hold it.' }),
+  message: z.string().max(1024).optional().meta({ description: 'Why the last refresh failed, if it did.' }),
+  refreshing: z
+    .array(z.object({ taskID: z.string(), jobID: z.int() }))
+    .max(MAX_CACHE_TASKS)
+    .optional()
+    .meta({ description: 'get_task jobs of the refresh under way.' }),
+  requested: z.string().optional().meta({
+    description: 'The value of the peerload.io/refresh-cache annotation the last refresh answered.',
+  }),
+});
+export type CacheStatus = z.infer<typeof CacheStatus>;
 
 export const ModelPreheatStatus = z.object({
   observedGeneration: z
@@ -252,6 +369,23 @@ export const ModelPreheatStatus = z.object({
     .max(MAX_LISTED_TASKS)
     .optional()
     .meta({ description: 'First peers that failed.' }),
+  contentKey: z.string().optional().meta({
+    description:
+      'Digest of what is preheated (the spec without targets): targeted peers carry over while it stays.',
+  }),
+  peers: z.array(TargetPeer).max(200).optional().meta({
+    description:
+      'Per targeted peer IP (spec.targets.ips): Preheated or Failed. A peer preheated for this content is not preheated again when targets change.',
+  }),
+  cache: CacheStatus.optional().meta({
+    description:
+      'Which peers of the network hold the tasks (manager get_task jobs); see spec.cacheRefreshInterval.',
+  }),
+  evictionJobs: z
+    .array(z.object({ taskID: z.string(), jobID: z.int() }))
+    .max(100)
+    .optional()
+    .meta({ description: 'delete_task jobs of an eviction under way (spec.evictOnDelete, on deletion).' }),
   conditions: Conditions.optional(),
 });
 export type ModelPreheatStatus = z.infer<typeof ModelPreheatStatus>;

@@ -7,6 +7,8 @@ import { GROUP, VERSION } from './common.ts';
 
 export const GVR = {
   ...KubernetesGVR,
+  // Read one by one for node-targeted preheats (src/controllers/node-addresses.ts), never watched.
+  nodes: { group: '', version: 'v1', resource: 'nodes', kind: 'Node', namespaced: false },
   modelPreheats: {
     group: GROUP,
     version: VERSION,

@@ -14,12 +14,13 @@ import {
   Timestamp,
   countSet,
   distinct,
+  durationBetween,
   withRules,
 } from './common.ts';
 import { ManagerRef } from './manager.ts';
 import { ObjectKey } from './objectkey.ts';
 import { ObjectStorageLocation } from './objectstorage.ts';
-import { PREHEAT_SCOPES, PeerDaemonVersion } from './modelpreheat.ts';
+import { CacheStatus, PREHEAT_SCOPES, PeerDaemonVersion } from './modelpreheat.ts';
 
 export const ModelServer = withRules(
   z.object({
@@ -130,8 +131,38 @@ export const PreheatGate = withRules(
       description: "With create: manager to use; defaults to the operator's --manager-url.",
     }),
     peerDaemonVersion: PeerDaemonVersion.optional(),
+    targetNodes: z.boolean().optional().meta({
+      description:
+        "With create: preheat the peers on the nodes of the replicas (scope all_peers with the nodes' InternalIPs), so each replica's download is a local hit; new pods' nodes are preheated as soon as they are scheduled. Default: true unless scope is set. Replicas whose node is unknown fall back to the seed peers.",
+    }),
+    maxWait: Duration.default('5m').meta({
+      description:
+        "How long a replica waits for its node's preheat before it downloads anyway (from the seed peers or the origin).",
+    }),
+    evictOnDelete: z.boolean().optional().meta({
+      description: 'With create: delete the task from every peer when the ServedModel is deleted.',
+    }),
+    cacheRefreshInterval: durationBetween('1m').optional().meta({
+      description:
+        'With create: how often status.cache (which peers hold the model) is refreshed; at least 1m.',
+    }),
   }),
   [
+    {
+      rule: '!has(self.targetNodes) || !self.targetNodes || (has(self.create) && self.create)',
+      message:
+        'targetNodes needs create: true (the operator preheats the nodes through the ModelPreheat it owns)',
+      fieldPath: '.targetNodes',
+      reason: 'FieldValueInvalid',
+      check: (p) => p.targetNodes !== true || p.create === true,
+    },
+    {
+      rule: "!has(self.targetNodes) || !self.targetNodes || !has(self.scope) || self.scope == 'all_peers'",
+      message: 'targetNodes preheats node peers (scope all_peers): leave scope unset or set it to all_peers',
+      fieldPath: '.scope',
+      reason: 'FieldValueInvalid',
+      check: (p) => p.targetNodes !== true || p.scope === undefined || p.scope === 'all_peers',
+    },
     {
       rule: 'has(self.name) != (has(self.create) && self.create)',
       message: 'set either name (an existing ModelPreheat) or create: true with objectStorage',
@@ -233,6 +264,15 @@ export const ReplicaStatus = z.object({
       'Scaling (workers starting), Ready, Failed.',
   }),
   since: Timestamp.optional().meta({ description: 'When the replica entered its phase.' }),
+  node: z.string().optional().meta({ description: 'Node of the pod (EndpointSlice nodeName).' }),
+  nodeIP: z
+    .string()
+    .optional()
+    .meta({ description: "The node's InternalIP: where its peer daemon is preheated." }),
+  localHit: z.boolean().optional().meta({
+    description:
+      "Whether the replica's last download was served from its own node's peer cache (nothing crossed the network).",
+  }),
   lastUpdateTime: Timestamp.optional().meta({ description: 'When ready or message last changed.' }),
 });
 export type ReplicaStatus = z.infer<typeof ReplicaStatus>;
@@ -255,6 +295,9 @@ export const ServedModelStatus = z.object({
     .optional()
     .meta({ description: 'Per replica: registered, version, READY workers and why not ready.' }),
   preheatName: z.string().optional().meta({ description: 'ModelPreheat gating registration.' }),
+  cache: CacheStatus.optional().meta({
+    description: "Which peers hold the model (the ModelPreheat's status.cache).",
+  }),
   conditions: Conditions.optional(),
 });
 export type ServedModelStatus = z.infer<typeof ServedModelStatus>;
@@ -272,17 +315,33 @@ export type ServedModel = z.infer<typeof ServedModel>;
 export const ownedPreheatName = (sm: { metadata: { name: string } }) =>
   `${sm.metadata.name}-preheat`.slice(0, 253);
 
-/** The spec of the ModelPreheat a ServedModel with `preheat.create` owns. */
-export function ownedPreheatSpec(spec: ServedModelSpec): Record<string, unknown> {
+/** Whether a ServedModel's owned preheat targets the peers on its replicas' nodes (`preheat.targetNodes`). */
+export const targetsNodes = (spec: ServedModelSpec): boolean =>
+  spec.preheat?.create === true && (spec.preheat.targetNodes ?? spec.preheat.scope === undefined);
+
+/** The manager's bound on `ips` in one job. */
+export const MAX_TARGET_IPS = 100;
+
+/**
+ * The spec of the ModelPreheat a ServedModel with `preheat.create` owns. With node targeting and known node IPs,
+ * it preheats those nodes' peers (scope all_peers, targets.ips); without any, the seed peers (the fallback).
+ */
+export function ownedPreheatSpec(
+  spec: ServedModelSpec,
+  nodeIPs: readonly string[] = [],
+): Record<string, unknown> {
   const p = spec.preheat!;
+  const ips = targetsNodes(spec) ? [...new Set(nodeIPs)].sort().slice(0, MAX_TARGET_IPS) : [];
   return JSON.parse(
     JSON.stringify({
       type: 'file',
       objectStorage: { ...p.objectStorage, keys: [spec.fileName] },
-      scope: p.scope,
+      ...(ips.length > 0 ? { scope: 'all_peers', targets: { ips } } : { scope: p.scope }),
       schedulerClusterIDs: p.schedulerClusterIDs,
       manager: p.manager,
       peerDaemonVersion: p.peerDaemonVersion,
+      evictOnDelete: p.evictOnDelete,
+      cacheRefreshInterval: p.cacheRefreshInterval,
     }),
   );
 }

@@ -28,6 +28,8 @@ export const PreheatReason = {
   JobFailed: 'JobFailed',
   /** The manager said SUCCESS, but no peer reported the content (the real manager's answer to an origin 404). */
   NoPeerSucceeded: 'NoPeerSucceeded',
+  /** Every targeted peer held the content already (spec.targets.ips): no job was needed. */
+  AlreadyPreheated: 'AlreadyPreheated',
   JobFailedWillRetry: 'JobFailedWillRetry',
   ManagerUnavailable: 'ManagerUnavailable',
   ManagerRateLimited: 'ManagerRateLimited',

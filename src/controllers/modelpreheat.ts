@@ -40,6 +40,8 @@ import {
   type PreheatObservation,
 } from './modelpreheat-status.ts';
 import { planPreheat } from './preheat-request.ts';
+import { carriedPeers, contentKey, mergePeerOutcomes, remainingTargets } from './preheat-targets.ts';
+import { cacheStep, evictTasks, CACHE_FINALIZER_NEEDED } from './modelpreheat-cache.ts';
 import { SecretReader } from './secrets.ts';
 import { operatorMetrics } from './metrics.ts';
 import { invalidSpec, specProblem, statusWriter, withConditions } from './status.ts';
@@ -97,15 +99,16 @@ export function modelPreheatController(ctx: ControllerContext): Controller<Obj> 
     const spec = parsed.data;
 
     if (isBeingDeleted(obj)) return cleanUp(obj, spec, rc);
-    if (spec.deleteJobOnCleanup && !hasFinalizer(obj, FINALIZER)) {
+    const needsFinalizer = spec.deleteJobOnCleanup || CACHE_FINALIZER_NEEDED(spec);
+    if (needsFinalizer && !hasFinalizer(obj, FINALIZER)) {
       await addFinalizer(ctx.kube, GVR.modelPreheats, obj, FINALIZER, rc.signal);
-    } else if (!spec.deleteJobOnCleanup && hasFinalizer(obj, FINALIZER)) {
+    } else if (!needsFinalizer && hasFinalizer(obj, FINALIZER)) {
       await removeFinalizer(ctx.kube, GVR.modelPreheats, obj, FINALIZER, rc.signal);
     }
 
     // The job of the current generation, if one was created; a new generation starts over.
-    const job = obj.status?.jobGeneration === gen && obj.status?.jobID !== undefined ? obj.status : undefined;
-    if (job?.state === 'SUCCESS') return;
+    const job = obj.status?.jobGeneration === gen && obj.status?.state !== undefined ? obj.status : undefined;
+    if (job?.state === 'SUCCESS') return cacheStep(cacheDeps, obj, spec, rc);
     if (job?.state === 'FAILURE' && (job.attempts ?? 1) > spec.retry.limit) return;
     // A final failure stays final for this generation (a resync or restart must not re-send a request the
     // manager rejected); editing the spec starts over. Only the operator's own configuration can change under it.
@@ -128,7 +131,14 @@ export function modelPreheatController(ctx: ControllerContext): Controller<Obj> 
       return fail(obj, err, 'resolve the manager', rc);
     }
 
-    if (!job) return createJob(obj, spec, client, managerURL, 1, rc);
+    if (!job) {
+      // Targeted peers that hold this content already are not preheated again (a ServedModel scaling out).
+      const key = contentKey(spec);
+      const ips = spec.targets?.ips;
+      if (ips && remainingTargets(ips, carriedPeers(obj.status, key)).length === 0)
+        return alreadyPreheated(obj, ips.length, key, rc);
+      return createJob(obj, spec, client, managerURL, 1, rc);
+    }
     if (job.state === 'FAILURE') {
       const wait = Date.parse(job.nextRetryAt ?? '') - Date.now();
       if (wait > 0) return { requeueAfter: wait };
@@ -136,6 +146,49 @@ export function modelPreheatController(ctx: ControllerContext): Controller<Obj> 
     }
     return pollJob(obj, spec, client, job, rc);
   }
+
+  /** Every targeted peer holds this content already: success without a job. */
+  async function alreadyPreheated(obj: Obj, count: number, key: string, rc: ReconcileContext): Promise<void> {
+    const gen = obj.metadata.generation;
+    await writeStatus(
+      obj,
+      (s) =>
+        withCondition(
+          {
+            ...s,
+            contentKey: key,
+            state: 'SUCCESS',
+            jobGeneration: gen,
+            attempts: 0,
+            completedAt: new Date().toISOString(),
+            nextRetryAt: undefined,
+          },
+          gen,
+          {
+            outcome: 'Succeeded',
+            reason: PreheatReason.AlreadyPreheated,
+            message: `all ${count} targeted peer(s) hold the content already: no job needed`,
+          },
+        ),
+      rc.signal,
+    );
+  }
+
+  /** status.peers after a job of a targeted preheat (nothing for an untargeted one). */
+  function targetOutcomes(
+    spec: ModelPreheatSpec,
+    s: Status,
+    job: ManagerJob | undefined,
+    failure?: string,
+  ): Pick<Status, 'peers'> {
+    const ips = spec.targets?.ips;
+    if (!ips) return {};
+    const carried = carriedPeers(s, contentKey(spec));
+    const targeted = remainingTargets(ips, carried);
+    return { peers: mergePeerOutcomes(carried, targeted, job, failure) };
+  }
+
+  const cacheDeps = { ctx, secrets, clients, writeStatus };
 
   async function createJob(
     obj: Obj,
@@ -160,13 +213,18 @@ export function modelPreheatController(ctx: ControllerContext): Controller<Obj> 
         ctx.config.peerDaemonVersion,
       );
       tasks = plan.tasks;
+      if (spec.targets?.ips)
+        plan.request.ips = remainingTargets(spec.targets.ips, carriedPeers(obj.status, contentKey(spec)));
       created = await client.createPreheatJob(plan.request);
     } catch (err) {
       return fail(obj, err, 'create the preheat job', rc);
     }
     rc.log.info({ jobID: created.id, groupID: created.groupID, attempt }, 'created preheat job');
+    const key = contentKey(spec);
     const started = (s: Status): Status => ({
       ...s,
+      contentKey: key,
+      peers: carriedPeers(s, key).length > 0 ? carriedPeers(s, key) : undefined,
       state: created.state,
       jobID: created.id,
       groupID: created.groupID,
@@ -231,7 +289,13 @@ export function modelPreheatController(ctx: ControllerContext): Controller<Obj> 
       obj,
       (s) =>
         withCondition(
-          { ...base(s), state: 'SUCCESS', completedAt: new Date().toISOString(), ...peers },
+          {
+            ...base(s),
+            state: 'SUCCESS',
+            completedAt: new Date().toISOString(),
+            ...peers,
+            ...targetOutcomes(spec, base(s), job),
+          },
           obj.metadata.generation,
           {
             outcome: 'Succeeded',
@@ -306,7 +370,7 @@ export function modelPreheatController(ctx: ControllerContext): Controller<Obj> 
     await writeStatus(
       obj,
       (current) => {
-        const s = base(current);
+        const s = { ...base(current), ...targetOutcomes(spec, base(current), job, why) };
         return exhausted
           ? withCondition(
               {
@@ -376,8 +440,16 @@ export function modelPreheatController(ctx: ControllerContext): Controller<Obj> 
     }
   }
 
-  async function cleanUp(obj: Obj, spec: ModelPreheatSpec, rc: ReconcileContext): Promise<void> {
+  async function cleanUp(
+    obj: Obj,
+    spec: ModelPreheatSpec,
+    rc: ReconcileContext,
+  ): Promise<ReconcileResult | void> {
     if (!hasFinalizer(obj, FINALIZER)) return;
+    if (spec.evictOnDelete) {
+      const waiting = await evictTasks(cacheDeps, obj, spec, rc, CLEANUP_GRACE_MS);
+      if (waiting) return waiting;
+    }
     const jobID = obj.status?.jobID;
     if (jobID !== undefined) {
       try {

@@ -12,6 +12,8 @@ export interface Replica {
   endpoint: string;
   pod?: string;
   podUID?: string;
+  /** The pod's node (EndpointSlice nodeName): where its peer daemon runs. */
+  node?: string;
 }
 
 export interface EndpointSlice extends KubeObject {
@@ -20,6 +22,7 @@ export interface EndpointSlice extends KubeObject {
     addresses: string[];
     conditions?: { ready?: boolean | null; serving?: boolean | null; terminating?: boolean | null };
     targetRef?: { kind?: string; name?: string; uid?: string; namespace?: string };
+    nodeName?: string | null;
   }[];
   ports?: { name?: string | null; port?: number | null; protocol?: string | null }[] | null;
 }
@@ -42,12 +45,19 @@ export interface Discovery {
   replicas: Replica[];
   /** Why no replica could be found, when that is a configuration problem rather than "no pods yet". */
   problem?: string;
+  /**
+   * Nodes of pods that are scheduled but not ready yet (starting model servers): their peers can be preheated
+   * before the model server asks for the model.
+   */
+  startingNodes: string[];
 }
 
 export function discoverReplicas(spec: ServedModelSpec, slices: readonly EndpointSlice[]): Discovery {
   const ms = spec.modelServer;
-  if (ms.endpoints) return { replicas: ms.endpoints.map((e) => ({ endpoint: e.replace(/\/+$/, '') })) };
+  if (ms.endpoints)
+    return { replicas: ms.endpoints.map((e) => ({ endpoint: e.replace(/\/+$/, '') })), startingNodes: [] };
   const seen = new Map<string, Replica>();
+  const starting = new Set<string>();
   let problem: string | undefined;
   for (const slice of slices) {
     if (slice.addressType === 'FQDN') continue;
@@ -58,7 +68,11 @@ export function discoverReplicas(spec: ServedModelSpec, slices: readonly Endpoin
     }
     for (const ep of slice.endpoints ?? []) {
       // Ready unset means ready (EndpointSlice API); terminating pods are not replicas to converge.
-      if (ep.conditions?.ready === false || ep.conditions?.terminating === true) continue;
+      if (ep.conditions?.terminating === true) continue;
+      if (ep.conditions?.ready === false) {
+        if (ep.nodeName) starting.add(ep.nodeName);
+        continue;
+      }
       const address = ep.addresses[0];
       if (!address) continue;
       const host = slice.addressType === 'IPv6' ? `[${address}]` : address;
@@ -67,9 +81,13 @@ export function discoverReplicas(spec: ServedModelSpec, slices: readonly Endpoin
         endpoint,
         ...(ep.targetRef?.name ? { pod: ep.targetRef.name } : {}),
         ...(ep.targetRef?.uid ? { podUID: ep.targetRef.uid } : {}),
+        ...(ep.nodeName ? { node: ep.nodeName } : {}),
       });
     }
   }
   const replicas = [...seen.values()].sort((a, b) => a.endpoint.localeCompare(b.endpoint));
-  return replicas.length === 0 && problem ? { replicas, problem } : { replicas };
+  const startingNodes = [...starting].sort();
+  return replicas.length === 0 && problem
+    ? { replicas, problem, startingNodes }
+    : { replicas, startingNodes };
 }

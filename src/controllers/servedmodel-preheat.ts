@@ -33,10 +33,11 @@ export async function ensureOwnedPreheat(
   sm: ServedModel,
   spec: ServedModelSpec,
   existing: ModelPreheat | undefined,
+  nodeIPs: readonly string[],
   signal?: AbortSignal,
 ): Promise<string | undefined> {
   const name = ownedPreheatName(sm);
-  const desired = ownedPreheatSpec(spec);
+  const desired = ownedPreheatSpec(spec, nodeIPs);
   const client = kube.resource<ModelPreheat>(GVR.modelPreheats);
   if (!existing) {
     await client.create(
@@ -145,4 +146,65 @@ export function gateOf(
     message: `waiting for ModelPreheat ${preheatName}${succeeded?.message ? `: ${succeeded.message}` : ''}`,
     final: false,
   };
+}
+
+/** The gate of one replica when the owned preheat targets the replicas' nodes. */
+export type ReplicaGate = { open: true; message: string } | { open: false; message: string };
+
+/**
+ * Node-targeted preheat (preheat.targetNodes): a replica registers as soon as ITS node's peer holds the model (or
+ * its preheat failed, or the whole preheat succeeded), or once it has waited `maxWaitMs`; then it downloads anyway,
+ * from the seed peers or the origin, which is never worse than without the preheat. A replica whose node is unknown
+ * (static endpoints, a Node without addresses) waits for the preheat as a whole, within the same bound.
+ */
+export function replicaGate(
+  gate: Gate,
+  preheat: ModelPreheat | undefined,
+  nodeIP: string | undefined,
+  waitingSinceMs: number,
+  maxWaitMs: number,
+  now: number,
+): ReplicaGate {
+  if (gate.state === 'none') return { open: true, message: '' };
+  if (gate.state === 'open') return { open: true, message: gate.message };
+  const peer = nodeIP ? preheat?.status?.peers?.find((p) => p.ip === nodeIP) : undefined;
+  if (peer?.state === 'Preheated') return { open: true, message: `node ${nodeIP} holds the model` };
+  if (peer?.state === 'Failed')
+    return {
+      open: true,
+      message: `preheat of node ${nodeIP} failed (${peer.message ?? 'no reason given'}): downloading anyway`,
+    };
+  if (gate.final) return { open: true, message: `${gate.message}: downloading anyway` };
+  const waited = now - waitingSinceMs;
+  if (waited >= maxWaitMs)
+    return {
+      open: true,
+      message: `waited ${Math.round(waited / 1000)}s for the preheat: downloading anyway`,
+    };
+  return {
+    open: false,
+    message: nodeIP
+      ? `waiting for node ${nodeIP}'s peer to be preheated (${gate.preheatName}; at most ${Math.round(maxWaitMs / 1000)}s)`
+      : gate.message,
+  };
+}
+
+/**
+ * The node IPs a ServedModel's owned preheat should target, batched: when nodes appear beside ones already
+ * targeted, the update waits `windowMs` from the first sighting (the caller keeps it) so that nodes scheduled
+ * together share one job. Nodes that left are dropped with the next addition only: a removal alone changes nothing
+ * on the network. A node that comes back is not preheated again (the ModelPreheat remembers its peers).
+ */
+export function batchTargets(
+  current: readonly string[] | undefined,
+  desired: readonly string[],
+  firstSeenMs: number | undefined,
+  windowMs: number,
+  now: number,
+): { ips: string[] } | { waitMs: number } | { unchanged: true } {
+  const have = new Set(current ?? []);
+  if (desired.every((ip) => have.has(ip))) return { unchanged: true };
+  if (!current || current.length === 0) return { ips: [...desired].sort() };
+  const left = firstSeenMs === undefined ? windowMs : firstSeenMs + windowMs - now;
+  return left > 0 ? { waitMs: left } : { ips: [...desired].sort() };
 }

@@ -12,6 +12,8 @@
  */
 import {
   ServedModelSpec,
+  parseDuration,
+  targetsNodes,
   type ModelPreheat,
   type ServedModel,
   type ServedModelStatus,
@@ -39,7 +41,16 @@ import { ReplicaClients } from './replica-clients.ts';
 import { discoverReplicas, SERVICE_NAME_LABEL, type EndpointSlice, type Replica } from './replicas.ts';
 import { SecretReader } from './secrets.ts';
 import { FINALIZER, servedModelCleanup } from './servedmodel-cleanup.ts';
-import { ensureOwnedPreheat, gateOf, preheatNameOf } from './servedmodel-preheat.ts';
+import {
+  batchTargets,
+  ensureOwnedPreheat,
+  gateOf,
+  preheatNameOf,
+  replicaGate,
+  type Gate,
+  type ReplicaGate,
+} from './servedmodel-preheat.ts';
+import { NodeAddresses } from './node-addresses.ts';
 import {
   convergeReplica,
   registerUntilDone,
@@ -62,6 +73,8 @@ const STALLED_RECHECK_MS = 300_000;
 /** At most one status write per object this often when only progress changed (conditions' status or reason did
  *  not): a rollout over many replicas would otherwise write once per replica phase. */
 const STATUS_COALESCE_MS = 2_000;
+/** Nodes scheduled within this window share one node-targeted preheat job. */
+const TARGET_BATCH_WINDOW_MS = 2_000;
 
 type Obj = ServedModel;
 type Status = ServedModelStatus;
@@ -73,6 +86,8 @@ export interface ServedModelControllerOptions {
   /** How long a deletion keeps trying unreachable replicas before it lets go, when the spec does not say.
    *  Default: the operator's --cleanup-grace-period. */
   cleanupGraceMs?: number;
+  /** How long new nodes wait to share one node-targeted preheat job (default 2 s). */
+  targetBatchWindowMs?: number;
 }
 
 export const servedModelController: ControllerFactory = (ctx) => createServedModelController(ctx, {});
@@ -87,6 +102,10 @@ export function createServedModelController(
   const preheats = ctx.informers.get<ModelPreheat>(GVR.modelPreheats);
   const secrets = new SecretReader(ctx.kube);
   const metrics = operatorMetrics(ctx.metrics);
+  const nodeAddresses = new NodeAddresses(ctx.kube);
+  /** Per ServedModel: when nodes not yet targeted by its preheat were first seen (the batch window). */
+  const untargetedSince = new Map<string, number>();
+  const batchWindowMs = opts.targetBatchWindowMs ?? TARGET_BATCH_WINDOW_MS;
   const { pollBackoffStart, pollBackoffMax } = ctx.config;
 
   // Which ServedModels a Service (EndpointSlice) or a ModelPreheat event concerns.
@@ -158,11 +177,32 @@ export function createServedModelController(
     if (!hasFinalizer(sm, FINALIZER))
       await addFinalizer(ctx.kube, GVR.servedModels, sm, FINALIZER, rc.signal);
 
-    // 1. The preheat gate (creating the owned ModelPreheat when asked to).
+    // 1. The preheat gate (creating the owned ModelPreheat when asked to), with the peers of the replicas' nodes
+    //    as its targets when node targeting is on (pods still starting included: their nodes are warmed up).
     let gate = gateOf(preheatNameOf(sm, spec), namespace, preheats);
+    const nodeTargeting = targetsNodes(spec);
+    const nodeIPs = nodeTargeting
+      ? await nodeAddresses.internalIPs([
+          ...discovery.replicas.flatMap((r) => (r.node ? [r.node] : [])),
+          ...discovery.startingNodes,
+        ])
+      : new Map<string, string>();
+    /** When this pass must look again for a reason of its own (the batch window, a replica's wait bound). */
+    let wakeInMs = Infinity;
     if (spec.preheat?.create) {
       const existing = preheats.getByName(namespace, gate.state === 'none' ? '' : gate.preheatName);
-      const blocked = await ensureOwnedPreheat(ctx.kube, sm, spec, existing, rc.signal);
+      const current = existing?.spec?.targets?.ips;
+      const desiredIPs = [...new Set(nodeIPs.values())];
+      const batch = batchTargets(current, desiredIPs, untargetedSince.get(key), batchWindowMs, Date.now());
+      let targets = current ?? [];
+      if ('waitMs' in batch) {
+        if (!untargetedSince.has(key)) untargetedSince.set(key, Date.now());
+        wakeInMs = Math.min(wakeInMs, batch.waitMs);
+      } else {
+        untargetedSince.delete(key);
+        if ('ips' in batch) targets = batch.ips;
+      }
+      const blocked = await ensureOwnedPreheat(ctx.kube, sm, spec, existing, targets, rc.signal);
       if (blocked)
         gate = {
           state: 'closed',
@@ -190,10 +230,33 @@ export function createServedModelController(
     /** Registrations whose result this pass acted on (by endpoint): forgotten once their Events are recorded. */
     const consumed = new Set<string>();
     let outcomes: ReplicaOutcome[];
-    if (gate.state === 'closed') {
-      outcomes = discovery.replicas.map((r) => waiting(r, previous.get(r.endpoint), gate.message));
+    // With node targeting each replica has a gate of its own: its node's preheat (replicaGate).
+    const preheat = gate.state === 'none' ? undefined : preheats.getByName(namespace, gate.preheatName);
+    const maxWaitMs = parseDuration(spec.preheat?.maxWait ?? '5m');
+    const gates = new Map<string, ReplicaGate>(
+      discovery.replicas.map((r) => {
+        if (!nodeTargeting)
+          return [
+            r.endpoint,
+            gate.state === 'closed' ? { open: false, message: gate.message } : { open: true, message: '' },
+          ];
+        const prev = previous.get(r.endpoint);
+        const since = prev?.phase === 'Pending' && prev.since ? Date.parse(prev.since) : Date.now();
+        const nodeIP = r.node ? nodeIPs.get(r.node) : undefined;
+        const g = replicaGate(gate, preheat, nodeIP, since, maxWaitMs, Date.now());
+        if (!g.open) wakeInMs = Math.min(wakeInMs, Math.max(1_000, since + maxWaitMs - Date.now()));
+        return [r.endpoint, g];
+      }),
+    );
+    const closed = discovery.replicas.filter((r) => !gates.get(r.endpoint)!.open);
+    if (gate.state === 'closed' && closed.length === discovery.replicas.length) {
+      outcomes = discovery.replicas.map((r) =>
+        waiting(r, previous.get(r.endpoint), gates.get(r.endpoint)!.message),
+      );
     } else {
       const step = async (r: Replica, mayRegister: boolean): Promise<ReplicaOutcome> => {
+        const g = gates.get(r.endpoint)!;
+        if (!g.open) return waiting(r, previous.get(r.endpoint), g.message);
         const client = clientFor(sm, spec, r);
         const id = idOf(r.endpoint);
         // A registration under way says where the replica is: describing it would only cost a request.
@@ -211,7 +274,12 @@ export function createServedModelController(
           },
         });
       };
-      const seeded = !spec.rollout.seedFirst || [...previous.values()].some((r) => r.registered);
+      // A preheat that put the model in the network (or on the replicas' nodes) makes a seed replica pointless.
+      const seeded =
+        !spec.rollout.seedFirst ||
+        gate.state === 'open' ||
+        nodeTargeting ||
+        [...previous.values()].some((r) => r.registered);
       const [seed, ...rest] = discovery.replicas;
       if (!seeded && seed) {
         const first = await step(seed, true);
@@ -236,14 +304,48 @@ export function createServedModelController(
     // A registration whose outcome needs a change (a version mismatch, a rejected archive) stays as it ended, so
     // passes do not register again at poll rate; a new spec (another registration key) or the slow re-check
     // after STALLED_RECHECK_MS tries again.
+    /** Whether each registration that ended in this pass was a hit on its node's peer cache (the plugin says). */
+    const localHits = new Map<string, boolean>();
     for (const o of outcomes) {
       if (!consumed.has(o.status.endpoint)) continue;
       const id = idOf(o.status.endpoint);
       const ended = registrations.peek(id);
+      if (ended?.state === 'done' && ended.result.cacheHit !== undefined)
+        localHits.set(o.status.endpoint, ended.result.cacheHit);
       const keep = o.failure && needsChange(o) && ended && Date.now() - ended.since < STALLED_RECHECK_MS;
       if (!keep) registrations.settle(id);
     }
-    const replicas = outcomes.map((o) => stamp(o.status, previous.get(o.status.endpoint)));
+    const replicas = outcomes.map((o, i) => {
+      const r = discovery.replicas[i]!;
+      const prev = previous.get(o.status.endpoint);
+      // localHit: from the registration that ended in this pass, else as last reported.
+      const localHit = localHits.get(o.status.endpoint) ?? (o.status.registered ? prev?.localHit : undefined);
+      const nodeIP = r.node ? nodeIPs.get(r.node) : undefined;
+      return stamp(
+        {
+          ...o.status,
+          ...(r.node ? { node: r.node } : {}),
+          ...(nodeIP ? { nodeIP } : {}),
+          ...(localHit !== undefined ? { localHit } : {}),
+        },
+        prev,
+      );
+    });
+    // With node targeting the conditions speak of the replicas' gates, not of the preheat as a whole.
+    const conditionGate: Gate =
+      nodeTargeting && gate.state === 'closed'
+        ? closed.length === 0
+          ? {
+              state: 'open',
+              preheatName: gate.preheatName,
+              message: `every replica's node was preheated or waited for (${gate.message})`,
+            }
+          : {
+              ...gate,
+              final: false,
+              message: `${closed.length} of ${discovery.replicas.length} replica(s) waiting for their node's preheat: ${gates.get(closed[0]!.endpoint)!.message}`,
+            }
+        : gate;
     const failed = outcomes.filter((o) => o.failure);
     const readyCount = replicas.filter((r) => r.ready).length;
     const desired = replicas.length;
@@ -256,7 +358,7 @@ export function createServedModelController(
       serviceName: spec.modelServer.service?.name,
       serviceFound: found.length > 0,
       discoveryProblem: discovery.problem,
-      gate,
+      gate: conditionGate,
       ready: readyCount,
       desired,
       failures: failed.map((o) => ({
@@ -270,7 +372,9 @@ export function createServedModelController(
     // (status or reason) or of the generation is written at once.
     const sinceWrite = Date.now() - (lastWrite.get(key) ?? 0);
     const nextConditions = applyConditions(sm.status?.conditions, conditions, gen);
+    // A registration's outcome (localHit) is known in one pass only: it is written at once, not coalesced away.
     const urgent =
+      localHits.size > 0 ||
       sm.status?.observedGeneration !== gen ||
       conditionsDigest(nextConditions) !== conditionsDigest(sm.status?.conditions ?? []);
     // 4. When to look again: soon while converging (less often the longer it takes), rarely when done.
@@ -280,7 +384,7 @@ export function createServedModelController(
         return spec.modelServer.endpoints
           ? { requeueAfter: STATIC_RECHECK_MS * (0.8 + Math.random() * 0.4) }
           : undefined;
-      if (gate.state === 'closed' && gate.final) return;
+      if (conditionGate.state === 'closed' && conditionGate.final) return;
       // Every failure needs a change of the spec, the archive or the model server (a rejected archive, a version
       // mismatch): asking again at poll rate cannot help; a spec or endpoint change wakes the object, and a slow
       // re-check notices a fixed model server. Refused credentials stay on the poll: the Secret, which nothing
@@ -301,7 +405,7 @@ export function createServedModelController(
     if (!urgent && sinceWrite < STATUS_COALESCE_MS) {
       // The write waits; the poll does not (workers starting on the last replicas are seen as soon as they are).
       const look = nextLook(before?.lastTransitionTime)?.requeueAfter ?? Infinity;
-      return { requeueAfter: Math.min(look, STATUS_COALESCE_MS - sinceWrite) };
+      return { requeueAfter: Math.min(look, STATUS_COALESCE_MS - sinceWrite, wakeInMs) };
     }
     const written = await writeStatus(
       sm,
@@ -315,6 +419,7 @@ export function createServedModelController(
             ready: `${readyCount}/${desired}`,
             servedVersion: allReady && versions.size === 1 ? [...versions][0] : s.servedVersion,
             preheatName: gate.state === 'none' ? undefined : gate.preheatName,
+            cache: preheat?.status?.cache,
           },
           gen,
           conditions,
@@ -328,7 +433,11 @@ export function createServedModelController(
     if (after?.status !== 'True' && before?.status === 'True')
       ctx.events.record(sm, 'Warning', 'NotReady', after?.message ?? '');
 
-    return nextLook(after?.lastTransitionTime);
+    const look = nextLook(after?.lastTransitionTime);
+    // A pass with a wake-up of its own (a batch window, a replica's wait bound) looks again by then at the latest.
+    return Number.isFinite(wakeInMs)
+      ? { requeueAfter: Math.min(look?.requeueAfter ?? Infinity, wakeInMs) }
+      : look;
   }
 
   /** The EndpointSlices of the ServedModel's Service, from the cache. */
@@ -341,6 +450,7 @@ export function createServedModelController(
   /** Drops what is kept for an object that is gone: its coalescing clock, registrations and token sources. */
   function forget(key: string, uid = uids.get(key)): void {
     lastWrite.delete(key);
+    untargetedSince.delete(key);
     uids.delete(key);
     if (!uid) return;
     registrations.prune(uid);

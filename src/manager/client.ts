@@ -24,6 +24,8 @@ import {
   JobSchema,
   SignInResponseSchema,
   buildCreatePreheatBody,
+  buildCreateTaskJobBody,
+  type TaskJobRequest,
   normaliseJob,
   parseLinkHeader,
   type ArgsDialect,
@@ -138,6 +140,23 @@ export class ManagerClient {
     );
     const res = await this.#call('create preheat job', 'POST', '/jobs', { body, secrets, ...call });
     return this.#parseJob('create preheat job', res);
+  }
+
+  /** `POST {apiPath}/jobs` with `type: get_task`: asks every peer whether it holds the task (manager v2.1.x+). */
+  async createGetTaskJob(req: TaskJobRequest): Promise<ManagerJob> {
+    return this.#createTaskJob('get_task', req);
+  }
+
+  /** `POST {apiPath}/jobs` with `type: delete_task`: removes the task from every peer that finished it. */
+  async createDeleteTaskJob(req: TaskJobRequest): Promise<ManagerJob> {
+    return this.#createTaskJob('delete_task', req);
+  }
+
+  async #createTaskJob(type: 'get_task' | 'delete_task', req: TaskJobRequest): Promise<ManagerJob> {
+    await this.verifySchedulerClusters(req.schedulerClusterIDs ?? []);
+    const op = `create ${type} job`;
+    const res = await this.#call(op, 'POST', '/jobs', { body: buildCreateTaskJobBody(type, req) });
+    return this.#parseJob(op, res);
   }
 
   /**

@@ -87,10 +87,49 @@ const peerTaskList = z
     }),
   );
 
+/** A peer of a get_task job's result (manager v2.1.x+; `IsFinished` as the Go struct names it, snake-cased). */
+export interface TaskPeer {
+  id?: string | undefined;
+  hostname?: string | undefined;
+  ip: string;
+  /** `normal` for a node peer; `super`, `strong` or `weak` for seed peers. */
+  hostType?: string | undefined;
+  finished: boolean;
+}
+
+const taskPeerList = z
+  .array(z.unknown())
+  .nullish()
+  .transform((items): TaskPeer[] =>
+    (items ?? []).flatMap((item) => {
+      const p = z
+        .object({
+          id: z.string().nullish(),
+          hostname: z.string().nullish(),
+          ip: z.string(),
+          host_type: z.string().nullish(),
+          is_finished: z.boolean().nullish(),
+        })
+        .loose()
+        .safeParse(item);
+      if (!p.success) return [];
+      return [
+        {
+          id: p.data.id ?? undefined,
+          hostname: p.data.hostname ?? undefined,
+          ip: p.data.ip,
+          hostType: p.data.host_type ?? undefined,
+          finished: p.data.is_finished === true,
+        },
+      ];
+    }),
+  );
+
 export const PreheatResultSchema = z
   .object({
     success_tasks: peerTaskList,
     failure_tasks: peerTaskList,
+    peers: taskPeerList,
     scheduler_cluster_id: z.number().nullish(),
   })
   .loose();
@@ -141,6 +180,8 @@ export interface JobResult {
     results: {
       successTasks: PeerTask[];
       failureTasks: PeerTask[];
+      /** get_task only: the peers that have the task. */
+      peers: TaskPeer[];
       schedulerClusterID?: number | undefined;
     }[];
   }[];
@@ -282,6 +323,7 @@ export function normaliseJob(j: z.output<typeof JobSchema>): ManagerJob {
         results: s.results.map((r) => ({
           successTasks: r.success_tasks,
           failureTasks: r.failure_tasks,
+          peers: r.peers,
           schedulerClusterID: r.scheduler_cluster_id ?? undefined,
         })),
       })),
@@ -310,6 +352,37 @@ export function jobPeerTasks(job: ManagerJob): {
     }
   }
   return { success, failure, errors };
+}
+
+/** A get_task or delete_task job (manager v2.1.x+): by the task id the peers use. */
+export interface TaskJobRequest {
+  taskID: string;
+  /** Absent or empty: all scheduler clusters. */
+  schedulerClusterIDs?: number[] | undefined;
+  bio?: string | undefined;
+  /** Job time-out on the manager, in milliseconds (sent in nanoseconds; default 60 minutes there). */
+  timeoutMs?: number | undefined;
+}
+
+/** The create body of a get_task or delete_task job. */
+export function buildCreateTaskJobBody(
+  type: 'get_task' | 'delete_task',
+  req: TaskJobRequest,
+): Record<string, unknown> {
+  const args: Record<string, unknown> = { task_id: req.taskID };
+  if (req.timeoutMs !== undefined) args['timeout'] = req.timeoutMs * NS_PER_MS;
+  const body: Record<string, unknown> = { type, args };
+  if (req.bio) body['bio'] = req.bio;
+  if (req.schedulerClusterIDs?.length) body['scheduler_cluster_ids'] = req.schedulerClusterIDs;
+  return body;
+}
+
+/** Which peers hold the task, over every scheduler cluster of a get_task job (a peer listed once, by IP). */
+export function jobTaskPeers(job: ManagerJob): TaskPeer[] {
+  const byIP = new Map<string, TaskPeer>();
+  for (const s of job.result?.jobStates ?? [])
+    for (const r of s.results) for (const p of r.peers) if (!byIP.get(p.ip)?.finished) byIP.set(p.ip, p);
+  return [...byIP.values()].sort((a, b) => a.ip.localeCompare(b.ip));
 }
 
 /** What a caller asks for; {@link buildCreatePreheatBody} turns it into the wire JSON. */

@@ -128,6 +128,11 @@ const exerciser =
           if (!mp || !sm || mp.metadata.labels?.child || done.has(key)) return;
           const { namespace, name } = mp.metadata;
           await ctx.kube.resource(GVR.secrets).get(namespace, 'token');
+          // Node-targeted preheat reads a node's addresses (a missing node is a 404, not a refusal).
+          await ctx.kube
+            .resource(GVR.nodes)
+            .get(undefined, 'no-such-node')
+            .catch(() => undefined);
           // finalizer (patch) makes the cached copy stale: the status write conflicts (409) and re-reads (get).
           const withF = await addFinalizer(ctx.kube, GVR.modelPreheats, mp, F);
           await ctx.status.update(GVR.modelPreheats, mp, (o) => ({ ...o.status, attempts: 1 }));

@@ -14,6 +14,8 @@ export interface FakePod {
   /** The address in the EndpointSlice (see loopbackDispatcher). */
   address: string;
   ready?: boolean;
+  /** The pod's node (EndpointSlice nodeName). */
+  node?: string;
 }
 
 export class ServiceEndpoints {
@@ -44,16 +46,18 @@ export class ServiceEndpoints {
           addresses: [pod.address],
           conditions: { ready: pod.ready ?? true },
           targetRef: { kind: 'Pod', name: pod.name, uid: pod.uid, namespace: this.namespace },
+          ...(pod.node ? { nodeName: pod.node } : {}),
         },
       ],
     };
   }
 
   /** Adds (or replaces) a pod serving at `url`. */
-  async add(name: string, url: string, ready = true): Promise<FakePod> {
+  async add(name: string, url: string, ready = true, node?: string): Promise<FakePod> {
     const existing = this.pods.get(name);
     const address = existing?.address ?? sliceAddress(ServiceEndpoints.next++);
-    const pod = { name, uid: randomUUID(), url, address, ready };
+    const onNode = node ?? existing?.node;
+    const pod = { name, uid: randomUUID(), url, address, ready, ...(onNode ? { node: onNode } : {}) };
     this.pods.set(name, pod);
     if (existing) {
       await this.api.replaceNamespacedEndpointSlice({
@@ -83,6 +87,22 @@ export class ServiceEndpoints {
       body: await this.withVersion(pod),
     });
     return pod;
+  }
+
+  /** A Node as the kubelet registers it: its InternalIP is where the node's peer daemon is reached. */
+  static async createNode(kc: k8s.KubeConfig, name: string, internalIP: string): Promise<void> {
+    // Nodes take their status on create (the kubelet's first registration does the same).
+    await kc.makeApiClient(k8s.CoreV1Api).createNode({
+      body: {
+        metadata: { name },
+        status: {
+          addresses: [
+            { type: 'InternalIP', address: internalIP },
+            { type: 'Hostname', address: name },
+          ],
+        },
+      },
+    });
   }
 
   async remove(name: string): Promise<void> {

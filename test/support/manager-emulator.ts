@@ -56,6 +56,12 @@ export interface ManagerEmulatorOptions {
   peers?: PeerProxy[];
   /** Shorthand for `peers: [peer]`. */
   peer?: PeerProxy;
+  /**
+   * Node peers the scheduler knows (hosts of type normal): what a preheat of scope all_peers selects by `ips`,
+   * `count` or `percentage` (manager v2.2.0+), and what get_task lists. Each downloads through its `proxy` when
+   * given. Without any, all_peers preheats the seed peers as the other scopes do.
+   */
+  nodePeers?: EmulatedNodePeer[];
   /** Field the job status is serialised as: `state` (the code, default) or `status` (seed / v2.0.2 docs). */
   statusField?: 'state' | 'status';
   /** Key of the filter in job JSON args: `current` -> filtered_query_params (default), `legacy` -> filter. */
@@ -96,6 +102,20 @@ export interface ManagerEmulatorOptions {
   version?: 'v2.5.1';
   /** Creates per second per named scheduler cluster (version v2.5.1; default 10, the manager's default). */
   jobRateLimit?: number;
+}
+
+export interface EmulatedNodePeer {
+  ip: string;
+  hostname: string;
+  proxy?: PeerProxy;
+}
+
+/** A peer that holds a task, as get_task reports it. */
+export interface EmulatedHolder {
+  ip: string;
+  hostname: string;
+  /** `normal` (node peer) or `super` (seed peer). */
+  hostType: string;
 }
 
 export interface EmulatedJob {
@@ -183,12 +203,17 @@ export interface ManagerEmulator {
   start(): Promise<void>;
   /** Clears jobs, counters and injections. */
   reset(): void;
+  /** The peers holding a task (preheats add them, delete_task removes them), as get_task would list them. */
+  holders(taskID: string): EmulatedHolder[];
   close(): Promise<void>;
 }
 
 const DEFAULT_TIMEOUT_NS = 3_600_000_000_000;
 const IMAGE_URL = /^(.*):\/\/(.*)\/v2\/(.*)\/manifests\/(.*)$/;
-const KNOWN_OTHER_TYPES = new Set(['sync_peers', 'get_task', 'delete_task', 'get_image_distribution']);
+const KNOWN_OTHER_TYPES = new Set(['sync_peers', 'get_image_distribution']);
+
+/** Ends a node-peer preheat's branch of runJob: its outcome is already in the lists and the error. */
+class NodePreheatDone extends Error {}
 
 class HttpError extends Error {
   readonly status: number;
@@ -275,6 +300,14 @@ async function mapLimit<T, R>(items: T[], limit: number, fn: (t: T) => Promise<R
 export async function startManagerEmulator(opts: ManagerEmulatorOptions = {}): Promise<ManagerEmulator> {
   const host = opts.host ?? '127.0.0.1';
   const peers = opts.peers ?? (opts.peer ? [opts.peer] : []);
+  const nodePeers = opts.nodePeers ?? [];
+  /** Per task id: the peers that hold it, by IP. */
+  const holders = new Map<string, Map<string, EmulatedHolder>>();
+  const hold = (taskID: string, h: EmulatedHolder) => {
+    const m = holders.get(taskID) ?? new Map<string, EmulatedHolder>();
+    m.set(h.ip, h);
+    holders.set(taskID, m);
+  };
   const statusField = opts.statusField ?? 'state';
   const argsDialect = opts.argsDialect ?? 'current';
   const resultCase = opts.resultCase ?? 'snake';
@@ -672,7 +705,49 @@ export async function startManagerEmulator(opts: ManagerEmulatorOptions = {}): P
     { bind(raw: unknown): Record<string, unknown>; check(args: Record<string, unknown>): void }
   > = {
     preheat: { bind: bindPreheatArgs, check: checkPreheatArgs },
+    get_task: { bind: bindTaskArgs, check: checkTaskArgs },
+    delete_task: { bind: bindTaskArgs, check: checkTaskArgs },
   };
+
+  /** get_task / delete_task args (manager v2.5.1 types.GetTaskArgs, DeleteTaskArgs). */
+  function bindTaskArgs(raw: unknown): Record<string, unknown> {
+    const a = isObj(raw) ? raw : {};
+    const str = (k: string) => (typeof a[k] === 'string' ? (a[k] as string) : '');
+    return {
+      task_id: str('task_id'),
+      url: str('url'),
+      tag: str('tag'),
+      application: str('application'),
+      filtered_query_params: str('filtered_query_params') || RAW_DEFAULT_FILTERED_QUERY_PARAMS,
+      piece_length: typeof a['piece_length'] === 'number' ? a['piece_length'] : null,
+      content_for_calculating_task_id: null,
+      timeout: typeof a['timeout'] === 'number' && a['timeout'] > 0 ? a['timeout'] : DEFAULT_TIMEOUT_NS,
+    };
+  }
+
+  function checkTaskArgs(args: Record<string, unknown>): void {
+    // As manager v2.5.1 answers a get_task or delete_task without any of them (recorded 2026-11-24).
+    if (!args['task_id'] && !args['url'])
+      throw new HttpError(422, {
+        errors: 'invalid params: task_id, content_for_calculating_task_id or url is required',
+      });
+  }
+
+  /** The task a get_task / delete_task job is about: its id, or the id of its URL (the manager's Go rule). */
+  function taskOf(args: Record<string, unknown>): string {
+    if (args['task_id']) return args['task_id'] as string;
+    const filter = String(args['filtered_query_params'] || RAW_DEFAULT_FILTERED_QUERY_PARAMS)
+      .split('&')
+      .filter((x) => x !== '');
+    return computeTaskID({
+      url: args['url'] as string,
+      filter,
+      tag: (args['tag'] as string) || undefined,
+      application: (args['application'] as string) || undefined,
+      pieceLength: (args['piece_length'] as number | null) ?? undefined,
+      rule: '1.5.3+',
+    });
+  }
   const storedAsGiven = {
     bind: (raw: unknown) => (isObj(raw) ? raw : {}),
     check: () => undefined,
@@ -733,8 +808,10 @@ export async function startManagerEmulator(opts: ManagerEmulatorOptions = {}): P
     state: EmulatedJobState,
     error: string,
     lists: { success: PeerTask[]; failure: PeerTask[] } | null,
+    /** all_peers makes its lists with make(): empty ones are [], not null. */
+    emptyLists: null | [] = null,
   ): Record<string, unknown> {
-    const orNull = (tasks: PeerTask[]) => (tasks.length > 0 ? tasks.map((t) => sortedKeys(t)) : null);
+    const orNull = (tasks: PeerTask[]) => (tasks.length > 0 ? tasks.map((t) => sortedKeys(t)) : emptyLists);
     return sortedKeys({
       created_at: job.internal.groupCreatedAt,
       group_uuid: job.task_id,
@@ -863,6 +940,11 @@ export async function startManagerEmulator(opts: ManagerEmulatorOptions = {}): P
           pieceLength: (args['piece_length'] as number | null) ?? undefined,
         };
         for (const u of urls) job.internal.taskIDs[u] = computeTaskID({ url: u, ...ident });
+        if (args['scope'] === 'all_peers' && nodePeers.length > 0) {
+          const outcome = await preheatNodePeers(job, urls, ident, headers, success, failure);
+          error = outcome;
+          throw new NodePreheatDone();
+        }
         const targets = args['scope'] === 'single_seed_peer' ? peers.slice(0, 1) : peers;
         const timeoutMs = Number(args['timeout']) / 1e6;
         const work = mapLimit(urls, Number(args['concurrent_task_count']) || 8, async (u) => {
@@ -876,6 +958,7 @@ export async function startManagerEmulator(opts: ManagerEmulatorOptions = {}): P
               try {
                 await peer.preheat(u, { ...ident, headers });
                 success.push({ url: u, hostname, ip: '127.0.0.1' });
+                hold(job.internal.taskIDs[u]!, { ip: '127.0.0.1', hostname, hostType: 'super' });
               } catch (e) {
                 failure.push({
                   url: u,
@@ -894,8 +977,10 @@ export async function startManagerEmulator(opts: ManagerEmulatorOptions = {}): P
         if (outcome === 'timeout') error = 'preheat timeout';
         else if (failure.length > 0) error = failure[0]!.description;
       } catch (e) {
-        error = e instanceof Error ? e.message : String(e);
+        if (!(e instanceof NodePreheatDone)) error = e instanceof Error ? e.message : String(e);
       }
+    } else if (job.type === 'get_task' || job.type === 'delete_task') {
+      return finishTaskJob(job);
     }
     if (!jobs.has(job.id)) return;
     if (partial && !error) {
@@ -910,6 +995,7 @@ export async function startManagerEmulator(opts: ManagerEmulatorOptions = {}): P
     // 403) does not fail the job. It ends SUCCESS with both peer lists null; only the scheduler's log says why.
     const silentFailure =
       forcedFailure === undefined &&
+      !(args['scope'] === 'all_peers' && nodePeers.length > 0) &&
       !partial &&
       (args['scope'] ?? 'single_seed_peer') === 'single_seed_peer' &&
       success.length === 0 &&
@@ -923,7 +1009,13 @@ export async function startManagerEmulator(opts: ManagerEmulatorOptions = {}): P
       const lists = failed && success.length === 0 && failure.length === 0 ? null : { success, failure };
       job.result =
         job.type === 'preheat'
-          ? realResult(job, state, error, silentFailure ? { success: [], failure: [] } : lists)
+          ? realResult(
+              job,
+              state,
+              error,
+              silentFailure ? { success: [], failure: [] } : lists,
+              args['scope'] === 'all_peers' && nodePeers.length > 0 ? [] : null,
+            )
           : null;
       setState(job, state);
       return;
@@ -951,6 +1043,113 @@ export async function startManagerEmulator(opts: ManagerEmulatorOptions = {}): P
           }
         : null;
     setState(job, state);
+  }
+
+  /**
+   * scope all_peers on node peers (manager v2.5.1 scheduler/job PreheatAllPeers): the peers are chosen by `ips`
+   * (none known: the job fails `no peer found for ips [...]`), else `count`, else `percentage`, else all; each
+   * downloads every URL; the job succeeds when any peer did (its failures listed beside), and fails `all peers
+   * preheat failed: ...` when none did. Returns the job's error ('' on success).
+   */
+  async function preheatNodePeers(
+    job: EmulatedJob,
+    urls: string[],
+    ident: Parameters<PeerProxy['preheat']>[1],
+    headers: Record<string, string>,
+    success: PeerTask[],
+    failure: PeerTask[],
+  ): Promise<string> {
+    const args = job.args;
+    const ips = (args['ips'] as string[] | null) ?? [];
+    const count = args['count'] as number | null;
+    const percentage = args['percentage'] as number | null;
+    let selected = nodePeers;
+    if (ips.length > 0) {
+      selected = nodePeers.filter((p) => ips.includes(p.ip));
+      if (selected.length === 0) return `no peer found for ips [${ips.join(' ')}]`;
+    } else if (count) {
+      selected = nodePeers.slice(0, Math.min(count, nodePeers.length));
+    } else if (percentage) {
+      selected = nodePeers.slice(0, Math.max(1, Math.floor((nodePeers.length * percentage) / 100)));
+    }
+    for (const u of urls) {
+      const id = job.internal.taskIDs[u]!;
+      await Promise.all(
+        selected.map(async (peer) => {
+          try {
+            await peer.proxy?.preheat(u, { ...ident, headers });
+            success.push({ url: u, hostname: peer.hostname, ip: peer.ip });
+            hold(id, { ip: peer.ip, hostname: peer.hostname, hostType: 'normal' });
+          } catch (e) {
+            failure.push({
+              url: u,
+              hostname: peer.hostname,
+              ip: peer.ip,
+              description: `task ${id} failed: ${e instanceof Error ? e.message : String(e)}`,
+            });
+          }
+        }),
+      );
+      // The scheduler has the seed peer fetch what a node peer asks it for first.
+      if (success.some((t) => t.url === u))
+        hold(id, { ip: '127.0.0.1', hostname: 'seed-peer-0', hostType: 'super' });
+    }
+    if (success.length > 0) return '';
+    const first = failure[0];
+    return `all peers preheat failed: ${job.task_id} ${job.internal.taskUUID} ${first ? `${first.ip} ${first.hostname} ${first.description}` : 'no error message'}`;
+  }
+
+  /** A get_task or delete_task job, on the holders the preheats recorded (manager v2.5.1 answers, 2026-11-24). */
+  function finishTaskJob(job: EmulatedJob): void {
+    if (!jobs.has(job.id)) return;
+    const taskID = taskOf(job.args);
+    job.internal.taskIDs[taskID] = taskID;
+    const known = holders.has(taskID);
+    const held = [...(holders.get(taskID)?.values() ?? [])];
+    const at = goNanoTime(now());
+    const results = (clusterID: number) =>
+      job.type === 'get_task'
+        ? sortedKeys({
+            peers: held.map((h) =>
+              sortedKeys({
+                IsFinished: true,
+                created_at: at,
+                host_type: h.hostType,
+                hostname: h.hostname,
+                id: `${h.ip}-${h.hostname}${h.hostType === 'normal' ? '' : '-seed'}`,
+                ip: h.ip,
+                updated_at: at,
+              }),
+            ),
+            scheduler_cluster_id: clusterID,
+          })
+        : // A task the scheduler knows answers lists made with make() ([] when empty); an unknown one, none (null).
+          sortedKeys({
+            failure_tasks: known ? [] : null,
+            scheduler_cluster_id: clusterID,
+            success_tasks: known
+              ? held.map((h) => sortedKeys({ host_type: h.hostType, hostname: h.hostname, ip: h.ip }))
+              : null,
+          });
+    if (job.type === 'delete_task') holders.delete(taskID);
+    job.result = sortedKeys({
+      created_at: job.internal.groupCreatedAt,
+      group_uuid: job.task_id,
+      job_states: job.scheduler_clusters.map((c) =>
+        sortedKeys({
+          created_at: job.internal.groupCreatedAt,
+          error: '',
+          results: [results(c.id)],
+          state: 'SUCCESS',
+          task_name: job.type,
+          task_uuid: job.internal.taskUUID,
+          ttl: 0,
+        }),
+      ),
+      state: 'SUCCESS',
+      updated_at: at,
+    });
+    setState(job, 'SUCCESS');
   }
 
   /**
@@ -1318,6 +1517,10 @@ export async function startManagerEmulator(opts: ManagerEmulatorOptions = {}): P
       inject.rateLimit.length = 0;
       Object.assign(counters, newCounters());
       log.length = 0;
+      holders.clear();
+    },
+    holders(taskID: string) {
+      return [...(holders.get(taskID)?.values() ?? [])];
     },
     async close() {
       await stop();

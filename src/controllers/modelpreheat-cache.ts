@@ -1,0 +1,261 @@
+/**
+ * The P2P cache of a preheated resource: which peers hold each task (`status.cache`, from manager get_task jobs),
+ * refreshed on demand (the peerload.io/refresh-cache annotation) and every `spec.cacheRefreshInterval`; and, with
+ * `spec.evictOnDelete`, the tasks deleted from every peer (delete_task jobs) before the resource goes.
+ *
+ * Both are manager jobs that end after the manager's next poll (30 s on v2.5.1), so their ids live in status and
+ * each reconcile looks at them once, as the preheat job itself is followed.
+ */
+import {
+  MAX_CACHE_TASKS,
+  MAX_LISTED_TASKS,
+  parseDuration,
+  type CacheStatus,
+  type ModelPreheat,
+  type ModelPreheatSpec,
+  type ModelPreheatStatus,
+} from '../api/index.ts';
+import type { ManagerClient } from '../manager/client.ts';
+import { ManagerError } from '../manager/errors.ts';
+import { isTerminalState, jobPeerTasks, jobTaskPeers, type ManagerJob } from '../manager/types.ts';
+import { redact } from '../redact.ts';
+import type { ControllerContext, ReconcileContext, ReconcileResult } from '../runtime/index.ts';
+import { ManagerClients, resolveManager } from './managers.ts';
+import type { SecretReader } from './secrets.ts';
+
+export const REFRESH_ANNOTATION = 'peerload.io/refresh-cache';
+/** How long a failed refresh waits before it tries again. */
+const REFRESH_RETRY_MS = 60_000;
+
+type Status = ModelPreheatStatus;
+
+export interface CacheDeps {
+  ctx: ControllerContext;
+  secrets: SecretReader;
+  clients: ManagerClients;
+  writeStatus: (
+    obj: ModelPreheat,
+    change: (s: Status) => Status,
+    signal: AbortSignal,
+  ) => Promise<{ object: ModelPreheat }>;
+}
+
+/** Whether the resource needs the finalizer for its cache (eviction on delete). */
+export const CACHE_FINALIZER_NEEDED = (spec: ModelPreheatSpec): boolean => spec.evictOnDelete;
+
+async function clientOf(deps: CacheDeps, obj: ModelPreheat, spec: ModelPreheatSpec, signal: AbortSignal) {
+  const manager = await resolveManager(
+    spec.manager,
+    obj.metadata.namespace!,
+    deps.ctx.config,
+    deps.secrets,
+    signal,
+  );
+  return deps.clients.get(manager);
+}
+
+/** The outcome of each job, or undefined while any is still running. */
+async function finished(client: ManagerClient, jobs: { taskID: string; jobID: number }[]) {
+  const out: { taskID: string; job?: ManagerJob; error?: string }[] = [];
+  for (const j of jobs) {
+    try {
+      const job = await client.getJob(j.jobID);
+      if (!isTerminalState(job.state)) return undefined;
+      out.push({ taskID: j.taskID, job });
+    } catch (err) {
+      if (!(err instanceof ManagerError && err.kind === 'notFound')) throw err;
+      out.push({ taskID: j.taskID, error: `job ${j.jobID} no longer exists on the manager` });
+    }
+  }
+  return out;
+}
+
+/** A preheat that succeeded: keep status.cache as the spec and the annotation ask. */
+export async function cacheStep(
+  deps: CacheDeps,
+  obj: ModelPreheat,
+  spec: ModelPreheatSpec,
+  rc: ReconcileContext,
+): Promise<ReconcileResult | void> {
+  const tasks = (obj.status?.tasks ?? []).slice(0, MAX_CACHE_TASKS);
+  if (tasks.length === 0) return;
+  const cache = obj.status?.cache;
+  const requested = obj.metadata.annotations?.[REFRESH_ANNOTATION];
+  const intervalMs = spec.cacheRefreshInterval ? parseDuration(spec.cacheRefreshInterval) : undefined;
+  const now = Date.now();
+  const { pollBackoffStart } = deps.ctx.config;
+  const write = (change: (c: CacheStatus | undefined) => CacheStatus) =>
+    deps.writeStatus(obj, (s) => ({ ...s, cache: change(s.cache) }), rc.signal);
+
+  try {
+    const client = await clientOf(deps, obj, spec, rc.signal);
+    if (cache?.refreshing?.length) {
+      const done = await finished(client, cache.refreshing);
+      if (!done) return { requeueAfter: pollBackoffStart };
+      const errors = done.flatMap((d) =>
+        d.error
+          ? [d.error]
+          : d.job!.state === 'FAILURE'
+            ? [`get_task job ${d.job!.id} failed: ${failureWords(d.job!)}`]
+            : [],
+      );
+      await write((c) => ({
+        observedAt: new Date().toISOString(),
+        jobID: done.at(-1)?.job?.id,
+        tasks: done.map((d) => {
+          const peers = d.job?.state === 'SUCCESS' ? jobTaskPeers(d.job) : [];
+          return {
+            taskID: d.taskID,
+            peerCount: peers.filter((p) => p.finished).length,
+            peers: peers.slice(0, MAX_LISTED_TASKS).map((p) => ({
+              ip: p.ip,
+              ...(p.hostname ? { hostname: p.hostname } : {}),
+              ...(p.hostType ? { hostType: p.hostType } : {}),
+              finished: p.finished,
+            })),
+          };
+        }),
+        ...(errors.length ? { message: redact(errors.join('; ')).slice(0, 1024) } : {}),
+        ...(c?.requested !== undefined ? { requested: c.requested } : {}),
+      }));
+      const holders = done.reduce(
+        (n, d) => n + (d.job ? jobTaskPeers(d.job).filter((p) => p.finished).length : 0),
+        0,
+      );
+      deps.ctx.events.record(
+        obj,
+        'Normal',
+        'CacheObserved',
+        `${holders} peer(s) hold the ${done.length} task(s)`,
+      );
+      return intervalMs ? { requeueAfter: intervalMs } : undefined;
+    }
+
+    const asked = requested !== undefined && requested !== cache?.requested;
+    const observed = cache?.observedAt ? Date.parse(cache.observedAt) : undefined;
+    const due =
+      asked || (intervalMs !== undefined && (observed === undefined || now - observed >= intervalMs));
+    if (!due)
+      return intervalMs && observed !== undefined ? { requeueAfter: observed + intervalMs - now } : undefined;
+
+    const bio = `peerload ${obj.metadata.namespace}/${obj.metadata.name} uid=${obj.metadata.uid} cache`;
+    const refreshing: { taskID: string; jobID: number }[] = [];
+    for (const t of tasks) {
+      const job = await client.createGetTaskJob({
+        taskID: t.taskID,
+        schedulerClusterIDs: spec.schedulerClusterIDs,
+        bio,
+      });
+      refreshing.push({ taskID: t.taskID, jobID: job.id });
+    }
+    await write((c) => ({
+      ...(c ?? { tasks: [] }),
+      refreshing,
+      ...(requested !== undefined ? { requested } : {}),
+    }));
+    return { requeueAfter: pollBackoffStart };
+  } catch (err) {
+    const message = `cache refresh failed: ${redact((err as Error).message)}`.slice(0, 1024);
+    rc.log.warn({ err: message }, 'cache refresh failed');
+    await write((c) => ({ ...(c ?? { tasks: [] }), refreshing: undefined, message }));
+    return { requeueAfter: REFRESH_RETRY_MS };
+  }
+}
+
+/**
+ * Deletes the resource's tasks from every peer that holds them (spec.evictOnDelete). Returns when to look again
+ * while the delete_task jobs run; undefined once they ended (or `graceMs` after the deletion, whatever the manager
+ * says: a deletion must not hang on an unreachable manager).
+ */
+export async function evictTasks(
+  deps: CacheDeps,
+  obj: ModelPreheat,
+  spec: ModelPreheatSpec,
+  rc: ReconcileContext,
+  graceMs: number,
+): Promise<ReconcileResult | undefined> {
+  const tasks = (obj.status?.tasks ?? []).slice(0, 100);
+  if (tasks.length === 0) return undefined;
+  const waited = Date.now() - Date.parse(obj.metadata.deletionTimestamp!);
+  try {
+    const client = await clientOf(deps, obj, spec, rc.signal);
+    const jobs = obj.status?.evictionJobs;
+    if (!jobs) {
+      const bio = `peerload ${obj.metadata.namespace}/${obj.metadata.name} uid=${obj.metadata.uid} evict`;
+      const created: { taskID: string; jobID: number }[] = [];
+      for (const t of tasks) {
+        const job = await client.createDeleteTaskJob({
+          taskID: t.taskID,
+          schedulerClusterIDs: spec.schedulerClusterIDs,
+          bio,
+        });
+        created.push({ taskID: t.taskID, jobID: job.id });
+      }
+      await deps.writeStatus(obj, (s) => ({ ...s, evictionJobs: created }), rc.signal);
+      return { requeueAfter: deps.ctx.config.pollBackoffStart };
+    }
+    const done = await finished(client, jobs);
+    if (!done) {
+      if (waited < graceMs) return { requeueAfter: deps.ctx.config.pollBackoffStart };
+      deps.ctx.events.record(
+        obj,
+        'Warning',
+        'EvictionAbandoned',
+        `delete_task jobs still running after ${Math.round(graceMs / 1000)}s; the peers may keep the tasks`,
+      );
+      return undefined;
+    }
+    let deleted = 0;
+    const failures: string[] = [];
+    for (const d of done) {
+      if (d.error) failures.push(d.error);
+      else if (d.job!.state === 'FAILURE') failures.push(`job ${d.job!.id}: ${failureWords(d.job!)}`);
+      else {
+        const { success, failure } = jobPeerTasks(d.job!);
+        deleted += new Set(success.map((t) => t.ip)).size;
+        // The scheduler may hold two peers of one host for a task (the preheat's and a proxy download's): the
+        // first delete removes the file, the second answers "not found". Gone is what was asked for.
+        const deletedIPs = new Set(success.map((t) => t.ip));
+        failures.push(
+          ...failure
+            .filter((f) => !deletedIPs.has(f.ip) && !/not found/i.test(f.description ?? ''))
+            .map((f) => `${f.ip ?? f.hostname}: ${f.description ?? 'failed'}`),
+        );
+      }
+    }
+    if (failures.length === 0)
+      deps.ctx.events.record(
+        obj,
+        'Normal',
+        'TasksEvicted',
+        `deleted ${done.length} task(s) from ${deleted} peer(s)`,
+      );
+    else
+      deps.ctx.events.record(
+        obj,
+        'Warning',
+        'EvictionFailed',
+        redact(`deleted from ${deleted} peer(s); ${failures.slice(0, 3).join('; ')}`).slice(0, 1000),
+      );
+    return undefined;
+  } catch (err) {
+    if (waited < graceMs) throw err;
+    deps.ctx.events.record(
+      obj,
+      'Warning',
+      'EvictionAbandoned',
+      `could not evict the tasks within ${Math.round(graceMs / 1000)}s: ${redact((err as Error).message)}`.slice(
+        0,
+        1000,
+      ),
+    );
+    return undefined;
+  }
+}
+
+function failureWords(job: ManagerJob): string {
+  const { errors, failure } = jobPeerTasks(job);
+  return (
+    [...errors, ...failure.map((f) => f.description ?? '')].filter(Boolean).join('; ') || 'no reason given'
+  );
+}

@@ -1,0 +1,349 @@
+/**
+ * Node-targeted preheat, scale-out warm-up and the cache lifecycle on the REAL Dragonfly network (manager and
+ * scheduler v2.5.1, dfdaemon 1.4.2: a seed peer and three node peers on their own 127.0.0.x addresses), with MinIO
+ * behind a counting proxy as the origin and emulated model-server replicas, each downloading through the peer of
+ * "its node" (a Node object whose InternalIP is that peer's address, named by the EndpointSlice's nodeName):
+ *   - a ServedModel with preheat.create preheats exactly its replicas' nodes (scope all_peers, ips), and every
+ *     replica's download is a local hit (the daemon says X-Dragonfly-Task-Download-Finished); the origin serves
+ *     the object once;
+ *   - a pod scheduled on a new node (not ready yet) gets its node preheated at once, in a job naming that node
+ *     alone (a node is never preheated twice for the same content), and is a local hit once ready;
+ *   - status.cache lists the peers that hold the task (a get_task job), on demand;
+ *   - evictOnDelete deletes the task from the network (a delete_task job): the next download goes to the origin.
+ */
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import * as k8s from '@kubernetes/client-node';
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { ProxyAgent, request } from 'undici';
+import { createNamespace, kubeConfig, waitFor } from '../support/kube.ts';
+import { ServiceEndpoints, loopbackDispatcher } from '../support/endpointslices.ts';
+import { startCountingProxy, type CountingProxy } from '../support/counting-proxy.ts';
+import { ROOT_USER, startDragonfly, type Dragonfly, type DragonflyPeer } from '../support/dragonfly.ts';
+import { startMinIO, type MinIO } from '../support/minio.ts';
+import { buildLargeModelArchive, buildModelArchive } from '../support/model-archive.ts';
+import { startModelServerFleet, type ModelServerFleet } from '../support/modelserver-emulator.ts';
+import { startManager, type RunningManager } from '../support/runtime-harness.ts';
+import { createServedModelController } from '../../src/controllers/servedmodel.ts';
+import { modelPreheatController } from '../../src/controllers/modelpreheat.ts';
+import { signObjectURL } from '../../src/storage/sign.ts';
+import type { ModelPreheat, ServedModel } from '../../src/api/index.ts';
+
+const GROUP = 'peerload.io';
+const VERSION = 'v1alpha1';
+const BUCKET = 'models';
+const SM_KEY = 'nodes/tiny.mar';
+const EVICT_KEY = 'nodes/evict.mar';
+
+let kc: k8s.KubeConfig;
+let custom: k8s.CustomObjectsApi;
+let core: k8s.CoreV1Api;
+let ns: string;
+let work: string;
+let network: Dragonfly;
+let minio: MinIO;
+let origin: CountingProxy;
+let fleets: ModelServerFleet[] = [];
+let svc: ServiceEndpoints;
+let operator: RunningManager;
+let size: number;
+let jwt: string;
+
+beforeAll(async () => {
+  kc = kubeConfig(inject('kubeconfigPath'));
+  custom = kc.makeApiClient(k8s.CustomObjectsApi);
+  core = kc.makeApiClient(k8s.CoreV1Api);
+  ns = await createNamespace(kc, 'node-preheat');
+  work = await mkdtemp(join(tmpdir(), 'peerload-node-preheat-'));
+
+  network = await startDragonfly({ nodePeers: 3 });
+  jwt = await network.signIn();
+  minio = await startMinIO();
+  await minio.createBucket(BUCKET);
+  origin = await startCountingProxy(minio.endpoint);
+  // Larger than 4 MiB: dfdaemon 1.4 fetches smaller content straight from the origin, without the scheduler.
+  const base = await buildModelArchive(work, { modelName: 'tiny-base' });
+  const archive = await buildLargeModelArchive(base, work, 'tiny', 6 << 20);
+  const bytes = await readFile(archive.path);
+  size = bytes.length;
+  await minio.putObject(BUCKET, SM_KEY, bytes);
+  await minio.putObject(BUCKET, EVICT_KEY, bytes);
+
+  // One emulated replica per node, each downloading through its own node's peer, with URLs signed at another
+  // moment than the preheat's (the filter makes the task ids equal).
+  const location = { ...minio.location(BUCKET), endpoint: origin.url };
+  const { url } = await signObjectURL(location, SM_KEY, minio.credentials(), {
+    now: new Date(Date.now() - 60_000),
+    expiresSeconds: 3600,
+  });
+  fleets = await Promise.all(
+    network.peers.map((peer) =>
+      startModelServerFleet(1, {
+        proxyURL: peer.proxyURL,
+        objectURL: () => url,
+        workerStartMs: 50,
+        modelVersion: '1.0',
+      }),
+    ),
+  );
+  for (const [i, peer] of network.peers.entries())
+    await ServiceEndpoints.createNode(kc, `${ns}-node-${i}`, peer.ip);
+  await core.createNamespacedSecret({
+    namespace: ns,
+    body: {
+      metadata: { name: 's3-credentials' },
+      stringData: { access_key: minio.accessKey, secret_key: minio.secretKey },
+    },
+  });
+  await core.createNamespacedSecret({
+    namespace: ns,
+    body: {
+      metadata: { name: 'manager-user' },
+      stringData: { username: ROOT_USER.name, password: ROOT_USER.password },
+    },
+  });
+  svc = new ServiceEndpoints(kc, ns, 'models');
+  await svc.add('pod-0', fleets[0]!.urls[0]!, true, `${ns}-node-0`);
+  await svc.add('pod-1', fleets[1]!.urls[0]!, true, `${ns}-node-1`);
+
+  operator = await startManager(
+    kc,
+    [
+      '--no-leader-elect',
+      '--manager-url',
+      network.managerURL,
+      '--poll-backoff-start',
+      '1s',
+      '--poll-backoff-max',
+      '5s',
+    ],
+    [modelPreheatController, (ctx) => createServedModelController(ctx, { dispatcher: loopbackDispatcher() })],
+  );
+}, 1_800_000);
+
+afterAll(async () => {
+  await operator?.stop();
+  for (const i of [0, 1, 2]) await core.deleteNode({ name: `${ns}-node-${i}` }).catch(() => undefined);
+  await Promise.allSettled([...fleets.map((f) => f.close()), origin?.close(), minio?.stop()]);
+  await network?.stop();
+  if (work) await rm(work, { recursive: true, force: true });
+});
+
+const get = <T>(plural: string, name: string) =>
+  custom.getNamespacedCustomObject({
+    group: GROUP,
+    version: VERSION,
+    namespace: ns,
+    plural,
+    name,
+  }) as Promise<T>;
+const storageLocation = () => ({
+  type: 's3',
+  bucket: BUCKET,
+  endpoint: origin.url,
+  pathStyle: true,
+  region: minio.region,
+  credentialsSecretRef: { name: 's3-credentials' },
+});
+const manager = () => ({ url: network.managerURL, signInSecretRef: { name: 'manager-user' } });
+
+/** The manager's own record of a job (its args as the manager stored them). */
+async function managerJob(id: number): Promise<{ args: { ips?: string[] | null; scope?: string } }> {
+  const res = await fetch(`${network.managerURL}/api/v1/jobs/${id}`, {
+    headers: { authorization: `Bearer ${jwt}` },
+  });
+  return (await res.json()) as { args: { ips?: string[] | null; scope?: string } };
+}
+
+/** Downloads `url` through a peer's proxy as the plugin does; says whether it was a local hit. */
+async function download(peer: DragonflyPeer, url: string): Promise<{ localHit: boolean; bytes: number }> {
+  const agent = new ProxyAgent(peer.proxyURL);
+  try {
+    const res = await request(url, { dispatcher: agent, headers: { 'X-Dragonfly-Use-P2P': 'true' } });
+    const body = Buffer.from(await res.body.arrayBuffer());
+    return { localHit: res.headers['x-dragonfly-task-download-finished'] === 'true', bytes: body.length };
+  } finally {
+    await agent.close();
+  }
+}
+
+describe('node-targeted preheat on the real network', () => {
+  it('preheats the peers of the replicas’ nodes: every download is a local hit, the origin serves once', async () => {
+    await custom.createNamespacedCustomObject({
+      group: GROUP,
+      version: VERSION,
+      namespace: ns,
+      plural: 'servedmodels',
+      body: {
+        apiVersion: `${GROUP}/${VERSION}`,
+        kind: 'ServedModel',
+        metadata: { name: 'tiny' },
+        spec: {
+          modelName: 'tiny',
+          fileName: SM_KEY,
+          modelServer: { service: { name: 'models' } },
+          preheat: { create: true, objectStorage: storageLocation(), manager: manager() },
+        },
+      },
+    });
+    const sm = await waitFor(
+      'tiny Ready 2/2',
+      async () => {
+        const o = await get<ServedModel>('servedmodels', 'tiny');
+        return o.status?.ready === '2/2' &&
+          o.status.conditions?.find((c) => c.type === 'Ready')?.status === 'True'
+          ? o
+          : undefined;
+      },
+      { timeoutMs: 300_000, intervalMs: 1000 },
+    );
+    const [p0, p1] = network.peers;
+    const preheat = await get<ModelPreheat>('modelpreheats', 'tiny-preheat');
+    expect(preheat.spec.scope).toBe('all_peers');
+    expect(preheat.spec.targets?.ips).toEqual([p0!.ip, p1!.ip].sort());
+    expect(preheat.status?.peers?.map((p) => [p.ip, p.state]).sort()).toEqual(
+      [
+        [p0!.ip, 'Preheated'],
+        [p1!.ip, 'Preheated'],
+      ].sort(),
+    );
+    expect((await managerJob(preheat.status!.jobID!)).args.ips?.sort()).toEqual([p0!.ip, p1!.ip].sort());
+    // Each replica's download was a hit on its own node's peer; the nodes are in status.
+    expect(sm!.status!.replicas!.map((r) => [r.nodeIP, r.localHit]).sort()).toEqual(
+      [
+        [p0!.ip, true],
+        [p1!.ip, true],
+      ].sort(),
+    );
+    // One download from the origin (the network's), and no more: a local hit does not even probe it.
+    expect(origin.bytesServed(SM_KEY)).toBeGreaterThanOrEqual(size);
+    expect(origin.bytesServed(SM_KEY)).toBeLessThan(2 * size);
+  });
+
+  it('warms up the node of a pod that is scheduled but not ready, in a job naming that node alone', async () => {
+    const p2 = network.peers[2]!;
+    const before = origin.bytesServed(SM_KEY);
+    await svc.add('pod-2', fleets[2]!.urls[0]!, false, `${ns}-node-2`);
+    const warmed = await waitFor(
+      'node 2 preheated',
+      async () => {
+        const o = await get<ModelPreheat>('modelpreheats', 'tiny-preheat');
+        return o.status?.peers?.find((p) => p.ip === p2.ip && p.state === 'Preheated') ? o : undefined;
+      },
+      { timeoutMs: 180_000, intervalMs: 1000 },
+    );
+    // The new job named node 2 only: nodes 0 and 1 hold the content already.
+    expect((await managerJob(warmed!.status!.jobID!)).args.ips).toEqual([p2.ip]);
+    // No replica of it yet: the pod is not ready.
+    expect((await get<ServedModel>('servedmodels', 'tiny')).status?.ready).toBe('2/2');
+
+    await svc.setReady('pod-2', true);
+    const sm = await waitFor(
+      'tiny Ready 3/3',
+      async () => {
+        const o = await get<ServedModel>('servedmodels', 'tiny');
+        return o.status?.ready === '3/3' &&
+          o.status.conditions?.find((c) => c.type === 'Ready')?.status === 'True'
+          ? o
+          : undefined;
+      },
+      { timeoutMs: 120_000, intervalMs: 1000 },
+    );
+    expect(sm!.status!.replicas!.find((r) => r.nodeIP === p2.ip)?.localHit).toBe(true);
+    // Node 2's peer got the model from the other peers, not from the origin.
+    expect(origin.bytesServed(SM_KEY) - before).toBeLessThan(size);
+  });
+
+  it('status.cache lists the peers that hold the task, on demand', async () => {
+    await custom.patchNamespacedCustomObject(
+      {
+        group: GROUP,
+        version: VERSION,
+        namespace: ns,
+        plural: 'modelpreheats',
+        name: 'tiny-preheat',
+        body: { metadata: { annotations: { 'peerload.io/refresh-cache': 'now' } } },
+      },
+      k8s.setHeaderOptions('Content-Type', k8s.PatchStrategy.MergePatch),
+    );
+    const preheat = await waitFor(
+      'cache observed',
+      async () => {
+        const o = await get<ModelPreheat>('modelpreheats', 'tiny-preheat');
+        return o.status?.cache?.observedAt && o.status.cache.requested === 'now' ? o : undefined;
+      },
+      { timeoutMs: 180_000, intervalMs: 1000 },
+    );
+    const task = preheat!.status!.cache!.tasks[0]!;
+    expect(task.taskID).toBe(preheat!.status!.tasks![0]!.taskID);
+    const holders = task.peers.filter((p) => p.finished).map((p) => p.ip);
+    for (const peer of network.peers) expect(holders).toContain(peer.ip);
+    expect(task.peerCount).toBeGreaterThanOrEqual(3);
+    // The ServedModel shows the same.
+    await waitFor(
+      'ServedModel cache',
+      async () => (await get<ServedModel>('servedmodels', 'tiny')).status?.cache?.observedAt,
+      {
+        timeoutMs: 30_000,
+      },
+    );
+  });
+
+  it('evictOnDelete deletes the task from the network: the next download goes to the origin', async () => {
+    const p0 = network.peers[0]!;
+    await custom.createNamespacedCustomObject({
+      group: GROUP,
+      version: VERSION,
+      namespace: ns,
+      plural: 'modelpreheats',
+      body: {
+        apiVersion: `${GROUP}/${VERSION}`,
+        kind: 'ModelPreheat',
+        metadata: { name: 'evict' },
+        spec: {
+          type: 'file',
+          objectStorage: { ...storageLocation(), keys: [EVICT_KEY] },
+          scope: 'all_peers',
+          targets: { ips: [p0.ip] },
+          evictOnDelete: true,
+          manager: manager(),
+        },
+      },
+    });
+    await waitFor(
+      'evict preheated',
+      async () => (await get<ModelPreheat>('modelpreheats', 'evict')).status?.state === 'SUCCESS',
+      { timeoutMs: 180_000, intervalMs: 1000 },
+    );
+    const location = { ...minio.location(BUCKET), endpoint: origin.url };
+    const { url } = await signObjectURL(location, EVICT_KEY, minio.credentials(), { expiresSeconds: 600 });
+    expect((await download(p0, url)).localHit).toBe(true);
+
+    await custom.deleteNamespacedCustomObject({
+      group: GROUP,
+      version: VERSION,
+      namespace: ns,
+      plural: 'modelpreheats',
+      name: 'evict',
+    });
+    await waitFor(
+      'evict gone',
+      async () =>
+        get<ModelPreheat>('modelpreheats', 'evict').then(
+          () => false,
+          () => true,
+        ),
+      { timeoutMs: 180_000, intervalMs: 1000 },
+    );
+    const events = await core.listNamespacedEvent({
+      namespace: ns,
+      fieldSelector: 'involvedObject.name=evict',
+    });
+    expect(events.items.map((e) => e.reason)).toContain('TasksEvicted');
+    const before = origin.bytesServed(EVICT_KEY);
+    const after = await download(p0, url);
+    expect(after).toEqual({ localHit: false, bytes: size });
+    expect(origin.bytesServed(EVICT_KEY) - before).toBeGreaterThanOrEqual(size);
+  });
+});
