@@ -52,8 +52,12 @@ const RESERVED_HEADERS = new Set([
   'proxy-connection',
   'x-dragonfly-filter',
   'x-dragonfly-filtered-query-params',
+  'x-dragonfly-output-path',
+  'x-dragonfly-force-hard-link',
 ]);
-const TOP_LEVEL = ['addr', 'header', 'filter', 'object_storage', 'daemon_version'];
+const TOP_LEVEL = ['addr', 'header', 'filter', 'object_storage', 'daemon_version', 'hard_link_dir'];
+/** `${NAME}` in hard_link_dir, replaced from the model server's environment by the plugin. */
+const ENV_REF = /\$\{[A-Za-z_][A-Za-z0-9_]*\}/g;
 const STORAGE_FIELDS: Record<string, { required: string[]; optional: string[] }> = {
   s3: {
     required: ['type', 'bucket_name', 'access_key', 'secret_key'],
@@ -155,6 +159,22 @@ export function parsePluginConfig(text: string, source: string): PluginConfig {
     rule =
       taskIdRule(str(root.daemon_version, 'daemon_version')) ??
       fail(`field "daemon_version" ${DAEMON_VERSION_HINT}`);
+  }
+
+  if (given(root, 'hard_link_dir')) {
+    // The plugin fills ${NAME} from TorchServe's environment, which a check does not have: the rest is checked.
+    const dir = str(root.hard_link_dir, 'hard_link_dir').replace(ENV_REF, 'x');
+    if (dir.includes('${'))
+      fail(
+        'field "hard_link_dir": only ${NAME} (letters, digits, \'_\') can be replaced from the environment',
+      );
+    if (!dir.startsWith('/'))
+      fail(
+        'field "hard_link_dir" must be an absolute path: the model store\'s directory as the peer daemon sees it (the same path when both pods mount the node volume at the same place)',
+      );
+    if (/\p{Cc}/u.test(dir)) fail('field "hard_link_dir" must not contain control characters');
+    if (dir.split('/').some((seg) => seg === '.' || seg === '..'))
+      fail("field \"hard_link_dir\" must not contain '.' or '..' segments");
   }
 
   if (!given(root, 'object_storage')) fail('field "object_storage" is required');
