@@ -138,16 +138,7 @@ export async function cacheStep(
     if (!due)
       return intervalMs && observed !== undefined ? { requeueAfter: observed + intervalMs - now } : undefined;
 
-    const bio = `peerload ${obj.metadata.namespace}/${obj.metadata.name} uid=${obj.metadata.uid} cache`;
-    const refreshing: { taskID: string; jobID: number }[] = [];
-    for (const t of tasks) {
-      const job = await client.createGetTaskJob({
-        taskID: t.taskID,
-        schedulerClusterIDs: spec.schedulerClusterIDs,
-        bio,
-      });
-      refreshing.push({ taskID: t.taskID, jobID: job.id });
-    }
+    const refreshing = await createTaskJobs(client, 'get_task', obj, spec, tasks);
     await write((c) => ({
       ...(c ?? { tasks: [] }),
       refreshing,
@@ -181,16 +172,7 @@ export async function evictTasks(
     const client = await clientOf(deps, obj, spec, rc.signal);
     const jobs = obj.status?.evictionJobs;
     if (!jobs) {
-      const bio = `peerload ${obj.metadata.namespace}/${obj.metadata.name} uid=${obj.metadata.uid} evict`;
-      const created: { taskID: string; jobID: number }[] = [];
-      for (const t of tasks) {
-        const job = await client.createDeleteTaskJob({
-          taskID: t.taskID,
-          schedulerClusterIDs: spec.schedulerClusterIDs,
-          bio,
-        });
-        created.push({ taskID: t.taskID, jobID: job.id });
-      }
+      const created = await createTaskJobs(client, 'delete_task', obj, spec, tasks);
       await deps.writeStatus(obj, (s) => ({ ...s, evictionJobs: created }), rc.signal);
       return { requeueAfter: deps.ctx.config.pollBackoffStart };
     }
@@ -251,6 +233,24 @@ export async function evictTasks(
     );
     return undefined;
   }
+}
+
+/** One get_task or delete_task job per task, each carrying the resource in its `bio` to be traced. */
+async function createTaskJobs(
+  client: ManagerClient,
+  type: 'get_task' | 'delete_task',
+  obj: ModelPreheat,
+  spec: ModelPreheatSpec,
+  tasks: { taskID: string }[],
+): Promise<{ taskID: string; jobID: number }[]> {
+  const bio = `peerload ${obj.metadata.namespace}/${obj.metadata.name} uid=${obj.metadata.uid} ${type}`;
+  const created: { taskID: string; jobID: number }[] = [];
+  for (const t of tasks) {
+    const req = { taskID: t.taskID, schedulerClusterIDs: spec.schedulerClusterIDs, bio };
+    const job = await (type === 'get_task' ? client.createGetTaskJob(req) : client.createDeleteTaskJob(req));
+    created.push({ taskID: t.taskID, jobID: job.id });
+  }
+  return created;
 }
 
 function failureWords(job: ManagerJob): string {
