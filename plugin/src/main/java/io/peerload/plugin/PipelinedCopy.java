@@ -66,7 +66,7 @@ final class PipelinedCopy {
    * end. Returns the bytes received; read failures are the network's (502), write failures the disk's (IOException,
    * 500).
    */
-  long copy(ProxyDownloader.Body body, long expected, String proxyName, String what)
+  long copy(ResponseBody body, long expected, String proxyName, String what)
       throws PluginException, IOException {
     ByteBuffer[] buffers = new ByteBuffer[BUFFERS];
     for (int i = 0; i < BUFFERS; i++) {
@@ -94,7 +94,7 @@ final class PipelinedCopy {
             n = body.read(buf);
           } catch (IOException e) {
             throwWriteFailure(); // a failed writer cancelled this read: its error is the one to report
-            throw ProxyDownloader.readFailure(e, total, proxyName, what);
+            throw DownloadFailures.readFailure(e, total, proxyName, what);
           }
           if (n < 0) {
             end = true;

@@ -1,10 +1,14 @@
 package io.peerload.plugin;
 
+import static io.peerload.plugin.ConfigFields.hasControl;
+import static io.peerload.plugin.ConfigFields.primitiveString;
+import static io.peerload.plugin.ConfigFields.setOf;
+import static io.peerload.plugin.ConfigFields.string;
+
 import com.google.gson.JsonElement;
 import com.google.gson.JsonObject;
 import com.google.gson.JsonParseException;
 import com.google.gson.JsonParser;
-import com.google.gson.JsonPrimitive;
 import com.google.gson.JsonSyntaxException;
 import com.google.gson.Strictness;
 import com.google.gson.stream.JsonReader;
@@ -12,14 +16,9 @@ import com.google.gson.stream.JsonToken;
 import java.io.IOException;
 import java.io.StringReader;
 import java.net.URI;
-import java.net.URISyntaxException;
-import java.nio.charset.StandardCharsets;
-import java.nio.file.Files;
 import java.nio.file.Path;
-import java.security.GeneralSecurityException;
 import java.util.ArrayList;
 import java.util.Arrays;
-import java.util.Base64;
 import java.util.Collections;
 import java.util.HashSet;
 import java.util.LinkedHashMap;
@@ -31,7 +30,9 @@ import java.util.regex.Pattern;
 
 /**
  * The plugin configuration file of seed 2.2, parsed and validated. Every error names the offending field; no error
- * or {@link #toString()} ever contains a credential.
+ * or {@link #toString()} ever contains a credential. The top level (addr, header, filter, daemon_version) is read
+ * here; {@link ObjectStorageConfig} reads {@code object_storage}, {@link HardLinkDir} {@code hard_link_dir},
+ * {@link ConfigUrls} the URLs and {@link ConfigFields} the typed fields.
  */
 public final class PluginConfig {
   public static final String DEFAULT_ADDR = "http://127.0.0.1:4001";
@@ -63,21 +64,6 @@ public final class PluginConfig {
               USE_P2P_HEADER.toLowerCase(Locale.ROOT)));
 
   private static final Set<String> TOP_LEVEL = setOf("addr", "header", "filter", "object_storage", "daemon_version", "hard_link_dir");
-  /** {@code ${NAME}} in {@code hard_link_dir}: the per-pod part of a node volume's path (a pod name, say). */
-  private static final Pattern ENV_REF = Pattern.compile("\\$\\{([A-Za-z_][A-Za-z0-9_]*)\\}");
-  private static final Map<String, Set<String>> REQUIRED = new LinkedHashMap<>();
-  private static final Map<String, Set<String>> OPTIONAL = new LinkedHashMap<>();
-
-  static {
-    REQUIRED.put("s3", setOf("type", "bucket_name", "access_key", "secret_key"));
-    OPTIONAL.put("s3", setOf("region", "endpoint", "path_style", "session_token"));
-    REQUIRED.put("oss", setOf("type", "bucket_name", "endpoint", "access_key_id", "access_key_secret"));
-    OPTIONAL.put("oss", setOf());
-    REQUIRED.put("gcs", setOf("type", "bucket_name", "project_id", "service_account_path"));
-    OPTIONAL.put("gcs", setOf("endpoint"));
-    REQUIRED.put("abs", setOf("type", "account_name", "account_key", "container_name"));
-    OPTIONAL.put("abs", setOf("endpoint"));
-  }
 
   private final URI addr;
   private final Map<String, String> headers;
@@ -183,8 +169,40 @@ public final class PluginConfig {
       }
     }
 
-    URI addr = parseAddr(o.has("addr") && !o.get("addr").isJsonNull() ? string(o, "addr", source) : DEFAULT_ADDR, source);
+    URI addr = ConfigUrls.parseAddr(o.has("addr") && !o.get("addr").isJsonNull() ? string(o, "addr", source) : DEFAULT_ADDR, source);
 
+    Map<String, String> headers = parseHeaders(o, source);
+    List<String> filter = parseFilter(o, source);
+
+    TaskId.Rule rule = TaskId.DEFAULT_RULE;
+    if (o.has("daemon_version") && !o.get("daemon_version").isJsonNull()) {
+      rule = TaskId.Rule.forVersion(string(o, "daemon_version", source));
+      if (rule == null) {
+        throw new ConfigException(source + ": field \"daemon_version\" must be \"1.4\", \"1.5.3+\" or the peer "
+            + "daemon's (dragonfly-client) version such as 1.4.2 or v1.5.3");
+      }
+    }
+
+    String hardLinkDir = null;
+    if (o.has("hard_link_dir") && !o.get("hard_link_dir").isJsonNull()) {
+      hardLinkDir = HardLinkDir.parse(string(o, "hard_link_dir", source), env, source);
+    }
+
+    if (!o.has("object_storage") || o.get("object_storage").isJsonNull()) {
+      throw new ConfigException(source + ": field \"object_storage\" is required");
+    }
+    if (!o.get("object_storage").isJsonObject()) {
+      throw new ConfigException(source + ": field \"object_storage\" must be an object");
+    }
+    ObjectStorage storage = ObjectStorageConfig.parse(o.getAsJsonObject("object_storage"), source, baseDir);
+    boolean configured = filter != null;
+    return new PluginConfig(
+        addr, headers, configured ? filter : new ArrayList<>(storage.defaultFilter()), configured, storage, rule,
+        hardLinkDir);
+  }
+
+  /** {@code header}: names that are HTTP tokens and not the plugin's own, values without CR, LF or NUL. */
+  private static Map<String, String> parseHeaders(JsonObject o, String source) throws ConfigException {
     Map<String, String> headers = new LinkedHashMap<>();
     if (o.has("header") && !o.get("header").isJsonNull()) {
       JsonElement h = o.get("header");
@@ -215,7 +233,11 @@ public final class PluginConfig {
         headers.put(name, value);
       }
     }
+    return headers;
+  }
 
+  /** {@code filter}: the query parameter names, deduplicated; null when not configured. */
+  private static List<String> parseFilter(JsonObject o, String source) throws ConfigException {
     List<String> filter = null;
     if (o.has("filter") && !o.get("filter").isJsonNull()) {
       JsonElement f = o.get("filter");
@@ -236,279 +258,7 @@ public final class PluginConfig {
         }
       }
     }
-
-    TaskId.Rule rule = TaskId.DEFAULT_RULE;
-    if (o.has("daemon_version") && !o.get("daemon_version").isJsonNull()) {
-      rule = TaskId.Rule.forVersion(string(o, "daemon_version", source));
-      if (rule == null) {
-        throw new ConfigException(source + ": field \"daemon_version\" must be \"1.4\", \"1.5.3+\" or the peer "
-            + "daemon's (dragonfly-client) version such as 1.4.2 or v1.5.3");
-      }
-    }
-
-    String hardLinkDir = null;
-    if (o.has("hard_link_dir") && !o.get("hard_link_dir").isJsonNull()) {
-      hardLinkDir = hardLinkDir(string(o, "hard_link_dir", source), env, source);
-    }
-
-    if (!o.has("object_storage") || o.get("object_storage").isJsonNull()) {
-      throw new ConfigException(source + ": field \"object_storage\" is required");
-    }
-    if (!o.get("object_storage").isJsonObject()) {
-      throw new ConfigException(source + ": field \"object_storage\" must be an object");
-    }
-    ObjectStorage storage = parseStorage(o.getAsJsonObject("object_storage"), source, baseDir);
-    boolean configured = filter != null;
-    return new PluginConfig(
-        addr, headers, configured ? filter : new ArrayList<>(storage.defaultFilter()), configured, storage, rule,
-        hardLinkDir);
-  }
-
-  /**
-   * Validates {@code hard_link_dir} and replaces its {@code ${NAME}}s. The daemon needs an absolute path (it
-   * resolves nothing), and the path ends up in a request header, so no control characters.
-   */
-  static String hardLinkDir(String raw, Map<String, String> env, String source) throws ConfigException {
-    String field = source + ": field \"hard_link_dir\"";
-    java.util.regex.Matcher m = ENV_REF.matcher(raw);
-    StringBuilder b = new StringBuilder();
-    while (m.find()) {
-      String value = env.get(m.group(1));
-      if (value == null || value.isEmpty()) {
-        throw new ConfigException(field + " uses ${" + m.group(1) + "}, which is not set in the model server's "
-            + "environment: set it (e.g. from the pod's metadata.name) or write the path out");
-      }
-      m.appendReplacement(b, java.util.regex.Matcher.quoteReplacement(value));
-    }
-    m.appendTail(b);
-    String dir = b.toString();
-    if (dir.contains("${")) {
-      throw new ConfigException(field + ": only ${NAME} (letters, digits, '_') can be replaced from the environment");
-    }
-    if (!dir.startsWith("/")) {
-      throw new ConfigException(field + " must be an absolute path: the model store's directory as the peer daemon "
-          + "sees it (the same path when both pods mount the node volume at the same place)");
-    }
-    if (hasControl(dir)) {
-      throw new ConfigException(field + " must not contain control characters");
-    }
-    for (String segment : dir.split("/")) {
-      if (segment.equals(".") || segment.equals("..")) {
-        throw new ConfigException(field + " must not contain '.' or '..' segments");
-      }
-    }
-    return dir.length() > 1 && dir.endsWith("/") ? dir.substring(0, dir.length() - 1) : dir;
-  }
-
-  private static ObjectStorage parseStorage(JsonObject s, String source, Path baseDir) throws ConfigException {
-    if (!s.has("type")) {
-      throw new ConfigException(source + ": field \"object_storage.type\" is required (s3, oss, gcs or abs)");
-    }
-    String type = primitiveString(s.get("type"), "object_storage.type", source);
-    if (!REQUIRED.containsKey(type)) {
-      throw new ConfigException(source + ": field \"object_storage.type\" must be one of s3, oss, gcs, abs");
-    }
-    Set<String> required = REQUIRED.get(type);
-    Set<String> optional = OPTIONAL.get(type);
-    for (String k : s.keySet()) {
-      if (!required.contains(k) && !optional.contains(k)) {
-        throw new ConfigException(
-            source + ": field \"object_storage." + k + "\" is not a field of object storage type " + type
-                + " (expected " + String.join(", ", required) + (optional.isEmpty() ? "" : "; optional " + String.join(", ", optional)) + ")");
-      }
-    }
-    Map<String, String> v = new LinkedHashMap<>();
-    for (String k : required) {
-      String field = "object_storage." + k;
-      if (!s.has(k) || s.get(k).isJsonNull()) {
-        throw new ConfigException(source + ": field \"" + field + "\" is required for object storage type " + type);
-      }
-      String value = primitiveString(s.get(k), field, source);
-      if (value.trim().isEmpty()) {
-        throw new ConfigException(source + ": field \"" + field + "\" must not be empty");
-      }
-      v.put(k, value.trim());
-    }
-    for (String k : optional) {
-      if (s.has(k) && !s.get(k).isJsonNull()) {
-        v.put(k, primitiveString(s.get(k), "object_storage." + k, source).trim());
-      }
-    }
-    if (v.containsKey("bucket_name")) {
-      checkName(v.get("bucket_name"), "object_storage.bucket_name", source);
-    }
-    switch (type) {
-      case "s3":
-        {
-          String endpoint = v.containsKey("endpoint") && !v.get("endpoint").isEmpty()
-              ? baseUrl(v.get("endpoint"), "object_storage.endpoint", source, false) : null;
-          boolean pathStyle = false;
-          if (v.containsKey("path_style")) {
-            String p = v.get("path_style").toLowerCase(Locale.ROOT);
-            if (!p.equals("true") && !p.equals("false")) {
-              throw new ConfigException(source + ": field \"object_storage.path_style\" must be true or false");
-            }
-            pathStyle = p.equals("true");
-            if (pathStyle && endpoint == null) {
-              throw new ConfigException(source + ": field \"object_storage.path_style\" needs object_storage.endpoint");
-            }
-          }
-          String region = v.getOrDefault("region", "");
-          if (!region.isEmpty() && !region.matches("[a-z0-9-]{1,64}")) {
-            throw new ConfigException(source + ": field \"object_storage.region\" must look like us-east-1");
-          }
-          return new S3Storage(v.get("bucket_name"), region, v.get("access_key"), v.get("secret_key"),
-              v.get("session_token"), endpoint, pathStyle);
-        }
-      case "oss":
-        {
-          String e = v.get("endpoint");
-          String endpoint = baseUrl(e.contains("://") ? e : "https://" + e, "object_storage.endpoint", source, false);
-          return new OssStorage(v.get("bucket_name"), endpoint, v.get("access_key_id"), v.get("access_key_secret"));
-        }
-      case "gcs":
-        {
-          String endpoint = v.containsKey("endpoint") && !v.get("endpoint").isEmpty()
-              ? baseUrl(v.get("endpoint"), "object_storage.endpoint", source, false) : null;
-          Path sa = baseDir.resolve(v.get("service_account_path"));
-          String text;
-          try {
-            text = new String(Files.readAllBytes(sa), StandardCharsets.UTF_8);
-          } catch (IOException e) {
-            throw new ConfigException(source + ": field \"object_storage.service_account_path\": cannot read " + sa
-                + " (" + e.getClass().getSimpleName() + ")");
-          }
-          String where = source + ": service account file " + sa;
-          JsonObject key;
-          try {
-            JsonElement parsed = JsonParser.parseString(text);
-            if (!parsed.isJsonObject()) {
-              throw new ConfigException(where + " must be a JSON object");
-            }
-            key = parsed.getAsJsonObject();
-          } catch (JsonParseException e) {
-            throw new ConfigException(where + " is not valid JSON (field \"object_storage.service_account_path\")");
-          }
-          if (!key.has("client_email") || !key.get("client_email").isJsonPrimitive()) {
-            throw new ConfigException(where + ": field \"client_email\" is required");
-          }
-          if (!key.has("private_key") || !key.get("private_key").isJsonPrimitive()) {
-            throw new ConfigException(where + ": field \"private_key\" is required");
-          }
-          try {
-            return new GcsStorage(v.get("bucket_name"), v.get("project_id"), key.get("client_email").getAsString(),
-                GcsStorage.parsePrivateKey(key.get("private_key").getAsString()), endpoint);
-          } catch (GeneralSecurityException | IllegalArgumentException e) {
-            throw new ConfigException(where + ": field \"private_key\" is not a PKCS#8 RSA private key in PEM");
-          }
-        }
-      case "abs":
-        {
-          String endpoint = v.containsKey("endpoint") && !v.get("endpoint").isEmpty()
-              ? baseUrl(v.get("endpoint"), "object_storage.endpoint", source, false) : null;
-          if (!v.get("account_name").matches("[a-z0-9]{3,24}")) {
-            throw new ConfigException(source + ": field \"object_storage.account_name\" must be 3-24 lower-case letters or digits");
-          }
-          checkName(v.get("container_name"), "object_storage.container_name", source);
-          try {
-            if (Base64.getDecoder().decode(v.get("account_key")).length == 0) {
-              throw new IllegalArgumentException("empty");
-            }
-          } catch (IllegalArgumentException e) {
-            throw new ConfigException(source + ": field \"object_storage.account_key\" must be the base64 account key");
-          }
-          return new AbsStorage(v.get("account_name"), v.get("account_key"), v.get("container_name"), endpoint);
-        }
-      default:
-        throw new AssertionError(type);
-    }
-  }
-
-  private static void checkName(String name, String field, String source) throws ConfigException {
-    if (!name.matches("[A-Za-z0-9][A-Za-z0-9._-]{0,254}")) {
-      throw new ConfigException(source + ": field \"" + field + "\" is not a valid bucket/container name");
-    }
-  }
-
-  private static URI parseAddr(String addr, String source) throws ConfigException {
-    String a = addr.trim();
-    if (!a.contains("://")) {
-      a = "http://" + a; // "127.0.0.1:4001" is a common way to write it
-    }
-    URI u;
-    try {
-      u = new URI(a);
-    } catch (URISyntaxException e) {
-      throw new ConfigException(source + ": field \"addr\" is not a URL");
-    }
-    if (!"http".equalsIgnoreCase(u.getScheme())) {
-      throw new ConfigException(source + ": field \"addr\" must be an http:// URL (the peer's proxy speaks plain HTTP)");
-    }
-    if (u.getHost() == null || u.getRawUserInfo() != null || !portInRange(u.getPort())) {
-      throw new ConfigException(source + ": field \"addr\" must be http://host:port");
-    }
-    if ((u.getRawPath() != null && !u.getRawPath().isEmpty() && !u.getRawPath().equals("/")) || u.getRawQuery() != null) {
-      throw new ConfigException(source + ": field \"addr\" must not have a path or query");
-    }
-    return URI.create("http://" + u.getHost() + ":" + (u.getPort() == -1 ? 80 : u.getPort()));
-  }
-
-  private static String baseUrl(String value, String field, String source, boolean allowPath) throws ConfigException {
-    URI u;
-    try {
-      u = new URI(trimSlash(value));
-    } catch (URISyntaxException e) {
-      throw new ConfigException(source + ": field \"" + field + "\" is not a URL");
-    }
-    String scheme = u.getScheme() == null ? "" : u.getScheme().toLowerCase(Locale.ROOT);
-    if (!scheme.equals("http") && !scheme.equals("https")) {
-      throw new ConfigException(source + ": field \"" + field + "\" must be an http:// or https:// URL");
-    }
-    if (u.getHost() == null || u.getRawUserInfo() != null || u.getRawQuery() != null || u.getRawFragment() != null
-        || !portInRange(u.getPort())) {
-      throw new ConfigException(source + ": field \"" + field + "\" must be scheme://host[:port]");
-    }
-    if (!allowPath && u.getRawPath() != null && !u.getRawPath().isEmpty()) {
-      throw new ConfigException(source + ": field \"" + field + "\" must not have a path");
-    }
-    return scheme + "://" + u.getHost() + (u.getPort() == -1 ? "" : ":" + u.getPort());
-  }
-
-  /** java.net.URI takes any port number; the plugin could not connect to one outside 1-65535. */
-  private static boolean portInRange(int port) {
-    return port == -1 || (port >= 1 && port <= 65535);
-  }
-
-  private static String trimSlash(String s) {
-    String t = s.trim();
-    while (t.endsWith("/")) {
-      t = t.substring(0, t.length() - 1);
-    }
-    return t;
-  }
-
-  private static String string(JsonObject o, String field, String source) throws ConfigException {
-    return primitiveString(o.get(field), field, source);
-  }
-
-  private static String primitiveString(JsonElement e, String field, String source) throws ConfigException {
-    if (e == null || !e.isJsonPrimitive()) {
-      throw new ConfigException(source + ": field \"" + field + "\" must be a string");
-    }
-    JsonPrimitive p = e.getAsJsonPrimitive();
-    if (!p.isString() && !p.isBoolean()) {
-      throw new ConfigException(source + ": field \"" + field + "\" must be a string");
-    }
-    return p.getAsString();
-  }
-
-  private static boolean hasControl(String s) {
-    for (int i = 0; i < s.length(); i++) {
-      if (Character.isISOControl(s.charAt(i))) {
-        return true;
-      }
-    }
-    return false;
+    return filter;
   }
 
   /**
@@ -538,9 +288,5 @@ public final class PluginConfig {
     java.util.regex.Matcher m =
         Pattern.compile("line (\\d+) column (\\d+)").matcher(message == null ? "" : message);
     return m.find() ? " (at line " + m.group(1) + " column " + m.group(2) + ")" : "";
-  }
-
-  private static Set<String> setOf(String... items) {
-    return Collections.unmodifiableSet(new java.util.LinkedHashSet<>(Arrays.asList(items)));
   }
 }
