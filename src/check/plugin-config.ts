@@ -89,7 +89,7 @@ export function parsePluginConfig(text: string, source: string): PluginConfig {
   const fail = (message: string): never => {
     throw new CheckInputError(`${source}: ${message}`);
   };
-  /** PluginConfig.primitiveString: a JSON string or boolean, as a string. */
+  /** ConfigFields.primitiveString: a JSON string or boolean, as a string. */
   const str = (value: unknown, field: string): string =>
     typeof value === 'string' || typeof value === 'boolean'
       ? String(value)
@@ -312,7 +312,7 @@ function serverAuthority(authority: string): { host: string; port?: number } | u
   return port >= 1 && port <= 65535 ? { host, port } : undefined;
 }
 
-/** PluginConfig.parseAddr: `http://host:port` (the port defaults to 80). */
+/** ConfigUrls.parseAddr: `http://host:port` (the port defaults to 80). */
 function parseAddr(value: string, fail: (message: string) => never): string {
   let a = javaTrim(value);
   if (!a.includes('://')) a = `http://${a}`; // "127.0.0.1:4001" is a common way to write it
@@ -331,7 +331,7 @@ function parseAddr(value: string, fail: (message: string) => never): string {
   return `http://${server.host}:${server.port ?? 80}`;
 }
 
-/** PluginConfig.baseUrl: `scheme://host[:port]`, trailing slashes dropped; no path, query or user info. */
+/** ConfigUrls.baseUrl: `scheme://host[:port]`, trailing slashes dropped; no path, query or user info. */
 function baseURL(value: string, field: string, fail: (message: string) => never): string {
   let ep: Endpoint;
   try {
