@@ -36,6 +36,8 @@ import {
   PreheatReason,
   preheatConditions,
   preheatPhase,
+  withPreheatConditions,
+  type PreheatConditionReason,
   type PreheatObservation,
 } from './modelpreheat-status.ts';
 import { planPreheat } from './preheat-request.ts';
@@ -45,7 +47,7 @@ import { cacheStep, CACHE_FINALIZER_NEEDED } from './modelpreheat-cache.ts';
 import { FINALIZER, cleanUp } from './modelpreheat-cleanup.ts';
 import { SecretReader } from './secrets.ts';
 import { operatorMetrics } from './metrics.ts';
-import { invalidSpec, specProblem, statusWriter, withConditions } from './status.ts';
+import { invalidSpec, specProblem, statusWriter } from './status.ts';
 
 export { FINALIZER } from './modelpreheat-cleanup.ts';
 export const SUCCEEDED = PreheatCondition.Succeeded;
@@ -73,7 +75,11 @@ export function modelPreheatController(ctx: ControllerContext): Controller<Obj> 
     o: Omit<PreheatObservation, 'jobState'>,
   ): Status => {
     const observation = { ...o, jobState: s.jobGeneration === gen ? s.state : undefined };
-    return withConditions({ ...s, phase: preheatPhase(observation) }, gen, preheatConditions(observation));
+    return withPreheatConditions(
+      { ...s, phase: preheatPhase(observation) },
+      gen,
+      preheatConditions(observation),
+    );
   };
 
   async function reconcile(key: string, rc: ReconcileContext): Promise<ReconcileResult | void> {
@@ -344,7 +350,7 @@ export function modelPreheatController(ctx: ControllerContext): Controller<Obj> 
     rc: ReconcileContext,
     job?: ManagerJob,
     base: (s: Status) => Status = (s) => s,
-    reason: string = PreheatReason.JobFailed,
+    reason: PreheatConditionReason = PreheatReason.JobFailed,
   ): Promise<ReconcileResult | void> {
     const gen = obj.metadata.generation;
     const peers = job ? peerResults(job) : {};

@@ -19,6 +19,7 @@ import {
   batchTargets,
   ensureOwnedPreheat,
   gateOf,
+  GateReason,
   preheatNameOf,
   replicaGate,
   type Gate,
@@ -111,7 +112,7 @@ export class ReplicaGates {
         gate = {
           state: 'closed',
           preheatName: (gate as { preheatName: string }).preheatName,
-          reason: 'PreheatConflict',
+          reason: GateReason.PreheatConflict,
           message: blocked,
           final: true,
         };

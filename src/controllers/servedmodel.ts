@@ -52,8 +52,13 @@ import {
   type ReplicaGoal,
   type ReplicaOutcome,
 } from './servedmodel-replica.ts';
-import { ServedModelCondition, invalidSpecConditions, servedModelConditions } from './servedmodel-status.ts';
-import { invalidSpec, specProblem, statusWriter, withConditions } from './status.ts';
+import {
+  ServedModelCondition,
+  invalidSpecConditions,
+  servedModelConditions,
+  withServedModelConditions,
+} from './servedmodel-status.ts';
+import { invalidSpec, specProblem, statusWriter } from './status.ts';
 
 export { FINALIZER } from './servedmodel-cleanup.ts';
 /** Static endpoints send no events: look at them this often once everything is ready (jittered ±20 %, so 1,000
@@ -158,7 +163,12 @@ export function createServedModelController(
         GVR.servedModels,
         sm,
         problem,
-        () => writeStatus(sm, (s) => withConditions(s, gen, invalidSpecConditions(message)), rc.signal),
+        () =>
+          writeStatus(
+            sm,
+            (s) => withServedModelConditions(s, gen, invalidSpecConditions(message)),
+            rc.signal,
+          ),
         rc.signal,
       );
     }
@@ -338,7 +348,7 @@ export function createServedModelController(
     const written = await writeStatus(
       sm,
       (s) =>
-        withConditions(
+        withServedModelConditions(
           {
             ...s,
             replicas,
