@@ -7,8 +7,21 @@ import { CredentialsError } from '../storage/credentials.ts';
 import { ManagerNotConfiguredError } from './managers.ts';
 import { SecretNotFoundError } from './secrets.ts';
 
+/** The condition reasons of a failed reconcile step (PreheatReason has the controller's own). */
+export type FailureReason =
+  | 'ManagerNotConfigured'
+  | 'SecretNotFound'
+  | 'InvalidCredentials'
+  | 'ManagerAuthFailed'
+  | 'SchedulerClusterNotFound'
+  | 'ManagerNotFound'
+  | 'InvalidJobArgs'
+  | 'ManagerRateLimited'
+  | 'ManagerUnavailable'
+  | 'ReconcileError';
+
 export interface FailureView {
-  reason: string;
+  reason: FailureReason;
   message: string;
   /** `backoff`: throw so the queue retries with per-key exponential backoff; `after`: requeue after ms;
    *  `none`: nothing will change until the spec, a Secret or the operator's flags do. */

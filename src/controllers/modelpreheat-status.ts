@@ -11,6 +11,8 @@
  */
 import type { JobState, PREHEAT_PHASES } from '../api/index.ts';
 import type { ConditionChange } from '../runtime/index.ts';
+import type { FailureReason } from './modelpreheat-failures.ts';
+import { withConditionsOf } from './status.ts';
 
 export const PreheatCondition = {
   Ready: 'Ready',
@@ -35,6 +37,15 @@ export const PreheatReason = {
   ManagerRateLimited: 'ManagerRateLimited',
 } as const;
 
+type ValueOf<T> = T[keyof T];
+export type PreheatConditionType = ValueOf<typeof PreheatCondition>;
+/** Every reason a ModelPreheat condition can give: the controller's own and a failed step's. */
+export type PreheatConditionReason = ValueOf<typeof PreheatReason> | FailureReason;
+/** One change of a ModelPreheat's conditions: only its own types and reasons compile. */
+export type PreheatConditionChange = ConditionChange<PreheatConditionType, PreheatConditionReason>;
+/** Applies ModelPreheat condition changes to its status. */
+export const withPreheatConditions = withConditionsOf<PreheatConditionType, PreheatConditionReason>();
+
 /**
  * - `Succeeded`: the job of this generation succeeded.
  * - `Progressing`: work is under way or will be retried by itself (job running, retry pending, manager down).
@@ -45,8 +56,8 @@ export type PreheatOutcome = 'Succeeded' | 'Progressing' | 'Blocked' | 'Failed';
 
 export interface PreheatObservation {
   outcome: PreheatOutcome;
-  /** CamelCase, distinct per cause. */
-  reason: string;
+  /** Distinct per cause. */
+  reason: PreheatConditionReason;
   /** Names the cause; never a secret. */
   message: string;
   /** The manager job's state, when a job of this generation exists. */
@@ -74,7 +85,7 @@ export function preheatPhase(o: PreheatObservation): PreheatPhase {
 }
 
 /** The condition changes for one observation, to apply with `applyConditions`. */
-export function preheatConditions(o: PreheatObservation): ConditionChange[] {
+export function preheatConditions(o: PreheatObservation): PreheatConditionChange[] {
   const { reason, message } = o;
   const { Ready, Succeeded, Reconciling, Stalled } = PreheatCondition;
   switch (o.outcome) {

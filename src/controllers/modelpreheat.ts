@@ -8,7 +8,6 @@
  * (the second job finds the content cached) and each job carries the resource in its `bio` to be traced.
  */
 import {
-  MAX_LISTED_TASKS,
   ModelPreheatSpec,
   parseDuration,
   type ModelPreheat,
@@ -17,7 +16,7 @@ import {
 } from '../api/index.ts';
 import type { ManagerClient } from '../manager/client.ts';
 import { ManagerError } from '../manager/errors.ts';
-import { jobPeerTasks, type ManagerJob, type PeerTask } from '../manager/types.ts';
+import type { ManagerJob } from '../manager/types.ts';
 import {
   Controller,
   addFinalizer,
@@ -37,19 +36,21 @@ import {
   PreheatReason,
   preheatConditions,
   preheatPhase,
+  withPreheatConditions,
+  type PreheatConditionReason,
   type PreheatObservation,
 } from './modelpreheat-status.ts';
 import { planPreheat } from './preheat-request.ts';
-import { carriedPeers, contentKey, mergePeerOutcomes, remainingTargets } from './preheat-targets.ts';
-import { cacheStep, evictTasks, CACHE_FINALIZER_NEEDED } from './modelpreheat-cache.ts';
+import { carriedPeers, contentKey, targetOutcomes, targetsToPreheat } from './preheat-targets.ts';
+import { failureText, peerResults } from './preheat-results.ts';
+import { cacheStep, CACHE_FINALIZER_NEEDED } from './modelpreheat-cache.ts';
+import { FINALIZER, cleanUp } from './modelpreheat-cleanup.ts';
 import { SecretReader } from './secrets.ts';
 import { operatorMetrics } from './metrics.ts';
-import { invalidSpec, specProblem, statusWriter, withConditions } from './status.ts';
+import { invalidSpec, specProblem, statusWriter } from './status.ts';
 
-export const FINALIZER = 'peerload.io/delete-manager-job';
+export { FINALIZER } from './modelpreheat-cleanup.ts';
 export const SUCCEEDED = PreheatCondition.Succeeded;
-/** How long a deletion waits for an unreachable manager before it lets go of the job record. */
-const CLEANUP_GRACE_MS = 120_000;
 const MAX_RETRY_DELAY_MS = 3_600_000;
 /** Bound of the one look at a new job before its first status write (see createJob). */
 const FIRST_LOOK_TIMEOUT_MS = 2_000;
@@ -74,7 +75,11 @@ export function modelPreheatController(ctx: ControllerContext): Controller<Obj> 
     o: Omit<PreheatObservation, 'jobState'>,
   ): Status => {
     const observation = { ...o, jobState: s.jobGeneration === gen ? s.state : undefined };
-    return withConditions({ ...s, phase: preheatPhase(observation) }, gen, preheatConditions(observation));
+    return withPreheatConditions(
+      { ...s, phase: preheatPhase(observation) },
+      gen,
+      preheatConditions(observation),
+    );
   };
 
   async function reconcile(key: string, rc: ReconcileContext): Promise<ReconcileResult | void> {
@@ -98,7 +103,7 @@ export function modelPreheatController(ctx: ControllerContext): Controller<Obj> 
     }
     const spec = parsed.data;
 
-    if (isBeingDeleted(obj)) return cleanUp(obj, spec, rc);
+    if (isBeingDeleted(obj)) return cleanUp(cacheDeps, obj, spec, rc);
     const needsFinalizer = spec.deleteJobOnCleanup || CACHE_FINALIZER_NEEDED(spec);
     if (needsFinalizer && !hasFinalizer(obj, FINALIZER)) {
       await addFinalizer(ctx.kube, GVR.modelPreheats, obj, FINALIZER, rc.signal);
@@ -133,10 +138,8 @@ export function modelPreheatController(ctx: ControllerContext): Controller<Obj> 
 
     if (!job) {
       // Targeted peers that hold this content already are not preheated again (a ServedModel scaling out).
-      const key = contentKey(spec);
-      const ips = spec.targets?.ips;
-      if (ips && remainingTargets(ips, carriedPeers(obj.status, key)).length === 0)
-        return alreadyPreheated(obj, ips.length, key, rc);
+      if (targetsToPreheat(spec, obj.status)?.length === 0)
+        return alreadyPreheated(obj, spec.targets?.ips?.length ?? 0, contentKey(spec), rc);
       return createJob(obj, spec, client, managerURL, 1, rc);
     }
     if (job.state === 'FAILURE') {
@@ -174,20 +177,6 @@ export function modelPreheatController(ctx: ControllerContext): Controller<Obj> 
     );
   }
 
-  /** status.peers after a job of a targeted preheat (nothing for an untargeted one). */
-  function targetOutcomes(
-    spec: ModelPreheatSpec,
-    s: Status,
-    job: ManagerJob | undefined,
-    failure?: string,
-  ): Pick<Status, 'peers'> {
-    const ips = spec.targets?.ips;
-    if (!ips) return {};
-    const carried = carriedPeers(s, contentKey(spec));
-    const targeted = remainingTargets(ips, carried);
-    return { peers: mergePeerOutcomes(carried, targeted, job, failure) };
-  }
-
   const cacheDeps = { ctx, secrets, clients, writeStatus };
 
   async function createJob(
@@ -213,8 +202,8 @@ export function modelPreheatController(ctx: ControllerContext): Controller<Obj> 
         ctx.config.peerDaemonVersion,
       );
       tasks = plan.tasks;
-      if (spec.targets?.ips)
-        plan.request.ips = remainingTargets(spec.targets.ips, carriedPeers(obj.status, contentKey(spec)));
+      const ips = targetsToPreheat(spec, obj.status);
+      if (ips) plan.request.ips = ips;
       created = await client.createPreheatJob(plan.request);
     } catch (err) {
       return fail(obj, err, 'create the preheat job', rc);
@@ -361,7 +350,7 @@ export function modelPreheatController(ctx: ControllerContext): Controller<Obj> 
     rc: ReconcileContext,
     job?: ManagerJob,
     base: (s: Status) => Status = (s) => s,
-    reason: string = PreheatReason.JobFailed,
+    reason: PreheatConditionReason = PreheatReason.JobFailed,
   ): Promise<ReconcileResult | void> {
     const gen = obj.metadata.generation;
     const peers = job ? peerResults(job) : {};
@@ -440,45 +429,6 @@ export function modelPreheatController(ctx: ControllerContext): Controller<Obj> 
     }
   }
 
-  async function cleanUp(
-    obj: Obj,
-    spec: ModelPreheatSpec,
-    rc: ReconcileContext,
-  ): Promise<ReconcileResult | void> {
-    if (!hasFinalizer(obj, FINALIZER)) return;
-    if (spec.evictOnDelete) {
-      const waiting = await evictTasks(cacheDeps, obj, spec, rc, CLEANUP_GRACE_MS);
-      if (waiting) return waiting;
-    }
-    const jobID = obj.status?.jobID;
-    if (jobID !== undefined) {
-      try {
-        const manager = await resolveManager(
-          spec.manager,
-          obj.metadata.namespace!,
-          ctx.config,
-          secrets,
-          rc.signal,
-        );
-        await clients.get(manager).deleteJob(jobID);
-        ctx.events.record(obj, 'Normal', 'JobDeleted', `deleted preheat job ${jobID} on the manager`);
-      } catch (err) {
-        const gone = err instanceof ManagerError && err.kind === 'notFound';
-        const waited = Date.now() - Date.parse(obj.metadata.deletionTimestamp!);
-        if (!gone && waited < CLEANUP_GRACE_MS) throw err;
-        if (!gone) {
-          ctx.events.record(
-            obj,
-            'Warning',
-            'JobCleanupAbandoned',
-            `could not delete preheat job ${jobID} within ${CLEANUP_GRACE_MS / 1000}s: ${(err as Error).message}`,
-          );
-        }
-      }
-    }
-    await removeFinalizer(ctx.kube, GVR.modelPreheats, obj, FINALIZER, rc.signal);
-  }
-
   return new Controller<Obj>(
     {
       name: 'modelpreheat',
@@ -489,31 +439,4 @@ export function modelPreheatController(ctx: ControllerContext): Controller<Obj> 
     },
     { logger: ctx.logger, metrics: ctx.metrics },
   );
-}
-
-/** Peers that succeeded and failed, bounded for status, with full counts. */
-function peerResults(
-  job: ManagerJob,
-): Pick<Status, 'successCount' | 'failureCount' | 'successTasks' | 'failureTasks'> {
-  const { success, failure } = jobPeerTasks(job);
-  const clean = (t: PeerTask) => ({
-    url: t.url,
-    ...(t.hostname ? { hostname: t.hostname } : {}),
-    ...(t.ip ? { ip: t.ip } : {}),
-    ...(t.description ? { description: t.description } : {}),
-  });
-  return {
-    successCount: success.length,
-    failureCount: failure.length,
-    successTasks: success.slice(0, MAX_LISTED_TASKS).map(clean),
-    failureTasks: failure.slice(0, MAX_LISTED_TASKS).map(clean),
-  };
-}
-
-/** The manager's own words for why a job failed. */
-function failureText(job: ManagerJob): string {
-  const { failure, errors } = jobPeerTasks(job);
-  const peers = failure.map((t) => t.description).filter((d): d is string => !!d);
-  const text = [...new Set([...errors, ...peers])].join('; ');
-  return `job ${job.id} ended in FAILURE${text ? `: ${text}` : ''}`;
 }

@@ -32,11 +32,14 @@ export function contentKey(spec: ModelPreheatSpec): string {
   return createHash('sha256').update(JSON.stringify(what)).digest('hex').slice(0, 16);
 }
 
+/** What a ModelPreheat's status remembers of its targeted peers. */
+export interface PeersStatus {
+  contentKey?: string | undefined;
+  peers?: TargetPeer[] | undefined;
+}
+
 /** The peers status carries over for `key`: none when the content changed. */
-export function carriedPeers(
-  status: { contentKey?: string | undefined; peers?: TargetPeer[] | undefined } | undefined,
-  key: string,
-): TargetPeer[] {
+export function carriedPeers(status: PeersStatus | undefined, key: string): TargetPeer[] {
   return status?.contentKey === key ? (status.peers ?? []) : [];
 }
 
@@ -44,6 +47,34 @@ export function carriedPeers(
 export function remainingTargets(ips: readonly string[], carried: readonly TargetPeer[]): string[] {
   const done = new Set(carried.filter((p) => p.state === 'Preheated').map((p) => p.ip));
   return ips.filter((ip) => !done.has(ip));
+}
+
+/**
+ * The IPs a new job of a targeted preheat names: the targets that do not hold this content yet (by the peers
+ * `status` carries). Undefined for an untargeted preheat; empty when every target holds the content (no job needed).
+ */
+export function targetsToPreheat(
+  spec: ModelPreheatSpec,
+  status: PeersStatus | undefined,
+): string[] | undefined {
+  const ips = spec.targets?.ips;
+  return ips ? remainingTargets(ips, carriedPeers(status, contentKey(spec))) : undefined;
+}
+
+/**
+ * status.peers after a job of a targeted preheat, from the status the job started from (`status`): the outcome for
+ * each IP the job targeted, the peers carried before after them. Nothing for an untargeted preheat.
+ */
+export function targetOutcomes(
+  spec: ModelPreheatSpec,
+  status: PeersStatus,
+  job: ManagerJob | undefined,
+  failure?: string,
+): { peers?: TargetPeer[] } {
+  const ips = spec.targets?.ips;
+  if (!ips) return {};
+  const carried = carriedPeers(status, contentKey(spec));
+  return { peers: mergePeerOutcomes(carried, remainingTargets(ips, carried), job, failure) };
 }
 
 /**

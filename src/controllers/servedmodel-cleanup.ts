@@ -22,8 +22,8 @@ import {
 import { pool } from './pool.ts';
 import type { RegistrationRunner } from './registrations.ts';
 import type { Replica } from './replicas.ts';
-import { ServedModelCondition, ServedModelReason } from './servedmodel-status.ts';
-import { withConditions, type StatusWrite } from './status.ts';
+import { deletingConditions, withServedModelConditions } from './servedmodel-status.ts';
+import type { StatusWrite } from './status.ts';
 
 export const FINALIZER = 'peerload.io/unregister-model';
 /** Bounds of one model-server call during deletion: shorter as the grace deadline nears. */
@@ -73,21 +73,7 @@ export function servedModelCleanup(deps: CleanupDeps) {
     const deleting = (message: string) =>
       writeStatus(
         sm,
-        (s) =>
-          withConditions(s, sm.metadata.generation, [
-            {
-              type: ServedModelCondition.Ready,
-              status: 'False',
-              reason: ServedModelReason.Deleting,
-              message,
-            },
-            {
-              type: ServedModelCondition.Reconciling,
-              status: 'True',
-              reason: ServedModelReason.Deleting,
-              message,
-            },
-          ]),
+        (s) => withServedModelConditions(s, sm.metadata.generation, deletingConditions(message)),
         rc.signal,
       );
 
@@ -130,11 +116,7 @@ export function servedModelCleanup(deps: CleanupDeps) {
         `cannot be reached: ${listed(names)}; retrying until ${at}, then letting go of them`;
       await writeStatus(
         sm,
-        (s) =>
-          withConditions(s, sm.metadata.generation, [
-            { type: ServedModelCondition.Ready, status: 'False', reason: 'Deleting', message },
-            { type: ServedModelCondition.Reconciling, status: 'True', reason: 'Deleting', message },
-          ]),
+        (s) => withServedModelConditions(s, sm.metadata.generation, deletingConditions(message)),
         rc.signal,
       );
       ctx.events.record(

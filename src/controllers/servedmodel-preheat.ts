@@ -16,10 +16,21 @@ import { getCondition, type Informer, type KubeClient } from '../runtime/index.t
 import { isDeepStrictEqual } from 'node:util';
 import { PreheatCondition } from './modelpreheat-status.ts';
 
+/** Why a preheat gate is closed (the reason of the ServedModel's Preheated condition). */
+export const GateReason = {
+  PreheatNotFound: 'PreheatNotFound',
+  PreheatInProgress: 'PreheatInProgress',
+  PreheatFailed: 'PreheatFailed',
+  PreheatStalled: 'PreheatStalled',
+  /** The owned ModelPreheat's name is taken by an object the ServedModel does not own. */
+  PreheatConflict: 'PreheatConflict',
+} as const;
+export type GateReason = (typeof GateReason)[keyof typeof GateReason];
+
 export type Gate =
   | { state: 'none' }
   | { state: 'open'; preheatName: string; message: string }
-  | { state: 'closed'; preheatName: string; reason: string; message: string; final: boolean };
+  | { state: 'closed'; preheatName: string; reason: GateReason; message: string; final: boolean };
 
 /** The ModelPreheat a ServedModel waits for, if any. */
 export function preheatNameOf(sm: ServedModel, spec: ServedModelSpec): string | undefined {
@@ -105,7 +116,7 @@ export function gateOf(
     return {
       state: 'closed',
       preheatName,
-      reason: 'PreheatNotFound',
+      reason: GateReason.PreheatNotFound,
       message: `ModelPreheat ${preheatName} not found`,
       final: false,
     };
@@ -124,7 +135,7 @@ export function gateOf(
     return {
       state: 'closed',
       preheatName,
-      reason: 'PreheatFailed',
+      reason: GateReason.PreheatFailed,
       message: `ModelPreheat ${preheatName} failed: ${succeeded.message}`,
       final: true,
     };
@@ -134,7 +145,7 @@ export function gateOf(
     return {
       state: 'closed',
       preheatName,
-      reason: 'PreheatStalled',
+      reason: GateReason.PreheatStalled,
       message: `ModelPreheat ${preheatName} is stalled: ${stalled.message}`,
       final: false,
     };
@@ -142,7 +153,7 @@ export function gateOf(
   return {
     state: 'closed',
     preheatName,
-    reason: 'PreheatInProgress',
+    reason: GateReason.PreheatInProgress,
     message: `waiting for ModelPreheat ${preheatName}${succeeded?.message ? `: ${succeeded.message}` : ''}`,
     final: false,
   };

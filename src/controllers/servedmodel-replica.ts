@@ -16,6 +16,7 @@ import {
 import { ModelServerError, type ModelServerErrorKind } from '../modelserver/errors.ts';
 import type { Progress, RegistrationState } from './registrations.ts';
 import type { Replica } from './replicas.ts';
+import { ReplicaFailureReason } from './servedmodel-status.ts';
 
 export interface ReplicaGoal {
   modelName: string;
@@ -44,7 +45,11 @@ export interface ReplicaOutcome {
   status: ReplicaStatus;
   /** Set when this step failed; the message is in status.message too. */
   /** `kind`: of the request error, when a request to the replica failed (for the error metrics). */
-  failure?: { reason: string; retryable: boolean; kind?: ModelServerErrorKind | 'other' | undefined };
+  failure?: {
+    reason: ReplicaFailureReason;
+    retryable: boolean;
+    kind?: ModelServerErrorKind | 'other' | undefined;
+  };
   events: ReplicaEvent[];
 }
 
@@ -156,7 +161,7 @@ export async function convergeReplica(
         return fail(
           base,
           false,
-          'VersionMismatch',
+          ReplicaFailureReason.VersionMismatch,
           `${goal.fileName} registers version ${version}, but spec.version is ${goal.version}`,
           false,
           events,
@@ -169,7 +174,7 @@ export async function convergeReplica(
         return fail(
           base,
           false,
-          'VersionMismatch',
+          ReplicaFailureReason.VersionMismatch,
           `${goal.fileName} does not register version ${goal.version} (spec.version); the model server has ` +
             `${goal.modelName} ${current.modelVersion}`,
           false,
@@ -244,18 +249,18 @@ export async function convergeReplica(
   } catch (err) {
     if (err instanceof ModelServerError) {
       const reason = {
-        auth: 'ModelServerAuthFailed',
-        notFound: 'ModelNotFound',
-        conflict: 'Conflict',
-        terminal: 'RegistrationRejected',
-        retryable: 'ModelServerUnavailable',
+        auth: ReplicaFailureReason.ModelServerAuthFailed,
+        notFound: ReplicaFailureReason.ModelNotFound,
+        conflict: ReplicaFailureReason.Conflict,
+        terminal: ReplicaFailureReason.RegistrationRejected,
+        retryable: ReplicaFailureReason.ModelServerUnavailable,
       }[err.kind];
       return fail(base, registered, reason, err.message, err.retryable, events, err.kind);
     }
     return fail(
       base,
       registered,
-      'ReplicaError',
+      ReplicaFailureReason.ReplicaError,
       (err as Error).message ?? String(err),
       true,
       events,
@@ -267,7 +272,7 @@ export async function convergeReplica(
 function fail(
   base: Pick<ReplicaStatus, 'endpoint' | 'pod' | 'podUID'>,
   registered: boolean,
-  reason: string,
+  reason: ReplicaFailureReason,
   message: string,
   retryable: boolean,
   events: ReplicaEvent[],

@@ -9,7 +9,8 @@
  * - `Degraded` (which replicas fail and why) and `Preheated` (the gate) are peerload's own.
  */
 import type { ConditionChange } from '../runtime/index.ts';
-import type { Gate } from './servedmodel-preheat.ts';
+import type { Gate, GateReason } from './servedmodel-preheat.ts';
+import { withConditionsOf } from './status.ts';
 
 export const ServedModelCondition = {
   Ready: 'Ready',
@@ -34,13 +35,44 @@ export const ServedModelReason = {
   Deleting: 'Deleting',
 } as const;
 
+/** Why one replica failed (servedmodel-replica.ts decides, from the model server's answer). */
+export const ReplicaFailureReason = {
+  /** The archive registers another version than spec.version. */
+  VersionMismatch: 'VersionMismatch',
+  ModelServerAuthFailed: 'ModelServerAuthFailed',
+  ModelNotFound: 'ModelNotFound',
+  Conflict: 'Conflict',
+  RegistrationRejected: 'RegistrationRejected',
+  ModelServerUnavailable: 'ModelServerUnavailable',
+  /** Anything else (a bug, an unexpected answer). */
+  ReplicaError: 'ReplicaError',
+} as const;
+
+type ValueOf<T> = T[keyof T];
+export type ServedModelConditionType = ValueOf<typeof ServedModelCondition>;
+export type ReplicaFailureReason = ValueOf<typeof ReplicaFailureReason>;
+/** Every reason a ServedModel condition can give: the controller's own, the preheat gate's, a replica failure's. */
+export type ServedModelConditionReason =
+  ValueOf<typeof ServedModelReason> | GateReason | ReplicaFailureReason;
+/** One change of a ServedModel's conditions: only its own types and reasons compile. */
+export type ServedModelConditionChange = ConditionChange<
+  ServedModelConditionType,
+  ServedModelConditionReason
+>;
+
+/** Applies ServedModel condition changes to its status. */
+export const withServedModelConditions = withConditionsOf<
+  ServedModelConditionType,
+  ServedModelConditionReason
+>();
+
 /** Gate reasons that need a change before the ServedModel can progress. */
-const STALLING_GATES = new Set(['PreheatFailed', 'PreheatConflict', 'PreheatStalled']);
+const STALLING_GATES = new Set<GateReason>(['PreheatFailed', 'PreheatConflict', 'PreheatStalled']);
 
 export interface ReplicaFailure {
   /** Pod name or endpoint. */
   replica: string;
-  reason: string;
+  reason: ReplicaFailureReason;
   message: string;
   /** False: the same request will fail again until something changes (credentials, archive, model server). */
   retryable: boolean;
@@ -64,7 +96,7 @@ export interface ServedModelObservation {
 export const MAX_MESSAGE_REPLICAS = 3;
 
 /** The condition changes for an invalid spec: nothing happens until it is fixed. */
-export function invalidSpecConditions(message: string): ConditionChange[] {
+export function invalidSpecConditions(message: string): ServedModelConditionChange[] {
   const reason = ServedModelReason.InvalidSpec;
   return [
     { type: ServedModelCondition.Ready, status: 'False', reason, message },
@@ -73,10 +105,19 @@ export function invalidSpecConditions(message: string): ConditionChange[] {
   ];
 }
 
-export function servedModelConditions(o: ServedModelObservation): ConditionChange[] {
+/** The conditions while being deleted: unregistering, or waiting for registrations or unreachable replicas. */
+export function deletingConditions(message: string): ServedModelConditionChange[] {
+  const reason = ServedModelReason.Deleting;
+  return [
+    { type: ServedModelCondition.Ready, status: 'False', reason, message },
+    { type: ServedModelCondition.Reconciling, status: 'True', reason, message },
+  ];
+}
+
+export function servedModelConditions(o: ServedModelObservation): ServedModelConditionChange[] {
   const { Ready, Reconciling, Stalled, Degraded, Preheated } = ServedModelCondition;
   const R = ServedModelReason;
-  const out: ConditionChange[] = [];
+  const out: ServedModelConditionChange[] = [];
   const { gate, failures, ready, desired } = o;
 
   if (gate.state === 'open')
@@ -89,7 +130,7 @@ export function servedModelConditions(o: ServedModelObservation): ConditionChang
       message: gate.message,
     });
 
-  let failing: { reason: string; message: string } | undefined;
+  let failing: { reason: ServedModelConditionReason; message: string } | undefined;
   if (failures.length > 0) {
     const sample = failures.slice(0, MAX_MESSAGE_REPLICAS).map((f) => `${f.replica}: ${f.message}`);
     const reasons = [...new Set(failures.map((f) => f.reason))];
@@ -103,7 +144,11 @@ export function servedModelConditions(o: ServedModelObservation): ConditionChang
   }
 
   // Not ready: why, and whether it will get there by itself (Reconciling) or needs a change (Stalled).
-  const notReady = (reason: string, message: string, stalled: boolean): ConditionChange[] => [
+  const notReady = (
+    reason: ServedModelConditionReason,
+    message: string,
+    stalled: boolean,
+  ): ServedModelConditionChange[] => [
     { type: Ready, status: 'False', reason, message },
     stalled ? { type: Reconciling, absent: true } : { type: Reconciling, status: 'True', reason, message },
     stalled ? { type: Stalled, status: 'True', reason, message } : { type: Stalled, absent: true },

@@ -12,8 +12,6 @@
  */
 import {
   ServedModelSpec,
-  parseDuration,
-  targetsNodes,
   type ModelPreheat,
   type ServedModel,
   type ServedModelStatus,
@@ -41,15 +39,8 @@ import { ReplicaClients } from './replica-clients.ts';
 import { discoverReplicas, SERVICE_NAME_LABEL, type EndpointSlice, type Replica } from './replicas.ts';
 import { SecretReader } from './secrets.ts';
 import { FINALIZER, servedModelCleanup } from './servedmodel-cleanup.ts';
-import {
-  batchTargets,
-  ensureOwnedPreheat,
-  gateOf,
-  preheatNameOf,
-  replicaGate,
-  type Gate,
-  type ReplicaGate,
-} from './servedmodel-preheat.ts';
+import { preheatNameOf } from './servedmodel-preheat.ts';
+import { ReplicaGates } from './servedmodel-nodes.ts';
 import { NodeAddresses } from './node-addresses.ts';
 import {
   convergeReplica,
@@ -61,8 +52,13 @@ import {
   type ReplicaGoal,
   type ReplicaOutcome,
 } from './servedmodel-replica.ts';
-import { ServedModelCondition, invalidSpecConditions, servedModelConditions } from './servedmodel-status.ts';
-import { invalidSpec, specProblem, statusWriter, withConditions } from './status.ts';
+import {
+  ServedModelCondition,
+  invalidSpecConditions,
+  servedModelConditions,
+  withServedModelConditions,
+} from './servedmodel-status.ts';
+import { invalidSpec, specProblem, statusWriter } from './status.ts';
 
 export { FINALIZER } from './servedmodel-cleanup.ts';
 /** Static endpoints send no events: look at them this often once everything is ready (jittered ±20 %, so 1,000
@@ -102,10 +98,12 @@ export function createServedModelController(
   const preheats = ctx.informers.get<ModelPreheat>(GVR.modelPreheats);
   const secrets = new SecretReader(ctx.kube);
   const metrics = operatorMetrics(ctx.metrics);
-  const nodeAddresses = new NodeAddresses(ctx.kube);
-  /** Per ServedModel: when nodes not yet targeted by its preheat were first seen (the batch window). */
-  const untargetedSince = new Map<string, number>();
-  const batchWindowMs = opts.targetBatchWindowMs ?? TARGET_BATCH_WINDOW_MS;
+  const replicaGates = new ReplicaGates({
+    kube: ctx.kube,
+    preheats,
+    nodeAddresses: new NodeAddresses(ctx.kube),
+    batchWindowMs: opts.targetBatchWindowMs ?? TARGET_BATCH_WINDOW_MS,
+  });
   const { pollBackoffStart, pollBackoffMax } = ctx.config;
 
   // Which ServedModels a Service (EndpointSlice) or a ModelPreheat event concerns.
@@ -165,7 +163,12 @@ export function createServedModelController(
         GVR.servedModels,
         sm,
         problem,
-        () => writeStatus(sm, (s) => withConditions(s, gen, invalidSpecConditions(message)), rc.signal),
+        () =>
+          writeStatus(
+            sm,
+            (s) => withServedModelConditions(s, gen, invalidSpecConditions(message)),
+            rc.signal,
+          ),
         rc.signal,
       );
     }
@@ -177,44 +180,13 @@ export function createServedModelController(
     if (!hasFinalizer(sm, FINALIZER))
       await addFinalizer(ctx.kube, GVR.servedModels, sm, FINALIZER, rc.signal);
 
-    // 1. The preheat gate (creating the owned ModelPreheat when asked to), with the peers of the replicas' nodes
-    //    as its targets when node targeting is on (pods still starting included: their nodes are warmed up).
-    let gate = gateOf(preheatNameOf(sm, spec), namespace, preheats);
-    const nodeTargeting = targetsNodes(spec);
-    const nodeIPs = nodeTargeting
-      ? await nodeAddresses.internalIPs([
-          ...discovery.replicas.flatMap((r) => (r.node ? [r.node] : [])),
-          ...discovery.startingNodes,
-        ])
-      : new Map<string, string>();
-    /** When this pass must look again for a reason of its own (the batch window, a replica's wait bound). */
-    let wakeInMs = Infinity;
-    if (spec.preheat?.create) {
-      const existing = preheats.getByName(namespace, gate.state === 'none' ? '' : gate.preheatName);
-      const current = existing?.spec?.targets?.ips;
-      const desiredIPs = [...new Set(nodeIPs.values())];
-      const batch = batchTargets(current, desiredIPs, untargetedSince.get(key), batchWindowMs, Date.now());
-      let targets = current ?? [];
-      if ('waitMs' in batch) {
-        if (!untargetedSince.has(key)) untargetedSince.set(key, Date.now());
-        wakeInMs = Math.min(wakeInMs, batch.waitMs);
-      } else {
-        untargetedSince.delete(key);
-        if ('ips' in batch) targets = batch.ips;
-      }
-      const blocked = await ensureOwnedPreheat(ctx.kube, sm, spec, existing, targets, rc.signal);
-      if (blocked)
-        gate = {
-          state: 'closed',
-          preheatName: (gate as { preheatName: string }).preheatName,
-          reason: 'PreheatConflict',
-          message: blocked,
-          final: true,
-        };
-    }
+    // 1. The preheat gate of each replica (creating the owned ModelPreheat when asked to, targeting the peers of
+    //    the replicas' nodes when node targeting is on).
+    const previous = new Map((sm.status?.replicas ?? []).map((r) => [r.endpoint, r]));
+    const { gate, preheat, nodeTargeting, nodeIPs, gates, closed, conditionGate, wakeInMs } =
+      await replicaGates.of(key, sm, spec, discovery, previous, rc.signal);
 
     // 2. Every replica one step closer (the seed first, alone, when the network does not hold the model yet).
-    const previous = new Map((sm.status?.replicas ?? []).map((r) => [r.endpoint, r]));
     const goal = goalOf(spec);
     const uid = sm.metadata.uid ?? key;
     const wanted = `${spec.version ?? ''}|${spec.fileName}`;
@@ -230,25 +202,6 @@ export function createServedModelController(
     /** Registrations whose result this pass acted on (by endpoint): forgotten once their Events are recorded. */
     const consumed = new Set<string>();
     let outcomes: ReplicaOutcome[];
-    // With node targeting each replica has a gate of its own: its node's preheat (replicaGate).
-    const preheat = gate.state === 'none' ? undefined : preheats.getByName(namespace, gate.preheatName);
-    const maxWaitMs = parseDuration(spec.preheat?.maxWait ?? '5m');
-    const gates = new Map<string, ReplicaGate>(
-      discovery.replicas.map((r) => {
-        if (!nodeTargeting)
-          return [
-            r.endpoint,
-            gate.state === 'closed' ? { open: false, message: gate.message } : { open: true, message: '' },
-          ];
-        const prev = previous.get(r.endpoint);
-        const since = prev?.phase === 'Pending' && prev.since ? Date.parse(prev.since) : Date.now();
-        const nodeIP = r.node ? nodeIPs.get(r.node) : undefined;
-        const g = replicaGate(gate, preheat, nodeIP, since, maxWaitMs, Date.now());
-        if (!g.open) wakeInMs = Math.min(wakeInMs, Math.max(1_000, since + maxWaitMs - Date.now()));
-        return [r.endpoint, g];
-      }),
-    );
-    const closed = discovery.replicas.filter((r) => !gates.get(r.endpoint)!.open);
     if (gate.state === 'closed' && closed.length === discovery.replicas.length) {
       outcomes = discovery.replicas.map((r) =>
         waiting(r, previous.get(r.endpoint), gates.get(r.endpoint)!.message),
@@ -331,21 +284,6 @@ export function createServedModelController(
         prev,
       );
     });
-    // With node targeting the conditions speak of the replicas' gates, not of the preheat as a whole.
-    const conditionGate: Gate =
-      nodeTargeting && gate.state === 'closed'
-        ? closed.length === 0
-          ? {
-              state: 'open',
-              preheatName: gate.preheatName,
-              message: `every replica's node was preheated or waited for (${gate.message})`,
-            }
-          : {
-              ...gate,
-              final: false,
-              message: `${closed.length} of ${discovery.replicas.length} replica(s) waiting for their node's preheat: ${gates.get(closed[0]!.endpoint)!.message}`,
-            }
-        : gate;
     const failed = outcomes.filter((o) => o.failure);
     const readyCount = replicas.filter((r) => r.ready).length;
     const desired = replicas.length;
@@ -410,7 +348,7 @@ export function createServedModelController(
     const written = await writeStatus(
       sm,
       (s) =>
-        withConditions(
+        withServedModelConditions(
           {
             ...s,
             replicas,
@@ -450,7 +388,7 @@ export function createServedModelController(
   /** Drops what is kept for an object that is gone: its coalescing clock, registrations and token sources. */
   function forget(key: string, uid = uids.get(key)): void {
     lastWrite.delete(key);
-    untargetedSince.delete(key);
+    replicaGates.forget(key);
     uids.delete(key);
     if (!uid) return;
     registrations.prune(uid);

@@ -1,7 +1,7 @@
 /**
  * What both controllers do with status in the same way: the write (a function of the current status, which the
- * runtime's StatusWriter calls again after a conflict), conditions applied with the generation they are about, and
- * an invalid spec (reported, or let go of when the object is being deleted).
+ * runtime's StatusWriter calls again after a conflict), conditions applied with the generation they are about (typed
+ * per kind), and an invalid spec (reported, or let go of when the object is being deleted).
  */
 import type { ZodError } from 'zod';
 import type { Condition } from '../api/index.ts';
@@ -37,13 +37,23 @@ interface ConditionedStatus {
   conditions?: Condition[] | undefined;
 }
 
-/** `s` with `changes` applied to its conditions, both recording the generation they are about. */
-export function withConditions<S extends ConditionedStatus>(
+/** Applies condition changes of one kind to a status (`s` with them, both recording the generation they are about). */
+export type WithConditions<T extends string, R extends string> = <S extends ConditionedStatus>(
   s: S,
   gen: number | undefined,
-  changes: readonly ConditionChange[],
-): S {
-  return { ...s, observedGeneration: gen, conditions: applyConditions(s.conditions, changes, gen) };
+  changes: readonly ConditionChange<T, R>[],
+) => S;
+
+/**
+ * The {@link WithConditions} of one kind, whose changes may name only the kind's condition types `T` and reasons
+ * `R` (each `*-status.ts` makes its kind's: there is no untyped way to set a condition).
+ */
+export function withConditionsOf<T extends string, R extends string>(): WithConditions<T, R> {
+  return (s, gen, changes) => ({
+    ...s,
+    observedGeneration: gen,
+    conditions: applyConditions(s.conditions, changes, gen),
+  });
 }
 
 /** What an invalid spec is told: its first problem, naming the field. */

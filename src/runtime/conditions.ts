@@ -17,11 +17,15 @@ export interface Condition {
   message: string;
 }
 
-export interface ConditionInput {
-  type: string;
+/**
+ * A condition to set. `T` and `R` narrow its type and reason to a kind's own (the product names them: each kind's
+ * condition builders take its unions, so a misspelt type or reason does not compile); the runtime takes any.
+ */
+export interface ConditionInput<T extends string = string, R extends string = string> {
+  type: T;
   status: ConditionStatus;
   /** CamelCase, e.g. `JobSucceeded`. */
-  reason: string;
+  reason: R;
   message?: string;
 }
 
@@ -89,7 +93,8 @@ export function formatTime(d: Date): string {
 }
 
 /** A condition to set, or one to remove (`absent`): abnormal-true conditions such as `Stalled` leave when false. */
-export type ConditionChange = ConditionInput | { type: string; absent: true };
+export type ConditionChange<T extends string = string, R extends string = string> =
+  ConditionInput<T, R> | { type: T; absent: true };
 
 /** Applies `changes` in order with {@link setCondition} / {@link removeCondition}; same purity guarantees. */
 export function applyConditions(

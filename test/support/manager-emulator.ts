@@ -23,279 +23,49 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
-import { Agent, request as undiciRequest } from 'undici';
-import { RAW_DEFAULT_FILTERED_QUERY_PARAMS, taskID as computeTaskID } from '../../src/storage/taskid.ts';
+import { Agent } from 'undici';
+import { jobBinding } from './manager-emulator-args.ts';
+import { jobRunner } from './manager-emulator-jobs.ts';
+import {
+  HttpError,
+  JWT_CHALLENGE,
+  isObj,
+  readBody,
+  sleep,
+  typeError,
+  unauthorized,
+  validation,
+} from './manager-emulator-http.ts';
 import {
   clusterViewJSON,
   dbTime,
   goNanoTime,
   rfc3339Seconds,
   schedulerClusterJSON,
-  sortedKeys,
+  toPascal,
   userJSON,
 } from './manager-json.ts';
-import type { PeerProxy } from './peer-proxy.ts';
 
-export type EmulatedJobState = 'PENDING' | 'RECEIVED' | 'STARTED' | 'RETRY' | 'SUCCESS' | 'FAILURE';
-
-export interface PersonalAccessToken {
-  token: string;
-  /** `job`, `cluster`, ...; empty or absent grants all. */
-  scopes?: string[];
-  /** ms since epoch. */
-  expiresAt?: number;
-  /** false: 403 `Token is inactive`. Default true. */
-  active?: boolean;
-}
-
-export interface ManagerEmulatorOptions {
-  host?: string;
-  /** 0 (default) = a free port. */
-  port?: number;
-  /** Seed peers the preheat jobs download through. single_seed_peer uses the first; the other scopes all. */
-  peers?: PeerProxy[];
-  /** Shorthand for `peers: [peer]`. */
-  peer?: PeerProxy;
-  /**
-   * Node peers the scheduler knows (hosts of type normal): what a preheat of scope all_peers selects by `ips`,
-   * `count` or `percentage` (manager v2.2.0+), and what get_task lists. Each downloads through its `proxy` when
-   * given. Without any, all_peers preheats the seed peers as the other scopes do.
-   */
-  nodePeers?: EmulatedNodePeer[];
-  /** Field the job status is serialised as: `state` (the code, default) or `status` (seed / v2.0.2 docs). */
-  statusField?: 'state' | 'status';
-  /** Key of the filter in job JSON args: `current` -> filtered_query_params (default), `legacy` -> filter. */
-  argsDialect?: 'current' | 'legacy';
-  /** `result` keys: snake (v2.1.57+, default) or pascal (before). */
-  resultCase?: 'snake' | 'pascal';
-  /** Auth of /api/v1: none (<= v2.4.0, default) or jwt (v2.4.1+). */
-  apiAuth?: 'none' | 'jwt';
-  /** Users for `POST /api/v1/users/signin`. Default `[{ name: 'root', password: 'dragonfly' }]`. */
-  users?: { name: string; password: string; id?: number }[];
-  /** Lifetime of a JWT, ms. Default 1 h. */
-  jwtTTLms?: number;
-  /** Personal access tokens accepted on /oapi/v1 (none: every /oapi/v1 request is 401). */
-  tokens?: (string | PersonalAccessToken)[];
-  /** Scheduler clusters. Default `[{ id: 1, name: 'cluster-1' }]`; empty: creates fail with 500. */
-  schedulerClusters?: { id: number; name: string }[];
-  /** Time from create to the terminal state, ms. Default 0. */
-  jobLatencyMs?: number;
-  /** Walk PENDING -> RECEIVED -> STARTED before the end (each visible for jobLatencyMs / 3). */
-  runningStates?: boolean;
-  /** Clock of token expiry, timestamps and the v2.5.1 rate limiter; default Date.now. */
-  now?: () => number;
-  /**
-   * What job latency is measured on: `real` time (default), or the injected `now`: a job then waits until the test
-   * moves that clock and calls `tick()`, so a replay of the real manager's 30 s polling is deterministic and quick.
-   */
-  jobClock?: 'real' | 'now';
-  /**
-   * Answer as this real manager release does, as recorded in test/fixtures/dragonfly/manager-<version>.json and
-   * replayed by test/unit/manager-replay.test.ts: JWT on /api/v1; sign-in failures 401 `Unauthorized` with a
-   * `WWW-Authenticate: JWT realm=Dragonfly` challenge; the create rate limiter runs before validation (a body it
-   * cannot bind is answered twice, an unknown scheduler cluster is 429 text/plain) and allows 10 creates per
-   * second per named scheduler cluster; a preheat whose seed peer cannot fetch the URL ends SUCCESS with null
-   * peer lists. Its JSON is the real one (test/support/manager-json.ts: `is_del`, `user`, sorted `args` with
-   * `hdfs`/`object_storage`, nanosecond times in `result`, null for relations not loaded); the legacy `filter`
-   * argument is ignored; `per_page=0` lists 10. Default: the contract's behaviour, version-neutral.
-   */
-  version?: 'v2.5.1';
-  /** Creates per second per named scheduler cluster (version v2.5.1; default 10, the manager's default). */
-  jobRateLimit?: number;
-}
-
-export interface EmulatedNodePeer {
-  ip: string;
-  hostname: string;
-  proxy?: PeerProxy;
-}
-
-/** A peer that holds a task, as get_task reports it. */
-export interface EmulatedHolder {
-  ip: string;
-  hostname: string;
-  /** `normal` (node peer) or `super` (seed peer). */
-  hostType: string;
-}
-
-export interface EmulatedJob {
-  id: number;
-  created_at: string;
-  updated_at: string;
-  task_id: string;
-  bio: string;
-  type: string;
-  state: EmulatedJobState;
-  args: Record<string, unknown>;
-  result: Record<string, unknown> | null;
-  user_id: number;
-  scheduler_clusters: { id: number; name: string }[];
-  seed_peer_clusters: unknown[];
-  /** Not serialised: what the job did. */
-  internal: {
-    /** URLs downloaded (blob URLs for an image). */
-    urls: string[];
-    /** Task id per URL, as the peers computed it. */
-    taskIDs: Record<string, string>;
-    error?: string;
-    done: Promise<void>;
-    /** `task_<uuid>` of the job's machinery task (version v2.5.1 `result`). */
-    taskUUID: string;
-    /** When the manager created the job's task group (Go nanosecond time). */
-    groupCreatedAt: string;
-  };
-}
-
-export interface ManagerEmulatorCounters {
-  /** Every HTTP request received. */
-  requests: number;
-  creates: number;
-  gets: number;
-  lists: number;
-  patches: number;
-  deletes: number;
-  signIns: number;
-  /** `POST /api/v1/jobs`, `GET /oapi/v1/jobs/:id`, ... */
-  byRoute: Record<string, number>;
-  /** Most requests in progress at once. */
-  maxInFlight: number;
-}
-
-export interface RecordedManagerRequest {
-  method: string;
-  path: string;
-  query: Record<string, string>;
-  headers: Record<string, string>;
-  body: string;
-  status: number;
-}
-
-export interface ManagerEmulator {
-  url: string;
-  port: number;
-  jobs: Map<number, EmulatedJob>;
-  counters: ManagerEmulatorCounters;
-  /** The last 10,000 requests, bodies included (a test tool: credentials are NOT redacted here). */
-  log: RecordedManagerRequest[];
-  /** Resolves when job `id` is SUCCESS or FAILURE. */
-  waitForJob(id: number): Promise<EmulatedJob>;
-  /** The next `count` preheat jobs end in FAILURE with `message`. */
-  injectJobFailures(count: number, message?: string): void;
-  /** The next `count` preheat jobs end SUCCESS but list a failed peer in failure_tasks (single_seed_peer). */
-  injectPartialFailures(count: number): void;
-  /** Time from create to terminal for jobs created from now on. */
-  setJobLatency(ms: number): void;
-  /** `jobClock: 'now'`: wakes the jobs whose latency has passed on the injected clock (call after moving it). */
-  tick(): void;
-  /** The next `count` requests (sign-in excluded) answer `status` with `{"message"}`. */
-  injectServerErrors(count: number, status?: number, message?: string): void;
-  /** The next `count` creates answer 429 text/plain `rate limit exceeded` (with Retry-After when given). */
-  injectRateLimit(count: number, retryAfterSeconds?: number): void;
-  /** Every request waits this long before being handled. */
-  setRequestDelay(ms: number): void;
-  /** Adds (or replaces) a personal access token. */
-  addToken(token: string | PersonalAccessToken): void;
-  /** Forgets every JWT issued (the next request with one is 401). */
-  revokeJWTs(): void;
-  /** Downtime: closes the listener and every connection; state is kept. */
-  stop(): Promise<void>;
-  /** Listens again on the same port. */
-  start(): Promise<void>;
-  /** Clears jobs, counters and injections. */
-  reset(): void;
-  /** The peers holding a task (preheats add them, delete_task removes them), as get_task would list them. */
-  holders(taskID: string): EmulatedHolder[];
-  close(): Promise<void>;
-}
-
-const DEFAULT_TIMEOUT_NS = 3_600_000_000_000;
-const IMAGE_URL = /^(.*):\/\/(.*)\/v2\/(.*)\/manifests\/(.*)$/;
-const KNOWN_OTHER_TYPES = new Set(['sync_peers', 'get_image_distribution']);
-
-/** Ends a node-peer preheat's branch of runJob: its outcome is already in the lists and the error. */
-class NodePreheatDone extends Error {}
-
-class HttpError extends Error {
-  readonly status: number;
-  readonly body: unknown;
-  readonly text: boolean;
-  /** `body` is the exact JSON text to send (e.g. two objects back to back), with a JSON content type. */
-  readonly raw: boolean;
-  readonly headers: Record<string, string>;
-  constructor(
-    status: number,
-    body: unknown,
-    opts: { text?: boolean; raw?: boolean; headers?: Record<string, string> } = {},
-  ) {
-    super(typeof body === 'string' ? body : JSON.stringify(body));
-    this.status = status;
-    this.body = body;
-    this.text = opts.text ?? false;
-    this.raw = opts.raw ?? false;
-    this.headers = opts.headers ?? {};
-  }
-}
-
-/** Go's encoding/json error text for a body that is not JSON (what gin's binding answers). */
-function goJSONError(body: string, e: unknown): string {
-  if (body.trim() === '' || /end of (JSON )?input|Unterminated|Expected .* after/i.test(String(e))) {
-    return body.trim() === '' ? 'EOF' : 'unexpected EOF';
-  }
-  const bad = /position (\d+)/.exec(String(e));
-  const ch = bad ? body[Number(bad[1])] : body.trim()[0];
-  return `invalid character '${ch ?? '?'}' looking for beginning of value`;
-}
-
-const unauthorized = () => new HttpError(401, { message: 'Unauthorized' });
-const JWT_CHALLENGE = { 'www-authenticate': 'JWT realm=Dragonfly' };
-/** gin's validator text for a failed binding tag. */
-const validation = (struct: string, field: string, tag: string) =>
-  new HttpError(422, {
-    errors: `Key: '${struct}.${field}' Error:Field validation for '${field}' failed on the '${tag}' tag`,
-  });
-
-function toPascal(value: unknown): unknown {
-  const special: Record<string, string> = {
-    group_uuid: 'GroupUUID',
-    task_uuid: 'TaskUUID',
-    ttl: 'TTL',
-    url: 'URL',
-    ip: 'IP',
-    scheduler_cluster_id: 'SchedulerClusterID',
-  };
-  if (Array.isArray(value)) return value.map(toPascal);
-  if (value && typeof value === 'object') {
-    const out: Record<string, unknown> = {};
-    for (const [k, v] of Object.entries(value)) {
-      const key = special[k] ?? k.replace(/(^|_)([a-z])/g, (_m, _p, c: string) => c.toUpperCase());
-      out[key] = toPascal(v);
-    }
-    return out;
-  }
-  return value;
-}
-
-async function readBody(req: IncomingMessage): Promise<string> {
-  const chunks: Buffer[] = [];
-  for await (const c of req) chunks.push(c as Buffer);
-  return Buffer.concat(chunks).toString('utf8');
-}
-
-const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
-
-/** Runs `fn` over `items` with at most `limit` at once. */
-async function mapLimit<T, R>(items: T[], limit: number, fn: (t: T) => Promise<R>): Promise<R[]> {
-  const out: R[] = new Array<R>(items.length);
-  let next = 0;
-  const worker = async () => {
-    while (next < items.length) {
-      const i = next++;
-      out[i] = await fn(items[i]!);
-    }
-  };
-  await Promise.all(Array.from({ length: Math.max(1, Math.min(limit, items.length)) }, worker));
-  return out;
-}
+export type {
+  EmulatedJobState,
+  PersonalAccessToken,
+  ManagerEmulatorOptions,
+  EmulatedNodePeer,
+  EmulatedHolder,
+  EmulatedJob,
+  ManagerEmulatorCounters,
+  RecordedManagerRequest,
+  ManagerEmulator,
+} from './manager-emulator-types.ts';
+import type {
+  PersonalAccessToken,
+  ManagerEmulatorOptions,
+  EmulatedHolder,
+  EmulatedJob,
+  ManagerEmulatorCounters,
+  RecordedManagerRequest,
+  ManagerEmulator,
+} from './manager-emulator-types.ts';
 
 export async function startManagerEmulator(opts: ManagerEmulatorOptions = {}): Promise<ManagerEmulator> {
   const host = opts.host ?? '127.0.0.1';
@@ -309,9 +79,9 @@ export async function startManagerEmulator(opts: ManagerEmulatorOptions = {}): P
     holders.set(taskID, m);
   };
   const statusField = opts.statusField ?? 'state';
-  const argsDialect = opts.argsDialect ?? 'current';
   const resultCase = opts.resultCase ?? 'snake';
   const real = opts.version !== undefined;
+  const { parseJSON, bindCreateJob, jobKind, taskOf } = jobBinding(real, opts.argsDialect ?? 'current');
   const apiAuth = opts.apiAuth ?? (real ? 'jwt' : 'none');
   const jobRateLimit = opts.jobRateLimit ?? 10;
   const now = opts.now ?? Date.now;
@@ -478,178 +248,6 @@ export async function startManagerEmulator(opts: ManagerEmulatorOptions = {}): P
 
   // ---------------------------------------------------------------- create
 
-  function parseJSON(text: string): unknown {
-    try {
-      return JSON.parse(text);
-    } catch (e) {
-      throw new HttpError(422, {
-        errors: real ? goJSONError(text, e) : e instanceof Error ? e.message : 'invalid JSON',
-      });
-    }
-  }
-
-  const isObj = (v: unknown): v is Record<string, unknown> =>
-    !!v && typeof v === 'object' && !Array.isArray(v);
-  const typeError = (field: string, goType: string, got: unknown) =>
-    new HttpError(422, {
-      errors: `json: cannot unmarshal ${Array.isArray(got) ? 'array' : typeof got} into Go struct field ${field} of type ${goType}`,
-    });
-
-  function optString(args: Record<string, unknown>, key: string, field: string): string {
-    const v = args[key];
-    if (v === undefined || v === null) return '';
-    if (typeof v !== 'string') throw typeError(field, 'string', v);
-    return v;
-  }
-
-  function optInt(
-    args: Record<string, unknown>,
-    key: string,
-    field: string,
-    goType: string,
-  ): number | undefined {
-    const v = args[key];
-    if (v === undefined || v === null) return undefined;
-    if (typeof v !== 'number' || !Number.isInteger(v)) throw typeError(field, goType, v);
-    return v;
-  }
-
-  /** gin's validator text for a tag of a preheat argument (struct path per manager version). */
-  const argValidation = (field: string, tag: string) =>
-    real
-      ? validation('CreatePreheatJobRequest.Args', field, tag)
-      : validation('PreheatArgs', field, field === 'IPs' ? 'max' : tag);
-
-  /** Go's zero value test (`omitempty` on a struct skips validating a zero struct: all fields absent or zero). */
-  const isZeroArgs = (raw: unknown): boolean =>
-    !isObj(raw) || Object.values(raw).every((v) => v === null || v === '' || v === 0 || v === false);
-
-  /**
-   * Binds preheat args the way the manager's binding does (422), with the service's defaults filled in. The
-   * checks of the service (500 `invalid params: ...`) come later, in {@link checkPreheatArgs}, after the scheduler
-   * clusters are chosen, as in the manager.
-   */
-  function bindPreheatArgs(raw: unknown): Record<string, unknown> {
-    if (real && isZeroArgs(raw)) return { type: '' };
-    if (!isObj(raw)) throw validation('CreatePreheatJobRequest', 'Args', 'required');
-    const type = optString(raw, 'type', 'CreatePreheatJobRequest.args.type');
-    if (type === '') throw argValidation('Type', 'required');
-    if (type !== 'image' && type !== 'file') throw argValidation('Type', 'oneof');
-    const url = optString(raw, 'url', 'CreatePreheatJobRequest.args.url');
-    let urls: string[] | null = null;
-    if (raw['urls'] !== undefined && raw['urls'] !== null) {
-      if (!Array.isArray(raw['urls']) || raw['urls'].some((u) => typeof u !== 'string')) {
-        throw typeError('CreatePreheatJobRequest.args.urls', '[]string', raw['urls']);
-      }
-      urls = raw['urls'] as string[];
-    }
-    // The contract accepts all three dialects (the newest wins); the real v2.5.1 binds only
-    // `filtered_query_params` and applies its default list when a legacy `filter` is all there is.
-    let filter = '';
-    for (const key of real
-      ? ['filtered_query_params']
-      : ['filter', 'filteredQueryParams', 'filtered_query_params']) {
-      const v = optString(raw, key, `CreatePreheatJobRequest.args.${key}`);
-      if (v !== '') filter = v;
-    }
-    let headers: Record<string, string> | null = null;
-    if (raw['headers'] !== undefined && raw['headers'] !== null) {
-      if (!isObj(raw['headers']) || Object.values(raw['headers']).some((v) => typeof v !== 'string')) {
-        throw typeError('CreatePreheatJobRequest.args.headers', 'map[string]string', raw['headers']);
-      }
-      headers = raw['headers'] as Record<string, string>;
-    }
-    const scope = optString(raw, 'scope', 'CreatePreheatJobRequest.args.scope') || 'single_seed_peer';
-    if (!['single_seed_peer', 'all_seed_peers', 'all_peers'].includes(scope)) {
-      throw argValidation('Scope', 'oneof');
-    }
-    let ips: string[] | null = null;
-    if (raw['ips'] !== undefined && raw['ips'] !== null) {
-      if (!Array.isArray(raw['ips']))
-        throw typeError('CreatePreheatJobRequest.args.ips', '[]string', raw['ips']);
-      if (raw['ips'].length > 100) throw argValidation('IPs', 'lte');
-      // `omitempty` skips an empty list in the real manager; the contract refuses it.
-      if (raw['ips'].length < 1 && !real) throw argValidation('IPs', 'gte');
-      ips = raw['ips'] as string[];
-    }
-    const count = optInt(raw, 'count', 'CreatePreheatJobRequest.args.count', 'uint32');
-    if (count !== undefined && (count < 1 || count > 200))
-      throw argValidation('Count', count < 1 ? 'gte' : 'lte');
-    const percentage = optInt(raw, 'percentage', 'CreatePreheatJobRequest.args.percentage', 'uint8');
-    if (percentage !== undefined && (percentage < 1 || percentage > 100)) {
-      throw argValidation('Percentage', percentage < 1 ? 'gte' : 'lte');
-    }
-    const pieceLength = optInt(raw, 'piece_length', 'CreatePreheatJobRequest.args.piece_length', 'uint64');
-    if (pieceLength !== undefined && (pieceLength < 4194304 || pieceLength > 67108864)) {
-      throw argValidation('PieceLength', pieceLength < 4194304 ? 'gte' : 'lte');
-    }
-    const timeout = optInt(raw, 'timeout', 'CreatePreheatJobRequest.args.timeout', 'time.Duration');
-    const concurrentTaskCount = optInt(
-      raw,
-      'concurrent_task_count',
-      'CreatePreheatJobRequest.args.concurrent_task_count',
-      'int64',
-    );
-    const concurrentPeerCount = optInt(
-      raw,
-      'concurrent_peer_count',
-      'CreatePreheatJobRequest.args.concurrent_peer_count',
-      'int64',
-    );
-    const platform = optString(raw, 'platform', 'CreatePreheatJobRequest.args.platform');
-
-    const args: Record<string, unknown> = {
-      type,
-      url,
-      urls,
-      piece_length: pieceLength ?? null,
-      tag: optString(raw, 'tag', 'CreatePreheatJobRequest.args.tag'),
-      application: optString(raw, 'application', 'CreatePreheatJobRequest.args.application'),
-    };
-    if (argsDialect === 'legacy') args['filter'] = filter;
-    else args['filtered_query_params'] = filter || RAW_DEFAULT_FILTERED_QUERY_PARAMS;
-    Object.assign(args, {
-      headers,
-      username: optString(raw, 'username', 'CreatePreheatJobRequest.args.username'),
-      password: optString(raw, 'password', 'CreatePreheatJobRequest.args.password'),
-      platform,
-      scope,
-      ips,
-      count: count ?? null,
-      percentage: percentage ?? null,
-      concurrent_task_count: concurrentTaskCount || 8,
-      concurrent_peer_count: concurrentPeerCount || 500,
-      timeout: timeout || DEFAULT_TIMEOUT_NS,
-    });
-    if (!real) return args;
-    // The manager stores the args struct as a map: every field, keys sorted, the storage back ends null.
-    return sortedKeys({
-      ...args,
-      object_storage: isObj(raw['object_storage']) ? raw['object_storage'] : null,
-      hdfs: isObj(raw['hdfs']) ? raw['hdfs'] : null,
-    });
-  }
-
-  /** The preheat service's checks of bound args (500 `invalid params: ...`, `unknown preheat type`). */
-  function checkPreheatArgs(args: Record<string, unknown>): void {
-    const url = args['url'] as string;
-    const urls = args['urls'] as string[] | null;
-    if (args['type'] === 'image') {
-      if (url === '') throw new HttpError(500, { message: 'invalid params: url is required' });
-      if (!real && urls !== null && urls.length > 0)
-        throw new HttpError(500, { message: 'invalid params: urls is only supported for file type' });
-      if (!IMAGE_URL.test(url))
-        throw new HttpError(500, { message: `invalid params: invalid image url ${url}` });
-    } else if (args['type'] === 'file') {
-      if (url === '' && (urls === null || urls.length === 0)) {
-        const message = real ? 'invalid params: url or urls is required' : 'invalid params: url is required';
-        throw new HttpError(500, { message });
-      }
-    } else {
-      throw new HttpError(500, { message: 'unknown preheat type' });
-    }
-  }
-
   function selectClusters(body: Record<string, unknown>): { id: number; name: string }[] {
     const raw = body['scheduler_cluster_ids'];
     const ids = (raw as number[] | null | undefined) ?? [];
@@ -664,99 +262,10 @@ export async function startManagerEmulator(opts: ManagerEmulatorOptions = {}): P
     });
   }
 
-  /**
-   * Binds `types.CreateJobRequest` (422): the real manager's rate limiter (v2.5.1) does it before the handler
-   * does it again, so a failure there is answered twice (see {@link realRateLimiter}).
-   */
-  function bindCreateJob(bodyText: string): Record<string, unknown> {
-    const body = parseJSON(bodyText);
-    if (!isObj(body))
-      throw new HttpError(422, {
-        errors: 'json: cannot unmarshal into Go value of type types.CreateJobRequest',
-      });
-    if (body['bio'] !== undefined && body['bio'] !== null && typeof body['bio'] !== 'string')
-      throw typeError('CreateJobRequest.bio', 'string', body['bio']);
-    if (
-      body['user_id'] !== undefined &&
-      body['user_id'] !== null &&
-      (typeof body['user_id'] !== 'number' || !Number.isInteger(body['user_id']))
-    ) {
-      throw typeError('CreateJobRequest.user_id', 'uint', body['user_id']);
-    }
-    const raw = body['scheduler_cluster_ids'];
-    if (
-      raw !== undefined &&
-      raw !== null &&
-      (!Array.isArray(raw) || raw.some((x) => typeof x !== 'number' || !Number.isInteger(x) || x < 0))
-    ) {
-      throw typeError('CreateJobRequest.scheduler_cluster_ids', '[]uint', raw);
-    }
-    if (typeof body['type'] !== 'string' || body['type'] === '')
-      throw validation('CreateJobRequest', 'Type', 'required');
-    return body;
-  }
-
-  /**
-   * How each job type is created: its args bound and checked. A type the manager knows but the emulator does not
-   * run is stored with its args as given.
-   */
-  const JOB_TYPES: Record<
-    string,
-    { bind(raw: unknown): Record<string, unknown>; check(args: Record<string, unknown>): void }
-  > = {
-    preheat: { bind: bindPreheatArgs, check: checkPreheatArgs },
-    get_task: { bind: bindTaskArgs, check: checkTaskArgs },
-    delete_task: { bind: bindTaskArgs, check: checkTaskArgs },
-  };
-
-  /** get_task / delete_task args (manager v2.5.1 types.GetTaskArgs, DeleteTaskArgs). */
-  function bindTaskArgs(raw: unknown): Record<string, unknown> {
-    const a = isObj(raw) ? raw : {};
-    const str = (k: string) => (typeof a[k] === 'string' ? (a[k] as string) : '');
-    return {
-      task_id: str('task_id'),
-      url: str('url'),
-      tag: str('tag'),
-      application: str('application'),
-      filtered_query_params: str('filtered_query_params') || RAW_DEFAULT_FILTERED_QUERY_PARAMS,
-      piece_length: typeof a['piece_length'] === 'number' ? a['piece_length'] : null,
-      content_for_calculating_task_id: null,
-      timeout: typeof a['timeout'] === 'number' && a['timeout'] > 0 ? a['timeout'] : DEFAULT_TIMEOUT_NS,
-    };
-  }
-
-  function checkTaskArgs(args: Record<string, unknown>): void {
-    // As manager v2.5.1 answers a get_task or delete_task without any of them (recorded 2026-11-24).
-    if (!args['task_id'] && !args['url'])
-      throw new HttpError(422, {
-        errors: 'invalid params: task_id, content_for_calculating_task_id or url is required',
-      });
-  }
-
-  /** The task a get_task / delete_task job is about: its id, or the id of its URL (the manager's Go rule). */
-  function taskOf(args: Record<string, unknown>): string {
-    if (args['task_id']) return args['task_id'] as string;
-    const filter = String(args['filtered_query_params'] || RAW_DEFAULT_FILTERED_QUERY_PARAMS)
-      .split('&')
-      .filter((x) => x !== '');
-    return computeTaskID({
-      url: args['url'] as string,
-      filter,
-      tag: (args['tag'] as string) || undefined,
-      application: (args['application'] as string) || undefined,
-      pieceLength: (args['piece_length'] as number | null) ?? undefined,
-      rule: '1.5.3+',
-    });
-  }
-  const storedAsGiven = {
-    bind: (raw: unknown) => (isObj(raw) ? raw : {}),
-    check: () => undefined,
-  };
-
   function createJob(bodyText: string, userID: number): EmulatedJob {
     const body = bindCreateJob(bodyText);
     const type = body['type'] as string;
-    const kind = JOB_TYPES[type] ?? (KNOWN_OTHER_TYPES.has(type) ? storedAsGiven : undefined);
+    const kind = jobKind(type);
     if (!kind) throw new HttpError(422, { errors: 'Unknow type' });
     const args = kind.bind(body['args']);
     const selected = selectClusters(body);
@@ -791,366 +300,22 @@ export async function startManagerEmulator(opts: ManagerEmulatorOptions = {}): P
 
   // ---------------------------------------------------------------- running a job
 
-  function setState(job: EmulatedJob, state: EmulatedJobState) {
-    job.state = state;
-    job.updated_at = stamp();
-  }
-
-  type PeerTask = { url: string; hostname: string; ip: string; description?: string };
-
-  /**
-   * The real manager's `result` (v2.5.1): the machinery group state as a map (keys sorted, Go nanosecond times),
-   * one task per scheduler cluster. `lists` null: the task has no results (still PENDING, or failed before any
-   * peer answered); an empty peer list is null, never [].
-   */
-  function realResult(
-    job: EmulatedJob,
-    state: EmulatedJobState,
-    error: string,
-    lists: { success: PeerTask[]; failure: PeerTask[] } | null,
-    /** all_peers makes its lists with make(): empty ones are [], not null. */
-    emptyLists: null | [] = null,
-  ): Record<string, unknown> {
-    const orNull = (tasks: PeerTask[]) => (tasks.length > 0 ? tasks.map((t) => sortedKeys(t)) : emptyLists);
-    return sortedKeys({
-      created_at: job.internal.groupCreatedAt,
-      group_uuid: job.task_id,
-      job_states: job.scheduler_clusters.map((c) =>
-        sortedKeys({
-          created_at: job.internal.groupCreatedAt,
-          error,
-          results: lists
-            ? [
-                sortedKeys({
-                  failure_tasks: orNull(lists.failure),
-                  scheduler_cluster_id: c.id,
-                  success_tasks: orNull(lists.success),
-                }),
-              ]
-            : null,
-          state,
-          task_name: job.type,
-          task_uuid: job.internal.taskUUID,
-          ttl: 0,
-        }),
-      ),
-      state,
-      updated_at: goNanoTime(now()),
-    });
-  }
-
-  async function resolveImage(args: Record<string, unknown>): Promise<string[]> {
-    const url = args['url'] as string;
-    const m = IMAGE_URL.exec(url)!;
-    const [, scheme, registry, repo] = m as unknown as [string, string, string, string];
-    const headers: Record<string, string> = {
-      accept: [
-        'application/vnd.oci.image.index.v1+json',
-        'application/vnd.docker.distribution.manifest.list.v2+json',
-        'application/vnd.oci.image.manifest.v1+json',
-        'application/vnd.docker.distribution.manifest.v2+json',
-      ].join(', '),
-      ...((args['headers'] as Record<string, string> | null) ?? {}),
-    };
-    if (args['username']) {
-      headers['authorization'] =
-        'Basic ' +
-        Buffer.from(`${String(args['username'])}:${String(args['password'] ?? '')}`).toString('base64');
-    }
-    const get = async (u: string): Promise<{ mediaType: string; doc: Record<string, unknown> }> => {
-      const res = await undiciRequest(u, { headers, dispatcher: agent });
-      const text = await res.body.text();
-      if (res.statusCode !== 200) throw new Error(`fetch manifest ${u}: HTTP ${res.statusCode}`);
-      const doc = JSON.parse(text) as Record<string, unknown>;
-      const ct = String(res.headers['content-type'] ?? '');
-      return { mediaType: (doc['mediaType'] as string | undefined) ?? ct, doc };
-    };
-    const top = await get(url);
-    const mediaType = top.mediaType;
-    let doc = top.doc;
-    if (mediaType.includes('index') || mediaType.includes('manifest.list')) {
-      const platform = (args['platform'] as string) || 'linux/amd64';
-      const [os, arch, variant] = platform.split('/');
-      const list =
-        (doc['manifests'] as {
-          digest: string;
-          platform?: { os?: string; architecture?: string; variant?: string };
-        }[]) ?? [];
-      const pick = list.find(
-        (x) =>
-          x.platform?.os === os &&
-          x.platform?.architecture === arch &&
-          (variant === undefined || x.platform?.variant === variant),
-      );
-      if (!pick) throw new Error(`no manifest for platform ${platform}`);
-      doc = (await get(`${scheme}://${registry}/v2/${repo}/manifests/${pick.digest}`)).doc;
-    }
-    const config = doc['config'] as { digest?: string } | undefined;
-    const layers = (doc['layers'] as { digest: string }[] | undefined) ?? [];
-    const digests = [...(config?.digest ? [config.digest] : []), ...layers.map((l) => l.digest)];
-    return digests.map((d) => `${scheme}://${registry}/v2/${repo}/blobs/${d}`);
-  }
-
-  async function runJob(job: EmulatedJob): Promise<void> {
-    const latency = jobLatency;
-    const forcedFailure = job.type === 'preheat' ? inject.jobFailures.shift() : undefined;
-    let partial = false;
-    if (job.type === 'preheat' && forcedFailure === undefined && inject.partial > 0) {
-      inject.partial--;
-      partial = true;
-    }
-    if (runningStates) {
-      await waitJobClock(latency / 3);
-      setState(job, 'RECEIVED');
-      await waitJobClock(latency / 3);
-      setState(job, 'STARTED');
-      await waitJobClock(latency / 3);
-    } else {
-      await waitJobClock(latency);
-    }
-    if (!jobs.has(job.id)) return; // deleted meanwhile
-
-    const args = job.args;
-    const success: { url: string; hostname: string; ip: string }[] = [];
-    const failure: { url: string; hostname: string; ip: string; description: string }[] = [];
-    let error = '';
-    if (forcedFailure !== undefined) {
-      error = forcedFailure;
-    } else if (job.type === 'preheat') {
-      try {
-        const urls =
-          args['type'] === 'image'
-            ? await resolveImage(args)
-            : [...(args['url'] ? [args['url'] as string] : []), ...((args['urls'] as string[] | null) ?? [])];
-        job.internal.urls = urls;
-        const filterRaw = (args['filtered_query_params'] ?? args['filter'] ?? '') as string;
-        const filter = (filterRaw || RAW_DEFAULT_FILTERED_QUERY_PARAMS).split('&').filter((s) => s !== '');
-        const headers: Record<string, string> = {
-          ...((args['headers'] as Record<string, string> | null) ?? {}),
-        };
-        if (args['type'] === 'image' && args['username']) {
-          headers['authorization'] =
-            'Basic ' +
-            Buffer.from(`${String(args['username'])}:${String(args['password'] ?? '')}`).toString('base64');
-        }
-        const ident = {
-          filter,
-          tag: (args['tag'] as string) || undefined,
-          application: (args['application'] as string) || undefined,
-          pieceLength: (args['piece_length'] as number | null) ?? undefined,
-        };
-        for (const u of urls) job.internal.taskIDs[u] = computeTaskID({ url: u, ...ident });
-        if (args['scope'] === 'all_peers' && nodePeers.length > 0) {
-          const outcome = await preheatNodePeers(job, urls, ident, headers, success, failure);
-          error = outcome;
-          throw new NodePreheatDone();
-        }
-        const targets = args['scope'] === 'single_seed_peer' ? peers.slice(0, 1) : peers;
-        const timeoutMs = Number(args['timeout']) / 1e6;
-        const work = mapLimit(urls, Number(args['concurrent_task_count']) || 8, async (u) => {
-          if (targets.length === 0) {
-            success.push({ url: u, hostname: 'seed-peer-0', ip: '127.0.0.1' });
-            return;
-          }
-          await Promise.all(
-            targets.map(async (peer, i) => {
-              const hostname = `seed-peer-${i}`;
-              try {
-                await peer.preheat(u, { ...ident, headers });
-                success.push({ url: u, hostname, ip: '127.0.0.1' });
-                hold(job.internal.taskIDs[u]!, { ip: '127.0.0.1', hostname, hostType: 'super' });
-              } catch (e) {
-                failure.push({
-                  url: u,
-                  hostname,
-                  ip: '127.0.0.1',
-                  description: e instanceof Error ? e.message : String(e),
-                });
-              }
-            }),
-          );
-        });
-        let timer: NodeJS.Timeout | undefined;
-        const timedOut = new Promise<'timeout'>((r) => (timer = setTimeout(() => r('timeout'), timeoutMs)));
-        const outcome = await Promise.race([work, timedOut]);
-        clearTimeout(timer);
-        if (outcome === 'timeout') error = 'preheat timeout';
-        else if (failure.length > 0) error = failure[0]!.description;
-      } catch (e) {
-        if (!(e instanceof NodePreheatDone)) error = e instanceof Error ? e.message : String(e);
-      }
-    } else if (job.type === 'get_task' || job.type === 'delete_task') {
-      return finishTaskJob(job);
-    }
-    if (!jobs.has(job.id)) return;
-    if (partial && !error) {
-      failure.push({
-        url: String(args['url'] ?? ''),
-        hostname: 'seed-peer-x',
-        ip: '127.0.0.2',
-        description: 'injected partial failure',
-      });
-    }
-    // The real manager (v2.5.1), scope single_seed_peer: a seed peer that cannot fetch the URL (an origin 404 or
-    // 403) does not fail the job. It ends SUCCESS with both peer lists null; only the scheduler's log says why.
-    const silentFailure =
-      forcedFailure === undefined &&
-      !(args['scope'] === 'all_peers' && nodePeers.length > 0) &&
-      !partial &&
-      (args['scope'] ?? 'single_seed_peer') === 'single_seed_peer' &&
-      success.length === 0 &&
-      failure.length > 0 &&
-      error !== 'preheat timeout';
-    if (silentFailure) error = '';
-    const failed = error !== '';
-    const state: EmulatedJobState = failed ? 'FAILURE' : 'SUCCESS';
-    job.internal.error = error || undefined;
-    if (real) {
-      const lists = failed && success.length === 0 && failure.length === 0 ? null : { success, failure };
-      job.result =
-        job.type === 'preheat'
-          ? realResult(
-              job,
-              state,
-              error,
-              silentFailure ? { success: [], failure: [] } : lists,
-              args['scope'] === 'all_peers' && nodePeers.length > 0 ? [] : null,
-            )
-          : null;
-      setState(job, state);
-      return;
-    }
-    const now = new Date().toISOString();
-    job.result =
-      job.type === 'preheat'
-        ? {
-            group_uuid: job.task_id,
-            state,
-            created_at: job.created_at,
-            updated_at: now,
-            job_states: job.scheduler_clusters.map((c) => ({
-              task_uuid: `task_${randomUUID()}`,
-              task_name: 'preheat',
-              state,
-              error,
-              ttl: 0,
-              results: silentFailure
-                ? [{ success_tasks: null, failure_tasks: null, scheduler_cluster_id: c.id }]
-                : failed && success.length === 0 && failure.length === 0
-                  ? []
-                  : [{ success_tasks: success, failure_tasks: failure, scheduler_cluster_id: c.id }],
-            })),
-          }
-        : null;
-    setState(job, state);
-  }
-
-  /**
-   * scope all_peers on node peers (manager v2.5.1 scheduler/job PreheatAllPeers): the peers are chosen by `ips`
-   * (none known: the job fails `no peer found for ips [...]`), else `count`, else `percentage`, else all; each
-   * downloads every URL; the job succeeds when any peer did (its failures listed beside), and fails `all peers
-   * preheat failed: ...` when none did. Returns the job's error ('' on success).
-   */
-  async function preheatNodePeers(
-    job: EmulatedJob,
-    urls: string[],
-    ident: Parameters<PeerProxy['preheat']>[1],
-    headers: Record<string, string>,
-    success: PeerTask[],
-    failure: PeerTask[],
-  ): Promise<string> {
-    const args = job.args;
-    const ips = (args['ips'] as string[] | null) ?? [];
-    const count = args['count'] as number | null;
-    const percentage = args['percentage'] as number | null;
-    let selected = nodePeers;
-    if (ips.length > 0) {
-      selected = nodePeers.filter((p) => ips.includes(p.ip));
-      if (selected.length === 0) return `no peer found for ips [${ips.join(' ')}]`;
-    } else if (count) {
-      selected = nodePeers.slice(0, Math.min(count, nodePeers.length));
-    } else if (percentage) {
-      selected = nodePeers.slice(0, Math.max(1, Math.floor((nodePeers.length * percentage) / 100)));
-    }
-    for (const u of urls) {
-      const id = job.internal.taskIDs[u]!;
-      await Promise.all(
-        selected.map(async (peer) => {
-          try {
-            await peer.proxy?.preheat(u, { ...ident, headers });
-            success.push({ url: u, hostname: peer.hostname, ip: peer.ip });
-            hold(id, { ip: peer.ip, hostname: peer.hostname, hostType: 'normal' });
-          } catch (e) {
-            failure.push({
-              url: u,
-              hostname: peer.hostname,
-              ip: peer.ip,
-              description: `task ${id} failed: ${e instanceof Error ? e.message : String(e)}`,
-            });
-          }
-        }),
-      );
-      // The scheduler has the seed peer fetch what a node peer asks it for first.
-      if (success.some((t) => t.url === u))
-        hold(id, { ip: '127.0.0.1', hostname: 'seed-peer-0', hostType: 'super' });
-    }
-    if (success.length > 0) return '';
-    const first = failure[0];
-    return `all peers preheat failed: ${job.task_id} ${job.internal.taskUUID} ${first ? `${first.ip} ${first.hostname} ${first.description}` : 'no error message'}`;
-  }
-
-  /** A get_task or delete_task job, on the holders the preheats recorded (manager v2.5.1 answers, 2026-11-24). */
-  function finishTaskJob(job: EmulatedJob): void {
-    if (!jobs.has(job.id)) return;
-    const taskID = taskOf(job.args);
-    job.internal.taskIDs[taskID] = taskID;
-    const known = holders.has(taskID);
-    const held = [...(holders.get(taskID)?.values() ?? [])];
-    const at = goNanoTime(now());
-    const results = (clusterID: number) =>
-      job.type === 'get_task'
-        ? sortedKeys({
-            peers: held.map((h) =>
-              sortedKeys({
-                IsFinished: true,
-                created_at: at,
-                host_type: h.hostType,
-                hostname: h.hostname,
-                id: `${h.ip}-${h.hostname}${h.hostType === 'normal' ? '' : '-seed'}`,
-                ip: h.ip,
-                updated_at: at,
-              }),
-            ),
-            scheduler_cluster_id: clusterID,
-          })
-        : // A task the scheduler knows answers lists made with make() ([] when empty); an unknown one, none (null).
-          sortedKeys({
-            failure_tasks: known ? [] : null,
-            scheduler_cluster_id: clusterID,
-            success_tasks: known
-              ? held.map((h) => sortedKeys({ host_type: h.hostType, hostname: h.hostname, ip: h.ip }))
-              : null,
-          });
-    if (job.type === 'delete_task') holders.delete(taskID);
-    job.result = sortedKeys({
-      created_at: job.internal.groupCreatedAt,
-      group_uuid: job.task_id,
-      job_states: job.scheduler_clusters.map((c) =>
-        sortedKeys({
-          created_at: job.internal.groupCreatedAt,
-          error: '',
-          results: [results(c.id)],
-          state: 'SUCCESS',
-          task_name: job.type,
-          task_uuid: job.internal.taskUUID,
-          ttl: 0,
-        }),
-      ),
-      state: 'SUCCESS',
-      updated_at: at,
-    });
-    setState(job, 'SUCCESS');
-  }
+  const { runJob, realResult } = jobRunner({
+    real,
+    peers,
+    nodePeers,
+    holders,
+    hold,
+    now,
+    stamp,
+    runningStates,
+    agent,
+    jobs,
+    latency: () => jobLatency,
+    inject,
+    waitJobClock,
+    taskOf,
+  });
 
   /**
    * The real manager's create middleware (v2.5.1 manager/middlewares/ratelimiter.go): it binds the body first and

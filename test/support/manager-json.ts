@@ -147,3 +147,25 @@ export function sortedKeys(value: Record<string, unknown>): Record<string, unkno
       .map((k) => [k, value[k]]),
   );
 }
+
+/** A result with PascalCase keys (the emulator's `resultCase: 'pascal'`: managers before v2.1.57). */
+export function toPascal(value: unknown): unknown {
+  const special: Record<string, string> = {
+    group_uuid: 'GroupUUID',
+    task_uuid: 'TaskUUID',
+    ttl: 'TTL',
+    url: 'URL',
+    ip: 'IP',
+    scheduler_cluster_id: 'SchedulerClusterID',
+  };
+  if (Array.isArray(value)) return value.map(toPascal);
+  if (value && typeof value === 'object') {
+    const out: Record<string, unknown> = {};
+    for (const [k, v] of Object.entries(value)) {
+      const key = special[k] ?? k.replace(/(^|_)([a-z])/g, (_m, _p, c: string) => c.toUpperCase());
+      out[key] = toPascal(v);
+    }
+    return out;
+  }
+  return value;
+}

@@ -4,6 +4,7 @@ import {
   PreheatReason,
   preheatConditions,
   preheatPhase,
+  withPreheatConditions,
   type PreheatObservation,
 } from '../../src/controllers/modelpreheat-status.ts';
 import { ManagerError, type ManagerErrorKind } from '../../src/manager/errors.ts';
@@ -14,6 +15,7 @@ import type { Condition } from '../../src/api/index.ts';
 const managerError = (kind: ManagerErrorKind, status: number, managerMessage: string) =>
   new ManagerError({ kind, status, managerMessage, operation: 'create preheat job' });
 const now = new Date('2026-01-01T00:00:00Z');
+const empty: { observedGeneration?: number; conditions?: Condition[] } = {};
 const apply = (o: PreheatObservation, before?: Condition[], gen = 2) =>
   applyConditions(before, preheatConditions(o), gen, now);
 /** type=status/reason of every condition, sorted, for compact assertions. */
@@ -143,5 +145,22 @@ describe('ModelPreheat conditions and phase', () => {
       ].map((e) => describeFailure(e, 'a').reason),
     );
     expect(reasons.size).toBe(5);
+  });
+
+  it("sets only the kind's own condition types and reasons (others do not compile)", () => {
+    const s = withPreheatConditions(empty, 5, [
+      { type: 'Succeeded', status: 'False', reason: 'InvalidJobArgs', message: 'm' },
+      { type: 'Stalled', absent: true },
+    ]);
+    expect(s.observedGeneration).toBe(5);
+    expect(summary(s.conditions!)).toEqual(['Succeeded=False/InvalidJobArgs']);
+    // Checked by tsc (npm run typecheck), not run: each line must stay a type error.
+    const misspelt = () => [
+      // @ts-expect-error -- Degraded is a ServedModel condition, not a ModelPreheat one
+      withPreheatConditions({}, 1, [{ type: 'Degraded', status: 'True', reason: 'JobFailed' }]),
+      // @ts-expect-error -- AllReplicasReady is a ServedModel reason
+      withPreheatConditions({}, 1, [{ type: 'Ready', status: 'True', reason: 'AllReplicasReady' }]),
+    ];
+    expect(typeof misspelt).toBe('function');
   });
 });

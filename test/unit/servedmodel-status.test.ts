@@ -1,7 +1,9 @@
 import { describe, expect, it } from 'vitest';
 import {
+  deletingConditions,
   invalidSpecConditions,
   servedModelConditions,
+  withServedModelConditions,
   type ServedModelObservation,
 } from '../../src/controllers/servedmodel-status.ts';
 import { applyConditions, getCondition } from '../../src/runtime/conditions.ts';
@@ -19,6 +21,7 @@ const base: ServedModelObservation = {
 const conditions = (o: Partial<ServedModelObservation>, before?: Condition[]) =>
   applyConditions(before, servedModelConditions({ ...base, ...o }), 4, new Date('2026-01-01T00:00:00Z'));
 const get = (cs: Condition[], type: string) => getCondition(cs, type);
+const empty: { observedGeneration?: number; conditions?: Condition[] } = {};
 /** Ready/Reconciling/Stalled as one string: the three conditions kstatus and `peerload wait` read. */
 const health = (cs: Condition[]) =>
   ['Ready', 'Reconciling', 'Stalled']
@@ -175,12 +178,42 @@ describe('ServedModel conditions', () => {
           for (const serviceFound of [true, false])
             for (const retryable of [undefined, true, false]) {
               const failures =
-                retryable === undefined ? [] : [{ replica: 'a', reason: 'X', message: 'm', retryable }];
+                retryable === undefined
+                  ? []
+                  : [{ replica: 'a', reason: 'ModelNotFound' as const, message: 'm', retryable }];
               const cs = conditions({ gate, desired, ready, serviceFound, failures });
               const ready_ = get(cs, 'Ready')!;
               const open = get(cs, 'Reconciling')?.status === 'True' || get(cs, 'Stalled')?.status === 'True';
               expect(ready_.status === 'True' || open, JSON.stringify({ gate, desired, ready })).toBe(true);
               expect(ready_.status === 'True' && open).toBe(false);
             }
+  });
+
+  it('deleting: Ready False and Reconciling True, both saying why', () => {
+    const cs = applyConditions([], deletingConditions('deleting: waiting for 2 registration(s)'), 4);
+    expect(health(cs)).toBe('Ready=False/Deleting Reconciling=True/Deleting Stalled=-');
+    expect(get(cs, 'Ready')!.message).toBe('deleting: waiting for 2 registration(s)');
+  });
+
+  it("sets only the kind's own condition types and reasons (others do not compile)", () => {
+    const s = withServedModelConditions(empty, 3, [
+      { type: 'Ready', status: 'False', reason: 'PreheatStalled', message: 'm' },
+      { type: 'Degraded', status: 'True', reason: 'VersionMismatch', message: 'm' },
+    ]);
+    expect(s.observedGeneration).toBe(3);
+    expect(s.conditions!.map((c) => `${c.type}/${c.reason}/${c.observedGeneration}`)).toEqual([
+      'Ready/PreheatStalled/3',
+      'Degraded/VersionMismatch/3',
+    ]);
+    // Checked by tsc (npm run typecheck), not run: each line must stay a type error.
+    const misspelt = () => [
+      // @ts-expect-error -- Succeeded is a ModelPreheat condition, not a ServedModel one
+      withServedModelConditions({}, 1, [{ type: 'Succeeded', status: 'True', reason: 'AllReplicasReady' }]),
+      // @ts-expect-error -- JobSucceeded is a ModelPreheat reason
+      withServedModelConditions({}, 1, [{ type: 'Ready', status: 'True', reason: 'JobSucceeded' }]),
+      // @ts-expect-error -- a bare string is no reason
+      withServedModelConditions({}, 1, [{ type: 'Ready', status: 'True', reason: 'Whatever' as string }]),
+    ];
+    expect(typeof misspelt).toBe('function');
   });
 });
