@@ -314,7 +314,12 @@ export const CacheStatus = z.object({
     .meta({ description: 'Per task (the first 10): which peers hold it.' }),
   message: z.string().max(1024).optional().meta({ description: 'Why the last refresh failed, if it did.' }),
   refreshing: z
-    .array(z.object({ taskID: z.string(), jobID: z.int() }))
+    .array(
+      z.object({
+        taskID: z.string().meta({ description: 'P2P task id the job is about.' }),
+        jobID: z.int().meta({ description: 'Manager job id (the poll path).' }),
+      }),
+    )
     .max(MAX_CACHE_TASKS)
     .optional()
     .meta({ description: 'get_task jobs of the refresh under way.' }),
@@ -382,7 +387,12 @@ export const ModelPreheatStatus = z.object({
       'Which peers of the network hold the tasks (manager get_task jobs); see spec.cacheRefreshInterval.',
   }),
   evictionJobs: z
-    .array(z.object({ taskID: z.string(), jobID: z.int() }))
+    .array(
+      z.object({
+        taskID: z.string().meta({ description: 'P2P task id the job is about.' }),
+        jobID: z.int().meta({ description: 'Manager job id (the poll path).' }),
+      }),
+    )
     .max(100)
     .optional()
     .meta({ description: 'delete_task jobs of an eviction under way (spec.evictOnDelete, on deletion).' }),

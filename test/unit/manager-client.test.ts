@@ -460,6 +460,8 @@ describe('manager types', () => {
     expect(pascal.result?.jobStates[0]?.results[0]).toEqual({
       successTasks: [{ url: 'u', hostname: 'h', ip: '1.2.3.4' }],
       failureTasks: [],
+      // A preheat's result has no get_task peers.
+      peers: [],
       schedulerClusterID: 2,
     });
     expect(
