@@ -40,11 +40,10 @@ if [[ ${1:-} == --all ]]; then
   bash scripts/setup-torchserve.sh >/dev/null
   bash scripts/setup-minio.sh >/dev/null
   bash scripts/build-plugin.sh >/dev/null
-  wait "$dragonfly" || { log "building the Dragonfly network failed (scripts/setup-dragonfly.sh)"; exit 1; }
-fi
-if [[ ${1:-} == --all ]]; then
   # The image tests (test/e2e/image.test.ts, release.test.ts): buildah, and the Debian-built bases cached by version.
+  # Mostly downloads: they too run while the peer daemon compiles.
   bash scripts/setup-image-tools.sh
   bash scripts/image-bases.sh >/dev/null
+  wait "$dragonfly" || { log "building the Dragonfly network failed (scripts/setup-dragonfly.sh)"; exit 1; }
 fi
 log "ready (node $node_version, cache $PEERLOAD_CACHE)"
