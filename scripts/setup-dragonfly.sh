@@ -36,7 +36,7 @@ fi
 if (( ${#need_debs[@]} )); then
   log "installing Debian packages: ${need_debs[*]}"
   export DEBIAN_FRONTEND=noninteractive
-  apt-get update -q >&2 && apt-get install -y -q --no-install-recommends "${need_debs[@]}" >&2
+  apt-get -o DPkg::Lock::Timeout=600 update -q >&2 && apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends "${need_debs[@]}" >&2
 fi
 
 if [[ -x "$BIN/manager" && -x "$BIN/scheduler" && -x "$BIN/dfdaemon" ]]; then
