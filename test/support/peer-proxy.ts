@@ -22,15 +22,13 @@
  * - `GET /peer/tasks/<taskID>` on the proxy itself serves a cached task: another instance configured with
  *   `parent` asks it on a local miss before going to the origin (a "remote peer" hit).
  */
-import { createReadStream, createWriteStream, existsSync, rmSync, type WriteStream } from 'node:fs';
-import { mkdir, mkdtemp, readFile, rename, rm, unlink, writeFile } from 'node:fs/promises';
+import { existsSync } from 'node:fs';
+import { mkdir, mkdtemp, rm } from 'node:fs/promises';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { Transform, type Readable, type Writable } from 'node:stream';
-import { finished, pipeline } from 'node:stream/promises';
-import { randomUUID } from 'node:crypto';
+import { pipeline } from 'node:stream/promises';
 import { Agent, ProxyAgent, request as undiciRequest, type Dispatcher } from 'undici';
 import {
   DEFAULT_FILTERED_QUERY_PARAMS,
@@ -42,279 +40,33 @@ import {
   USE_P2P_HEADER,
   identityFromHeaders,
   taskID as computeTaskID,
-  type TaskIdRule,
 } from '../../src/storage/taskid.ts';
+import { createTaskStore } from './peer-proxy-cache.ts';
+import { counter, flatHeaders, forwardableHeaders, parseRange, undiciHeaders } from './peer-proxy-http.ts';
+import {
+  DAEMON_STOCK_RULES,
+  PeerProxyError,
+  newStats,
+  type Live,
+  type PeerFailureMode,
+  type PeerProxy,
+  type PeerProxyOptions,
+  type PreheatOptions,
+  type RecordedRequest,
+  type Source,
+} from './peer-proxy-types.ts';
 
-/** The stock dfdaemon configuration's proxy.rules: container image blobs only. */
-export const DAEMON_STOCK_RULES: readonly RegExp[] = [/blobs\/sha256.*/];
-const SERVER_IP_HEADER = 'X-Dragonfly-Server-IP';
-
-export interface PeerProxyOptions {
-  host?: string /*127.0.0.1*/;
-  port?: number /*0 = free*/;
-  /** URLs routed through P2P without the header, as the daemon's proxy.rules; default DAEMON_STOCK_RULES. */
-  rules?: RegExp[];
-  /** Whose task id rule the emulated daemon follows; default DEFAULT_TASK_ID_RULE (client 1.4.2). */
-  daemonVersion?: TaskIdRule;
-  /**
-   * Not a peer daemon but a plain forward proxy: nothing goes through P2P, whatever the rules and headers (a
-   * baseline for direct downloads of a client that always sends X-Dragonfly-Use-P2P, like the plugin).
-   */
-  forwardOnly?: boolean;
-  defaultFilter?: string[] /*used when a request has no filter header*/;
-  parent?: string /*base URL of another PeerProxy acting as a remote peer: on a local miss ask it by task id before the origin*/;
-  cacheDir?: string;
-}
-
-export interface PeerProxyStats {
-  /** Client requests through the proxy (internal /peer routes excluded). */
-  requests: number;
-  /** Requests this peer sent to origins (cache fills, preheats, direct forwards). */
-  originRequests: number;
-  /** Body bytes received from origins. */
-  originBytes: number;
-  /** localHits + remoteHits. */
-  cacheHits: number;
-  localHits: number;
-  remoteHits: number;
-  /** P2P requests that had to go to the origin. */
-  cacheMisses: number;
-  /** preheat() calls (a seed peer's downloads for the manager). */
-  preheats: number;
-  /** Tasks served to other peers through /peer/tasks/<id>. */
-  servedToPeers: number;
-}
-
-export interface RecordedRequest {
-  method: string;
-  url: string;
-  headers: Record<string, string>;
-  taskID?: string;
-  cacheHit: boolean;
-  status: number;
-}
-
-export type PeerFailureMode = 'backend' | 'proxy' | 'dfdaemon' | 'reset';
-
-export interface PreheatOptions {
-  filter?: string[];
-  tag?: string;
-  application?: string;
-  pieceLength?: number;
-  headers?: Record<string, string>;
-}
-
-export interface PeerProxy {
-  url: string;
-  port: number;
-  stats: PeerProxyStats;
-  requests: RecordedRequest[];
-  hasTask(taskID: string): boolean;
-  preheat(url: string, opts?: PreheatOptions): Promise<{ taskID: string; bytes: number }>;
-  failNext(count: number, mode: PeerFailureMode): void;
-  /** The next `count` preheat() calls fail (a seed peer that cannot download). */
-  failNextPreheats(count: number): void;
-  /** Task ids currently cached. */
-  tasks(): string[];
-  cacheDir: string;
-  reset(): void /*clear cache+stats*/;
-  close(): Promise<void>;
-}
-
-/** Error of preheat(): origin answered non-2xx, was unreachable, or a failure was injected. */
-export class PeerProxyError extends Error {
-  readonly status: number;
-  readonly errorType: 'backend' | 'proxy' | 'dfdaemon';
-  constructor(message: string, status: number, errorType: 'backend' | 'proxy' | 'dfdaemon') {
-    super(message);
-    this.name = 'PeerProxyError';
-    this.status = status;
-    this.errorType = errorType;
-  }
-}
-
-interface Entry {
-  size: number;
-  contentType?: string;
-  etag?: string;
-  lastModified?: string;
-}
-
-type Source = 'origin' | 'parent';
-
-type Fill =
-  | { ok: true; entry: Entry; source: Source }
-  | { ok: false; status: number; headers: Record<string, string>; body: Buffer; errorType: 'backend' };
-
-/** The response of the request that starts a fill, which the fill answers itself while it downloads. */
-interface Live {
-  res: ServerResponse;
-  /** Set by the fill once the source answered 200 and it took the response over. */
-  started: boolean;
-  /** Accounting of the request, run when the source is known and before any byte goes to the client. */
-  onStart(source: Source): void;
-}
-
-const HOP_BY_HOP = new Set([
-  'connection',
-  'keep-alive',
-  'proxy-connection',
-  'proxy-authorization',
-  'proxy-authenticate',
-  'te',
-  'trailer',
-  'transfer-encoding',
-  'upgrade',
-  'host',
-]);
-
-const MAX_ERROR_BODY = 64 * 1024;
-/**
- * Write buffer of a cache file being filled. With fs.WriteStream's 16 KiB default nearly every chunk waits for its
- * own write, so the copy runs in lockstep with the disk writes and a cut-through client gets its bytes at that pace;
- * 4 MiB lets the copy read on while writes (coalesced by writev) are in flight. Bounded memory per fill.
- */
-const FILL_FILE_BUFFER = 4 * 1024 * 1024;
-/** Read size when serving a cached file: fewer reads, callbacks and socket writes than the 64 KiB default. */
-const SERVE_READ_CHUNK = 1024 * 1024;
-
-function newStats(): PeerProxyStats {
-  return {
-    requests: 0,
-    originRequests: 0,
-    originBytes: 0,
-    cacheHits: 0,
-    localHits: 0,
-    remoteHits: 0,
-    cacheMisses: 0,
-    preheats: 0,
-    servedToPeers: 0,
-  };
-}
-
-function flatHeaders(h: IncomingMessage['headers']): Record<string, string> {
-  const out: Record<string, string> = {};
-  for (const [k, v] of Object.entries(h)) if (v !== undefined) out[k] = Array.isArray(v) ? v.join(', ') : v;
-  return out;
-}
-
-function forwardableHeaders(h: Record<string, string>): Record<string, string> {
-  const out: Record<string, string> = {};
-  for (const [k, v] of Object.entries(h)) {
-    const key = k.toLowerCase();
-    if (HOP_BY_HOP.has(key) || key.startsWith('x-dragonfly-')) continue;
-    out[key] = v;
-  }
-  return out;
-}
-
-function undiciHeaders(h: Record<string, string | string[] | undefined>): Record<string, string> {
-  const out: Record<string, string> = {};
-  for (const [k, v] of Object.entries(h)) if (v !== undefined) out[k] = Array.isArray(v) ? v.join(', ') : v;
-  return out;
-}
-
-/** Counts bytes flowing through (origin bandwidth). */
-function counter(onBytes: (n: number) => void): Transform {
-  return new Transform({
-    transform(chunk: Buffer, _enc, cb) {
-      onBytes(chunk.length);
-      cb(null, chunk);
-    },
-  });
-}
-
-/**
- * A fill that failed reaching or reading its source. The daemon answers a backend error without a status code
- * with 500, type backend, and no body; the cause is kept for preheat()'s message only.
- */
-function badGateway(what: string, cause: unknown): Fill {
-  const body = Buffer.from(`${what}: ${cause instanceof Error ? cause.message : String(cause)}`);
-  return { ok: false, status: 500, headers: {}, body, errorType: 'backend' };
-}
-
-/** Content type, etag, last-modified of an origin's (or parent's) answer, kept with the cached task. */
-function entryMeta(h: Record<string, string>): Omit<Entry, 'size'> {
-  const meta: Omit<Entry, 'size'> = {};
-  if (h['content-type']) meta.contentType = h['content-type'];
-  if (h['etag']) meta.etag = h['etag'];
-  if (h['last-modified']) meta.lastModified = h['last-modified'];
-  return meta;
-}
-
-/** The response headers of a task's metadata. */
-function metaHeaders(meta: Omit<Entry, 'size'>): Record<string, string> {
-  const h: Record<string, string> = {};
-  if (meta.contentType) h['content-type'] = meta.contentType;
-  if (meta.etag) h['etag'] = meta.etag;
-  if (meta.lastModified) h['last-modified'] = meta.lastModified;
-  return h;
-}
-
-/** Resolves when `w` can take more data again, or is gone (a client that disconnected never drains). */
-function drained(w: Writable): Promise<void> {
-  if (w.destroyed) return Promise.resolve();
-  return new Promise((resolve) => {
-    const done = () => {
-      w.off('drain', done);
-      w.off('close', done);
-      resolve();
-    };
-    w.on('drain', done);
-    w.on('close', done);
-  });
-}
-
-/**
- * Copies `src` to `file` and to the live `client` at the same time, waiting while either is full (backpressure of
- * both sinks; the source is not read meanwhile). When `length` is known the client's last byte is held back and
- * returned: with it the client would hold its whole body and could ask again before the task is committed.
- * Without a length nothing is held: the client sees the end only at the chunked terminator, sent by end().
- */
-async function copyThrough(
-  src: Readable,
-  file: WriteStream,
-  client: ServerResponse | undefined,
-  length: number | undefined,
-  onBytes: (n: number) => void,
-): Promise<{ size: number; held: Buffer | undefined }> {
-  let size = 0;
-  let held: Buffer | undefined;
-  for await (const chunk of src as AsyncIterable<Buffer>) {
-    if (file.errored) throw file.errored;
-    size += chunk.length;
-    onBytes(chunk.length);
-    const waits: Promise<void>[] = [];
-    if (!file.write(chunk)) waits.push(drained(file));
-    let out = chunk;
-    if (size === length) {
-      held = chunk.subarray(-1);
-      out = chunk.subarray(0, -1);
-    }
-    // A client that went away no longer gets bytes; the fill goes on for the cache and the requests joining it.
-    if (client && !client.destroyed && out.length > 0 && !client.write(out)) waits.push(drained(client));
-    if (waits.length > 0) await Promise.all(waits);
-  }
-  return { size, held };
-}
-
-/** `bytes=a-b`, `bytes=a-`, `bytes=-n` against `size`; undefined when absent or unsatisfiable/multi-range. */
-function parseRange(header: string | undefined, size: number): { start: number; end: number } | undefined {
-  if (!header) return undefined;
-  const m = /^bytes=(\d*)-(\d*)$/.exec(header.trim());
-  if (!m || (m[1] === '' && m[2] === '')) return undefined;
-  let start: number;
-  let end: number;
-  if (m[1] === '') {
-    start = Math.max(0, size - Number(m[2]));
-    end = size - 1;
-  } else {
-    start = Number(m[1]);
-    end = m[2] === '' ? size - 1 : Math.min(size - 1, Number(m[2]));
-  }
-  if (start > end || start >= size) return undefined;
-  return { start, end };
-}
+// The options and public shape are in peer-proxy-types.ts, the header and stream helpers in -http.ts, the cache
+// and its fills in -cache.ts; this file is the proxy's server and its routes.
+export { DAEMON_STOCK_RULES, PeerProxyError } from './peer-proxy-types.ts';
+export type {
+  PeerFailureMode,
+  PeerProxy,
+  PeerProxyOptions,
+  PeerProxyStats,
+  PreheatOptions,
+  RecordedRequest,
+} from './peer-proxy-types.ts';
 
 export async function startPeerProxy(opts: PeerProxyOptions = {}): Promise<PeerProxy> {
   const host = opts.host ?? '127.0.0.1';
@@ -329,213 +81,19 @@ export async function startPeerProxy(opts: PeerProxyOptions = {}): Promise<PeerP
 
   const stats = newStats();
   const requests: RecordedRequest[] = [];
-  const index = new Map<string, Entry>();
-  const fills = new Map<string, Promise<Fill>>();
   const failures: PeerFailureMode[] = [];
   let preheatFailures = 0;
-  let generation = 0;
-
-  const dataPath = (id: string) => join(cacheDir, `${id}.data`);
-  const metaPath = (id: string) => join(cacheDir, `${id}.json`);
-
-  function lookup(id: string): Entry | undefined {
-    const hit = index.get(id);
-    if (hit) return hit;
-    return undefined;
-  }
-
-  /** Loads entries left on disk by an earlier instance sharing `cacheDir`. */
-  async function loadFromDisk(id: string): Promise<Entry | undefined> {
-    if (!existsSync(metaPath(id)) || !existsSync(dataPath(id))) return undefined;
-    try {
-      const entry = JSON.parse(await readFile(metaPath(id), 'utf8')) as Entry;
-      index.set(id, entry);
-      return entry;
-    } catch {
-      return undefined;
-    }
-  }
-
-  async function commit(id: string, tmp: string, entry: Entry, gen: number): Promise<Entry> {
-    if (gen !== generation) {
-      // reset() ran while downloading: drop the result.
-      await unlink(tmp).catch(() => {});
-      return entry;
-    }
-    await writeFile(metaPath(id), JSON.stringify(entry));
-    await rename(tmp, dataPath(id));
-    index.set(id, entry);
-    return entry;
-  }
-
-  /** Sends the headers of a cut-through answer; the body follows as the fill downloads it. */
-  function startLive(
-    live: Live,
-    id: string,
-    source: Source,
-    meta: Omit<Entry, 'size'>,
-    length: number | undefined,
-  ): void {
-    live.onStart(source);
-    live.started = true;
-    const headers: Record<string, string | number> = {
-      [TASK_ID_HEADER]: id,
-      [SERVER_IP_HEADER]: host,
-      'accept-ranges': 'bytes',
-      ...metaHeaders(meta),
-    };
-    // No length: Node answers chunked. Headers go out with the first byte, so an empty body cannot complete
-    // before the commit.
-    if (length !== undefined) headers['content-length'] = length;
-    live.res.writeHead(200, headers);
-  }
-
-  /**
-   * Downloads a 200 answer of the origin or the parent into the cache file and, when the fill has a `live` client,
-   * to it at the same time. The client's last byte is written only after the commit, so a request made once a
-   * client holds its whole body finds the task (a local hit). A failure mid-body destroys the client's connection
-   * (it sees a truncated body), removes the partial file and fails the fill with a 502 for the requests joining it.
-   */
-  async function download(
-    id: string,
-    source: Source,
-    upstream: Dispatcher.ResponseData,
-    gen: number,
-    live: Live | undefined,
-  ): Promise<Fill> {
-    const h = undiciHeaders(upstream.headers);
-    const meta = entryMeta(h);
-    const length = h['content-length'] === undefined ? undefined : Number(h['content-length']);
-    if (live) startLive(live, id, source, meta, length);
-    const client = live?.res;
-    const tmp = join(cacheDir, `${id}.${randomUUID()}.part`);
-    const file = createWriteStream(tmp, { highWaterMark: FILL_FILE_BUFFER });
-    file.on('error', () => {}); // seen through file.errored in copyThrough() and by finished() below
-    const onBytes = source === 'origin' ? (n: number) => (stats.originBytes += n) : () => {};
-    try {
-      const { size, held } = await copyThrough(upstream.body, file, client, length, onBytes);
-      file.end();
-      await finished(file); // flushed and closed (or the write error)
-      const entry = await commit(id, tmp, { size, ...meta }, gen);
-      if (client && !client.destroyed) client.end(held);
-      return { ok: true, entry, source };
-    } catch (e) {
-      client?.destroy();
-      file.destroy();
-      await unlink(tmp).catch(() => {});
-      return badGateway(`${source} download failed`, e);
-    }
-  }
-
-  /** Task `id` from the parent peer; undefined when there is none or it does not hold the task (go to the origin). */
-  async function fetchFromParent(id: string, gen: number, live: Live | undefined): Promise<Fill | undefined> {
-    if (!parent) return undefined;
-    let res: Dispatcher.ResponseData;
-    try {
-      res = await undiciRequest(`${parent}/peer/tasks/${id}`, { dispatcher: agent });
-    } catch {
-      return undefined;
-    }
-    if (res.statusCode !== 200) {
-      await res.body.dump();
-      return undefined;
-    }
-    return download(id, 'parent', res, gen, live);
-  }
-
-  async function fetchFromOrigin(
-    id: string,
-    url: string,
-    headers: Record<string, string>,
-    gen: number,
-    live: Live | undefined,
-  ): Promise<Fill> {
-    stats.originRequests++;
-    let res: Dispatcher.ResponseData;
-    try {
-      const fwd = forwardableHeaders(headers);
-      delete fwd['range']; // a cache fill fetches the whole object
-      res = await undiciRequest(url, { method: 'GET', headers: fwd, dispatcher: agent });
-    } catch (e) {
-      return badGateway('origin unreachable', e);
-    }
-    if (res.statusCode < 200 || res.statusCode >= 300) {
-      const chunks: Buffer[] = [];
-      let total = 0;
-      for await (const chunk of res.body) {
-        const b = chunk as Buffer;
-        stats.originBytes += b.length;
-        if (total < MAX_ERROR_BODY) chunks.push(b);
-        total += b.length;
-      }
-      const h = undiciHeaders(res.headers);
-      const keep: Record<string, string> = {};
-      if (h['content-type']) keep['content-type'] = h['content-type'];
-      return {
-        ok: false,
-        status: res.statusCode,
-        headers: keep,
-        body: Buffer.concat(chunks).subarray(0, MAX_ERROR_BODY),
-        errorType: 'backend',
-      };
-    }
-    return download(id, 'origin', res, gen, live);
-  }
-
-  /**
-   * Makes task `id` available locally: parent first, then origin. Single flight per task id: a caller that finds
-   * the fill running gets its result, and its `live` response is left alone (`started` stays false).
-   */
-  function fill(id: string, url: string, headers: Record<string, string>, live?: Live): Promise<Fill> {
-    const running = fills.get(id);
-    if (running) return running;
-    const gen = generation;
-    const p = (async (): Promise<Fill> => {
-      const fromParent = await fetchFromParent(id, gen, live);
-      if (fromParent) return fromParent;
-      return fetchFromOrigin(id, url, headers, gen, live);
-    })().finally(() => {
-      if (fills.get(id) === p) fills.delete(id);
-    });
-    fills.set(id, p);
-    return p;
-  }
-
-  function sendEntry(
-    req: IncomingMessage,
-    res: ServerResponse,
-    id: string,
-    entry: Entry,
-    extra: Record<string, string>,
-  ): Promise<void> {
-    const range = parseRange(req.headers['range'], entry.size);
-    const headers: Record<string, string | number> = {
-      [TASK_ID_HEADER]: id,
-      [SERVER_IP_HEADER]: host,
-      'accept-ranges': 'bytes',
-      ...extra,
-      ...metaHeaders(entry),
-    };
-    if (range) {
-      headers['content-range'] = `bytes ${range.start}-${range.end}/${entry.size}`;
-      headers['content-length'] = range.end - range.start + 1;
-      res.writeHead(206, headers);
-    } else {
-      headers['content-length'] = entry.size;
-      res.writeHead(200, headers);
-    }
-    if (req.method === 'HEAD') {
-      res.end();
-      return Promise.resolve();
-    }
-    const stream = createReadStream(dataPath(id), {
-      highWaterMark: SERVE_READ_CHUNK,
-      ...(range ? { start: range.start, end: range.end } : {}),
-    });
-    return pipeline(stream, res).catch(() => {
-      res.destroy();
-    });
-  }
+  // The cache on disk and the fills: peer-proxy-cache.ts.
+  const {
+    index,
+    dataPath,
+    metaPath,
+    lookup,
+    loadFromDisk,
+    fill,
+    sendEntry,
+    clear: clearTasks,
+  } = createTaskStore({ host, parent, cacheDir, agent, stats });
 
   /**
    * The daemon's make_error_response: the status, the origin's headers for a backend error, the error type, and an
@@ -767,13 +325,7 @@ export async function startPeerProxy(opts: PeerProxyOptions = {}): Promise<PeerP
       preheatFailures += count;
     },
     reset(): void {
-      generation++;
-      for (const id of index.keys()) {
-        rmSync(dataPath(id), { force: true });
-        rmSync(metaPath(id), { force: true });
-      }
-      index.clear();
-      fills.clear();
+      clearTasks();
       failures.length = 0;
       preheatFailures = 0;
       requests.length = 0;
