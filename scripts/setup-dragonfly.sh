@@ -14,7 +14,8 @@
 # rocksdb's C++ at -O3. The daemon's rocksdb holds only task metadata, so it is built at -O1; the Rust code stays
 # optimised (opt-level 2) because it moves every byte of the model archives the benchmarks time. Measured
 # 2026-11-24 with this profile: 62 CPU-minutes user + 5 system (51 min wall on a 2-core machine shared with other
-# builds; about 35 min on two free cores). The Go manager and scheduler take a few minutes more.
+# builds); 1,074 s on a fresh 2-core machine on 2026-11-26, inside a whole `.ci/run` of 2,655 s. The Go manager and
+# scheduler take about 130 s more.
 source "$(dirname "$0")/lib.sh"
 
 DRAGONFLY_VERSION="${PEERLOAD_DRAGONFLY_VERSION:-v2.5.1}"
