@@ -29,12 +29,14 @@ import { signObjectURL } from '../../src/storage/sign.ts';
 import { taskID } from '../../src/storage/taskid.ts';
 import { startMinIO, type MinIO } from '../../test/support/minio.ts';
 import { pluginJar } from '../../test/support/plugin.ts';
-import { withHeapSampling, type HeapGrowth } from '../../test/support/jvm-heap.ts';
+import { withHeapSampling } from '../../test/support/jvm-heap.ts';
 import { buildLargeModelArchive, buildModelArchive } from '../../test/support/model-archive.ts';
-import { startDragonfly } from '../../test/support/dragonfly.ts';
 import { startPeerProxy } from '../../test/support/peer-proxy.ts';
 import { startTorchServe, type TorchServe } from '../../test/support/torchserve.ts';
 import { MiB, progress, sleep, stat as stats, within, type Row } from '../lib/report.ts';
+import { evictFromPageCache, settleDisk } from '../lib/disk.ts';
+import type { PluginRun } from './plugin-run.ts';
+import { realNetworkRow6 } from './s6-real-network.ts';
 
 const run = promisify(execFile);
 const ROOT = resolve(import.meta.dirname, '../..');
@@ -46,22 +48,6 @@ export interface DataPlaneOptions {
   sizeBytes: number;
   s3: boolean;
   s6: boolean;
-}
-
-type HeapSample = HeapGrowth;
-
-interface PluginRun {
-  /** POST → archive in the model store (the download), ms. */
-  downloadMs: number;
-  /** POST → answer (download + TorchServe's registration), ms. */
-  totalMs: number;
-  cacheHit: boolean | undefined;
-  /** The plugin's LocalHit: the daemon said the task was served from its own cache. */
-  localHit?: boolean | undefined;
-  /** The plugin's HardLink: the archive is a hard link of the daemon's file (only with hard_link_dir). */
-  hardLink?: boolean | undefined;
-  taskID?: string | undefined;
-  heap?: HeapSample;
 }
 
 export async function dataPlaneScenarios(o: DataPlaneOptions): Promise<{ rows: Row[]; raw: unknown }> {
@@ -151,6 +137,7 @@ export async function dataPlaneScenarios(o: DataPlaneOptions): Promise<{ rows: R
     /** One registration through the plugin with the current `addr`. */
     const pluginRun = async (sampleHeap: boolean): Promise<PluginRun> => {
       await unregister();
+      settleDisk();
       const once = async () => {
         const t0 = performance.now();
         let downloadMs = NaN;
@@ -206,6 +193,7 @@ export async function dataPlaneScenarios(o: DataPlaneOptions): Promise<{ rows: R
      */
     const curl = async (proxy: string, toDisk = false): Promise<number> => {
       const dst = join(ts.modelStore, '.bench-curl');
+      settleDisk();
       if (toDisk) {
         const t0 = performance.now();
         await run(
@@ -389,6 +377,7 @@ export async function dataPlaneScenarios(o: DataPlaneOptions): Promise<{ rows: R
       };
       const copyFile = (file: string): number => {
         const dst = join(ts.modelStore, '.bench-copy');
+        settleDisk();
         const t0 = performance.now();
         const r = spawnSync('dd', [`if=${file}`, `of=${dst}`, 'bs=256K', 'status=none'], {
           timeout: 300_000,
@@ -499,7 +488,22 @@ export async function dataPlaneScenarios(o: DataPlaneOptions): Promise<{ rows: R
             `${stats(r6.local.map((x, i) => r6.curlLocal[i]! / x.downloadMs)).median.toFixed(2)}× that`,
         },
       );
-      rows.push(...(await realNetworkRow6(catFile, copyFile)));
+      rows.push(
+        ...(await realNetworkRow6({
+          reps: o.reps,
+          size,
+          filter,
+          signedURL: signed.url,
+          directURL: direct.url,
+          modelStore: ts.modelStore,
+          setAddr,
+          pluginRun,
+          catFile,
+          copyFile,
+          cleanup,
+          raw,
+        })),
+      );
       raw['s6'] = {
         ...r6,
         relativeToDiskRead: {
@@ -513,200 +517,9 @@ export async function dataPlaneScenarios(o: DataPlaneOptions): Promise<{ rows: R
       };
     }
     return { rows, raw };
-
-    /**
-     * Row 6 on the REAL Dragonfly network (test/support/dragonfly.ts: manager, scheduler, a seed peer and a node
-     * peer, dfdaemon 1.4.2), every case a registration through the plugin in the same TorchServe. Each repetition
-     * uses fresh task ids by way of an `X-Dragonfly-Tag` in the plugin's headers (the tag is part of the task id), so
-     * a cold start is cold on both peers without restarting them. References of the same repetition: the direct
-     * download (6a's forwarder), reading the node peer's cached file from disk out of the page cache, and a bare
-     * copy of that file into the model store (what a local hit must do at least: the archive must land there).
-     */
-    async function realNetworkRow6(
-      catFile: (file: string) => number,
-      copyFile: (file: string) => number,
-    ): Promise<Row[]> {
-      progress('s6 on the real network: starting Dragonfly (manager, scheduler, seed peer, node peer)');
-      const network = await startDragonfly({ nodePeers: 1 });
-      cleanup.push(() => network.stop());
-      const nodePeer = network.peers[0]!;
-      const seedPeer = network.seedPeer!;
-      const r = {
-        direct: [] as PluginRun[],
-        cold: [] as PluginRun[],
-        remote: [] as PluginRun[],
-        local: [] as PluginRun[],
-        localWarm: [] as PluginRun[],
-        hardLink: [] as PluginRun[],
-        disk: [] as number[],
-        copy: [] as number[],
-      };
-      /** The node peer's file of a task (dfdaemon 1.4 stores content under <storage>/content/tasks/<id[..3]>/<id>). */
-      const cachedFile = async (task: string) => {
-        const { stdout } = await run('find', [nodePeer.storageDir, '-type', 'f', '-name', `${task}*`]);
-        const files = stdout.trim().split('\n').filter(Boolean);
-        const big = [];
-        for (const f of files) if ((await stat(f)).size === size) big.push(f);
-        if (big.length !== 1)
-          throw new Error(`task ${task}: ${big.length} cached files of ${size} bytes on the node peer`);
-        return big[0]!;
-      };
-      for (let rep = 0; rep < o.reps; rep++) {
-        const tag = (what: string) => ({ 'X-Dragonfly-Tag': `bench-${Date.now()}-${rep}-${what}` });
-        await setAddr(direct.url);
-        r.direct.push(await pluginRun(false));
-        await setAddr(nodePeer.proxyURL, tag('cold'));
-        r.cold.push(await pluginRun(false));
-        // Remote hit: the seed peer downloads the task first (through its own proxy), the node peer has nothing.
-        const remoteTag = tag('remote');
-        await run(
-          'curl',
-          [
-            '-sS',
-            '--fail',
-            '-x',
-            seedPeer.proxyURL,
-            '-o',
-            '/dev/null',
-            '-H',
-            'X-Dragonfly-Use-P2P: true',
-            '-H',
-            `X-Dragonfly-Filtered-Query-Params: ${filter.join(',')}`,
-            '-H',
-            `X-Dragonfly-Tag: ${remoteTag['X-Dragonfly-Tag']}`,
-            signed.url,
-          ],
-          { timeout: 600_000 },
-        );
-        await setAddr(nodePeer.proxyURL, remoteTag);
-        const remote = await pluginRun(false);
-        if (remote.localHit !== false)
-          throw new Error(`the remote-hit case was a local hit (${JSON.stringify(remote)})`);
-        r.remote.push(remote);
-        // Local hit: the node peer now holds it; measured with its file in the page cache and evicted.
-        const file = await cachedFile(remote.taskID!);
-        const warm = await pluginRun(false);
-        if (warm.localHit !== true)
-          throw new Error(`the local-hit case was not a local hit (${JSON.stringify(warm)})`);
-        r.localWarm.push(warm);
-        evictFromPageCache(file);
-        r.local.push(await pluginRun(false));
-        evictFromPageCache(file);
-        r.disk.push(catFile(file));
-        evictFromPageCache(file);
-        r.copy.push(copyFile(file));
-        // Local hit, hard link: the daemon links its file into the model store (same file system), nothing is read.
-        await setAddr(nodePeer.proxyURL, remoteTag, { hard_link_dir: ts.modelStore });
-        evictFromPageCache(file);
-        const linked = await pluginRun(false);
-        if (linked.hardLink !== true)
-          throw new Error(`the hard-link case was not a hard link (${JSON.stringify(linked)})`);
-        r.hardLink.push(linked);
-        progress(
-          `s6 real rep ${rep + 1}: direct ${r.direct.at(-1)!.downloadMs.toFixed(0)} ms, cold ${r.cold.at(-1)!.downloadMs.toFixed(0)} ms, ` +
-            `remote ${remote.downloadMs.toFixed(0)} ms, local ${r.local.at(-1)!.downloadMs.toFixed(0)} ms ` +
-            `(page-cached ${warm.downloadMs.toFixed(0)} ms), hard link ${linked.downloadMs.toFixed(0)} ms; disk read ${r.disk.at(-1)!.toFixed(0)} ms, bare copy ${r.copy.at(-1)!.toFixed(0)} ms`,
-        );
-      }
-      const secs = (runs: PluginRun[]) => stats(runs.map((x) => x.downloadMs / 1000));
-      const scenario = `seed 1.6 cache scenarios on the REAL Dragonfly network (v2.5.1, dfdaemon 1.4.2), ${(size / MiB).toFixed(0)} MiB through the plugin`;
-      const coldVsDirect = stats(r.cold.map((x, i) => x.downloadMs / r.direct[i]!.downloadMs));
-      const localVsCopy = stats(r.local.map((x, i) => r.copy[i]! / x.downloadMs));
-      const linkVsDisk = stats(r.hardLink.map((x, i) => r.disk[i]! / x.downloadMs));
-      raw['s6real'] = r;
-      return [
-        {
-          id: '6e',
-          scenario,
-          metric: 'direct signed-URL download (forwarder, no P2P)',
-          unit: 's',
-          value: secs(r.direct),
-          reference: stats(r.disk.map((x) => x / 1000)),
-          referenceLabel: '(disk read of the node peer file, evicted)',
-          ratio: stats(r.direct.map((x, i) => x.downloadMs / r.disk[i]!)),
-          target: 'relative time reported',
-        },
-        {
-          id: '6f',
-          scenario,
-          metric: 'P2P cold start: node peer → seed peer → origin, no cache',
-          unit: 's',
-          value: secs(r.cold),
-          reference: secs(r.direct),
-          referenceLabel: '(direct, 6e)',
-          ratio: coldVsDirect,
-          target: '≤ 1.1× direct',
-          pass: coldVsDirect.median <= 1.1,
-        },
-        {
-          id: '6g',
-          scenario,
-          metric: 'hit on a remote peer (the seed peer holds it)',
-          unit: 's',
-          value: secs(r.remote),
-          reference: secs(r.direct),
-          referenceLabel: '(direct, 6e)',
-          ratio: stats(r.remote.map((x, i) => x.downloadMs / r.direct[i]!.downloadMs)),
-          target: 'relative time reported',
-        },
-        {
-          id: '6h',
-          scenario,
-          metric: 'hit on the local peer (its file on disk, evicted from the page cache)',
-          unit: 's',
-          value: secs(r.local),
-          reference: stats(r.copy.map((x) => x / 1000)),
-          referenceLabel: '(bare copy of the peer file into the model store, evicted: the physical limit)',
-          ratio: localVsCopy,
-          target: '≥ 0.8× the bare copy (speed)',
-          pass: localVsCopy.median >= 0.8,
-          notes: `page-cached local hit ${stats(r.localWarm.map((x) => x.downloadMs / 1000)).median.toFixed(2)} s; disk read ${stats(r.disk.map((x) => x / 1000)).median.toFixed(2)} s`,
-        },
-        {
-          id: '6i',
-          scenario,
-          metric:
-            'local hit, hard link (plugin hard_link_dir: the daemon links its file into the model store)',
-          unit: 's',
-          value: secs(r.hardLink),
-          reference: stats(r.disk.map((x) => x / 1000)),
-          referenceLabel: '(disk read of the node peer file, evicted)',
-          ratio: linkVsDisk,
-          target: '≥ 10× faster than the disk read',
-          pass: linkVsDisk.median >= 10,
-          notes: `registration included: ${stats(r.hardLink.map((x) => x.totalMs / 1000)).median.toFixed(2)} s`,
-        },
-      ];
-    }
   } finally {
     for (const c of cleanup.reverse())
       await c().catch((e: unknown) => progress(`cleanup: ${(e as Error).message}`));
     await rm(work, { recursive: true, force: true });
   }
-}
-
-/**
- * Drops `file` from the page cache (POSIX_FADV_DONTNEED through GNU dd's `iflag=nocache`; no root needed, unlike
- * /proc/sys/vm/drop_caches) after writing back its dirty pages, and checks with util-linux `fincore` that it worked.
- */
-export function evictFromPageCache(file: string): void {
-  const r = spawnSync(
-    'bash',
-    [
-      '-c',
-      'sync "$1" && dd if="$1" iflag=nocache count=0 status=none && fincore -bno RES "$1"',
-      'evict',
-      file,
-    ],
-    {
-      encoding: 'utf8',
-      timeout: 120_000,
-    },
-  );
-  const resident = Number(r.stdout.trim());
-  if (r.status !== 0 || !Number.isFinite(resident))
-    throw new Error(`cannot evict ${file} from the page cache: ${r.stderr}`);
-  // A few pages may come back (readahead of a concurrent reader); more means the eviction did not happen.
-  if (resident > 16 * MiB)
-    throw new Error(`${file} still has ${resident} bytes in the page cache after eviction`);
 }

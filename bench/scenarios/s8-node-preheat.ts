@@ -54,6 +54,9 @@ interface Run {
   afterPreheatMs?: number;
   localHits: number;
   originBytes: number;
+  /** Why a replica was or was not a local hit: its status, and the preheat's per-peer outcome. */
+  replicas?: { nodeIP?: string; localHit?: boolean; phase?: string; message?: string }[];
+  preheatPeers?: unknown;
 }
 
 export async function scenario8(cp: ControlPlane, o: S8Options): Promise<{ rows: Row[]; raw: unknown }> {
@@ -192,6 +195,12 @@ export async function scenario8(cp: ControlPlane, o: S8Options): Promise<{ rows:
           await until(`${name} Ready`, 600_000, () => ready.has(name));
           const sm = (await kube.resource<ServedModel>(GVR.servedModels).get(ns, name)) as ServedModel;
           const localHits = (sm.status?.replicas ?? []).filter((r) => r.localHit === true).length;
+          const mph =
+            mode === 'direct'
+              ? undefined
+              : ((await kube
+                  .resource<ModelPreheat>(GVR.modelPreheats)
+                  .get(ns, `${name}-preheat`)) as ModelPreheat);
           const readyAt = ready.get(name)!;
           const preheatAt = preheated.get(`${name}-preheat`);
           const r: Run = {
@@ -202,6 +211,13 @@ export async function scenario8(cp: ControlPlane, o: S8Options): Promise<{ rows:
             ...(preheatAt !== undefined ? { afterPreheatMs: readyAt - preheatAt } : {}),
             localHits,
             originBytes: origin.bytesServed(key) - bytesBefore,
+            replicas: (sm.status?.replicas ?? []).map((x) => ({
+              ...(x.nodeIP !== undefined ? { nodeIP: x.nodeIP } : {}),
+              ...(x.localHit !== undefined ? { localHit: x.localHit } : {}),
+              ...(x.phase !== undefined ? { phase: x.phase } : {}),
+              ...(x.message !== undefined ? { message: x.message } : {}),
+            })),
+            ...(mph ? { preheatPeers: mph.status?.peers } : {}),
           };
           runs.push(r);
           progress(`s8 ${JSON.stringify(r)}`);

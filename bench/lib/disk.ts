@@ -1,0 +1,41 @@
+/** The page cache and dirty pages around the data-plane benchmarks' timed cases. */
+import { spawnSync } from 'node:child_process';
+import { MiB } from './report.ts';
+
+/**
+ * Writes back every dirty page of the machine before a timed case. The cases of one repetition write up to 3 GiB
+ * each (a cold start through the real network: the seed peer's file, the node peer's file and the archive, all on
+ * this one disk): without this, the kernel flushes one case's writes during the next one (past the dirty
+ * threshold it throttles every writer), billing that case for its predecessor — the real network's cold start
+ * measured 1.13x direct in a repetition that started clean and 3.2-3.5x in the two that followed a local-hit case.
+ */
+export function settleDisk(): void {
+  const r = spawnSync('sync', [], { timeout: 300_000 });
+  if (r.status !== 0) throw new Error(`sync failed: ${r.stderr}`);
+}
+
+/**
+ * Drops `file` from the page cache (POSIX_FADV_DONTNEED through GNU dd's `iflag=nocache`; no root needed, unlike
+ * /proc/sys/vm/drop_caches) after writing back its dirty pages, and checks with util-linux `fincore` that it worked.
+ */
+export function evictFromPageCache(file: string): void {
+  const r = spawnSync(
+    'bash',
+    [
+      '-c',
+      'sync "$1" && dd if="$1" iflag=nocache count=0 status=none && fincore -bno RES "$1"',
+      'evict',
+      file,
+    ],
+    {
+      encoding: 'utf8',
+      timeout: 120_000,
+    },
+  );
+  const resident = Number(r.stdout.trim());
+  if (r.status !== 0 || !Number.isFinite(resident))
+    throw new Error(`cannot evict ${file} from the page cache: ${r.stderr}`);
+  // A few pages may come back (readahead of a concurrent reader); more means the eviction did not happen.
+  if (resident > 16 * MiB)
+    throw new Error(`${file} still has ${resident} bytes in the page cache after eviction`);
+}
