@@ -5,9 +5,9 @@ import { MiB } from './report.ts';
 /**
  * Writes back every dirty page of the machine before a timed case. The cases of one repetition write up to 3 GiB
  * each (a cold start through the real network: the seed peer's file, the node peer's file and the archive, all on
- * this one disk): without this, the kernel flushes one case's writes during the next one (past the dirty
- * threshold it throttles every writer), billing that case for its predecessor — the real network's cold start
- * measured 1.13x direct in a repetition that started clean and 3.2-3.5x in the two that followed a local-hit case.
+ * this one disk): without this, the kernel may flush one case's writes during the next one (past the dirty
+ * background threshold it throttles writers), billing that case for its predecessor. It removes that carry-over
+ * only: a case's own writes still meet the disk (see the row 6 notes in bench/README.md).
  */
 export function settleDisk(): void {
   const r = spawnSync('sync', [], { timeout: 300_000 });
