@@ -87,6 +87,14 @@ export async function cacheStep(
   const write = (change: (c: CacheStatus | undefined) => CacheStatus) =>
     deps.writeStatus(obj, (s) => ({ ...s, cache: change(s.cache) }), rc.signal);
 
+  const asked = requested !== undefined && requested !== cache?.requested;
+  const observed = cache?.observedAt ? Date.parse(cache.observedAt) : undefined;
+  const due = asked || (intervalMs !== undefined && (observed === undefined || now - observed >= intervalMs));
+  // Nothing running and nothing due: no manager, no Secret, no write. An idle operator holds thousands of
+  // succeeded preheats, and none of them may cost anything (bench row 5).
+  if (!cache?.refreshing?.length && !due)
+    return intervalMs && observed !== undefined ? { requeueAfter: observed + intervalMs - now } : undefined;
+
   try {
     const client = await clientOf(deps, obj, spec, rc.signal);
     if (cache?.refreshing?.length) {
@@ -130,13 +138,6 @@ export async function cacheStep(
       );
       return intervalMs ? { requeueAfter: intervalMs } : undefined;
     }
-
-    const asked = requested !== undefined && requested !== cache?.requested;
-    const observed = cache?.observedAt ? Date.parse(cache.observedAt) : undefined;
-    const due =
-      asked || (intervalMs !== undefined && (observed === undefined || now - observed >= intervalMs));
-    if (!due)
-      return intervalMs && observed !== undefined ? { requeueAfter: observed + intervalMs - now } : undefined;
 
     const refreshing = await createTaskJobs(client, 'get_task', obj, spec, tasks);
     await write((c) => ({
