@@ -5,6 +5,7 @@
  */
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { rangeOf } from './peer-proxy-http.ts';
 
 export interface OriginRequest {
   method: string;
@@ -23,25 +24,6 @@ export interface Origin {
   /** Every request, in order. */
   requests: OriginRequest[];
   close(): Promise<void>;
-}
-
-/** The one range of a `Range: bytes=a-b | a- | -n` header within `size`, or undefined when absent/unsupported. */
-function parseRange(
-  header: string | undefined,
-  size: number,
-): { start: number; end: number } | 'invalid' | undefined {
-  const m = header ? /^bytes=(\d*)-(\d*)$/.exec(header.trim()) : null;
-  if (!m || (m[1] === '' && m[2] === '')) return undefined;
-  let start: number;
-  let end: number;
-  if (m[1] === '') {
-    start = Math.max(0, size - Number(m[2]));
-    end = size - 1;
-  } else {
-    start = Number(m[1]);
-    end = m[2] === '' ? size - 1 : Math.min(Number(m[2]), size - 1);
-  }
-  return start > end || start >= size ? 'invalid' : { start, end };
 }
 
 export async function startOrigin(files: Record<string, Buffer | string> = {}): Promise<Origin> {
@@ -71,7 +53,7 @@ export async function startOrigin(files: Record<string, Buffer | string> = {}): 
       send(404, { 'content-type': 'text/plain' }, Buffer.from('not found'));
       return;
     }
-    const range = parseRange(req.headers.range, body.length);
+    const range = rangeOf(req.headers.range, body.length);
     if (range === 'invalid') {
       send(416, { 'content-range': `bytes */${body.length}` });
       return;

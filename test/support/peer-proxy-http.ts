@@ -126,13 +126,15 @@ export async function copyThrough(
   return { size, held };
 }
 
-/** `bytes=a-b`, `bytes=a-`, `bytes=-n` against `size`; undefined when absent or unsatisfiable/multi-range. */
-export function parseRange(
+/**
+ * The one range of a `Range: bytes=a-b | a- | -n` header within `size`: undefined when absent or not of that form
+ * (serve the whole body), 'invalid' when it cannot be satisfied (416).
+ */
+export function rangeOf(
   header: string | undefined,
   size: number,
-): { start: number; end: number } | undefined {
-  if (!header) return undefined;
-  const m = /^bytes=(\d*)-(\d*)$/.exec(header.trim());
+): { start: number; end: number } | 'invalid' | undefined {
+  const m = header ? /^bytes=(\d*)-(\d*)$/.exec(header.trim()) : null;
   if (!m || (m[1] === '' && m[2] === '')) return undefined;
   let start: number;
   let end: number;
@@ -143,6 +145,14 @@ export function parseRange(
     start = Number(m[1]);
     end = m[2] === '' ? size - 1 : Math.min(size - 1, Number(m[2]));
   }
-  if (start > end || start >= size) return undefined;
-  return { start, end };
+  return start > end || start >= size ? 'invalid' : { start, end };
+}
+
+/** rangeOf without the distinction: a range to serve, or undefined (the whole body). */
+export function parseRange(
+  header: string | undefined,
+  size: number,
+): { start: number; end: number } | undefined {
+  const r = rangeOf(header, size);
+  return r === 'invalid' ? undefined : r;
 }
