@@ -20,12 +20,17 @@ export interface StatusResult<T> {
 
 const MAX_ATTEMPTS = 5;
 const MAX_RECENT = 10_000;
+const MAX_SUPERSEDED = 32;
 
 export class StatusWriter {
   private readonly kube: KubeClient;
   private readonly log: Logger | undefined;
-  /** uid -> what we last wrote and the resourceVersion the write was based on. */
-  private readonly recent = new Map<string, { baseRV: string; rv: string; status: unknown }>();
+  /**
+   * uid -> what we last wrote (its status and resourceVersion) and the resourceVersions it supersedes: the one it
+   * was based on and, when it was based on an earlier write of ours, that write's own and its superseded ones. The
+   * watch delivers our writes in order, so while the cache holds any of them it has not caught up with the last.
+   */
+  private readonly recent = new Map<string, { superseded: string[]; rv: string; status: unknown }>();
 
   constructor(kube: KubeClient, logger?: Logger) {
     this.kube = kube;
@@ -52,10 +57,12 @@ export class StatusWriter {
       // object, or already the view latest() gave); otherwise on the cache itself.
       const mine = this.recent.get(uid);
       let view = current;
-      let cacheRV = rv;
-      if (mine && mine.baseRV === rv) view = this.latest(current);
-      else if (mine && mine.rv === rv) cacheRV = mine.baseRV;
-      else if (mine) this.recent.delete(uid);
+      let superseded = [rv];
+      if (mine && (mine.superseded.includes(rv) || mine.rv === rv)) {
+        // `current` is the cache behind our last write, or already the view latest() gave: build on that write.
+        view = this.latest(current);
+        superseded = [...mine.superseded, mine.rv];
+      } else if (mine) this.recent.delete(uid);
       // The redaction boundary for status and conditions: what controllers copy from outside never leaves unredacted.
       const next = redactDeep(desired(view));
       const base: unknown = view.status;
@@ -72,7 +79,7 @@ export class StatusWriter {
           patch,
           signal,
         );
-        this.remember(uid, cacheRV, written.metadata.resourceVersion ?? '', written.status);
+        this.remember(uid, superseded, written.metadata.resourceVersion ?? '', written.status);
         return { object: written, written: true };
       } catch (err) {
         if (!(err instanceof ApiError) || err.code !== 409 || attempt >= MAX_ATTEMPTS) throw err;
@@ -93,13 +100,14 @@ export class StatusWriter {
   latest<T extends KubeObject>(obj: T | undefined): T | undefined {
     if (!obj) return obj;
     const mine = this.recent.get(obj.metadata.uid ?? objectKey(obj));
-    if (!mine || mine.baseRV !== (obj.metadata.resourceVersion ?? '')) return obj;
+    if (!mine || !mine.superseded.includes(obj.metadata.resourceVersion ?? '')) return obj;
     return { ...obj, status: mine.status, metadata: { ...obj.metadata, resourceVersion: mine.rv } };
   }
 
-  private remember(uid: string, baseRV: string, rv: string, status: unknown): void {
+  private remember(uid: string, superseded: string[], rv: string, status: unknown): void {
     this.recent.delete(uid);
-    this.recent.set(uid, { baseRV, rv, status });
+    // A burst of writes the watch has not delivered yet is short; the bound only keeps a stuck watch from growing it.
+    this.recent.set(uid, { superseded: superseded.slice(-MAX_SUPERSEDED), rv, status });
     if (this.recent.size > MAX_RECENT) this.recent.delete(this.recent.keys().next().value!);
   }
 }

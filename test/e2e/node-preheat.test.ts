@@ -209,8 +209,15 @@ describe('node-targeted preheat on the real network', () => {
       ].sort(),
     );
     expect((await managerJob(preheat.status!.jobID!)).args.ips?.sort()).toEqual([p0!.ip, p1!.ip].sort());
-    // Each replica's download was a hit on its own node's peer; the nodes are in status.
-    expect(sm!.status!.replicas!.map((r) => [r.nodeIP, r.localHit]).sort()).toEqual(
+    // Each replica's download was a hit on its own node's peer; the nodes are in status. On a miss, say whose:
+    // what each replica's plugin saw of the daemon, and what the operator wrote.
+    const seen = JSON.stringify({
+      downloads: fleets.slice(0, 2).map((f) => f.instances[0]!.downloads),
+      registrations: fleets.slice(0, 2).map((f) => f.stats().registrationAttempts),
+      replicas: sm!.status!.replicas,
+      peers: preheat.status?.peers,
+    });
+    expect(sm!.status!.replicas!.map((r) => [r.nodeIP, r.localHit]).sort(), seen).toEqual(
       [
         [p0!.ip, true],
         [p1!.ip, true],

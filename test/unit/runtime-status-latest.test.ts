@@ -67,6 +67,36 @@ describe('StatusWriter.latest', () => {
     expect(writer.latest(caughtUp)).toBe(caughtUp);
   });
 
+  it('serves our last write while the cache holds an earlier write of ours (the watch is one write behind)', async () => {
+    const { kube } = fakeKube();
+    const writer = new StatusWriter(kube);
+    const cached: Obj = { metadata: { name: 'a', namespace: 'ns', uid: 'u1', resourceVersion: '10' } };
+    await writer.update<Obj, Obj['status']>(GVR.modelPreheats, cached, () => ({ jobID: 7 }));
+    await writer.update<Obj, Obj['status']>(GVR.modelPreheats, writer.latest(cached), (o) => ({
+      ...o.status,
+      state: 'SUCCESS',
+    }));
+    // The watch delivers our first write (resourceVersion 11) but not yet the second (12): that is not newer than
+    // what we wrote, and a pass reading it must not undo the second write (seen on the real network: a replica's
+    // localHit written in one pass was gone in the next).
+    const behind: Obj = {
+      ...cached,
+      metadata: { ...cached.metadata, resourceVersion: '11' },
+      status: { jobID: 7 },
+    };
+    expect(writer.latest(behind).status).toEqual({ jobID: 7, state: 'SUCCESS' });
+    expect(writer.latest(behind).metadata.resourceVersion).toBe('12');
+    // A third write from the cache one behind builds on the second, conditional on its resourceVersion.
+    const third = await writer.update<Obj, Obj['status']>(GVR.modelPreheats, behind, (o) => ({
+      ...o.status,
+      jobID: 8,
+    }));
+    expect(third.written).toBe(true);
+    expect(writer.latest(behind).status).toEqual({ jobID: 8, state: 'SUCCESS' });
+    const caughtUp: Obj = { ...cached, metadata: { ...cached.metadata, resourceVersion: '13' } };
+    expect(writer.latest(caughtUp)).toBe(caughtUp);
+  });
+
   it('skips a write that would change nothing against our last write', async () => {
     const { kube, patches } = fakeKube();
     const writer = new StatusWriter(kube);
