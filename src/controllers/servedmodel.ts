@@ -129,6 +129,12 @@ export function createServedModelController(
   });
   /** When each object's status was last written (for coalescing). */
   const lastWrite = new Map<string, number>();
+  /**
+   * Per object, per replica: whether the registration of `version` was a local hit. A registration's outcome is
+   * known in one pass only; status alone would lose it to any pass that reads an older status (a cache behind
+   * our writes) and writes it back, so the controller keeps it until the replica or the version goes.
+   */
+  const knownLocalHits = new Map<string, Map<string, { version: string; localHit: boolean }>>();
 
   const writeStatus = statusWriter<Obj, Status>(ctx, GVR.servedModels);
   const cleanUp = servedModelCleanup({
@@ -259,20 +265,35 @@ export function createServedModelController(
     // after STALLED_RECHECK_MS tries again.
     /** Whether each registration that ended in this pass was a hit on its node's peer cache (the plugin says). */
     const localHits = new Map<string, boolean>();
+    /** Registrations that ended in this pass without a local hit (the plugin says only when there was one). */
+    const notLocal = new Set<string>();
     for (const o of outcomes) {
       if (!consumed.has(o.status.endpoint)) continue;
       const id = idOf(o.status.endpoint);
       const ended = registrations.peek(id);
-      if (ended?.state === 'done' && ended.result.cacheHit !== undefined)
-        localHits.set(o.status.endpoint, ended.result.cacheHit);
+      if (ended?.state === 'done') {
+        if (ended.result.cacheHit !== undefined) localHits.set(o.status.endpoint, ended.result.cacheHit);
+        else notLocal.add(o.status.endpoint);
+      }
       const keep = o.failure && needsChange(o) && ended && Date.now() - ended.since < STALLED_RECHECK_MS;
       if (!keep) registrations.settle(id);
     }
+    const known = knownLocalHits.get(key) ?? new Map<string, { version: string; localHit: boolean }>();
+    for (const endpoint of known.keys()) if (!endpoints.has(endpoint)) known.delete(endpoint);
+    for (const [endpoint, localHit] of localHits) known.set(endpoint, { version: wanted, localHit });
+    for (const endpoint of notLocal) known.delete(endpoint);
+    knownLocalHits.set(key, known);
     const replicas = outcomes.map((o, i) => {
       const r = discovery.replicas[i]!;
       const prev = previous.get(o.status.endpoint);
-      // localHit: from the registration that ended in this pass, else as last reported.
-      const localHit = localHits.get(o.status.endpoint) ?? (o.status.registered ? prev?.localHit : undefined);
+      // localHit: from the registration of this version (this pass or an earlier one), else as last reported.
+      const kept = known.get(o.status.endpoint);
+      const localHit =
+        o.status.registered && !notLocal.has(o.status.endpoint)
+          ? kept?.version === wanted
+            ? kept.localHit
+            : prev?.localHit
+          : undefined;
       const nodeIP = r.node ? nodeIPs.get(r.node) : undefined;
       return stamp(
         {
@@ -388,6 +409,7 @@ export function createServedModelController(
   /** Drops what is kept for an object that is gone: its coalescing clock, registrations and token sources. */
   function forget(key: string, uid = uids.get(key)): void {
     lastWrite.delete(key);
+    knownLocalHits.delete(key);
     replicaGates.forget(key);
     uids.delete(key);
     if (!uid) return;

@@ -223,9 +223,16 @@ describe('node-targeted preheat on the real network', () => {
         [p1!.ip, true],
       ].sort(),
     );
-    // One download from the origin (the network's), and no more: a local hit does not even probe it.
+    // The daemons themselves said so: every replica's download was served from its own node's peer.
+    expect(
+      fleets.slice(0, 2).flatMap((f) => f.instances[0]!.downloads.map((d) => d.cacheHit)),
+      seen,
+    ).toEqual([true, true]);
+    // The origin served the preheat, and the replicas nothing (a local hit does not even probe it). Usually the
+    // object crosses once; when the scheduler sends both targeted peers to the origin at the same moment it crosses
+    // once per peer (seen once in CI: twice the size) — never more than the preheat's peers.
     expect(origin.bytesServed(SM_KEY)).toBeGreaterThanOrEqual(size);
-    expect(origin.bytesServed(SM_KEY)).toBeLessThan(2 * size);
+    expect(origin.bytesServed(SM_KEY)).toBeLessThan(3 * size);
   });
 
   it('warms up the node of a pod that is scheduled but not ready, in a job naming that node alone', async () => {
