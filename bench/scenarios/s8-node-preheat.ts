@@ -18,7 +18,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { createServedModelController } from '../../src/controllers/servedmodel.ts';
-import { modelPreheatController } from '../../src/controllers/modelpreheat.ts';
+import { modelPreheatController } from '../../src/controllers/modelpreheat/index.ts';
 import type { ModelPreheat, ServedModel } from '../../src/api/index.ts';
 import type { KubeObject } from '../../src/runtime/index.ts';
 import { signObjectURL } from '../../src/storage/sign.ts';

@@ -15,7 +15,7 @@
  *   X-Dragonfly-Filter (the configured `filter`, else the kind's default; none at all when empty, so the daemon's
  *   default filter applies), and passes every `header` entry through, so X-Dragonfly-Tag / -Application /
  *   -Piece-Length reach the daemon as they are.
- * - Preheat (src/controllers/preheat-request.ts planPreheat): `spec.objectStorage` keys are signed with
+ * - Preheat (src/controllers/modelpreheat/request.ts planPreheat): `spec.objectStorage` keys are signed with
  *   effectiveFilter(location) (signedURLExpiry); `spec.url(s)` are preheated as written with
  *   `spec.filteredQueryParams`; an empty or absent filter is not sent, so the manager's default applies
  *   (DEFAULT_FILTERED_QUERY_PARAMS). A ServedModel with `preheat.create` implies the ModelPreheat of

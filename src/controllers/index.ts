@@ -5,7 +5,7 @@
 import type { ControllerFactory } from '../runtime/index.ts';
 import { REPORTING_CONTROLLER } from '../version.ts';
 import { METRICS_NAMESPACE } from './metrics.ts';
-import { modelPreheatController } from './modelpreheat.ts';
+import { modelPreheatController } from './modelpreheat/index.ts';
 import { servedModelController } from './servedmodel.ts';
 
 export const controllers: ControllerFactory[] = [modelPreheatController, servedModelController];

@@ -26,7 +26,7 @@ import { buildLargeModelArchive, buildModelArchive } from '../support/model-arch
 import { startModelServerFleet, type ModelServerFleet } from '../support/modelserver-emulator.ts';
 import { startManager, type RunningManager } from '../support/runtime-harness.ts';
 import { createServedModelController } from '../../src/controllers/servedmodel.ts';
-import { modelPreheatController } from '../../src/controllers/modelpreheat.ts';
+import { modelPreheatController } from '../../src/controllers/modelpreheat/index.ts';
 import { signObjectURL } from '../../src/storage/sign.ts';
 import type { ModelPreheat, ServedModel } from '../../src/api/index.ts';
 

@@ -9,7 +9,7 @@ import { startPeerProxy, type PeerProxy } from '../support/peer-proxy.ts';
 import { startOciRegistry, type OciRegistry } from '../support/oci-registry.ts';
 import { startOrigin, type Origin } from '../support/origin.ts';
 import { startManager, type RunningManager } from '../support/runtime-harness.ts';
-import { modelPreheatController } from '../../src/controllers/modelpreheat.ts';
+import { modelPreheatController } from '../../src/controllers/modelpreheat/index.ts';
 import { taskID } from '../../src/storage/taskid.ts';
 import type { ModelPreheat } from '../../src/api/index.ts';
 

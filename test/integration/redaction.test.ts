@@ -14,7 +14,7 @@ import { createNamespace, kubeConfig, waitFor } from '../support/kube.ts';
 import { startModelServerEmulator, type ModelServerEmulator } from '../support/modelserver-emulator.ts';
 import { ServiceEndpoints, loopbackDispatcher } from '../support/endpointslices.ts';
 import { startManager, type RunningManager } from '../support/runtime-harness.ts';
-import { modelPreheatController } from '../../src/controllers/modelpreheat.ts';
+import { modelPreheatController } from '../../src/controllers/modelpreheat/index.ts';
 import { createServedModelController } from '../../src/controllers/servedmodel.ts';
 import { createLogger } from '../../src/runtime/index.ts';
 import type { ModelPreheat, ServedModel } from '../../src/api/index.ts';

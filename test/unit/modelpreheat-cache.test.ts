@@ -5,7 +5,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { ModelPreheatSpec, type ModelPreheat } from '../../src/api/index.ts';
-import { cacheStep, REFRESH_ANNOTATION, type CacheDeps } from '../../src/controllers/modelpreheat-cache.ts';
+import { cacheStep, REFRESH_ANNOTATION, type CacheDeps } from '../../src/controllers/modelpreheat/cache.ts';
 import type { ReconcileContext } from '../../src/runtime/index.ts';
 
 function preheat(annotations: Record<string, string> = {}, spec: Record<string, unknown> = {}) {

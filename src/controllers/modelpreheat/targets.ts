@@ -4,8 +4,8 @@
  * preheated again when the targets change, e.g. as a ServedModel scales out onto new nodes.
  */
 import { createHash } from 'node:crypto';
-import type { ModelPreheatSpec, TargetPeer } from '../api/index.ts';
-import { jobPeerTasks, type ManagerJob } from '../manager/types.ts';
+import type { ModelPreheatSpec, TargetPeer } from '../../api/index.ts';
+import { jobPeerTasks, type ManagerJob } from '../../manager/types.ts';
 
 /** Most peers status.peers remembers (the manager takes at most 100 ips per job; a few batches' worth). */
 export const MAX_TARGET_PEERS = 200;

@@ -14,14 +14,14 @@ import {
   type ModelPreheat,
   type ModelPreheatSpec,
   type ModelPreheatStatus,
-} from '../api/index.ts';
-import type { ManagerClient } from '../manager/client.ts';
-import { ManagerError } from '../manager/errors.ts';
-import { isTerminalState, jobPeerTasks, jobTaskPeers, type ManagerJob } from '../manager/types.ts';
-import { redact } from '../redact.ts';
-import type { ControllerContext, ReconcileContext, ReconcileResult } from '../runtime/index.ts';
-import { ManagerClients, resolveManager } from './managers.ts';
-import type { SecretReader } from './secrets.ts';
+} from '../../api/index.ts';
+import type { ManagerClient } from '../../manager/client.ts';
+import { ManagerError } from '../../manager/errors.ts';
+import { isTerminalState, jobPeerTasks, jobTaskPeers, type ManagerJob } from '../../manager/types.ts';
+import { redact } from '../../redact.ts';
+import type { ControllerContext, ReconcileContext, ReconcileResult } from '../../runtime/index.ts';
+import { ManagerClients, resolveManager } from '../managers.ts';
+import type { SecretReader } from '../secrets.ts';
 
 export const REFRESH_ANNOTATION = 'peerload.io/refresh-cache';
 /** How long a failed refresh waits before it tries again. */
