@@ -10,7 +10,7 @@
 import { Storage } from '@google-cloud/storage';
 import { objectURL, type StorageLocation } from './objecturl.ts';
 import type { GCSCredentials } from './credentials.ts';
-import type { SignRequest } from './sign.ts';
+import type { SignRequest } from './signer.ts';
 
 /** V4 signed URLs are valid for at most 7 days. */
 export const GCS_MAX_EXPIRES_SECONDS = 604_800;

@@ -14,7 +14,7 @@ import { createHash, createHmac, type Hash, type Hmac } from 'node:crypto';
 import { S3RequestPresigner } from '@aws-sdk/s3-request-presigner';
 import { appendQuery, DEFAULT_S3_REGION, objectURL, urlPath, type StorageLocation } from './objecturl.ts';
 import type { S3Credentials } from './credentials.ts';
-import type { SignRequest } from './sign.ts';
+import type { SignRequest } from './signer.ts';
 
 /** SigV4 caps presigned URLs at 7 days. */
 export const S3_MAX_EXPIRES_SECONDS = 604_800;
