@@ -8,6 +8,7 @@ import { ApiError, KubeClient, type Gvr, type KubeObject } from '../runtime/kube
 import { loadKubeConfig } from '../runtime/kubeconfig.ts';
 import { parseCommandArgs } from './args.ts';
 import { CliError } from './errors.ts';
+import { USER_AGENT } from '../version.ts';
 
 export const WAIT_USAGE = `Usage: peerload wait (mph|sm)/NAME [-n NAMESPACE] [--timeout DURATION] [--kubeconfig FILE]
 
@@ -144,7 +145,10 @@ export function durationFlag(flag: string, value: string): number {
 export async function kubeClientFor(kubeconfig: string | undefined): Promise<KubeClient> {
   try {
     // Writes from the command line are the user's, not the operator's: a field manager of their own.
-    return new KubeClient(await loadKubeConfig(kubeconfig), { fieldManager: 'peerload-cli' });
+    return new KubeClient(await loadKubeConfig(kubeconfig), {
+      fieldManager: 'peerload-cli',
+      userAgent: USER_AGENT,
+    });
   } catch (err) {
     throw new CliError(`--kubeconfig: ${(err as Error).message}`);
   }
