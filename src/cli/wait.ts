@@ -3,6 +3,7 @@
  * it is Stalled (exit 1, printing the reason), and exits 2 on bad input or time-out. One progress line on stderr
  * per change, for CI logs. Unlike `kubectl wait --for=condition=Ready`, a failure ends the wait at once.
  */
+import { setTimeout as sleep } from 'node:timers/promises';
 import { parseDuration, GVR } from '../api/index.ts';
 import { ApiError, KubeClient, type Gvr, type KubeObject } from '../runtime/kube.ts';
 import { loadKubeConfig } from '../runtime/kubeconfig.ts';
@@ -127,7 +128,7 @@ export async function waitForResource(
       opts.io.err(`${what}: timed out after ${Math.round(opts.timeoutMs / 1000)}s (last: ${last})`);
       return 2;
     }
-    await new Promise((r) => setTimeout(r, Math.min(opts.intervalMs, left)));
+    await sleep(Math.min(opts.intervalMs, left));
   }
 }
 

@@ -9,6 +9,7 @@
  * - Every failure is a {@link ManagerError} with a `kind` the caller acts on.
  * - Optional in-client retries (off by default: controllers requeue instead) honour `Retry-After`.
  */
+import { setTimeout as sleep } from 'node:timers/promises';
 import { USER_AGENT } from '../version.ts';
 import { Pool, type Dispatcher } from 'undici';
 import { z } from 'zod';
@@ -18,7 +19,7 @@ import { parseBody } from '../http/body.ts';
 import { INVALID_RESPONSE, UNUSABLE_RESPONSE_KIND } from '../http/classify.ts';
 import { InFlightLimit } from '../http/limit.ts';
 import { headerValue, sendRequest, type HttpResponse } from '../http/request.ts';
-import { NO_RETRIES, parseRetryAfter, sleep, withRetries, type RetryOptions } from '../http/retry.ts';
+import { NO_RETRIES, parseRetryAfter, withRetries, type RetryOptions } from '../http/retry.ts';
 import {
   JobListSchema,
   JobSchema,
