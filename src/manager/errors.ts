@@ -32,10 +32,6 @@ export class ManagerError extends HttpError {
   }
 }
 
-export function isManagerError(e: unknown): e is ManagerError {
-  return e instanceof ManagerError;
-}
-
 /** The manager's service errors that are caused by the request itself (`invalid params: url is required`). */
 const INVALID_PARAMS = /^invalid params\b/i;
 

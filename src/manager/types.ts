@@ -15,8 +15,6 @@ export const isTerminalState = (s: JobState): boolean => TERMINAL_JOB_STATES.inc
 export const PREHEAT_SCOPES = ['single_seed_peer', 'all_seed_peers', 'all_peers'] as const;
 export type PreheatScope = (typeof PREHEAT_SCOPES)[number];
 
-/** Default job time-out of the manager: 60 minutes, in nanoseconds. */
-export const DEFAULT_JOB_TIMEOUT_NS = 3_600_000_000_000;
 export const NS_PER_MS = 1_000_000;
 
 /** `GroupUUID` -> `group_uuid`, `SchedulerClusterID` -> `scheduler_cluster_id`, `jobStates` -> `job_states`. */

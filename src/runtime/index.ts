@@ -43,7 +43,6 @@ export type {
 export {
   applyConditions,
   getCondition,
-  isFalse,
   isTrue,
   removeCondition,
   setCondition,
@@ -61,10 +60,7 @@ export {
   GVR,
   KubeClient,
   ResourceClient,
-  apiVersionOf,
-  isAlreadyExists,
   isConflict,
-  isGone,
   isNotFound,
   objectKey,
   splitKey,

@@ -45,10 +45,6 @@ export const GVR = {
   events: { group: 'events.k8s.io', version: 'v1', resource: 'events', kind: 'Event', namespaced: true },
 } as const satisfies Record<string, Gvr>;
 
-export function apiVersionOf(gvr: Gvr): string {
-  return gvr.group ? `${gvr.group}/${gvr.version}` : gvr.version;
-}
-
 /** The part of every object the runtime relies on. */
 export interface KubeObject {
   apiVersion?: string;
@@ -101,9 +97,6 @@ export class ApiError extends Error {
 
 export const isNotFound = (err: unknown): boolean => err instanceof ApiError && err.code === 404;
 export const isConflict = (err: unknown): boolean => err instanceof ApiError && err.code === 409;
-export const isAlreadyExists = (err: unknown): boolean =>
-  err instanceof ApiError && err.code === 409 && err.reason === 'AlreadyExists';
-export const isGone = (err: unknown): boolean => err instanceof ApiError && err.code === 410;
 
 /** What every request reports to observers (metrics, tests). `status` is 0 when no response arrived. */
 export interface RequestRecord {

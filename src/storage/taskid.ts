@@ -224,11 +224,6 @@ export function splitFilter(raw: string, separator: string): string[] {
     .filter((s) => s.length > 0);
 }
 
-/** Joins a filter list the way the manager's job args and the legacy header carry it. */
-export function joinLegacyFilter(filter: readonly string[]): string {
-  return filter.join(LEGACY_FILTER_SEPARATOR);
-}
-
 type HeaderBag = Headers | Record<string, string | string[] | undefined>;
 
 function headerValue(headers: HeaderBag, name: string): string | undefined {
