@@ -1,6 +1,6 @@
 /**
- * ModelPreheat: make content available in the P2P network ahead of use, through one manager preheat job
- * (seed 1.5, 2.1, 3, 4.1, 4.2; wire contract in shared/contracts/manager-jobs.md).
+ * ModelPreheat: make content available in the P2P network ahead of use, through one manager preheat job per
+ * generation (the job API's request and answers are src/manager/types.ts).
  */
 import { isIP } from 'node:net';
 import { z } from 'zod';

@@ -1,11 +1,11 @@
 /**
  * Will the preheat and the plugin's downloads share a task id?
  *
- * A preheat only helps if the later download through the peer proxy has the same task id (seed 2.3), i.e. the
- * same canonical URL after filtering, the same tag, application and piece length
- * (shared/contracts/peer-proxy.md). This command takes the plugin's configuration file (seed 2.2) and
- * ModelPreheat / ServedModel manifests and, for every URL a preheat would warm and every download the plugin would
- * make, says whether their task ids are equal, and when not, precisely why.
+ * A preheat only helps if the later download through the peer proxy has the same task id, i.e. the same
+ * canonical URL after filtering, the same tag, application and piece length (src/storage/taskid.ts). This command
+ * takes the plugin's configuration file and ModelPreheat / ServedModel manifests and, for every URL a preheat
+ * would warm and every download the plugin would make, says whether their task ids are equal, and when not,
+ * precisely why.
  *
  * How each side is modelled, mirroring what goes over the wire:
  * - Plugin (plugin/src/main/java/io/peerload/plugin: PluginConfig, ModelRegistration, ProxyDownloader): it GETs

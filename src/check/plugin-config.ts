@@ -1,5 +1,5 @@
 /**
- * The plugin's configuration file (seed 2.2), read and validated exactly as the plugin reads it
+ * The plugin's configuration file, read and validated exactly as the plugin reads it
  * (plugin/src/main/java/io/peerload/plugin/PluginConfig.java): the check must accept what the plugin accepts, refuse
  * what it refuses, and see the same normalised values. The plugin is the authority; the two are held together by
  * test/vectors/plugin-config.json, which both test suites read (PluginConfigVectorsTest, plugin-config.test.ts).

@@ -1,5 +1,5 @@
 /**
- * Client of the P2P manager's job API (shared/contracts/manager-jobs.md). Knows HTTP, the wire contract, auth
+ * Client of the P2P manager's job API (its wire shapes are types.ts). Knows HTTP, the wire contract, auth
  * and typed errors; knows nothing about Kubernetes.
  *
  * - One undici `Pool` per manager (keep-alive connection reuse), at most `maxConcurrency` requests in flight
@@ -42,7 +42,7 @@ export type ManagerAPIPath = '/api/v1' | '/oapi/v1';
 export interface ManagerClientOptions {
   /** Manager base address, e.g. `http://dragonfly-manager.dragonfly-system:8080` (a path prefix is kept). */
   baseURL: string;
-  /** `/api/v1` (seed; JWT from v2.4.1) or `/oapi/v1` (personal access tokens). Default `/api/v1`. */
+  /** `/api/v1` (the first API; JWT sign-in from v2.4.1) or `/oapi/v1` (personal access tokens). Default `/api/v1`. */
   apiPath?: ManagerAPIPath;
   auth?: ManagerAuth;
   /** `current` sends `filtered_query_params` (v2.1.55+), `legacy` sends `filter`. Default `current`. */

@@ -4,7 +4,7 @@
  * The request handed to the presigner is built from objectURL() rather than from a GetObjectCommand, so that
  * the signed URL is exactly the shared unsigned URL plus signature parameters: the command path adds `x-id=GetObject`
  * and hoists `X-Amz-Content-Sha256=UNSIGNED-PAYLOAD` into the query, and its endpoint rules pick path or host style
- * by themselves (dotted bucket names, IP endpoints). Neither extra parameter is in the seed's filter, so either
+ * by themselves (dotted bucket names, IP endpoints). Neither extra parameter is in the default s3 filter, so either
  * would give the operator's URL another task id than the Java plugin's. Here the payload hash header is kept as an
  * unsigned, unhoisted header: the canonical request still says UNSIGNED-PAYLOAD (what S3 assumes for query
  * authentication) and the query carries only X-Amz-Algorithm, -Credential, -Date, -Expires, -SignedHeaders

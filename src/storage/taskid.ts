@@ -2,8 +2,8 @@
  * Task identity of the P2P network's peer daemon (dragonflyoss/client, Rust), so that the task id of a preheat and
  * of a later download through the peer proxy can be computed — and compared — here.
  *
- * Contract: shared/contracts/peer-proxy.md. Shared vectors: test/vectors/taskid.json (also read by the Java
- * plugin's tests), each case with the expected value under both rules.
+ * The daemon is the authority; test/vectors/taskid.json holds its cases (also read by the Java plugin's tests),
+ * each with the expected value under both rules.
  *
  * `task_id = hex(sha256(canonical_url + tag? + application? + revision? + piece_length? + "STANDARD"))`.
  *

@@ -230,7 +230,7 @@ describe('node-targeted preheat on the real network', () => {
     ).toEqual([true, true]);
     // The origin served the preheat, and the replicas nothing (a local hit does not even probe it). Usually the
     // object crosses once; when the scheduler sends both targeted peers to the origin at the same moment it crosses
-    // once per peer (seen once in CI: twice the size) — never more than the preheat's peers.
+    // once per peer (two peers here: twice the size) — never more than the preheat's peers.
     expect(origin.bytesServed(SM_KEY)).toBeGreaterThanOrEqual(size);
     expect(origin.bytesServed(SM_KEY)).toBeLessThan(3 * size);
   });

@@ -91,7 +91,7 @@ export async function cacheStep(
   const observed = cache?.observedAt ? Date.parse(cache.observedAt) : undefined;
   const due = asked || (intervalMs !== undefined && (observed === undefined || now - observed >= intervalMs));
   // Nothing running and nothing due: no manager, no Secret, no write. An idle operator holds thousands of
-  // succeeded preheats, and none of them may cost anything (bench row 5).
+  // succeeded preheats, each resynced and requeued, so one that costs anything costs it thousands of times.
   if (!cache?.refreshing?.length && !due)
     return intervalMs && observed !== undefined ? { requeueAfter: observed + intervalMs - now } : undefined;
 
