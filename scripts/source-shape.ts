@@ -4,7 +4,9 @@
  *
  * - functions and methods longer than a bound (a long function is a state machine nobody can read);
  * - the relative import graph: cycles, and imports from one set of modules into another (the runtime imports
- *   nothing of the product).
+ *   nothing of the product);
+ * - comments (and strings) that point at documents outside the repository or at benchmark history instead of
+ *   saying why in the code's own terms.
  *
  * test/unit/source-shape.test.ts asserts both; from a shell:
  *
@@ -183,6 +185,21 @@ function shortestCycle(start: string, inside: Set<string>, next: Map<string, str
     }
   }
   return [start];
+}
+
+/**
+ * Pointers at what a reader of the repository does not have: the specification's files and section numbers, and
+ * benchmark history (what an old run of a benchmark's table showed).
+ */
+export const OUTSIDE_REFERENCE = /shared\/contracts|design\.md|\bseed \d|\(seed[;]|\bbench\srows?\b/i;
+
+/** Lines of `files` that match `pattern`, as `file:line: text`. */
+export function linesMatching(files: readonly string[], pattern: RegExp): string[] {
+  return files.flatMap((file) =>
+    readFileSync(join(REPO_ROOT, file), 'utf8')
+      .split('\n')
+      .flatMap((l, i) => (pattern.test(l) ? [`${file}:${i + 1}: ${l.trim()}`] : [])),
+  );
 }
 
 /** The most lines a function in src/ may span. */

@@ -1,6 +1,6 @@
 /**
- * Wire shapes of the manager job API (shared/contracts/manager-jobs.md) as zod schemas, and their normalised
- * TypeScript form. The parsers are tolerant where the manager changed over versions:
+ * Wire shapes of the manager job API (as the real manager, v2.5.1 and older, sends them) as zod schemas, and their
+ * normalised TypeScript form. The parsers are tolerant where the manager changed over versions:
  * - the job status is `state` (what the code always sent) with a fall-back to `status` (as v2.0.2's documentation has it);
  * - `result` is snake_case from v2.1.57 and PascalCase before: keys are normalised to snake_case first;
  * - the filter in `args` is `filter` (<= v2.1.30), `filteredQueryParams` (v2.1.31..54) or `filtered_query_params`.

@@ -5,7 +5,7 @@ import { describe, expect, it } from 'vitest';
 import { KINDS, customResourceDefinition } from '../../src/api/crd.ts';
 
 const ROOT = join(import.meta.dirname, '../..');
-/** "seed 2.2", "(seed)", "seed `filter`": references to a document users do not have. */
+/** Section numbers and file names of the specification, which users do not have. */
 const INTERNAL = /\bseed (\d|`)|\(seed[;)]|shared\/contracts|design\.md/;
 
 function fields(node: any, path: string, out: [string, any][]): [string, any][] {

@@ -7,9 +7,11 @@ import { join, relative } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import {
   MAX_FUNCTION_LINES,
+  OUTSIDE_REFERENCE,
   REPO_ROOT,
   cycles,
   imports,
+  linesMatching,
   longFunctions,
   sourceFiles,
 } from '../../scripts/source-shape.ts';
@@ -25,6 +27,18 @@ const NOT_YET_SPLIT = [
   'src/controllers/servedmodel-replica.ts convergeReplica',
   'src/controllers/servedmodel.ts createServedModelController',
   'src/controllers/servedmodel.ts reconcile',
+];
+
+/** Files whose comments still point outside the repository: rewritten on the ServedModel / model-server branch. */
+const NOT_YET_REWORDED = [
+  'src/controllers/servedmodel-replica.ts',
+  'src/controllers/servedmodel.ts',
+  'src/modelserver/auth.ts',
+  'src/modelserver/client.ts',
+  'src/modelserver/errors.ts',
+  'src/modelserver/register.ts',
+  'src/modelserver/types.ts',
+  'src/modelserver/wire.ts',
 ];
 
 /** Writes `files` (path -> text) into a scratch directory under the repository; returns its relative path. */
@@ -94,5 +108,19 @@ describe('src/', () => {
     const config = imports(src).filter((i) => i.from === 'src/config.ts');
     expect(config.length).toBeGreaterThan(0);
     expect(config.filter((i) => i.to.startsWith('src/cli/')).map((i) => i.to)).toEqual([]);
+  });
+
+  it('has comments in its own terms: no pointer at documents outside the repository or at benchmark history', () => {
+    // Pieced together, so that this file does not match itself.
+    expect(OUTSIDE_REFERENCE.test('see shared/' + 'contracts/x.md')).toBe(true);
+    expect(OUTSIDE_REFERENCE.test('0 workers (seed ' + '2.4)')).toBe(true);
+    expect(OUTSIDE_REFERENCE.test('as bench ' + 'row 5 showed')).toBe(true);
+    expect(OUTSIDE_REFERENCE.test('peers.push(seed);')).toBe(false);
+    expect(OUTSIDE_REFERENCE.test('the seed peer (seed peers)')).toBe(false);
+    const files = [...src, ...sourceFiles('test'), ...sourceFiles('scripts'), ...sourceFiles('bench')];
+    const found = linesMatching(files, OUTSIDE_REFERENCE);
+    expect(found.filter((l) => !NOT_YET_REWORDED.includes(l.slice(0, l.indexOf(':'))))).toEqual([]);
+    // An entry that complies leaves the list.
+    expect(NOT_YET_REWORDED.filter((f) => !found.some((l) => l.startsWith(`${f}:`)))).toEqual([]);
   });
 });
