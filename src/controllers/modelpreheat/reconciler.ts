@@ -57,6 +57,7 @@ import { targetsToPreheat } from './targets.ts';
 type Obj = ModelPreheat;
 type Status = ModelPreheatStatus;
 type Result = Promise<ReconcileResult | void>;
+type Manager = { client: ManagerClient; url: string };
 
 /** Bound of the one look at a new job before its first status write (see createJob). */
 const FIRST_LOOK_TIMEOUT_MS = 2_000;
@@ -94,25 +95,19 @@ export class ModelPreheatReconciler {
     if (isBeingDeleted(obj)) return cleanUp(this.cacheDeps, obj, spec, rc);
     await this.keepFinalizer(obj, spec, rc);
 
+    // Where this generation stands, from status alone (decide.ts).
     const step = nextStep(obj, spec, Date.now());
     if (step.kind === 'cache') return cacheStep(this.cacheDeps, obj, spec, rc);
     if (step.kind === 'done') return;
 
-    let client: ManagerClient;
-    let managerURL: string;
+    // Every other step needs the manager: its configuration is checked (and reported) before anything waits.
+    let manager: Manager;
     try {
-      const manager = await resolveManager(
-        spec.manager,
-        obj.metadata.namespace!,
-        this.ctx.config,
-        this.secrets,
-        rc.signal,
-      );
-      client = this.clients.get(manager);
-      managerURL = manager.url;
+      manager = await this.manager(obj, spec, rc);
     } catch (err) {
       return this.fail(obj, err, 'resolve the manager', rc);
     }
+    const { client, url: managerURL } = manager;
 
     switch (step.kind) {
       case 'alreadyPreheated':
@@ -129,6 +124,13 @@ export class ModelPreheatReconciler {
       case 'poll':
         return this.pollJob(obj, spec, client, step.job, rc);
     }
+  }
+
+  /** The manager of `spec.manager` (else the operator's default), with its credentials read now. */
+  private async manager(obj: Obj, spec: ModelPreheatSpec, rc: ReconcileContext): Promise<Manager> {
+    const { namespace } = obj.metadata;
+    const resolved = await resolveManager(spec.manager, namespace!, this.ctx.config, this.secrets, rc.signal);
+    return { client: this.clients.get(resolved), url: resolved.url };
   }
 
   private reportInvalidSpec(obj: Obj, message: string, rc: ReconcileContext): Promise<void> {
