@@ -70,9 +70,9 @@ const ALL = {
 } as const satisfies Record<string, { flag: string; help: string; boolean?: boolean }>;
 type Key = keyof typeof ALL;
 
-export const envName = (flag: string): string => `PEERLOAD_${flag.toUpperCase().replace(/-/g, '_')}`;
+const envName = (flag: string): string => `PEERLOAD_${flag.toUpperCase().replace(/-/g, '_')}`;
 
-export const OperatorConfigSchema = z
+const OperatorConfigSchema = z
   .object({
     kubeconfig: z.string().min(1).optional(),
     namespace: z

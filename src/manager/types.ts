@@ -9,13 +9,13 @@ import { z } from 'zod';
 
 export const JOB_STATES = ['PENDING', 'RECEIVED', 'STARTED', 'RETRY', 'SUCCESS', 'FAILURE'] as const;
 export type JobState = (typeof JOB_STATES)[number];
-export const TERMINAL_JOB_STATES: readonly JobState[] = ['SUCCESS', 'FAILURE'];
+const TERMINAL_JOB_STATES: readonly JobState[] = ['SUCCESS', 'FAILURE'];
 export const isTerminalState = (s: JobState): boolean => TERMINAL_JOB_STATES.includes(s);
 
 export const PREHEAT_SCOPES = ['single_seed_peer', 'all_seed_peers', 'all_peers'] as const;
 export type PreheatScope = (typeof PREHEAT_SCOPES)[number];
 
-export const NS_PER_MS = 1_000_000;
+const NS_PER_MS = 1_000_000;
 
 /** `GroupUUID` -> `group_uuid`, `SchedulerClusterID` -> `scheduler_cluster_id`, `jobStates` -> `job_states`. */
 export function toSnakeCase(key: string): string {

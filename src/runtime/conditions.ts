@@ -84,7 +84,7 @@ export function isTrue(conditions: readonly Condition[] | undefined, type: strin
 }
 
 /** RFC 3339 with second precision, as metav1.Time serialises. */
-export function formatTime(d: Date): string {
+function formatTime(d: Date): string {
   return d.toISOString().replace(/\.\d{3}Z$/, 'Z');
 }
 

@@ -108,7 +108,7 @@ export interface RequestRecord {
   durationMs: number;
 }
 
-export const PATCH_TYPES = {
+const PATCH_TYPES = {
   merge: 'application/merge-patch+json',
   json: 'application/json-patch+json',
   strategic: 'application/strategic-merge-patch+json',

@@ -13,7 +13,7 @@ import type { GCSCredentials } from './credentials.ts';
 import type { SignRequest } from './signer.ts';
 
 /** V4 signed URLs are valid for at most 7 days. */
-export const GCS_MAX_EXPIRES_SECONDS = 604_800;
+const GCS_MAX_EXPIRES_SECONDS = 604_800;
 
 /** Signs a GET of `key` (path style, `host` the only signed header). */
 export async function signGCS(

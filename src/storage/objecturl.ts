@@ -113,7 +113,7 @@ export function effectiveFilter(location: Pick<StorageLocation, 'type' | 'filter
 const UNRESERVED = /^[A-Za-z0-9\-._~]$/;
 
 /** RFC 3986 percent-encoding of one path segment: UTF-8 bytes, unreserved kept, the rest `%XX` uppercase. */
-export function encodeSegment(segment: string): string {
+function encodeSegment(segment: string): string {
   // In a `u` regex a surrogate pair is one code point, so this matches lone surrogates only.
   if (/\p{Surrogate}/u.test(segment))
     throw new Error('object key is not well-formed Unicode (lone surrogate)');
@@ -211,7 +211,7 @@ export function objectURL(location: StorageLocation, key: string): string {
 }
 
 /** RFC 3986 encoding of a query name or value (like a path segment, so `/`, `=`, `&`, `+` are encoded too). */
-export function encodeQueryComponent(s: string): string {
+function encodeQueryComponent(s: string): string {
   return encodeSegment(s);
 }
 

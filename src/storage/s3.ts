@@ -17,7 +17,7 @@ import type { S3Credentials } from './credentials.ts';
 import type { SignRequest } from './signer.ts';
 
 /** SigV4 caps presigned URLs at 7 days. */
-export const S3_MAX_EXPIRES_SECONDS = 604_800;
+const S3_MAX_EXPIRES_SECONDS = 604_800;
 
 const PAYLOAD_HASH_HEADER = 'x-amz-content-sha256';
 

@@ -26,11 +26,11 @@
 import { createHash } from 'node:crypto';
 
 /** Separator of the legacy / manager-side filter string (`Expires&Signature`). */
-export const LEGACY_FILTER_SEPARATOR = '&';
+const LEGACY_FILTER_SEPARATOR = '&';
 /** Separator of the current daemon's `X-Dragonfly-Filtered-Query-Params` header. */
-export const FILTER_HEADER_SEPARATOR = ',';
+const FILTER_HEADER_SEPARATOR = ',';
 
-export const FILTERED_QUERY_PARAMS_HEADER = 'X-Dragonfly-Filtered-Query-Params';
+const FILTERED_QUERY_PARAMS_HEADER = 'X-Dragonfly-Filtered-Query-Params';
 export const LEGACY_FILTER_HEADER = 'X-Dragonfly-Filter';
 export const TAG_HEADER = 'X-Dragonfly-Tag';
 export const APPLICATION_HEADER = 'X-Dragonfly-Application';
@@ -217,7 +217,7 @@ export function taskID(identity: TaskIdentity): string {
 }
 
 /** Splits a filter string on a separator, trimming blanks and dropping empty names. */
-export function splitFilter(raw: string, separator: string): string[] {
+function splitFilter(raw: string, separator: string): string[] {
   return raw
     .split(separator)
     .map((s) => s.trim())
