@@ -10,7 +10,8 @@
  *
  * test/unit/source-shape.test.ts asserts both; from a shell:
  *
- *   node scripts/source-shape.ts            lists functions over 100 lines and import cycles; exit 1 if any
+ *   node scripts/source-shape.ts            lists functions over 100 lines, import cycles and such comments;
+ *                                           exit 1 if any
  */
 import { readdirSync, readFileSync } from 'node:fs';
 import { dirname, join, relative, resolve } from 'node:path';
@@ -211,5 +212,8 @@ if (process.argv[1] === fileURLToPath(import.meta.url)) {
   for (const f of long) console.log(`${f.file}:${f.line} ${f.name}: ${f.lines} lines`);
   const found = cycles(imports(src));
   for (const c of found) console.log(`cycle: ${c.join(' -> ')}`);
-  process.exitCode = long.length + found.length > 0 ? 1 : 0;
+  const all = [...src, ...sourceFiles('test'), ...sourceFiles('scripts'), ...sourceFiles('bench')];
+  const outside = linesMatching(all, OUTSIDE_REFERENCE);
+  for (const l of outside) console.log(`points outside the repository: ${l}`);
+  process.exitCode = long.length + found.length + outside.length > 0 ? 1 : 0;
 }
