@@ -6,7 +6,7 @@ import { KINDS, customResourceDefinition } from '../../src/api/crd.ts';
 import { apiReferencePage } from '../../src/cli/crds.ts';
 
 const ROOT = join(import.meta.dirname, '../..');
-/** "seed 2.2", "(seed)", "seed `filter`": references to a document users do not have. */
+/** Section numbers and file names of the specification, which users do not have. */
 const INTERNAL = /\bseed (\d|`)|\(seed[;)]|shared\/contracts|design\.md/;
 
 function fields(node: any, path: string, out: [string, any][]): [string, any][] {
