@@ -106,17 +106,26 @@ export class FairQueue<T> {
     this.heldTotal--;
   }
 
-  /** The next item that may run, its slot taken; undefined when none may. */
-  next(): { tenant: string; item: T } | undefined {
+  /**
+   * The next item that may run, its slot taken; undefined when none may. `eligible` skips items held back by a
+   * bound of the caller's own (e.g. per object): the tenant's first eligible item is its candidate.
+   */
+  next(eligible?: (item: T) => boolean): { tenant: string; item: T } | undefined {
     if (this.heldTotal >= this.capacity) return undefined;
     let best: string | undefined;
+    let bestIndex = -1;
     for (const tenant of this.turns) {
-      if (!this.waiting.get(tenant)?.length || this.heldOf(tenant) >= this.maxPerTenant) continue;
-      if (best === undefined || this.heldOf(tenant) < this.heldOf(best)) best = tenant;
+      const q = this.waiting.get(tenant);
+      if (!q?.length || this.heldOf(tenant) >= this.maxPerTenant) continue;
+      if (best !== undefined && this.heldOf(tenant) >= this.heldOf(best)) continue;
+      const i = eligible ? q.findIndex(eligible) : 0;
+      if (i < 0) continue;
+      best = tenant;
+      bestIndex = i;
     }
     if (best === undefined) return undefined;
     const q = this.waiting.get(best)!;
-    const item = q.shift()!;
+    const item = q.splice(bestIndex, 1)[0]!;
     this.waitingTotal--;
     this.take(best);
     // Served: to the back of the turns (ties among equally served tenants go round).

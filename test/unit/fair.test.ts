@@ -53,6 +53,17 @@ describe('FairQueue', () => {
     expect(single.next()?.item).toBe('x');
   });
 
+  it("skips items the caller holds back, and other tenants' turn comes all the same", () => {
+    const q = new FairQueue<string>({ capacity: 4, maxPerTenant: 4 });
+    q.push('a', 'a-busy');
+    q.push('a', 'a-free');
+    q.push('b', 'b-busy');
+    const eligible = (item: string) => !item.endsWith('busy');
+    expect(q.next(eligible)?.item).toBe('a-free');
+    expect(q.next(eligible)).toBeUndefined();
+    expect(q.length).toBe(2);
+  });
+
   it('removes waiting items and drains', () => {
     const q = new FairQueue<string>({ capacity: 1 });
     q.push('a', 'x');
