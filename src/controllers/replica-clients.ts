@@ -5,8 +5,8 @@
  */
 import type { ServedModel, ServedModelSpec } from '../api/index.ts';
 import type { Dispatcher } from 'undici';
-import { secretToken, type TokenSource } from '../modelserver/auth.ts';
-import { ModelServerClient } from '../modelserver/client.ts';
+import { secretToken, type TokenSource } from '../servers/torchserve/auth.ts';
+import { ModelServerClient } from '../servers/torchserve/client.ts';
 import type { Replica } from './replicas.ts';
 
 /** Reads one key of a Secret (SecretReader.value: cached for a few seconds, as every request asks for the token). */

@@ -10,8 +10,8 @@ import {
   type ServedModelSpec,
   type ServedModelStatus,
 } from '../api/index.ts';
-import type { ModelServerClient } from '../modelserver/client.ts';
-import { ModelServerError } from '../modelserver/errors.ts';
+import type { ModelServerClient } from '../servers/torchserve/client.ts';
+import { ModelServerError } from '../servers/torchserve/errors.ts';
 import {
   hasFinalizer,
   removeFinalizer,

@@ -12,8 +12,8 @@ import {
   type ModelServerClient,
   type RegisterRequest,
   type RegisterResult,
-} from '../modelserver/client.ts';
-import { ModelServerError, type ModelServerErrorKind } from '../modelserver/errors.ts';
+} from '../servers/torchserve/client.ts';
+import { ModelServerError, type ModelServerErrorKind } from '../servers/torchserve/errors.ts';
 import type { Progress, RegistrationState } from './registrations.ts';
 import type { Replica } from './replicas.ts';
 import { ReplicaFailureReason } from './servedmodel-status.ts';

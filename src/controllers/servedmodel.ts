@@ -18,7 +18,7 @@ import {
   GVR,
 } from '../api/index.ts';
 import type { Dispatcher } from 'undici';
-import type { RegisterResult } from '../modelserver/client.ts';
+import type { RegisterResult } from '../servers/torchserve/client.ts';
 import {
   Controller,
   addFinalizer,

@@ -2,7 +2,7 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { request } from 'undici';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { parseInstant, parseKeyFile, secretToken } from '../../src/modelserver/auth.ts';
+import { parseInstant, parseKeyFile, secretToken } from '../../src/servers/torchserve/auth.ts';
 import {
   ModelServerClient,
   createModelServerAgent,
@@ -10,8 +10,8 @@ import {
   parseRegisteredMessage,
   readyWorkers,
   workerCounts,
-} from '../../src/modelserver/client.ts';
-import { ModelServerError, isModelServerError, kindForStatus } from '../../src/modelserver/errors.ts';
+} from '../../src/servers/torchserve/client.ts';
+import { ModelServerError, isModelServerError, kindForStatus } from '../../src/servers/torchserve/errors.ts';
 import {
   type ModelServerEmulator,
   type ModelServerEmulatorOptions,

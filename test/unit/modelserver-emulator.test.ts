@@ -2,7 +2,7 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { request } from 'undici';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { ModelServerClient, createModelServerAgent, readyWorkers } from '../../src/modelserver/client.ts';
+import { ModelServerClient, createModelServerAgent, readyWorkers } from '../../src/servers/torchserve/client.ts';
 import { type PeerProxy, startPeerProxy } from '../support/peer-proxy.ts';
 import {
   type ModelServerEmulator,

@@ -9,7 +9,7 @@ import { describe, expect, it } from 'vitest';
 
 const REPO_ROOT = resolve(import.meta.dirname, '../..');
 const RUNTIME = join(REPO_ROOT, 'src/runtime');
-const PRODUCT_MODULES = ['src/api', 'src/controllers', 'src/manager', 'src/modelserver'];
+const PRODUCT_MODULES = ['src/api', 'src/controllers', 'src/manager', 'src/servers'];
 
 const sources = readdirSync(RUNTIME)
   .filter((f) => f.endsWith('.ts'))

@@ -6,9 +6,9 @@ import { describe, expect, it } from 'vitest';
 import type { ReplicaStatus } from '../../src/api/index.ts';
 import { convergeReplica, type ReplicaGoal } from '../../src/controllers/servedmodel-replica.ts';
 import type { RegistrationState } from '../../src/controllers/registrations.ts';
-import type { ModelServerClient, RegisterRequest, RegisterResult } from '../../src/modelserver/client.ts';
-import { ModelServerError } from '../../src/modelserver/errors.ts';
-import type { ModelDescription } from '../../src/modelserver/wire.ts';
+import type { ModelServerClient, RegisterRequest, RegisterResult } from '../../src/servers/torchserve/client.ts';
+import { ModelServerError } from '../../src/servers/torchserve/errors.ts';
+import type { ModelDescription } from '../../src/servers/torchserve/wire.ts';
 
 const ENDPOINT = 'http://198.18.0.7:8081';
 const replica = { endpoint: ENDPOINT, pod: 'ts-0', podUID: 'u-0', node: 'n1' };

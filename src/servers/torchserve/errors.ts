@@ -7,9 +7,9 @@
  * `{"Status"}`) and never a credential: headers are never quoted and known keys are redacted from whatever the
  * server says (through the redaction boundary, src/redact.ts).
  */
-import { kindForStatus as httpKindForStatus } from '../http/classify.ts';
-import { HttpError, type HttpErrorInit, type HttpErrorKind } from '../http/errors.ts';
-import { redact } from '../redact.ts';
+import { kindForStatus as httpKindForStatus } from '../../http/classify.ts';
+import { HttpError, type HttpErrorInit, type HttpErrorKind } from '../../http/errors.ts';
+import { redact } from '../../redact.ts';
 
 export type ModelServerErrorKind = HttpErrorKind;
 

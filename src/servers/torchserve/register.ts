@@ -8,7 +8,7 @@
 import type { ModelServerErrorKind } from './errors.ts';
 import type { RegisterRequest, RegisterResult } from './types.ts';
 import { DOWNLOAD_IN_PROGRESS, extractPluginStatus, parseRegisteredMessage } from './wire.ts';
-import { INVALID_RESPONSE, UNUSABLE_RESPONSE_KIND } from '../http/classify.ts';
+import { INVALID_RESPONSE, UNUSABLE_RESPONSE_KIND } from '../../http/classify.ts';
 
 /** Code of a failure the plugin reported inside a 2xx answer. */
 export const PLUGIN_FAILURE = 'PLUGIN_FAILURE';
