@@ -522,8 +522,16 @@ describe('body helpers', () => {
       validJSON: true,
       status: 'ok',
       taskID: 'abc',
-      cacheHit: true,
+      localHit: true,
     });
+    // The plugin: LocalHit true or false once through P2P; CacheHit only when true. LocalHit wins.
+    expect(extractPluginStatus('{"Status":"ok","TaskID":"abc","LocalHit":false}')).toMatchObject({
+      localHit: false,
+    });
+    expect(
+      extractPluginStatus('{"Status":"ok","TaskID":"abc","LocalHit":true,"CacheHit":true}'),
+    ).toMatchObject({ localHit: true });
+    expect(extractPluginStatus('{"Status":"ok"}').localHit).toBeUndefined();
     expect(extractPluginStatus('nonsense')).toEqual({ validJSON: false });
     expect(parseRegisteredMessage(SEED_MESSAGE('a.b-c', '1.2.3'))).toEqual({
       modelName: 'a.b-c',

@@ -44,7 +44,7 @@ export function readRegisterAnswer(
   const body = extractPluginStatus(text);
   const extra = {
     ...(body.taskID !== undefined ? { taskID: body.taskID } : {}),
-    ...(body.cacheHit !== undefined ? { cacheHit: body.cacheHit } : {}),
+    ...(body.localHit !== undefined ? { localHit: body.localHit } : {}),
   };
   const status = body.status;
   if (httpStatus === 202 && body.type === DOWNLOAD_IN_PROGRESS) {

@@ -33,8 +33,9 @@ export interface RegisterResult {
   workersPending: boolean;
   /** Peer proxy task id of the download (p2p plugin). */
   taskID?: string | undefined;
-  /** The download was served from the peer's cache (p2p plugin). */
-  cacheHit?: boolean | undefined;
+  /** Whether the download was served from the node's peer cache (p2p plugin); undefined when not known (the
+   *  download did not go through P2P, or the plugin does not say). */
+  localHit?: boolean | undefined;
   /** The plugin is downloading this object key for an earlier request: nothing registered yet, ask again later. */
   inProgress?: boolean;
 }
