@@ -16,7 +16,7 @@ import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { request } from 'undici';
-import { createServedModelController } from '../../src/controllers/servedmodel.ts';
+import { createServedModelController } from '../../src/controllers/index.ts';
 import { modelPreheatController } from '../../src/controllers/modelpreheat.ts';
 import type { KubeObject } from '../../src/runtime/index.ts';
 import { effectiveFilter } from '../../src/storage/objecturl.ts';

@@ -17,7 +17,7 @@ import { readFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { mkdtemp, rm } from 'node:fs/promises';
-import { createServedModelController } from '../../src/controllers/servedmodel.ts';
+import { createServedModelController } from '../../src/controllers/index.ts';
 import { modelPreheatController } from '../../src/controllers/modelpreheat.ts';
 import type { ModelPreheat, ServedModel } from '../../src/api/index.ts';
 import type { KubeObject } from '../../src/runtime/index.ts';

@@ -25,7 +25,7 @@ import { startMinIO, type MinIO } from '../support/minio.ts';
 import { buildLargeModelArchive, buildModelArchive } from '../support/model-archive.ts';
 import { startModelServerFleet, type ModelServerFleet } from '../support/modelserver-emulator.ts';
 import { startManager, type RunningManager } from '../support/runtime-harness.ts';
-import { createServedModelController } from '../../src/controllers/servedmodel.ts';
+import { createServedModelController } from '../../src/controllers/index.ts';
 import { modelPreheatController } from '../../src/controllers/modelpreheat.ts';
 import { signObjectURL } from '../../src/storage/sign.ts';
 import type { ModelPreheat, ServedModel } from '../../src/api/index.ts';

@@ -26,7 +26,7 @@ import { startOrigin, type Origin } from '../support/origin.ts';
 import { startManager, type RunningManager } from '../support/runtime-harness.ts';
 import { startTorchServe, type TorchServe } from '../support/torchserve.ts';
 import { minioPluginConfig, pluginJar, writePluginConfig } from '../support/plugin.ts';
-import { createServedModelController } from '../../src/controllers/servedmodel.ts';
+import { createServedModelController } from '../../src/controllers/index.ts';
 import { modelPreheatController } from '../../src/controllers/modelpreheat.ts';
 import { signObjectURL } from '../../src/storage/sign.ts';
 import { taskID } from '../../src/storage/taskid.ts';

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { RegistrationRunner, type RegistrationId } from '../../src/controllers/registrations.ts';
+import { RegistrationRunner, type RegistrationId } from '../../src/controllers/servedmodel/registrations.ts';
 
 /** A registration the test ends by hand. */
 function gate() {

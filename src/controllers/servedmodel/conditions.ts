@@ -8,9 +8,9 @@
  *   an archive the model server rejects) follow kstatus; both are removed, not set False, when they do not apply.
  * - `Degraded` (which replicas fail and why) and `Preheated` (the gate) are peerload's own.
  */
-import type { ConditionChange } from '../runtime/index.ts';
-import type { Gate, GateReason } from './servedmodel-preheat.ts';
-import { withConditionsOf } from './status.ts';
+import type { ConditionChange } from '../../runtime/index.ts';
+import type { Gate, GateReason } from './preheat.ts';
+import { withConditionsOf } from '../status.ts';
 
 export const ServedModelCondition = {
   Ready: 'Ready',
