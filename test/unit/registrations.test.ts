@@ -62,9 +62,19 @@ describe('RegistrationRunner', () => {
     const state = runner.ensure(id('u', 'r'), 1, run);
     expect(state).toMatchObject({ state: 'failed' });
     expect(runs).toBe(1);
+    // Reported (its outcome acted on) but kept: still there, marked, and not started again.
+    runner.report(id('u', 'r'));
+    expect(runner.peek(id('u', 'r'))).toMatchObject({ state: 'failed', reported: true });
+    runner.ensure(id('u', 'r'), 1, run);
+    expect(runs).toBe(1);
     runner.settle(id('u', 'r'));
     runner.ensure(id('u', 'r'), 1, run);
     expect(runs).toBe(2);
+    // A running registration is neither reported nor settled.
+    runner.report(id('u', 'r'));
+    runner.settle(id('u', 'r'));
+    expect(runner.peek(id('u', 'r'))).toMatchObject({ state: 'running' });
+    expect(runner.peek(id('u', 'r'))).not.toHaveProperty('reported');
   });
 
   it('prune aborts the registrations of replicas (or versions) no longer wanted and frees their slots', async () => {
