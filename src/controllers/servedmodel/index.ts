@@ -19,6 +19,7 @@ import {
   specChanged,
   type ControllerContext,
   type ControllerFactory,
+  type WatchSource,
 } from '../../runtime/index.ts';
 import { operatorMetrics } from '../metrics.ts';
 import { SecretReader } from '../secrets.ts';
@@ -55,24 +56,8 @@ export function createServedModelController(
   ctx: ControllerContext,
   opts: ServedModelControllerOptions,
 ): Controller<ServedModel> {
-  const models = ctx.informers.get<ServedModel>(GVR.servedModels);
-  const slices = ctx.informers.get<EndpointSlice>(GVR.endpointSlices, { labelSelector: SERVICE_NAME_LABEL });
-  slices.addIndexer('service', (s) => [`${s.metadata.namespace}/${s.metadata.labels?.[SERVICE_NAME_LABEL]}`]);
-  const preheats = ctx.informers.get<ModelPreheat>(GVR.modelPreheats);
+  const { models, slices, preheats, watches } = informers(ctx);
   const secrets = new SecretReader(ctx.kube);
-  // Which ServedModels a Service (EndpointSlice) or a ModelPreheat event concerns.
-  models.addIndexer('service', (sm) => {
-    const svc = (sm.spec as ServedModelSpec | undefined)?.modelServer?.service?.name;
-    return svc ? [`${sm.metadata.namespace}/${svc}`] : [];
-  });
-  models.addIndexer('preheat', (sm) => {
-    const parsed = ServedModelSpec.safeParse(sm.spec);
-    const name = parsed.success ? preheatNameOf(sm, parsed.data) : undefined;
-    return name ? [`${sm.metadata.namespace}/${name}`] : [];
-  });
-  const keysOf = (index: string, value: string) =>
-    models.byIndex(index, value).map((sm) => `${sm.metadata.namespace}/${sm.metadata.name}`);
-
   const drivers =
     opts.drivers ??
     modelServerDrivers({
@@ -135,19 +120,37 @@ export function createServedModelController(
       workers: ctx.config.workers,
       predicate: specChanged,
       onStop: () => registrations.stop(),
-      watches: [
-        {
-          informer: slices,
-          map: (s: EndpointSlice) =>
-            keysOf('service', `${s.metadata.namespace}/${s.metadata.labels?.[SERVICE_NAME_LABEL]}`),
-        },
-        {
-          informer: preheats,
-          map: (p: ModelPreheat) => keysOf('preheat', `${p.metadata.namespace}/${p.metadata.name}`),
-        },
-      ],
+      watches,
     },
     { logger: ctx.logger, metrics: ctx.metrics },
   );
   return controller;
+}
+
+/** The informers the controller reads, indexed so that an EndpointSlice or a ModelPreheat event wakes the
+ *  ServedModels it concerns. */
+function informers(ctx: ControllerContext) {
+  const models = ctx.informers.get<ServedModel>(GVR.servedModels);
+  const slices = ctx.informers.get<EndpointSlice>(GVR.endpointSlices, { labelSelector: SERVICE_NAME_LABEL });
+  slices.addIndexer('service', (s) => [`${s.metadata.namespace}/${s.metadata.labels?.[SERVICE_NAME_LABEL]}`]);
+  const preheats = ctx.informers.get<ModelPreheat>(GVR.modelPreheats);
+  models.addIndexer('service', (sm) => {
+    const svc = (sm.spec as ServedModelSpec | undefined)?.modelServer?.service?.name;
+    return svc ? [`${sm.metadata.namespace}/${svc}`] : [];
+  });
+  models.addIndexer('preheat', (sm) => {
+    const parsed = ServedModelSpec.safeParse(sm.spec);
+    const name = parsed.success ? preheatNameOf(sm, parsed.data) : undefined;
+    return name ? [`${sm.metadata.namespace}/${name}`] : [];
+  });
+  const keysOf = (index: string, value: string) =>
+    models.byIndex(index, value).map((sm) => `${sm.metadata.namespace}/${sm.metadata.name}`);
+  const watches: [WatchSource<EndpointSlice>, WatchSource<ModelPreheat>] = [
+    {
+      informer: slices,
+      map: (s) => keysOf('service', `${s.metadata.namespace}/${s.metadata.labels?.[SERVICE_NAME_LABEL]}`),
+    },
+    { informer: preheats, map: (p) => keysOf('preheat', `${p.metadata.namespace}/${p.metadata.name}`) },
+  ];
+  return { models, slices, preheats, watches };
 }
