@@ -115,8 +115,10 @@ export class StatusWriter {
 
   /**
    * `obj` (normally from the cache) as this writer last left it: with the status it wrote, while the watch has not
-   * delivered that write yet. Reconcilers read their object through it, so a requeue that outruns the watch does
-   * not act on a status that is already out of date (e.g. create a second job).
+   * delivered that write yet. A reconciler with retried writes reads its object through it, so a requeue that
+   * outruns the watch does not act on a status that is already out of date (the ModelPreheat reconciler: it would
+   * create a second job; test/unit/runtime-status-latest.test.ts). One with `{ conflict: 'fail' }` (the ServedModel
+   * reconciler) reads the cache as it is and asks {@link behind} instead.
    */
   latest<T extends KubeObject>(obj: T): T;
   latest<T extends KubeObject>(obj: T | undefined): T | undefined;

@@ -35,7 +35,7 @@ export const ServedModelReason = {
   Deleting: 'Deleting',
 } as const;
 
-/** Why one replica failed (servedmodel-replica.ts decides, from the model server's answer). */
+/** Why one replica failed (replica.ts decides, from how the driver reads the model server's answer). */
 export const ReplicaFailureReason = {
   /** The archive registers another version than spec.version. */
   VersionMismatch: 'VersionMismatch',
