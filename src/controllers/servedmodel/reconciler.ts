@@ -101,10 +101,11 @@ export class ServedModelReconciler {
     const { deps } = this;
     const cached = deps.model(key);
     if (!cached) return this.gone(key);
-    // The cache holds a version our last status write replaced: a pass would build on the status that write
-    // replaced and, since writes are conditional, only lose its own write to a conflict after describing every
-    // replica. The write's watch event is moments away. (test/unit/servedmodel-reconciler.test.ts, "a cache
-    // behind our last write".)
+    // The cache holds a version our last write replaced (the watch is behind our own write): a pass would build on
+    // the status that write replaced and, writes being conditional, only lose its own write to a conflict after
+    // describing every replica. Not overlaid with what we wrote: the write's watch event is moments away, so the
+    // pass waits for it. Without this guard test/unit/servedmodel-reconciler.test.ts "a cache behind our last
+    // write" fails (and every pass that outruns the watch ends in a conflict).
     if (deps.writes.behind(cached)) return { requeueAfter: CACHE_BEHIND_RETRY_MS };
     if (cached.metadata.uid) this.uids.set(key, cached.metadata.uid);
     const parsed = ServedModelSpec.safeParse(cached.spec);
@@ -114,7 +115,8 @@ export class ServedModelReconciler {
     const found = service ? deps.slices(cached.metadata.namespace!, service) : [];
     const discovery = discoverReplicas(spec, found);
     if (isBeingDeleted(cached)) return deps.cleanUp(cached, spec, discovery.replicas, rc);
-    // Status is written on the object as the finalizer patch left it (on the older one it would be a conflict).
+    // Status is written on the object as the finalizer patch left it (on the older one it would be a conflict),
+    // and the guard above knows of the patch (the same test fails without it: the first pass adds the finalizer).
     const sm = await addFinalizer(deps.kube, GVR.servedModels, cached, FINALIZER, rc.signal);
     if (sm !== cached) deps.writes.wrote(cached, sm);
 
