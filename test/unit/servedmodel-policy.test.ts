@@ -71,18 +71,18 @@ describe('writeNow', () => {
     observedGeneration: 2,
     conditionsBefore: [cond('Ready', 'False', 'Progressing')],
     conditionsAfter: [cond('Ready', 'False', 'Progressing')],
-    unreported: 0,
+    newLocalHits: 0,
     sinceWriteMs: 100,
   };
   it('coalesces progress alone within the interval', () => {
     expect(writeNow(base)).toBe(false);
     expect(writeNow({ ...base, sinceWriteMs: STATUS_COALESCE_MS })).toBe(true);
   });
-  it('writes at once a new generation, a condition that says something else, or an ended registration', () => {
+  it('writes at once a new generation, a condition that says something else, or a local hit', () => {
     expect(writeNow({ ...base, observedGeneration: 1 })).toBe(true);
     expect(writeNow({ ...base, conditionsAfter: [cond('Ready', 'True', 'AllReplicasReady')] })).toBe(true);
     expect(writeNow({ ...base, conditionsAfter: [cond('Ready', 'False', 'ReplicaFailures')] })).toBe(true);
-    expect(writeNow({ ...base, unreported: 1 })).toBe(true);
+    expect(writeNow({ ...base, newLocalHits: 1 })).toBe(true);
   });
   it('a message or time alone is progress', () => {
     const after = [{ ...cond('Ready', 'False', 'Progressing'), message: 'other', lastTransitionTime: at(5) }];

@@ -53,19 +53,19 @@ export interface WriteInput {
   observedGeneration: number | undefined;
   conditionsBefore: readonly Condition[];
   conditionsAfter: readonly Condition[];
-  /** Registrations that ended and whose outcome no write has held yet. */
-  unreported: number;
+  /** Registrations seen ended for the first time whose plugin said whether the download was a local hit. */
+  newLocalHits: number;
   /** Since the last status write of this object. */
   sinceWriteMs: number;
 }
 
 /**
  * Whether the status is written in this pass. Progress alone (phases, counts) waits for the coalescing interval;
- * a change of what the conditions say (status or reason), of the generation, or a registration's outcome (its
- * local hit, its Event) is written at once.
+ * a change of what the conditions say (status or reason), of the generation, or a replica's local hit is written
+ * at once. (A registration's outcome is not lost to a coalesced pass: it is settled only once a write holds it.)
  */
 export function writeNow(i: WriteInput): boolean {
-  if (i.unreported > 0 || i.observedGeneration !== i.generation) return true;
+  if (i.newLocalHits > 0 || i.observedGeneration !== i.generation) return true;
   if (conditionsDigest(i.conditionsAfter) !== conditionsDigest(i.conditionsBefore)) return true;
   return i.sinceWriteMs >= STATUS_COALESCE_MS;
 }

@@ -6,8 +6,9 @@
  * step by convergeReplica() through its model server's driver, then one status write. Registrations (the plugin
  * downloads the archive first, minutes for a large model) never run inside a reconcile: they run in the background
  * (registrations.ts), the pass starts them and reads their phase, and each change of phase enqueues the ServedModel
- * again. An ended registration is settled only once a status write holds its outcome, so a pass whose write is lost
- * to a conflict (thrown: the whole reconcile runs again on fresh data) leaves it for the next. Status writes that
+ * again. An ended registration's Event is recorded once, when a pass first sees it; the registration is settled
+ * only once a status write holds its outcome, so a pass whose write is lost to a conflict (thrown: the whole
+ * reconcile runs again on fresh data) or coalesced leaves it for the next. Status writes that
  * only report progress are coalesced to one per STATUS_COALESCE_MS per object.
  */
 import { GVR, ServedModelSpec, type ServedModel, type ServedModelStatus } from '../../api/index.ts';
@@ -126,7 +127,10 @@ export class ServedModelReconciler {
     const gating = await deps.gates.of(key, sm, spec, discovery, previous, rc.signal);
     // 2. Every replica one step closer (the seed first, alone, when the network does not hold the model yet).
     const outcomes = await this.converge(key, sm, spec, discovery, gating, previous, rc);
-    for (const o of outcomes) for (const e of o.events) deps.events.record(sm, e.type, e.reason, e.note);
+    const newLocalHits = outcomes.filter(
+      (o) => o.ended?.state === 'done' && !o.ended.reported && o.ended.result.localHit !== undefined,
+    ).length;
+    this.record(key, sm, spec, discovery, outcomes);
     // 3. Status from the object and what the pass saw.
     const summary = summarize({
       modelName: spec.modelName,
@@ -149,7 +153,7 @@ export class ServedModelReconciler {
       observedGeneration: sm.status?.observedGeneration,
       conditionsBefore: sm.status?.conditions ?? [],
       conditionsAfter: next.conditions ?? [],
-      unreported: outcomes.filter((o) => o.ended && !o.ended.reported).length,
+      newLocalHits,
       sinceWriteMs,
     });
     if (!now) return coalescedLook(look(before?.lastTransitionTime), sinceWriteMs, gating.wakeInMs);
@@ -258,10 +262,10 @@ export class ServedModelReconciler {
   }
 
   /**
-   * After a status write held them: each ended registration's Event recorded (once), and the registration settled
-   * (a later pass may register again), or kept as it ended when its outcome needs a change.
+   * What the pass did, as Events: each step's, and once per registration the one of a registration that ended
+   * (marked reported, so a pass run again after a conflict does not repeat it).
    */
-  private settle(
+  private record(
     key: string,
     sm: Obj,
     spec: ServedModelSpec,
@@ -272,15 +276,30 @@ export class ServedModelReconciler {
     const goal = goalOf(spec);
     const uid = sm.metadata.uid ?? key;
     for (const [i, o] of outcomes.entries()) {
-      if (!o.ended) continue;
+      for (const e of o.events) events.record(sm, e.type, e.reason, e.note);
+      if (o.ended?.state !== 'done' || o.ended.reported) continue;
       const r = discovery.replicas[i]!;
-      const id = registrationId(key, uid, spec, r);
-      if (o.ended.state === 'done' && !o.ended.reported) {
-        const e = registeredEvent(goal, r, o.ended.result);
-        events.record(sm, e.type, e.reason, e.note);
-      }
-      if (keepRegistration(o, o.ended, this.now())) registrations.report(id);
-      else registrations.settle(id);
+      const e = registeredEvent(goal, r, o.ended.result);
+      events.record(sm, e.type, e.reason, e.note);
+      registrations.report(registrationId(key, uid, spec, r));
+    }
+  }
+
+  /**
+   * After a status write held them: each ended registration settled (a later pass may register again), or kept as
+   * it ended when its outcome needs a change.
+   */
+  private settle(
+    key: string,
+    sm: Obj,
+    spec: ServedModelSpec,
+    discovery: Discovery,
+    outcomes: readonly ReplicaOutcome[],
+  ): void {
+    const uid = sm.metadata.uid ?? key;
+    for (const [i, o] of outcomes.entries()) {
+      if (!o.ended || keepRegistration(o, o.ended, this.now())) continue;
+      this.deps.registrations.settle(registrationId(key, uid, spec, discovery.replicas[i]!));
     }
   }
 
