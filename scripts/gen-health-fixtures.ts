@@ -15,7 +15,10 @@ import {
   preheatPhase,
   type PreheatObservation,
 } from '../src/controllers/modelpreheat/conditions.ts';
-import { servedModelConditions, type ServedModelObservation } from '../src/controllers/servedmodel-status.ts';
+import {
+  servedModelConditions,
+  type ServedModelObservation,
+} from '../src/controllers/servedmodel/conditions.ts';
 import { applyConditions } from '../src/runtime/conditions.ts';
 
 export function healthFixtures(): unknown[] {

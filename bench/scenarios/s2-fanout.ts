@@ -5,7 +5,7 @@
  *   replica's worker is READY.
  * The HTTP round trips themselves (describe, scale) and the status writes are the operator's overhead.
  */
-import { createServedModelController } from '../../src/controllers/servedmodel.ts';
+import { createServedModelController } from '../../src/controllers/index.ts';
 import type { KubeObject } from '../../src/runtime/index.ts';
 import type { ControlPlane } from '../../test/support/controlplane.ts';
 import { ServiceEndpoints, loopbackDispatcher } from '../../test/support/endpointslices.ts';

@@ -5,7 +5,7 @@
  * run, sides alternating). The operator runs with its default --workers 4: before registrations ran in the
  * background, the 4 big rollouts held all 4 workers for minutes and the small ones waited behind them.
  */
-import { createServedModelController } from '../../src/controllers/servedmodel.ts';
+import { createServedModelController } from '../../src/controllers/index.ts';
 import type { KubeObject } from '../../src/runtime/index.ts';
 import type { ControlPlane } from '../../test/support/controlplane.ts';
 import { ServiceEndpoints, loopbackDispatcher } from '../../test/support/endpointslices.ts';

@@ -1,11 +1,11 @@
 /**
  * `peerload publish-keys`: the TorchServe sidecar that keeps this pod's key_file.json in a Secret key `<pod>.json`
- * (src/modelserver/key-publisher.ts), so the operator can use token authorization per replica.
+ * (src/servers/torchserve/key-publisher.ts), so the operator can use token authorization per replica.
  */
 import { readFileSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { parseDuration } from '../api/common.ts';
-import { publishKeys } from '../modelserver/key-publisher.ts';
+import { publishKeys } from '../servers/torchserve/key-publisher.ts';
 import { KubeClient } from '../runtime/kube.ts';
 import { loadKubeConfig } from '../runtime/kubeconfig.ts';
 import { createLogger } from '../runtime/logger.ts';

@@ -7,7 +7,13 @@ import type { ControllerFactory } from '../runtime/index.ts';
 import { KUBE_IDENTITY, REPORTING_CONTROLLER } from '../version.ts';
 import { METRICS_NAMESPACE } from './metrics.ts';
 import { modelPreheatController } from './modelpreheat/index.ts';
-import { servedModelController } from './servedmodel.ts';
+import { servedModelController } from './servedmodel/index.ts';
+
+export {
+  createServedModelController,
+  servedModelController,
+  type ServedModelControllerOptions,
+} from './servedmodel/index.ts';
 
 export const controllers: ControllerFactory[] = [modelPreheatController, servedModelController];
 

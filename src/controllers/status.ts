@@ -1,6 +1,7 @@
 /**
- * What both controllers do with status in the same way: the write (a function of the current status, which the
- * runtime's StatusWriter calls again after a conflict), conditions applied with the generation they are about (typed
+ * What both controllers do with status in the same way: the write (a function of the current status; after a
+ * conflict the runtime's StatusWriter calls it again on a fresh copy, or throws when the controller asks it to so
+ * that the whole reconcile runs again), conditions applied with the generation they are about (typed
  * per kind), and an invalid spec (reported, or let go of when the object is being deleted).
  */
 import type { ZodError } from 'zod';
@@ -15,6 +16,7 @@ import {
   type Gvr,
   type KubeObject,
   type StatusResult,
+  type StatusUpdateOptions,
 } from '../runtime/index.ts';
 
 /** Writes `change(current status)` as the status of `obj`. */
@@ -27,9 +29,10 @@ export type StatusWrite<O, S> = (
 export function statusWriter<O extends KubeObject & { status?: S | undefined }, S extends object>(
   ctx: Pick<ControllerContext, 'status'>,
   gvr: Gvr,
+  opts: StatusUpdateOptions = {},
 ): StatusWrite<O, S> {
   return (obj, change, signal) =>
-    ctx.status.update<O, S>(gvr, obj, (o) => change({ ...(o.status ?? {}) } as S), signal);
+    ctx.status.update<O, S>(gvr, obj, (o) => change({ ...(o.status ?? {}) } as S), signal, opts);
 }
 
 interface ConditionedStatus {
@@ -68,7 +71,7 @@ export function specProblem(error: ZodError): string {
  * is removed with a `CleanupSkipped` Event saying what was not done. Otherwise `report` writes the status.
  */
 export async function invalidSpec<O extends KubeObject>(
-  ctx: Pick<ControllerContext, 'kube' | 'events'>,
+  ctx: Pick<ControllerContext, 'kube'> & { events: Pick<ControllerContext['events'], 'record'> },
   gvr: Gvr,
   obj: O,
   problem: { finalizer: string; message: string; skipped: string },

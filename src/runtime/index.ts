@@ -67,7 +67,7 @@ export type { Logger } from './logger.ts';
 export { InformerFactory, Manager } from './manager.ts';
 export type { ControllerContext, ControllerFactory, ManagerOptions } from './manager.ts';
 export { Metrics } from './metrics.ts';
-export { StatusWriter, mergePatch } from './status.ts';
+export { StatusConflict, StatusWriter, mergePatch, type StatusUpdateOptions } from './status.ts';
 export type { StatusResult } from './status.ts';
 export { RateLimiter, WorkQueue } from './workqueue.ts';
 export type { QueueMetrics, RateLimiterOptions } from './workqueue.ts';

@@ -5,7 +5,11 @@
  * - Nothing is sent when the desired status deep-equals the current one. "Current" is the cached object,
  *   unless this writer patched the object more recently than the cache has caught up with (the cached
  *   resourceVersion is still the one the patch started from): then it is what we wrote.
- * - A 409 (stale resourceVersion) re-reads the object from the apiserver and computes the status again.
+ * - A 409 (stale resourceVersion): by default the writer re-reads the object from the apiserver and computes the
+ *   status again, which is right when `desired` is a function of the object alone. A reconciler whose status
+ *   holds what one pass observed asks for `{ conflict: 'fail' }`: the 409 is thrown (a {@link StatusConflict})
+ *   and the whole reconcile runs again on fresh data, controller-runtime's way; it reads the cache unmodified and
+ *   asks {@link StatusWriter.behind} whether the cache has delivered its last write yet.
  */
 import { isDeepStrictEqual } from 'node:util';
 import type { Logger } from 'pino';
@@ -16,6 +20,19 @@ export interface StatusResult<T> {
   /** The object as written (or as it was, when nothing changed). */
   object: T;
   written: boolean;
+}
+
+export interface StatusUpdateOptions {
+  /** `retry` (default): re-read and compute again; `fail`: throw a {@link StatusConflict}. */
+  conflict?: 'retry' | 'fail';
+}
+
+/** A status write lost to a newer version of the object: the reconcile runs again on fresh data. */
+export class StatusConflict extends Error {
+  constructor(key: string, options?: { cause?: unknown }) {
+    super(`status of ${key} changed since it was read; reconciling again`, options);
+    this.name = 'StatusConflict';
+  }
 }
 
 const MAX_ATTEMPTS = 5;
@@ -47,22 +64,26 @@ export class StatusWriter {
     obj: T,
     desired: (obj: T) => S,
     signal?: AbortSignal,
+    opts: StatusUpdateOptions = {},
   ): Promise<StatusResult<T>> {
     const client = this.kube.resource<T>(gvr);
+    const retry = opts.conflict !== 'fail';
     let current = obj;
     for (let attempt = 1; ; attempt++) {
       const uid = current.metadata.uid ?? objectKey(current);
       const rv = current.metadata.resourceVersion ?? '';
       // Base the write on what we wrote last while the cache has not caught up with it (`current` is the cached
-      // object, or already the view latest() gave); otherwise on the cache itself.
+      // object, or already the view latest() gave); otherwise on the cache itself. Without retries the object is
+      // taken as it is: a cache behind our write makes the patch a conflict, which the caller re-runs.
       const mine = this.recent.get(uid);
       let view = current;
       let superseded = [rv];
-      if (mine && (mine.superseded.includes(rv) || mine.rv === rv)) {
+      if (mine && mine.rv === rv) superseded = [...mine.superseded, mine.rv];
+      else if (retry && mine && mine.superseded.includes(rv)) {
         // `current` is the cache behind our last write, or already the view latest() gave: build on that write.
         view = this.latest(current);
         superseded = [...mine.superseded, mine.rv];
-      } else if (mine) this.recent.delete(uid);
+      } else if (mine && !mine.superseded.includes(rv)) this.recent.delete(uid);
       // The redaction boundary for status and conditions: what controllers copy from outside never leaves unredacted.
       const next = redactDeep(desired(view));
       const base: unknown = view.status;
@@ -82,7 +103,9 @@ export class StatusWriter {
         this.remember(uid, superseded, written.metadata.resourceVersion ?? '', written.status);
         return { object: written, written: true };
       } catch (err) {
-        if (!(err instanceof ApiError) || err.code !== 409 || attempt >= MAX_ATTEMPTS) throw err;
+        if (!(err instanceof ApiError) || err.code !== 409) throw err;
+        if (!retry) throw new StatusConflict(objectKey(current), { cause: err });
+        if (attempt >= MAX_ATTEMPTS) throw err;
         this.log?.debug({ key: objectKey(current), attempt }, 'status conflict; re-reading');
         this.recent.delete(uid);
         current = await client.get(current.metadata.namespace, current.metadata.name, signal);
@@ -92,8 +115,10 @@ export class StatusWriter {
 
   /**
    * `obj` (normally from the cache) as this writer last left it: with the status it wrote, while the watch has not
-   * delivered that write yet. Reconcilers read their object through it, so a requeue that outruns the watch does
-   * not act on a status that is already out of date (e.g. create a second job).
+   * delivered that write yet. A reconciler with retried writes reads its object through it, so a requeue that
+   * outruns the watch does not act on a status that is already out of date (the ModelPreheat reconciler: it would
+   * create a second job; test/unit/runtime-status-latest.test.ts). One with `{ conflict: 'fail' }` (the ServedModel
+   * reconciler) reads the cache as it is and asks {@link behind} instead.
    */
   latest<T extends KubeObject>(obj: T): T;
   latest<T extends KubeObject>(obj: T | undefined): T | undefined;
@@ -102,6 +127,28 @@ export class StatusWriter {
     const mine = this.recent.get(obj.metadata.uid ?? objectKey(obj));
     if (!mine || !mine.superseded.includes(obj.metadata.resourceVersion ?? '')) return obj;
     return { ...obj, status: mine.status, metadata: { ...obj.metadata, resourceVersion: mine.rv } };
+  }
+
+  /**
+   * Whether `obj` (from the cache) is a version this writer's last write of it replaced: the watch has not
+   * delivered that write yet, so a pass reading `obj` would act on a status that is out of date.
+   */
+  behind(obj: KubeObject): boolean {
+    const mine = this.recent.get(obj.metadata.uid ?? objectKey(obj));
+    return mine?.superseded.includes(obj.metadata.resourceVersion ?? '') ?? false;
+  }
+
+  /**
+   * Records a write of `before` other than its status (a finalizer) that left `after`: until the cache holds it,
+   * {@link behind} says so of `before`, and a status write based on `after` keeps `before` in its chain.
+   */
+  wrote(before: KubeObject, after: KubeObject): void {
+    const uid = before.metadata.uid ?? objectKey(before);
+    const rv = before.metadata.resourceVersion ?? '';
+    const mine = this.recent.get(uid);
+    const chain =
+      mine && (mine.rv === rv || mine.superseded.includes(rv)) ? [...mine.superseded, mine.rv] : [rv];
+    this.remember(uid, chain, after.metadata.resourceVersion ?? '', (after as { status?: unknown }).status);
   }
 
   private remember(uid: string, superseded: string[], rv: string, status: unknown): void {

@@ -25,8 +25,8 @@ import { startMinIO, type MinIO } from '../support/minio.ts';
 import { buildLargeModelArchive, buildModelArchive } from '../support/model-archive.ts';
 import { startModelServerFleet, type ModelServerFleet } from '../support/modelserver-emulator.ts';
 import { startManager, type RunningManager } from '../support/runtime-harness.ts';
-import { createServedModelController } from '../../src/controllers/servedmodel.ts';
 import { modelPreheatController } from '../../src/controllers/modelpreheat/index.ts';
+import { createServedModelController } from '../../src/controllers/index.ts';
 import { signObjectURL } from '../../src/storage/sign.ts';
 import type { ModelPreheat, ServedModel } from '../../src/api/index.ts';
 

@@ -11,7 +11,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import type { ServedModel } from '../../src/api/index.ts';
-import { createServedModelController } from '../../src/controllers/servedmodel.ts';
+import { createServedModelController } from '../../src/controllers/index.ts';
 import { GVR } from '../../src/api/index.ts';
 import { KubeClient, type KubeObject } from '../../src/runtime/index.ts';
 import { loopbackDispatcher, ServiceEndpoints } from '../support/endpointslices.ts';

@@ -15,7 +15,7 @@ import { startModelServerEmulator, type ModelServerEmulator } from '../support/m
 import { ServiceEndpoints, loopbackDispatcher } from '../support/endpointslices.ts';
 import { startManager, type RunningManager } from '../support/runtime-harness.ts';
 import { modelPreheatController } from '../../src/controllers/modelpreheat/index.ts';
-import { createServedModelController } from '../../src/controllers/servedmodel.ts';
+import { createServedModelController } from '../../src/controllers/index.ts';
 import { createLogger } from '../../src/runtime/index.ts';
 import type { ModelPreheat, ServedModel } from '../../src/api/index.ts';
 

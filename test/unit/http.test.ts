@@ -17,8 +17,8 @@ import { sendRequest, type HttpRequest } from '../../src/http/request.ts';
 import { NO_RETRIES, parseRetryAfter, withRetries } from '../../src/http/retry.ts';
 import { ManagerClient } from '../../src/manager/client.ts';
 import { ManagerError, kindForStatus as managerKind } from '../../src/manager/errors.ts';
-import { ModelServerClient } from '../../src/modelserver/client.ts';
-import { ModelServerError, kindForStatus as modelServerKind } from '../../src/modelserver/errors.ts';
+import { ModelServerClient } from '../../src/servers/torchserve/client.ts';
+import { ModelServerError, kindForStatus as modelServerKind } from '../../src/servers/torchserve/errors.ts';
 
 type Handler = (req: IncomingMessage, res: ServerResponse) => void;
 const routes = new Map<string, Handler>();

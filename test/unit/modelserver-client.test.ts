@@ -2,7 +2,7 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { request } from 'undici';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { parseInstant, parseKeyFile, secretToken } from '../../src/modelserver/auth.ts';
+import { parseInstant, parseKeyFile, secretToken } from '../../src/servers/torchserve/auth.ts';
 import {
   ModelServerClient,
   createModelServerAgent,
@@ -10,8 +10,8 @@ import {
   parseRegisteredMessage,
   readyWorkers,
   workerCounts,
-} from '../../src/modelserver/client.ts';
-import { ModelServerError, isModelServerError, kindForStatus } from '../../src/modelserver/errors.ts';
+} from '../../src/servers/torchserve/client.ts';
+import { ModelServerError, isModelServerError, kindForStatus } from '../../src/servers/torchserve/errors.ts';
 import {
   type ModelServerEmulator,
   type ModelServerEmulatorOptions,
@@ -522,8 +522,16 @@ describe('body helpers', () => {
       validJSON: true,
       status: 'ok',
       taskID: 'abc',
-      cacheHit: true,
+      localHit: true,
     });
+    // The plugin: LocalHit true or false once through P2P; CacheHit only when true. LocalHit wins.
+    expect(extractPluginStatus('{"Status":"ok","TaskID":"abc","LocalHit":false}')).toMatchObject({
+      localHit: false,
+    });
+    expect(
+      extractPluginStatus('{"Status":"ok","TaskID":"abc","LocalHit":true,"CacheHit":true}'),
+    ).toMatchObject({ localHit: true });
+    expect(extractPluginStatus('{"Status":"ok"}').localHit).toBeUndefined();
     expect(extractPluginStatus('nonsense')).toEqual({ validJSON: false });
     expect(parseRegisteredMessage(SEED_MESSAGE('a.b-c', '1.2.3'))).toEqual({
       modelName: 'a.b-c',

@@ -2,7 +2,11 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { request } from 'undici';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { ModelServerClient, createModelServerAgent, readyWorkers } from '../../src/modelserver/client.ts';
+import {
+  ModelServerClient,
+  createModelServerAgent,
+  readyWorkers,
+} from '../../src/servers/torchserve/client.ts';
 import { type PeerProxy, startPeerProxy } from '../support/peer-proxy.ts';
 import {
   type ModelServerEmulator,
@@ -254,11 +258,11 @@ describe('plugin download through the peer proxy', () => {
     expect(first.downloads[0]).toMatchObject({ viaProxy: true, status: 200, bytes: object.length });
     expect(r1.taskID).toBe(rec.taskID);
     expect(r1.taskID).toMatch(/^[0-9a-f]{64}$/);
-    expect(r1.cacheHit).toBeUndefined(); // a miss is never claimed: the daemon only marks local hits
+    expect(r1.localHit).toBe(false); // LocalHit: false (CacheHit is sent only on a hit)
 
     const r2 = await client(second.url).register({ fileName: 'models/bert.mar' });
     expect(r2.taskID).toBe(r1.taskID);
-    expect(r2.cacheHit).toBe(true);
+    expect(r2.localHit).toBe(true);
     expect(originHits).toBe(1);
     expect(second.stats.downloadBytes).toBe(object.length);
   });

@@ -13,8 +13,8 @@ import {
   mergePeerOutcomes,
   remainingTargets,
 } from '../../src/controllers/modelpreheat/targets.ts';
-import { batchTargets, replicaGate, type Gate } from '../../src/controllers/servedmodel-preheat.ts';
-import { discoverReplicas } from '../../src/controllers/replicas.ts';
+import { batchTargets, replicaGate, type Gate } from '../../src/controllers/servedmodel/preheat.ts';
+import { discoverReplicas } from '../../src/controllers/servedmodel/replicas.ts';
 
 const spec = ModelPreheatSpec.parse({
   objectStorage: {

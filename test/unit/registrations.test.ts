@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { RegistrationRunner, type RegistrationId } from '../../src/controllers/registrations.ts';
+import { RegistrationRunner, type RegistrationId } from '../../src/controllers/servedmodel/registrations.ts';
 
 /** A registration the test ends by hand. */
 function gate() {
@@ -62,9 +62,19 @@ describe('RegistrationRunner', () => {
     const state = runner.ensure(id('u', 'r'), 1, run);
     expect(state).toMatchObject({ state: 'failed' });
     expect(runs).toBe(1);
+    // Reported (its outcome acted on) but kept: still there, marked, and not started again.
+    runner.report(id('u', 'r'));
+    expect(runner.peek(id('u', 'r'))).toMatchObject({ state: 'failed', reported: true });
+    runner.ensure(id('u', 'r'), 1, run);
+    expect(runs).toBe(1);
     runner.settle(id('u', 'r'));
     runner.ensure(id('u', 'r'), 1, run);
     expect(runs).toBe(2);
+    // A running registration is neither reported nor settled.
+    runner.report(id('u', 'r'));
+    runner.settle(id('u', 'r'));
+    expect(runner.peek(id('u', 'r'))).toMatchObject({ state: 'running' });
+    expect(runner.peek(id('u', 'r'))).not.toHaveProperty('reported');
   });
 
   it('prune aborts the registrations of replicas (or versions) no longer wanted and frees their slots', async () => {

@@ -1,7 +1,7 @@
 /** discoverReplicas: the replicas of a ServedModel from its Service's EndpointSlices (or its static endpoints). */
 import { describe, expect, it } from 'vitest';
 import { ServedModelSpec } from '../../src/api/index.ts';
-import { discoverReplicas, type EndpointSlice } from '../../src/controllers/replicas.ts';
+import { discoverReplicas, type EndpointSlice } from '../../src/controllers/servedmodel/replicas.ts';
 
 const spec = (modelServer: Record<string, unknown>) =>
   ServedModelSpec.parse({ modelName: 'm', fileName: 'm.mar', modelServer });

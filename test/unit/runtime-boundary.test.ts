@@ -16,7 +16,6 @@ const PRODUCT_MODULES = [
   'src/controllers',
   'src/http',
   'src/manager',
-  'src/modelserver',
   'src/servers',
   'src/storage',
   // The operator's flags and its identity on the wire: the runtime takes its own options (RuntimeOptions) and a

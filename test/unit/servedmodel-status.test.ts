@@ -5,7 +5,7 @@ import {
   servedModelConditions,
   withServedModelConditions,
   type ServedModelObservation,
-} from '../../src/controllers/servedmodel-status.ts';
+} from '../../src/controllers/servedmodel/conditions.ts';
 import { applyConditions, getCondition } from '../../src/runtime/conditions.ts';
 import type { Condition } from '../../src/api/index.ts';
 

@@ -3,7 +3,7 @@ import { createServer, type IncomingMessage } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ManagerClient } from '../../src/manager/client.ts';
-import { ModelServerClient } from '../../src/modelserver/client.ts';
+import { ModelServerClient } from '../../src/servers/torchserve/client.ts';
 import { GVR } from '../../src/api/index.ts';
 import { KubeClient } from '../../src/runtime/index.ts';
 import { FIELD_MANAGER, KUBE_IDENTITY, USER_AGENT, VERSION } from '../../src/version.ts';

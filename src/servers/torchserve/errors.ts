@@ -1,5 +1,5 @@
 /**
- * Typed errors of the model-server management API (shared/contracts/model-server.md, "Errors"). Every failure of
+ * Typed errors of the model-server management API (TorchServe answers errors as {code, type, message}). Every failure of
  * the client is a {@link ModelServerError}, an {@link HttpError} of the shared HTTP layer (src/http/): controllers
  * map `kind` to conditions in one place and never look at HTTP details.
  *
@@ -7,9 +7,9 @@
  * `{"Status"}`) and never a credential: headers are never quoted and known keys are redacted from whatever the
  * server says (through the redaction boundary, src/redact.ts).
  */
-import { kindForStatus as httpKindForStatus } from '../http/classify.ts';
-import { HttpError, type HttpErrorInit, type HttpErrorKind } from '../http/errors.ts';
-import { redact } from '../redact.ts';
+import { kindForStatus as httpKindForStatus } from '../../http/classify.ts';
+import { HttpError, type HttpErrorInit, type HttpErrorKind } from '../../http/errors.ts';
+import { redact } from '../../redact.ts';
 
 export type ModelServerErrorKind = HttpErrorKind;
 

@@ -1,5 +1,5 @@
 /**
- * Management token of ONE model-server replica (shared/contracts/model-server.md, "Token authorization").
+ * Management token of ONE model-server replica (TorchServe's token authorization: key_file.json keys, renewed with the API key).
  *
  * TorchServe 0.12 (util/TokenAuthorization.java, http/TokenAuthorizationHandler.java) works like this:
  * - at start it writes `key_file.json` in its working directory:

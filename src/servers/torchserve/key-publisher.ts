@@ -16,7 +16,7 @@ import { watch, type FSWatcher } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { basename, dirname } from 'node:path';
 import type { Logger } from 'pino';
-import { GVR, isNotFound, type KubeClient, type KubeObject } from '../runtime/kube.ts';
+import { GVR, isNotFound, type KubeClient, type KubeObject } from '../../runtime/kube.ts';
 import { parseKeyFile } from './auth.ts';
 
 export interface KeyPublisherOptions {

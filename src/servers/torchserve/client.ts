@@ -1,6 +1,6 @@
 /**
- * Client of one model-server replica's management API (TorchServe; shared/contracts/model-server.md), plus the
- * endpoint plugin's register call (seed 4.3). Knows nothing of Kubernetes: a replica is a base URL and a token.
+ * Client of one model-server replica's management API (TorchServe), plus the
+ * endpoint plugin's register call (`POST /p2p/models`). Knows nothing of Kubernetes: a replica is a base URL and a token.
  *
  * Many replicas share one pooled undici dispatcher ({@link sharedModelServerAgent} unless one is given). The
  * exchange itself is the shared HTTP layer's (src/http/: time-out composed with the caller's AbortSignal, bounded
@@ -10,7 +10,7 @@
  * A client is a cheap object; create one per replica when needed. Its {@link TokenSource}, however, should live
  * as long as the replica does (one per replica, kept across reconciles): renewal is single-flight per source.
  */
-import { USER_AGENT } from '../version.ts';
+import { USER_AGENT } from '../../version.ts';
 import type { Dispatcher } from 'undici';
 import type { z } from 'zod';
 import { sharedModelServerAgent } from './agent.ts';
@@ -35,11 +35,11 @@ import {
   type ModelDescription,
   type ModelSummary,
 } from './wire.ts';
-import { DEFAULT_MAX_RESPONSE_BYTES, parseBody } from '../http/body.ts';
-import { INVALID_RESPONSE, UNUSABLE_RESPONSE_KIND } from '../http/classify.ts';
-import { boundDetail, type HttpErrorInit } from '../http/errors.ts';
-import { headerValue, queryString, sendRequest, type HttpResponse } from '../http/request.ts';
-import { parseRetryAfter } from '../http/retry.ts';
+import { DEFAULT_MAX_RESPONSE_BYTES, parseBody } from '../../http/body.ts';
+import { INVALID_RESPONSE, UNUSABLE_RESPONSE_KIND } from '../../http/classify.ts';
+import { boundDetail, type HttpErrorInit } from '../../http/errors.ts';
+import { headerValue, queryString, sendRequest, type HttpResponse } from '../../http/request.ts';
+import { parseRetryAfter } from '../../http/retry.ts';
 
 // The module's public face: callers import the client and what it takes and gives from here.
 export * from './agent.ts';

@@ -1,15 +1,14 @@
 /**
- * Model-server clients of the replicas of every ServedModel, with their management-token sources. A token source
- * lives as long as its replica (its renewal is single-flight), so it is kept per (ServedModel uid, endpoint, Secret
- * key) and pruned when the replica or the ServedModel goes: pods churn, and a returning endpoint gets a fresh one.
+ * TorchServe clients of the replicas of every ServedModel, with their management-token sources. A token source
+ * lives as long as its replica (its renewal is single-flight), so it is kept per (owner uid, endpoint, Secret key)
+ * and pruned when the replica or the owner goes: pods churn, and a returning endpoint gets a fresh one.
  */
-import type { ServedModel, ServedModelSpec } from '../api/index.ts';
 import type { Dispatcher } from 'undici';
-import { secretToken, type TokenSource } from '../modelserver/auth.ts';
-import { ModelServerClient } from '../modelserver/client.ts';
-import type { Replica } from './replicas.ts';
+import type { ReplicaAccess, ReplicaOwner, ReplicaRef } from '../driver.ts';
+import { secretToken, type TokenSource } from './auth.ts';
+import { ModelServerClient } from './client.ts';
 
-/** Reads one key of a Secret (SecretReader.value: cached for a few seconds, as every request asks for the token). */
+/** Reads one key of a Secret (cached for a few seconds by the caller, as every request asks for the token). */
 export type SecretValue = (namespace: string, ref: { name: string; key: string }) => Promise<string>;
 
 export class ReplicaClients {
@@ -23,26 +22,24 @@ export class ReplicaClients {
     this.dispatcher = dispatcher;
   }
 
-  get(sm: ServedModel, spec: ServedModelSpec, replica: Replica): ModelServerClient {
-    const ref = spec.modelServer.managementTokenSecretRef;
+  get(owner: ReplicaOwner, access: ReplicaAccess, replica: ReplicaRef): ModelServerClient {
+    const ref = access.tokenSecretRef;
     let token: TokenSource | undefined;
     if (ref) {
       // `{pod}` in the key selects a per-pod key: every TorchServe process draws its own keys.
       const key = ref.key.replaceAll('{pod}', replica.pod ?? '');
-      const uid = sm.metadata.uid ?? `${sm.metadata.namespace}/${sm.metadata.name}`; // as the controller keys it
-      let mine = this.tokens.get(uid);
-      if (!mine) this.tokens.set(uid, (mine = new Map()));
+      let mine = this.tokens.get(owner.uid);
+      if (!mine) this.tokens.set(owner.uid, (mine = new Map()));
       const id = `${replica.endpoint}|${ref.name}|${key}`;
       token = mine.get(id);
       if (!token) {
-        const namespace = sm.metadata.namespace!;
-        token = secretToken(() => this.secret(namespace, { name: ref.name, key }));
+        token = secretToken(() => this.secret(owner.namespace, { name: ref.name, key }));
         mine.set(id, token);
       }
     }
     return new ModelServerClient({
       baseURL: replica.endpoint,
-      pluginPath: spec.modelServer.pluginPath,
+      pluginPath: access.pluginPath,
       token,
       ...(this.dispatcher ? { dispatcher: this.dispatcher } : {}),
     });
@@ -56,7 +53,7 @@ export class ReplicaClients {
     if (!keep || mine.size === 0) this.tokens.delete(uid);
   }
 
-  /** How many token sources are kept (over all ServedModels). */
+  /** How many token sources are kept (over all owners). */
   get size(): number {
     let n = 0;
     for (const m of this.tokens.values()) n += m.size;

@@ -11,10 +11,10 @@ import {
   type ServedModel,
   type ServedModelSpec,
   GVR,
-} from '../api/index.ts';
-import { getCondition, type Informer, type KubeClient } from '../runtime/index.ts';
+} from '../../api/index.ts';
+import { getCondition, type Informer, type KubeClient } from '../../runtime/index.ts';
 import { isDeepStrictEqual } from 'node:util';
-import { PreheatCondition } from './modelpreheat/conditions.ts';
+import { PreheatCondition } from '../modelpreheat/conditions.ts';
 
 /** Why a preheat gate is closed (the reason of the ServedModel's Preheated condition). */
 export const GateReason = {

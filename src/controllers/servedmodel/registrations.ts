@@ -1,15 +1,17 @@
 /**
  * Model registrations (the plugin's download + register, minutes for a multi-GB archive) run here, in the
  * background, so that a reconcile never waits for one: controller-runtime's rule is never to block Reconcile on
- * long external work. The reconcile starts a registration, reads its phase, and takes its result once it is done;
- * its end (and any progress message) calls `onChange` with the owner's key, which enqueues the ServedModel.
+ * long external work. The reconcile starts a registration, reads its phase, and reads its result once it is done;
+ * its end (and any progress message) calls `onChange` with the owner's key, which enqueues the ServedModel. An ended
+ * registration is kept until `settle`: the reconcile settles it once a status write holds its outcome, so a pass
+ * whose write is lost to a conflict leaves it for the next pass.
  *
  * A registration is keyed by (ServedModel uid, replica, version): starting one that runs already is a no-op, so
  * reconciles can ask as often as they like. At most `perOwner` registrations of one ServedModel
  * (`rollout.maxConcurrent`) and `global` of all of them run at once; the others wait in phase `Pending`, first
  * come first served.
  */
-import type { ReplicaPhase } from '../api/index.ts';
+import type { ReplicaPhase } from '../../api/index.ts';
 
 export type RegistrationPhase = Extract<ReplicaPhase, 'Pending' | 'Downloading'>;
 
@@ -25,8 +27,8 @@ export interface RegistrationId {
 
 export type RegistrationState<R> =
   | { state: 'running'; phase: RegistrationPhase; since: number; message: string }
-  | { state: 'done'; since: number; result: R }
-  | { state: 'failed'; since: number; error: unknown };
+  | { state: 'done'; since: number; result: R; reported?: boolean }
+  | { state: 'failed'; since: number; error: unknown; reported?: boolean };
 
 /** What a registration may say while it runs, e.g. that the replica is downloading for an earlier request. */
 export type Progress = (message: string) => void;
@@ -99,6 +101,12 @@ export class RegistrationRunner<R> {
   settle(id: RegistrationId): void {
     const task = this.tasks.get(keyOf(id));
     if (task && task.state.state !== 'running') this.tasks.delete(keyOf(id));
+  }
+
+  /** Marks an ended registration whose outcome was acted on (its Event recorded) but that is kept (not settled). */
+  report(id: RegistrationId): void {
+    const task = this.tasks.get(keyOf(id));
+    if (task && task.state.state !== 'running') task.state = { ...task.state, reported: true };
   }
 
   /** Drops the registrations of `uid` whose replica is not in `keep` (all of them without `keep`), aborting runs. */

@@ -2,8 +2,8 @@
  * Which model-server replicas a ServedModel is about: every ready endpoint of its Service (from the
  * EndpointSlices, so no Service or Pod reads are needed), or a static list of URLs.
  */
-import type { ServedModelSpec } from '../api/index.ts';
-import type { KubeObject } from '../runtime/index.ts';
+import type { ServedModelSpec } from '../../api/index.ts';
+import type { KubeObject } from '../../runtime/index.ts';
 
 export const SERVICE_NAME_LABEL = 'kubernetes.io/service-name';
 

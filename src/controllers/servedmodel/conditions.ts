@@ -8,9 +8,9 @@
  *   an archive the model server rejects) follow kstatus; both are removed, not set False, when they do not apply.
  * - `Degraded` (which replicas fail and why) and `Preheated` (the gate) are peerload's own.
  */
-import type { ConditionChange } from '../runtime/index.ts';
-import type { Gate, GateReason } from './servedmodel-preheat.ts';
-import { withConditionsOf } from './status.ts';
+import type { ConditionChange } from '../../runtime/index.ts';
+import type { Gate, GateReason } from './preheat.ts';
+import { withConditionsOf } from '../status.ts';
 
 export const ServedModelCondition = {
   Ready: 'Ready',
@@ -35,7 +35,7 @@ export const ServedModelReason = {
   Deleting: 'Deleting',
 } as const;
 
-/** Why one replica failed (servedmodel-replica.ts decides, from the model server's answer). */
+/** Why one replica failed (replica.ts decides, from how the driver reads the model server's answer). */
 export const ReplicaFailureReason = {
   /** The archive registers another version than spec.version. */
   VersionMismatch: 'VersionMismatch',

@@ -1,5 +1,5 @@
 /**
- * The endpoint plugin's register call (seed 4.3) as data: the query it sends, and what its 2xx answer means. Pure:
+ * The endpoint plugin's register call (`POST /p2p/models?file_name=...`) as data: the query it sends, and what its 2xx answer means. Pure:
  * the client sends and turns a {@link RegisterRejection} into its error.
  *
  * A 2xx is not always a success: the third-party plugin reports every failure as HTTP 200 with
@@ -8,7 +8,7 @@
 import type { ModelServerErrorKind } from './errors.ts';
 import type { RegisterRequest, RegisterResult } from './types.ts';
 import { DOWNLOAD_IN_PROGRESS, extractPluginStatus, parseRegisteredMessage } from './wire.ts';
-import { INVALID_RESPONSE, UNUSABLE_RESPONSE_KIND } from '../http/classify.ts';
+import { INVALID_RESPONSE, UNUSABLE_RESPONSE_KIND } from '../../http/classify.ts';
 
 /** Code of a failure the plugin reported inside a 2xx answer. */
 export const PLUGIN_FAILURE = 'PLUGIN_FAILURE';
@@ -44,7 +44,7 @@ export function readRegisterAnswer(
   const body = extractPluginStatus(text);
   const extra = {
     ...(body.taskID !== undefined ? { taskID: body.taskID } : {}),
-    ...(body.cacheHit !== undefined ? { cacheHit: body.cacheHit } : {}),
+    ...(body.localHit !== undefined ? { localHit: body.localHit } : {}),
   };
   const status = body.status;
   if (httpStatus === 202 && body.type === DOWNLOAD_IN_PROGRESS) {

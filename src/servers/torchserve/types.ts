@@ -4,7 +4,7 @@ import type { TokenSource } from './auth.ts';
 import type { ModelSummary } from './wire.ts';
 
 export interface RegisterRequest {
-  /** Object key in the model store bucket, sent as `file_name` (seed 4.3). */
+  /** Object key in the model store bucket, sent as `file_name` to the plugin. */
   fileName: string;
   modelName?: string;
   runtime?: string;
@@ -33,8 +33,9 @@ export interface RegisterResult {
   workersPending: boolean;
   /** Peer proxy task id of the download (p2p plugin). */
   taskID?: string | undefined;
-  /** The download was served from the peer's cache (p2p plugin). */
-  cacheHit?: boolean | undefined;
+  /** Whether the download was served from the node's peer cache (p2p plugin); undefined when not known (the
+   *  download did not go through P2P, or the plugin does not say). */
+  localHit?: boolean | undefined;
   /** The plugin is downloading this object key for an earlier request: nothing registered yet, ask again later. */
   inProgress?: boolean;
 }

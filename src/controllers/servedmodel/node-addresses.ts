@@ -6,9 +6,9 @@
  * conditions) and a cluster's whole list would sit in memory for the few nodes that host model servers. A node's
  * InternalIP does not change while it exists; a node that is gone (404) is remembered as unknown for a shorter time.
  */
-import { ApiError } from '../runtime/kube.ts';
-import type { KubeClient, KubeObject } from '../runtime/index.ts';
-import { GVR } from '../api/index.ts';
+import { ApiError } from '../../runtime/kube.ts';
+import type { KubeClient, KubeObject } from '../../runtime/index.ts';
+import { GVR } from '../../api/index.ts';
 
 type NodeObject = KubeObject & { status?: { addresses?: { type?: string; address?: string }[] } };
 

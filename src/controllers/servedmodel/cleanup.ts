@@ -9,21 +9,20 @@ import {
   type ServedModel,
   type ServedModelSpec,
   type ServedModelStatus,
-} from '../api/index.ts';
-import type { ModelServerClient } from '../modelserver/client.ts';
-import { ModelServerError } from '../modelserver/errors.ts';
+} from '../../api/index.ts';
+import type { ReplicaServer } from '../../servers/driver.ts';
 import {
   hasFinalizer,
   removeFinalizer,
   type ControllerContext,
   type ReconcileContext,
   type ReconcileResult,
-} from '../runtime/index.ts';
+} from '../../runtime/index.ts';
 import { pool } from './pool.ts';
 import type { RegistrationRunner } from './registrations.ts';
 import type { Replica } from './replicas.ts';
-import { deletingConditions, withServedModelConditions } from './servedmodel-status.ts';
-import type { StatusWrite } from './status.ts';
+import { deletingConditions, withServedModelConditions } from './conditions.ts';
+import type { StatusWrite } from '../status.ts';
 
 export const FINALIZER = 'peerload.io/unregister-model';
 /** Bounds of one model-server call during deletion: shorter as the grace deadline nears. */
@@ -37,7 +36,8 @@ const MAX_LISTED_CHARS = 700;
 export interface CleanupDeps {
   ctx: ControllerContext;
   registrations: RegistrationRunner<unknown>;
-  clientFor(sm: ServedModel, spec: ServedModelSpec, replica: Replica): ModelServerClient;
+  /** The replica's model server, through its driver. */
+  serverFor(sm: ServedModel, spec: ServedModelSpec, replica: Replica): ReplicaServer;
   writeStatus: StatusWrite<ServedModel, ServedModelStatus>;
   /** The grace period when the spec does not set one. */
   graceMs: number;
@@ -52,7 +52,7 @@ export interface CleanupDeps {
  * object is released right after it.
  */
 export function servedModelCleanup(deps: CleanupDeps) {
-  const { ctx, registrations, clientFor, writeStatus, graceMs, forget } = deps;
+  const { ctx, registrations, serverFor, writeStatus, graceMs, forget } = deps;
   const { pollBackoffStart, pollBackoffMax } = ctx.config;
   return async function cleanUp(
     sm: ServedModel,
@@ -103,7 +103,7 @@ export function servedModelCleanup(deps: CleanupDeps) {
     await pool([...known.values()], spec.rollout.maxConcurrent, async (r) => {
       try {
         if (passSignal.aborted) throw new Error('not reached before the grace deadline');
-        await unregisterEverywhere(clientFor(sm, spec, r), spec.modelName, passSignal, timeoutMs);
+        await serverFor(sm, spec, r).unregisterAll(spec.modelName, { signal: passSignal, timeoutMs });
       } catch (err) {
         failures.push({ replica: r, why: (err as Error).message });
       }
@@ -148,27 +148,6 @@ export function servedModelCleanup(deps: CleanupDeps) {
     await removeFinalizer(ctx.kube, GVR.servedModels, sm, FINALIZER, rc.signal);
     forget(`${sm.metadata.namespace}/${sm.metadata.name}`, sm.metadata.uid);
   };
-}
-
-/** Unregisters every version: the non-default ones first (TorchServe refuses to drop a default that has siblings). */
-async function unregisterEverywhere(
-  client: ModelServerClient,
-  name: string,
-  signal: AbortSignal,
-  timeoutMs: number,
-): Promise<void> {
-  const call = { signal, timeoutMs };
-  const all = await client.describeIfPresent(name, 'all', call);
-  if (!all) return;
-  const def = (await client.describeIfPresent(name, undefined, call))?.[0]?.modelVersion;
-  const order = [...all.filter((d) => d.modelVersion !== def), ...all.filter((d) => d.modelVersion === def)];
-  for (const d of order) {
-    try {
-      await client.unregister(name, d.modelVersion, call);
-    } catch (err) {
-      if (!(err instanceof ModelServerError && err.kind === 'notFound')) throw err;
-    }
-  }
 }
 
 /** Names, as many as fit in the room of a note, then how many more. */

@@ -1,11 +1,8 @@
 import { describe, expect, it } from 'vitest';
-import type { ServedModel, ServedModelSpec } from '../../src/api/index.ts';
-import { ReplicaClients } from '../../src/controllers/replica-clients.ts';
+import { ReplicaClients } from '../../src/servers/torchserve/replica-clients.ts';
 
-const sm = (uid: string) => ({ metadata: { namespace: 'ns', name: uid, uid } }) as ServedModel;
-const spec = {
-  modelServer: { pluginPath: 'p2p', managementTokenSecretRef: { name: 'keys', key: '{pod}.json' } },
-} as unknown as ServedModelSpec;
+const sm = (uid: string) => ({ uid, namespace: 'ns' });
+const spec = { pluginPath: 'p2p', tokenSecretRef: { name: 'keys', key: '{pod}.json' } };
 const replica = (i: number) => ({ endpoint: `http://10.0.0.${i}:8081`, pod: `ts-${i}` });
 
 describe('ReplicaClients', () => {

@@ -1,5 +1,5 @@
 /**
- * The model server's and the endpoint plugins' wire formats (shared/contracts/model-server.md; seed 2.4): zod
+ * The model server's and the endpoint plugins' wire formats (TorchServe's management API and the plugin's answers): zod
  * schemas of the answers, and the readers of the bodies that are not plain JSON (the third-party plugin's
  * hand-formatted `{"Status": "..."}`, TorchServe's error body).
  */
@@ -15,11 +15,16 @@ const ErrorBody = z.looseObject({
   status: z.string().optional(),
 });
 
-/** The plugin's register answer (seed 2.4): `Status`, plus `TaskID`/`CacheHit` from the peer proxy (p2p). */
+/**
+ * The plugin's register answer: `Status`, plus from the peer proxy (p2p) `TaskID`, `LocalHit` (true or false once
+ * the download went through P2P, absent otherwise) and `CacheHit` (sent only as true: a plugin that knows no
+ * `LocalHit` still marks a hit this way).
+ */
 const PluginBody = z.looseObject({
   Status: z.string().optional(),
   status: z.string().optional(),
   TaskID: z.string().optional(),
+  LocalHit: z.union([z.boolean(), z.string()]).optional(),
   CacheHit: z.union([z.boolean(), z.string()]).optional(),
   type: z.string().optional(),
 });
@@ -100,20 +105,19 @@ export function extractPluginStatus(body: string): {
   status?: string;
   validJSON: boolean;
   taskID?: string;
-  cacheHit?: boolean;
+  localHit?: boolean;
   type?: string;
 } {
   try {
     const parsed = PluginBody.safeParse(JSON.parse(body));
     if (parsed.success) {
       const d = parsed.data;
-      const cacheHit =
-        d.CacheHit === undefined ? undefined : d.CacheHit === true || String(d.CacheHit) === 'true';
+      const localHit = flag(d.LocalHit) ?? (flag(d.CacheHit) === true ? true : undefined);
       return {
         validJSON: true,
         ...(d.Status !== undefined || d.status !== undefined ? { status: d.Status ?? d.status } : {}),
         ...(d.TaskID !== undefined ? { taskID: d.TaskID } : {}),
-        ...(cacheHit !== undefined ? { cacheHit } : {}),
+        ...(localHit !== undefined ? { localHit } : {}),
         ...(d.type !== undefined ? { type: d.type } : {}),
       };
     }
@@ -122,6 +126,11 @@ export function extractPluginStatus(body: string): {
     const m = /^\s*\{\s*"Status"\s*:\s*"([\s\S]*)"\s*\}\s*$/.exec(body);
     return m ? { validJSON: false, status: m[1]! } : { validJSON: false };
   }
+}
+
+/** A JSON boolean the plugin may send as a string; undefined when absent. */
+function flag(v: boolean | string | undefined): boolean | undefined {
+  return v === undefined ? undefined : v === true || String(v) === 'true';
 }
 
 /** The exception type and message of an error answer: TorchServe's `{"code","type","message"}`, a plugin's

@@ -11,8 +11,8 @@ import {
   type ServedModel,
   type ServedModelSpec,
   type ServedModelStatus,
-} from '../api/index.ts';
-import type { Informer, KubeClient } from '../runtime/index.ts';
+} from '../../api/index.ts';
+import type { Informer, KubeClient } from '../../runtime/index.ts';
 import type { NodeAddresses } from './node-addresses.ts';
 import type { Discovery, Replica } from './replicas.ts';
 import {
@@ -24,7 +24,7 @@ import {
   replicaGate,
   type Gate,
   type ReplicaGate,
-} from './servedmodel-preheat.ts';
+} from './preheat.ts';
 
 type ReplicaStatus = NonNullable<ServedModelStatus['replicas']>[number];
 

@@ -1,0 +1,156 @@
+/**
+ * The ServedModel controller: the reconciler (reconciler.ts) wired to the operator's informers, status writer,
+ * events, metrics and model-server drivers. Pods are found through the EndpointSlices of the Service, so a new,
+ * removed or restarted pod wakes the ServedModel; a ModelPreheat it waits for wakes it too; worker readiness is
+ * polled with requeueAfter.
+ */
+import {
+  ServedModelSpec,
+  type ModelPreheat,
+  type ServedModel,
+  type ServedModelStatus,
+  GVR,
+} from '../../api/index.ts';
+import type { Dispatcher } from 'undici';
+import type { ModelServerDrivers, Registered } from '../../servers/driver.ts';
+import { modelServerDrivers } from '../../servers/index.ts';
+import {
+  Controller,
+  specChanged,
+  type ControllerContext,
+  type ControllerFactory,
+  type WatchSource,
+} from '../../runtime/index.ts';
+import { operatorMetrics } from '../metrics.ts';
+import { SecretReader } from '../secrets.ts';
+import { statusWriter } from '../status.ts';
+import { servedModelCleanup } from './cleanup.ts';
+import { ReplicaGates } from './gates.ts';
+import { NodeAddresses } from './node-addresses.ts';
+import { preheatNameOf } from './preheat.ts';
+import { ServedModelReconciler } from './reconciler.ts';
+import { RegistrationRunner } from './registrations.ts';
+import { SERVICE_NAME_LABEL, type EndpointSlice } from './replicas.ts';
+
+export { FINALIZER } from './cleanup.ts';
+
+/** Nodes scheduled within this window share one node-targeted preheat job. */
+const TARGET_BATCH_WINDOW_MS = 2_000;
+
+export interface ServedModelControllerOptions {
+  /** Connection pool toward the model servers (default: the model-server client's shared pool). Tests use it to
+   *  reach emulated replicas whose EndpointSlice addresses are not on this machine. */
+  dispatcher?: Dispatcher;
+  /** How long a deletion keeps trying unreachable replicas before it lets go, when the spec does not say.
+   *  Default: the operator's --cleanup-grace-period. */
+  cleanupGraceMs?: number;
+  /** How long new nodes wait to share one node-targeted preheat job (default 2 s). */
+  targetBatchWindowMs?: number;
+  /** The model-server drivers (default: every driver the operator knows, TorchServe the default). */
+  drivers?: ModelServerDrivers;
+}
+
+export const servedModelController: ControllerFactory = (ctx) => createServedModelController(ctx, {});
+
+export function createServedModelController(
+  ctx: ControllerContext,
+  opts: ServedModelControllerOptions,
+): Controller<ServedModel> {
+  const { models, slices, preheats, watches } = informers(ctx);
+  const secrets = new SecretReader(ctx.kube);
+  const drivers =
+    opts.drivers ??
+    modelServerDrivers({
+      secret: (namespace, ref) => secrets.value(namespace, ref),
+      dispatcher: opts.dispatcher,
+    });
+  const registrations = new RegistrationRunner<Registered>({
+    global: ctx.config.maxConcurrentRegistrations,
+    // Registrations start in reconciles, so the controller exists by the time one reports.
+    onChange: (owner) => controller.enqueue(owner),
+  });
+  // A conflict is thrown, not retried in the writer: the pass's replica statuses are observations of that pass.
+  const writeStatus = statusWriter<ServedModel, ServedModelStatus>(ctx, GVR.servedModels, {
+    conflict: 'fail',
+  });
+  const cleanUp = servedModelCleanup({
+    ctx,
+    registrations,
+    serverFor: (sm, spec, r) =>
+      drivers.get().replica(
+        {
+          uid: sm.metadata.uid ?? `${sm.metadata.namespace}/${sm.metadata.name}`,
+          namespace: sm.metadata.namespace!,
+        },
+        {
+          pluginPath: spec.modelServer.pluginPath,
+          tokenSecretRef: spec.modelServer.managementTokenSecretRef,
+        },
+        r,
+      ),
+    writeStatus,
+    graceMs: opts.cleanupGraceMs ?? ctx.config.cleanupGracePeriod,
+    forget: (key, uid) => reconciler.forget(key, uid),
+  });
+  const reconciler = new ServedModelReconciler({
+    kube: ctx.kube,
+    events: ctx.events,
+    config: ctx.config,
+    model: (key) => models.get(key),
+    slices: (namespace, service) => slices.byIndex('service', `${namespace}/${service}`),
+    gates: new ReplicaGates({
+      kube: ctx.kube,
+      preheats,
+      nodeAddresses: new NodeAddresses(ctx.kube),
+      batchWindowMs: opts.targetBatchWindowMs ?? TARGET_BATCH_WINDOW_MS,
+    }),
+    drivers,
+    registrations,
+    writeStatus,
+    writes: ctx.status,
+    cleanUp,
+    metrics: operatorMetrics(ctx.metrics),
+  });
+
+  const controller = new Controller<ServedModel>(
+    {
+      name: 'servedmodel',
+      for: models,
+      reconcile: (key, rc) => reconciler.reconcile(key, rc),
+      workers: ctx.config.workers,
+      predicate: specChanged,
+      onStop: () => registrations.stop(),
+      watches,
+    },
+    { logger: ctx.logger, metrics: ctx.metrics },
+  );
+  return controller;
+}
+
+/** The informers the controller reads, indexed so that an EndpointSlice or a ModelPreheat event wakes the
+ *  ServedModels it concerns. */
+function informers(ctx: ControllerContext) {
+  const models = ctx.informers.get<ServedModel>(GVR.servedModels);
+  const slices = ctx.informers.get<EndpointSlice>(GVR.endpointSlices, { labelSelector: SERVICE_NAME_LABEL });
+  slices.addIndexer('service', (s) => [`${s.metadata.namespace}/${s.metadata.labels?.[SERVICE_NAME_LABEL]}`]);
+  const preheats = ctx.informers.get<ModelPreheat>(GVR.modelPreheats);
+  models.addIndexer('service', (sm) => {
+    const svc = (sm.spec as ServedModelSpec | undefined)?.modelServer?.service?.name;
+    return svc ? [`${sm.metadata.namespace}/${svc}`] : [];
+  });
+  models.addIndexer('preheat', (sm) => {
+    const parsed = ServedModelSpec.safeParse(sm.spec);
+    const name = parsed.success ? preheatNameOf(sm, parsed.data) : undefined;
+    return name ? [`${sm.metadata.namespace}/${name}`] : [];
+  });
+  const keysOf = (index: string, value: string) =>
+    models.byIndex(index, value).map((sm) => `${sm.metadata.namespace}/${sm.metadata.name}`);
+  const watches: [WatchSource<EndpointSlice>, WatchSource<ModelPreheat>] = [
+    {
+      informer: slices,
+      map: (s) => keysOf('service', `${s.metadata.namespace}/${s.metadata.labels?.[SERVICE_NAME_LABEL]}`),
+    },
+    { informer: preheats, map: (p) => keysOf('preheat', `${p.metadata.namespace}/${p.metadata.name}`) },
+  ];
+  return { models, slices, preheats, watches };
+}

@@ -1,0 +1,134 @@
+/**
+ * The seam between the ServedModel controller and a kind of model server. The controller knows only this
+ * interface: it finds replicas, decides the rollout and writes status; a driver talks to one replica's management
+ * API (TorchServe + the peerload plugin is the first, `src/servers/torchserve/`). A new kind of model server is a
+ * new folder with a driver, registered in {@link ModelServerDrivers}: no controller changes.
+ */
+
+/** One model-server replica as the controller found it. */
+export interface ReplicaRef {
+  /** Management base URL, e.g. http://10.0.0.7:8081: the identity of the replica. */
+  endpoint: string;
+  pod?: string | undefined;
+  podUID?: string | undefined;
+}
+
+/** The object a replica serves a model for, as far as a driver needs it (per-replica credentials). */
+export interface ReplicaOwner {
+  /** The ServedModel's uid (or `namespace/name` when it has none yet): per-replica state is kept under it. */
+  uid: string;
+  namespace: string;
+}
+
+/** What a registration needs on the pod: how to reach its management API and with which credentials. */
+export interface ReplicaAccess {
+  /** The server's registration entry point (TorchServe: the endpoint plugin's path). */
+  pluginPath?: string | undefined;
+  /** The Secret key holding the management credentials; `{pod}` in `key` stands for the pod name. */
+  tokenSecretRef?: { name: string; key: string } | undefined;
+}
+
+/** One version of a model as a replica serves it. */
+export interface ModelVersion {
+  version: string;
+  minWorkers: number;
+  maxWorkers: number;
+  /** Workers that serve requests now (what "ready" means for this server). */
+  readyWorkers: number;
+}
+
+/** What a registration asks for: the archive, the model's name, and the server's own options. */
+export interface Registration {
+  fileName: string;
+  modelName: string;
+  /** The version wanted, when the spec names one (the archive decides otherwise). */
+  version?: string | undefined;
+  /** Server-specific registration options (TorchServe: handler, runtime, batch size, time-outs). */
+  options: Readonly<Record<string, string | number | undefined>>;
+}
+
+export interface Registered {
+  /** The version the archive registered, when the server says. */
+  version?: string | undefined;
+  /** Whether the download was served from the node's peer cache; undefined when not known. */
+  localHit?: boolean | undefined;
+}
+
+export interface Call {
+  signal?: AbortSignal | undefined;
+  timeoutMs?: number | undefined;
+}
+
+/** A long call's reports: `progress` says where it is; `stopping` asks it to start nothing after its request. */
+export interface RegisterCall extends Call {
+  progress?: ((message: string) => void) | undefined;
+  stopping?: AbortSignal | undefined;
+}
+
+/** How a failed call reads, for the conditions: the kinds every driver maps its errors to. */
+export type FailureKind = 'auth' | 'notFound' | 'conflict' | 'terminal' | 'retryable';
+
+export interface Failure {
+  kind: FailureKind;
+  /** False: the same request fails again until something changes (credentials, archive, model server). */
+  retryable: boolean;
+  /** Without credentials (the driver redacts what the server says). */
+  message: string;
+}
+
+/** One replica's management API. Every method rejects with an error its driver's `failure` reads. */
+export interface ReplicaServer {
+  /** The model's default version (`version` undefined) or the given one, or undefined when not there. */
+  describe(model: string, version: string | undefined, call: Call): Promise<ModelVersion | undefined>;
+  /** Every version of the model the replica holds (empty when none). */
+  versions(model: string, call: Call): Promise<ModelVersion[]>;
+  /** Downloads the archive and registers it with no workers; resolves once registered. A registration the server
+   *  already holds rejects with a `conflict` failure. */
+  register(reg: Registration, call: RegisterCall): Promise<Registered>;
+  /** Sets the worker counts of one version. */
+  scale(model: string, version: string, workers: { min: number; max: number }, call: Call): Promise<void>;
+  /** Makes `version` the default, for servers with versions (absent: one version at a time). */
+  setDefault?(model: string, version: string, call: Call): Promise<void>;
+  /** Unregisters one version. */
+  unregister(model: string, version: string, call: Call): Promise<void>;
+  /** Unregisters every version (deletion), in the order the server needs; a model not there is fine. */
+  unregisterAll(model: string, call: Call): Promise<void>;
+}
+
+export interface ModelServerDriver {
+  /** The name it is registered under. */
+  readonly name: string;
+  /** A client of one replica. Per-replica state it keeps (token sources) lives until {@link prune}. */
+  replica(owner: ReplicaOwner, access: ReplicaAccess, replica: ReplicaRef): ReplicaServer;
+  /** Drops per-replica state of `uid` whose endpoint is not in `keep` (all of it without `keep`). */
+  prune(uid: string, keep?: ReadonlySet<string>): void;
+  /** How an error of one of its replicas' calls reads; undefined for an error that is not the server's. */
+  failure(err: unknown): Failure | undefined;
+}
+
+/** The drivers the operator knows, by name, with the one used when nothing names another. */
+export class ModelServerDrivers {
+  private readonly byName = new Map<string, ModelServerDriver>();
+  readonly defaultName: string;
+
+  constructor(drivers: readonly ModelServerDriver[], defaultName = drivers[0]?.name ?? '') {
+    for (const d of drivers) this.byName.set(d.name, d);
+    if (!this.byName.has(defaultName)) throw new TypeError(`no model-server driver named ${defaultName}`);
+    this.defaultName = defaultName;
+  }
+
+  /** The driver named `name` (the default without one). */
+  get(name: string = this.defaultName): ModelServerDriver {
+    const d = this.byName.get(name);
+    if (!d)
+      throw new TypeError(
+        `no model-server driver named ${name} (known: ${[...this.byName.keys()].join(', ')})`,
+      );
+    return d;
+  }
+
+  /** Every driver (deletion and pruning ask each one). */
+  all(): ModelServerDriver[] {
+    return [...this.byName.values()];
+  }
+}

@@ -1,0 +1,22 @@
+/**
+ * The model servers the operator knows. A new kind is a folder beside `torchserve/` with a
+ * {@link ModelServerDriver}, added here; the controllers know only the driver interface.
+ */
+import type { Dispatcher } from 'undici';
+import { ModelServerDrivers } from './driver.ts';
+import { TorchServeDriver } from './torchserve/driver.ts';
+import type { SecretValue } from './torchserve/replica-clients.ts';
+
+export type { SecretValue } from './torchserve/replica-clients.ts';
+
+export interface DriverOptions {
+  /** Reads a key of a Secret (the model servers' credentials). */
+  secret: SecretValue;
+  /** Connection pool toward the model servers (tests reach emulated replicas through it). */
+  dispatcher?: Dispatcher | undefined;
+}
+
+/** Every driver, TorchServe the default (the ServedModel spec names no other kind yet). */
+export function modelServerDrivers(opts: DriverOptions): ModelServerDrivers {
+  return new ModelServerDrivers([new TorchServeDriver(opts)]);
+}

@@ -1,0 +1,259 @@
+/**
+ * The ServedModel reconciler with a second model-server driver, a fake one registered in the driver registry (no
+ * controller code knows it), against an in-memory apiserver whose watch the test delivers by hand: the
+ * ServedModel reaches Ready through the fake driver; a cache behind our own last write is not acted on; a status
+ * write lost to a conflict loses no registration outcome (localHit) and records no Event twice.
+ */
+import { describe, expect, it, vi } from 'vitest';
+import { GVR, type ServedModel, type ServedModelStatus } from '../../src/api/index.ts';
+import { ServedModelReconciler } from '../../src/controllers/servedmodel/reconciler.ts';
+import { ReplicaGates } from '../../src/controllers/servedmodel/gates.ts';
+import { RegistrationRunner } from '../../src/controllers/servedmodel/registrations.ts';
+import { statusWriter } from '../../src/controllers/status.ts';
+import {
+  ApiError,
+  StatusConflict,
+  StatusWriter,
+  type KubeClient,
+  type ReconcileContext,
+} from '../../src/runtime/index.ts';
+import {
+  ModelServerDrivers,
+  type Failure,
+  type ModelServerDriver,
+  type ModelVersion,
+  type Registered,
+  type Registration,
+  type ReplicaRef,
+  type ReplicaServer,
+} from '../../src/servers/driver.ts';
+
+const KEY = 'ns/resnet';
+const ENDPOINTS = ['http://198.18.0.1:8080', 'http://198.18.0.2:8080'];
+
+/** A model server that is not TorchServe: one version at a time, workers start at once, no default switch. */
+class FakeServer implements ReplicaServer {
+  models = new Map<string, ModelVersion>();
+  calls = 0;
+  readonly localHit: boolean;
+  constructor(localHit: boolean) {
+    this.localHit = localHit;
+  }
+  async describe(model: string) {
+    this.calls++;
+    return this.models.get(model);
+  }
+  async versions(model: string) {
+    this.calls++;
+    return [...this.models.entries()].filter(([m]) => m === model).map(([, v]) => v);
+  }
+  async register(reg: Registration): Promise<Registered> {
+    this.calls++;
+    this.models.set(reg.modelName, { version: '1', minWorkers: 0, maxWorkers: 0, readyWorkers: 0 });
+    return { version: '1', localHit: this.localHit };
+  }
+  async scale(model: string, _v: string, w: { min: number; max: number }) {
+    this.calls++;
+    this.models.set(model, { version: '1', minWorkers: w.min, maxWorkers: w.max, readyWorkers: w.min });
+  }
+  async unregister(model: string) {
+    this.models.delete(model);
+  }
+  async unregisterAll(model: string) {
+    this.models.delete(model);
+  }
+}
+
+class FakeDriver implements ModelServerDriver {
+  readonly name = 'fake';
+  readonly servers = new Map(ENDPOINTS.map((e, i) => [e, new FakeServer(i === 0)]));
+  replica(_o: unknown, _a: unknown, r: ReplicaRef): ReplicaServer {
+    return this.servers.get(r.endpoint)!;
+  }
+  prune(): void {}
+  failure(): Failure | undefined {
+    return undefined;
+  }
+  get calls() {
+    return [...this.servers.values()].reduce((n, s) => n + s.calls, 0);
+  }
+}
+
+/** RFC 7386, for the fake apiserver. */
+function merge(target: unknown, patch: unknown): unknown {
+  if (typeof patch !== 'object' || patch === null || Array.isArray(patch)) return patch;
+  const out: Record<string, unknown> =
+    typeof target === 'object' && target !== null && !Array.isArray(target) ? { ...target } : {};
+  for (const [k, v] of Object.entries(patch)) {
+    if (v === null) delete out[k];
+    else out[k] = merge(out[k], v);
+  }
+  return out;
+}
+
+/** The apiserver's copy of the object, the cache the reconciler reads, and a watch the test delivers. */
+class FakeApi {
+  stored: ServedModel;
+  cached: ServedModel;
+  private rv = 1;
+  conflictNext = false;
+  statusWrites = 0;
+
+  constructor(obj: ServedModel) {
+    this.stored = structuredClone({ ...obj, metadata: { ...obj.metadata, resourceVersion: '1' } });
+    this.cached = structuredClone(this.stored);
+  }
+
+  private apply(patch: { metadata?: { resourceVersion?: string } }): ServedModel {
+    const pre = patch.metadata?.resourceVersion;
+    if (this.conflictNext || (pre !== undefined && pre !== this.stored.metadata.resourceVersion)) {
+      this.conflictNext = false;
+      throw new ApiError(409, 'Conflict', 'the object has been modified');
+    }
+    const next = merge(this.stored, patch) as ServedModel;
+    next.metadata.resourceVersion = String(++this.rv);
+    this.stored = next;
+    return structuredClone(next);
+  }
+
+  /** Someone else's write (e.g. kubectl annotate): a new resourceVersion. */
+  touch(): void {
+    this.stored = {
+      ...this.stored,
+      metadata: { ...this.stored.metadata, resourceVersion: String(++this.rv) },
+    };
+  }
+
+  deliver(): void {
+    this.cached = structuredClone(this.stored);
+  }
+
+  readonly kube = {
+    resource: () => ({
+      patchStatus: async (_ns: string, _n: string, patch: { metadata?: { resourceVersion?: string } }) => {
+        const out = this.apply(patch);
+        this.statusWrites++;
+        return out;
+      },
+      patch: async (_ns: string, _n: string, patch: { metadata?: { resourceVersion?: string } }) =>
+        this.apply(patch),
+    }),
+  } as unknown as KubeClient;
+}
+
+function setup() {
+  const api = new FakeApi({
+    apiVersion: 'peerload.io/v1alpha1',
+    kind: 'ServedModel',
+    metadata: { name: 'resnet', namespace: 'ns', uid: 'uid-1', generation: 1 },
+    spec: { modelName: 'resnet', fileName: 'models/resnet.mar', modelServer: { endpoints: ENDPOINTS } },
+  } as unknown as ServedModel);
+  const driver = new FakeDriver();
+  const events: string[] = [];
+  const enqueued: string[] = [];
+  const writer = new StatusWriter(api.kube);
+  const registrations = new RegistrationRunner<Registered>({ global: 8, onChange: (k) => enqueued.push(k) });
+  const reconciler = new ServedModelReconciler({
+    kube: api.kube,
+    events: { record: (_o, type, reason, note) => void events.push(`${type}/${reason}: ${note}`) },
+    config: { pollBackoffStart: 1_000, pollBackoffMax: 10_000 },
+    model: () => api.cached,
+    slices: () => [],
+    gates: new ReplicaGates({
+      kube: api.kube,
+      preheats: { getByName: () => undefined } as never,
+      nodeAddresses: {} as never,
+      batchWindowMs: 0,
+    }),
+    drivers: new ModelServerDrivers([driver]),
+    registrations,
+    writeStatus: statusWriter<ServedModel, ServedModelStatus>({ status: writer }, GVR.servedModels, {
+      conflict: 'fail',
+    }),
+    writes: writer,
+    cleanUp: async () => undefined,
+    metrics: {
+      servedModelReplicas: () => undefined,
+      modelServerErrors: { labels: () => ({ inc: () => undefined }) } as never,
+    },
+  });
+  const rc = { signal: new AbortController().signal } as ReconcileContext;
+  const idle = () => vi.waitFor(() => expect(registrations.inFlight).toBe(0));
+  const pass = () => reconciler.reconcile(KEY, rc);
+  const ready = () => api.stored.status?.conditions?.find((c) => c.type === 'Ready')?.status === 'True';
+  return { api, driver, events, registrations, pass, idle, ready };
+}
+
+const registeredEvents = (events: string[]) => events.filter((e) => e.includes('/ModelRegistered'));
+
+describe('ServedModelReconciler with a second (fake) model-server driver', () => {
+  it('reconciles a ServedModel to Ready through it, the seed first; each registration has one Event', async () => {
+    const t = setup();
+    for (let i = 0; i < 10 && !t.ready(); i++) {
+      await t.pass();
+      t.api.deliver();
+      await t.idle();
+    }
+    expect(t.ready()).toBe(true);
+    const status = t.api.stored.status!;
+    expect(status).toMatchObject({ readyReplicas: 2, desiredReplicas: 2, ready: '2/2', servedVersion: '1' });
+    expect(status.replicas!.map((r) => [r.endpoint, r.phase, r.localHit])).toEqual([
+      [ENDPOINTS[0], 'Ready', true],
+      [ENDPOINTS[1], 'Ready', false],
+    ]);
+    expect(registeredEvents(t.events)).toEqual([
+      `Normal/ModelRegistered: registered resnet 1 on ${ENDPOINTS[0]} (peer cache hit)`,
+      `Normal/ModelRegistered: registered resnet 1 on ${ENDPOINTS[1]} (downloaded through the peer)`,
+    ]);
+    expect(t.events.filter((e) => e.startsWith('Normal/Ready'))).toHaveLength(1);
+    // Settled: the outcome lives in status now, read back from the object by later passes.
+    await t.pass();
+    expect(t.api.stored.status!.replicas!.map((r) => r.localHit)).toEqual([true, false]);
+    expect(registeredEvents(t.events)).toHaveLength(2);
+  });
+
+  it('a cache behind our last write: the pass looks again soon and does nothing', async () => {
+    const t = setup();
+    await t.pass(); // writes the first status; the watch has not delivered it
+    const calls = t.driver.calls;
+    const writes = t.api.statusWrites;
+    expect(await t.pass()).toEqual({ requeueAfter: 50 });
+    expect(t.driver.calls).toBe(calls);
+    expect(t.api.statusWrites).toBe(writes);
+    t.api.deliver();
+    await t.idle();
+    await t.pass();
+    expect(t.api.statusWrites).toBe(writes + 1);
+  });
+
+  it('a status write lost to a conflict: thrown, and the next pass writes the registration outcome; one Event each', async () => {
+    const t = setup();
+    await t.pass(); // the seed's registration starts
+    t.api.deliver();
+    await t.idle();
+    t.api.conflictNext = true;
+    await expect(t.pass()).rejects.toBeInstanceOf(StatusConflict);
+    // The registration's Event is recorded when a pass first sees it ended; it stays unsettled, its outcome unwritten.
+    expect(registeredEvents(t.events)).toHaveLength(1);
+    expect(
+      t.registrations.peek({
+        uid: 'uid-1',
+        owner: KEY,
+        replica: ENDPOINTS[0]!,
+        version: '|models/resnet.mar',
+      }),
+    ).toMatchObject({ state: 'done' });
+    // The whole reconcile runs again on fresh data.
+    t.api.touch();
+    t.api.deliver();
+    await t.pass();
+    // Both replicas' registrations ended by then (the other one started in the pass that lost its write).
+    expect(t.api.stored.status!.replicas!.map((r) => [r.registered, r.localHit])).toEqual([
+      [true, true],
+      [true, false],
+    ]);
+    expect(registeredEvents(t.events)).toHaveLength(2);
+    await t.pass();
+    expect(registeredEvents(t.events)).toHaveLength(2);
+  });
+});
