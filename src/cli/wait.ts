@@ -6,6 +6,7 @@
 import { parseDuration, GVR } from '../api/index.ts';
 import { ApiError, KubeClient, type Gvr, type KubeObject } from '../runtime/kube.ts';
 import { loadKubeConfig } from '../runtime/kubeconfig.ts';
+import { timerDelay } from '../runtime/timers.ts';
 import { parseCommandArgs } from './args.ts';
 import { CliError } from './errors.ts';
 
@@ -126,7 +127,7 @@ export async function waitForResource(
       opts.io.err(`${what}: timed out after ${Math.round(opts.timeoutMs / 1000)}s (last: ${last})`);
       return 2;
     }
-    await new Promise((r) => setTimeout(r, Math.min(opts.intervalMs, left)));
+    await new Promise((r) => setTimeout(r, timerDelay(Math.min(opts.intervalMs, left))));
   }
 }
 

@@ -10,6 +10,7 @@ import type { Dispatcher } from 'undici';
 import { DEFAULT_MAX_RESPONSE_BYTES, ResponseTooLargeError, readBounded } from './body.ts';
 import { TIMEOUT, UNUSABLE_RESPONSE_KIND, transportCode } from './classify.ts';
 import { boundDetail, type HttpError, type HttpErrorInit } from './errors.ts';
+import { timerDelay } from '../runtime/timers.ts';
 
 export interface HttpRequest {
   dispatcher: Dispatcher;
@@ -44,7 +45,10 @@ export type ErrorFactory = (init: HttpErrorInit) => HttpError;
 /** Any status is an answer (the client classifies it); only transport failures and aborts throw. */
 export async function sendRequest(req: HttpRequest, toError: ErrorFactory): Promise<HttpResponse> {
   req.signal?.throwIfAborted();
-  const timeout = AbortSignal.timeout(req.timeoutMs);
+  // Whole milliseconds within a Node timer's range: AbortSignal.timeout throws on 120000.5 and a timer longer than
+  // 2^31-1 ms fires after 1 ms; 0 would mean "no time-out" to undici's own timers.
+  const timeoutMs = Math.max(1, timerDelay(req.timeoutMs));
+  const timeout = AbortSignal.timeout(timeoutMs);
   const signal = req.signal ? AbortSignal.any([req.signal, timeout]) : timeout;
   const maxBytes = req.maxResponseBytes ?? DEFAULT_MAX_RESPONSE_BYTES;
   let status = 0;
@@ -57,8 +61,8 @@ export async function sendRequest(req: HttpRequest, toError: ErrorFactory): Prom
       body: req.body ?? null,
       signal,
       // undici's own idle time-outs default to 300 s, below a long call's budget (a register downloads first).
-      headersTimeout: req.timeoutMs,
-      bodyTimeout: req.timeoutMs,
+      headersTimeout: timeoutMs,
+      bodyTimeout: timeoutMs,
     });
     status = res.statusCode;
     const text = await readBounded(res.body, maxBytes);
@@ -78,7 +82,7 @@ export async function sendRequest(req: HttpRequest, toError: ErrorFactory): Prom
     const code = timeout.aborted ? TIMEOUT : transportCode(e);
     const detail =
       code === TIMEOUT
-        ? `no complete answer within ${req.timeoutMs} ms`
+        ? `no complete answer within ${timeoutMs} ms`
         : `request to ${req.origin} failed: ${e instanceof Error ? e.message : String(e)}`;
     throw toError({
       kind: 'retryable',

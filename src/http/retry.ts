@@ -5,6 +5,7 @@
  */
 import { safeToRepeat } from './classify.ts';
 import { isHttpError } from './errors.ts';
+import { clampDelay, timerDelay } from '../runtime/timers.ts';
 
 export interface RetryOptions {
   /** Extra attempts after the first. */
@@ -51,9 +52,21 @@ export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
     const timer = setTimeout(() => {
       signal?.removeEventListener('abort', onAbort);
       resolve();
-    }, ms);
+    }, timerDelay(ms));
     signal?.addEventListener('abort', onAbort, { once: true });
   });
+}
+
+/**
+ * How long a controller waits before it asks again after a server's `Retry-After` of `ms`: within
+ * [`pollBackoffStart`, `pollBackoffMax`]. `Retry-After: 0` would otherwise poll in a loop, and a value of days or an
+ * HTTP date years ahead (or past a timer's range) would leave the object unobserved.
+ */
+export function retryAfterDelay(
+  ms: number,
+  poll: { pollBackoffStart: number; pollBackoffMax: number },
+): number {
+  return clampDelay(ms, poll.pollBackoffStart, Math.max(poll.pollBackoffStart, poll.pollBackoffMax))!;
 }
 
 /**

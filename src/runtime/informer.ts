@@ -12,6 +12,7 @@
  * - `managedFields` are dropped from cached objects (they are large and nothing here reads them).
  */
 import type { Logger } from 'pino';
+import { timerDelay } from './timers.ts';
 import {
   ApiError,
   objectKey,
@@ -155,7 +156,7 @@ export class Informer<T extends KubeObject = KubeObject> {
     this.loop = this.run(this.abort.signal);
     const period = this.opts.resyncPeriodMs ?? DEFAULT_RESYNC_MS;
     if (period > 0) {
-      this.resyncTimer = setInterval(() => this.resync(), period);
+      this.resyncTimer = setInterval(() => this.resync(), Math.max(1, timerDelay(period)));
       this.resyncTimer.unref();
     }
   }
@@ -369,7 +370,7 @@ function jitter(ms: number): number {
 export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
   return new Promise((resolve) => {
     if (signal?.aborted) return resolve();
-    const t = setTimeout(done, ms);
+    const t = setTimeout(done, timerDelay(ms));
     function done() {
       clearTimeout(t);
       signal?.removeEventListener('abort', done);

@@ -12,6 +12,7 @@ import { FIELD_MANAGER, USER_AGENT } from '../version.ts';
 import { Agent, request, type Dispatcher } from 'undici';
 import { createInterface } from 'node:readline';
 import { readFileOrData, type KubeConfigLike } from './kubeconfig.ts';
+import { timeoutSignal, timerDelay } from './timers.ts';
 
 /** A group/version/resource plus what the runtime needs to address it. `group` is '' for the core group. */
 export interface Gvr {
@@ -218,7 +219,7 @@ export class KubeClient {
     if (WRITES.has(method) && query.fieldManager === undefined) query.fieldManager = this.fieldManager;
     const started = performance.now();
     let status = 0;
-    const timeout = AbortSignal.timeout(opts.timeoutMs ?? 30_000);
+    const timeout = timeoutSignal(opts.timeoutMs ?? 30_000);
     const signal = opts.signal ? AbortSignal.any([opts.signal, timeout]) : timeout;
     try {
       const headers: Record<string, string | string[]> = {
@@ -323,7 +324,7 @@ export class KubeClient {
     );
     const inTime = await Promise.race([
       closed,
-      new Promise<false>((r) => (timer = setTimeout(() => r(false), graceMs))),
+      new Promise<false>((r) => (timer = setTimeout(() => r(false), timerDelay(graceMs)))),
     ]);
     clearTimeout(timer);
     if (!inTime) await this.dispatcher.destroy().catch(() => undefined);

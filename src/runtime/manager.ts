@@ -21,6 +21,7 @@ import { kubeconfigFromFile, inClusterConfig } from './kubeconfig.ts';
 import { LeaderElector } from './leader.ts';
 import { Metrics } from './metrics.ts';
 import { StatusWriter } from './status.ts';
+import { timerDelay } from './timers.ts';
 
 /** Everything a controller factory may use. */
 export interface ControllerContext {
@@ -318,7 +319,7 @@ export class Manager {
 
 async function withTimeout(p: Promise<unknown>, ms: number): Promise<void> {
   let t: NodeJS.Timeout | undefined;
-  await Promise.race([p, new Promise((r) => (t = setTimeout(r, ms)))]);
+  await Promise.race([p, new Promise((r) => (t = setTimeout(r, timerDelay(ms))))]);
   clearTimeout(t);
 }
 
