@@ -13,6 +13,7 @@ import { Agent, request, type Dispatcher } from 'undici';
 import { createInterface } from 'node:readline';
 import { readFileOrData, type KubeConfigLike } from './kubeconfig.ts';
 import { timeoutSignal, timerDelay } from './timers.ts';
+import { redactBounded } from '../redact.ts';
 
 /** A group/version/resource plus what the runtime needs to address it. `group` is '' for the core group. */
 export interface Gvr {
@@ -454,7 +455,8 @@ function cleanQuery(
 
 function apiErrorFrom(status: number, text: string, method: string, path: string): ApiError {
   let reason = 'Unknown';
-  let message = text.slice(0, 512);
+  // Redacted before it is cut (and kept): an apiserver may quote what it was sent.
+  let message = redactBounded(text, 512);
   try {
     const s = JSON.parse(text) as KubeStatus;
     if (s && s.kind === 'Status') {
