@@ -122,6 +122,50 @@ describe('HTTP layer timers', () => {
     await expect(p).rejects.toThrow('stop');
   });
 
+  it("an exchange's time-out timer ends with the exchange: nothing of a 30 min time-out outlives the answer", async () => {
+    const server: Server = createServer((_q, s) => s.end('ok'));
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    const origin = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+    const dispatcher = new Pool(origin);
+    const toError = (init: HttpErrorInit) => new HttpError('test', init);
+    const armed = new Set<unknown>();
+    const cleared = new Set<unknown>();
+    const realSet = globalThis.setTimeout;
+    const realClear = globalThis.clearTimeout;
+    vi.spyOn(globalThis, 'setTimeout').mockImplementation(((fn: () => void, delay?: number) => {
+      const t = realSet(fn, delay);
+      if (delay === 30 * 60_000) armed.add(t);
+      return t;
+    }) as typeof setTimeout);
+    vi.spyOn(globalThis, 'clearTimeout').mockImplementation(((t: NodeJS.Timeout) => {
+      cleared.add(t);
+      realClear(t);
+    }) as typeof clearTimeout);
+    try {
+      for (let i = 0; i < 100; i++) {
+        const res = await sendRequest(
+          {
+            dispatcher,
+            origin,
+            path: '/',
+            method: 'GET',
+            headers: {},
+            timeoutMs: 30 * 60_000,
+            operation: 'get',
+          },
+          toError,
+        );
+        expect(res.text).toBe('ok');
+      }
+      expect(armed.size).toBe(100);
+      expect([...armed].filter((t) => !cleared.has(t))).toEqual([]);
+    } finally {
+      vi.restoreAllMocks();
+      await dispatcher.close();
+      await new Promise<void>((r) => server.close(() => r()));
+    }
+  });
+
   it('a request time-out of 2m0.5ms or 2^40 ms is valid: the exchange completes', async () => {
     const server: Server = createServer((_q, s) => s.end('ok'));
     await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
