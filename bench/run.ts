@@ -1,5 +1,5 @@
 /**
- * `npm run bench` (scripts/bench.sh runs this with Node 24): the six benchmark scenarios of issue 8, each with a
+ * `npm run bench` (scripts/bench.sh runs this with Node 24): the benchmark scenarios (bench/README.md), each with a
  * reference measured in the same run. Prints a Markdown table on stdout and writes bench/results/latest.json.
  *
  *   npm run bench -- --only 1,2 --reps 5

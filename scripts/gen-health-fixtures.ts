@@ -14,7 +14,7 @@ import {
   preheatConditions,
   preheatPhase,
   type PreheatObservation,
-} from '../src/controllers/modelpreheat-status.ts';
+} from '../src/controllers/modelpreheat/conditions.ts';
 import { servedModelConditions, type ServedModelObservation } from '../src/controllers/servedmodel-status.ts';
 import { applyConditions } from '../src/runtime/conditions.ts';
 

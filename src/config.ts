@@ -7,7 +7,7 @@ import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { parseArgs } from 'node:util';
-import { argsErrorMessage } from './cli/args.ts';
+import { argsErrorMessage } from './args-error.ts';
 import { z } from 'zod';
 import { DURATION_PATTERN, parseDuration } from './api/index.ts';
 import { DAEMON_VERSION_HINT, DEFAULT_TASK_ID_RULE, taskIdRule } from './storage/taskid.ts';
@@ -73,9 +73,9 @@ const ALL = {
 } as const satisfies Record<string, { flag: string; help: string; boolean?: boolean }>;
 type Key = keyof typeof ALL;
 
-export const envName = (flag: string): string => `PEERLOAD_${flag.toUpperCase().replace(/-/g, '_')}`;
+const envName = (flag: string): string => `PEERLOAD_${flag.toUpperCase().replace(/-/g, '_')}`;
 
-export const OperatorConfigSchema = z
+const OperatorConfigSchema = z
   .object({
     kubeconfig: z.string().min(1).optional(),
     namespace: z

@@ -11,3 +11,5 @@ export const VERSION: string = pkg.version;
 export const USER_AGENT = `peerload/${VERSION}`;
 export const FIELD_MANAGER = 'peerload-operator';
 export const REPORTING_CONTROLLER = 'peerload.io/operator';
+/** How the operator's Kubernetes client names itself (the runtime's KubeClient takes it; it names no product). */
+export const KUBE_IDENTITY = { fieldManager: FIELD_MANAGER, userAgent: USER_AGENT } as const;

@@ -3,7 +3,7 @@
  * apiserver, vs the apiserver's ceiling: a plain client creating the same 1,000 objects and merge-patching each
  * `/status` to SUCCESS, as fast as it can, with the same concurrency as the operator's workers.
  */
-import { modelPreheatController } from '../../src/controllers/modelpreheat.ts';
+import { modelPreheatController } from '../../src/controllers/modelpreheat/index.ts';
 import type { KubeClient, KubeObject } from '../../src/runtime/index.ts';
 import type { ControlPlane } from '../../test/support/controlplane.ts';
 import { kubeConfig } from '../../test/support/kube.ts';

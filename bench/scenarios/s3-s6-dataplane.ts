@@ -5,7 +5,7 @@
  * 3. The plugin's download of the 1 GiB object through a peer-proxy emulator vs `curl -x <proxy> -o /dev/null` of
  *    the same URL, in the same run, both with the proxy's cache COLD (reset before each download: origin → proxy →
  *    client) and WARM (a local hit). JVM heap growth sampled with jstat during every plugin download.
- * 6. The seed's four cache scenarios, each a plugin registration of the 1 GiB model: direct signed-URL download
+ * 6. The four cache scenarios, each a plugin registration of the 1 GiB model: direct signed-URL download
  *    (the plugin's `addr` is a peer-proxy emulator in `forwardOnly` mode, so it forwards to the origin,
  *    streaming and uncached), P2P cold start (node peer and its parent both empty), hit on a remote peer (the
  *    parent peer on 127.0.0.2 holds the task, the node peer does not), hit on the local peer. Reference: reading
@@ -403,7 +403,7 @@ export async function dataPlaneScenarios(o: DataPlaneOptions): Promise<{ rows: R
         // The plugin's CacheHit only reflects X-Dragonfly-Task-Download-Finished (local hits): check the peer's own view.
         if (node.stats.remoteHits !== remoteBefore + 1 || node.stats.originRequests !== originBefore)
           throw new Error('the remote-hit case did not hit the parent peer');
-        // Local hit: the node peer now holds it. "Bounded by disk speed" (seed 1.6) is about a model that sits on
+        // Local hit: the node peer now holds it. "Bounded by disk speed" is about a model that sits on
         // the peer's disk, so the measured hit and its reference both start with the file out of the page cache.
         if (!existsSync(nodeFile)) throw new Error(`node cache file ${nodeFile} missing`);
         r6.localWarm.push(await pluginRun(false));
@@ -426,7 +426,7 @@ export async function dataPlaneScenarios(o: DataPlaneOptions): Promise<{ rows: R
       const rel = (runs: PluginRun[]) => stats(runs.map((x, i) => x.downloadMs / r6.disk[i]!));
       const secs = (runs: PluginRun[]) => stats(runs.map((x) => x.downloadMs / 1000));
       const disk = stats(r6.disk.map((x) => x / 1000));
-      const scenario = `seed 1.6 cache scenarios on the peer-proxy EMULATOR, ${(size / MiB).toFixed(0)} MiB through the plugin`;
+      const scenario = `cache scenarios on the peer-proxy EMULATOR, ${(size / MiB).toFixed(0)} MiB through the plugin`;
       const coldVsDirect = stats(r6.cold.map((x, i) => x.downloadMs / r6.direct[i]!.downloadMs));
       const localVsDisk = stats(r6.local.map((x, i) => r6.disk[i]! / x.downloadMs));
       const mibpsOf = (ms: number[]) => stats(ms.map((x) => size / MiB / (x / 1000))).median.toFixed(0);

@@ -211,7 +211,7 @@ export async function realNetworkRow6(c: RealRow6Context): Promise<Row[]> {
     );
   }
   const secs = (runs: PluginRun[]) => stats(runs.map((x) => x.downloadMs / 1000));
-  const scenario = `seed 1.6 cache scenarios on the REAL Dragonfly network (v2.5.1, dfdaemon 1.4.2), ${(size / MiB).toFixed(0)} MiB through the plugin`;
+  const scenario = `cache scenarios on the REAL Dragonfly network (v2.5.1, dfdaemon 1.4.2), ${(size / MiB).toFixed(0)} MiB through the plugin`;
   const coldVsDirect = stats(r.cold.map((x, i) => x.downloadMs / r.direct[i]!.downloadMs));
   const localVsCopy = stats(r.local.map((x, i) => r.copy[i]! / x.downloadMs));
   const linkVsDisk = stats(r.hardLink.map((x, i) => r.disk[i]! / x.downloadMs));

@@ -10,7 +10,7 @@
  * Every run uses an object of its own, so no cache carries over. The real manager ends jobs only at its next poll
  * (30 s on v2.5.1), which both preheat modes include; the time after the preheat (its job's end → all Ready) is
  * reported beside, as is the number of local hits.
- * Target (issue 17): with node targeting every download is a local hit and the time to all Ready grows by ≤ 10 %
+ * Target: with node targeting every download is a local hit and the time to all Ready grows by ≤ 10 %
  * from N = 1 to N = 4.
  */
 import { readFile } from 'node:fs/promises';
@@ -18,7 +18,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { createServedModelController } from '../../src/controllers/servedmodel.ts';
-import { modelPreheatController } from '../../src/controllers/modelpreheat.ts';
+import { modelPreheatController } from '../../src/controllers/modelpreheat/index.ts';
 import type { ModelPreheat, ServedModel } from '../../src/api/index.ts';
 import type { KubeObject } from '../../src/runtime/index.ts';
 import { signObjectURL } from '../../src/storage/sign.ts';

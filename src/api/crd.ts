@@ -103,7 +103,7 @@ const SAFE_INT = Number.MAX_SAFE_INTEGER;
  * - an int-or-string union becomes `x-kubernetes-int-or-string`;
  * - a `format: date-time` string keeps the format and loses zod's long regex.
  */
-export function toStructural(node: unknown): unknown {
+function toStructural(node: unknown): unknown {
   if (Array.isArray(node)) return node.map(toStructural);
   if (node === null || typeof node !== 'object') return node;
   const src = node as Json;

@@ -1,6 +1,6 @@
 /**
- * ModelPreheat: make content available in the P2P network ahead of use, through one manager preheat job
- * (seed 1.5, 2.1, 3, 4.1, 4.2; wire contract in shared/contracts/manager-jobs.md).
+ * ModelPreheat: make content available in the P2P network ahead of use, through one manager preheat job per
+ * generation (the job API's request and answers are src/manager/types.ts).
  */
 import { isIP } from 'node:net';
 import { z } from 'zod';
@@ -19,12 +19,12 @@ import {
 } from './common.ts';
 import { ManagerRef } from './manager.ts';
 import { FilteredQueryParams, ObjectStorageSource } from './objectstorage.ts';
+import { JOB_STATES, PREHEAT_SCOPES } from '../manager/types.ts';
 
-export const PREHEAT_SCOPES = ['single_seed_peer', 'all_seed_peers', 'all_peers'] as const;
-export const JOB_STATES = ['PENDING', 'RECEIVED', 'STARTED', 'RETRY', 'SUCCESS', 'FAILURE'] as const;
+// The manager's job API defines the job states and preheat scopes; the CRD shows and takes them as they are.
+export { JOB_STATES, PREHEAT_SCOPES, type JobState } from '../manager/types.ts';
 /** JOB_STATES and what stands between a resource and its job (see status.phase). */
 export const PREHEAT_PHASES = [...JOB_STATES, 'RETRYING', 'UNREACHABLE', 'BLOCKED'] as const;
-export type JobState = (typeof JOB_STATES)[number];
 
 /** RFC 9110 `token`: what an HTTP field name may be. */
 const HEADER_NAME_PATTERN = "^[-!#$%&'*+.^_`|~0-9A-Za-z]+$";

@@ -7,9 +7,9 @@
 import { z } from 'zod';
 import { withRules, type CelRule } from './common.ts';
 
-export const MAX_OBJECT_KEY_LENGTH = 1024;
+const MAX_OBJECT_KEY_LENGTH = 1024;
 
-export const OBJECT_KEY_RULES: CelRule<string>[] = [
+const OBJECT_KEY_RULES: CelRule<string>[] = [
   {
     rule: "self.matches(r'[^ ]')",
     message: 'must be an object key, not blank',

@@ -1,6 +1,6 @@
 /**
  * Where a model archive lives in object storage. The same fields (and the same Secret keys) are used by the
- * plugin's configuration file (seed 2.2), so an admin can copy values from one to the other.
+ * plugin's configuration file (src/check/plugin-config.ts reads it as the plugin does), so an admin can copy values from one to the other.
  */
 import { z } from 'zod';
 import { BaseURL, SecretRef, distinct, durationBetween, withRules, type CelRule } from './common.ts';

@@ -40,7 +40,7 @@ export function apiReference(): string {
   const out: string[] = [];
   for (const info of KINDS) {
     out.push(
-      `### ${info.kind} (\`peerload.io/v1alpha1\`, short name \`${info.shortNames.join(', ')}\`)`,
+      `## ${info.kind} (\`peerload.io/v1alpha1\`, short name \`${info.shortNames.join(', ')}\`)`,
       '',
       info.description,
       '',

@@ -1,6 +1,6 @@
 /**
  * ServedModel: a model registered, scaled and ready on EVERY replica of a model server, through the endpoint
- * plugin's peer-proxied download (seed 1.2, 1.4, 3, 4.3-4.5; contract in shared/contracts/model-server.md).
+ * plugin's peer-proxied download (the model server's management API and the plugin's are src/modelserver/).
  */
 import { z } from 'zod';
 import {

@@ -112,21 +112,21 @@ function urlReasons(preheat: Side, plugin: Side): Reason[] {
   return reasons;
 }
 
-/** Compares the two sides of a pair. */
-export function comparePair(label: string, source: string, preheat: Side, plugin: Side): CheckResult {
+/**
+ * What the query of each (signed) URL says after the side's filter: filters that differ, signature or credential
+ * parameters left unfiltered (the side's id is then `unstable`: it changes with each signing) and parameters that
+ * differ or are in one URL only.
+ */
+function queryReasons(
+  preheat: Side,
+  plugin: Side,
+  symbolic: Record<SideName, string>,
+): { reasons: Reason[]; unstable: Record<SideName, boolean> } {
   const sides: [SideName, Side][] = [
     ['preheat', preheat],
     ['plugin', plugin],
   ];
-  const symbolic = { preheat: symbolicURL(preheat, 'preheat'), plugin: symbolicURL(plugin, 'plugin') };
   const reasons: Reason[] = [];
-
-  // 1. The object URL itself.
-  if (new URL(stripQuery(preheat.url)).href !== new URL(stripQuery(plugin.url)).href) {
-    reasons.push(...urlReasons(preheat, plugin));
-  }
-
-  // 2. The query: what each side keeps of its (signed) URL after its filter.
   const kept = {
     preheat: keptQuery(symbolic.preheat, preheat.filter, preheat.rule),
     plugin: keptQuery(symbolic.plugin, plugin.filter, plugin.rule),
@@ -185,6 +185,24 @@ export function comparePair(label: string, source: string, preheat: Side, plugin
       }
     }
   }
+
+  return { reasons, unstable };
+}
+
+/** Compares the two sides of a pair. */
+export function comparePair(label: string, source: string, preheat: Side, plugin: Side): CheckResult {
+  const symbolic = { preheat: symbolicURL(preheat, 'preheat'), plugin: symbolicURL(plugin, 'plugin') };
+  const reasons: Reason[] = [];
+
+  // 1. The object URL itself.
+  if (new URL(stripQuery(preheat.url)).href !== new URL(stripQuery(plugin.url)).href) {
+    reasons.push(...urlReasons(preheat, plugin));
+  }
+
+  // 2. The query: what each side keeps of its (signed) URL after its filter.
+  const query = queryReasons(preheat, plugin, symbolic);
+  reasons.push(...query.reasons);
+  const unstable = query.unstable;
 
   // 3. The other parts of the task id.
   const part = (

@@ -1,11 +1,11 @@
 /**
  * Will the preheat and the plugin's downloads share a task id?
  *
- * A preheat only helps if the later download through the peer proxy has the same task id (seed 2.3), i.e. the
- * same canonical URL after filtering, the same tag, application and piece length
- * (shared/contracts/peer-proxy.md). This command takes the plugin's configuration file (seed 2.2) and
- * ModelPreheat / ServedModel manifests and, for every URL a preheat would warm and every download the plugin would
- * make, says whether their task ids are equal, and when not, precisely why.
+ * A preheat only helps if the later download through the peer proxy has the same task id, i.e. the same
+ * canonical URL after filtering, the same tag, application and piece length (src/storage/taskid.ts). This command
+ * takes the plugin's configuration file and ModelPreheat / ServedModel manifests and, for every URL a preheat
+ * would warm and every download the plugin would make, says whether their task ids are equal, and when not,
+ * precisely why.
  *
  * How each side is modelled, mirroring what goes over the wire:
  * - Plugin (plugin/src/main/java/io/peerload/plugin: PluginConfig, ModelRegistration, ProxyDownloader): it GETs
@@ -15,7 +15,7 @@
  *   X-Dragonfly-Filter (the configured `filter`, else the kind's default; none at all when empty, so the daemon's
  *   default filter applies), and passes every `header` entry through, so X-Dragonfly-Tag / -Application /
  *   -Piece-Length reach the daemon as they are.
- * - Preheat (src/controllers/preheat-request.ts planPreheat): `spec.objectStorage` keys are signed with
+ * - Preheat (src/controllers/modelpreheat/request.ts planPreheat): `spec.objectStorage` keys are signed with
  *   effectiveFilter(location) (signedURLExpiry); `spec.url(s)` are preheated as written with
  *   `spec.filteredQueryParams`; an empty or absent filter is not sent, so the manager's default applies
  *   (DEFAULT_FILTERED_QUERY_PARAMS). A ServedModel with `preheat.create` implies the ModelPreheat of

@@ -1,5 +1,5 @@
 /**
- * The plugin's configuration file (seed 2.2), read and validated exactly as the plugin reads it
+ * The plugin's configuration file, read and validated exactly as the plugin reads it
  * (plugin/src/main/java/io/peerload/plugin/PluginConfig.java): the check must accept what the plugin accepts, refuse
  * what it refuses, and see the same normalised values. The plugin is the authority; the two are held together by
  * test/vectors/plugin-config.json, which both test suites read (PluginConfigVectorsTest, plugin-config.test.ts).
@@ -111,33 +111,7 @@ export function parsePluginConfig(text: string, source: string): PluginConfig {
 
   const addr = given(root, 'addr') ? parseAddr(str(root.addr, 'addr'), fail) : DEFAULT_ADDR;
 
-  const headers: Record<string, string> = {};
-  if (given(root, 'header')) {
-    if (!isObject(root.header)) fail('field "header" must be an object of header names to string values');
-    for (const [name, raw] of Object.entries(root.header as Json)) {
-      const field = `header.${name}`;
-      if (!TOKEN.test(name)) fail(`field "${field}": not a valid HTTP header name`);
-      if (name.toLowerCase() === USE_P2P_HEADER.toLowerCase()) {
-        fail(
-          `field "${field}": the plugin always sends ${USE_P2P_HEADER}: true so that downloads go through P2P whatever the daemon's proxy rules; remove this entry`,
-        );
-      }
-      if (RESERVED_HEADERS.has(name.toLowerCase())) {
-        fail(`field "${field}": this header is set by the plugin and cannot be configured`);
-      }
-      const value = str(raw, field);
-      if (/[\r\n\0]/.test(value)) fail(`field "${field}": the value must not contain CR, LF or NUL`);
-      // The daemon ignores a piece length it cannot parse, which silently changes the task id.
-      if (
-        name.toLowerCase() === PIECE_LENGTH_HEADER.toLowerCase() &&
-        value !== '' &&
-        parsePieceLength(value) === undefined
-      ) {
-        fail(`field "${field}": not a size such as 4194304 or 4mib`);
-      }
-      headers[name] = value;
-    }
-  }
+  const headers = given(root, 'header') ? parseHeaders(root.header, str, fail) : {};
 
   let filter: string[] | undefined;
   if (given(root, 'filter')) {
@@ -190,6 +164,40 @@ export function parsePluginConfig(text: string, source: string): PluginConfig {
     sessionToken,
     rule,
   };
+}
+
+/** The `header` object: names the plugin may send, each with a value the daemon reads as the plugin means it. */
+function parseHeaders(
+  header: unknown,
+  str: (value: unknown, field: string) => string,
+  fail: (message: string) => never,
+): Record<string, string> {
+  const headers: Record<string, string> = {};
+  if (!isObject(header)) fail('field "header" must be an object of header names to string values');
+  for (const [name, raw] of Object.entries(header as Json)) {
+    const field = `header.${name}`;
+    if (!TOKEN.test(name)) fail(`field "${field}": not a valid HTTP header name`);
+    if (name.toLowerCase() === USE_P2P_HEADER.toLowerCase()) {
+      fail(
+        `field "${field}": the plugin always sends ${USE_P2P_HEADER}: true so that downloads go through P2P whatever the daemon's proxy rules; remove this entry`,
+      );
+    }
+    if (RESERVED_HEADERS.has(name.toLowerCase())) {
+      fail(`field "${field}": this header is set by the plugin and cannot be configured`);
+    }
+    const value = str(raw, field);
+    if (/[\r\n\0]/.test(value)) fail(`field "${field}": the value must not contain CR, LF or NUL`);
+    // The daemon ignores a piece length it cannot parse, which silently changes the task id.
+    if (
+      name.toLowerCase() === PIECE_LENGTH_HEADER.toLowerCase() &&
+      value !== '' &&
+      parsePieceLength(value) === undefined
+    ) {
+      fail(`field "${field}": not a size such as 4194304 or 4mib`);
+    }
+    headers[name] = value;
+  }
+  return headers;
 }
 
 function parseStorage(

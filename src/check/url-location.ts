@@ -65,6 +65,21 @@ export function decodeSegments(path: string): string {
     .join('/');
 }
 
+/** A URL cut into what the location rules look at. */
+interface UrlParts {
+  u: URL;
+  scheme: string;
+  /** Lower case, without the port. */
+  host: string;
+  /** Without the query and the leading '/'. */
+  path: string;
+  first: string;
+  restSegs: string[];
+  rest: string;
+  /** An endpoint of the URL's scheme at `authority`. */
+  ep: (authority: string) => string;
+}
+
 /**
  * The storage location and key a preheat URL points at: the providers' own host forms first, then the plugin's
  * endpoint (`hint`) in path or host style. Undefined when the URL fits none of them.
@@ -80,11 +95,26 @@ export function locationFromURL(
     return undefined;
   }
   const scheme = u.protocol.replace(/:$/, '');
-  const host = u.hostname.toLowerCase();
   const path = stripQuery(url).replace(/^[a-z]+:\/\/[^/]*\/?/i, '');
   const [first = '', ...restSegs] = path.split('/');
-  const rest = restSegs.join('/');
-  const ep = (authority: string) => `${scheme}://${authority}`;
+  const parts: UrlParts = {
+    u,
+    scheme,
+    host: u.hostname.toLowerCase(),
+    path,
+    first,
+    restSegs,
+    rest: restSegs.join('/'),
+    ep: (authority) => `${scheme}://${authority}`,
+  };
+  return (
+    providerLocation(parts) ?? (hint?.endpoint === undefined ? undefined : endpointLocation(parts, hint))
+  );
+}
+
+/** A URL in one of the providers' own host forms (AWS, Alibaba Cloud, Google Cloud, Azure). */
+function providerLocation(parts: UrlParts): { location: StorageLocation; key: string } | undefined {
+  const { u, scheme, host, path, first, rest, ep } = parts;
   let m: RegExpExecArray | null;
   if ((m = /^(.+)\.s3\.amazonaws\.com$/.exec(host))) {
     return {
@@ -122,7 +152,15 @@ export function locationFromURL(
       key: decodeSegments(rest),
     };
   }
-  if (hint?.endpoint === undefined) return undefined;
+  return undefined;
+}
+
+/** A URL on the plugin's endpoint (`hint`), path style or with the bucket in the host. */
+function endpointLocation(
+  parts: UrlParts,
+  hint: StorageLocation,
+): { location: StorageLocation; key: string } | undefined {
+  const { u, host, path, first, restSegs, rest, ep } = parts;
   const hintAuthority = endpointOf(hint).authority!.toLowerCase();
   const authority = u.host.toLowerCase();
   if (authority === hintAuthority) {

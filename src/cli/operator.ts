@@ -26,7 +26,7 @@ export async function run(argv: string[]): Promise<number> {
   const logger = createLogger(config.logLevel);
   let kube: KubeClient;
   try {
-    kube = new KubeClient(await loadKubeConfig(config.kubeconfig));
+    kube = new KubeClient(await loadKubeConfig(config.kubeconfig), OPERATOR_IDENTITY.kubeIdentity);
   } catch (err) {
     throw new CliError(`--kubeconfig: ${(err as Error).message}`);
   }

@@ -11,6 +11,7 @@ import { loadKubeConfig } from '../runtime/kubeconfig.ts';
 import { createLogger } from '../runtime/logger.ts';
 import { parseCommandArgs } from './args.ts';
 import { CliError } from './errors.ts';
+import { KUBE_IDENTITY } from '../version.ts';
 
 const HELP = `Usage: peerload publish-keys --secret NAME [options]
 
@@ -61,7 +62,7 @@ export async function run(argv: string[], env: NodeJS.ProcessEnv = process.env):
   const logger = createLogger(logLevel as Parameters<typeof createLogger>[0]);
   let kube: KubeClient;
   try {
-    kube = new KubeClient(await loadKubeConfig(values.kubeconfig));
+    kube = new KubeClient(await loadKubeConfig(values.kubeconfig), KUBE_IDENTITY);
   } catch (err) {
     throw new CliError(`--kubeconfig: ${(err as Error).message}`);
   }

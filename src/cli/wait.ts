@@ -3,12 +3,14 @@
  * it is Stalled (exit 1, printing the reason), and exits 2 on bad input or time-out. One progress line on stderr
  * per change, for CI logs. Unlike `kubectl wait --for=condition=Ready`, a failure ends the wait at once.
  */
+import { setTimeout as sleep } from 'node:timers/promises';
 import { parseDuration, GVR } from '../api/index.ts';
 import { ApiError, KubeClient, type Gvr, type KubeObject } from '../runtime/kube.ts';
 import { loadKubeConfig } from '../runtime/kubeconfig.ts';
 import { timerDelay } from '../runtime/timers.ts';
 import { parseCommandArgs } from './args.ts';
 import { CliError } from './errors.ts';
+import { USER_AGENT } from '../version.ts';
 
 export const WAIT_USAGE = `Usage: peerload wait (mph|sm)/NAME [-n NAMESPACE] [--timeout DURATION] [--kubeconfig FILE]
 
@@ -127,7 +129,7 @@ export async function waitForResource(
       opts.io.err(`${what}: timed out after ${Math.round(opts.timeoutMs / 1000)}s (last: ${last})`);
       return 2;
     }
-    await new Promise((r) => setTimeout(r, timerDelay(Math.min(opts.intervalMs, left))));
+    await sleep(timerDelay(Math.min(opts.intervalMs, left)));
   }
 }
 
@@ -145,7 +147,10 @@ export function durationFlag(flag: string, value: string): number {
 export async function kubeClientFor(kubeconfig: string | undefined): Promise<KubeClient> {
   try {
     // Writes from the command line are the user's, not the operator's: a field manager of their own.
-    return new KubeClient(await loadKubeConfig(kubeconfig), { fieldManager: 'peerload-cli' });
+    return new KubeClient(await loadKubeConfig(kubeconfig), {
+      fieldManager: 'peerload-cli',
+      userAgent: USER_AGENT,
+    });
   } catch (err) {
     throw new CliError(`--kubeconfig: ${(err as Error).message}`);
   }

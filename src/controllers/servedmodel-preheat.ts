@@ -14,7 +14,7 @@ import {
 } from '../api/index.ts';
 import { getCondition, type Informer, type KubeClient } from '../runtime/index.ts';
 import { isDeepStrictEqual } from 'node:util';
-import { PreheatCondition } from './modelpreheat-status.ts';
+import { PreheatCondition } from './modelpreheat/conditions.ts';
 
 /** Why a preheat gate is closed (the reason of the ServedModel's Preheated condition). */
 export const GateReason = {

@@ -3,6 +3,7 @@
  * with back-off instead). Which failures are retried is {@link HttpError.retryable} plus {@link safeToRepeat}; the
  * wait is the server's `Retry-After` when it gave one, else a jittered exponential back-off.
  */
+import { setTimeout as sleep } from 'node:timers/promises';
 import { safeToRepeat } from './classify.ts';
 import { isHttpError } from './errors.ts';
 import { clampDelay, timerDelay } from '../runtime/timers.ts';
@@ -33,30 +34,15 @@ export async function withRetries<T>(
       const backoff = Math.min(retry.maxDelayMs, retry.minDelayMs * 2 ** attempt);
       const delay = e.retryAfterMs ?? backoff * (0.5 + Math.random() / 2);
       if (delay > retry.maxDelayMs) throw e;
-      await sleep(delay, signal);
+      // An abort ends the wait with the caller's own reason, not the AbortError that wraps it.
+      await sleep(timerDelay(delay), undefined, { signal }).catch((err: unknown) => {
+        throw signal?.aborted ? signal.reason : err;
+      });
     }
   }
 }
 
 /**
- * Waits `ms`; an abort of `signal` ends the wait with the caller's own reason (node:timers/promises would reject
- * with an AbortError wrapping it, which the clients would then have to unwrap).
- */
-export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
-  return new Promise<void>((resolve, reject) => {
-    if (signal?.aborted) return reject(signal.reason);
-    const onAbort = () => {
-      clearTimeout(timer);
-      reject(signal!.reason);
-    };
-    const timer = setTimeout(() => {
-      signal?.removeEventListener('abort', onAbort);
-      resolve();
-    }, timerDelay(ms));
-    signal?.addEventListener('abort', onAbort, { once: true });
-  });
-}
-
 /**
  * How long a controller waits before it asks again after a server's `Retry-After` of `ms`: within
  * [`pollBackoffStart`, `pollBackoffMax`]. `Retry-After: 0` would otherwise poll in a loop, and a value of days or an

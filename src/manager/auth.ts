@@ -1,5 +1,5 @@
 /**
- * Credentials toward the manager (shared/contracts/manager-jobs.md, "Routes"):
+ * Credentials toward the manager, by the routes each manager version serves:
  * - none (manager up to v2.4.0 on /api/v1);
  * - a personal access token (PAT, /oapi/v1 from v2.1.0): `Authorization: Bearer <token>`, or `?access_token=`;
  * - user + password: `POST /api/v1/users/signin` -> `{"token","expire"}`, a JWT sent as `Authorization: Bearer`,

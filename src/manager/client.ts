@@ -1,5 +1,5 @@
 /**
- * Client of the P2P manager's job API (shared/contracts/manager-jobs.md). Knows HTTP, the wire contract, auth
+ * Client of the P2P manager's job API (its wire shapes are types.ts). Knows HTTP, the wire contract, auth
  * and typed errors; knows nothing about Kubernetes.
  *
  * - One undici `Pool` per manager (keep-alive connection reuse), at most `maxConcurrency` requests in flight
@@ -9,6 +9,7 @@
  * - Every failure is a {@link ManagerError} with a `kind` the caller acts on.
  * - Optional in-client retries (off by default: controllers requeue instead) honour `Retry-After`.
  */
+import { setTimeout as sleep } from 'node:timers/promises';
 import { USER_AGENT } from '../version.ts';
 import { Pool, type Dispatcher } from 'undici';
 import { z } from 'zod';
@@ -18,7 +19,7 @@ import { parseBody } from '../http/body.ts';
 import { INVALID_RESPONSE, UNUSABLE_RESPONSE_KIND } from '../http/classify.ts';
 import { InFlightLimit } from '../http/limit.ts';
 import { headerValue, sendRequest, type HttpResponse } from '../http/request.ts';
-import { NO_RETRIES, parseRetryAfter, sleep, withRetries, type RetryOptions } from '../http/retry.ts';
+import { NO_RETRIES, parseRetryAfter, withRetries, type RetryOptions } from '../http/retry.ts';
 import {
   JobListSchema,
   JobSchema,
@@ -41,7 +42,7 @@ export type ManagerAPIPath = '/api/v1' | '/oapi/v1';
 export interface ManagerClientOptions {
   /** Manager base address, e.g. `http://dragonfly-manager.dragonfly-system:8080` (a path prefix is kept). */
   baseURL: string;
-  /** `/api/v1` (seed; JWT from v2.4.1) or `/oapi/v1` (personal access tokens). Default `/api/v1`. */
+  /** `/api/v1` (the first API; JWT sign-in from v2.4.1) or `/oapi/v1` (personal access tokens). Default `/api/v1`. */
   apiPath?: ManagerAPIPath;
   auth?: ManagerAuth;
   /** `current` sends `filtered_query_params` (v2.1.55+), `legacy` sends `filter`. Default `current`. */

@@ -1,5 +1,5 @@
 /**
- * Typed errors of the manager job API (shared/contracts/manager-jobs.md, "Errors"). Every failure of the client
+ * Typed errors of the manager job API (its error answers and what each means). Every failure of the client
  * is a {@link ManagerError}, an {@link HttpError} of the shared HTTP layer (src/http/): controllers map `kind` to
  * conditions in one place and never look at HTTP details.
  *
@@ -30,10 +30,6 @@ export class ManagerError extends HttpError {
   static from(init: HttpErrorInit): ManagerError {
     return new ManagerError({ ...init, managerMessage: init.detail });
   }
-}
-
-export function isManagerError(e: unknown): e is ManagerError {
-  return e instanceof ManagerError;
 }
 
 /** The manager's service errors that are caused by the request itself (`invalid params: url is required`). */

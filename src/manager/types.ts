@@ -1,7 +1,7 @@
 /**
- * Wire shapes of the manager job API (shared/contracts/manager-jobs.md) as zod schemas, and their normalised
- * TypeScript form. The parsers are tolerant where the manager changed over versions:
- * - the job status is `state` (what the code always sent) with a fall-back to `status` (seed, v2.0.2 docs);
+ * Wire shapes of the manager job API (as the real manager, v2.5.1 and older, sends them) as zod schemas, and their
+ * normalised TypeScript form. The parsers are tolerant where the manager changed over versions:
+ * - the job status is `state` (what the code always sent) with a fall-back to `status` (as v2.0.2's documentation has it);
  * - `result` is snake_case from v2.1.57 and PascalCase before: keys are normalised to snake_case first;
  * - the filter in `args` is `filter` (<= v2.1.30), `filteredQueryParams` (v2.1.31..54) or `filtered_query_params`.
  */
@@ -9,15 +9,13 @@ import { z } from 'zod';
 
 export const JOB_STATES = ['PENDING', 'RECEIVED', 'STARTED', 'RETRY', 'SUCCESS', 'FAILURE'] as const;
 export type JobState = (typeof JOB_STATES)[number];
-export const TERMINAL_JOB_STATES: readonly JobState[] = ['SUCCESS', 'FAILURE'];
+const TERMINAL_JOB_STATES: readonly JobState[] = ['SUCCESS', 'FAILURE'];
 export const isTerminalState = (s: JobState): boolean => TERMINAL_JOB_STATES.includes(s);
 
 export const PREHEAT_SCOPES = ['single_seed_peer', 'all_seed_peers', 'all_peers'] as const;
 export type PreheatScope = (typeof PREHEAT_SCOPES)[number];
 
-/** Default job time-out of the manager: 60 minutes, in nanoseconds. */
-export const DEFAULT_JOB_TIMEOUT_NS = 3_600_000_000_000;
-export const NS_PER_MS = 1_000_000;
+const NS_PER_MS = 1_000_000;
 
 /** `GroupUUID` -> `group_uuid`, `SchedulerClusterID` -> `scheduler_cluster_id`, `jobStates` -> `job_states`. */
 export function toSnakeCase(key: string): string {

@@ -83,12 +83,8 @@ export function isTrue(conditions: readonly Condition[] | undefined, type: strin
   return getCondition(conditions, type)?.status === 'True';
 }
 
-export function isFalse(conditions: readonly Condition[] | undefined, type: string): boolean {
-  return getCondition(conditions, type)?.status === 'False';
-}
-
 /** RFC 3339 with second precision, as metav1.Time serialises. */
-export function formatTime(d: Date): string {
+function formatTime(d: Date): string {
   return d.toISOString().replace(/\.\d{3}Z$/, 'Z');
 }
 

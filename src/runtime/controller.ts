@@ -66,6 +66,9 @@ export interface ControllerOptions<T extends KubeObject> {
   reconcile: Reconciler;
   /** Concurrent reconciles (of different keys). Default 1. */
   workers?: number;
+  /** Reconciles of one namespace at once: the rest of the workers stay free for other namespaces.
+   *  Default: all but a quarter of `workers` (at least one kept back). */
+  maxWorkersPerNamespace?: number;
   rateLimiter?: RateLimiterOptions;
   predicate?: Predicate<T>;
   /** Called once when the controller stops taking work: ends the background work it started. */
@@ -113,6 +116,10 @@ export class Controller<T extends KubeObject = KubeObject> {
     this.metrics = deps.metrics;
     this.queue = new WorkQueue({
       rateLimiter: opts.rateLimiter,
+      fairness: {
+        capacity: Math.max(1, opts.workers ?? 1),
+        ...(opts.maxWorkersPerNamespace !== undefined ? { maxPerTenant: opts.maxWorkersPerNamespace } : {}),
+      },
       metrics: deps.metrics?.queue(opts.name, { inFlightSince: () => this.queue.inFlightSince() }),
     });
 

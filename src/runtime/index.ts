@@ -40,15 +40,7 @@ export type {
   Reconciler,
   WatchSource,
 } from './controller.ts';
-export {
-  applyConditions,
-  getCondition,
-  isFalse,
-  isTrue,
-  removeCondition,
-  setCondition,
-  formatTime,
-} from './conditions.ts';
+export { applyConditions, getCondition, isTrue, removeCondition, setCondition } from './conditions.ts';
 export type { Condition, ConditionChange, ConditionInput, ConditionStatus } from './conditions.ts';
 export { EventRecorder } from './events.ts';
 export type { EventType } from './events.ts';
@@ -61,10 +53,7 @@ export {
   GVR,
   KubeClient,
   ResourceClient,
-  apiVersionOf,
-  isAlreadyExists,
   isConflict,
-  isGone,
   isNotFound,
   objectKey,
   splitKey,

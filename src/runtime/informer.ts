@@ -11,6 +11,7 @@
  * - resync replays the CACHE to the handlers on a timer (it never re-lists from the apiserver);
  * - `managedFields` are dropped from cached objects (they are large and nothing here reads them).
  */
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from 'pino';
 import { timerDelay } from './timers.ts';
 import {
@@ -210,7 +211,8 @@ export class Informer<T extends KubeObject = KubeObject> {
           { err: (err as Error).message, failures, retryInMs: Math.round(delay) },
           needList ? 'list failed; retrying' : 'watch failed; restarting',
         );
-        await sleep(delay, signal);
+        // An abort ends the wait; the loop then sees the signal.
+        await sleep(delay, undefined, { signal }).catch(() => undefined);
       }
     }
   }
@@ -365,17 +367,4 @@ function addTo(idx: Map<string, Set<string>>, value: string, key: string): void 
 /** Uniform jitter in [0.8, 1.2) of `ms`. */
 function jitter(ms: number): number {
   return ms * (0.8 + Math.random() * 0.4);
-}
-
-export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
-  return new Promise((resolve) => {
-    if (signal?.aborted) return resolve();
-    const t = setTimeout(done, timerDelay(ms));
-    function done() {
-      clearTimeout(t);
-      signal?.removeEventListener('abort', done);
-      resolve();
-    }
-    signal?.addEventListener('abort', done, { once: true });
-  });
 }

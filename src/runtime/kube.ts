@@ -8,7 +8,6 @@
  * the HTTP status and `reason`, and one place that sees every request (metrics, and tests that count writes).
  * Authentication (tokens, exec/OIDC plugins, impersonation, client certificates) still comes from client-node.
  */
-import { FIELD_MANAGER, USER_AGENT } from '../version.ts';
 import { Agent, request, type Dispatcher } from 'undici';
 import { createInterface } from 'node:readline';
 import { readFileOrData, type KubeConfigLike } from './kubeconfig.ts';
@@ -47,10 +46,6 @@ export const GVR = {
   },
   events: { group: 'events.k8s.io', version: 'v1', resource: 'events', kind: 'Event', namespaced: true },
 } as const satisfies Record<string, Gvr>;
-
-export function apiVersionOf(gvr: Gvr): string {
-  return gvr.group ? `${gvr.group}/${gvr.version}` : gvr.version;
-}
 
 /** The part of every object the runtime relies on. */
 export interface KubeObject {
@@ -104,9 +99,6 @@ export class ApiError extends Error {
 
 export const isNotFound = (err: unknown): boolean => err instanceof ApiError && err.code === 404;
 export const isConflict = (err: unknown): boolean => err instanceof ApiError && err.code === 409;
-export const isAlreadyExists = (err: unknown): boolean =>
-  err instanceof ApiError && err.code === 409 && err.reason === 'AlreadyExists';
-export const isGone = (err: unknown): boolean => err instanceof ApiError && err.code === 410;
 
 /** What every request reports to observers (metrics, tests). `status` is 0 when no response arrived. */
 export interface RequestRecord {
@@ -118,7 +110,7 @@ export interface RequestRecord {
   durationMs: number;
 }
 
-export const PATCH_TYPES = {
+const PATCH_TYPES = {
   merge: 'application/merge-patch+json',
   json: 'application/json-patch+json',
   strategic: 'application/strategic-merge-patch+json',
@@ -135,6 +127,15 @@ export interface RequestOptions {
   timeoutMs?: number;
 }
 
+/**
+ * How a client names itself to the apiserver: `fieldManager` on its writes (in `managedFields` and audit logs) and
+ * its `User-Agent`. The product passes its own; without them the apiserver's defaults apply, as with client-go.
+ */
+export interface KubeIdentity {
+  fieldManager?: string | undefined;
+  userAgent?: string | undefined;
+}
+
 const HEADER_TTL_MS = 10_000;
 const WRITES = new Set(['POST', 'PUT', 'PATCH']);
 
@@ -142,7 +143,8 @@ export class KubeClient {
   readonly kubeConfig: KubeConfigLike;
   readonly server: string;
   /** Sent as `fieldManager` on every write that does not name one. */
-  readonly fieldManager: string;
+  readonly fieldManager: string | undefined;
+  private readonly userAgent: string | undefined;
   private readonly dispatcher: Dispatcher;
   private readonly observers = new Set<(r: RequestRecord) => void>();
   private headerCache: { at: number; headers: Record<string, string | string[]> } | undefined;
@@ -155,9 +157,10 @@ export class KubeClient {
   };
 
   /** `kubeConfig`: from {@link loadKubeConfig}, or a client-node KubeConfig. */
-  constructor(kubeConfig: KubeConfigLike, identity: { fieldManager?: string } = {}) {
+  constructor(kubeConfig: KubeConfigLike, identity: KubeIdentity = {}) {
     this.kubeConfig = kubeConfig;
-    this.fieldManager = identity.fieldManager ?? FIELD_MANAGER;
+    this.fieldManager = identity.fieldManager;
+    this.userAgent = identity.userAgent;
     const cluster = kubeConfig.getCurrentCluster();
     if (!cluster) throw new Error('kubeconfig has no current cluster');
     this.server = cluster.server.replace(/\/+$/, '');
@@ -192,7 +195,10 @@ export class KubeClient {
     if (this.headerCache && now - this.headerCache.at < HEADER_TTL_MS) return this.headerCache.headers;
     const opts: { headers?: Record<string, string> } = {};
     await this.kubeConfig.applyToHTTPSOptions(opts);
-    const headers: Record<string, string | string[]> = { 'user-agent': USER_AGENT, ...(opts.headers ?? {}) };
+    const headers: Record<string, string | string[]> = {
+      ...(this.userAgent ? { 'user-agent': this.userAgent } : {}),
+      ...(opts.headers ?? {}),
+    };
     const user = this.kubeConfig.getCurrentUser();
     if (user?.username) {
       headers.authorization = `Basic ${Buffer.from(`${user.username}:${user.password ?? ''}`).toString('base64')}`;
@@ -216,8 +222,10 @@ export class KubeClient {
   /** One request; JSON in and out. Throws {@link ApiError} on non-2xx and on network errors (code 0). */
   async request<T>(method: string, path: string, opts: RequestOptions = {}): Promise<T> {
     const query = cleanQuery(opts.query);
-    // Every write names its manager (create, update, patch; DELETE takes no fieldManager).
-    if (WRITES.has(method) && query.fieldManager === undefined) query.fieldManager = this.fieldManager;
+    // Every write names its manager (create, update, patch; DELETE takes no fieldManager); without one the
+    // apiserver derives it from the User-Agent.
+    if (WRITES.has(method) && query.fieldManager === undefined && this.fieldManager !== undefined)
+      query.fieldManager = this.fieldManager;
     const started = performance.now();
     let status = 0;
     const timeout = timeoutSignal(opts.timeoutMs ?? 30_000);

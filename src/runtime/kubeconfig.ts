@@ -129,7 +129,7 @@ export function kubeconfigFromFile(path: string): KubeConfigLike | undefined {
 }
 
 /** The file to use when none is given: the first existing entry of $KUBECONFIG, else ~/.kube/config. */
-export function defaultKubeconfigPath(env: NodeJS.ProcessEnv = process.env): string | undefined {
+function defaultKubeconfigPath(env: NodeJS.ProcessEnv = process.env): string | undefined {
   const candidates = [
     ...(env.KUBECONFIG?.split(delimiter) ?? []),
     join(env.HOME || homedir(), '.kube', 'config'),

@@ -9,9 +9,9 @@
  * - `release` (on shutdown) clears holderIdentity so a successor takes over at its next retry, not after
  *   the lease expires.
  */
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from 'pino';
 import { isConflict, isNotFound, GVR, type KubeClient, type KubeObject } from './kube.ts';
-import { sleep } from './informer.ts';
 import { timeoutSignal } from './timers.ts';
 
 export interface LeaseSpec {
@@ -73,7 +73,8 @@ export class LeaderElector {
     const { retryPeriodMs, renewDeadlineMs } = this.opts;
     while (!signal.aborted) {
       if (await this.tryAcquireOrRenew(signal, retryPeriodMs * 2)) break;
-      await sleep(retryPeriodMs * (1 + Math.random() * 0.2), signal);
+      // An abort ends the wait; the loop then sees the signal.
+      await sleep(retryPeriodMs * (1 + Math.random() * 0.2), undefined, { signal }).catch(() => undefined);
     }
     if (signal.aborted) return 'stopped';
     this.leading = true;
@@ -81,7 +82,7 @@ export class LeaderElector {
     this.opts.onStartedLeading?.();
     let lastRenew = Date.now();
     while (!signal.aborted) {
-      await sleep(retryPeriodMs, signal);
+      await sleep(retryPeriodMs, undefined, { signal }).catch(() => undefined);
       if (signal.aborted) break;
       const remaining = renewDeadlineMs - (Date.now() - lastRenew);
       if (remaining > 0 && (await this.tryAcquireOrRenew(signal, remaining))) {

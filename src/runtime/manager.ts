@@ -11,17 +11,50 @@
  * then exit: another instance is about to lead).
  */
 import type { Logger } from 'pino';
-import type { OperatorConfig } from '../config.ts';
 import type { Controller } from './controller.ts';
 import { EventRecorder } from './events.ts';
 import { HealthServer } from './health.ts';
 import { Informer, type InformerOptions } from './informer.ts';
-import { KubeClient, type Gvr, type KubeObject } from './kube.ts';
+import { KubeClient, type Gvr, type KubeIdentity, type KubeObject } from './kube.ts';
 import { kubeconfigFromFile, inClusterConfig } from './kubeconfig.ts';
 import { LeaderElector } from './leader.ts';
 import { Metrics } from './metrics.ts';
 import { StatusWriter } from './status.ts';
 import { timerDelay } from './timers.ts';
+
+/** What the runtime itself reads of the process's configuration (durations in milliseconds). */
+export interface RuntimeOptions {
+  /** Path of a kubeconfig; none: in-cluster. Used when the Manager is given no KubeClient. */
+  kubeconfig?: string | undefined;
+  /** Namespace the informers watch; '' for all. */
+  namespace: string;
+  resyncPeriod: number;
+  /** This process's name in the Lease and in Events. */
+  identity: string;
+  leaderElect: boolean;
+  leaderElectionId: string;
+  leaderElectionNamespace: string;
+  leaseDuration: number;
+  renewDeadline: number;
+  retryPeriod: number;
+  /** host:port of /metrics, /healthz and /readyz. */
+  metricsAddress: string;
+  shutdownTimeout: number;
+}
+
+/**
+ * The configuration a controller finds in its context: the runtime's options, and whatever the product adds by
+ * declaring it into this interface (TypeScript's module augmentation):
+ *
+ *   declare module '../runtime/manager.ts' {
+ *     interface ControllerConfig extends ProductConfig {}
+ *   }
+ *
+ * so that the runtime never imports the product's configuration and the product's controllers still read theirs
+ * from `ctx.config` with its types.
+ */
+// eslint-disable-next-line @typescript-eslint/no-empty-object-type -- extended by the product (see above)
+export interface ControllerConfig extends RuntimeOptions {}
 
 /** Everything a controller factory may use. */
 export interface ControllerContext {
@@ -29,7 +62,7 @@ export interface ControllerContext {
   informers: InformerFactory;
   events: EventRecorder;
   status: StatusWriter;
-  config: OperatorConfig;
+  config: ControllerConfig;
   logger: Logger;
   metrics: Metrics;
 }
@@ -117,10 +150,12 @@ export class InformerFactory {
 }
 
 export interface ManagerOptions {
-  config: OperatorConfig;
+  config: ControllerConfig;
   logger: Logger;
   /** Default: from `config.kubeconfig` or in-cluster (pass one built from `loadKubeConfig` for auth plugins). */
   kube?: KubeClient;
+  /** How the default KubeClient names itself (used without `kube`). */
+  kubeIdentity?: KubeIdentity;
   /** Who reports the Events (`reportingController`), e.g. `example.io/operator`. */
   reportingController: string;
   /** Default: `new Metrics({ namespace: metricsNamespace })`. */
@@ -132,7 +167,7 @@ export interface ManagerOptions {
 }
 
 export class Manager {
-  readonly config: OperatorConfig;
+  readonly config: ControllerConfig;
   readonly logger: Logger;
   readonly kube: KubeClient;
   readonly metrics: Metrics;
@@ -153,7 +188,7 @@ export class Manager {
   constructor(opts: ManagerOptions) {
     this.config = opts.config;
     this.logger = opts.logger;
-    this.kube = opts.kube ?? new KubeClient(syncKubeConfig(opts.config.kubeconfig));
+    this.kube = opts.kube ?? new KubeClient(syncKubeConfig(opts.config.kubeconfig), opts.kubeIdentity);
     this.metrics = opts.metrics ?? new Metrics({ namespace: opts.metricsNamespace });
     this.metrics.observeKube(this.kube);
     this.handleSignals = opts.handleSignals ?? true;

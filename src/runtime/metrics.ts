@@ -119,6 +119,30 @@ export class Metrics {
       labelNames: queueLabels,
       registers,
     });
+    this.inFlightGauges(registers);
+    this.leader = new Gauge({
+      name: 'leader_election_master_status',
+      help: 'Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master.',
+      labelNames: ['name'],
+      registers,
+    });
+    this.kubeRequests = new Counter({
+      name: 'rest_client_requests_total',
+      help: 'Number of HTTP requests to the kube-apiserver, partitioned by status code, method, and host (code 0: no response).',
+      labelNames: ['code', 'host', 'method'],
+      registers,
+    });
+    this.informerRestarts = new Counter({
+      name: `${prefix}informer_restarts_total`,
+      help: 'Informer lists and watch (re)starts, by resource.',
+      labelNames: ['resource', 'kind'],
+      registers,
+    });
+  }
+
+  /** The in-flight gauges of every queue: computed when scraped, from the items each queue is working on. */
+  private inFlightGauges(registers: Registry[]): void {
+    const queueLabels = ['controller', 'name'] as const;
     const queues = this.queues;
     new Gauge({
       name: 'workqueue_unfinished_work_seconds',
@@ -149,24 +173,6 @@ export class Metrics {
           this.labels(name, name).set((now - oldest) / 1000);
         }
       },
-    });
-    this.leader = new Gauge({
-      name: 'leader_election_master_status',
-      help: 'Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master.',
-      labelNames: ['name'],
-      registers,
-    });
-    this.kubeRequests = new Counter({
-      name: 'rest_client_requests_total',
-      help: 'Number of HTTP requests to the kube-apiserver, partitioned by status code, method, and host (code 0: no response).',
-      labelNames: ['code', 'host', 'method'],
-      registers,
-    });
-    this.informerRestarts = new Counter({
-      name: `${prefix}informer_restarts_total`,
-      help: 'Informer lists and watch (re)starts, by resource.',
-      labelNames: ['resource', 'kind'],
-      registers,
     });
   }
 

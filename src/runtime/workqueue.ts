@@ -8,11 +8,15 @@
  *   a key already waiting keeps the earlier of its two ready times;
  * - `addRateLimited` delays by max(per-key exponential backoff with jitter, overall token bucket);
  *   `forget` resets a key's backoff;
- * - `shutdown` stops accepting keys; `shutdownWithDrain` also waits (up to a deadline) for in-flight keys.
+ * - `shutdown` stops accepting keys; `shutdownWithDrain` also waits (up to a deadline) for in-flight keys;
+ * - with `fairness`, keys of one tenant (the namespace of a `namespace/name` key) take at most `maxPerTenant`
+ *   of the `capacity` workers, and a free worker takes the key of the waiting tenant that holds the fewest
+ *   (fair.ts): one namespace's hanging reconciles cannot hold every worker.
  *
  * Delays are bounded (src/runtime/timers.ts): a key asked for later than {@link MAX_TIMER_MS} from now waits that
  * long, and the one timer is never armed beyond it (Node would fire it after 1 ms instead, in a loop).
  */
+import { FairQueue, namespaceOf } from './fair.ts';
 import { MAX_TIMER_MS, timerDelay } from './timers.ts';
 
 export interface RateLimiterOptions {
@@ -95,9 +99,19 @@ interface Delayed {
   key: string;
 }
 
+export interface QueueFairness {
+  /** The workers that take keys from this queue. */
+  capacity: number;
+  /** Workers one tenant may hold at once. Default: all but a quarter (fair.ts). */
+  maxPerTenant?: number;
+  /** The tenant of a key. Default: its namespace. */
+  tenantOf?: (key: string) => string;
+}
+
 export class WorkQueue {
-  private queue: string[] = [];
-  private head = 0;
+  /** Waiting keys by tenant; its slots are the keys in flight. Without fairness, one unbounded pool. */
+  private readonly waiting: FairQueue<string>;
+  private readonly tenantOf: (key: string) => string;
   private readonly dirty = new Set<string>();
   /** Keys being processed, with when a worker took them. */
   private readonly processing = new Map<string, number>();
@@ -112,7 +126,20 @@ export class WorkQueue {
   readonly rateLimiter: RateLimiter;
   private readonly metrics: QueueMetrics;
 
-  constructor(opts: { rateLimiter?: RateLimiter | RateLimiterOptions; metrics?: QueueMetrics } = {}) {
+  constructor(
+    opts: {
+      rateLimiter?: RateLimiter | RateLimiterOptions;
+      metrics?: QueueMetrics;
+      fairness?: QueueFairness;
+    } = {},
+  ) {
+    const unbounded = Number.MAX_SAFE_INTEGER;
+    this.waiting = new FairQueue<string>(
+      opts.fairness
+        ? { capacity: opts.fairness.capacity, maxPerTenant: opts.fairness.maxPerTenant }
+        : { capacity: unbounded, maxPerTenant: unbounded },
+    );
+    this.tenantOf = opts.fairness?.tenantOf ?? namespaceOf;
     this.rateLimiter =
       opts.rateLimiter instanceof RateLimiter ? opts.rateLimiter : new RateLimiter(opts.rateLimiter ?? {});
     this.metrics = opts.metrics ?? {};
@@ -120,7 +147,7 @@ export class WorkQueue {
 
   /** Keys waiting to be processed (not in flight, not delayed). */
   get length(): number {
-    return this.queue.length - this.head;
+    return this.waiting.length;
   }
   /** Keys waiting in the delay heap. */
   get delayedCount(): number {
@@ -147,14 +174,19 @@ export class WorkQueue {
 
   private push(key: string): void {
     this.enqueuedAt.set(key, Date.now());
-    const w = this.waiters.shift();
-    if (w) {
-      this.take(key);
-      w(key);
-      return;
-    }
-    this.queue.push(key);
+    this.waiting.push(this.tenantOf(key), key);
+    this.dispatch();
     this.metrics.depth?.(this.length);
+  }
+
+  /** Hands waiting keys to idle workers while a key may run (its tenant under its share). */
+  private dispatch(): void {
+    while (this.waiters.length > 0) {
+      const next = this.waiting.next();
+      if (!next) return;
+      this.take(next.item);
+      this.waiters.shift()!(next.item);
+    }
   }
 
   private take(key: string): void {
@@ -167,15 +199,11 @@ export class WorkQueue {
 
   /** Next key to process; `undefined` once the queue is shut down and empty. Call `done(key)` afterwards. */
   get(): Promise<string | undefined> {
-    if (this.length > 0) {
-      const key = this.queue[this.head++]!;
-      if (this.head > 1024 && this.head * 2 > this.queue.length) {
-        this.queue = this.queue.slice(this.head);
-        this.head = 0;
-      }
+    const next = this.waiting.next();
+    if (next) {
       this.metrics.depth?.(this.length);
-      this.take(key);
-      return Promise.resolve(key);
+      this.take(next.item);
+      return Promise.resolve(next.item);
     }
     if (this.shuttingDown) return Promise.resolve(undefined);
     return new Promise((resolve) => this.waiters.push(resolve));
@@ -185,11 +213,11 @@ export class WorkQueue {
   done(key: string): void {
     const since = this.processing.get(key);
     if (since !== undefined) this.metrics.work?.(Date.now() - since);
-    this.processing.delete(key);
+    if (this.processing.delete(key)) this.waiting.release(this.tenantOf(key));
     if (this.dirty.has(key)) {
       if (this.shuttingDown) this.dirty.delete(key);
       else this.push(key);
-    }
+    } else this.dispatch();
     if (this.processing.size === 0) for (const w of this.drainWaiters.splice(0)) w();
   }
 
@@ -259,9 +287,7 @@ export class WorkQueue {
     this.delayedAt.clear();
     for (const w of this.waiters.splice(0)) w(undefined);
     // Queued but not started keys are abandoned: workers stop taking work.
-    for (let i = this.head; i < this.queue.length; i++) this.dirty.delete(this.queue[i]!);
-    this.queue = [];
-    this.head = 0;
+    for (const key of this.waiting.drain()) this.dirty.delete(key);
     this.metrics.depth?.(0);
   }
 

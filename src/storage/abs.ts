@@ -12,7 +12,7 @@ import {
 } from '@azure/storage-blob';
 import { objectURL, type StorageLocation } from './objecturl.ts';
 import type { ABSCredentials } from './credentials.ts';
-import type { SignRequest } from './sign.ts';
+import type { SignRequest } from './signer.ts';
 
 /**
  * The SAS service version (`sv`), pinned so that a library upgrade does not change the URLs (and the shared

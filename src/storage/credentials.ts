@@ -34,7 +34,7 @@ export interface ABSCredentials {
 }
 export type StorageCredentials = S3Credentials | OSSCredentials | GCSCredentials | ABSCredentials;
 
-export const S3_SESSION_TOKEN_KEY = 'session_token';
+const S3_SESSION_TOKEN_KEY = 'session_token';
 
 /** A credentials problem; `key` is the Secret key at fault. The message never contains a secret value. */
 export class CredentialsError extends Error {

@@ -10,10 +10,10 @@
 import { Storage } from '@google-cloud/storage';
 import { objectURL, type StorageLocation } from './objecturl.ts';
 import type { GCSCredentials } from './credentials.ts';
-import type { SignRequest } from './sign.ts';
+import type { SignRequest } from './signer.ts';
 
 /** V4 signed URLs are valid for at most 7 days. */
-export const GCS_MAX_EXPIRES_SECONDS = 604_800;
+const GCS_MAX_EXPIRES_SECONDS = 604_800;
 
 /** Signs a GET of `key` (path style, `host` the only signed header). */
 export async function signGCS(

@@ -1,5 +1,5 @@
 /**
- * Object URL layout and default task-id filters per object-storage kind (seed 1.3, 2.2). Pure: no I/O, no clock.
+ * Object URL layout and default task-id filters per object-storage kind. Pure: no I/O, no clock.
  *
  * These rules are shared with the Java plugin (plugin/), which must produce byte-identical unsigned URLs and the
  * same filters, so that a preheat made by the operator and a download made by the plugin have the same task id.
@@ -32,9 +32,11 @@ export const DEFAULT_S3_REGION = 'us-east-1';
  * The query parameters each kind's signature adds, left out of the task id when the location gives no
  * `filteredQueryParams`.
  *
- * - s3: the seed's six names (2.2) plus `X-Amz-Security-Token`, which a session token adds and which changes with
+ * - s3: the six names of a SigV4 presigned URL (`X-Amz-Algorithm`, `-Credential`, `-Date`, `-Expires`,
+ *   `-SignedHeaders`, `-Signature`) plus `X-Amz-Security-Token`, which a session token adds and which changes with
  *   every session, so a download signed with a newer token would otherwise miss the preheated task.
- * - oss: `OSSAccessKeyId` plus the seed's `Expires, Signature` (2.2), like the peer daemon's own default filter.
+ * - oss: `OSSAccessKeyId` plus `Expires, Signature` (the V1 signature's own), like the peer daemon's own default
+ *   filter.
  *   The access key id must go too: left in, it puts the key into the task id, so the preheat (signed with the
  *   operator's Secret) and the plugin's download stop sharing a task id as soon as one side's key is rotated, and
  *   a signed URL never has the task id of the bare object URL.
@@ -111,7 +113,7 @@ export function effectiveFilter(location: Pick<StorageLocation, 'type' | 'filter
 const UNRESERVED = /^[A-Za-z0-9\-._~]$/;
 
 /** RFC 3986 percent-encoding of one path segment: UTF-8 bytes, unreserved kept, the rest `%XX` uppercase. */
-export function encodeSegment(segment: string): string {
+function encodeSegment(segment: string): string {
   // In a `u` regex a surrogate pair is one code point, so this matches lone surrogates only.
   if (/\p{Surrogate}/u.test(segment))
     throw new Error('object key is not well-formed Unicode (lone surrogate)');
@@ -209,7 +211,7 @@ export function objectURL(location: StorageLocation, key: string): string {
 }
 
 /** RFC 3986 encoding of a query name or value (like a path segment, so `/`, `=`, `&`, `+` are encoded too). */
-export function encodeQueryComponent(s: string): string {
+function encodeQueryComponent(s: string): string {
   return encodeSegment(s);
 }
 

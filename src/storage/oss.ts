@@ -12,7 +12,7 @@
 import { createHmac } from 'node:crypto';
 import { appendQuery, objectURL, type StorageLocation } from './objecturl.ts';
 import type { OSSCredentials } from './credentials.ts';
-import type { SignRequest } from './sign.ts';
+import type { SignRequest } from './signer.ts';
 
 /** The V1 string to sign of a query-signed GET without headers. */
 export function ossStringToSign(bucket: string, key: string, expires: number): string {

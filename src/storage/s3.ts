@@ -4,7 +4,7 @@
  * The request handed to the presigner is built from objectURL() rather than from a GetObjectCommand, so that
  * the signed URL is exactly the shared unsigned URL plus signature parameters: the command path adds `x-id=GetObject`
  * and hoists `X-Amz-Content-Sha256=UNSIGNED-PAYLOAD` into the query, and its endpoint rules pick path or host style
- * by themselves (dotted bucket names, IP endpoints). Neither extra parameter is in the seed's filter, so either
+ * by themselves (dotted bucket names, IP endpoints). Neither extra parameter is in the default s3 filter, so either
  * would give the operator's URL another task id than the Java plugin's. Here the payload hash header is kept as an
  * unsigned, unhoisted header: the canonical request still says UNSIGNED-PAYLOAD (what S3 assumes for query
  * authentication) and the query carries only X-Amz-Algorithm, -Credential, -Date, -Expires, -SignedHeaders
@@ -14,10 +14,10 @@ import { createHash, createHmac, type Hash, type Hmac } from 'node:crypto';
 import { S3RequestPresigner } from '@aws-sdk/s3-request-presigner';
 import { appendQuery, DEFAULT_S3_REGION, objectURL, urlPath, type StorageLocation } from './objecturl.ts';
 import type { S3Credentials } from './credentials.ts';
-import type { SignRequest } from './sign.ts';
+import type { SignRequest } from './signer.ts';
 
 /** SigV4 caps presigned URLs at 7 days. */
-export const S3_MAX_EXPIRES_SECONDS = 604_800;
+const S3_MAX_EXPIRES_SECONDS = 604_800;
 
 const PAYLOAD_HASH_HEADER = 'x-amz-content-sha256';
 

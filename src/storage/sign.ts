@@ -8,17 +8,12 @@ import type { ObjectStorageType } from '../api/objectstorage.ts';
 import { effectiveFilter, objectURL, type StorageLocation } from './objecturl.ts';
 import { CredentialsError, type StorageCredentials } from './credentials.ts';
 import { signOSS } from './oss.ts';
+import type { SignRequest } from './signer.ts';
 
 export interface SignOptions {
   /** Signing time; default: the current time. */
   now?: Date;
   /** Validity of the URL in seconds (positive integer). */
-  expiresSeconds: number;
-}
-
-/** What each kind's signer receives. */
-export interface SignRequest {
-  now: Date;
   expiresSeconds: number;
 }
 

@@ -2,8 +2,8 @@
  * Task identity of the P2P network's peer daemon (dragonflyoss/client, Rust), so that the task id of a preheat and
  * of a later download through the peer proxy can be computed — and compared — here.
  *
- * Contract: shared/contracts/peer-proxy.md. Shared vectors: test/vectors/taskid.json (also read by the Java
- * plugin's tests), each case with the expected value under both rules.
+ * The daemon is the authority; test/vectors/taskid.json holds its cases (also read by the Java plugin's tests),
+ * each with the expected value under both rules.
  *
  * `task_id = hex(sha256(canonical_url + tag? + application? + revision? + piece_length? + "STANDARD"))`.
  *
@@ -26,11 +26,11 @@
 import { createHash } from 'node:crypto';
 
 /** Separator of the legacy / manager-side filter string (`Expires&Signature`). */
-export const LEGACY_FILTER_SEPARATOR = '&';
+const LEGACY_FILTER_SEPARATOR = '&';
 /** Separator of the current daemon's `X-Dragonfly-Filtered-Query-Params` header. */
-export const FILTER_HEADER_SEPARATOR = ',';
+const FILTER_HEADER_SEPARATOR = ',';
 
-export const FILTERED_QUERY_PARAMS_HEADER = 'X-Dragonfly-Filtered-Query-Params';
+const FILTERED_QUERY_PARAMS_HEADER = 'X-Dragonfly-Filtered-Query-Params';
 export const LEGACY_FILTER_HEADER = 'X-Dragonfly-Filter';
 export const TAG_HEADER = 'X-Dragonfly-Tag';
 export const APPLICATION_HEADER = 'X-Dragonfly-Application';
@@ -217,16 +217,11 @@ export function taskID(identity: TaskIdentity): string {
 }
 
 /** Splits a filter string on a separator, trimming blanks and dropping empty names. */
-export function splitFilter(raw: string, separator: string): string[] {
+function splitFilter(raw: string, separator: string): string[] {
   return raw
     .split(separator)
     .map((s) => s.trim())
     .filter((s) => s.length > 0);
-}
-
-/** Joins a filter list the way the manager's job args and the legacy header carry it. */
-export function joinLegacyFilter(filter: readonly string[]): string {
-  return filter.join(LEGACY_FILTER_SEPARATOR);
 }
 
 type HeaderBag = Headers | Record<string, string | string[] | undefined>;

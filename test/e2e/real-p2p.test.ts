@@ -27,7 +27,7 @@ import { startManager, type RunningManager } from '../support/runtime-harness.ts
 import { startTorchServe, type TorchServe } from '../support/torchserve.ts';
 import { minioPluginConfig, pluginJar, writePluginConfig } from '../support/plugin.ts';
 import { createServedModelController } from '../../src/controllers/servedmodel.ts';
-import { modelPreheatController } from '../../src/controllers/modelpreheat.ts';
+import { modelPreheatController } from '../../src/controllers/modelpreheat/index.ts';
 import { signObjectURL } from '../../src/storage/sign.ts';
 import { taskID } from '../../src/storage/taskid.ts';
 import type { ModelPreheat, ServedModel } from '../../src/api/index.ts';

@@ -1,9 +1,9 @@
 /**
- * The whole seed flow, end to end, on the real apiserver:
+ * The whole flow from a seed peer to an answering model, end to end, on the real apiserver:
  *   ServedModel (preheat.create) → owned ModelPreheat → manager job → the seed peer fetches the object from MinIO
  *   (SigV4 verified) once → the model registered on 5 emulated replicas and on 1 REAL TorchServe 0.12.0 with the
  *   peerload plugin, every download through a node peer that finds the task in the network (same task id) →
- *   min_worker scaled → READY → an inference call answers label→score JSON (seed 4.5).
+ *   min_worker scaled → READY → an inference call answers label→score JSON (the test archive's handler).
  */
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import * as k8s from '@kubernetes/client-node';
@@ -23,7 +23,7 @@ import { startManager, type RunningManager } from '../support/runtime-harness.ts
 import { startTorchServe, type TorchServe } from '../support/torchserve.ts';
 import { minioPluginConfig, pluginJar, writePluginConfig } from '../support/plugin.ts';
 import { createServedModelController } from '../../src/controllers/servedmodel.ts';
-import { modelPreheatController } from '../../src/controllers/modelpreheat.ts';
+import { modelPreheatController } from '../../src/controllers/modelpreheat/index.ts';
 import { signObjectURL } from '../../src/storage/sign.ts';
 import type { ModelPreheat, ServedModel } from '../../src/api/index.ts';
 
@@ -79,7 +79,7 @@ beforeAll(async () => {
     modelVersion: '1.0',
   });
 
-  // The real TorchServe with the plugin, configured as seed 2.2 says, token authorization on.
+  // The real TorchServe with the plugin, configured by its configuration file, token authorization on.
   const config = join(work, 'p2p-endpoint.json');
   await writePluginConfig(config, minioPluginConfig(minio, BUCKET, nodePeer.url));
 
@@ -201,7 +201,7 @@ async function createServedModel(
   });
 }
 
-describe('the seed flow, declaratively', () => {
+describe('the flow from a seed peer to inference, declaratively', () => {
   it('preheats once, registers on 6 replicas (1 real TorchServe) with cache hits only, scales, and serves inference', async () => {
     await createServedModel('tiny', {
       modelName: 'tiny',
@@ -247,7 +247,7 @@ describe('the seed flow, declaratively', () => {
     expect(seedPeer.stats.originRequests).toBe(1);
     expect(seedPeer.stats.originBytes).toBe(size);
 
-    // The real TorchServe: registered by the plugin, scaled to 1 READY worker, answering inference (seed 4.5).
+    // The real TorchServe: registered by the plugin, scaled to 1 READY worker, answering inference (label→score JSON).
     const described = (await (
       await fetch(`${ts.managementURL}/models/tiny`, { headers: ts.managementAuth() })
     ).json()) as {

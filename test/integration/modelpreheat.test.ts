@@ -9,7 +9,7 @@ import { startPeerProxy, type PeerProxy } from '../support/peer-proxy.ts';
 import { startOciRegistry, type OciRegistry } from '../support/oci-registry.ts';
 import { startOrigin, type Origin } from '../support/origin.ts';
 import { startManager, type RunningManager } from '../support/runtime-harness.ts';
-import { modelPreheatController } from '../../src/controllers/modelpreheat.ts';
+import { modelPreheatController } from '../../src/controllers/modelpreheat/index.ts';
 import { taskID } from '../../src/storage/taskid.ts';
 import type { ModelPreheat } from '../../src/api/index.ts';
 
@@ -298,7 +298,7 @@ describe('ModelPreheat', () => {
       },
       () => {},
     );
-    // A manager without seed peers ends its jobs before the create's answer is sent (bench row 1's emulator).
+    // A manager without seed peers ends its jobs before the create's answer is sent: the first look finds them done.
     const instant = await startManagerEmulator({});
     try {
       await create('at-once', {
@@ -337,7 +337,7 @@ describe('ModelPreheat', () => {
     }
   });
 
-  it('ModelPreheat status when the manager answers `status` instead of `state` (seed dialect)', async () => {
+  it('ModelPreheat status when the manager answers `status` instead of `state` (as v2.0.2 documents it)', async () => {
     const seedDialect = await startManagerEmulator({ peer, statusField: 'status' });
     try {
       await create('status-dialect', { url: fileURL('/models/bert.mar'), manager: { url: seedDialect.url } });

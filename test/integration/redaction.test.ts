@@ -16,7 +16,7 @@ import { createNamespace, kubeConfig, waitFor } from '../support/kube.ts';
 import { startModelServerEmulator, type ModelServerEmulator } from '../support/modelserver-emulator.ts';
 import { ServiceEndpoints, loopbackDispatcher } from '../support/endpointslices.ts';
 import { startManager, type RunningManager } from '../support/runtime-harness.ts';
-import { modelPreheatController } from '../../src/controllers/modelpreheat.ts';
+import { modelPreheatController } from '../../src/controllers/modelpreheat/index.ts';
 import { createServedModelController } from '../../src/controllers/servedmodel.ts';
 import { createLogger } from '../../src/runtime/index.ts';
 import type { ModelPreheat, ServedModel } from '../../src/api/index.ts';
@@ -90,7 +90,7 @@ const logLines: string[] = [];
 /** What the recorded manager was sent: proof that the planted values did flow through the operator. */
 const managerSaw: string[] = [];
 
-/** A job as the manager serialises it (shared/contracts/manager-jobs.md), every string field carrying secrets. */
+/** A job as the manager serialises it (src/manager/types.ts), every string field carrying secrets. */
 function recordedJob(id: number, state: 'PENDING' | 'SUCCESS' | 'FAILURE'): Record<string, unknown> {
   const peer = { url: SIGNED_URL, hostname: `seed-${SECRET_KEY}`, ip: MANAGER_TOKEN, description: QUOTING };
   return {

@@ -80,10 +80,14 @@ describe('peerload operator', () => {
       modelServer: { endpoints: [`http://127.0.0.1:${await freePort()}`] },
     });
     const scrape = async () => (await fetch(url('/metrics'))).text();
+    // A client's error is counted while its reconcile still runs: wait for the reconciles' results too.
     const metrics = await waitFor('domain metrics', async () => {
       const m = await scrape();
       return /^peerload_modelserver_request_errors_total\{kind="retryable"\} [1-9]/m.test(m) &&
-        /^peerload_manager_request_errors_total\{kind="retryable"\} [1-9]/m.test(m)
+        /^peerload_manager_request_errors_total\{kind="retryable"\} [1-9]/m.test(m) &&
+        /^controller_runtime_reconcile_total\{controller="servedmodel",result="requeue_after"\} [1-9]/m.test(
+          m,
+        )
         ? m
         : undefined;
     });

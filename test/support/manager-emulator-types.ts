@@ -30,7 +30,7 @@ export interface ManagerEmulatorOptions {
    * given. Without any, all_peers preheats the seed peers as the other scopes do.
    */
   nodePeers?: EmulatedNodePeer[];
-  /** Field the job status is serialised as: `state` (the code, default) or `status` (seed / v2.0.2 docs). */
+  /** Field the job status is serialised as: `state` (the code, default) or `status` (as v2.0.2's documentation has it). */
   statusField?: 'state' | 'status';
   /** Key of the filter in job JSON args: `current` -> filtered_query_params (default), `legacy` -> filter. */
   argsDialect?: 'current' | 'legacy';

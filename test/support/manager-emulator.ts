@@ -1,6 +1,7 @@
 /**
- * Manager emulator: the P2P manager's job API exactly as shared/contracts/manager-jobs.md describes the real
- * system, for integration tests, benchmarks and local development.
+ * Manager emulator: the P2P manager's job API as the real manager (v2.5.1) answers it, for integration tests,
+ * benchmarks and local development (its recorded answers are test/fixtures/dragonfly/, replayed by
+ * test/unit/manager-replay.test.ts).
  *
  * - Routes under /api/v1 and /oapi/v1: POST/GET/GET-list (`Link` header)/PATCH/DELETE jobs, and
  *   `POST /api/v1/users/signin`. 200 on create (never 201), job JSON with `state` (or `status` by option),

@@ -2,7 +2,7 @@
  * Tiny TorchServe model archives (.mar) for e2e tests, built with the real `torch-model-archiver` of the TorchServe
  * virtualenv. The model is a custom handler that imports torch and has no weights file: it scores an uploaded file
  * against three labels (a softmax over a few byte statistics, deterministic) and answers a JSON object mapping label
- * to score, highest first (seed 4.5).
+ * to score, highest first, as TorchServe's classification handlers answer.
  */
 import { execFile } from 'node:child_process';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';

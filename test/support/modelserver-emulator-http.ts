@@ -8,7 +8,7 @@
 
 export const NOT_FOUND_MESSAGE = 'Requested resource is not found, please refer to API document.';
 const METHOD_NOT_ALLOWED_MESSAGE = 'Requested method is not allowed, please refer to API document.';
-/** NettyUtils' no-cache headers (seed 4.4). */
+/** NettyUtils' no-cache headers, on every TorchServe answer. */
 export const NO_CACHE_HEADERS = {
   Pragma: 'no-cache',
   'Cache-Control': 'no-cache; no-store, must-revalidate, private',

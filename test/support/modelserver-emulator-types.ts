@@ -45,7 +45,7 @@ export interface ModelServerEmulatorOptions {
   objectURL?: (fileName: string) => string;
   /** Query parameters filtered from the task id; sent in both filter headers. Default: the plugin's s3 default (src/storage/objecturl.ts). */
   filter?: string[];
-  /** Extra headers of plugin downloads (seed 2.2 `header`). */
+  /** Extra headers of plugin downloads (the plugin configuration's `header`). */
   headers?: Record<string, string>;
   tag?: string;
   application?: string;

@@ -1,6 +1,6 @@
 /**
- * Model-server emulator: TorchServe 0.12's management API as described by shared/contracts/model-server.md (and
- * read from its source: ManagementRequestHandler, ApiUtils, TokenAuthorizationHandler, HttpRequestHandler), plus
+ * Model-server emulator: TorchServe 0.12's management API as its source answers it (ManagementRequestHandler,
+ * ApiUtils, TokenAuthorizationHandler, HttpRequestHandler), plus
  * the two endpoint plugins: `p2p` (peerload's, valid JSON, meaningful statuses) and `dragonfly` (the third-party
  * one: HTTP 200 on every failure, body formatted by hand and invalid JSON whenever the message holds quotes).
  *
@@ -10,10 +10,10 @@
  * What is emulated, per instance:
  * - register through a plugin (`POST /{p2p|dragonfly}/models?file_name=`): a real HTTP GET of
  *   `objectURL(fileName)`, through the peer proxy at `proxyURL` when given (absolute-form request line, both filter
- *   headers, optional tag/application), then registration with 0 workers (seed 2.4 message), 409 on duplicates;
+ *   headers, optional tag/application), then registration with 0 workers (TorchServe's "Model ... registered" message), 409 on duplicates;
  * - `POST /models?url=` (model API), describe (always an array; workers UNLOADING, READY after `workerStartMs`),
  *   list with TorchServe's paging (including its `nextPageToken` on an exactly full last page), scale (202 with the
- *   seed 4.4 headers; 200/206 when synchronous), set-default, unregister (403 for a default version while others
+ *   no-cache headers; 200/206 when synchronous), set-default, unregister (403 for a default version while others
  *   exist); model API gate (`enableModelApi`: POST /models and DELETE answer 405 when off — as in 0.12's source);
  * - token authorization with key expiry and `GET /token?type=management` rotation (empty 200 body; the new key is
  *   only in the key file, see {@link ModelServerEmulator.keyFile}), 400 InvalidKeyException otherwise; like

@@ -1,6 +1,6 @@
 /**
- * Peer-proxy emulator: an HTTP forward proxy that behaves like the P2P peer daemon on :4001
- * (shared/contracts/peer-proxy.md), for tests and local development.
+ * Peer-proxy emulator: an HTTP forward proxy that behaves like the P2P peer daemon's proxy on :4001, for tests and
+ * local development.
  *
  * As the real daemon (dragonfly-client 1.4.2, dragonfly-client/src/proxy/mod.rs) does:
  * - Absolute-form requests (`GET http://origin/x HTTP/1.1`). Only GET requests whose URL (without query and

@@ -1,4 +1,4 @@
-/** The endpoint plugin for tests, benchmarks and the demo: its jar, and its configuration file (seed 2.2). */
+/** The endpoint plugin for tests, benchmarks and the demo: its jar, and its configuration file (read as src/check/plugin-config.ts reads it). */
 import { execFile } from 'node:child_process';
 import { rename, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';

@@ -39,7 +39,7 @@ export async function startManager(
   opts: { logger?: Logger } = {},
 ): Promise<RunningManager> {
   const config = testConfig(flags);
-  const kube = new KubeClient(kc);
+  const kube = new KubeClient(kc, OPERATOR_IDENTITY.kubeIdentity);
   const requests: RequestRecord[] = [];
   kube.onRequest((r) => requests.push(r));
   const logger = opts.logger ?? createLogger(config.logLevel);

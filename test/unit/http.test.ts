@@ -14,7 +14,7 @@ import {
 import { HttpError, MAX_DETAIL, boundDetail, type HttpErrorInit } from '../../src/http/errors.ts';
 import { InFlightLimit } from '../../src/http/limit.ts';
 import { sendRequest, type HttpRequest } from '../../src/http/request.ts';
-import { NO_RETRIES, parseRetryAfter, sleep, withRetries } from '../../src/http/retry.ts';
+import { NO_RETRIES, parseRetryAfter, withRetries } from '../../src/http/retry.ts';
 import { ManagerClient } from '../../src/manager/client.ts';
 import { ManagerError, kindForStatus as managerKind } from '../../src/manager/errors.ts';
 import { ModelServerClient } from '../../src/modelserver/client.ts';
@@ -284,7 +284,11 @@ describe('retries and the in-flight limit', () => {
     const ac = new AbortController();
     const reason = new Error('gone');
     setTimeout(() => ac.abort(reason), 30);
-    expect(await rejection(sleep(10_000, ac.signal))).toBe(reason);
+    const t0 = Date.now();
+    const long = { attempts: 1, minDelayMs: 10_000, maxDelayMs: 60_000 };
+    const waiting = withRetries('GET', long, fail({ status: 429, retryAfterMs: 10_000 }), ac.signal);
+    expect(await rejection(waiting)).toBe(reason);
+    expect(Date.now() - t0).toBeLessThan(5_000);
 
     const limit = new InFlightLimit(1);
     await limit.acquire();

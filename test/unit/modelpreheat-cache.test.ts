@@ -1,11 +1,11 @@
 /**
  * cacheStep: a succeeded preheat's status.cache. An idle operator holds thousands of succeeded preheats; one whose
- * refresh is neither due nor running must cost nothing (no manager, no Secret, no write, no requeue), which bench
- * row 5 caught: every such object was looked at again each minute because the manager was resolved first.
+ * refresh is neither due nor running must cost nothing (no manager, no Secret, no write, no requeue): resolving the
+ * manager first would look at every such object again on each resync.
  */
 import { describe, expect, it } from 'vitest';
 import { ModelPreheatSpec, type ModelPreheat } from '../../src/api/index.ts';
-import { cacheStep, REFRESH_ANNOTATION, type CacheDeps } from '../../src/controllers/modelpreheat-cache.ts';
+import { cacheStep, REFRESH_ANNOTATION, type CacheDeps } from '../../src/controllers/modelpreheat/cache.ts';
 import type { ReconcileContext } from '../../src/runtime/index.ts';
 
 function preheat(annotations: Record<string, string> = {}, spec: Record<string, unknown> = {}) {
@@ -25,7 +25,7 @@ function preheat(annotations: Record<string, string> = {}, spec: Record<string, 
 function deps() {
   const calls = { secrets: 0, clients: 0, writes: 0, events: 0 };
   const d = {
-    // No default manager: resolving one throws, as it did for every object of bench row 5.
+    // No default manager: resolving one throws, so a step that resolves it first fails here.
     ctx: {
       config: { pollBackoffStart: 1000 },
       events: { record: () => calls.events++ },

@@ -1,12 +1,12 @@
 import { describe, expect, it } from 'vitest';
-import { describeFailure } from '../../src/controllers/modelpreheat-failures.ts';
+import { describeFailure } from '../../src/controllers/modelpreheat/failures.ts';
 import {
   PreheatReason,
   preheatConditions,
   preheatPhase,
   withPreheatConditions,
   type PreheatObservation,
-} from '../../src/controllers/modelpreheat-status.ts';
+} from '../../src/controllers/modelpreheat/conditions.ts';
 import { ManagerError, type ManagerErrorKind } from '../../src/manager/errors.ts';
 import { SecretNotFoundError } from '../../src/controllers/secrets.ts';
 import { applyConditions, getCondition } from '../../src/runtime/conditions.ts';

@@ -57,7 +57,7 @@ const SEED_MESSAGE = (name: string, version = '1.0') =>
   `Model "${name}" Version: ${version} registered with 0 initial workers. Use scale workers API to add workers for the model.`;
 
 describe('register', () => {
-  it('registers through the p2p plugin with every parameter and 0 workers (seed 2.4)', async () => {
+  it('registers through the p2p plugin with every parameter and 0 workers', async () => {
     const emu = await emulator({ modelVersion: '2.1' });
     const res = await client(emu).register({
       fileName: 'models/resnet-18.mar',

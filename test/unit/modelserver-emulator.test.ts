@@ -109,7 +109,7 @@ describe('state', () => {
 });
 
 describe('wire format', () => {
-  it('scale answers 202 with the seed 4.4 headers', async () => {
+  it("scale answers 202 with TorchServe's no-cache headers", async () => {
     const emu = await emulator();
     await client(emu.url).register({ fileName: 'h.mar' });
     const res = await request(`${emu.url}/models/h?min_worker=1`, { method: 'PUT' });

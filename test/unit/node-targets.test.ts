@@ -12,7 +12,7 @@ import {
   contentKey,
   mergePeerOutcomes,
   remainingTargets,
-} from '../../src/controllers/preheat-targets.ts';
+} from '../../src/controllers/modelpreheat/targets.ts';
 import { batchTargets, replicaGate, type Gate } from '../../src/controllers/servedmodel-preheat.ts';
 import { discoverReplicas } from '../../src/controllers/replicas.ts';
 

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { ModelPreheatSpec, ServedModelSpec } from '../../src/api/index.ts';
 import { ownedPreheatSpec } from '../../src/api/servedmodel.ts';
-import { planPreheat } from '../../src/controllers/preheat-request.ts';
+import { planPreheat } from '../../src/controllers/modelpreheat/request.ts';
 import type { SecretReader } from '../../src/controllers/secrets.ts';
 import { DEFAULT_FILTERED_QUERY_PARAMS, taskID } from '../../src/storage/taskid.ts';
 import { objectURL } from '../../src/storage/objecturl.ts';

@@ -126,6 +126,44 @@ describe('WorkQueue', () => {
   });
 });
 
+describe('WorkQueue fairness between namespaces', () => {
+  it("keeps a worker for another namespace while one namespace's reconciles hang", async () => {
+    // 4 workers; namespace a has 4 keys whose reconciles never end.
+    const q = new WorkQueue({ fairness: { capacity: 4 } });
+    for (let i = 0; i < 4; i++) q.add(`a/hang-${i}`);
+    const taken = await Promise.all([q.get(), q.get(), q.get()]);
+    expect(taken).toEqual(['a/hang-0', 'a/hang-1', 'a/hang-2']);
+    // The fourth worker does not take a's fourth key: it waits, and takes b's key the moment it comes.
+    const fourth = q.get();
+    let got: string | undefined;
+    void fourth.then((k) => (got = k));
+    await Promise.resolve();
+    expect(got).toBeUndefined();
+    q.add('b/small');
+    expect(await fourth).toBe('b/small');
+    // When one of a's reconciles ends, a's waiting key runs.
+    q.done('b/small');
+    const next = q.get();
+    q.done('a/hang-0');
+    expect(await next).toBe('a/hang-3');
+  });
+
+  it('a free worker takes the key of the namespace holding the fewest workers', async () => {
+    const q = new WorkQueue({ fairness: { capacity: 2, maxPerTenant: 2 } });
+    for (let i = 0; i < 5; i++) q.add(`a/${i}`);
+    expect([await q.get(), await q.get()]).toEqual(['a/0', 'a/1']);
+    q.add('b/0');
+    q.done('a/0');
+    expect(await q.get()).toBe('b/0');
+  });
+
+  it('without fairness one namespace may use every worker', async () => {
+    const q = new WorkQueue();
+    for (let i = 0; i < 4; i++) q.add(`a/${i}`);
+    expect(await Promise.all([q.get(), q.get(), q.get(), q.get()])).toEqual(['a/0', 'a/1', 'a/2', 'a/3']);
+  });
+});
+
 describe('RateLimiter', () => {
   it('doubles from 5 ms to a 5 minute cap with bounded jitter', () => {
     const rl = new RateLimiter({ burst: 1e9, qps: 1e9 });

@@ -454,7 +454,7 @@ describe('oss default filter (OSSAccessKeyId, Expires, Signature)', () => {
     const filter = effectiveFilter(location);
     expect(taskID({ url: before.url, filter })).toBe(taskID({ url: after.url, filter }));
     expect(taskID({ url: before.url, filter })).toBe(taskID({ url: before.objectURL, filter }));
-    // The seed's two-name filter would have kept the key id in the task id.
+    // A filter of the V1 signature's two names only would have kept the key id in the task id.
     const seedFilter = ['Expires', 'Signature'];
     expect(taskID({ url: before.url, filter: seedFilter })).not.toBe(
       taskID({ url: after.url, filter: seedFilter }),

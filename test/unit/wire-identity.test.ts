@@ -6,7 +6,7 @@ import { ManagerClient } from '../../src/manager/client.ts';
 import { ModelServerClient } from '../../src/modelserver/client.ts';
 import { GVR } from '../../src/api/index.ts';
 import { KubeClient } from '../../src/runtime/index.ts';
-import { FIELD_MANAGER, USER_AGENT, VERSION } from '../../src/version.ts';
+import { FIELD_MANAGER, KUBE_IDENTITY, USER_AGENT, VERSION } from '../../src/version.ts';
 import pkg from '../../package.json' with { type: 'json' };
 
 const seen: { method: string; url: string; userAgent: string | undefined }[] = [];
@@ -34,11 +34,14 @@ describe('wire identity', () => {
   });
 
   it('the kube client sends User-Agent and fieldManager=peerload-operator on create, update and patch only', async () => {
-    const kube = new KubeClient({
-      getCurrentCluster: () => ({ name: 'c', server: base, skipTLSVerify: false }),
-      getCurrentUser: () => ({ name: 'u' }),
-      applyToHTTPSOptions: async () => {},
-    } as never);
+    const kube = new KubeClient(
+      {
+        getCurrentCluster: () => ({ name: 'c', server: base, skipTLSVerify: false }),
+        getCurrentUser: () => ({ name: 'u' }),
+        applyToHTTPSOptions: async () => {},
+      } as never,
+      KUBE_IDENTITY,
+    );
     const cms = kube.resource<never>({ group: '', version: 'v1', resource: 'configmaps' } as never);
     const cm = { apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: 'x', namespace: 'n' } } as never;
     seen.length = 0;
@@ -60,6 +63,23 @@ describe('wire identity', () => {
       'DELETE null',
     ]);
     expect(new Set(seen.map((r) => r.userAgent))).toEqual(new Set([USER_AGENT]));
+  });
+
+  it("the runtime's kube client names no product of its own: without an identity it sends neither", async () => {
+    const kube = new KubeClient({
+      getCurrentCluster: () => ({ name: 'c', server: base, skipTLSVerify: false }),
+      getCurrentUser: () => ({ name: 'u' }),
+      applyToHTTPSOptions: async () => {},
+    } as never);
+    const cms = kube.resource<never>({ group: '', version: 'v1', resource: 'configmaps' } as never);
+    seen.length = 0;
+    await cms.create({
+      apiVersion: 'v1',
+      kind: 'ConfigMap',
+      metadata: { name: 'x', namespace: 'n' },
+    } as never);
+    expect(new URL(seen[0]!.url, base).searchParams.has('fieldManager')).toBe(false);
+    expect(seen[0]!.userAgent ?? '').not.toContain('peerload');
   });
 
   it('the manager and model-server clients send User-Agent peerload/<version>', async () => {

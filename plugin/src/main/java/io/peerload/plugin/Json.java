@@ -58,7 +58,7 @@ public final class Json {
   /**
    * The 202 answer to a POST for an archive another request is downloading: {@code {"code": 202, "type":
    * "DownloadInProgress", "message": m, "Status": m}}. Nothing was started; asking again later answers with the
-   * outcome (409 once the earlier request registered the model). The operator waits on it (README, "Model servers (TorchServe)").
+   * outcome (409 once the earlier request registered the model). The operator waits on it (docs/guide.md, "Model servers").
    */
   public static String inProgress(String message) {
     Map<String, Object> body = new LinkedHashMap<>();

@@ -2,10 +2,10 @@
  * Every way a ModelPreheat reconcile can fail, mapped ONCE to what the user sees (condition reason and message)
  * and to what the controller does next (retry with backoff, retry after a given delay, or wait for a change).
  */
-import { ManagerError } from '../manager/errors.ts';
-import { CredentialsError } from '../storage/credentials.ts';
-import { ManagerNotConfiguredError } from './managers.ts';
-import { SecretNotFoundError } from './secrets.ts';
+import { ManagerError } from '../../manager/errors.ts';
+import { CredentialsError } from '../../storage/credentials.ts';
+import { ManagerNotConfiguredError } from '../managers.ts';
+import { SecretNotFoundError } from '../secrets.ts';
 
 /** The condition reasons of a failed reconcile step (PreheatReason has the controller's own). */
 export type FailureReason =

@@ -2,12 +2,11 @@
  * What a finished manager preheat job says, in the words of a ModelPreheat's status: the peers that succeeded and
  * failed (bounded, with full counts) and the manager's own reasons for a failure.
  */
-import { MAX_LISTED_TASKS, type ModelPreheatStatus } from '../api/index.ts';
-import { jobPeerTasks, type ManagerJob, type PeerTask } from '../manager/types.ts';
+import { MAX_LISTED_TASKS, type ModelPreheatStatus } from '../../api/index.ts';
+import { jobPeerTasks, type ManagerJob, type PeerTask } from '../../manager/types.ts';
 
-export type PeerResults = Pick<
-  ModelPreheatStatus,
-  'successCount' | 'failureCount' | 'successTasks' | 'failureTasks'
+export type PeerResults = Required<
+  Pick<ModelPreheatStatus, 'successCount' | 'failureCount' | 'successTasks' | 'failureTasks'>
 >;
 
 /** Peers that succeeded and failed, bounded for status, with full counts. */

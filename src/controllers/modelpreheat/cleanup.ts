@@ -4,16 +4,16 @@
  * manager is retried for CLEANUP_GRACE_MS after the deletion, then let go of with a Warning Event: a deletion must
  * not hang on a manager that may never come back.
  */
-import { GVR, type ModelPreheat, type ModelPreheatSpec } from '../api/index.ts';
-import { ManagerError } from '../manager/errors.ts';
+import { GVR, type ModelPreheat, type ModelPreheatSpec } from '../../api/index.ts';
+import { ManagerError } from '../../manager/errors.ts';
 import {
   hasFinalizer,
   removeFinalizer,
   type ReconcileContext,
   type ReconcileResult,
-} from '../runtime/index.ts';
-import { resolveManager } from './managers.ts';
-import { evictTasks, type CacheDeps } from './modelpreheat-cache.ts';
+} from '../../runtime/index.ts';
+import { resolveManager } from '../managers.ts';
+import { evictTasks, type CacheDeps } from './cache.ts';
 
 export const FINALIZER = 'peerload.io/delete-manager-job';
 /** How long a deletion waits for an unreachable manager before it lets go of the job record. */

@@ -14,14 +14,14 @@ import {
   type ModelPreheat,
   type ModelPreheatSpec,
   type ModelPreheatStatus,
-} from '../api/index.ts';
-import type { ManagerClient } from '../manager/client.ts';
-import { ManagerError } from '../manager/errors.ts';
-import { isTerminalState, jobPeerTasks, jobTaskPeers, type ManagerJob } from '../manager/types.ts';
-import { redact } from '../redact.ts';
-import type { ControllerContext, ReconcileContext, ReconcileResult } from '../runtime/index.ts';
-import { ManagerClients, resolveManager } from './managers.ts';
-import type { SecretReader } from './secrets.ts';
+} from '../../api/index.ts';
+import type { ManagerClient } from '../../manager/client.ts';
+import { ManagerError } from '../../manager/errors.ts';
+import { isTerminalState, jobPeerTasks, jobTaskPeers, type ManagerJob } from '../../manager/types.ts';
+import { redact } from '../../redact.ts';
+import type { ControllerContext, ReconcileContext, ReconcileResult } from '../../runtime/index.ts';
+import { ManagerClients, resolveManager } from '../managers.ts';
+import type { SecretReader } from '../secrets.ts';
 
 export const REFRESH_ANNOTATION = 'peerload.io/refresh-cache';
 /** How long a failed refresh waits before it tries again. */
@@ -91,7 +91,7 @@ export async function cacheStep(
   const observed = cache?.observedAt ? Date.parse(cache.observedAt) : undefined;
   const due = asked || (intervalMs !== undefined && (observed === undefined || now - observed >= intervalMs));
   // Nothing running and nothing due: no manager, no Secret, no write. An idle operator holds thousands of
-  // succeeded preheats, and none of them may cost anything (bench row 5).
+  // succeeded preheats, each resynced and requeued, so one that costs anything costs it thousands of times.
   if (!cache?.refreshing?.length && !due)
     return intervalMs && observed !== undefined ? { requeueAfter: observed + intervalMs - now } : undefined;
 

@@ -4,11 +4,11 @@
  * preheated again when the targets change, e.g. as a ServedModel scales out onto new nodes.
  */
 import { createHash } from 'node:crypto';
-import type { ModelPreheatSpec, TargetPeer } from '../api/index.ts';
-import { jobPeerTasks, type ManagerJob } from '../manager/types.ts';
+import type { ModelPreheatSpec, TargetPeer } from '../../api/index.ts';
+import { jobPeerTasks, type ManagerJob } from '../../manager/types.ts';
 
 /** Most peers status.peers remembers (the manager takes at most 100 ips per job; a few batches' worth). */
-export const MAX_TARGET_PEERS = 200;
+const MAX_TARGET_PEERS = 200;
 
 /**
  * A digest of what is preheated: the spec without the fields that say where or how (targets, scope, retry,

@@ -2,19 +2,19 @@
  * Turns a ModelPreheat spec into the manager's preheat request, and says which P2P task id each URL will
  * have, so that `status.tasks` can be matched with peer logs and with the plugin's downloads.
  */
-import { parseDuration, type ModelPreheatSpec } from '../api/index.ts';
-import type { PreheatJobRequest } from '../manager/types.ts';
-import { credentialsFromSecretData } from '../storage/credentials.ts';
-import { signObjectURL } from '../storage/sign.ts';
+import { parseDuration, type ModelPreheatSpec } from '../../api/index.ts';
+import type { PreheatJobRequest } from '../../manager/types.ts';
+import { credentialsFromSecretData } from '../../storage/credentials.ts';
+import { signObjectURL } from '../../storage/sign.ts';
 import {
   DEFAULT_FILTERED_QUERY_PARAMS,
   DEFAULT_TASK_ID_RULE,
   taskID,
   taskIdRule,
   type TaskIdRule,
-} from '../storage/taskid.ts';
-import type { SecretReader } from './secrets.ts';
-import { redactURL } from '../redact.ts';
+} from '../../storage/taskid.ts';
+import type { SecretReader } from '../secrets.ts';
+import { redactURL } from '../../redact.ts';
 
 export interface PreheatPlan {
   request: PreheatJobRequest;

@@ -9,10 +9,10 @@
  *   change (a final job failure, an invalid spec, credentials the manager refuses). Both are "abnormal-true":
  *   they are removed, not set False, when they no longer apply, as kstatus readers (Flux, kpt) expect.
  */
-import type { JobState, PREHEAT_PHASES } from '../api/index.ts';
-import type { ConditionChange } from '../runtime/index.ts';
-import type { FailureReason } from './modelpreheat-failures.ts';
-import { withConditionsOf } from './status.ts';
+import type { JobState, PREHEAT_PHASES } from '../../api/index.ts';
+import type { ConditionChange } from '../../runtime/index.ts';
+import type { FailureReason } from './failures.ts';
+import { withConditionsOf } from '../status.ts';
 
 export const PreheatCondition = {
   Ready: 'Ready',

@@ -1,0 +1,300 @@
+/**
+ * The ModelPreheat reconciler: one manager preheat job per generation of the spec, followed to SUCCESS or
+ * FAILURE, retried with backoff up to `spec.retry.limit`, reported in status, conditions and Events.
+ *
+ * Status is the memory: the job id is written before anything depends on it, so an operator restart continues
+ * polling the same job. A crash between "job created" and "status written" leaves one extra job on the manager
+ * when the next reconcile creates it again; preheating the same URLs twice is harmless (the second job finds the
+ * content cached) and each job carries the resource in its `bio` to be traced.
+ *
+ * `reconcile` is the state machine; what it decides (next step, statuses, delays) is in decide.ts, pure.
+ */
+import { ModelPreheatSpec, GVR, type ModelPreheat, type ModelPreheatStatus } from '../../api/index.ts';
+import type { ManagerClient } from '../../manager/client.ts';
+import { ManagerError } from '../../manager/errors.ts';
+import type { ManagerJob } from '../../manager/types.ts';
+import {
+  addFinalizer,
+  hasFinalizer,
+  isBeingDeleted,
+  removeFinalizer,
+  type ControllerContext,
+  type Informer,
+  type ReconcileContext,
+  type ReconcileResult,
+} from '../../runtime/index.ts';
+import { ManagerClients, resolveManager } from '../managers.ts';
+import { operatorMetrics, type OperatorMetrics } from '../metrics.ts';
+import { SecretReader } from '../secrets.ts';
+import { invalidSpec, specProblem, statusWriter, type StatusWrite } from '../status.ts';
+import { cacheStep, type CacheDeps } from './cache.ts';
+import { FINALIZER, cleanUp } from './cleanup.ts';
+import { PreheatReason } from './conditions.ts';
+import {
+  alreadyPreheatedStatus,
+  emptySuccess,
+  exhausted,
+  failedStatus,
+  failureOutcome,
+  failureRequeue,
+  finalizerChange,
+  jobCreatedStatus,
+  jobRunningStatus,
+  nextStep,
+  observed,
+  pollDelay,
+  retryDelay,
+  startedStatus,
+  succeededStatus,
+  type CreatedJob,
+  type FailedAttempt,
+} from './decide.ts';
+import { describeFailure } from './failures.ts';
+import { planPreheat } from './request.ts';
+import { failureText } from './results.ts';
+import { targetsToPreheat } from './targets.ts';
+
+type Obj = ModelPreheat;
+type Status = ModelPreheatStatus;
+type Result = Promise<ReconcileResult | void>;
+type Manager = { client: ManagerClient; url: string };
+
+/** Bound of the one look at a new job before its first status write (see createJob). */
+const FIRST_LOOK_TIMEOUT_MS = 2_000;
+/** Polls of a running job ask for the manager's credentials each time: a rotated Secret is seen within 30 s. */
+const SECRET_TTL_MS = 30_000;
+
+export class ModelPreheatReconciler {
+  readonly informer: Informer<Obj>;
+  private readonly ctx: ControllerContext;
+  private readonly secrets: SecretReader;
+  private readonly clients = new ManagerClients();
+  private readonly metrics: OperatorMetrics;
+  private readonly writeStatus: StatusWrite<Obj, Status>;
+  /** What the cache and clean-up steps share with the reconciler. */
+  private readonly cacheDeps: CacheDeps;
+
+  constructor(ctx: ControllerContext) {
+    this.ctx = ctx;
+    this.informer = ctx.informers.get<Obj>(GVR.modelPreheats);
+    this.secrets = new SecretReader(ctx.kube, { ttlMs: SECRET_TTL_MS });
+    this.metrics = operatorMetrics(ctx.metrics);
+    this.writeStatus = statusWriter<Obj, Status>(ctx, GVR.modelPreheats);
+    this.cacheDeps = { ctx, secrets: this.secrets, clients: this.clients, writeStatus: this.writeStatus };
+  }
+
+  async reconcile(key: string, rc: ReconcileContext): Result {
+    // Through the status writer: a requeue may come before the watch has delivered our last status write.
+    const obj = this.ctx.status.latest(this.informer.get(key));
+    if (!obj) return; // deleted: the operator keeps nothing per resource
+
+    const parsed = ModelPreheatSpec.safeParse(obj.spec);
+    if (!parsed.success) return this.reportInvalidSpec(obj, specProblem(parsed.error), rc);
+    const spec = parsed.data;
+
+    if (isBeingDeleted(obj)) return cleanUp(this.cacheDeps, obj, spec, rc);
+    await this.keepFinalizer(obj, spec, rc);
+
+    // Where this generation stands, from status alone (decide.ts).
+    const step = nextStep(obj, spec, Date.now());
+    if (step.kind === 'cache') return cacheStep(this.cacheDeps, obj, spec, rc);
+    if (step.kind === 'done') return;
+
+    // Every other step needs the manager: its configuration is checked (and reported) before anything waits.
+    let manager: Manager;
+    try {
+      manager = await this.manager(obj, spec, rc);
+    } catch (err) {
+      return this.fail(obj, err, 'resolve the manager', rc);
+    }
+    const { client, url: managerURL } = manager;
+
+    switch (step.kind) {
+      case 'alreadyPreheated':
+        await this.write(
+          obj,
+          (s) => alreadyPreheatedStatus(s, spec, obj.metadata.generation, new Date()),
+          rc,
+        );
+        return;
+      case 'wait':
+        return { requeueAfter: step.ms };
+      case 'create':
+        return this.createJob(obj, spec, client, managerURL, step.attempt, rc);
+      case 'poll':
+        return this.pollJob(obj, spec, client, step.job, rc);
+    }
+  }
+
+  /** The manager of `spec.manager` (else the operator's default), with its credentials read now. */
+  private async manager(obj: Obj, spec: ModelPreheatSpec, rc: ReconcileContext): Promise<Manager> {
+    const { namespace } = obj.metadata;
+    const resolved = await resolveManager(spec.manager, namespace!, this.ctx.config, this.secrets, rc.signal);
+    return { client: this.clients.get(resolved), url: resolved.url };
+  }
+
+  private reportInvalidSpec(obj: Obj, message: string, rc: ReconcileContext): Promise<void> {
+    const problem = { finalizer: FINALIZER, message, skipped: 'job not deleted' };
+    const gen = obj.metadata.generation;
+    const report = () =>
+      this.write(
+        obj,
+        (s) => observed(s, gen, { outcome: 'Failed', reason: PreheatReason.InvalidSpec, message }),
+        rc,
+      );
+    return invalidSpec(this.ctx, GVR.modelPreheats, obj, problem, report, rc.signal);
+  }
+
+  private async keepFinalizer(obj: Obj, spec: ModelPreheatSpec, rc: ReconcileContext): Promise<void> {
+    const change = finalizerChange(spec, hasFinalizer(obj, FINALIZER));
+    if (change === 'add') await addFinalizer(this.ctx.kube, GVR.modelPreheats, obj, FINALIZER, rc.signal);
+    if (change === 'remove')
+      await removeFinalizer(this.ctx.kube, GVR.modelPreheats, obj, FINALIZER, rc.signal);
+  }
+
+  private write(obj: Obj, change: (s: Status) => Status, rc: ReconcileContext) {
+    return this.writeStatus(obj, change, rc.signal);
+  }
+
+  private async createJob(
+    obj: Obj,
+    spec: ModelPreheatSpec,
+    client: ManagerClient,
+    managerURL: string,
+    attempt: number,
+    rc: ReconcileContext,
+  ): Result {
+    const gen = obj.metadata.generation;
+    let created: CreatedJob;
+    try {
+      const bio = `peerload ${obj.metadata.namespace}/${obj.metadata.name} uid=${obj.metadata.uid} generation=${gen} attempt=${attempt}`;
+      const { config } = this.ctx;
+      const plan = await planPreheat(
+        spec,
+        obj.metadata.namespace!,
+        this.secrets,
+        { bio },
+        new Date(),
+        rc.signal,
+        config.peerDaemonVersion,
+      );
+      const ips = targetsToPreheat(spec, obj.status);
+      if (ips) plan.request.ips = ips;
+      created = { job: await client.createPreheatJob(plan.request), managerURL, attempt, tasks: plan.tasks };
+    } catch (err) {
+      return this.fail(obj, err, 'create the preheat job', rc);
+    }
+    rc.log.info({ jobID: created.job.id, groupID: created.job.groupID, attempt }, 'created preheat job');
+    const started = (s: Status) => startedStatus(s, spec, gen, created, new Date());
+    // One look at the job before the first status write: a job the seed peers finish at once (the task is already
+    // cached, or a small file) then costs one status write instead of two, and in a burst of preheats the apiserver's
+    // writes are what bounds the rate. The look is a single attempt with a short bound, so the job id (status is the
+    // operator's only memory of the job) is never left unwritten for long; any other answer is left to polling.
+    const first = await client
+      .getJob(created.job.id, { timeoutMs: FIRST_LOOK_TIMEOUT_MS })
+      .catch(() => undefined);
+    if (first?.state === 'SUCCESS') return this.succeed(obj, spec, started, first, attempt, rc);
+
+    await this.write(obj, (s) => jobCreatedStatus(started(s), spec, gen, created), rc);
+    // No Event here: the condition (reason JobCreated) says it, and with many resources an Event per job creation
+    // would be a large share of the apiserver writes. Outcomes (JobSucceeded, JobFailed...) get Events.
+    return { requeueAfter: this.ctx.config.pollBackoffStart };
+  }
+
+  /** Records a successful job; `base` carries what else this same write must say (the job itself, when new). */
+  private async succeed(
+    obj: Obj,
+    spec: ModelPreheatSpec,
+    base: (s: Status) => Status,
+    job: ManagerJob,
+    attempt: number,
+    rc: ReconcileContext,
+  ): Result {
+    const why = emptySuccess(job);
+    if (why)
+      return this.recordFailure(
+        obj,
+        spec,
+        { attempt, why, job, reason: PreheatReason.NoPeerSucceeded },
+        rc,
+        base,
+      );
+    await this.write(
+      obj,
+      (s) => succeededStatus(base(s), spec, obj.metadata.generation, job, new Date()),
+      rc,
+    );
+    this.ctx.events.record(
+      obj,
+      'Normal',
+      'JobSucceeded',
+      `preheat job ${job.id} succeeded (attempt ${attempt})`,
+    );
+    this.metrics.preheatJobs.labels('succeeded').inc();
+  }
+
+  private async pollJob(
+    obj: Obj,
+    spec: ModelPreheatSpec,
+    client: ManagerClient,
+    current: Status,
+    rc: ReconcileContext,
+  ): Result {
+    const attempt = current.attempts ?? 1;
+    let job: ManagerJob;
+    try {
+      job = await client.getJob(current.jobID!);
+    } catch (err) {
+      if (!(err instanceof ManagerError && err.kind === 'notFound'))
+        return this.fail(obj, err, `poll preheat job ${current.jobID}`, rc);
+      this.metrics.managerErrors.labels(err.kind).inc();
+      // The record was deleted on the manager: the outcome is unknowable, so count it as a failed attempt.
+      return this.recordFailure(
+        obj,
+        spec,
+        { attempt, why: `job ${current.jobID} no longer exists on the manager` },
+        rc,
+      );
+    }
+
+    if (job.state === 'SUCCESS') return this.succeed(obj, spec, (s) => s, job, attempt, rc);
+    if (job.state === 'FAILURE')
+      return this.recordFailure(obj, spec, { attempt, why: failureText(job), job }, rc);
+    if (job.state !== current.state)
+      await this.write(obj, (s) => jobRunningStatus(s, spec, obj.metadata.generation, job, attempt), rc);
+    const { pollBackoffStart, pollBackoffMax } = this.ctx.config;
+    return { requeueAfter: pollDelay(current.startedAt, Date.now(), pollBackoffStart, pollBackoffMax) };
+  }
+
+  /** A failed attempt of the job: retried after the backoff, or final once `spec.retry.limit` is used up. */
+  private async recordFailure(
+    obj: Obj,
+    spec: ModelPreheatSpec,
+    f: FailedAttempt,
+    rc: ReconcileContext,
+    base: (s: Status) => Status = (s) => s,
+  ): Result {
+    await this.write(obj, (s) => failedStatus(base(s), spec, obj.metadata.generation, f, new Date()), rc);
+    const final = exhausted(spec, f.attempt);
+    const reason = final ? (f.reason ?? PreheatReason.JobFailed) : PreheatReason.JobFailedWillRetry;
+    this.ctx.events.record(obj, 'Warning', reason, `attempt ${f.attempt}: ${f.why}`);
+    this.metrics.preheatJobs.labels(final ? 'failed' : 'retried').inc();
+    return final ? undefined : { requeueAfter: retryDelay(spec.retry.backoff, f.attempt) };
+  }
+
+  /** A failed step (not a failed job): written where the user looks, then retried as the failure allows. */
+  private async fail(obj: Obj, err: unknown, action: string, rc: ReconcileContext): Result {
+    const view = describeFailure(err, action);
+    if (err instanceof ManagerError) this.metrics.managerErrors.labels(err.kind).inc();
+    const outcome = failureOutcome(view);
+    await this.write(
+      obj,
+      (s) => observed(s, obj.metadata.generation, { outcome, reason: view.reason, message: view.message }),
+      rc,
+    );
+    this.ctx.events.record(obj, 'Warning', view.reason, view.message);
+    const next = failureRequeue(view);
+    if (next === 'throw') throw err;
+    return next;
+  }
+}
