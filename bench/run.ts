@@ -4,9 +4,10 @@
  *
  *   npm run bench -- --only 1,2 --reps 5
  *
- * Options: --only <list of 1..8>, --reps <n ≥ 1; default 3>, --out <json path>, --workers <n> (scenario 1),
+ * Options: --only <list of 1..9>, --reps <n ≥ 1; default 3>, --out <json path>, --workers <n> (scenario 1),
  * --size-mib <n> (scenarios 3 and 6; default 1024), --origin-mbps <MB/s> (scenario 4; default 50),
- * --idle-seconds <n> (scenario 5; default 60), --size8-mib <n> (scenario 8, one object per run; default 256).
+ * --idle-seconds <n> (scenario 5; default 60), --size8-mib <n> (scenario 8, one object per run; default 256),
+ * --poll-ms <n> (scenario 9: real ms per simulated minute; default 2000).
  */
 import { execFileSync } from 'node:child_process';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
@@ -23,6 +24,7 @@ import { scenario4 } from './scenarios/s4-origin.ts';
 import { scenario5 } from './scenarios/s5-idle.ts';
 import { scenario7 } from './scenarios/s7-head-of-line.ts';
 import { scenario8 } from './scenarios/s8-node-preheat.ts';
+import { scenario9 } from './scenarios/s9-soak.ts';
 
 const ROOT = resolve(import.meta.dirname, '..');
 
@@ -36,10 +38,11 @@ const { values } = parseArgs({
     'origin-mbps': { type: 'string' },
     'idle-seconds': { type: 'string' },
     'size8-mib': { type: 'string' },
+    'poll-ms': { type: 'string' },
   },
   strict: true,
 });
-const only = new Set((values.only ?? '1,2,3,4,5,6,7,8').split(',').map((s) => Number(s.trim())));
+const only = new Set((values.only ?? '1,2,3,4,5,6,7,8,9').split(',').map((s) => Number(s.trim())));
 const reps = Math.max(1, Number(values.reps ?? 3));
 const out = resolve(values.out ?? `${ROOT}/bench/results/latest.json`);
 const workers = Number(values.workers ?? 32);
@@ -47,6 +50,7 @@ const sizeMiB = Number(values['size-mib'] ?? 1024);
 const originMBps = Number(values['origin-mbps'] ?? 50);
 const idleSeconds = Number(values['idle-seconds'] ?? 60);
 const size8MiB = Number(values['size8-mib'] ?? 256);
+const pollMs = Number(values['poll-ms'] ?? 2000);
 
 function machine(): Record<string, unknown> {
   const sh = (cmd: string, args: string[]) => {
@@ -119,12 +123,13 @@ async function main(): Promise<number> {
     await attempt('8', () =>
       withControlPlane((cp) => scenario8(cp, { reps, sizeBytes: size8MiB * 2 ** 20 })),
     );
+  if (only.has(9)) await attempt('9', () => withControlPlane((cp) => scenario9(cp, { pollMs })));
 
   rows.sort((a, b) => a.id.localeCompare(b.id, 'en', { numeric: true }));
   const result = {
     date: new Date().toISOString(),
     durationSeconds: Math.round((Date.now() - started) / 1000),
-    options: { only: [...only], reps, workers, sizeMiB, originMBps, idleSeconds, size8MiB },
+    options: { only: [...only], reps, workers, sizeMiB, originMBps, idleSeconds, size8MiB, pollMs },
     machine: info,
     rows,
     errors,

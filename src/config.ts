@@ -17,6 +17,9 @@ const duration = (what: string) =>
     .string()
     .regex(new RegExp(DURATION_PATTERN), `must be a duration such as 90s, 10m or 1h30m`)
     .transform((s) => parseDuration(s))
+    // Each one ends up in a timer: whole milliseconds, and far below 2^31-1 ms (where a Node timer fires at once).
+    .refine((ms) => Number.isInteger(ms), 'must be a whole number of milliseconds')
+    .refine((ms) => ms <= 24 * 3_600_000, 'must be at most 24h')
     .describe(what);
 
 const bool = z

@@ -7,8 +7,10 @@
  * The rule:
  * - a URL keeps its scheme, host, port and path; its userinfo and fragment are dropped and every query value is
  *   replaced by `***` (the parameter names stay, so a reader still sees which filter applied);
- * - every value of a Secret the operator has read ({@link rememberSecret}), and every secret a caller names
- *   (tokens it holds), is replaced by `***` wherever it appears.
+ * - every value of a Secret the operator has read ({@link rememberSecretData}), and every secret a caller names
+ *   (tokens it holds), is replaced by `***` wherever it appears, as is or JSON-escaped, `\u0026`-escaped or
+ *   percent-encoded ({@link secretForms}); a Secret's values are remembered while it exists and as it is now;
+ * - redaction comes before any cut to length ({@link redactBounded}), so no secret's first characters survive.
  *
  * URLs are found and rewritten as text, not parsed and re-serialized: a URL with nothing to drop stays byte for
  * byte what it was (endpoints are the identity of replicas in status), and a malformed one is still redacted.
@@ -20,17 +22,78 @@ export const REDACTED = '***';
 const MIN_SECRET_LENGTH = 4;
 /**
  * Remembered values are redacted from everything, so they must be long enough not to be ordinary text: a Secret
- * may hold a user name or a region next to its keys. Keys, tokens and passwords worth the name are longer.
+ * may hold a user name or a region next to its keys. Keys, tokens and passwords worth the name are longer; a
+ * shorter value is remembered only under a key whose name says it is secret ({@link SECRET_FIELD}), and then
+ * replaced only where it stands alone (not inside a longer word).
  */
 const MIN_REMEMBERED_LENGTH = 8;
-/** In a JSON secret, the fields holding key material (TorchServe key files, GCS service accounts): not its URLs. */
-const SECRET_FIELD = /(^|[_-])(key|secret|token|password|credentials?)$/i;
-/** Bound of the remembered values: rotated keys pile up over the operator's life. Oldest go first. */
+/** A field or Secret key holding key material (TorchServe key files, GCS service accounts, `tls.key`): not URLs. */
+const SECRET_FIELD = /(^|[_.-]|[a-z](?=[A-Z]))(key|secret|token|password|passwd|credentials?)$/i;
+/** Bound of the Secrets whose values are remembered (and of values remembered without a Secret). Oldest go first. */
 const MAX_REMEMBERED = 4096;
 
-const remembered = new Set<string>();
-/** The remembered values, longest first (so a value containing another is replaced whole); rebuilt on change. */
-let longestFirst: string[] | undefined;
+/** One value to replace, in each of its forms. */
+interface Secret {
+  /** The value and its escaped and encoded forms, longest first. */
+  forms: string[];
+  /** Short: replaced only where it stands alone, by this pattern (all forms). */
+  alone?: RegExp;
+}
+
+/** Values remembered per Secret (`namespace/name`): replaced when the Secret changes, dropped when it is gone. */
+const bySecret = new Map<string, Secret[]>();
+/** Values remembered without a Secret, least recently remembered first. */
+const loose = new Map<string, Secret>();
+/** Every remembered value, longest first (so a value containing another is replaced whole); rebuilt on change. */
+let longestFirst: Secret[] | undefined;
+
+/**
+ * The forms a value takes in the text around it: as is, JSON-escaped (a PEM key's newlines as `\n`), with HTML
+ * characters `\u0026`-escaped as Go's encoding/json writes them, and percent-encoded as JavaScript and Go encode a
+ * query value (upper and lower case hex, space as `%20` and `+`).
+ */
+export function secretForms(value: string): string[] {
+  const json = JSON.stringify(value).slice(1, -1);
+  const goJSON = json.replace(
+    /[<>&\u2028\u2029]/g,
+    (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`,
+  );
+  const percent = encodeURIComponent(value);
+  const goQuery = percent
+    .replace(/[!'()*]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase()}`)
+    .replace(/%20/g, '+');
+  const lower = (t: string) => t.replace(/%[0-9A-F]{2}/g, (h) => h.toLowerCase());
+  const forms = new Set([value, json, goJSON, percent, goQuery, lower(percent), lower(goQuery)]);
+  return [...forms].sort((a, b) => b.length - a.length);
+}
+
+const escapeRegExp = (t: string) => t.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+
+function secret(value: string, short: boolean): Secret {
+  const forms = secretForms(value);
+  if (!short) return { forms };
+  const alternatives = forms.map(escapeRegExp).join('|');
+  return { forms, alone: new RegExp(`(?<![A-Za-z0-9])(?:${alternatives})(?![A-Za-z0-9])`, 'g') };
+}
+
+/** The values of one remembered value: itself and, for a JSON document, each of its key fields. */
+function valuesOf(value: string, secretKey: boolean, out: Map<string, Secret>): void {
+  const add = (v: string, named: boolean) => {
+    const t = v.trim();
+    const min = named ? MIN_SECRET_LENGTH : MIN_REMEMBERED_LENGTH;
+    if (t.length < min || out.has(t)) return;
+    out.set(t, secret(t, t.length < MIN_REMEMBERED_LENGTH));
+  };
+  add(value, secretKey);
+  const t = value.trim();
+  if (t.startsWith('{')) {
+    try {
+      forEachSecretField(JSON.parse(t), false, (v) => add(v, true));
+    } catch {
+      // not JSON: remembered whole only
+    }
+  }
+}
 
 /**
  * Remembers a secret value so that it is redacted wherever it appears later. A JSON document (a service account
@@ -39,28 +102,46 @@ let longestFirst: string[] | undefined;
  */
 export function rememberSecret(value: string | undefined): void {
   if (value === undefined) return;
-  const add = (v: string) => {
-    const t = v.trim();
-    if (t.length < MIN_REMEMBERED_LENGTH) return;
-    remembered.delete(t);
-    remembered.add(t);
-    longestFirst = undefined;
-  };
-  add(value);
-  const t = value.trim();
-  if (t.startsWith('{')) {
-    try {
-      forEachSecretField(JSON.parse(t), false, add);
-    } catch {
-      // not JSON: remembered whole only
-    }
+  const found = new Map<string, Secret>();
+  valuesOf(value, false, found);
+  for (const [v, s] of found) {
+    loose.delete(v);
+    loose.set(v, s);
   }
-  while (remembered.size > MAX_REMEMBERED) remembered.delete(remembered.values().next().value!);
+  while (loose.size > MAX_REMEMBERED) loose.delete(loose.keys().next().value!);
+  longestFirst = undefined;
+}
+
+/**
+ * Remembers the values of one Secret (`data`: key -> decoded value), replacing what was remembered for it before:
+ * a changed Secret's old values are dropped, so what is remembered stays bounded by the Secrets in use. A value
+ * under a key named like a secret (`password`, `token`, `access_key`, `tls.key`) is remembered even when short.
+ */
+export function rememberSecretData(secretName: string, data: Record<string, string>): void {
+  const found = new Map<string, Secret>();
+  for (const [key, value] of Object.entries(data)) valuesOf(value, SECRET_FIELD.test(key), found);
+  bySecret.delete(secretName);
+  bySecret.set(secretName, [...found.values()]);
+  while (bySecret.size > MAX_REMEMBERED) bySecret.delete(bySecret.keys().next().value!);
+  longestFirst = undefined;
+}
+
+/** Drops what was remembered for a Secret that is gone. */
+export function forgetSecretData(secretName: string): void {
+  if (bySecret.delete(secretName)) longestFirst = undefined;
+}
+
+/** How many values are remembered, in how many Secrets (bounded: see {@link MAX_REMEMBERED}). */
+export function rememberedCount(): { secrets: number; values: number } {
+  let values = loose.size;
+  for (const v of bySecret.values()) values += v.length;
+  return { secrets: bySecret.size, values };
 }
 
 /** Forgets every remembered value (tests). */
 export function forgetSecrets(): void {
-  remembered.clear();
+  loose.clear();
+  bySecret.clear();
   longestFirst = undefined;
 }
 
@@ -99,28 +180,76 @@ export function redactURL(url: string): string {
   return `${scheme}${rest.slice(0, q)}?${params.join('&')}`;
 }
 
-/** Text with every URL redacted and every remembered or given secret replaced by `***`. */
+/**
+ * Text with every URL redacted and every remembered or given secret replaced by `***`, in any of its forms
+ * ({@link secretForms}).
+ */
 export function redact(text: string, secrets: readonly (string | undefined)[] = []): string {
   let out = text.includes('://') ? text.replace(URL_IN_TEXT, redactURL) : text;
-  longestFirst ??= [...remembered].sort((a, b) => b.length - a.length);
-  const given = secrets.filter((s): s is string => s !== undefined).sort((a, b) => b.length - a.length);
+  longestFirst ??= [...loose.values(), ...[...bySecret.values()].flat()].sort(
+    (a, b) => b.forms[0]!.length - a.forms[0]!.length,
+  );
+  const given = secrets
+    .filter((s): s is string => s !== undefined && s.length >= MIN_SECRET_LENGTH)
+    .sort((a, b) => b.length - a.length)
+    .map((s) => ({ forms: secretForms(s) }) as Secret);
   for (const s of [...given, ...longestFirst]) {
-    if (s.length >= MIN_SECRET_LENGTH && out.includes(s)) out = out.split(s).join(REDACTED);
+    if (s.alone) {
+      if (s.forms.some((f) => out.includes(f))) out = out.replace(s.alone, REDACTED);
+      continue;
+    }
+    for (const f of s.forms) if (out.includes(f)) out = out.split(f).join(REDACTED);
   }
   return out;
 }
 
-/** A copy of a JSON-like value with {@link redact} applied to every string in it (keys stay). */
+/**
+ * {@link redact}, then at most `max` characters (with `…` when cut). In this order: a cut first would leave the
+ * first characters of a secret or a URL's query that redaction no longer recognises.
+ */
+export function redactBounded(
+  text: string,
+  max: number,
+  secrets: readonly (string | undefined)[] = [],
+): string {
+  const r = redact(text, secrets);
+  return r.length > max ? r.slice(0, max) + '…' : r;
+}
+
+/**
+ * A copy of a value with {@link redact} applied to every string in it (keys stay), as it will be serialised: a
+ * class instance by its `toJSON` when it has one (a URL, a Date), else by its own enumerable fields (what
+ * JSON.stringify and pino write of it); an Error by its type, message, stack, fields and cause. Cycles and depth are
+ * bounded (an error's cause may hold a socket).
+ */
 export function redactDeep<T>(value: T, secrets: readonly (string | undefined)[] = []): T {
-  const walk = (v: unknown): unknown => {
+  const seen = new WeakSet<object>();
+  const walk = (v: unknown, depth: number): unknown => {
     if (typeof v === 'string') return redact(v, secrets);
-    if (Array.isArray(v)) return v.map(walk);
-    if (v instanceof Error)
-      return { type: v.name, message: redact(v.message, secrets), stack: redact(v.stack ?? '', secrets) };
-    if (v && typeof v === 'object' && Object.getPrototypeOf(v) === Object.prototype) {
-      return Object.fromEntries(Object.entries(v).map(([k, x]) => [k, walk(x)]));
+    if (v === null || typeof v !== 'object') return v;
+    if (seen.has(v)) return '[Circular]';
+    if (depth > 10) return '[Object]';
+    seen.add(v);
+    try {
+      if (Array.isArray(v)) return v.map((x) => walk(x, depth + 1));
+      if (v instanceof Error) {
+        const out: Record<string, unknown> = {
+          type: v.name,
+          message: redact(v.message, secrets),
+          stack: redact(v.stack ?? '', secrets),
+        };
+        for (const [k, x] of Object.entries(v)) if (!(k in out)) out[k] = walk(x, depth + 1);
+        if (v.cause !== undefined) out['cause'] = walk(v.cause, depth + 1);
+        return out;
+      }
+      const toJSON = (v as { toJSON?: unknown }).toJSON;
+      if (typeof toJSON === 'function') return walk(toJSON.call(v), depth + 1);
+      if (v instanceof Map) return walk(Object.fromEntries(v), depth + 1);
+      if (v instanceof Set) return walk([...v], depth + 1);
+      return Object.fromEntries(Object.entries(v).map(([k, x]) => [k, walk(x, depth + 1)]));
+    } finally {
+      seen.delete(v);
     }
-    return v;
   };
-  return walk(value) as T;
+  return walk(value, 0) as T;
 }

@@ -370,7 +370,7 @@ export async function scenario5(cp: ControlPlane, o: S5Options): Promise<{ rows:
 }
 
 /** NODE_OPTIONS of the operator container in deploy/base/deployment.yaml, if it sets one. */
-function deployedNodeOptions(): { NODE_OPTIONS?: string } {
+export function deployedNodeOptions(): { NODE_OPTIONS?: string } {
   const deployment = load(readFileSync(join(ROOT, 'deploy/base/deployment.yaml'), 'utf8')) as {
     spec: { template: { spec: { containers: { env?: { name: string; value?: string }[] }[] } } };
   };

@@ -27,6 +27,7 @@ if (file.endsWith('.heapsnapshot')) {
   const iName = fields.indexOf('name');
   const iSize = fields.indexOf('self_size');
   const by = new Map<string, number>();
+  const count = new Map<string, number>();
   let total = 0;
   for (let i = 0; i < data.nodes.length; i += n) {
     const type = types[data.nodes[i + iType]]!;
@@ -35,11 +36,16 @@ if (file.endsWith('.heapsnapshot')) {
     const size = data.nodes[i + iSize] as number;
     total += size;
     by.set(name, (by.get(name) ?? 0) + size);
+    count.set(name, (count.get(name) ?? 0) + 1);
   }
   console.log(
     `live heap (sum of self sizes): ${(total / 2 ** 20).toFixed(1)} MiB, ${data.nodes.length / n} nodes`,
   );
   print(by, (v) => `${(v / 2 ** 20).toFixed(2)} MiB`, total);
+  // How many of each: a leak is a count that grows with time, not with the objects cached.
+  console.log('\nby count:');
+  for (const [k, v] of [...count].sort((a, b) => b[1] - a[1]).slice(0, top))
+    console.log(`${String(v).padStart(12)}  ${k} (${((by.get(k) ?? 0) / 2 ** 20).toFixed(2)} MiB)`);
 } else {
   const nodes = data.nodes as {
     id: number;

@@ -67,42 +67,76 @@ export const Duration = z
   .regex(new RegExp(DURATION_PATTERN), 'must be a duration such as 90s, 30m or 1h30m')
   .meta({ description: 'A duration such as `90s`, `30m` or `1h30m` (Go time.Duration syntax).' });
 
-/** A {@link Duration} of at least `min` (and at most `max`): CEL's duration() parses the same Go syntax. */
-export function durationBetween(min: string, max?: string): typeof Duration {
-  const rules: CelRule<string>[] = [
-    {
+/**
+ * A duration in whole milliseconds, by its syntax: units h, m, s and ms, with at most 5, 4, 3 and 0 significant
+ * decimals (0.00001h is 36 ms, 0.0001m 6 ms, 0.001s 1 ms). A rule on the text, because CEL has no remainder of
+ * durations and turning one into a string for a second parse costs more than the apiserver's CEL budget allows.
+ * It refuses a few whole values written in finer units (`1000us`), which nobody needs.
+ */
+const WHOLE_MS_PATTERN =
+  '^([0-9]+([.][0-9]{0,5}0*)?h|[0-9]+([.][0-9]{0,4}0*)?m|[0-9]+([.][0-9]{0,3}0*)?s|[0-9]+([.]0*)?ms)+$';
+const WHOLE_MS_MESSAGE =
+  'must be whole milliseconds in units h, m, s or ms (such as 1500ms or 1.5s, not 2m0.5ms or 1000us)';
+
+/**
+ * A {@link Duration} from `min` to `max`, in whole milliseconds: CEL's duration() parses the same Go syntax. Every
+ * duration of the API has a maximum (a far-off value would hold a worker, a finalizer or a poll for weeks, and past
+ * 2^31-1 ms a Node timer fires at once) and no fraction of a millisecond (Node's timers count whole milliseconds;
+ * `AbortSignal.timeout(120000.5)` throws).
+ */
+export function durationBetween(min: string, max: string): typeof Duration {
+  const valid = (d: string) => new RegExp(DURATION_PATTERN).test(d);
+  const rules: CelRule<string>[] = [];
+  if (durationNanos(min) > 0n)
+    rules.push({
       rule: `duration(self) >= duration('${min}')`,
       message: `must be at least ${min}`,
-      check: (d) => !new RegExp(DURATION_PATTERN).test(d) || parseDuration(d) >= parseDuration(min),
-    },
-  ];
-  if (max)
-    rules.push({
+      check: (d) => !valid(d) || durationNanos(d) >= durationNanos(min),
+    });
+  rules.push(
+    {
       rule: `duration(self) <= duration('${max}')`,
       message: `must be at most ${max}`,
-      check: (d) => !new RegExp(DURATION_PATTERN).test(d) || parseDuration(d) <= parseDuration(max),
-    });
+      check: (d) => !valid(d) || durationNanos(d) <= durationNanos(max),
+    },
+    {
+      rule: `self.matches(r'${WHOLE_MS_PATTERN}')`,
+      message: WHOLE_MS_MESSAGE,
+      check: (d) => new RegExp(WHOLE_MS_PATTERN).test(d),
+    },
+  );
   return withRules(Duration, rules);
 }
 
-const UNIT_MS: Record<string, number> = {
-  ns: 1e-6,
-  us: 1e-3,
-  µs: 1e-3,
-  ms: 1,
-  s: 1000,
-  m: 60_000,
-  h: 3_600_000,
+const UNIT_NS: Record<string, bigint> = {
+  ns: 1n,
+  us: 1_000n,
+  µs: 1_000n,
+  ms: 1_000_000n,
+  s: 1_000_000_000n,
+  m: 60_000_000_000n,
+  h: 3_600_000_000_000n,
 };
 
-/** Parses a Go duration string into milliseconds. Throws on malformed input. */
-export function parseDuration(text: string): number {
+/**
+ * A Go duration string in nanoseconds, exactly (as Go's time.ParseDuration: a fraction below a nanosecond is
+ * dropped). BigInt: a float would make `1.005s` 1004.9999 ms. Throws on malformed input.
+ */
+export function durationNanos(text: string): bigint {
   if (!new RegExp(DURATION_PATTERN).test(text)) throw new Error(`invalid duration "${text}"`);
-  let ms = 0;
-  for (const m of text.matchAll(/([0-9]+(?:\.[0-9]+)?)(ns|us|µs|ms|s|m|h)/g)) {
-    ms += Number(m[1]) * UNIT_MS[m[2]!]!;
+  let ns = 0n;
+  for (const m of text.matchAll(/([0-9]+)(?:\.([0-9]+))?(ns|us|µs|ms|s|m|h)/g)) {
+    const unit = UNIT_NS[m[3]!]!;
+    const fraction = m[2] ?? '';
+    ns += BigInt(m[1]!) * unit + (BigInt(fraction || '0') * unit) / 10n ** BigInt(fraction.length);
   }
-  return ms;
+  return ns;
+}
+
+/** Parses a Go duration string into milliseconds (a fraction when it is not whole). Throws on malformed input. */
+export function parseDuration(text: string): number {
+  const ns = durationNanos(text);
+  return Number(ns / 1_000_000n) + Number(ns % 1_000_000n) / 1e6;
 }
 
 /** A Kubernetes object name (RFC 1123 subdomain). */

@@ -25,9 +25,9 @@ export const ManagerRef = withRules(
       description:
         'How to send the query-parameter filter: current (`filtered_query_params`, v2.1.55+) or legacy (`filter`, before v2.1.31).',
     }),
-    requestTimeout: durationBetween('1s')
+    requestTimeout: durationBetween('1s', '5m')
       .default('30s')
-      .meta({ description: 'Time-out of one request to the manager; at least 1s.' }),
+      .meta({ description: 'Time-out of one request to the manager; from 1s to 5m.' }),
   }),
   [
     {

@@ -190,9 +190,9 @@ export const ModelPreheatSpec = withRules(
     schedulerClusterIDs: distinct(z.array(z.int().min(1)).max(100))
       .optional()
       .meta({ description: "IDs of the manager's scheduler clusters to preheat in; empty means all." }),
-    timeout: durationBetween('1s')
+    timeout: durationBetween('1s', '24h')
       .optional()
-      .meta({ description: 'Job time-out on the manager (default 60m there); at least 1s.' }),
+      .meta({ description: 'Job time-out on the manager (default 60m there); from 1s to 24h.' }),
     manager: ManagerRef.optional().meta({
       description: "Manager to use; defaults to the operator's --manager-url.",
     }),
@@ -204,8 +204,9 @@ export const ModelPreheatSpec = withRules(
           .max(100)
           .default(3)
           .meta({ description: 'Jobs created again after a FAILURE.' }),
-        backoff: durationBetween('1ms').default('30s').meta({
-          description: 'First delay before a retry; doubles each time. Positive (0s would retry at once).',
+        backoff: durationBetween('1ms', '1h').default('30s').meta({
+          description:
+            'First delay before a retry; doubles each time. From 1ms (0s would retry at once) to 1h.',
         }),
       })
       .default({ limit: 3, backoff: '30s' })
@@ -217,9 +218,9 @@ export const ModelPreheatSpec = withRules(
       description:
         "Delete the preheated tasks from every peer of the network (a manager delete_task job) when this resource is deleted; the next download goes to the origin. Off: the peers' caches keep them until their own GC.",
     }),
-    cacheRefreshInterval: durationBetween('1m').optional().meta({
+    cacheRefreshInterval: durationBetween('1m', '24h').optional().meta({
       description:
-        'How often status.cache (which peers hold each task, a manager get_task job) is refreshed once the preheat succeeded. Unset: after success and on demand only (annotate peerload.io/refresh-cache with a new value).',
+        'How often status.cache (which peers hold each task, a manager get_task job) is refreshed once the preheat succeeded. Unset: after success and on demand only (annotate peerload.io/refresh-cache with a new value). From 1m to 24h.',
     }),
   }),
   [

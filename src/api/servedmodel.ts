@@ -6,7 +6,6 @@ import { z } from 'zod';
 import {
   API_VERSION,
   Conditions,
-  Duration,
   EndpointURL,
   ObjectMeta,
   ObjectName,
@@ -135,16 +134,16 @@ export const PreheatGate = withRules(
       description:
         "With create: preheat the peers on the nodes of the replicas (scope all_peers with the nodes' InternalIPs), so each replica's download is a local hit; new pods' nodes are preheated as soon as they are scheduled. Default: true unless scope is set. Replicas whose node is unknown fall back to the seed peers.",
     }),
-    maxWait: Duration.default('5m').meta({
+    maxWait: durationBetween('0s', '1h').default('5m').meta({
       description:
-        "How long a replica waits for its node's preheat before it downloads anyway (from the seed peers or the origin).",
+        "How long a replica waits for its node's preheat before it downloads anyway (from the seed peers or the origin); at most 1h.",
     }),
     evictOnDelete: z.boolean().optional().meta({
       description: 'With create: delete the task from every peer when the ServedModel is deleted.',
     }),
-    cacheRefreshInterval: durationBetween('1m').optional().meta({
+    cacheRefreshInterval: durationBetween('1m', '24h').optional().meta({
       description:
-        'With create: how often status.cache (which peers hold the model) is refreshed; at least 1m.',
+        'With create: how often status.cache (which peers hold the model) is refreshed; from 1m to 24h.',
     }),
   }),
   [
@@ -228,9 +227,9 @@ export const ServedModelSpec = withRules(
       .meta({ description: 'How registration fans out over the replicas.' }),
     deletion: z
       .object({
-        gracePeriod: Duration.optional().meta({
+        gracePeriod: durationBetween('0s', '24h').optional().meta({
           description:
-            "How long deletion keeps retrying replicas that cannot be reached before it lets go of them (default: the operator's --cleanup-grace-period, 2m).",
+            "How long deletion keeps retrying replicas that cannot be reached before it lets go of them (default: the operator's --cleanup-grace-period, 2m); at most 24h.",
         }),
       })
       .optional()

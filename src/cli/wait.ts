@@ -7,6 +7,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { parseDuration, GVR } from '../api/index.ts';
 import { ApiError, KubeClient, type Gvr, type KubeObject } from '../runtime/kube.ts';
 import { loadKubeConfig } from '../runtime/kubeconfig.ts';
+import { timerDelay } from '../runtime/timers.ts';
 import { parseCommandArgs } from './args.ts';
 import { CliError } from './errors.ts';
 import { USER_AGENT } from '../version.ts';
@@ -128,7 +129,7 @@ export async function waitForResource(
       opts.io.err(`${what}: timed out after ${Math.round(opts.timeoutMs / 1000)}s (last: ${last})`);
       return 2;
     }
-    await sleep(Math.min(opts.intervalMs, left));
+    await sleep(timerDelay(Math.min(opts.intervalMs, left)));
   }
 }
 

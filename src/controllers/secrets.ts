@@ -7,7 +7,8 @@
  */
 import { ApiError } from '../runtime/kube.ts';
 import { GVR, type KubeClient, type KubeObject } from '../runtime/index.ts';
-import { rememberSecret } from '../redact.ts';
+import { abortable } from '../http/abortable.ts';
+import { forgetSecretData, rememberSecretData } from '../redact.ts';
 
 /** A Secret, or one of its keys, is missing. The message names both; it never carries a value. */
 export class SecretNotFoundError extends Error {
@@ -53,25 +54,25 @@ export class SecretReader {
       });
       if (this.ttlMs > 0) this.cache.set(id, entry);
     }
-    if (!signal) return entry.data;
-    signal.throwIfAborted();
-    return Promise.race([
-      entry.data,
-      new Promise<never>((_, reject) =>
-        signal.addEventListener('abort', () => reject(signal.reason), { once: true }),
-      ),
-    ]);
+    // The signal is usually the controller's, alive as long as the process: abortable removes its listener again.
+    return abortable(entry.data, signal);
   }
 
   private async read(namespace: string, name: string): Promise<Record<string, string>> {
     try {
       const secret = await this.kube.resource<SecretObject>(GVR.secrets).get(namespace, name);
-      // Every value read is redacted from status, Events and logs from now on, wherever it turns up.
-      for (const v of Object.values(secret.data ?? {}))
-        rememberSecret(Buffer.from(v, 'base64').toString('utf8'));
+      // Every value read is redacted from status, Events and logs from now on, wherever it turns up; what the
+      // Secret held before (a rotated key) is no longer, so what is remembered stays bounded by the Secrets in use.
+      rememberSecretData(
+        `${namespace}/${name}`,
+        Object.fromEntries(
+          Object.entries(secret.data ?? {}).map(([k, v]) => [k, Buffer.from(v, 'base64').toString('utf8')]),
+        ),
+      );
       return secret.data ?? {};
     } catch (err) {
       if (err instanceof ApiError && err.code === 404) {
+        forgetSecretData(`${namespace}/${name}`);
         throw new SecretNotFoundError(`Secret ${namespace}/${name} not found`);
       }
       if (err instanceof ApiError && err.code === 403) {

@@ -6,7 +6,7 @@
  * The message never carries a credential: request headers and bodies are never quoted, and whatever the server
  * says passes the redaction boundary (src/redact.ts) before it is kept.
  */
-import { redact } from '../redact.ts';
+import { redact, redactBounded } from '../redact.ts';
 
 export const HTTP_ERROR_KINDS = ['retryable', 'terminal', 'auth', 'notFound', 'conflict'] as const;
 export type HttpErrorKind = (typeof HTTP_ERROR_KINDS)[number];
@@ -63,8 +63,10 @@ export function isHttpError(e: unknown): e is HttpError {
 /** Longest server message kept: it ends up in a status condition. */
 export const MAX_DETAIL = 1024;
 
-/** A server's message made fit for a condition: trimmed, bounded to {@link MAX_DETAIL}, redacted. */
+/**
+ * A server's message made fit for a condition: trimmed, redacted, then bounded to {@link MAX_DETAIL} (in that
+ * order: a cut first could leave a secret's first characters that redaction no longer recognises).
+ */
 export function boundDetail(text: string, secrets: readonly string[] = []): string {
-  const t = text.trim();
-  return redact(t.length > MAX_DETAIL ? t.slice(0, MAX_DETAIL) + '…' : t, secrets);
+  return redactBounded(text.trim(), MAX_DETAIL, secrets);
 }

@@ -10,6 +10,7 @@ import type { Dispatcher } from 'undici';
 import { DEFAULT_MAX_RESPONSE_BYTES, ResponseTooLargeError, readBounded } from './body.ts';
 import { TIMEOUT, UNUSABLE_RESPONSE_KIND, transportCode } from './classify.ts';
 import { boundDetail, type HttpError, type HttpErrorInit } from './errors.ts';
+import { timerDelay } from '../runtime/timers.ts';
 
 export interface HttpRequest {
   dispatcher: Dispatcher;
@@ -44,8 +45,18 @@ export type ErrorFactory = (init: HttpErrorInit) => HttpError;
 /** Any status is an answer (the client classifies it); only transport failures and aborts throw. */
 export async function sendRequest(req: HttpRequest, toError: ErrorFactory): Promise<HttpResponse> {
   req.signal?.throwIfAborted();
-  const timeout = AbortSignal.timeout(req.timeoutMs);
-  const signal = req.signal ? AbortSignal.any([req.signal, timeout]) : timeout;
+  // Whole milliseconds within a Node timer's range: AbortSignal.timeout throws on 120000.5 and a timer longer than
+  // 2^31-1 ms fires after 1 ms; 0 would mean "no time-out" to undici's own timers.
+  const timeoutMs = Math.max(1, timerDelay(req.timeoutMs));
+  // A timer of our own, cleared when the exchange ends: an AbortSignal.timeout (with the listener AbortSignal.any
+  // puts on it) stays alive, timer and signals, until it fires, so every registration (30 min) kept both for half an
+  // hour after it was answered: 2,000 of each in an operator idle after rolling out 1,000 ServedModels.
+  const timeout = new AbortController();
+  const timer = setTimeout(
+    () => timeout.abort(new DOMException(`no complete answer within ${timeoutMs} ms`, 'TimeoutError')),
+    timeoutMs,
+  );
+  const signal = req.signal ? AbortSignal.any([req.signal, timeout.signal]) : timeout.signal;
   const maxBytes = req.maxResponseBytes ?? DEFAULT_MAX_RESPONSE_BYTES;
   let status = 0;
   try {
@@ -57,8 +68,8 @@ export async function sendRequest(req: HttpRequest, toError: ErrorFactory): Prom
       body: req.body ?? null,
       signal,
       // undici's own idle time-outs default to 300 s, below a long call's budget (a register downloads first).
-      headersTimeout: req.timeoutMs,
-      bodyTimeout: req.timeoutMs,
+      headersTimeout: timeoutMs,
+      bodyTimeout: timeoutMs,
     });
     status = res.statusCode;
     const text = await readBounded(res.body, maxBytes);
@@ -75,10 +86,10 @@ export async function sendRequest(req: HttpRequest, toError: ErrorFactory): Prom
         cause: e,
       });
     }
-    const code = timeout.aborted ? TIMEOUT : transportCode(e);
+    const code = timeout.signal.aborted ? TIMEOUT : transportCode(e);
     const detail =
       code === TIMEOUT
-        ? `no complete answer within ${req.timeoutMs} ms`
+        ? `no complete answer within ${timeoutMs} ms`
         : `request to ${req.origin} failed: ${e instanceof Error ? e.message : String(e)}`;
     throw toError({
       kind: 'retryable',
@@ -88,6 +99,8 @@ export async function sendRequest(req: HttpRequest, toError: ErrorFactory): Prom
       code,
       cause: e,
     });
+  } finally {
+    clearTimeout(timer);
   }
 }
 

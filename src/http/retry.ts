@@ -6,6 +6,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { safeToRepeat } from './classify.ts';
 import { isHttpError } from './errors.ts';
+import { clampDelay, timerDelay } from '../runtime/timers.ts';
 
 export interface RetryOptions {
   /** Extra attempts after the first. */
@@ -34,11 +35,24 @@ export async function withRetries<T>(
       const delay = e.retryAfterMs ?? backoff * (0.5 + Math.random() / 2);
       if (delay > retry.maxDelayMs) throw e;
       // An abort ends the wait with the caller's own reason, not the AbortError that wraps it.
-      await sleep(delay, undefined, { signal }).catch((err: unknown) => {
+      await sleep(timerDelay(delay), undefined, { signal }).catch((err: unknown) => {
         throw signal?.aborted ? signal.reason : err;
       });
     }
   }
+}
+
+/**
+/**
+ * How long a controller waits before it asks again after a server's `Retry-After` of `ms`: within
+ * [`pollBackoffStart`, `pollBackoffMax`]. `Retry-After: 0` would otherwise poll in a loop, and a value of days or an
+ * HTTP date years ahead (or past a timer's range) would leave the object unobserved.
+ */
+export function retryAfterDelay(
+  ms: number,
+  poll: { pollBackoffStart: number; pollBackoffMax: number },
+): number {
+  return clampDelay(ms, poll.pollBackoffStart, Math.max(poll.pollBackoffStart, poll.pollBackoffMax))!;
 }
 
 /**

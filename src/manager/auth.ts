@@ -5,6 +5,7 @@
  * - user + password: `POST /api/v1/users/signin` -> `{"token","expire"}`, a JWT sent as `Authorization: Bearer`,
  *   renewed before `expire`. Concurrent callers share one sign-in (one promise in flight).
  */
+import { abortable } from '../http/abortable.ts';
 import { ManagerError } from './errors.ts';
 
 export type ManagerAuth =
@@ -72,7 +73,8 @@ export class AuthProvider {
     }
   }
 
-  async material(): Promise<AuthMaterial> {
+  /** What the next request carries; `signal` ends the caller's wait for a sign-in (the sign-in goes on). */
+  async material(signal?: AbortSignal): Promise<AuthMaterial> {
     switch (this.#auth.type) {
       case 'none':
         return { headers: {}, query: {} };
@@ -81,7 +83,7 @@ export class AuthProvider {
           ? { headers: {}, query: { access_token: this.#auth.token } }
           : { headers: { authorization: `Bearer ${this.#auth.token}` }, query: {} };
       case 'signIn': {
-        const jwt = await this.#currentJWT();
+        const jwt = await abortable(this.#currentJWT(), signal);
         return { headers: { authorization: `Bearer ${jwt}` }, query: {}, jwt };
       }
     }

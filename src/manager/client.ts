@@ -144,19 +144,23 @@ export class ManagerClient {
   }
 
   /** `POST {apiPath}/jobs` with `type: get_task`: asks every peer whether it holds the task (manager v2.1.x+). */
-  async createGetTaskJob(req: TaskJobRequest): Promise<ManagerJob> {
-    return this.#createTaskJob('get_task', req);
+  async createGetTaskJob(req: TaskJobRequest, call: CallOptions = {}): Promise<ManagerJob> {
+    return this.#createTaskJob('get_task', req, call);
   }
 
   /** `POST {apiPath}/jobs` with `type: delete_task`: removes the task from every peer that finished it. */
-  async createDeleteTaskJob(req: TaskJobRequest): Promise<ManagerJob> {
-    return this.#createTaskJob('delete_task', req);
+  async createDeleteTaskJob(req: TaskJobRequest, call: CallOptions = {}): Promise<ManagerJob> {
+    return this.#createTaskJob('delete_task', req, call);
   }
 
-  async #createTaskJob(type: 'get_task' | 'delete_task', req: TaskJobRequest): Promise<ManagerJob> {
-    await this.verifySchedulerClusters(req.schedulerClusterIDs ?? []);
+  async #createTaskJob(
+    type: 'get_task' | 'delete_task',
+    req: TaskJobRequest,
+    call: CallOptions,
+  ): Promise<ManagerJob> {
+    await this.verifySchedulerClusters(req.schedulerClusterIDs ?? [], call);
     const op = `create ${type} job`;
-    const res = await this.#call(op, 'POST', '/jobs', { body: buildCreateTaskJobBody(type, req) });
+    const res = await this.#call(op, 'POST', '/jobs', { body: buildCreateTaskJobBody(type, req), ...call });
     return this.#parseJob(op, res);
   }
 
@@ -320,7 +324,9 @@ export class ManagerClient {
     },
   ): Promise<HttpResponse> {
     for (let authAttempt = 0; ; authAttempt++) {
-      const material = opts.auth ? await this.#auth.material() : { headers: {}, query: {}, jwt: undefined };
+      const material = opts.auth
+        ? await this.#auth.material(opts.signal)
+        : { headers: {}, query: {}, jwt: undefined };
       const secrets = [...this.#auth.secrets(), ...(opts.secrets ?? [])];
       const search = new URLSearchParams({ ...(opts.query ?? {}), ...material.query }).toString();
       const headers: Record<string, string> = {

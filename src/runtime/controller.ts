@@ -24,7 +24,10 @@ export class TerminalError extends Error {
 }
 
 export interface ReconcileResult {
-  /** Reconcile this key again after so many milliseconds (e.g. to poll an external system). */
+  /**
+   * Reconcile this key again after so many milliseconds (e.g. to poll an external system), at most 2^31-1 ms.
+   * Not positive (0, negative, NaN): again through the rate limiter, as after a failure, never at once.
+   */
   requeueAfter?: number;
 }
 
@@ -221,10 +224,18 @@ export class Controller<T extends KubeObject = KubeObject> {
         signal: this.abort.signal,
         retries,
       });
-      this.queue.forget(key);
-      if (r && r.requeueAfter !== undefined && r.requeueAfter >= 0) {
+      if (r && r.requeueAfter !== undefined && !(r.requeueAfter > 0)) {
+        // 0, a negative delay or NaN (a server's `Retry-After: 0`, arithmetic gone wrong) would come straight
+        // back at once, in a loop that skips every bound: it goes through the rate limiter like a failure, and
+        // the key's backoff is kept, so a key that keeps asking for "now" waits longer each time.
         result = 'requeue_after';
-        this.queue.addAfter(key, r.requeueAfter);
+        this.queue.addRateLimited(key);
+      } else {
+        this.queue.forget(key);
+        if (r && r.requeueAfter !== undefined) {
+          result = 'requeue_after';
+          this.queue.addAfter(key, r.requeueAfter);
+        }
       }
       const durationMs = round(performance.now() - started);
       log.debug({ durationMs, requeueAfter: r?.requeueAfter }, 'reconciled');

@@ -69,5 +69,6 @@ export type { ControllerContext, ControllerFactory, ManagerOptions } from './man
 export { Metrics } from './metrics.ts';
 export { StatusConflict, StatusWriter, mergePatch, type StatusUpdateOptions } from './status.ts';
 export type { StatusResult } from './status.ts';
+export { MAX_TIMER_MS, clampDelay, timeoutSignal, timerDelay } from './timers.ts';
 export { RateLimiter, WorkQueue } from './workqueue.ts';
 export type { QueueMetrics, RateLimiterOptions } from './workqueue.ts';

@@ -13,6 +13,7 @@
  */
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from 'pino';
+import { timerDelay } from './timers.ts';
 import {
   ApiError,
   objectKey,
@@ -156,7 +157,7 @@ export class Informer<T extends KubeObject = KubeObject> {
     this.loop = this.run(this.abort.signal);
     const period = this.opts.resyncPeriodMs ?? DEFAULT_RESYNC_MS;
     if (period > 0) {
-      this.resyncTimer = setInterval(() => this.resync(), period);
+      this.resyncTimer = setInterval(() => this.resync(), Math.max(1, timerDelay(period)));
       this.resyncTimer.unref();
     }
   }

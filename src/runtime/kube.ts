@@ -11,6 +11,8 @@
 import { Agent, request, type Dispatcher } from 'undici';
 import { createInterface } from 'node:readline';
 import { readFileOrData, type KubeConfigLike } from './kubeconfig.ts';
+import { timeoutSignal, timerDelay } from './timers.ts';
+import { redactBounded } from '../redact.ts';
 
 /** A group/version/resource plus what the runtime needs to address it. `group` is '' for the core group. */
 export interface Gvr {
@@ -226,7 +228,7 @@ export class KubeClient {
       query.fieldManager = this.fieldManager;
     const started = performance.now();
     let status = 0;
-    const timeout = AbortSignal.timeout(opts.timeoutMs ?? 30_000);
+    const timeout = timeoutSignal(opts.timeoutMs ?? 30_000);
     const signal = opts.signal ? AbortSignal.any([opts.signal, timeout]) : timeout;
     try {
       const headers: Record<string, string | string[]> = {
@@ -331,7 +333,7 @@ export class KubeClient {
     );
     const inTime = await Promise.race([
       closed,
-      new Promise<false>((r) => (timer = setTimeout(() => r(false), graceMs))),
+      new Promise<false>((r) => (timer = setTimeout(() => r(false), timerDelay(graceMs)))),
     ]);
     clearTimeout(timer);
     if (!inTime) await this.dispatcher.destroy().catch(() => undefined);
@@ -461,7 +463,8 @@ function cleanQuery(
 
 function apiErrorFrom(status: number, text: string, method: string, path: string): ApiError {
   let reason = 'Unknown';
-  let message = text.slice(0, 512);
+  // Redacted before it is cut (and kept): an apiserver may quote what it was sent.
+  let message = redactBounded(text, 512);
   try {
     const s = JSON.parse(text) as KubeStatus;
     if (s && s.kind === 'Status') {

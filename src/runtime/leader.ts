@@ -12,6 +12,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from 'pino';
 import { isConflict, isNotFound, GVR, type KubeClient, type KubeObject } from './kube.ts';
+import { timeoutSignal } from './timers.ts';
 
 export interface LeaseSpec {
   holderIdentity?: string | null;
@@ -119,7 +120,7 @@ export class LeaderElector {
     try {
       this.lease = await this.opts.kube
         .resource<Lease>(GVR.leases)
-        .update(released, { signal: AbortSignal.timeout(this.opts.renewDeadlineMs) });
+        .update(released, { signal: timeoutSignal(this.opts.renewDeadlineMs) });
       this.opts.logger?.info('released the leader lease');
       return true;
     } catch (err) {
@@ -131,7 +132,7 @@ export class LeaderElector {
   private async tryAcquireOrRenew(parent: AbortSignal, timeoutMs: number): Promise<boolean> {
     const { kube, namespace, name, identity, leaseDurationMs } = this.opts;
     const leases = kube.resource<Lease>(GVR.leases);
-    const signal = AbortSignal.any([parent, AbortSignal.timeout(timeoutMs)]);
+    const signal = AbortSignal.any([parent, timeoutSignal(timeoutMs)]);
     const now = new Date();
     const leaseDurationSeconds = Math.round(leaseDurationMs / 1000);
     try {

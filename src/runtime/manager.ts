@@ -20,6 +20,7 @@ import { kubeconfigFromFile, inClusterConfig } from './kubeconfig.ts';
 import { LeaderElector } from './leader.ts';
 import { Metrics } from './metrics.ts';
 import { StatusWriter } from './status.ts';
+import { timerDelay } from './timers.ts';
 
 /** What the runtime itself reads of the process's configuration (durations in milliseconds). */
 export interface RuntimeOptions {
@@ -353,7 +354,7 @@ export class Manager {
 
 async function withTimeout(p: Promise<unknown>, ms: number): Promise<void> {
   let t: NodeJS.Timeout | undefined;
-  await Promise.race([p, new Promise((r) => (t = setTimeout(r, ms)))]);
+  await Promise.race([p, new Promise((r) => (t = setTimeout(r, timerDelay(ms))))]);
   clearTimeout(t);
 }
 

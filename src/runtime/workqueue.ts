@@ -12,8 +12,12 @@
  * - with `fairness`, keys of one tenant (the namespace of a `namespace/name` key) take at most `maxPerTenant`
  *   of the `capacity` workers, and a free worker takes the key of the waiting tenant that holds the fewest
  *   (fair.ts): one namespace's hanging reconciles cannot hold every worker.
+ *
+ * Delays are bounded (src/runtime/timers.ts): a key asked for later than {@link MAX_TIMER_MS} from now waits that
+ * long, and the one timer is never armed beyond it (Node would fire it after 1 ms instead, in a loop).
  */
 import { FairQueue, namespaceOf } from './fair.ts';
+import { MAX_TIMER_MS, timerDelay } from './timers.ts';
 
 export interface RateLimiterOptions {
   /** First retry delay; doubles per failure. Default 5 ms. */
@@ -217,11 +221,15 @@ export class WorkQueue {
     if (this.processing.size === 0) for (const w of this.drainWaiters.splice(0)) w();
   }
 
-  /** Adds the key after `ms` (one heap, one timer). A key already waiting keeps its earlier time. */
+  /**
+   * Adds the key after `ms` (one heap, one timer), at most {@link MAX_TIMER_MS}. A key already waiting keeps its
+   * earlier time. `ms` <= 0 adds at once; NaN is treated as 0 (a caller's arithmetic gone wrong must not lose the
+   * key).
+   */
   addAfter(key: string, ms: number): void {
     if (this.shuttingDown) return;
-    if (ms <= 0) return this.add(key);
-    const at = Date.now() + ms;
+    if (!(ms > 0)) return this.add(key);
+    const at = Date.now() + Math.min(ms, MAX_TIMER_MS);
     const existing = this.delayedAt.get(key);
     if (existing !== undefined && existing <= at) return;
     this.delayedAt.set(key, at);
@@ -254,7 +262,7 @@ export class WorkQueue {
     if (this.timer && this.timerAt <= next.at) return;
     if (this.timer) clearTimeout(this.timer);
     this.timerAt = next.at;
-    this.timer = setTimeout(() => this.fire(), Math.max(0, next.at - Date.now()));
+    this.timer = setTimeout(() => this.fire(), timerDelay(next.at - Date.now()));
   }
 
   private fire(): void {
@@ -290,7 +298,7 @@ export class WorkQueue {
     let timer: NodeJS.Timeout | undefined;
     const drained = await Promise.race([
       new Promise<boolean>((resolve) => this.drainWaiters.push(() => resolve(true))),
-      new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(false), deadlineMs))),
+      new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(false), timerDelay(deadlineMs)))),
     ]);
     clearTimeout(timer);
     return drained;

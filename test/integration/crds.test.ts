@@ -69,6 +69,7 @@ describe('CRDs on the real apiserver', () => {
       expect(err!.code).toBe(422);
       const message = JSON.parse(err!.body).message as string;
       expect(message).toContain(c.field);
+      if (c.message) expect(message).toContain(c.message);
     });
   }
 

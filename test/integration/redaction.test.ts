@@ -2,8 +2,10 @@
  * Nothing secret leaks. Known secret values are planted in every Secret the operator reads (object-store keys and
  * session token, the manager's access token, the model servers' key files) and in every field of recorded manager
  * and model-server answers (job results of a success and a failure, error bodies): signed URLs with credentials in
- * their query and userinfo, free text quoting the keys. Both controllers run through success and failure paths;
- * none of the values may appear in status, conditions, Events or the operator's log at debug level.
+ * their query and userinfo, free text quoting the keys, each value also JSON-escaped, `\u0026`-escaped and
+ * percent-encoded, a short password, and a token that straddles the length bound of a message. Both controllers run
+ * through success and failure paths; none of the values, in none of these forms, may appear in status, conditions,
+ * Events or the operator's log at debug level.
  */
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import * as k8s from '@kubernetes/client-node';
@@ -30,6 +32,10 @@ const MANAGER_TOKEN = 'planted-manager-pat-5b3a';
 const MGMT_KEYS = ['planted-mgmt-key-8c4d', 'planted-mgmt-key-9e0f'];
 const API_KEYS = ['planted-api-key-1a2b', 'planted-api-key-3c4d'];
 const INFERENCE_KEYS = ['planted-inference-key-5e6f', 'planted-inference-key-7a8b'];
+// In the manager's Secret next to its token: a short password, values that JSON and URLs escape.
+const SHORT_PASSWORD = 'Zq7-pw';
+const ESCAPED_SECRET = 'planted&escaped<secret>"9d\\';
+const ENCODED_SECRET = 'planted encoded/secret+4e!';
 // Planted only in answers, inside URLs (a signature, a password in userinfo, a fragment).
 const SIGNATURE = 'planted0signature0value0c0ffee';
 const URL_PASSWORD = 'planted-url-password-6a7b';
@@ -44,13 +50,33 @@ const SECRETS = [
   ...INFERENCE_KEYS,
   SIGNATURE,
   URL_PASSWORD,
+  SHORT_PASSWORD,
+  ESCAPED_SECRET,
+  ENCODED_SECRET,
 ];
+
+/** A value as JSON writes it (without the quotes) and as Go's encoding/json does (HTML characters as \u00XX). */
+const jsonForm = (v: string) => JSON.stringify(v).slice(1, -1);
+const goJSONForm = (v: string) =>
+  jsonForm(v).replace(/[<>&]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`);
+/** As Go's url.QueryEscape writes it. */
+const goQueryForm = (v: string) =>
+  encodeURIComponent(v)
+    .replace(/[!'()*]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase()}`)
+    .replace(/%20/g, '+');
+/** Every form a secret may take in the text around it. */
+const forms = (v: string) => [v, encodeURIComponent(v), goQueryForm(v), jsonForm(v), goJSONForm(v)];
 
 const SIGNED_URL =
   `https://${ACCESS_KEY}:${URL_PASSWORD}@models.s3.eu-west-1.amazonaws.com/m.mar?X-Amz-Algorithm=AWS4-HMAC-SHA256` +
   `&X-Amz-Credential=${ACCESS_KEY}%2F20261123%2Feu-west-1%2Fs3%2Faws4_request&X-Amz-Security-Token=${SESSION_TOKEN}` +
   `&X-Amz-Signature=${SIGNATURE}#${SIGNATURE}`;
-const QUOTING = `GET ${SIGNED_URL}: 403 (key ${ACCESS_KEY} / ${SECRET_KEY}, session ${SESSION_TOKEN}, Bearer ${MANAGER_TOKEN})`;
+const QUOTING =
+  `GET ${SIGNED_URL}: 403 (key ${ACCESS_KEY} / ${SECRET_KEY}, session ${SESSION_TOKEN}, Bearer ${MANAGER_TOKEN}, ` +
+  `password ${SHORT_PASSWORD}, sent {"secret":"${goJSONForm(ESCAPED_SECRET)}"} and ` +
+  `?s=${goQueryForm(ENCODED_SECRET)}&t=${encodeURIComponent(ENCODED_SECRET)})`;
+/** A token placed so that a message cut at 1,024 characters before redaction would keep its first 12. */
+const STRADDLING = `${'x'.repeat(1011)} ${MANAGER_TOKEN} and more`;
 
 let kc: k8s.KubeConfig;
 let custom: k8s.CustomObjectsApi;
@@ -117,6 +143,7 @@ async function startRecordedManager(): Promise<void> {
       };
       if (req.method === 'POST' && req.url === '/oapi/v1/jobs') {
         if (body.includes('/rejected ')) return send(422, { errors: `invalid args: ${QUOTING}` });
+        if (body.includes('/cut ')) return send(422, { errors: STRADDLING });
         const id = jobs.size + 1;
         jobs.set(id, body.includes('/fails ') ? 'FAILURE' : 'SUCCESS');
         return send(200, recordedJob(id, 'PENDING'));
@@ -150,7 +177,12 @@ beforeAll(async () => {
     );
   }
   await secret('store', { access_key: ACCESS_KEY, secret_key: SECRET_KEY, session_token: SESSION_TOKEN });
-  await secret('manager', { token: MANAGER_TOKEN });
+  await secret('manager', {
+    token: MANAGER_TOKEN,
+    password: SHORT_PASSWORD,
+    api_secret: ESCAPED_SECRET,
+    session_key: ENCODED_SECRET,
+  });
   await secret('ts-keys', { 'ts-0.json': replicas[0]!.keyFile()!, 'ts-1.json': replicas[1]!.keyFile()! });
   const sink = new Writable({
     write(chunk, _enc, done) {
@@ -217,15 +249,17 @@ const getServedModel = async (name: string) =>
     name,
   })) as ServedModel;
 
-/** Every place a secret would be a leak, encoded forms included. */
+/** Every place a secret would be a leak, in any of its forms, or the start of the straddling token. */
 function leaks(text: string): string[] {
-  return SECRETS.filter((s) => text.includes(s) || text.includes(encodeURIComponent(s)));
+  const found = SECRETS.filter((s) => forms(s).some((f) => text.includes(f)));
+  if (text.includes(MANAGER_TOKEN.slice(0, 12))) found.push(`the first 12 characters of ${MANAGER_TOKEN}`);
+  return found;
 }
 
 describe('redaction (planted secrets)', () => {
   it('ModelPreheat success, failure and a rejected request; ServedModel success and failure: no secret anywhere', async () => {
     // ModelPreheat: a job that succeeds, one that fails, one the manager rejects.
-    for (const name of ['succeeds', 'fails', 'rejected']) await createPreheat(name);
+    for (const name of ['succeeds', 'fails', 'rejected', 'cut']) await createPreheat(name);
     const succeeded = await waitFor('success recorded', async () => {
       const o = await getPreheat('succeeds');
       return o.status?.state === 'SUCCESS' ? o : undefined;
@@ -238,6 +272,11 @@ describe('redaction (planted secrets)', () => {
       const o = await getPreheat('rejected');
       return o.status?.conditions?.some((c) => c.reason === 'InvalidJobArgs') ? o : undefined;
     });
+    const cut = await waitFor('long rejection recorded', async () => {
+      const o = await getPreheat('cut');
+      return o.status?.conditions?.some((c) => c.reason === 'InvalidJobArgs') ? o : undefined;
+    });
+    expect(cut.status!.conditions!.find((c) => c.type === 'Succeeded')!.message).toContain('xxx');
     // The paths were taken, and the per-peer results are there, redacted rather than dropped.
     expect(succeeded.status!.successTasks![0]!.url).toBe(
       'https://models.s3.eu-west-1.amazonaws.com/m.mar?X-Amz-Algorithm=***&X-Amz-Credential=***&X-Amz-Security-Token=***&X-Amz-Signature=***',
@@ -251,6 +290,11 @@ describe('redaction (planted secrets)', () => {
     expect(sent).toContain(`Bearer ${MANAGER_TOKEN}`);
     expect(sent).toContain(`X-Amz-Credential=${ACCESS_KEY}`);
     expect(sent).toContain(encodeURIComponent(SESSION_TOKEN));
+    // The answers' text (as the operator decodes it) carried the escaped forms: the leak check below is not vacuous.
+    expect(QUOTING).toContain(goJSONForm(ESCAPED_SECRET));
+    expect(QUOTING).toContain(goQueryForm(ENCODED_SECRET));
+    expect(QUOTING).toContain(encodeURIComponent(ENCODED_SECRET));
+    expect(QUOTING).toContain(` ${SHORT_PASSWORD},`);
 
     // ServedModel: replica 0 registers; replica 1 fails with an answer quoting keys and the signed URL.
     await replicas[1]!.inject({
@@ -321,7 +365,7 @@ describe('redaction (planted secrets)', () => {
     expect(logs).toContain('"level":"debug"');
 
     const everything = {
-      preheats: await Promise.all(['succeeds', 'fails', 'rejected'].map(getPreheat)),
+      preheats: await Promise.all(['succeeds', 'fails', 'rejected', 'cut'].map(getPreheat)),
       servedModel: served,
       events: events.items.map((e) => ({ reason: e.reason, note: e.note, action: e.action })),
     };

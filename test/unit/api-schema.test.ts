@@ -8,6 +8,7 @@ import {
   ModelPreheatSpec,
   ServedModelSpec,
   parseDuration,
+  durationNanos,
   KINDS,
   customResourceDefinition,
 } from '../../src/api/index.ts';
@@ -44,6 +45,7 @@ describe('invalid resources are rejected by zod too, naming the same field', () 
       );
       // A map value's path goes on with its key (spec.headers.X-Foo): the field named is still spec.headers.
       expect(paths.some((p) => p === c.field || p.startsWith(`${c.field}.`))).toBe(true);
+      if (c.message) expect(result.error!.issues.map((i) => i.message).join('; ')).toContain(c.message);
     });
   }
 });
@@ -53,6 +55,8 @@ describe('the validation rules still take what is valid', () => {
     ServedModelSpec.safeParse({ modelName: 'm', fileName: 'm.mar', ...extra }).error?.issues ?? [];
   const mph = (extra: Record<string, unknown>) =>
     ModelPreheatSpec.safeParse({ url: 'https://h/m.mar', ...extra }).error?.issues ?? [];
+  const grace = (gracePeriod: string) =>
+    sm({ modelServer: { service: { name: 'ts' } }, deletion: { gracePeriod } });
 
   it.each([
     'http://10.0.0.1:8081',
@@ -61,6 +65,34 @@ describe('the validation rules still take what is valid', () => {
     'http://[fd00::7]:8081',
     'http://localhost:65535',
   ])('endpoint %s', (e) => expect(sm({ modelServer: { endpoints: [e] } })).toEqual([]));
+
+  it.each(['1.5s', '1500ms', '2m', '1h30m', '0.25h', '0.0001m', '1.5000s', '0s', '4m59.999s'])(
+    'duration %s (whole milliseconds, within the bounds)',
+    (d) => {
+      const ms = parseDuration(d);
+      if (ms >= 1000 && ms <= 300_000)
+        expect(mph({ manager: { url: 'http://m:8080', requestTimeout: d } })).toEqual([]);
+      expect(grace(d)).toEqual([]);
+      expect(durationNanos(d) % 1_000_000n).toBe(0n);
+    },
+  );
+
+  it('durations are read exactly (no float error) and the whole-milliseconds rule never takes a fraction', () => {
+    expect(parseDuration('1.005s')).toBe(1005);
+    expect(parseDuration('2m0.5ms')).toBe(120_000.5);
+    expect(durationNanos('1h0.000001ms')).toBe(3_600_000_000_001n);
+    // Every value the rule takes is whole: random values of each unit with 0 to 7 decimals.
+    let accepted = 0;
+    for (let i = 0; i < 2000; i++) {
+      const unit = ['h', 'm', 's', 'ms'][i % 4]!;
+      const decimals = String(Math.floor(Math.random() * 1e7)).slice(0, i % 8);
+      const d = `${i % 20}${decimals ? '.' : ''}${decimals}${unit}`;
+      if (grace(d).length > 0) continue;
+      accepted++;
+      expect(durationNanos(d) % 1_000_000n, d).toBe(0n);
+    }
+    expect(accepted).toBeGreaterThan(500);
+  });
 
   it.each(['http://manager:8080', 'https://gw.example.com/dragonfly', 'http://10.0.0.1:8080/'])(
     'manager url %s',

@@ -495,3 +495,43 @@ describe('manager types', () => {
     expect(parseLinkHeader(undefined)).toEqual({});
   });
 });
+
+describe("every call takes the caller's abort signal", () => {
+  it('a manager that accepts and never answers holds no call past the abort: jobs of each type, sign-in', async () => {
+    const sockets = new Set<import('node:net').Socket>();
+    const silent = createServer(() => undefined); // reads the request, never answers
+    silent.on('connection', (s) => sockets.add(s));
+    await new Promise<void>((r) => silent.listen(0, '127.0.0.1', r));
+    const baseURL = `http://127.0.0.1:${(silent.address() as AddressInfo).port}`;
+    const none = new ManagerClient({ baseURL, requestTimeoutMs: 60_000 });
+    const signIn = new ManagerClient({
+      baseURL,
+      requestTimeoutMs: 60_000,
+      auth: { type: 'signIn', username: 'u', password: 'sign-in-password' },
+    });
+    clients.push(none, signIn);
+    const task = { taskID: 'a'.repeat(64) };
+    const calls: [string, (s: AbortSignal) => Promise<unknown>][] = [
+      ['create preheat', (signal) => none.createPreheatJob({ type: 'file', url: 'https://h/m' }, { signal })],
+      ['create get_task', (signal) => none.createGetTaskJob(task, { signal })],
+      ['create delete_task', (signal) => none.createDeleteTaskJob(task, { signal })],
+      ['get', (signal) => none.getJob(1, { signal })],
+      ['list', (signal) => none.listJobs({}, { signal })],
+      ['delete', (signal) => none.deleteJob(1, { signal })],
+      ['create preheat, waiting for a sign-in', (signal) => signIn.createGetTaskJob(task, { signal })],
+    ];
+    try {
+      for (const [name, call] of calls) {
+        const ac = new AbortController();
+        const reason = new Error(`reconcile of ${name} cancelled`);
+        const t0 = Date.now();
+        setTimeout(() => ac.abort(reason), 50);
+        await expect(call(ac.signal), name).rejects.toBe(reason);
+        expect(Date.now() - t0, name).toBeLessThan(2_000);
+      }
+    } finally {
+      for (const s of sockets) s.destroy();
+      await new Promise<void>((r) => silent.close(() => r()));
+    }
+  });
+});

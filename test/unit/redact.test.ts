@@ -1,6 +1,15 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { Writable } from 'node:stream';
-import { forgetSecrets, redact, redactDeep, redactURL, rememberSecret } from '../../src/redact.ts';
+import {
+  forgetSecrets,
+  redact,
+  redactBounded,
+  redactDeep,
+  redactURL,
+  rememberSecret,
+  rememberSecretData,
+} from '../../src/redact.ts';
+import { MAX_DETAIL, boundDetail } from '../../src/http/errors.ts';
 import { createLogger } from '../../src/runtime/logger.ts';
 
 afterEach(() => forgetSecrets());
@@ -103,5 +112,91 @@ describe('the logger', () => {
     expect(lines).toHaveLength(3);
     for (const s of ['SIGDEBUG', 'log-secret-1', 'pw-777', 'TOK888']) expect(all).not.toContain(s);
     expect(all).toContain('https://h/x?X-Amz-Signature=***');
+  });
+});
+
+describe('redaction closes its gaps', () => {
+  it('redacts before it cuts: no first characters of a secret survive a bound', () => {
+    rememberSecret('straddling-secret-0123');
+    for (let pad = MAX_DETAIL - 20; pad <= MAX_DETAIL; pad++) {
+      const text = `${'x'.repeat(pad)} straddling-secret-0123 tail`;
+      const out = boundDetail(text);
+      expect(out.length).toBeLessThanOrEqual(MAX_DETAIL + 1);
+      expect(out).not.toMatch(/ str/);
+    }
+    expect(redactBounded('token given-tok-99 end', 12, ['given-tok-99'])).toBe('token *** en…');
+    // A URL's query cut in the middle is still recognised as one: it was redacted first.
+    expect(redactBounded(`${'y'.repeat(40)} https://h/k?X-Amz-Signature=abcdef0123456789`, 64)).not.toContain(
+      'abc',
+    );
+  });
+
+  it('JSON-escaped, \\u0026-escaped and percent-encoded forms of remembered and given values', () => {
+    const pem = '-----BEGIN KEY-----\nMIIEpAIB"quoted"\\back\n-----END KEY-----';
+    const amp = 'tok&en<abc>12';
+    const pct = 'p@ss/word+1 x!';
+    rememberSecretData('ns/keys', { 'tls.key': pem, token: amp, password: pct });
+    const texts = [
+      JSON.stringify({ key: pem }),
+      'body {"token":"tok\\u0026en\\u003cabc\\u003e12"}',
+      `q=${encodeURIComponent(pct)}`,
+      'q=p%40ss%2Fword%2B1+x%21',
+      'q=p%40ss%2fword%2b1%20x!',
+    ];
+    for (const t of texts) {
+      const out = redact(t);
+      expect(out, t).toContain('***');
+      for (const fragment of ['MIIEpAIB', 'u0026', 'abc', 'word']) expect(out, t).not.toContain(fragment);
+    }
+    expect(redact('given: c2VjcmV0%2Bgiven%3D', ['c2VjcmV0+given='])).toBe('given: ***');
+  });
+
+  it('short values of secret-named keys are redacted where they stand alone; other short values are not', () => {
+    rememberSecretData('ns/login', {
+      username: 'admin1',
+      password: 'hunter2',
+      api_key: 'k3y9',
+      region: 'eu-1',
+    });
+    expect(redact('login admin1 / hunter2 with k3y9 in eu-1')).toBe('login admin1 / *** with *** in eu-1');
+    expect(redact('hunter22 and xk3y9 are other words')).toBe('hunter22 and xk3y9 are other words');
+    expect(redact('{"password":"hunter2"} p=hunter2&x')).toBe('{"password":"***"} p=***&x');
+  });
+
+  it('class instances in logs: Error subclasses with fields and causes, toJSON objects, plain classes', async () => {
+    rememberSecret('class-secret-value-1');
+    class DetailedError extends Error {
+      detail = 'server said class-secret-value-1';
+      constructor() {
+        super('request failed', { cause: new Error('inner class-secret-value-1') });
+        this.name = 'DetailedError';
+      }
+    }
+    class Credentials {
+      user = 'u';
+      secret = 'class-secret-value-1';
+    }
+    const withToJSON = { toJSON: () => ({ echoed: 'class-secret-value-1' }) };
+    const cyclic: Record<string, unknown> = { note: 'class-secret-value-1' };
+    cyclic['self'] = cyclic;
+    const lines: string[] = [];
+    const sink = new Writable({
+      write(chunk, _enc, done) {
+        lines.push(String(chunk));
+        done();
+      },
+    });
+    const log = createLogger('info', sink);
+    log.error({ err: new DetailedError() }, 'one');
+    log.warn({ creds: new Credentials(), reply: withToJSON, cyclic }, 'two');
+    log.info({ url: new URL('https://h/x?X-Amz-Signature=URLSIG1') }, 'three');
+    log.error(new DetailedError(), 'four');
+    await new Promise((r) => setImmediate(r));
+    const all = lines.join('');
+    expect(lines).toHaveLength(4);
+    expect(all).not.toContain('class-secret-value-1');
+    expect(all).not.toContain('URLSIG1');
+    expect(all).toContain('server said ***');
+    expect(all).toContain('inner ***');
   });
 });

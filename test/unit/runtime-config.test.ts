@@ -47,6 +47,10 @@ describe('operator config', () => {
       /--resync-period \(PEERLOAD_RESYNC_PERIOD\): must be a duration/,
     );
     expect(() => cfg(['--renew-deadline', '20s'])).toThrow(/--renew-deadline.*shorter than --lease-duration/);
+    expect(() => cfg(['--cleanup-grace-period', '2m0.5ms'])).toThrow(
+      /--cleanup-grace-period.*whole number of milliseconds/,
+    );
+    expect(() => cfg(['--poll-backoff-max', '600h'])).toThrow(/--poll-backoff-max.*at most 24h/);
     expect(() => cfg(['--metrics-address', 'localhost'])).toThrow(/--metrics-address/);
     expect(() => cfg(['--manager-url', 'ftp://x'])).toThrow(/--manager-url \(PEERLOAD_MANAGER_URL\)/);
     expect(() => cfg(['--bogus'])).toThrow(ConfigError);

@@ -107,6 +107,54 @@ describe('Controller', () => {
   });
 });
 
+describe('Controller re-queues', () => {
+  /** How often one key is reconciled in `ms` when every reconcile returns `requeueAfter`. */
+  async function reconcilesIn(requeueAfter: number, ms: number) {
+    const { client } = fakeClient([cm('a', '1')]);
+    const inf = new Informer(client, { resyncPeriodMs: 0 });
+    let calls = 0;
+    const c = new Controller(
+      {
+        name: 't',
+        for: inf,
+        reconcile: async () => {
+          calls++;
+          // Yield to the event loop, so a queue that hands the key straight back spins here, not forever.
+          await new Promise((r) => setImmediate(r));
+          return { requeueAfter };
+        },
+      },
+      { logger },
+    );
+    inf.start();
+    await inf.waitForSync();
+    c.start();
+    await tick(ms);
+    const requeues = c.queue.numRequeues('n/a');
+    await c.stop(1000);
+    await inf.stop();
+    return { calls, requeues };
+  }
+
+  it.each([0, -1, NaN])(
+    'requeueAfter %s goes through the rate limiter (backoff grows), never straight back',
+    async (requeueAfter) => {
+      const { calls, requeues } = await reconcilesIn(requeueAfter, 300);
+      // The default limiter waits 5, 10, 20, 40, 80, 160 ms: at most 7 reconciles in 300 ms (an immediate
+      // re-queue reconciles thousands of times), and at least 2 (the key is not dropped either).
+      expect(calls).toBeGreaterThanOrEqual(2);
+      expect(calls).toBeLessThanOrEqual(8);
+      expect(requeues).toBeGreaterThanOrEqual(calls - 1);
+    },
+  );
+
+  it('a positive requeueAfter resets the backoff and waits that long', async () => {
+    const { calls, requeues } = await reconcilesIn(100, 250);
+    expect(calls).toBe(3);
+    expect(requeues).toBe(0);
+  });
+});
+
 describe('Informer', () => {
   it('lists per namespace from its index and replays the cache on resync', async () => {
     const { client, emit } = fakeClient([
