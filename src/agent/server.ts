@@ -1,0 +1,253 @@
+/**
+ * `peerload agent`'s HTTP API, for the operator only (bearer token, auth.ts):
+ * - `PUT /v1/models/{name}` with a version spec (spec.ts): 202 and the download starts; 202 again while it runs
+ *   (one download per name and version); 200 when the version is already in place; 4xx/507 with a JSON error when
+ *   it cannot start (bad body, no credentials, over the byte cap, not enough free space).
+ * - `GET /v1/models/{name}`: every known version with its progress (files done/total, bytes, per-file local hits
+ *   and hard links, the failure); versions found on disk from an earlier run are `Ready` without file detail.
+ * - `DELETE /v1/models/{name}/versions/{version}`: stops a running download and removes the version directory.
+ * - `GET /healthz`: 200 without a token, for the kubelet's probes (it says nothing about models).
+ * Every error is `{"error": {"reason", "message"}}`, redacted; nothing is logged with a URL's query values.
+ */
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { readdir, rm, stat } from 'node:fs/promises';
+import { join } from 'node:path';
+import { redact, redactDeep } from '../redact.ts';
+import { authorize } from './auth.ts';
+import {
+  DownloadRefused,
+  TEMP_PREFIX,
+  downloadVersion,
+  newProgress,
+  preflight,
+  type DownloaderConfig,
+  type VersionProgress,
+} from './download.ts';
+import { ModelVersionSpecSchema, SEGMENT, specProblems } from './spec.ts';
+
+/** A version spec of 10 000 files with signed URLs fits easily. */
+const MAX_BODY_BYTES = 16 * 1024 * 1024;
+
+export interface AgentServerOptions extends DownloaderConfig {
+  host?: string | undefined;
+  port?: number | undefined;
+  /** The operator's token (tokenFile() in auth.ts); read for every call. */
+  token: () => Promise<string | undefined>;
+}
+
+export interface AgentServer {
+  url: string;
+  port: number;
+  /** name -> version -> progress (the running and finished downloads of this process). */
+  versions: Map<string, Map<string, VersionProgress>>;
+  /** Resolves when no download runs (tests). */
+  idle(): Promise<void>;
+  close(): Promise<void>;
+}
+
+class HttpProblem extends Error {
+  readonly status: number;
+  readonly reason: string;
+  constructor(status: number, reason: string, message: string) {
+    super(message);
+    this.status = status;
+    this.reason = reason;
+  }
+}
+
+function send(
+  res: ServerResponse,
+  status: number,
+  body: unknown,
+  headers: Record<string, string> = {},
+): void {
+  const text = JSON.stringify(redactDeep(body));
+  res.writeHead(status, {
+    'content-type': 'application/json',
+    'content-length': Buffer.byteLength(text),
+    ...headers,
+  });
+  res.end(text);
+}
+
+function sendError(res: ServerResponse, status: number, reason: string, message: string, headers = {}): void {
+  send(res, status, { error: { reason, message: redact(message) } }, headers);
+}
+
+async function readBody(req: IncomingMessage): Promise<string> {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of req as AsyncIterable<Buffer>) {
+    size += chunk.length;
+    if (size > MAX_BODY_BYTES)
+      throw new HttpProblem(413, 'BodyTooLarge', `the body is larger than ${MAX_BODY_BYTES} bytes`);
+    chunks.push(chunk);
+  }
+  return Buffer.concat(chunks).toString('utf8');
+}
+
+/** The summary of a version without its per-file list (for PUT answers). */
+function summary(p: VersionProgress) {
+  const { files: _files, ...rest } = p;
+  return rest;
+}
+
+export async function startAgentServer(opts: AgentServerOptions): Promise<AgentServer> {
+  const versions = new Map<string, Map<string, VersionProgress>>();
+  const running = new Map<string, { controller: AbortController; done: Promise<unknown> }>();
+  const log = opts.logger;
+
+  async function put(name: string, req: IncomingMessage, res: ServerResponse): Promise<void> {
+    let json: unknown;
+    try {
+      json = JSON.parse(await readBody(req));
+    } catch (e) {
+      if (e instanceof HttpProblem) throw e;
+      throw new HttpProblem(400, 'InvalidBody', 'the body is not JSON');
+    }
+    const parsed = ModelVersionSpecSchema.safeParse(json);
+    if (!parsed.success) throw new HttpProblem(400, 'InvalidSpec', specProblems(parsed.error));
+    const spec = parsed.data;
+    const key = `${name}/${spec.version}`;
+    const current = versions.get(name)?.get(spec.version);
+    if (running.has(key) && current) {
+      send(res, 202, { ...summary(current), message: 'a download of this version is in progress' });
+      return;
+    }
+    let target: string | undefined;
+    try {
+      target = await preflight(name, spec, opts);
+    } catch (e) {
+      if (e instanceof DownloadRefused) throw new HttpProblem(e.status, e.reason, e.message);
+      throw e;
+    }
+    if (target === undefined) {
+      const ready =
+        current?.state === 'Ready'
+          ? current
+          : { ...newProgress(name, spec, opts.rule), state: 'Ready' as const };
+      send(res, 200, { ...summary(ready), message: 'the version is in place' });
+      return;
+    }
+    const progress = newProgress(name, spec, opts.rule);
+    if (!versions.has(name)) versions.set(name, new Map());
+    versions.get(name)!.set(spec.version, progress);
+    const controller = new AbortController();
+    log?.info({ model: name, version: spec.version, files: spec.files.length }, 'download started');
+    const done = downloadVersion(name, spec, opts, progress, controller.signal).finally(() =>
+      running.delete(key),
+    );
+    running.set(key, { controller, done });
+    send(res, 202, summary(progress));
+  }
+
+  async function onDisk(name: string): Promise<string[]> {
+    const entries = await readdir(join(opts.root, name), { withFileTypes: true }).catch(() => []);
+    return entries.filter((e) => e.isDirectory() && !e.name.startsWith(TEMP_PREFIX)).map((e) => e.name);
+  }
+
+  async function get(name: string, res: ServerResponse): Promise<void> {
+    const known = versions.get(name) ?? new Map<string, VersionProgress>();
+    const list: unknown[] = [...known.values()];
+    for (const v of await onDisk(name)) {
+      if (!known.has(v)) list.push({ name, version: v, directory: name, state: 'Ready', files: [] });
+    }
+    if (list.length === 0)
+      throw new HttpProblem(404, 'NotFound', `the agent has no version of model ${name}`);
+    send(res, 200, { name, versions: list });
+  }
+
+  async function del(name: string, version: string, res: ServerResponse): Promise<void> {
+    const progress = versions.get(name)?.get(version);
+    const run = running.get(`${name}/${version}`);
+    if (run) {
+      run.controller.abort(new Error('deleted'));
+      await run.done;
+    }
+    const dir = join(opts.root, progress?.directory ?? name, version);
+    const present = await stat(dir).then(
+      () => true,
+      () => false,
+    );
+    if (!progress && !present)
+      throw new HttpProblem(404, 'NotFound', `the agent has no version ${version} of model ${name}`);
+    await rm(dir, { recursive: true, force: true });
+    versions.get(name)?.delete(version);
+    log?.info({ model: name, version }, 'version removed');
+    send(res, 200, { name, version, deleted: true });
+  }
+
+  async function route(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const url = new URL(req.url ?? '/', 'http://agent');
+    if (url.pathname === '/healthz' && req.method === 'GET') {
+      send(res, 200, { ok: true });
+      return;
+    }
+    const auth = authorize(req.headers.authorization, await opts.token());
+    if (!auth.ok) {
+      log?.warn({ reason: auth.reason, path: url.pathname }, 'call refused');
+      sendError(
+        res,
+        auth.status,
+        auth.reason,
+        auth.message,
+        auth.status === 401 ? { 'www-authenticate': 'Bearer realm="peerload-agent"' } : {},
+      );
+      return;
+    }
+    const m = /^\/v1\/models\/([^/]+)(?:\/versions\/([^/]+))?$/.exec(url.pathname);
+    if (!m) throw new HttpProblem(404, 'NotFound', `no route ${url.pathname}`);
+    const name = decodeURIComponent(m[1]!);
+    const version = m[2] !== undefined ? decodeURIComponent(m[2]) : undefined;
+    if (!SEGMENT.test(name) || (version !== undefined && !SEGMENT.test(version)))
+      throw new HttpProblem(
+        400,
+        'InvalidName',
+        'model and version names are one path segment of letters, digits, . _ - (not starting with .)',
+      );
+    const method = req.method ?? 'GET';
+    if (version === undefined && method === 'PUT') return await put(name, req, res);
+    if (version === undefined && method === 'GET') return await get(name, res);
+    if (version !== undefined && method === 'DELETE') return await del(name, version, res);
+    throw new HttpProblem(405, 'MethodNotAllowed', `${method} is not allowed on ${url.pathname}`);
+  }
+
+  const server = createServer((req, res) => {
+    route(req, res).catch((e: unknown) => {
+      if (res.headersSent) {
+        res.destroy();
+        return;
+      }
+      if (e instanceof HttpProblem) {
+        sendError(res, e.status, e.reason, e.message);
+        return;
+      }
+      log?.error({ err: e }, 'request failed');
+      sendError(res, 500, 'InternalError', e instanceof Error ? e.message : String(e));
+    });
+  });
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(opts.port ?? 0, opts.host ?? '127.0.0.1', () => {
+      server.off('error', reject);
+      resolve();
+    });
+  });
+  const port = (server.address() as AddressInfo).port;
+  const host = opts.host ?? '127.0.0.1';
+  return {
+    url: `http://${host.includes(':') ? `[${host}]` : host}:${port}`,
+    port,
+    versions,
+    async idle() {
+      while (running.size > 0) await Promise.all([...running.values()].map((r) => r.done));
+    },
+    async close() {
+      for (const r of running.values()) r.controller.abort(new Error('agent stopping'));
+      await Promise.all([...running.values()].map((r) => r.done));
+      server.closeAllConnections();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    },
+  };
+}
