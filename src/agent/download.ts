@@ -12,6 +12,7 @@ import { join } from 'node:path';
 import type { Dispatcher } from 'undici';
 import type { Logger } from 'pino';
 import { redact } from '../redact.ts';
+import type { ObjectStorageType } from '../api/objectstorage.ts';
 import type { StorageCredentials } from '../storage/credentials.ts';
 import { effectiveFilter, objectURL as objectURLOf } from '../storage/objecturl.ts';
 import { signObjectURL } from '../storage/sign.ts';
@@ -58,7 +59,7 @@ export interface DownloaderConfig {
   hardLinkRoot?: string | undefined;
   limits: AgentLimits;
   /** The credentials that sign a spec's keys (the mounted Secret); absent: only URLs are accepted. */
-  credentials?: (() => Promise<StorageCredentials>) | undefined;
+  credentials?: ((type: ObjectStorageType) => Promise<StorageCredentials>) | undefined;
   /** The peer daemon's task id rule, for the expected ids. */
   rule?: TaskIdRule | undefined;
   logger?: Logger | undefined;
@@ -264,7 +265,7 @@ export async function downloadVersion(
           const url =
             file.url ??
             (
-              await signObjectURL(location!, file.key!, await config.credentials!(), {
+              await signObjectURL(location!, file.key!, await config.credentials!(location!.type), {
                 expiresSeconds: spec.storage!.expiresSeconds,
               })
             ).url;
