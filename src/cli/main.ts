@@ -37,7 +37,8 @@ const COMMANDS: Record<string, Command> = {
     run: async (argv) => (await import('./publish-keys.ts')).run(argv),
   },
   agent: {
-    summary: 'Run beside a model server: place model directories for the operator through the peer proxy (sidecar)',
+    summary:
+      'Run beside a model server: place model directories for the operator through the peer proxy (sidecar)',
     run: async (argv) => (await import('./agent.ts')).run(argv),
   },
   fetch: {
