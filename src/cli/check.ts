@@ -104,8 +104,10 @@ export async function run(argv: string[], io: CheckIO = defaultIO): Promise<numb
       io.out(USAGE);
       return 0;
     }
-    if ((values['plugin-config'] === undefined) === (values['agent-spec'] === undefined))
-      throw new CliError(`give --plugin-config or --agent-spec\n\n${USAGE}`);
+    if (values['plugin-config'] === undefined && values['agent-spec'] === undefined)
+      throw new CliError(`--plugin-config is required (or --agent-spec)\n\n${USAGE}`);
+    if (values['plugin-config'] !== undefined && values['agent-spec'] !== undefined)
+      throw new CliError(`give --plugin-config or --agent-spec, not both\n\n${USAGE}`);
     if (positionals.length === 0 && !values['from-cluster'])
       throw new CliError(`expected at least one manifest, - (stdin) or --from-cluster\n\n${USAGE}`);
     let plugin: PluginSide;

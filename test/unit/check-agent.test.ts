@@ -105,6 +105,6 @@ spec:
     expect(r.code).toBe(2);
     expect(r.err).toContain('bad.json: files:');
     const both = await check('--agent-spec', 'x', '--plugin-config', 'y', PREHEAT);
-    expect(both.err).toContain('give --plugin-config or --agent-spec');
+    expect(both.err).toContain('give --plugin-config or --agent-spec, not both');
   });
 });
