@@ -95,7 +95,10 @@ function summary(p: VersionProgress) {
 
 export async function startAgentServer(opts: AgentServerOptions): Promise<AgentServer> {
   const versions = new Map<string, Map<string, VersionProgress>>();
-  const running = new Map<string, { controller: AbortController; done: Promise<unknown> }>();
+  const running = new Map<
+    string,
+    { controller: AbortController; done: Promise<unknown>; started: Promise<void> }
+  >();
   const log = opts.logger;
 
   async function put(name: string, req: IncomingMessage, res: ServerResponse): Promise<void> {
@@ -111,35 +114,52 @@ export async function startAgentServer(opts: AgentServerOptions): Promise<AgentS
     const spec = parsed.data;
     const key = `${name}/${spec.version}`;
     const current = versions.get(name)?.get(spec.version);
-    if (running.has(key) && current) {
-      send(res, 202, { ...summary(current), message: 'a download of this version is in progress' });
-      return;
+    const claimed = running.get(key);
+    if (claimed) {
+      await claimed.started;
+      const now = versions.get(name)?.get(spec.version);
+      if (running.has(key) && now) {
+        send(res, 202, { ...summary(now), message: 'a download of this version is in progress' });
+        return;
+      }
     }
-    let target: string | undefined;
+    // Claimed before the first await, so that two PUTs at once start one download.
+    let started!: () => void;
+    const run = {
+      controller: new AbortController(),
+      done: Promise.resolve() as Promise<unknown>,
+      started: new Promise<void>((r) => (started = r)),
+    };
+    running.set(key, run);
     try {
-      target = await preflight(name, spec, opts);
-    } catch (e) {
-      if (e instanceof DownloadRefused) throw new HttpProblem(e.status, e.reason, e.message);
-      throw e;
+      let target: string | undefined;
+      try {
+        target = await preflight(name, spec, opts);
+      } catch (e) {
+        running.delete(key);
+        if (e instanceof DownloadRefused) throw new HttpProblem(e.status, e.reason, e.message);
+        throw e;
+      }
+      if (target === undefined) {
+        running.delete(key);
+        const ready =
+          current?.state === 'Ready'
+            ? current
+            : { ...newProgress(name, spec, opts.rule), state: 'Ready' as const };
+        send(res, 200, { ...summary(ready), message: 'the version is in place' });
+        return;
+      }
+      const progress = newProgress(name, spec, opts.rule);
+      if (!versions.has(name)) versions.set(name, new Map());
+      versions.get(name)!.set(spec.version, progress);
+      log?.info({ model: name, version: spec.version, files: spec.files.length }, 'download started');
+      run.done = downloadVersion(name, spec, opts, progress, run.controller.signal).finally(() =>
+        running.delete(key),
+      );
+      send(res, 202, summary(progress));
+    } finally {
+      started();
     }
-    if (target === undefined) {
-      const ready =
-        current?.state === 'Ready'
-          ? current
-          : { ...newProgress(name, spec, opts.rule), state: 'Ready' as const };
-      send(res, 200, { ...summary(ready), message: 'the version is in place' });
-      return;
-    }
-    const progress = newProgress(name, spec, opts.rule);
-    if (!versions.has(name)) versions.set(name, new Map());
-    versions.get(name)!.set(spec.version, progress);
-    const controller = new AbortController();
-    log?.info({ model: name, version: spec.version, files: spec.files.length }, 'download started');
-    const done = downloadVersion(name, spec, opts, progress, controller.signal).finally(() =>
-      running.delete(key),
-    );
-    running.set(key, { controller, done });
-    send(res, 202, summary(progress));
   }
 
   async function onDisk(name: string): Promise<string[]> {
@@ -162,6 +182,7 @@ export async function startAgentServer(opts: AgentServerOptions): Promise<AgentS
     const progress = versions.get(name)?.get(version);
     const run = running.get(`${name}/${version}`);
     if (run) {
+      await run.started;
       run.controller.abort(new Error('deleted'));
       await run.done;
     }
@@ -213,6 +234,14 @@ export async function startAgentServer(opts: AgentServerOptions): Promise<AgentS
     throw new HttpProblem(405, 'MethodNotAllowed', `${method} is not allowed on ${url.pathname}`);
   }
 
+  async function idle(): Promise<void> {
+    const settled = async (r: { started: Promise<void>; done: Promise<unknown> }) => {
+      await r.started; // `done` is the download's only once it started
+      await r.done;
+    };
+    while (running.size > 0) await Promise.all([...running.values()].map(settled));
+  }
+
   const server = createServer((req, res) => {
     route(req, res).catch((e: unknown) => {
       if (res.headersSent) {
@@ -240,12 +269,10 @@ export async function startAgentServer(opts: AgentServerOptions): Promise<AgentS
     url: `http://${host.includes(':') ? `[${host}]` : host}:${port}`,
     port,
     versions,
-    async idle() {
-      while (running.size > 0) await Promise.all([...running.values()].map((r) => r.done));
-    },
+    idle,
     async close() {
       for (const r of running.values()) r.controller.abort(new Error('agent stopping'));
-      await Promise.all([...running.values()].map((r) => r.done));
+      await idle();
       server.closeAllConnections();
       await new Promise<void>((resolve) => server.close(() => resolve()));
     },

@@ -236,6 +236,18 @@ describe('downloading a version', () => {
     expect(v.files[0].taskID).toBe(v.files[0].expectedTaskID);
   });
 
+  it('starts one download for two PUTs that arrive together', async () => {
+    await start();
+    const [a, b] = await Promise.all([
+      call('PUT', '/v1/models/m', spec()),
+      call('PUT', '/v1/models/m', spec()),
+    ]);
+    expect([a.status, b.status]).toEqual([202, 202]);
+    await agent!.idle();
+    expect(peer.requests).toHaveLength(3);
+    expect((await call('GET', '/v1/models/m')).body.versions[0].state).toBe('Ready');
+  });
+
   it('answers 202 "in progress" to a second PUT while the first downloads', async () => {
     const gate = await gatedOrigin();
     try {
