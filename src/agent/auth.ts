@@ -7,6 +7,7 @@
  */
 import { createHash, timingSafeEqual } from 'node:crypto';
 import { readFile, stat } from 'node:fs/promises';
+import { rememberSecret } from '../redact.ts';
 
 export type AuthOutcome =
   { ok: true } | { ok: false; status: 401 | 403 | 503; reason: string; message: string };
@@ -26,7 +27,10 @@ export function tokenFile(path: string): () => Promise<string | undefined> {
     try {
       const st = await stat(path);
       const key = `${st.mtimeMs}:${st.size}:${st.ino}`;
-      if (cached?.key !== key) cached = { key, token: (await readFile(path, 'utf8')).trim() };
+      if (cached?.key !== key) {
+        cached = { key, token: (await readFile(path, 'utf8')).trim() };
+        rememberSecret(cached.token); // never in a log line or an answer, whatever quotes it
+      }
       return cached.token === '' ? undefined : cached.token;
     } catch {
       return undefined;

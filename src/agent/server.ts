@@ -219,8 +219,14 @@ export async function startAgentServer(opts: AgentServerOptions): Promise<AgentS
     }
     const m = /^\/v1\/models\/([^/]+)(?:\/versions\/([^/]+))?$/.exec(url.pathname);
     if (!m) throw new HttpProblem(404, 'NotFound', `no route ${url.pathname}`);
-    const name = decodeURIComponent(m[1]!);
-    const version = m[2] !== undefined ? decodeURIComponent(m[2]) : undefined;
+    let name: string;
+    let version: string | undefined;
+    try {
+      name = decodeURIComponent(m[1]!);
+      version = m[2] !== undefined ? decodeURIComponent(m[2]) : undefined;
+    } catch {
+      throw new HttpProblem(400, 'InvalidName', 'the path is not valid percent-encoding');
+    }
     if (!SEGMENT.test(name) || (version !== undefined && !SEGMENT.test(version)))
       throw new HttpProblem(
         400,
