@@ -221,6 +221,116 @@ export async function preflight(
   return target;
 }
 
+/** One version's download as it runs: what every file's download shares. */
+interface Run {
+  name: string;
+  spec: ModelVersionSpec;
+  config: DownloaderConfig;
+  progress: VersionProgress;
+  tmp: string;
+  tmpName: string;
+  signal: AbortSignal;
+  deadline: AbortSignal;
+  deadlineMs: number;
+  cancel: AbortSignal | undefined;
+  maxBytes: number;
+  headers: Record<string, string>;
+  written: number;
+  log: Logger | undefined;
+}
+
+/** Marks the version failed (the first failure wins: later ones are its consequences). */
+function fail(run: Run, reason: string, message: string): void {
+  if (run.progress.state !== 'Downloading') return;
+  run.progress.state = 'Failed';
+  run.progress.reason = reason;
+  run.progress.error = redact(message);
+}
+
+/** The signed URL of file `i`: as given, or signed now with the mounted credentials. */
+async function urlOf(run: Run, i: number): Promise<string> {
+  const file = run.spec.files[i]!;
+  if (file.url !== undefined) return file.url;
+  const location = specLocation(run.spec)!;
+  const credentials = await run.config.credentials!(location.type);
+  const signed = await signObjectURL(location, file.key!, credentials, {
+    expiresSeconds: run.spec.storage!.expiresSeconds,
+  });
+  return signed.url;
+}
+
+/** Counts `n` more bytes of file `i`; throws past the byte cap (which stops that download). */
+function countBytes(run: Run, i: number, n: number): void {
+  run.written += n;
+  run.progress.files[i]!.bytes += n;
+  run.progress.bytesDone += n;
+  if (run.written > run.maxBytes)
+    throw new DownloadRefused(
+      413,
+      'DiskBudgetExceeded',
+      `version ${run.spec.version} of ${run.name} passed the cap of ${run.maxBytes} bytes while downloading ${run.spec.files[i]!.path}: raise the agent's --max-bytes (or the request's maxBytes)`,
+    );
+}
+
+/** Downloads file `i` into the temporary directory and records the outcome. */
+async function downloadFile(run: Run, i: number): Promise<void> {
+  const { name, spec, config, progress } = run;
+  const file = spec.files[i]!;
+  const fp = progress.files[i]!;
+  fp.state = 'Downloading';
+  try {
+    const r = await fetchFile({
+      dispatcher: config.dispatcher,
+      proxy: config.proxy,
+      url: await urlOf(run, i),
+      headers: run.headers,
+      target: join(run.tmp, file.path),
+      expectedSize: file.size,
+      hardLink:
+        config.hardLinkRoot !== undefined
+          ? { local: run.tmp, daemon: join(config.hardLinkRoot, spec.directory ?? name, run.tmpName) }
+          : undefined,
+      signal: run.signal,
+      what: `${name}/${spec.version}/${file.path}`,
+      onBytes: (n) => countBytes(run, i, n),
+    });
+    Object.assign(fp, {
+      state: 'Done',
+      taskID: r.taskID,
+      localHit: r.localHit,
+      hardLink: r.hardLink,
+      hardLinkFallback: r.hardLinkFallback,
+    });
+    if (fp.size === undefined) progress.bytesTotal += r.bytes;
+    progress.filesDone++;
+    if (r.localHit) progress.localHits++;
+    if (r.hardLink) progress.hardLinks++;
+    run.log?.debug(
+      { file: file.path, bytes: r.bytes, localHit: r.localHit, hardLink: r.hardLink },
+      'file done',
+    );
+  } catch (e) {
+    fp.state = 'Failed';
+    if (run.deadline.aborted) {
+      fp.error = 'deadline exceeded';
+      fail(
+        run,
+        'DeadlineExceeded',
+        `version ${spec.version} of ${name} was not complete within ${run.deadlineMs / 1000} s (${progress.filesDone} of ${progress.filesTotal} files)`,
+      );
+    } else if (run.cancel?.aborted) {
+      fp.error = 'cancelled';
+      fail(run, 'Cancelled', `the download of version ${spec.version} of ${name} was cancelled`);
+    } else {
+      const message = e instanceof Error ? e.message : String(e);
+      fp.error = redact(message);
+      const reason =
+        e instanceof DownloadRefused ? e.reason : e instanceof FetchError ? 'DownloadFailed' : 'WriteFailed';
+      fail(run, reason, message);
+    }
+  }
+}
+
 /**
  * Downloads every file of `spec` into a temporary directory and renames it into place; `progress` is updated as
  * it goes (what `GET /v1/models/{name}` reports). Resolves with the final progress (Ready or Failed); never
@@ -234,134 +344,53 @@ export async function downloadVersion(
   signal?: AbortSignal,
 ): Promise<VersionProgress> {
   const target = versionPath(config.root, name, spec);
-  const parent = join(config.root, spec.directory ?? name);
   const tmpName = `${TEMP_PREFIX}${spec.version}-${randomBytes(4).toString('hex')}`;
-  const tmp = join(parent, tmpName);
   const deadlineMs = Math.min(config.limits.deadlineMs, (spec.deadlineSeconds ?? Infinity) * 1000);
   const deadline = AbortSignal.timeout(deadlineMs);
-  const all = signal ? AbortSignal.any([signal, deadline]) : deadline;
-  const maxBytes = Math.min(config.limits.maxBytes, spec.maxBytes ?? Infinity);
-  const headers = identityHeaders(spec);
-  const location = specLocation(spec);
-  const log = config.logger?.child({ model: name, version: spec.version });
-  let written = 0;
-  const fail = (reason: string, message: string) => {
-    if (progress.state !== 'Downloading') return;
-    progress.state = 'Failed';
-    progress.reason = reason;
-    progress.error = redact(message);
+  const run: Run = {
+    name,
+    spec,
+    config,
+    progress,
+    tmp: join(config.root, spec.directory ?? name, tmpName),
+    tmpName,
+    signal: signal ? AbortSignal.any([signal, deadline]) : deadline,
+    deadline,
+    deadlineMs,
+    cancel: signal,
+    maxBytes: Math.min(config.limits.maxBytes, spec.maxBytes ?? Infinity),
+    headers: identityHeaders(spec),
+    written: 0,
+    log: config.logger?.child({ model: name, version: spec.version }),
   };
-
   try {
-    await mkdir(tmp, { recursive: true });
+    await mkdir(run.tmp, { recursive: true });
     let next = 0;
     const worker = async () => {
-      while (progress.state === 'Downloading' && next < spec.files.length) {
-        const i = next++;
-        const file = spec.files[i]!;
-        const fp = progress.files[i]!;
-        fp.state = 'Downloading';
-        try {
-          const url =
-            file.url ??
-            (
-              await signObjectURL(location!, file.key!, await config.credentials!(location!.type), {
-                expiresSeconds: spec.storage!.expiresSeconds,
-              })
-            ).url;
-          const r = await fetchFile({
-            dispatcher: config.dispatcher,
-            proxy: config.proxy,
-            url,
-            headers,
-            target: join(tmp, file.path),
-            expectedSize: file.size,
-            hardLink:
-              config.hardLinkRoot !== undefined
-                ? { local: tmp, daemon: join(config.hardLinkRoot, spec.directory ?? name, tmpName) }
-                : undefined,
-            signal: all,
-            what: `${name}/${spec.version}/${file.path}`,
-            onBytes: (n) => {
-              written += n;
-              fp.bytes += n;
-              progress.bytesDone += n;
-              if (written > maxBytes)
-                throw new DownloadRefused(
-                  413,
-                  'DiskBudgetExceeded',
-                  `version ${spec.version} of ${name} passed the cap of ${maxBytes} bytes while downloading ${file.path}: raise the agent's --max-bytes (or the request's maxBytes)`,
-                );
-            },
-          });
-          Object.assign(fp, {
-            state: 'Done',
-            taskID: r.taskID,
-            localHit: r.localHit,
-            hardLink: r.hardLink,
-            hardLinkFallback: r.hardLinkFallback,
-          });
-          if (fp.size === undefined) progress.bytesTotal += r.bytes;
-          progress.filesDone++;
-          if (r.localHit) progress.localHits++;
-          if (r.hardLink) progress.hardLinks++;
-          log?.debug(
-            { file: file.path, bytes: r.bytes, localHit: r.localHit, hardLink: r.hardLink },
-            'file done',
-          );
-        } catch (e) {
-          fp.state = 'Failed';
-          if (deadline.aborted) {
-            fp.error = 'deadline exceeded';
-            fail(
-              'DeadlineExceeded',
-              `version ${spec.version} of ${name} was not complete within ${deadlineMs / 1000} s (${progress.filesDone} of ${progress.filesTotal} files)`,
-            );
-          } else if (signal?.aborted) {
-            fp.error = 'cancelled';
-            fail('Cancelled', `the download of version ${spec.version} of ${name} was cancelled`);
-          } else {
-            const message = e instanceof Error ? e.message : String(e);
-            fp.error = redact(message);
-            const reason =
-              e instanceof DownloadRefused
-                ? e.reason
-                : e instanceof FetchError
-                  ? 'DownloadFailed'
-                  : 'WriteFailed';
-            fail(reason, message);
-          }
-        }
-      }
+      while (progress.state === 'Downloading' && next < spec.files.length) await downloadFile(run, next++);
     };
     await Promise.all(
       Array.from({ length: Math.min(config.limits.concurrency, spec.files.length) }, () => worker()),
     );
     if (progress.state === 'Downloading') {
       if (await exists(target)) throw new Error(`${target} appeared while downloading`);
-      await rename(tmp, target);
+      await rename(run.tmp, target);
       progress.state = 'Ready';
     }
   } catch (e) {
     fail(
+      run,
       'WriteFailed',
       `cannot place version ${spec.version} of ${name}: ${e instanceof Error ? e.message : String(e)}`,
     );
   } finally {
-    if (progress.state !== 'Ready') await rm(tmp, { recursive: true, force: true }).catch(() => undefined);
+    if (progress.state !== 'Ready')
+      await rm(run.tmp, { recursive: true, force: true }).catch(() => undefined);
     progress.finishedAt = new Date().toISOString();
   }
-  if (progress.state === 'Ready')
-    log?.info(
-      {
-        files: progress.filesTotal,
-        bytes: progress.bytesDone,
-        localHits: progress.localHits,
-        hardLinks: progress.hardLinks,
-      },
-      'version ready',
-    );
-  else log?.warn({ reason: progress.reason, error: progress.error }, 'version failed');
+  const { filesTotal: files, bytesDone: bytes, localHits, hardLinks, reason, error } = progress;
+  if (progress.state === 'Ready') run.log?.info({ files, bytes, localHits, hardLinks }, 'version ready');
+  else run.log?.warn({ reason, error }, 'version failed');
   return progress;
 }
 

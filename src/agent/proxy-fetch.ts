@@ -190,6 +190,21 @@ async function once(
     await unlink(link.local).catch(() => undefined);
   }
 
+  return {
+    ...(await streamBody(req, res, announced, errorType)),
+    taskID,
+    localHit,
+    ...(link ? { hardLink: false, hardLinkFallback: fallback } : {}),
+  };
+}
+
+/** Streams the body into the target file, counting it, and checks the size. */
+async function streamBody(
+  req: FetchFileRequest,
+  res: Dispatcher.ResponseData,
+  announced: number | undefined,
+  errorType: string | undefined,
+): Promise<{ bytes: number }> {
   let bytes = 0;
   let stopped: unknown; // what onBytes threw: the caller's own error, passed on as it is
   const count = new Transform({
@@ -219,7 +234,7 @@ async function once(
       `download of ${req.what} was truncated: received ${bytes} of ${expected} bytes`,
       200,
     );
-  return { bytes, taskID, localHit, ...(link ? { hardLink: false, hardLinkFallback: fallback } : {}) };
+  return { bytes };
 }
 
 /** Why the daemon's link cannot be the file (it is then streamed), or undefined when it can. */

@@ -93,15 +93,28 @@ function summary(p: VersionProgress) {
   return rest;
 }
 
-export async function startAgentServer(opts: AgentServerOptions): Promise<AgentServer> {
-  const versions = new Map<string, Map<string, VersionProgress>>();
-  const running = new Map<
+/** The API's state and routes: the versions this process knows and the downloads running. */
+class AgentApi {
+  readonly versions = new Map<string, Map<string, VersionProgress>>();
+  private readonly running = new Map<
     string,
     { controller: AbortController; done: Promise<unknown>; started: Promise<void> }
   >();
-  const log = opts.logger;
+  private readonly opts: AgentServerOptions;
+  private readonly log: AgentServerOptions['logger'];
 
-  async function put(name: string, req: IncomingMessage, res: ServerResponse): Promise<void> {
+  constructor(opts: AgentServerOptions) {
+    this.opts = opts;
+    this.log = opts.logger;
+  }
+
+  /** Stops every download and waits for them. */
+  async stop(): Promise<void> {
+    for (const r of this.running.values()) r.controller.abort(new Error('agent stopping'));
+    await this.idle();
+  }
+
+  async put(name: string, req: IncomingMessage, res: ServerResponse): Promise<void> {
     let json: unknown;
     try {
       json = JSON.parse(await readBody(req));
@@ -113,12 +126,12 @@ export async function startAgentServer(opts: AgentServerOptions): Promise<AgentS
     if (!parsed.success) throw new HttpProblem(400, 'InvalidSpec', specProblems(parsed.error));
     const spec = parsed.data;
     const key = `${name}/${spec.version}`;
-    const current = versions.get(name)?.get(spec.version);
-    const claimed = running.get(key);
+    const current = this.versions.get(name)?.get(spec.version);
+    const claimed = this.running.get(key);
     if (claimed) {
       await claimed.started;
-      const now = versions.get(name)?.get(spec.version);
-      if (running.has(key) && now) {
+      const now = this.versions.get(name)?.get(spec.version);
+      if (this.running.has(key) && now) {
         send(res, 202, { ...summary(now), message: 'a download of this version is in progress' });
         return;
       }
@@ -130,31 +143,31 @@ export async function startAgentServer(opts: AgentServerOptions): Promise<AgentS
       done: Promise.resolve() as Promise<unknown>,
       started: new Promise<void>((r) => (started = r)),
     };
-    running.set(key, run);
+    this.running.set(key, run);
     try {
       let target: string | undefined;
       try {
-        target = await preflight(name, spec, opts);
+        target = await preflight(name, spec, this.opts);
       } catch (e) {
-        running.delete(key);
+        this.running.delete(key);
         if (e instanceof DownloadRefused) throw new HttpProblem(e.status, e.reason, e.message);
         throw e;
       }
       if (target === undefined) {
-        running.delete(key);
+        this.running.delete(key);
         const ready =
           current?.state === 'Ready'
             ? current
-            : { ...newProgress(name, spec, opts.rule), state: 'Ready' as const };
+            : { ...newProgress(name, spec, this.opts.rule), state: 'Ready' as const };
         send(res, 200, { ...summary(ready), message: 'the version is in place' });
         return;
       }
-      const progress = newProgress(name, spec, opts.rule);
-      if (!versions.has(name)) versions.set(name, new Map());
-      versions.get(name)!.set(spec.version, progress);
-      log?.info({ model: name, version: spec.version, files: spec.files.length }, 'download started');
-      run.done = downloadVersion(name, spec, opts, progress, run.controller.signal).finally(() =>
-        running.delete(key),
+      const progress = newProgress(name, spec, this.opts.rule);
+      if (!this.versions.has(name)) this.versions.set(name, new Map());
+      this.versions.get(name)!.set(spec.version, progress);
+      this.log?.info({ model: name, version: spec.version, files: spec.files.length }, 'download started');
+      run.done = downloadVersion(name, spec, this.opts, progress, run.controller.signal).finally(() =>
+        this.running.delete(key),
       );
       send(res, 202, summary(progress));
     } finally {
@@ -162,15 +175,15 @@ export async function startAgentServer(opts: AgentServerOptions): Promise<AgentS
     }
   }
 
-  async function onDisk(name: string): Promise<string[]> {
-    const entries = await readdir(join(opts.root, name), { withFileTypes: true }).catch(() => []);
+  async onDisk(name: string): Promise<string[]> {
+    const entries = await readdir(join(this.opts.root, name), { withFileTypes: true }).catch(() => []);
     return entries.filter((e) => e.isDirectory() && !e.name.startsWith(TEMP_PREFIX)).map((e) => e.name);
   }
 
-  async function get(name: string, res: ServerResponse): Promise<void> {
-    const known = versions.get(name) ?? new Map<string, VersionProgress>();
+  async get(name: string, res: ServerResponse): Promise<void> {
+    const known = this.versions.get(name) ?? new Map<string, VersionProgress>();
     const list: unknown[] = [...known.values()];
-    for (const v of await onDisk(name)) {
+    for (const v of await this.onDisk(name)) {
       if (!known.has(v)) list.push({ name, version: v, directory: name, state: 'Ready', files: [] });
     }
     if (list.length === 0)
@@ -178,15 +191,15 @@ export async function startAgentServer(opts: AgentServerOptions): Promise<AgentS
     send(res, 200, { name, versions: list });
   }
 
-  async function del(name: string, version: string, res: ServerResponse): Promise<void> {
-    const progress = versions.get(name)?.get(version);
-    const run = running.get(`${name}/${version}`);
+  async del(name: string, version: string, res: ServerResponse): Promise<void> {
+    const progress = this.versions.get(name)?.get(version);
+    const run = this.running.get(`${name}/${version}`);
     if (run) {
       await run.started;
       run.controller.abort(new Error('deleted'));
       await run.done;
     }
-    const dir = join(opts.root, progress?.directory ?? name, version);
+    const dir = join(this.opts.root, progress?.directory ?? name, version);
     const present = await stat(dir).then(
       () => true,
       () => false,
@@ -194,20 +207,20 @@ export async function startAgentServer(opts: AgentServerOptions): Promise<AgentS
     if (!progress && !present)
       throw new HttpProblem(404, 'NotFound', `the agent has no version ${version} of model ${name}`);
     await rm(dir, { recursive: true, force: true });
-    versions.get(name)?.delete(version);
-    log?.info({ model: name, version }, 'version removed');
+    this.versions.get(name)?.delete(version);
+    this.log?.info({ model: name, version }, 'version removed');
     send(res, 200, { name, version, deleted: true });
   }
 
-  async function route(req: IncomingMessage, res: ServerResponse): Promise<void> {
+  async route(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const url = new URL(req.url ?? '/', 'http://agent');
     if (url.pathname === '/healthz' && req.method === 'GET') {
       send(res, 200, { ok: true });
       return;
     }
-    const auth = authorize(req.headers.authorization, await opts.token());
+    const auth = authorize(req.headers.authorization, await this.opts.token());
     if (!auth.ok) {
-      log?.warn({ reason: auth.reason, path: url.pathname }, 'call refused');
+      this.log?.warn({ reason: auth.reason, path: url.pathname }, 'call refused');
       sendError(
         res,
         auth.status,
@@ -234,22 +247,26 @@ export async function startAgentServer(opts: AgentServerOptions): Promise<AgentS
         'model and version names are one path segment of letters, digits, . _ - (not starting with .)',
       );
     const method = req.method ?? 'GET';
-    if (version === undefined && method === 'PUT') return await put(name, req, res);
-    if (version === undefined && method === 'GET') return await get(name, res);
-    if (version !== undefined && method === 'DELETE') return await del(name, version, res);
+    if (version === undefined && method === 'PUT') return await this.put(name, req, res);
+    if (version === undefined && method === 'GET') return await this.get(name, res);
+    if (version !== undefined && method === 'DELETE') return await this.del(name, version, res);
     throw new HttpProblem(405, 'MethodNotAllowed', `${method} is not allowed on ${url.pathname}`);
   }
 
-  async function idle(): Promise<void> {
+  async idle(): Promise<void> {
     const settled = async (r: { started: Promise<void>; done: Promise<unknown> }) => {
       await r.started; // `done` is the download's only once it started
       await r.done;
     };
-    while (running.size > 0) await Promise.all([...running.values()].map(settled));
+    while (this.running.size > 0) await Promise.all([...this.running.values()].map(settled));
   }
+}
 
+export async function startAgentServer(opts: AgentServerOptions): Promise<AgentServer> {
+  const api = new AgentApi(opts);
+  const log = opts.logger;
   const server = createServer((req, res) => {
-    route(req, res).catch((e: unknown) => {
+    api.route(req, res).catch((e: unknown) => {
       if (res.headersSent) {
         res.destroy();
         return;
@@ -274,11 +291,10 @@ export async function startAgentServer(opts: AgentServerOptions): Promise<AgentS
   return {
     url: `http://${host.includes(':') ? `[${host}]` : host}:${port}`,
     port,
-    versions,
-    idle,
+    versions: api.versions,
+    idle: () => api.idle(),
     async close() {
-      for (const r of running.values()) r.controller.abort(new Error('agent stopping'));
-      await idle();
+      await api.stop();
       server.closeAllConnections();
       await new Promise<void>((resolve) => server.close(() => resolve()));
     },
