@@ -11,14 +11,25 @@ import {
   pluginSide,
   readManifests,
   readText,
+  type CheckResult,
+  type Documents,
+  type PluginSide,
 } from '../check/consistency.ts';
+import { agentAsDownloadSide, checkAgentSpec } from '../check/agent-side.ts';
+import { ModelVersionSpecSchema, specProblems, type ModelVersionSpec } from '../agent/spec.ts';
+import { redact } from '../redact.ts';
+import { DAEMON_VERSION_HINT, DEFAULT_TASK_ID_RULE, taskIdRule } from '../storage/taskid.ts';
 
 const USAGE = `Usage: peerload check --plugin-config <config.json> [--json] (<manifest.yaml>... | - | --from-cluster)
+       peerload check --agent-spec <version.json> [--daemon-version V] [--json] (<manifest.yaml>... | - | --from-cluster)
 
 For each URL a ModelPreheat would warm and each download the plugin would make (ServedModel fileName, or the
 preheated keys), says whether both have the same P2P task id, and why not when they do not.
 --plugin-config   the endpoint plugin's configuration file (JSON: addr, header, filter, object_storage,
                   daemon_version: the peer daemon's version, whose task id rule is used; default 1.4)
+--agent-spec      instead of the plugin: a model directory the agent downloads (the body of its PUT
+                  /v1/models/{name}, also 'peerload fetch --spec'); each file is checked against the preheats
+--daemon-version  with --agent-spec: the peer daemon's version (default ${DEFAULT_TASK_ID_RULE})
 --json            machine-readable output (default: one line per download)
 --from-cluster    check the ModelPreheats and ServedModels of the cluster (with or without manifests)
 -n, --namespace   with --from-cluster: one namespace (default: all namespaces)
@@ -57,6 +68,20 @@ async function fromCluster(namespace: string | undefined, kubeconfig: string | u
   return { name: `cluster (${where})`, text: JSON.stringify({ kind: 'List', items }) };
 }
 
+/** An agent version spec; errors name the file and the fields, never a value. */
+async function readAgentSpec(path: string): Promise<ModelVersionSpec> {
+  let json: unknown;
+  try {
+    json = JSON.parse(await readText(path));
+  } catch (e) {
+    if (e instanceof CheckInputError) throw e;
+    throw new CheckInputError(`${path}: not JSON`);
+  }
+  const parsed = ModelVersionSpecSchema.safeParse(json);
+  if (!parsed.success) throw new CheckInputError(`${path}: ${redact(specProblems(parsed.error))}`);
+  return parsed.data;
+}
+
 /** `peerload check`. Exit status: 0 all match, 1 a miss, 2 bad input. */
 export async function run(argv: string[], io: CheckIO = defaultIO): Promise<number> {
   try {
@@ -64,6 +89,8 @@ export async function run(argv: string[], io: CheckIO = defaultIO): Promise<numb
       argv,
       {
         'plugin-config': { type: 'string' },
+        'agent-spec': { type: 'string' },
+        'daemon-version': { type: 'string', default: DEFAULT_TASK_ID_RULE },
         json: { type: 'boolean' },
         'from-cluster': { type: 'boolean' },
         namespace: { type: 'string', short: 'n' },
@@ -77,14 +104,29 @@ export async function run(argv: string[], io: CheckIO = defaultIO): Promise<numb
       io.out(USAGE);
       return 0;
     }
-    if (values['plugin-config'] === undefined) throw new CliError(`--plugin-config is required\n\n${USAGE}`);
+    if (values['plugin-config'] === undefined && values['agent-spec'] === undefined)
+      throw new CliError(`--plugin-config is required (or --agent-spec)\n\n${USAGE}`);
+    if (values['plugin-config'] !== undefined && values['agent-spec'] !== undefined)
+      throw new CliError(`give --plugin-config or --agent-spec, not both\n\n${USAGE}`);
     if (positionals.length === 0 && !values['from-cluster'])
       throw new CliError(`expected at least one manifest, - (stdin) or --from-cluster\n\n${USAGE}`);
-    const configPath = values['plugin-config'];
-    const plugin = pluginSide(parsePluginConfig(await readText(configPath), configPath));
+    let plugin: PluginSide;
+    let check: (docs: Documents) => CheckResult[];
+    const configPath = values['plugin-config'] ?? values['agent-spec']!;
+    if (values['agent-spec'] !== undefined) {
+      const rule = taskIdRule(values['daemon-version']);
+      if (rule === undefined)
+        throw new CliError(`--daemon-version ${DAEMON_VERSION_HINT}, got "${values['daemon-version']}"`);
+      const spec = await readAgentSpec(configPath);
+      plugin = agentAsDownloadSide(spec, rule);
+      check = (docs) => checkAgentSpec(spec, rule, docs);
+    } else {
+      plugin = pluginSide(parsePluginConfig(await readText(configPath), configPath));
+      check = (docs) => checkDocuments(plugin, docs);
+    }
     const cluster = values['from-cluster'] ? [await fromCluster(values.namespace, values.kubeconfig)] : [];
     const docs = await readManifests(positionals, plugin, cluster);
-    const results = checkDocuments(plugin, docs);
+    const results = check(docs);
     const ok = results.every((r) => r.status === 'OK');
     if (values.json) {
       io.out(JSON.stringify({ ok, results, notes: docs.notes, warnings: plugin.warnings }, null, 2));

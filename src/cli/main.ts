@@ -36,6 +36,15 @@ const COMMANDS: Record<string, Command> = {
     summary: "Publish this pod's TorchServe key_file.json into a Secret key <pod>.json (sidecar)",
     run: async (argv) => (await import('./publish-keys.ts')).run(argv),
   },
+  agent: {
+    summary:
+      'Run beside a model server: place model directories for the operator through the peer proxy (sidecar)',
+    run: async (argv) => (await import('./agent.ts')).run(argv),
+  },
+  fetch: {
+    summary: 'Download one version of a model directory through the peer proxy (init container)',
+    run: async (argv) => (await import('./fetch.ts')).run(argv),
+  },
   crds: {
     summary: 'Write the CustomResourceDefinitions (to stdout, or --out DIR)',
     run: async (argv) => (await import('./crds.ts')).run(argv),

@@ -3,6 +3,8 @@ import { execFile } from 'node:child_process';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import vectors from '../vectors/taskid.json' with { type: 'json' };
+import { defaultFilter } from '../../src/storage/objecturl.ts';
+import { DEFAULT_FILTERED_QUERY_PARAMS, taskID } from '../../src/storage/taskid.ts';
 
 const BIN = join(import.meta.dirname, '../../bin/peerload.js');
 const run = async (...args: string[]) =>
@@ -31,7 +33,7 @@ describe('peerload taskid', () => {
   const cases = all.filter((v) => v.expected['1.4'].taskID !== v.expected['1.5.3+'].taskID).slice(-6);
   const argsOf = (v: V) => {
     const args = [v.url];
-    if (v.filter.length) args.push('--filter', v.filter.join(','));
+    args.push('--filter', v.filter.join(','));
     if (v.tag !== null) args.push('--tag', v.tag);
     if (v.application !== null) args.push('--application', v.application);
     if (v.pieceLength !== null) args.push('--piece-length', String(v.pieceLength));
@@ -59,6 +61,59 @@ describe('peerload taskid', () => {
     expect(r.stdout).toBe('https://example.com/file.txt?b=2&a=1\n');
     const sorted = await run('taskid', url, '--filter', 'z', '--canonical', '--daemon-version', '1.5.3');
     expect(sorted.stdout).toBe('https://example.com/file.txt?a=1&b=2\n');
+  });
+  it("without --filter uses the daemon's default filter, as a download without filter headers does", async () => {
+    const bare = 'http://127.0.0.1:9000/weights/model.mar';
+    const signed = `${bare}?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=AKIA%2F20260101&X-Amz-Date=20260101T000000Z&X-Amz-Expires=600&X-Amz-SignedHeaders=host&X-Amz-Signature=abc123`;
+    const expected = taskID({ url: signed, filter: DEFAULT_FILTERED_QUERY_PARAMS, rule: '1.4' });
+    expect(expected).toBe(taskID({ url: bare, filter: [], rule: '1.4' }));
+    expect((await run('taskid', signed)).stdout).toBe(`${expected}\n`);
+    // An explicit empty filter keeps the signature in the id.
+    const unfiltered = (await run('taskid', signed, '--filter', '')).stdout.trim();
+    expect(unfiltered).toBe(taskID({ url: signed, filter: [], rule: '1.4' }));
+    expect(unfiltered).not.toBe(expected);
+  });
+  it('prints one line per URL, signed URLs redacted', async () => {
+    const a = 'https://example.com/a.bin?Signature=s3cr3tvalue&Expires=1';
+    const r = await run('taskid', a, 'https://example.com/b.bin');
+    const id = (url: string) => taskID({ url, filter: DEFAULT_FILTERED_QUERY_PARAMS, rule: '1.4' });
+    expect(r.stdout).toBe(
+      `${id(a)}  https://example.com/a.bin?Signature=***&Expires=***\n${id('https://example.com/b.bin')}  https://example.com/b.bin\n`,
+    );
+    expect(r.stdout).not.toContain('s3cr3tvalue');
+  });
+  it('prints the id of every file of a model directory', async () => {
+    const r = await run(
+      'taskid',
+      ...[
+        '--object-storage',
+        's3',
+        '--bucket',
+        'weights',
+        '--endpoint',
+        'http://127.0.0.1:9000',
+        '--path-style',
+      ],
+      ...['--prefix', 'models/llama', '--file', 'config.json', '--file', 'shards/model-1.safetensors'],
+    );
+    expect(r.code).toBe(0);
+    const filter = defaultFilter('s3');
+    expect(r.stdout).toBe(
+      [
+        `${taskID({ url: 'http://127.0.0.1:9000/weights/models/llama/config.json', filter, rule: '1.4' })}  config.json`,
+        `${taskID({ url: 'http://127.0.0.1:9000/weights/models/llama/shards/model-1.safetensors', filter, rule: '1.4' })}  shards/model-1.safetensors`,
+        '',
+      ].join('\n'),
+    );
+  });
+  it('explains a directory it cannot use', async () => {
+    const s3 = ['--object-storage', 's3', '--bucket', 'weights', '--prefix', 'm/'];
+    expect((await run('taskid', ...s3)).stderr).toContain('give either --file');
+    const bad = await run('taskid', ...s3, '--file', '../etc/passwd');
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toContain('files[0] "../etc/passwd" is not a relative file path');
+    const creds = await run('taskid', ...s3, '--credentials', '/nonexistent/creds.yaml');
+    expect(creds.stderr).toContain('--credentials: cannot read /nonexistent/creds.yaml: ENOENT');
   });
   it('explains a bad daemon version', async () => {
     const r = await run('taskid', 'https://example.com/x', '--daemon-version', 'latest');

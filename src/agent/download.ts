@@ -1,0 +1,412 @@
+/**
+ * One version of a model directory onto this pod's disk, as a server must see it: all of it or nothing. Every
+ * file goes through the node's peer proxy (proxy-fetch.ts) into a temporary directory next to the target, each
+ * size checked, and the directory is renamed to `<root>/<directory>/<version>` only when every file is complete
+ * (rename(2) of a directory within one file system is atomic). The disk is bounded before anything is written (the
+ * known sizes against the byte cap and the free space) and while writing (files of unknown size count as they
+ * come); the whole download has a deadline. Messages name files by their path in the model, never by URL.
+ */
+import { randomBytes } from 'node:crypto';
+import { mkdir, readdir, rename, rm, stat, statfs } from 'node:fs/promises';
+import { join } from 'node:path';
+import type { Dispatcher } from 'undici';
+import type { Logger } from 'pino';
+import { redact } from '../redact.ts';
+import type { ObjectStorageType } from '../api/objectstorage.ts';
+import type { StorageCredentials } from '../storage/credentials.ts';
+import { effectiveFilter, objectURL as objectURLOf } from '../storage/objecturl.ts';
+import { signObjectURL } from '../storage/sign.ts';
+import {
+  APPLICATION_HEADER,
+  DEFAULT_TASK_ID_RULE,
+  PIECE_LENGTH_HEADER,
+  TAG_HEADER,
+  filterHeaders,
+  taskID,
+  type TaskIdRule,
+} from '../storage/taskid.ts';
+import { FetchError, fetchFile } from './proxy-fetch.ts';
+import { specLocation, type ModelVersionSpec } from './spec.ts';
+
+/** Prefix of the temporary directories: a dot, so a repository scan (Triton's, a human's `ls`) passes them by. */
+export const TEMP_PREFIX = '.peerload-tmp-';
+
+export interface AgentLimits {
+  /** Bytes one version may take. */
+  maxBytes: number;
+  /** Free bytes the file system must keep after the download. */
+  minFreeBytes: number;
+  /** Whole download, ms. */
+  deadlineMs: number;
+  /** Files downloaded at once. */
+  concurrency: number;
+}
+
+export const DEFAULT_LIMITS: AgentLimits = {
+  maxBytes: 1024 ** 4,
+  minFreeBytes: 1024 ** 3,
+  deadlineMs: 3_600_000,
+  concurrency: 4,
+};
+
+export interface DownloaderConfig {
+  /** The model root as this process sees it. */
+  root: string;
+  /** `http://host:port` of the node's peer proxy. */
+  proxy: string;
+  dispatcher: Dispatcher;
+  /** The model root as the peer daemon sees it: set, files are first asked for as hard links of its cache. */
+  hardLinkRoot?: string | undefined;
+  limits: AgentLimits;
+  /** The credentials that sign a spec's keys (the mounted Secret); absent: only URLs are accepted. */
+  credentials?: ((type: ObjectStorageType) => Promise<StorageCredentials>) | undefined;
+  /** The peer daemon's task id rule, for the expected ids. */
+  rule?: TaskIdRule | undefined;
+  logger?: Logger | undefined;
+}
+
+export type FileState = 'Pending' | 'Downloading' | 'Done' | 'Failed';
+export type VersionState = 'Downloading' | 'Ready' | 'Failed';
+
+export interface FileProgress {
+  path: string;
+  size?: number | undefined;
+  bytes: number;
+  state: FileState;
+  /** The id the preheat's identity gives this file. */
+  expectedTaskID?: string | undefined;
+  /** The id the daemon answered with. */
+  taskID?: string | undefined;
+  localHit?: boolean | undefined;
+  hardLink?: boolean | undefined;
+  hardLinkFallback?: string | undefined;
+  error?: string | undefined;
+}
+
+export interface VersionProgress {
+  name: string;
+  version: string;
+  directory: string;
+  state: VersionState;
+  filesTotal: number;
+  filesDone: number;
+  /** Sum of the known sizes (files without a size count once done). */
+  bytesTotal: number;
+  bytesDone: number;
+  localHits: number;
+  hardLinks: number;
+  startedAt: string;
+  finishedAt?: string | undefined;
+  /** Why the version failed (a file's error, the deadline, the disk). */
+  error?: string | undefined;
+  /** A reason word for the failure: DiskBudgetExceeded, InsufficientStorage, DeadlineExceeded, DownloadFailed... */
+  reason?: string | undefined;
+  files: FileProgress[];
+}
+
+/** A version that cannot be downloaded at all (before a byte is written): `status` is the HTTP answer. */
+export class DownloadRefused extends Error {
+  readonly status: number;
+  readonly reason: string;
+  constructor(status: number, reason: string, message: string) {
+    super(message);
+    this.name = 'DownloadRefused';
+    this.status = status;
+    this.reason = reason;
+  }
+}
+
+/** `<root>/<directory or name>/<version>`. */
+export function versionPath(
+  root: string,
+  name: string,
+  spec: Pick<ModelVersionSpec, 'directory' | 'version'>,
+) {
+  return join(root, spec.directory ?? name, spec.version);
+}
+
+export function newProgress(name: string, spec: ModelVersionSpec, rule: TaskIdRule = DEFAULT_TASK_ID_RULE) {
+  const location = specLocation(spec);
+  const filter = spec.filter ?? (location ? effectiveFilter(location) : undefined);
+  const files: FileProgress[] = spec.files.map((f) => {
+    let expectedTaskID: string | undefined;
+    try {
+      const url = f.url ?? (location ? objectURLOf(location, f.key!) : undefined);
+      if (url !== undefined && filter !== undefined)
+        expectedTaskID = taskID({
+          url,
+          filter,
+          tag: spec.tag,
+          application: spec.application,
+          pieceLength: spec.pieceLength,
+          rule,
+        });
+    } catch {
+      // a location that cannot make URLs fails the download with its own message
+    }
+    return { path: f.path, size: f.size, bytes: 0, state: 'Pending', expectedTaskID };
+  });
+  const progress: VersionProgress = {
+    name,
+    version: spec.version,
+    directory: spec.directory ?? name,
+    state: 'Downloading',
+    filesTotal: files.length,
+    filesDone: 0,
+    bytesTotal: files.reduce((s, f) => s + (f.size ?? 0), 0),
+    bytesDone: 0,
+    localHits: 0,
+    hardLinks: 0,
+    startedAt: new Date().toISOString(),
+    files,
+  };
+  return progress;
+}
+
+/** The request headers of the preheat's task identity (the plugin's: both filter headers, tag, application...). */
+export function identityHeaders(spec: ModelVersionSpec): Record<string, string> {
+  const location = specLocation(spec);
+  const filter = spec.filter ?? (location ? effectiveFilter(location) : undefined);
+  const h: Record<string, string> = { ...(spec.headers ?? {}) };
+  // No filter given and no storage kind to take one from: no header, so the daemon applies its default filter.
+  if (filter !== undefined && filter.length > 0) Object.assign(h, filterHeaders(filter));
+  if (spec.tag) h[TAG_HEADER] = spec.tag;
+  if (spec.application) h[APPLICATION_HEADER] = spec.application;
+  if (spec.pieceLength !== undefined) h[PIECE_LENGTH_HEADER] = String(spec.pieceLength);
+  return h;
+}
+
+async function exists(path: string): Promise<boolean> {
+  return stat(path).then(
+    () => true,
+    () => false,
+  );
+}
+
+/**
+ * Checks what can be checked before a byte is written; throws {@link DownloadRefused}. Returns the target path,
+ * or undefined when the version is already in place (nothing to do).
+ */
+export async function preflight(
+  name: string,
+  spec: ModelVersionSpec,
+  config: DownloaderConfig,
+): Promise<string | undefined> {
+  const target = versionPath(config.root, name, spec);
+  if (await exists(target)) return undefined;
+  if (spec.files.some((f) => f.key !== undefined) && !config.credentials)
+    throw new DownloadRefused(
+      400,
+      'NoCredentials',
+      'files give object keys but the agent has no credentials to sign them: mount the storage Secret and pass --credentials-dir, or send signed URLs',
+    );
+  const maxBytes = Math.min(config.limits.maxBytes, spec.maxBytes ?? Infinity);
+  const known = spec.files.reduce((s, f) => s + (f.size ?? 0), 0);
+  if (known > maxBytes)
+    throw new DownloadRefused(
+      413,
+      'DiskBudgetExceeded',
+      `version ${spec.version} of ${name} holds ${known} bytes, above the cap of ${maxBytes} bytes: raise the agent's --max-bytes (or the request's maxBytes), or make the model smaller`,
+    );
+  await mkdir(join(config.root, spec.directory ?? name), { recursive: true });
+  const fs = await statfs(config.root);
+  const free = fs.bavail * fs.bsize;
+  // A hard link takes no blocks of its own, but a refused one is streamed: count every byte.
+  if (free - known < config.limits.minFreeBytes)
+    throw new DownloadRefused(
+      507,
+      'InsufficientStorage',
+      `version ${spec.version} of ${name} needs ${known} bytes; ${free} are free and ${config.limits.minFreeBytes} must stay free (--min-free-bytes): free space on the model volume or make it larger`,
+    );
+  return target;
+}
+
+/** One version's download as it runs: what every file's download shares. */
+interface Run {
+  name: string;
+  spec: ModelVersionSpec;
+  config: DownloaderConfig;
+  progress: VersionProgress;
+  tmp: string;
+  tmpName: string;
+  signal: AbortSignal;
+  deadline: AbortSignal;
+  deadlineMs: number;
+  cancel: AbortSignal | undefined;
+  maxBytes: number;
+  headers: Record<string, string>;
+  written: number;
+  log: Logger | undefined;
+}
+
+/** Marks the version failed (the first failure wins: later ones are its consequences). */
+function fail(run: Run, reason: string, message: string): void {
+  if (run.progress.state !== 'Downloading') return;
+  run.progress.state = 'Failed';
+  run.progress.reason = reason;
+  run.progress.error = redact(message);
+}
+
+/** The signed URL of file `i`: as given, or signed now with the mounted credentials. */
+async function urlOf(run: Run, i: number): Promise<string> {
+  const file = run.spec.files[i]!;
+  if (file.url !== undefined) return file.url;
+  const location = specLocation(run.spec)!;
+  const credentials = await run.config.credentials!(location.type);
+  const signed = await signObjectURL(location, file.key!, credentials, {
+    expiresSeconds: run.spec.storage!.expiresSeconds,
+  });
+  return signed.url;
+}
+
+/** Counts `n` more bytes of file `i`; throws past the byte cap (which stops that download). */
+function countBytes(run: Run, i: number, n: number): void {
+  run.written += n;
+  run.progress.files[i]!.bytes += n;
+  run.progress.bytesDone += n;
+  if (run.written > run.maxBytes)
+    throw new DownloadRefused(
+      413,
+      'DiskBudgetExceeded',
+      `version ${run.spec.version} of ${run.name} passed the cap of ${run.maxBytes} bytes while downloading ${run.spec.files[i]!.path}: raise the agent's --max-bytes (or the request's maxBytes)`,
+    );
+}
+
+/** Downloads file `i` into the temporary directory and records the outcome. */
+async function downloadFile(run: Run, i: number): Promise<void> {
+  const { name, spec, config, progress } = run;
+  const file = spec.files[i]!;
+  const fp = progress.files[i]!;
+  fp.state = 'Downloading';
+  try {
+    const r = await fetchFile({
+      dispatcher: config.dispatcher,
+      proxy: config.proxy,
+      url: await urlOf(run, i),
+      headers: run.headers,
+      target: join(run.tmp, file.path),
+      expectedSize: file.size,
+      hardLink:
+        config.hardLinkRoot !== undefined
+          ? { local: run.tmp, daemon: join(config.hardLinkRoot, spec.directory ?? name, run.tmpName) }
+          : undefined,
+      signal: run.signal,
+      what: `${name}/${spec.version}/${file.path}`,
+      onBytes: (n) => countBytes(run, i, n),
+    });
+    Object.assign(fp, {
+      state: 'Done',
+      taskID: r.taskID,
+      localHit: r.localHit,
+      hardLink: r.hardLink,
+      hardLinkFallback: r.hardLinkFallback,
+    });
+    if (fp.size === undefined) progress.bytesTotal += r.bytes;
+    progress.filesDone++;
+    if (r.localHit) progress.localHits++;
+    if (r.hardLink) progress.hardLinks++;
+    run.log?.debug(
+      { file: file.path, bytes: r.bytes, localHit: r.localHit, hardLink: r.hardLink },
+      'file done',
+    );
+  } catch (e) {
+    fp.state = 'Failed';
+    if (run.deadline.aborted) {
+      fp.error = 'deadline exceeded';
+      fail(
+        run,
+        'DeadlineExceeded',
+        `version ${spec.version} of ${name} was not complete within ${run.deadlineMs / 1000} s (${progress.filesDone} of ${progress.filesTotal} files)`,
+      );
+    } else if (run.cancel?.aborted) {
+      fp.error = 'cancelled';
+      fail(run, 'Cancelled', `the download of version ${spec.version} of ${name} was cancelled`);
+    } else {
+      const message = e instanceof Error ? e.message : String(e);
+      fp.error = redact(message);
+      const reason =
+        e instanceof DownloadRefused ? e.reason : e instanceof FetchError ? 'DownloadFailed' : 'WriteFailed';
+      fail(run, reason, message);
+    }
+  }
+}
+
+/**
+ * Downloads every file of `spec` into a temporary directory and renames it into place; `progress` is updated as
+ * it goes (what `GET /v1/models/{name}` reports). Resolves with the final progress (Ready or Failed); never
+ * throws for a download's failure. Call {@link preflight} first.
+ */
+export async function downloadVersion(
+  name: string,
+  spec: ModelVersionSpec,
+  config: DownloaderConfig,
+  progress: VersionProgress,
+  signal?: AbortSignal,
+): Promise<VersionProgress> {
+  const target = versionPath(config.root, name, spec);
+  const tmpName = `${TEMP_PREFIX}${spec.version}-${randomBytes(4).toString('hex')}`;
+  const deadlineMs = Math.min(config.limits.deadlineMs, (spec.deadlineSeconds ?? Infinity) * 1000);
+  const deadline = AbortSignal.timeout(deadlineMs);
+  const run: Run = {
+    name,
+    spec,
+    config,
+    progress,
+    tmp: join(config.root, spec.directory ?? name, tmpName),
+    tmpName,
+    signal: signal ? AbortSignal.any([signal, deadline]) : deadline,
+    deadline,
+    deadlineMs,
+    cancel: signal,
+    maxBytes: Math.min(config.limits.maxBytes, spec.maxBytes ?? Infinity),
+    headers: identityHeaders(spec),
+    written: 0,
+    log: config.logger?.child({ model: name, version: spec.version }),
+  };
+  try {
+    await mkdir(run.tmp, { recursive: true });
+    let next = 0;
+    const worker = async () => {
+      while (progress.state === 'Downloading' && next < spec.files.length) await downloadFile(run, next++);
+    };
+    await Promise.all(
+      Array.from({ length: Math.min(config.limits.concurrency, spec.files.length) }, () => worker()),
+    );
+    if (progress.state === 'Downloading') {
+      if (await exists(target)) throw new Error(`${target} appeared while downloading`);
+      await rename(run.tmp, target);
+      progress.state = 'Ready';
+    }
+  } catch (e) {
+    fail(
+      run,
+      'WriteFailed',
+      `cannot place version ${spec.version} of ${name}: ${e instanceof Error ? e.message : String(e)}`,
+    );
+  } finally {
+    if (progress.state !== 'Ready')
+      await rm(run.tmp, { recursive: true, force: true }).catch(() => undefined);
+    progress.finishedAt = new Date().toISOString();
+  }
+  const { filesTotal: files, bytesDone: bytes, localHits, hardLinks, reason, error } = progress;
+  if (progress.state === 'Ready') run.log?.info({ files, bytes, localHits, hardLinks }, 'version ready');
+  else run.log?.warn({ reason, error }, 'version failed');
+  return progress;
+}
+
+/** Removes temporary directories a previous run left behind (a crash mid-download) under each model directory. */
+export async function removeStaleTemporaries(root: string): Promise<string[]> {
+  const removed: string[] = [];
+  const models = await readdir(root, { withFileTypes: true }).catch(() => []);
+  for (const m of models) {
+    if (!m.isDirectory()) continue;
+    const entries = await readdir(join(root, m.name), { withFileTypes: true }).catch(() => []);
+    for (const e of entries) {
+      if (e.isDirectory() && e.name.startsWith(TEMP_PREFIX)) {
+        await rm(join(root, m.name, e.name), { recursive: true, force: true });
+        removed.push(join(m.name, e.name));
+      }
+    }
+  }
+  return removed;
+}

@@ -1,0 +1,260 @@
+/**
+ * One file through the node's peer proxy: an absolute-form `GET <signed url>` sent to the proxy (undici accepts an
+ * absolute URL as the request path, which is exactly a forward proxy's request line; its ProxyAgent would tunnel
+ * https:// targets with CONNECT and hide the URL and the X-Dragonfly-* headers from the daemon), streamed into the
+ * target file with its size checked.
+ *
+ * With a hard-link directory it first asks the daemon to place its own copy as a hard link
+ * (`X-Dragonfly-Output-Path` + `X-Dragonfly-Force-Hard-Link: true`, honoured by the proxy of dragonfly-client
+ * 1.4+), exactly as the TorchServe plugin does: the link is used only when the daemon says it served the task from
+ * its own storage (`X-Dragonfly-Task-Download-Finished: true`) and the file has the announced size — for a task it
+ * does not hold yet the daemon links a file it has only allocated, which is removed and the body streamed. A
+ * refusal of the daemon's own (500 with an error type other than `backend`: a cross-device link, say) is followed
+ * by the plain download.
+ */
+import { randomUUID } from 'node:crypto';
+import { createWriteStream } from 'node:fs';
+import { lstat, mkdir, rename, unlink } from 'node:fs/promises';
+import { dirname, join } from 'node:path';
+import { Transform } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
+import type { Dispatcher } from 'undici';
+import { redact } from '../redact.ts';
+import {
+  DOWNLOAD_FINISHED_HEADER,
+  ERROR_TYPE_HEADER,
+  TASK_ID_HEADER,
+  USE_P2P_HEADER,
+} from '../storage/taskid.ts';
+import { USER_AGENT } from '../version.ts';
+
+export const OUTPUT_PATH_HEADER = 'X-Dragonfly-Output-Path';
+export const FORCE_HARD_LINK_HEADER = 'X-Dragonfly-Force-Hard-Link';
+
+export interface FetchFileRequest {
+  dispatcher: Dispatcher;
+  /** `http://host:port` of the peer proxy. */
+  proxy: string;
+  /** The (signed) URL; never logged or reported as it is. */
+  url: string;
+  /** The task identity headers and any extra ones. */
+  headers: Record<string, string>;
+  /** The file to create (its directory is created). */
+  target: string;
+  /** The size the caller expects, when known. */
+  expectedSize?: number | undefined;
+  /** Ask the daemon for a hard link: `local` is where it appears here, `daemon` the same directory as it sees it. */
+  hardLink?: { local: string; daemon: string } | undefined;
+  signal: AbortSignal;
+  /** Called for every chunk written; throwing stops the download (a byte budget). */
+  onBytes: (n: number) => void;
+  /** How the file is named in messages (its path in the model, never the URL). */
+  what: string;
+}
+
+export interface FetchFileResult {
+  bytes: number;
+  /** `X-Dragonfly-Task-ID`: absent when the download did not go through P2P. */
+  taskID?: string | undefined;
+  /** true: served from this node's daemon storage; false: through P2P from elsewhere; absent: not through P2P. */
+  localHit?: boolean | undefined;
+  /** true: the file is a hard link of the daemon's copy; false: asked for but streamed. */
+  hardLink?: boolean | undefined;
+  hardLinkFallback?: string | undefined;
+}
+
+/** A download that failed; the message names the file and never holds a URL's query values. */
+export class FetchError extends Error {
+  readonly status: number;
+  readonly errorType: string | undefined;
+  constructor(message: string, status = 0, errorType?: string) {
+    super(redact(message));
+    this.name = 'FetchError';
+    this.status = status;
+    this.errorType = errorType;
+  }
+}
+
+function header(h: Record<string, string | string[] | undefined>, name: string): string | undefined {
+  const v = h[name.toLowerCase()];
+  return Array.isArray(v) ? v.join(', ') : v;
+}
+
+/** Stops reading a body: the connection is closed (undici reports that as an error, which is expected here). */
+function discard(body: Dispatcher.ResponseData['body']): void {
+  body.on('error', () => undefined);
+  body.destroy();
+}
+
+/** Why a non-200 answer failed, in the storage's terms where the daemon's error type says it was the origin. */
+function explain(status: number, errorType: string | undefined): string {
+  if (errorType === 'backend') {
+    if (status === 403)
+      return 'the storage refused the signed URL (expired, or signed with wrong credentials)';
+    if (status === 404) return 'the storage has no such object';
+    return 'the storage answered with an error';
+  }
+  if (errorType) return `a ${errorType} error of the peer daemon (its log says why)`;
+  return 'not an answer of the storage';
+}
+
+/** GETs `req.url` through the proxy into `req.target`. */
+export async function fetchFile(req: FetchFileRequest): Promise<FetchFileResult> {
+  if (!req.hardLink) return (await once(req, undefined)) as FetchFileResult; // without a link, never 'refused'
+  const link = {
+    local: join(req.hardLink.local, `.p2p-${randomUUID()}.link`),
+    daemon: '',
+  };
+  link.daemon = join(req.hardLink.daemon, link.local.slice(req.hardLink.local.length + 1));
+  try {
+    const r = await once(req, link);
+    if (r !== 'refused') return r;
+  } finally {
+    await unlink(link.local).catch(() => undefined);
+  }
+  const r = await once(req, undefined);
+  return {
+    ...(r as FetchFileResult),
+    hardLink: false,
+    hardLinkFallback: 'the peer daemon refused the hard link',
+  };
+}
+
+async function once(
+  req: FetchFileRequest,
+  link: { local: string; daemon: string } | undefined,
+): Promise<FetchFileResult | 'refused'> {
+  const target = new URL(req.url);
+  const headers: Record<string, string> = {
+    host: target.host,
+    'user-agent': USER_AGENT,
+    accept: '*/*',
+    'accept-encoding': 'identity',
+    // Whatever the daemon's proxy.rules: without it a stock daemon sends the download straight to the origin.
+    [USE_P2P_HEADER]: 'true',
+    ...req.headers,
+  };
+  if (link) {
+    headers[OUTPUT_PATH_HEADER] = link.daemon;
+    headers[FORCE_HARD_LINK_HEADER] = 'true';
+  }
+  let res: Dispatcher.ResponseData;
+  try {
+    res = await req.dispatcher.request({
+      origin: req.proxy,
+      path: req.url,
+      method: 'GET',
+      headers,
+      signal: req.signal,
+    });
+  } catch (e) {
+    if (req.signal.aborted) throw req.signal.reason ?? e;
+    const code = (e as { code?: string }).code ?? (e as Error).message;
+    throw new FetchError(`peer proxy at ${req.proxy} is unreachable for ${req.what}: ${code}`);
+  }
+  const taskID = header(res.headers, TASK_ID_HEADER);
+  const finished = header(res.headers, DOWNLOAD_FINISHED_HEADER)?.trim().toLowerCase() === 'true';
+  const localHit = finished ? true : taskID !== undefined ? false : undefined;
+  const errorType = header(res.headers, ERROR_TYPE_HEADER);
+  if (res.statusCode !== 200) {
+    discard(res.body);
+    if (link && errorType !== undefined && errorType.toLowerCase() !== 'backend') return 'refused';
+    throw new FetchError(
+      `download of ${req.what} through the peer proxy failed: HTTP ${res.statusCode}${errorType ? ` (${errorType} error)` : ''}: ${explain(res.statusCode, errorType)}`,
+      res.statusCode,
+      errorType,
+    );
+  }
+  const lengthHeader = header(res.headers, 'content-length');
+  const announced = lengthHeader !== undefined ? Number(lengthHeader) : undefined;
+  if (announced !== undefined && req.expectedSize !== undefined && announced !== req.expectedSize) {
+    discard(res.body);
+    throw new FetchError(
+      `${req.what}: the peer proxy announced ${announced} bytes, the file set says ${req.expectedSize}`,
+      200,
+    );
+  }
+  await mkdir(dirname(req.target), { recursive: true });
+
+  let fallback: string | undefined;
+  if (link) {
+    fallback = await linkProblem(link.local, localHit, announced);
+    if (fallback === undefined) {
+      // The body is not read: closing the connection ends it (client 1.4.2 only logs the failed send; the task
+      // stays finished).
+      discard(res.body);
+      await rename(link.local, req.target);
+      req.onBytes(announced!);
+      return { bytes: announced!, taskID, localHit, hardLink: true };
+    }
+    await unlink(link.local).catch(() => undefined);
+  }
+
+  return {
+    ...(await streamBody(req, res, announced, errorType)),
+    taskID,
+    localHit,
+    ...(link ? { hardLink: false, hardLinkFallback: fallback } : {}),
+  };
+}
+
+/** Streams the body into the target file, counting it, and checks the size. */
+async function streamBody(
+  req: FetchFileRequest,
+  res: Dispatcher.ResponseData,
+  announced: number | undefined,
+  errorType: string | undefined,
+): Promise<{ bytes: number }> {
+  let bytes = 0;
+  let stopped: unknown; // what onBytes threw: the caller's own error, passed on as it is
+  const count = new Transform({
+    transform(chunk: Buffer, _enc, cb) {
+      bytes += chunk.length;
+      try {
+        req.onBytes(chunk.length);
+        cb(null, chunk);
+      } catch (e) {
+        stopped = e;
+        cb(e as Error);
+      }
+    },
+  });
+  try {
+    // `wx`: the temporary directory is new, so an existing file is a second file of the same path: refuse it.
+    await pipeline(res.body, count, createWriteStream(req.target, { flags: 'wx' }), { signal: req.signal });
+  } catch (e) {
+    if (req.signal.aborted) throw req.signal.reason ?? e;
+    if (stopped !== undefined) throw stopped;
+    const why = (e as { code?: string }).code ?? (e as Error).message;
+    throw new FetchError(`download of ${req.what} failed after ${bytes} bytes: ${why}`, 200, errorType);
+  }
+  const expected = announced ?? req.expectedSize;
+  if (expected !== undefined && bytes !== expected)
+    throw new FetchError(
+      `download of ${req.what} was truncated: received ${bytes} of ${expected} bytes`,
+      200,
+    );
+  return { bytes };
+}
+
+/** Why the daemon's link cannot be the file (it is then streamed), or undefined when it can. */
+async function linkProblem(
+  path: string,
+  localHit: boolean | undefined,
+  announced: number | undefined,
+): Promise<string | undefined> {
+  if (localHit !== true)
+    return localHit === false
+      ? "not a local hit: the daemon's file is still being filled"
+      : 'the peer proxy did not serve it through P2P';
+  if (announced === undefined) return 'the peer proxy sent no Content-Length to check the link against';
+  try {
+    const st = await lstat(path);
+    if (!st.isFile()) return `the daemon made no regular file at ${path}`;
+    if (st.size !== announced)
+      return `the daemon's file has ${st.size} bytes, the response announced ${announced}`;
+    return undefined;
+  } catch {
+    return `the daemon made no file at ${path} (a daemon that ignores ${OUTPUT_PATH_HEADER}, or the hard-link directory is not this model root)`;
+  }
+}

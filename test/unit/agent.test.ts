@@ -1,0 +1,498 @@
+/**
+ * `peerload agent` against the peer-proxy emulator and a plain origin: the token, the download of a directory
+ * through the proxy with the preheat's identity, the atomic placement, progress and local hits, the bounds
+ * (bytes, free space, deadline), deletion, redaction, and the daemon's hard links (a small fake daemon here: the
+ * emulator does not make links).
+ */
+import { randomBytes } from 'node:crypto';
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { link, mkdir, mkdtemp, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Writable } from 'node:stream';
+import { Agent } from 'undici';
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { tokenMatches } from '../../src/agent/auth.ts';
+import { DEFAULT_LIMITS, type AgentLimits } from '../../src/agent/download.ts';
+import { startAgentServer, type AgentServer } from '../../src/agent/server.ts';
+import { createLogger } from '../../src/runtime/logger.ts';
+import { tokenFile } from '../../src/agent/auth.ts';
+import { taskID } from '../../src/storage/taskid.ts';
+import { startOrigin, type Origin } from '../support/origin.ts';
+import { startPeerProxy, type PeerProxy } from '../support/peer-proxy.ts';
+
+const TOKEN = 'agent-token-0123456789abcdef';
+const SIGNATURE = 'sig-value-that-must-never-leak-42';
+const FILTER = ['X-Amz-Signature', 'X-Amz-Date'];
+const FILES: Record<string, Buffer> = {
+  '/weights/m/config.json': Buffer.from('{"layers":2}'),
+  '/weights/m/model-1.safetensors': randomBytes(300_000),
+  '/weights/m/sub/tokenizer.json': Buffer.from('{"v":1}'),
+};
+
+let origin: Origin;
+let peer: PeerProxy;
+let dispatcher: Agent;
+let dir: string;
+let root: string;
+let agent: AgentServer | undefined;
+let logLines: string[];
+
+beforeAll(async () => {
+  origin = await startOrigin(FILES);
+  peer = await startPeerProxy();
+  dispatcher = new Agent();
+});
+afterAll(async () => {
+  await peer.close();
+  await origin.close();
+  await dispatcher.close();
+});
+beforeEach(async () => {
+  dir = await mkdtemp(join(tmpdir(), 'agent-test-'));
+  root = join(dir, 'models');
+  await mkdir(root);
+  await writeFile(join(dir, 'token'), `${TOKEN}\n`);
+  peer.reset();
+  logLines = [];
+});
+afterEach(async () => {
+  await agent?.close();
+  agent = undefined;
+  await rm(dir, { recursive: true, force: true });
+});
+
+async function start(
+  opts: { limits?: Partial<AgentLimits>; proxy?: string; hardLinkRoot?: string } = {},
+): Promise<AgentServer> {
+  const sink = new Writable({
+    write(chunk: Buffer, _enc, cb) {
+      logLines.push(chunk.toString());
+      cb();
+    },
+  });
+  agent = await startAgentServer({
+    root,
+    proxy: opts.proxy ?? peer.url,
+    dispatcher,
+    hardLinkRoot: opts.hardLinkRoot,
+    limits: { ...DEFAULT_LIMITS, minFreeBytes: 0, ...opts.limits },
+    token: tokenFile(join(dir, 'token')),
+    credentials: async () => ({
+      type: 's3',
+      accessKeyID: 'AKIAEXAMPLE',
+      secretAccessKey: 'secret-key-example-1',
+    }),
+    logger: createLogger('debug', sink),
+  });
+  return agent;
+}
+
+async function call(method: string, path: string, body?: unknown, token: string | null = TOKEN) {
+  const res = await fetch(`${agent!.url}${path}`, {
+    method,
+    headers: {
+      ...(token !== null ? { authorization: `Bearer ${token}` } : {}),
+      ...(body !== undefined ? { 'content-type': 'application/json' } : {}),
+    },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  return { status: res.status, headers: res.headers, body: (await res.json()) as Record<string, any> };
+}
+
+const signed = (path: string) =>
+  `${origin.url}${path}?X-Amz-Date=20260101T000000Z&X-Amz-Signature=${SIGNATURE}`;
+
+function spec(over: Record<string, unknown> = {}) {
+  return {
+    version: '1',
+    files: [
+      {
+        path: 'config.json',
+        url: signed('/weights/m/config.json'),
+        size: FILES['/weights/m/config.json']!.length,
+      },
+      { path: 'model-1.safetensors', url: signed('/weights/m/model-1.safetensors') },
+      { path: 'sub/tokenizer.json', url: signed('/weights/m/sub/tokenizer.json') },
+    ],
+    filter: FILTER,
+    tag: 'llama',
+    ...over,
+  };
+}
+
+describe('authentication', () => {
+  it('answers 401 without a bearer token, 403 with another one, and serves the right one', async () => {
+    await start();
+    const none = await call('GET', '/v1/models/m', undefined, null);
+    expect(none.status).toBe(401);
+    expect(none.headers.get('www-authenticate')).toBe('Bearer realm="peerload-agent"');
+    expect(none.body).toEqual({
+      error: {
+        reason: 'Unauthenticated',
+        message: 'send the operator\'s token as "Authorization: Bearer <token>"',
+      },
+    });
+    const wrong = await call('PUT', '/v1/models/m', spec(), 'not-the-token');
+    expect(wrong.status).toBe(403);
+    expect(wrong.body.error.reason).toBe('Forbidden');
+    expect(peer.stats.requests).toBe(0);
+    expect((await call('GET', '/v1/models/m')).status).toBe(404);
+    expect((await fetch(`${agent!.url}/healthz`)).status).toBe(200);
+  });
+
+  it('reads a rotated token file, and refuses everything without one', async () => {
+    await start();
+    await writeFile(join(dir, 'token'), 'rotated-token-abcdefgh-longer');
+    expect((await call('GET', '/v1/models/m')).status).toBe(403);
+    expect((await call('GET', '/v1/models/m', undefined, 'rotated-token-abcdefgh-longer')).status).toBe(404);
+    await writeFile(join(dir, 'token'), '');
+    // No token to compare with: nothing is accepted, not even an empty bearer.
+    const none = await call('GET', '/v1/models/m', undefined, 'rotated-token-abcdefgh-longer');
+    expect(none.status).toBe(503);
+    expect(none.body.error.reason).toBe('NoToken');
+    expect((await call('GET', '/v1/models/m', undefined, '')).status).toBe(503);
+  });
+
+  it('compares tokens by value only', () => {
+    expect(tokenMatches('abc', 'abc')).toBe(true);
+    expect(tokenMatches('abd', 'abc')).toBe(false);
+    expect(tokenMatches('abcd', 'abc')).toBe(false);
+    expect(tokenMatches('', '')).toBe(false);
+  });
+});
+
+describe('downloading a version', () => {
+  it('downloads every file through the peer proxy with the identity, into <root>/<name>/<version>', async () => {
+    await start();
+    const put = await call('PUT', '/v1/models/m', spec());
+    expect(put.status).toBe(202);
+    expect(put.body).toMatchObject({ name: 'm', version: '1', state: 'Downloading', filesTotal: 3 });
+    await agent!.idle();
+
+    for (const [path, body] of Object.entries(FILES)) {
+      const rel = path.replace('/weights/m/', '');
+      expect(await readFile(join(root, 'm', '1', rel))).toEqual(body);
+    }
+    expect(await readdir(join(root, 'm'))).toEqual(['1']); // no temporary directory left
+    expect(peer.requests).toHaveLength(3);
+    for (const r of peer.requests) {
+      expect(r.headers['x-dragonfly-use-p2p']).toBe('true');
+      expect(r.headers['x-dragonfly-filtered-query-params']).toBe('X-Amz-Signature,X-Amz-Date');
+      expect(r.headers['x-dragonfly-filter']).toBe('X-Amz-Signature&X-Amz-Date');
+      expect(r.headers['x-dragonfly-tag']).toBe('llama');
+    }
+
+    const got = await call('GET', '/v1/models/m');
+    expect(got.status).toBe(200);
+    const [v] = got.body.versions;
+    expect(v).toMatchObject({ state: 'Ready', filesDone: 3, filesTotal: 3, localHits: 0, hardLinks: 0 });
+    const total = Object.values(FILES).reduce((s, b) => s + b.length, 0);
+    expect(v.bytesDone).toBe(total);
+    expect(v.bytesTotal).toBe(total);
+    for (const f of v.files) {
+      expect(f.state).toBe('Done');
+      expect(f.localHit).toBe(false);
+      expect(f.taskID).toBe(f.expectedTaskID);
+    }
+    expect(v.files[0].expectedTaskID).toBe(
+      taskID({ url: `${origin.url}/weights/m/config.json`, filter: [], tag: 'llama', rule: '1.4' }),
+    );
+    // Already in place: 200, nothing downloaded.
+    const again = await call('PUT', '/v1/models/m', spec());
+    expect(again.status).toBe(200);
+    expect(again.body.state).toBe('Ready');
+    expect(peer.requests).toHaveLength(3);
+  });
+
+  it('reports local hits of preheated files, and the origin is not read again', async () => {
+    await start();
+    for (const path of Object.keys(FILES)) await peer.preheat(signed(path), { filter: FILTER, tag: 'llama' });
+    const originRequests = origin.stats.requests;
+    expect((await call('PUT', '/v1/models/m', spec())).status).toBe(202);
+    await agent!.idle();
+    const [v] = (await call('GET', '/v1/models/m')).body.versions;
+    expect(v).toMatchObject({ state: 'Ready', localHits: 3 });
+    expect(v.files.map((f: { localHit: boolean }) => f.localHit)).toEqual([true, true, true]);
+    expect(origin.stats.requests).toBe(originRequests);
+  });
+
+  it('signs object keys itself with the mounted credentials', async () => {
+    await start();
+    const body = {
+      version: '2',
+      storage: { type: 's3', bucket: 'weights', endpoint: origin.url, pathStyle: true },
+      files: [{ path: 'config.json', key: 'm/config.json' }],
+    };
+    expect((await call('PUT', '/v1/models/m', body)).status).toBe(202);
+    await agent!.idle();
+    expect(await readFile(join(root, 'm', '2', 'config.json'), 'utf8')).toBe('{"layers":2}');
+    const [r] = peer.requests;
+    expect(r!.url).toContain('X-Amz-Signature=');
+    // The s3 default filter goes with it, so the id is the preheat's of the bare object URL.
+    expect(r!.headers['x-dragonfly-filtered-query-params']).toContain('X-Amz-Credential');
+    const [v] = (await call('GET', '/v1/models/m')).body.versions;
+    expect(v.files[0].taskID).toBe(v.files[0].expectedTaskID);
+  });
+
+  it('starts one download for two PUTs that arrive together', async () => {
+    await start();
+    const [a, b] = await Promise.all([
+      call('PUT', '/v1/models/m', spec()),
+      call('PUT', '/v1/models/m', spec()),
+    ]);
+    expect([a.status, b.status]).toEqual([202, 202]);
+    await agent!.idle();
+    expect(peer.requests).toHaveLength(3);
+    expect((await call('GET', '/v1/models/m')).body.versions[0].state).toBe('Ready');
+  });
+
+  it('answers 202 "in progress" to a second PUT while the first downloads', async () => {
+    const gate = await gatedOrigin();
+    try {
+      await start();
+      const body = spec({
+        files: [{ path: 'a.bin', url: `${gate.url}/a.bin?X-Amz-Signature=${SIGNATURE}` }],
+      });
+      expect((await call('PUT', '/v1/models/m', body)).status).toBe(202);
+      const second = await call('PUT', '/v1/models/m', body);
+      expect(second.status).toBe(202);
+      expect(second.body.message).toBe('a download of this version is in progress');
+      gate.release();
+      await agent!.idle();
+      expect(gate.requests).toBe(1);
+      expect((await call('GET', '/v1/models/m')).body.versions[0].state).toBe('Ready');
+    } finally {
+      gate.release();
+      await gate.close();
+    }
+  });
+});
+
+describe('failures', () => {
+  it('fails the version on a missing object, names the file, leaves nothing behind, never shows the signature', async () => {
+    await start();
+    const body = spec();
+    body.files.push({ path: 'missing.bin', url: signed('/weights/m/missing.bin') });
+    expect((await call('PUT', '/v1/models/m', body)).status).toBe(202);
+    await agent!.idle();
+    const [v] = (await call('GET', '/v1/models/m')).body.versions;
+    expect(v.state).toBe('Failed');
+    expect(v.reason).toBe('DownloadFailed');
+    expect(v.error).toBe(
+      'download of m/1/missing.bin through the peer proxy failed: HTTP 404 (backend error): the storage has no such object',
+    );
+    expect(await readdir(join(root, 'm'))).toEqual([]);
+    expect(JSON.stringify(v)).not.toContain(SIGNATURE);
+    expect(logLines.join('')).not.toContain(SIGNATURE);
+    expect(logLines.join('')).toContain('version failed');
+  });
+
+  it('checks sizes', async () => {
+    await start();
+    const body = spec({ files: [{ path: 'config.json', url: signed('/weights/m/config.json'), size: 3 }] });
+    await call('PUT', '/v1/models/m', body);
+    await agent!.idle();
+    const [v] = (await call('GET', '/v1/models/m')).body.versions;
+    expect(v.state).toBe('Failed');
+    expect(v.error).toContain('m/1/config.json: the peer proxy announced 12 bytes, the file set says 3');
+  });
+
+  it('refuses a version above the byte cap, before and while downloading', async () => {
+    await start({ limits: { maxBytes: 1000 } });
+    const known = spec({
+      files: [{ path: 'a', url: signed('/weights/m/model-1.safetensors'), size: 300_000 }],
+    });
+    const before = await call('PUT', '/v1/models/m', known);
+    expect(before.status).toBe(413);
+    expect(before.body.error.reason).toBe('DiskBudgetExceeded');
+    expect(before.body.error.message).toContain("above the cap of 1000 bytes: raise the agent's --max-bytes");
+    expect(peer.stats.requests).toBe(0);
+    const unknown = spec({ files: [{ path: 'a', url: signed('/weights/m/model-1.safetensors') }] });
+    expect((await call('PUT', '/v1/models/m', unknown)).status).toBe(202);
+    await agent!.idle();
+    const [v] = (await call('GET', '/v1/models/m')).body.versions;
+    expect(v).toMatchObject({ state: 'Failed', reason: 'DiskBudgetExceeded' });
+    expect(await readdir(join(root, 'm'))).toEqual([]);
+  });
+
+  it('refuses when free space would fall below the reserve (507)', async () => {
+    await start({ limits: { minFreeBytes: Number.MAX_SAFE_INTEGER } });
+    const r = await call('PUT', '/v1/models/m', spec());
+    expect(r.status).toBe(507);
+    expect(r.body.error.reason).toBe('InsufficientStorage');
+    expect(r.body.error.message).toContain('--min-free-bytes');
+  });
+
+  it('gives up at the deadline', async () => {
+    const gate = await gatedOrigin();
+    try {
+      await start();
+      const body = spec({ deadlineSeconds: 1, files: [{ path: 'a.bin', url: `${gate.url}/a.bin` }] });
+      await call('PUT', '/v1/models/m', body);
+      await agent!.idle();
+      const [v] = (await call('GET', '/v1/models/m')).body.versions;
+      expect(v).toMatchObject({ state: 'Failed', reason: 'DeadlineExceeded' });
+      expect(v.error).toBe('version 1 of m was not complete within 1 s (0 of 1 files)');
+    } finally {
+      gate.release();
+      await gate.close();
+    }
+  });
+
+  it('rejects bad bodies and names, naming the field', async () => {
+    await start();
+    const bad = await call('PUT', '/v1/models/m', {
+      version: '../x',
+      files: [{ path: '../etc/passwd', url: 'ftp://x' }],
+    });
+    expect(bad.status).toBe(400);
+    expect(bad.body.error.reason).toBe('InvalidSpec');
+    expect(bad.body.error.message).toContain('version: must be one path segment');
+    expect(bad.body.error.message).toContain('files[0].path: must be a relative file path');
+    const keys = await call('PUT', '/v1/models/m', { version: '1', files: [{ path: 'a', key: 'k' }] });
+    expect(keys.body.error.message).toBe('storage: is required when a file gives a key');
+    expect((await call('PUT', '/v1/models/.hidden', spec())).body.error.reason).toBe('InvalidName');
+    expect((await call('POST', '/v1/models/m', spec())).status).toBe(405);
+  });
+});
+
+describe('deleting a version', () => {
+  it('removes the directory, and stops a running download', async () => {
+    await start();
+    await call('PUT', '/v1/models/m', spec());
+    await agent!.idle();
+    expect((await call('DELETE', '/v1/models/m/versions/1')).body).toEqual({
+      name: 'm',
+      version: '1',
+      deleted: true,
+    });
+    await expect(stat(join(root, 'm', '1'))).rejects.toThrow();
+    expect((await call('GET', '/v1/models/m')).status).toBe(404);
+    expect((await call('DELETE', '/v1/models/m/versions/1')).status).toBe(404);
+
+    const gate = await gatedOrigin();
+    try {
+      await call(
+        'PUT',
+        '/v1/models/m',
+        spec({ version: '2', files: [{ path: 'a.bin', url: `${gate.url}/a.bin` }] }),
+      );
+      expect((await call('DELETE', '/v1/models/m/versions/2')).status).toBe(200);
+      expect(await readdir(join(root, 'm'))).toEqual([]);
+    } finally {
+      gate.release();
+      await gate.close();
+    }
+  });
+});
+
+describe('hard links from the daemon cache', () => {
+  it('uses the daemon link on a local hit, and streams when the daemon refuses', async () => {
+    const cache = join(dir, 'cache');
+    await mkdir(cache);
+    const content = randomBytes(5000);
+    await writeFile(join(cache, 'task'), content);
+    let refuse = false;
+    const daemon = await fakeDaemon(async (outputPath) => {
+      if (refuse) return 'refuse';
+      await link(join(cache, 'task'), outputPath);
+      return content;
+    });
+    try {
+      // The daemon sees the model root under the same path here (one mount).
+      await start({ proxy: daemon.url, hardLinkRoot: root });
+      const body = spec({
+        files: [{ path: 'w.bin', url: `http://storage.invalid/w.bin?X-Amz-Signature=${SIGNATURE}` }],
+      });
+      await call('PUT', '/v1/models/m', body);
+      await agent!.idle();
+      const [v] = (await call('GET', '/v1/models/m')).body.versions;
+      expect(v).toMatchObject({ state: 'Ready', hardLinks: 1, localHits: 1 });
+      const st = await stat(join(root, 'm', '1', 'w.bin'));
+      expect(st.ino).toBe((await stat(join(cache, 'task'))).ino);
+      expect(daemon.outputPaths[0]).toMatch(
+        new RegExp(`^${root}/m/\\.peerload-tmp-1-[0-9a-f]+/\\.p2p-.*\\.link$`),
+      );
+
+      refuse = true;
+      await call('PUT', '/v1/models/m', { ...body, version: '2' });
+      await agent!.idle();
+      const v2 = (await call('GET', '/v1/models/m')).body.versions.find(
+        (x: { version: string }) => x.version === '2',
+      );
+      expect(v2).toMatchObject({ state: 'Ready', hardLinks: 0 });
+      expect(v2.files[0].hardLinkFallback).toBe('the peer daemon refused the hard link');
+      expect(await readFile(join(root, 'm', '2', 'w.bin'))).toEqual(content);
+      expect((await stat(join(root, 'm', '2', 'w.bin'))).nlink).toBe(1);
+    } finally {
+      await daemon.close();
+    }
+  });
+});
+
+/** An origin whose answers wait until release(). */
+async function gatedOrigin() {
+  let open!: () => void;
+  const gate = new Promise<void>((r) => (open = r));
+  let requests = 0;
+  const server = createServer((req, res) => {
+    requests++;
+    void gate.then(() => res.writeHead(200, { 'content-length': 3 }).end('abc'));
+  });
+  return {
+    ...(await listen(server)),
+    release: () => open(),
+    get requests() {
+      return requests;
+    },
+  };
+}
+
+/**
+ * A peer daemon's proxy that makes the hard link the request asks for (`outputPath` -> its cache) and answers as
+ * a local hit, or refuses it (500, dfdaemon) and then serves the body on a plain request.
+ */
+async function fakeDaemon(onLink: (outputPath: string) => Promise<Buffer | 'refuse'>) {
+  const outputPaths: string[] = [];
+  let last: Buffer = Buffer.alloc(0);
+  const server = createServer((req, res) => {
+    void (async () => {
+      const out = req.headers['x-dragonfly-output-path'];
+      const base = { 'x-dragonfly-task-id': 'a'.repeat(64) };
+      if (typeof out === 'string') {
+        outputPaths.push(out);
+        const r = await onLink(out);
+        if (r === 'refuse') {
+          res.writeHead(500, { 'x-dragonfly-error-type': 'dfdaemon', 'content-length': 0 }).end();
+          return;
+        }
+        last = r;
+        res.writeHead(200, {
+          ...base,
+          'x-dragonfly-task-download-finished': 'true',
+          'content-length': r.length,
+        });
+        res.end(r);
+        return;
+      }
+      const body = last.length ? last : randomBytes(5000);
+      last = body;
+      res.writeHead(200, { ...base, 'content-length': body.length }).end(body);
+    })();
+  });
+  return { ...(await listen(server)), outputPaths };
+}
+
+async function listen(server: Server) {
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  return {
+    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    close: () =>
+      new Promise<void>((r) => {
+        server.closeAllConnections();
+        server.close(() => r());
+      }),
+  };
+}
