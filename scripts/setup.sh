@@ -5,6 +5,7 @@
 #   scripts/setup.sh --demo              what `npm run demo` runs, and nothing more: node packages, the control plane,
 #                                        MinIO, TorchServe and the plugin jar (its JUnit suite is `npm test`'s job)
 #   scripts/setup.sh --demo --real-p2p   the same plus the real Dragonfly network (`npm run demo -- --real-p2p`)
+#   scripts/setup.sh --demo --no-torchserve   without TorchServe and the plugin (`npm run demo -- --no-torchserve`)
 #   scripts/setup.sh --all               everything `npm test` needs: the above, the real Dragonfly network, the
 #                                        image tools and bases
 # Independent steps run side by side (most are downloads or one-core-bound phases); a failed step is named at the
@@ -12,16 +13,17 @@
 source "$(dirname "$0")/lib.sh"
 cd "$REPO_ROOT"
 
-mode=base real_p2p=0
+mode=base real_p2p=0 torchserve=1
 for arg in "$@"; do
   case $arg in
     --all) mode=all ;;
     --demo) mode=demo ;;
     --real-p2p) real_p2p=1 ;;
-    *) log "unknown option $arg (use --demo, --demo --real-p2p or --all)"; exit 2 ;;
+    --no-torchserve) torchserve=0 ;;
+    *) log "unknown option $arg (use --demo [--real-p2p] [--no-torchserve] or --all)"; exit 2 ;;
   esac
 done
-[[ $mode == all ]] && real_p2p=1
+[[ $mode == all ]] && real_p2p=1 torchserve=1
 setup_start=$(date +%s)
 
 # 1. Node packages, including Node 24 itself (the npm `node` package): npm scripts run under
@@ -39,7 +41,7 @@ node_version=$(node_modules/.bin/node --version)
 #    build), Maven, Python's venv and Lua 5.1 for the Argo CD health-check tests (Argo CD runs them in gopher-lua, a
 #    Lua 5.1). The Dragonfly network and the image tools install their own, waiting on the dpkg lock.
 debs=()
-if [[ $mode != base ]]; then
+if [[ $mode != base ]] && (( torchserve )); then
   java -version 2>&1 | grep -qE 'version "(1[7-9]|2[0-9])' || debs+=(openjdk-17-jdk-headless)
   command -v mvn >/dev/null || debs+=(maven)
   command -v unzip >/dev/null || debs+=(unzip)
@@ -106,8 +108,10 @@ case $mode in
     # The control plane's and MinIO's Go builds beside TorchServe's pip install and the plugin's Maven build.
     lane "the control plane" control_plane
     lane "MinIO" minio
-    lane "TorchServe" torchserve
-    lane "the plugin jar" plugin_jar
+    if (( torchserve )); then
+      lane "TorchServe" torchserve
+      lane "the plugin jar" plugin_jar
+    fi
     (( real_p2p )) && lane "the real Dragonfly network" dragonfly
     wait_lanes
     ;;
