@@ -24,8 +24,11 @@ with_progress() {
   log "$step (next: $next)"
   (
     trap 'kill "$nap" 2>/dev/null; exit 0' TERM
+    tick=$start
     while :; do
-      sleep "$interval" & nap=$!
+      # Ticks on a fixed grid from the start, so a loaded machine's late wake-ups do not add up.
+      tick=$(( tick + interval ))
+      sleep $(( tick > $(date +%s) ? tick - $(date +%s) : 1 )) & nap=$!
       wait "$nap"
       kill -0 "$parent" 2>/dev/null || exit 0 # the script died (Ctrl-C): stop talking
       log "$step: $(elapsed $(( $(date +%s) - start ))) elapsed (next: $next)"
