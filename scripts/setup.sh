@@ -7,7 +7,7 @@
 #   scripts/setup.sh --demo --real-p2p   the same plus the real Dragonfly network (`npm run demo -- --real-p2p`)
 #   scripts/setup.sh --demo --no-torchserve   without TorchServe and the plugin (`npm run demo -- --no-torchserve`)
 #   scripts/setup.sh --all               everything `npm test` needs: the above, the real Dragonfly network, the
-#                                        image tools and bases
+#                                        image tools and bases (the plugin's JUnit suite is scripts/test.sh's)
 # Independent steps run side by side (most are downloads or one-core-bound phases); a failed step is named at the
 # end, with its script, and the set-up exits non-zero.
 source "$(dirname "$0")/lib.sh"
@@ -81,8 +81,8 @@ dragonfly() { step "the real Dragonfly network" "$then_" setup-dragonfly.sh; }
 torchserve() { step "TorchServe" "$then_" setup-torchserve.sh; }
 minio() { step "MinIO" "$then_" setup-minio.sh; }
 control_plane() { step "the control plane" "$then_" setup-control-plane.sh; }
-# The demo builds the jar without JUnit, as the demo itself does (test/support/plugin.ts).
-plugin_jar() { PEERLOAD_SKIP_PLUGIN_TESTS=1 step "the plugin jar" "$then_" build-plugin.sh; }
+# The jar without JUnit: the demo does not run it, and `npm test` runs it right after the set-up (scripts/test.sh).
+plugin_jar() { PEERLOAD_SKIP_PLUGIN_TESTS=1 step "the plugin jar" "${1:-$then_}" build-plugin.sh; }
 tools() { # what reads resource health and metrics as users' tools do; the control plane first (it is the longest)
   step "the control plane" "helm" setup-control-plane.sh
   step "helm" "kustomize" setup-helm.sh
@@ -94,8 +94,8 @@ minio_then_e2e() {
   step "MinIO" "the plugin" setup-minio.sh
   e2e
 }
-e2e() { # the plugin with its JUnit suite, then the image tests' buildah and Debian-built bases (mostly downloads)
-  step "the plugin (build and JUnit)" "image tools" build-plugin.sh
+e2e() { # the plugin, then the image tests' buildah and Debian-built bases (mostly downloads)
+  plugin_jar "image tools"
   step "image tools" "image bases" setup-image-tools.sh
   step "image bases" "$then_" image-bases.sh
 }
