@@ -76,7 +76,7 @@ wait_lanes() {
   fi
 }
 
-then_=$([[ $mode == all ]] && echo "the tests" || echo "the demo")
+then_=$([[ $mode == demo ]] && echo "the demo" || echo "the tests")
 dragonfly() { step "the real Dragonfly network" "$then_" setup-dragonfly.sh; }
 torchserve() { step "TorchServe" "$then_" setup-torchserve.sh; }
 minio() { step "MinIO" "$then_" setup-minio.sh; }
