@@ -4,3 +4,56 @@ PEERLOAD_CACHE="${PEERLOAD_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/peerload}"
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 mkdir -p "$PEERLOAD_CACHE"
 log() { printf '[setup] %s\n' "$*" >&2; }
+
+# "4m30s" from seconds.
+elapsed() { local s=$1; if (( s >= 60 )); then printf '%dm%02ds' $((s / 60)) $((s % 60)); else printf '%ds' "$s"; fi; }
+
+# What the caller runs after this script: setup.sh exports it for each step, so a script's last long step can say
+# what comes next.
+next_step() { printf '%s' "${PEERLOAD_SETUP_NEXT:-done}"; }
+
+# with_progress STEP NEXT CMD...: runs CMD in the foreground (Ctrl-C and exit status as usual) and, while it runs,
+# logs "STEP: 4m30s elapsed (next: NEXT)" every $PEERLOAD_PROGRESS_SECONDS (30) s, so a build that prints nothing
+# for many minutes still says it is alive and what follows it.
+# The ticker's own sleep is killed with it: callers capture these scripts' output (execFile, $(...)), and an
+# orphaned sleep holding the pipe open would delay them by up to one interval.
+with_progress() {
+  local step=$1 next=$2; shift 2
+  local start; start=$(date +%s)
+  local interval=${PEERLOAD_PROGRESS_SECONDS:-30} parent=$BASHPID
+  log "$step (next: $next)"
+  (
+    trap 'kill "$nap" 2>/dev/null; exit 0' TERM
+    tick=$start
+    while :; do
+      # Ticks on a fixed grid from the start, so a loaded machine's late wake-ups do not add up.
+      tick=$(( tick + interval ))
+      sleep $(( tick > $(date +%s) ? tick - $(date +%s) : 1 )) & nap=$!
+      wait "$nap"
+      kill -0 "$parent" 2>/dev/null || exit 0 # the script died (Ctrl-C): stop talking
+      log "$step: $(elapsed $(( $(date +%s) - start ))) elapsed (next: $next)"
+    done
+  ) >/dev/null &
+  local ticker=$! status=0
+  "$@" || status=$?
+  kill "$ticker" 2>/dev/null || true
+  wait "$ticker" 2>/dev/null || true
+  if (( status == 0 )); then
+    log "$step: done in $(elapsed $(( $(date +%s) - start )))"
+  else
+    log "$step: FAILED after $(elapsed $(( $(date +%s) - start ))) (exit $status)"
+  fi
+  return "$status"
+}
+
+# apt_install PKG...: installs Debian packages (as root, with apt-get). Waits up to 10 min for the dpkg lock, since
+# set-up steps running side by side (and other set-ups on the machine) may install at the same time.
+apt_install() {
+  (( $# )) || return 0
+  if [[ $(id -u) != 0 ]] || ! command -v apt-get >/dev/null; then
+    log "missing Debian packages: $*; install them as root: apt-get install $*"; return 1
+  fi
+  log "installing Debian packages: $*"
+  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 update -q >&2 &&
+    DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends "$@" >&2
+}

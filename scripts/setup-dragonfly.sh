@@ -53,11 +53,14 @@ if [[ ! -x "$BIN/manager" || ! -x "$BIN/scheduler" ]]; then
   start=$(date +%s)
   dir=$(go mod download -json "d7y.io/dragonfly/v2@${DRAGONFLY_VERSION}" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
   [[ -d $dir ]] || { log "go mod download d7y.io/dragonfly/v2@${DRAGONFLY_VERSION} gave no directory"; exit 1; }
-  for cmd in manager scheduler; do
+  build_cmd() { # build_cmd manager|scheduler
     (cd "$dir" && CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -ldflags "-s -w -X d7y.io/dragonfly/v2/version.GitVersion=${DRAGONFLY_VERSION}" \
-      -o "$work/$cmd" "./cmd/$cmd")
-    mv "$work/$cmd" "$BIN/$cmd"
-  done
+      -o "$work/$1" "./cmd/$1")
+  }
+  with_progress "building the Dragonfly manager" "scheduler" build_cmd manager
+  mv "$work/manager" "$BIN/manager"
+  with_progress "building the Dragonfly scheduler" "$([[ -x $BIN/dfdaemon ]] && next_step || echo dfdaemon)" build_cmd scheduler
+  mv "$work/scheduler" "$BIN/scheduler"
   log "manager and scheduler built in $(( $(date +%s) - start )) s"
 fi
 
@@ -68,7 +71,7 @@ if [[ ! -x "$BIN/dfdaemon" ]]; then
   # The target directory is kept in the cache until the daemon is built: an interrupted or failed build (an hour
   # of work) resumes where it stopped instead of starting over.
   target="$PEERLOAD_CACHE/cargo-target-dragonfly-client${CLIENT_VERSION}"
-  CARGO_TARGET_DIR="$target" cargo install "dragonfly-client@${CLIENT_VERSION}" --locked --root "$work/root" \
+  CARGO_TARGET_DIR="$target" with_progress "building dfdaemon" "$(next_step)" cargo install "dragonfly-client@${CLIENT_VERSION}" --locked --root "$work/root" \
     --bin dfdaemon \
     --config 'profile.release.opt-level=2' \
     --config 'profile.release.debug=false' \

@@ -22,7 +22,8 @@ work="$(mktemp -d)"; trap 'rm -rf "$work"' EXIT
 log "building MinIO $MINIO_VERSION (several minutes on 2 cores; cached afterwards)"
 start=$(date +%s)
 # Build into a scratch GOBIN and move the result into place, so an interrupted build never leaves a half binary.
-GOBIN="$work" CGO_ENABLED=0 go install -trimpath -ldflags "-s -w" "github.com/minio/minio@${MINIO_VERSION}"
+GOBIN="$work" CGO_ENABLED=0 with_progress "building MinIO" "$(next_step)" \
+  go install -trimpath -ldflags "-s -w" "github.com/minio/minio@${MINIO_VERSION}" >&2
 mv "$work/minio" "$BIN/minio"
 log "MinIO ready in $BIN ($(( $(date +%s) - start ))s)"
 echo "$BIN"

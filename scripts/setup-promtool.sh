@@ -9,5 +9,6 @@ if [[ -x "$BIN/promtool" ]]; then echo "$BIN"; exit 0; fi
 command -v go >/dev/null || { log "go is required to build promtool"; exit 1; }
 log "building promtool $VERSION"
 mkdir -p "$BIN"
-GOBIN="$BIN" CGO_ENABLED=0 go install -trimpath -ldflags "-s -w" "github.com/prometheus/prometheus/cmd/promtool@$VERSION" >&2
+GOBIN="$BIN" CGO_ENABLED=0 with_progress "building promtool $VERSION" "$(next_step)" \
+  go install -trimpath -ldflags "-s -w" "github.com/prometheus/prometheus/cmd/promtool@$VERSION" >&2
 echo "$BIN"

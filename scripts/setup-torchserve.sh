@@ -16,7 +16,8 @@ PY="${PYTHON:-python3}"
 log "creating $VENV (torch is large: first run downloads ~3 GB)"
 rm -rf "$VENV"
 "$PY" -m venv "$VENV"
-"$VENV/bin/pip" install -q --disable-pip-version-check \
+with_progress "installing TorchServe $TS_VERSION and torch $TORCH_VERSION (pip)" "$(next_step)" \
+  "$VENV/bin/pip" install -q --disable-pip-version-check \
   "torchserve==$TS_VERSION" "torch-model-archiver==$TS_VERSION" "torch==$TORCH_VERSION" pyyaml psutil packaging >&2
 "$VENV/bin/python" -c 'import torch, ts; print("torch", torch.__version__)' >&2
 touch "$VENV/.complete"
