@@ -1,6 +1,6 @@
 /**
  * `peerload publish-keys` as a process, authenticated as the ServiceAccount of deploy/examples/torchserve with
- * only that example's Role (get + patch of the one Secret): publishes key_file.json under <pod>.json, follows
+ * only that example's Role (patch of the one Secret): publishes key_file.json under <pod>.json, follows
  * rotations, ignores a half-written file, leaves other pods' keys alone, and removes its key on SIGTERM.
  */
 import { spawn } from 'node:child_process';
