@@ -174,14 +174,12 @@ async function applyAll(ms: Manifest[], ns: string, dryRun = false): Promise<str
       const gvr = gvrOf(m);
       const namespace = gvr.namespaced ? ns : undefined;
       const body = { ...m, metadata: { ...m.metadata, ...(namespace ? { namespace } : {}) } };
-      const r = await kube
-        .resource(gvr)
-        .patch(namespace, m.metadata.name, body, {
-          type: 'apply',
-          fieldManager: 'peerload-tests',
-          force: true,
-          dryRun,
-        });
+      const r = await kube.resource(gvr).patch(namespace, m.metadata.name, body, {
+        type: 'apply',
+        fieldManager: 'peerload-tests',
+        force: true,
+        dryRun,
+      });
       expect(r.metadata.name).toBe(m.metadata.name);
     }
   } finally {
