@@ -338,6 +338,35 @@ describe('deploy/examples/torchserve-hardlink', () => {
   });
 });
 
+describe('deploy/examples/torchserve-hardlink under Pod Security', () => {
+  // A node volume shared with the peer daemon is a hostPath, which no Pod Security level but `privileged`
+  // admits, and handing the pod's directory to TorchServe's user takes root (fsGroup does not apply to
+  // hostPath): the example needs a privileged namespace. Everything else is `restricted`.
+  it('is refused by `restricted` for the node volume and the chown init container only', async () => {
+    const ms = kustomize(join(REPO_ROOT, 'deploy/examples/torchserve-hardlink'));
+    const ns = await restrictedNamespace('example-hl-pss');
+    await applyAll(
+      ms.filter((m) => m.kind === 'ServiceAccount'),
+      ns,
+    );
+    const err = await applyAll([podOf(ms, 'hl', ns)], ns).then(
+      () => new Error('admitted'),
+      (e: Error) => e,
+    );
+    const m = /violates PodSecurity "restricted:latest": (.*)$/.exec(err.message);
+    expect(m, err.message).not.toBeNull();
+    // "check (detail), check (detail)": the checks and what each names.
+    const violations = m![1]!.split(/\), (?=[a-zA-Z])/).map((v) => v.replace(/\)$/, ''));
+    expect(violations.map((v) => v.split(' (')[0]).sort()).toEqual([
+      'restricted volume types',
+      'runAsNonRoot != true',
+      'runAsUser=0',
+      'unrestricted capabilities',
+    ]);
+    for (const v of violations) expect(v).toMatch(/container "model-store-owner"|volume "model-store"/);
+  });
+});
+
 describe('deploy/examples/install', () => {
   it('is deploy/default with the manager URL set', () => {
     const ms = kustomize(join(REPO_ROOT, 'deploy/examples/install'));

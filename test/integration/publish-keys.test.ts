@@ -99,12 +99,14 @@ afterAll(async () => {
 });
 
 describe('peerload publish-keys', () => {
-  it('the example Role grants that one Secret only', async () => {
+  it("the example Role grants that one Secret's patch only", async () => {
     const sa = new KubeClient(kubeconfigFromFile(saKubeconfig)!);
     try {
       await expect(sa.resource(GVR.secrets).get(ns, 'other')).rejects.toThrow(/403/);
       await expect(sa.resource(GVR.secrets).list(ns)).rejects.toThrow(/403/);
-      expect((await sa.resource(GVR.secrets).get(ns, 'torchserve-keys')).metadata.name).toBe(
+      await expect(sa.resource(GVR.secrets).get(ns, 'torchserve-keys')).rejects.toThrow(/403/);
+      await expect(sa.resource(GVR.secrets).patch(ns, 'other', { data: {} })).rejects.toThrow(/403/);
+      expect((await sa.resource(GVR.secrets).patch(ns, 'torchserve-keys', {})).metadata.name).toBe(
         'torchserve-keys',
       );
     } finally {
