@@ -18,6 +18,9 @@ export default defineConfig({
           name: 'integration',
           include: ['test/integration/**/*.test.ts'],
           globalSetup: ['test/support/global-setup.ts'],
+          // Operators the tests start (in-process or as processes inheriting this environment) serve plain
+          // HTTP as in local development; test/integration/metrics-auth.test.ts turns HTTPS and auth on.
+          env: { PEERLOAD_METRICS_SECURE: 'false' },
           testTimeout: 120_000,
           hookTimeout: 180_000,
           // Two cores: one file at a time keeps the shared apiserver responsive and timings honest.
@@ -29,6 +32,7 @@ export default defineConfig({
           name: 'e2e',
           include: ['test/e2e/**/*.test.ts'],
           globalSetup: ['test/support/global-setup.ts'],
+          env: { PEERLOAD_METRICS_SECURE: 'false' },
           testTimeout: 600_000,
           hookTimeout: 900_000,
           fileParallelism: false,

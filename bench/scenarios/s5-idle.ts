@@ -166,6 +166,8 @@ export async function scenario5(cp: ControlPlane, o: S5Options): Promise<{ rows:
         'default',
         '--metrics-address',
         `127.0.0.1:${port}`,
+        // The bench reads the operator's own gauges over plain HTTP (no token to review).
+        '--no-metrics-secure',
         '--log-level',
         'warn',
       ];

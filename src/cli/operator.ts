@@ -30,7 +30,13 @@ export async function run(argv: string[]): Promise<number> {
   } catch (err) {
     throw new CliError(`--kubeconfig: ${(err as Error).message}`);
   }
-  const manager = new Manager({ config, logger, kube, ...OPERATOR_IDENTITY }).add(...controllers);
+  let manager: Manager;
+  try {
+    manager = new Manager({ config, logger, kube, ...OPERATOR_IDENTITY }).add(...controllers);
+  } catch (err) {
+    // A configuration the manager cannot serve (e.g. --metrics-cert-dir without a readable key pair).
+    throw new CliError((err as Error).message);
+  }
   logger.info(
     {
       identity: config.identity,

@@ -45,7 +45,12 @@ export type { Condition, ConditionChange, ConditionInput, ConditionStatus } from
 export { EventRecorder } from './events.ts';
 export type { EventType } from './events.ts';
 export { addFinalizer, hasFinalizer, isBeingDeleted, removeFinalizer } from './finalizers.ts';
+export { DelegatedAuth } from './authz.ts';
+export type { AccessDecision, Authorize, DelegatedAuthOptions } from './authz.ts';
 export { HealthServer } from './health.ts';
+export type { HealthServerOptions } from './health.ts';
+export { loadCertificate, selfSignedCertificate } from './tls.ts';
+export type { CertificateKeyPair } from './tls.ts';
 export { Informer } from './informer.ts';
 export type { EventHandler, IndexFunc, InformerOptions } from './informer.ts';
 export {

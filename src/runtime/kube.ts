@@ -108,6 +108,8 @@ export interface RequestRecord {
   status: number;
   watch: boolean;
   durationMs: number;
+  /** The apiserver's `Warning` headers (deprecations, Pod Security `warn` mode), when it sent any. */
+  warnings?: string[];
 }
 
 const PATCH_TYPES = {
@@ -228,6 +230,7 @@ export class KubeClient {
       query.fieldManager = this.fieldManager;
     const started = performance.now();
     let status = 0;
+    let warnings: string[] | undefined;
     const timeout = timeoutSignal(opts.timeoutMs ?? 30_000);
     const signal = opts.signal ? AbortSignal.any([opts.signal, timeout]) : timeout;
     try {
@@ -249,6 +252,7 @@ export class KubeClient {
         signal,
       });
       status = res.statusCode;
+      if (res.headers.warning !== undefined) warnings = warningTexts(res.headers.warning);
       const text = await res.body.text();
       if (status < 200 || status >= 300) throw apiErrorFrom(status, text, method, path);
       return (text ? JSON.parse(text) : undefined) as T;
@@ -257,7 +261,15 @@ export class KubeClient {
       const what = timeout.aborted ? 'timed out' : ((err as Error).message ?? String(err));
       throw new ApiError(0, 'NetworkError', `${method} ${path}: ${what}`, err);
     } finally {
-      this.notify({ method, path, query, status, watch: false, durationMs: performance.now() - started });
+      this.notify({
+        method,
+        path,
+        query,
+        status,
+        watch: false,
+        durationMs: performance.now() - started,
+        ...(warnings ? { warnings } : {}),
+      });
     }
   }
 
@@ -475,4 +487,12 @@ function apiErrorFrom(status: number, text: string, method: string, path: string
     // not JSON
   }
   return new ApiError(status, reason, `${method} ${path}: HTTP ${status} ${reason}: ${message}`);
+}
+
+/** The texts of `Warning: 299 - "text"` headers (RFC 7234 warn-text; the apiserver sends code 299, agent "-"). */
+function warningTexts(header: string | string[]): string[] {
+  return (Array.isArray(header) ? header : [header]).map((h) => {
+    const m = /^\d{3} \S+ "((?:[^"\\]|\\.)*)"/.exec(h);
+    return m ? m[1]!.replace(/\\(.)/g, '$1') : h;
+  });
 }

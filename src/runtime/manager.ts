@@ -13,6 +13,7 @@
 import type { Logger } from 'pino';
 import type { Controller } from './controller.ts';
 import { EventRecorder } from './events.ts';
+import { DelegatedAuth } from './authz.ts';
 import { HealthServer } from './health.ts';
 import { Informer, type InformerOptions } from './informer.ts';
 import { KubeClient, type Gvr, type KubeIdentity, type KubeObject } from './kube.ts';
@@ -20,6 +21,8 @@ import { kubeconfigFromFile, inClusterConfig } from './kubeconfig.ts';
 import { LeaderElector } from './leader.ts';
 import { Metrics } from './metrics.ts';
 import { StatusWriter } from './status.ts';
+import { loadCertificate, selfSignedCertificate, type CertificateKeyPair } from './tls.ts';
+import { hostname } from 'node:os';
 import { timerDelay } from './timers.ts';
 
 /** What the runtime itself reads of the process's configuration (durations in milliseconds). */
@@ -39,6 +42,10 @@ export interface RuntimeOptions {
   retryPeriod: number;
   /** host:port of /metrics, /healthz and /readyz. */
   metricsAddress: string;
+  /** /metrics over HTTPS, callers authenticated (TokenReview) and authorized (SubjectAccessReview). */
+  metricsSecure: boolean;
+  /** tls.crt and tls.key of the metrics server; none: a self-signed certificate made at start. */
+  metricsCertDir?: string | undefined;
   shutdownTimeout: number;
 }
 
@@ -182,6 +189,7 @@ export class Manager {
   private controllersStarted = false;
   private readonly stopRequested = new AbortController();
   private exitCode = 0;
+  private certReload: NodeJS.Timeout | undefined;
   /** Port the health server bound (after run() started listening). */
   port = 0;
 
@@ -204,7 +212,7 @@ export class Manager {
       logger: this.logger,
     });
     this.status = new StatusWriter(this.kube, this.logger);
-    this.health = new HealthServer(this.metrics.registry);
+    this.health = new HealthServer(this.metrics.registry, this.metricsServing());
     this.health.liveness.set('ping', () => true);
     this.health.readiness.set(
       'informers',
@@ -213,6 +221,51 @@ export class Manager {
     this.health.readiness.set('controllers', () =>
       !this.elector?.isLeader() || this.controllersStarted ? true : 'leading but controllers not started',
     );
+  }
+
+  /**
+   * --metrics-secure: HTTPS with the certificate of --metrics-cert-dir (re-read every 10 s, so a rotated Secret
+   * is served without a restart) or a self-signed one, and /metrics behind a TokenReview + SubjectAccessReview.
+   */
+  private metricsServing(): ConstructorParameters<typeof HealthServer>[1] {
+    const c = this.config;
+    if (!c.metricsSecure) return {};
+    let tls: CertificateKeyPair;
+    if (c.metricsCertDir) {
+      try {
+        tls = loadCertificate(c.metricsCertDir);
+      } catch (err) {
+        throw new Error(`--metrics-cert-dir: ${(err as Error).message}`, { cause: err });
+      }
+    } else {
+      tls = selfSignedCertificate([hostname(), 'localhost', '127.0.0.1', '::1']);
+    }
+    return {
+      tls,
+      authorizeMetrics: new DelegatedAuth(this.kube, {
+        logger: this.logger.child({ component: 'metrics-auth' }),
+      }).authorize,
+    };
+  }
+
+  private watchCertificate(dir: string): void {
+    this.certReload = setInterval(() => {
+      let next: CertificateKeyPair;
+      try {
+        next = loadCertificate(dir);
+      } catch (err) {
+        // Mid-update (the kubelet swaps the Secret's files one symlink at a time): keep serving the old one.
+        this.logger.warn(
+          { err: (err as Error).message },
+          'cannot read the metrics certificate; keeping the old one',
+        );
+        return;
+      }
+      if (next.cert === this.health.certificate) return;
+      this.health.setCertificate(next);
+      this.logger.info({ dir }, 'serving the renewed metrics certificate');
+    }, 10_000);
+    this.certReload.unref();
   }
 
   get context(): ControllerContext {
@@ -260,9 +313,14 @@ export class Manager {
     }
     try {
       this.port = await this.health.listen(this.config.metricsAddress);
-      log.info(
-        { address: this.config.metricsAddress, port: this.port },
-        'serving /metrics, /healthz, /readyz',
+      if (this.config.metricsSecure && this.config.metricsCertDir)
+        this.watchCertificate(this.config.metricsCertDir);
+      // Plain HTTP is for local development: say so loudly in a cluster's log.
+      log[this.health.secure ? 'info' : 'warn'](
+        { address: this.config.metricsAddress, port: this.port, secure: this.health.secure },
+        this.health.secure
+          ? 'serving /metrics (authenticated and authorized), /healthz, /readyz over HTTPS'
+          : 'serving /metrics, /healthz, /readyz over plain HTTP, /metrics without authentication',
       );
       for (const f of this.factories) this.controllers.push(f(this.context));
       this.informers.start();
@@ -308,6 +366,7 @@ export class Manager {
     } catch (err) {
       // Start-up failed (port in use, a controller factory threw): release what was started, then report.
       for (const c of this.controllers) if (c.isRunning) await c.stop(0);
+      clearInterval(this.certReload);
       await this.informers.stop();
       await this.health.close();
       await this.kube.close();
@@ -343,6 +402,7 @@ export class Manager {
     if (this.elector && !lost) await this.elector.release();
     await withTimeout(this.events.flush(), Math.max(0, deadline - (Date.now() - started)) / 2);
     await this.informers.stop();
+    clearInterval(this.certReload);
     await this.health.close();
     await this.kube.close();
     log.info(

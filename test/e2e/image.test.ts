@@ -19,6 +19,7 @@ import {
 } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { Agent, fetch as undiciFetch } from 'undici';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import type { ModelPreheat } from '../../src/api/index.ts';
 import { GVR } from '../../src/api/index.ts';
@@ -222,7 +223,16 @@ describeImage('operator image', () => {
         ).catch((err) => {
           throw new Error(`${(err as Error).message}\n${logText()}`);
         });
-        expect((await fetch(`http://127.0.0.1:${metricsPort}/readyz`)).status).toBe(200);
+        // deploy/'s flags serve HTTPS with a certificate self-signed at start (nothing to verify it against, as
+        // the kubelet's probe does not), and /metrics only to reviewed tokens.
+        const probe = new Agent({ connect: { rejectUnauthorized: false } });
+        try {
+          const url = `https://127.0.0.1:${metricsPort}`;
+          expect((await undiciFetch(`${url}/readyz`, { dispatcher: probe })).status).toBe(200);
+          expect((await undiciFetch(`${url}/metrics`, { dispatcher: probe })).status).toBe(401);
+        } finally {
+          await probe.close();
+        }
 
         const ns = await createNamespace(kubeConfig(kubeconfigPath), 'image');
         await admin.resource(GVR.modelPreheats).create({

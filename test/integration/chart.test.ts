@@ -98,15 +98,33 @@ describe('charts/peerload', () => {
     expect(hc.args).toContain('--leader-election-id=peerload-operator');
   });
 
-  it('renders the RBAC, Service and PodDisruptionBudget of deploy/', () => {
-    for (const kind of ['ClusterRole', 'Role']) {
-      expect(one(chart, kind).rules, kind).toEqual(one(base, kind).rules);
-      expect(one(chart, kind).metadata.name, kind).toBe(one(base, kind).metadata.name);
+  it('renders the RBAC, Service, PodDisruptionBudget and NetworkPolicy of deploy/', () => {
+    const byName = (ms: Manifest[], kind: string) =>
+      new Map(ms.filter((m) => m.kind === kind).map((m) => [m.metadata.name, m as any]));
+    for (const kind of ['ClusterRole', 'Role', 'ClusterRoleBinding', 'RoleBinding']) {
+      const h = byName(chart, kind);
+      const k = byName(base, kind);
+      if (kind === 'Role' || kind === 'RoleBinding') {
+        // The leader-election Role is named after the release in the chart.
+        expect(
+          [...h.values()].map((m) => m.rules ?? m.roleRef),
+          kind,
+        ).toEqual([...k.values()].map((m) => m.rules ?? m.roleRef));
+        continue;
+      }
+      expect([...h.keys()].sort(), kind).toEqual([...k.keys()].sort());
+      for (const [name, m] of k) {
+        expect(h.get(name).rules, name).toEqual(m.rules);
+        expect(h.get(name).roleRef, name).toEqual(m.roleRef);
+        expect(h.get(name).subjects, name).toEqual(m.subjects);
+      }
     }
-    for (const kind of ['ClusterRoleBinding', 'RoleBinding']) {
-      expect(one(chart, kind).roleRef, kind).toEqual(one(base, kind).roleRef);
-      expect(one(chart, kind).subjects, kind).toEqual(one(base, kind).subjects);
-    }
+    expect(one(chart, 'RoleBinding').subjects).toEqual(one(base, 'RoleBinding').subjects);
+    const hn = one(chart, 'NetworkPolicy');
+    const kn = one(base, 'NetworkPolicy');
+    expect(hn.metadata.name).toBe(kn.metadata.name);
+    expect(hn.spec.podSelector.matchLabels).toMatchObject(kn.spec.podSelector.matchLabels);
+    for (const f of ['policyTypes', 'ingress', 'egress']) expect(hn.spec[f], f).toEqual(kn.spec[f]);
     expect(one(chart, 'ServiceAccount').metadata.name).toBe(one(base, 'ServiceAccount').metadata.name);
     expect(one(chart, 'Service').spec.ports).toEqual(one(base, 'Service').spec.ports);
     expect(one(chart, 'PodDisruptionBudget').spec.minAvailable).toBe(
@@ -134,8 +152,22 @@ describe('charts/peerload', () => {
         '--namespace=team-a',
       ]),
     );
-    // Namespace scope: no cluster-wide rights; the operator's rules in team-a; the token Secret by name.
-    expect(ms.filter((m) => m.kind.startsWith('Cluster'))).toEqual([]);
+    // Namespace scope: no cluster-wide rights but the reviews of /metrics' scrapers (cluster-scoped kinds) and the
+    // reader role; the operator's rules in team-a; the token Secret by name.
+    const cluster = new Map(
+      ms.filter((m) => m.kind.startsWith('Cluster')).map((m) => [`${m.kind}/${m.metadata.name}`, m as any]),
+    );
+    expect([...cluster.keys()].sort()).toEqual([
+      'ClusterRole/models-operator-metrics-auth',
+      'ClusterRole/models-operator-metrics-reader',
+      'ClusterRoleBinding/models-operator-metrics-auth',
+    ]);
+    expect(
+      cluster.get('ClusterRole/models-operator-metrics-auth').rules.flatMap((r: any) => r.resources),
+    ).toEqual(['tokenreviews', 'subjectaccessreviews']);
+    expect(cluster.get('ClusterRole/models-operator-metrics-reader').rules).toEqual([
+      { nonResourceURLs: ['/metrics'], verbs: ['get'] },
+    ]);
     const roles = ms.filter((m) => m.kind === 'Role') as any[];
     expect(roles.map((r) => `${r.metadata.namespace}/${r.metadata.name}`).sort()).toEqual([
       'ml/models-operator-manager-token',
@@ -146,8 +178,82 @@ describe('charts/peerload', () => {
     ]);
     expect(ms.filter((m) => m.kind === 'PodDisruptionBudget')).toEqual([]); // one replica: nothing to keep
     const sm = one(ms, 'ServiceMonitor');
-    expect(sm.spec.endpoints[0]).toMatchObject({ port: 'metrics', path: '/metrics' });
+    expect(sm.spec.endpoints[0]).toEqual({
+      port: 'metrics',
+      path: '/metrics',
+      interval: '30s',
+      honorLabels: true,
+      scheme: 'https',
+      bearerTokenFile: '/var/run/secrets/kubernetes.io/serviceaccount/token',
+      tlsConfig: { insecureSkipVerify: true },
+    });
     expect(sm.spec.selector.matchLabels).toEqual(one(ms, 'Service').spec.selector);
+  });
+
+  it('serves metrics with a certificate Secret, verified by the ServiceMonitor; or plain HTTP when told', () => {
+    const withCert = helmTemplate('models', 'ml', {
+      'metrics.certSecret': 'metrics-tls',
+      'metrics.serviceMonitor.enabled': 'true',
+    });
+    const pod = one(withCert, 'Deployment').spec.template.spec;
+    expect(pod.containers[0].args).toEqual(
+      expect.arrayContaining(['--metrics-secure', '--metrics-cert-dir=/etc/peerload/metrics-cert']),
+    );
+    expect(pod.containers[0].volumeMounts).toContainEqual({
+      name: 'metrics-cert',
+      mountPath: '/etc/peerload/metrics-cert',
+      readOnly: true,
+    });
+    expect(pod.volumes).toContainEqual({
+      name: 'metrics-cert',
+      secret: {
+        secretName: 'metrics-tls',
+        items: [
+          { key: 'tls.crt', path: 'tls.crt' },
+          { key: 'tls.key', path: 'tls.key' },
+        ],
+      },
+    });
+    expect(one(withCert, 'ServiceMonitor').spec.endpoints[0].tlsConfig).toEqual({
+      serverName: 'models-operator-metrics.ml.svc',
+      ca: { secret: { name: 'metrics-tls', key: 'ca.crt' } },
+    });
+
+    const plain = helmTemplate('models', 'ml', {
+      'metrics.secure': 'false',
+      'metrics.serviceMonitor.enabled': 'true',
+    });
+    const c = one(plain, 'Deployment').spec.template.spec.containers[0];
+    expect(c.args).toContain('--no-metrics-secure');
+    expect(c.args).not.toContain('--metrics-secure');
+    expect(c.livenessProbe.httpGet.scheme).toBe('HTTP');
+    expect(one(plain, 'ServiceMonitor').spec.endpoints[0].scheme).toBeUndefined();
+    expect(plain.filter((m) => m.metadata.name.includes('metrics-')).map((m) => m.kind)).toEqual([]);
+  });
+
+  it('takes the NetworkPolicy peers from values, and never renders an empty `to` (everywhere)', () => {
+    const ms = helmTemplate('models', 'ml', {
+      'networkPolicy.apiServer.cidrs[0]': '172.18.0.2/32',
+      'networkPolicy.apiServer.ports[0]': '6443',
+      'networkPolicy.managers.to[0].ipBlock.cidr': '10.20.0.0/16',
+      'networkPolicy.modelServers.to': 'null',
+      'networkPolicy.metricsFrom[0].namespaceSelector.matchLabels.name': 'monitoring',
+    });
+    const np = one(ms, 'NetworkPolicy').spec;
+    expect(np.ingress).toEqual([
+      {
+        ports: [{ port: 'metrics', protocol: 'TCP' }],
+        from: [{ namespaceSelector: { matchLabels: { name: 'monitoring' } } }],
+      },
+    ]);
+    expect(np.egress.slice(1)).toEqual([
+      { ports: [{ port: 6443, protocol: 'TCP' }], to: [{ ipBlock: { cidr: '172.18.0.2/32' } }] },
+      { to: [{ ipBlock: { cidr: '10.20.0.0/16' } }], ports: [{ port: 8080, protocol: 'TCP' }] },
+    ]);
+    for (const r of np.egress) expect(r.to === undefined || r.to.length > 0).toBe(true);
+    expect(
+      helmTemplate('models', 'ml', { 'networkPolicy.enabled': 'false' }).map((m) => m.kind),
+    ).not.toContain('NetworkPolicy');
   });
 
   it('is accepted by the apiserver: the defaults (dry run) and a namespace-scoped release (applied)', async () => {
@@ -160,6 +266,9 @@ describe('charts/peerload', () => {
     const scoped = helmTemplate('scoped', release, {
       watchNamespace: watched,
       'manager.tokenSecret': 'df-token',
+      'metrics.certSecret': 'metrics-tls',
+      'networkPolicy.apiServer.cidrs[0]': '172.18.0.2/32',
+      'networkPolicy.metricsFrom[0].namespaceSelector.matchLabels.name': 'monitoring',
     });
     for (const m of scoped) await apply(m, false);
     const d = await kube.resource(gvrOf(one(scoped, 'Deployment'))).get(release, 'scoped-operator');

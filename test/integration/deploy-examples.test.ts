@@ -2,14 +2,20 @@
  * deploy/examples/torchserve (the model-server side) and deploy/examples/install (kubectl with a manager URL):
  * what the README promises is in the manifests, and the real apiserver accepts them (server-side apply, dry run).
  */
+import { randomBytes } from 'node:crypto';
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, inject, it } from 'vitest';
 import { GVR } from '../../src/api/index.ts';
-import { KubeClient } from '../../src/runtime/index.ts';
-import { createNamespace, kubeConfig, readManifests, REPO_ROOT } from '../support/kube.ts';
+import { KubeClient, type KubeObject } from '../../src/runtime/index.ts';
+import { createNamespace, kubeConfig, readManifests, REPO_ROOT, waitFor } from '../support/kube.ts';
 import { gvrOf, kustomize, type Manifest } from '../support/runtime-deploy.ts';
+import { serviceAccountIdentity, writeServiceAccountKubeconfig } from '../support/service-account.ts';
+import { kubeconfigFromFile } from '../../src/runtime/kubeconfig.ts';
 
-const kc = kubeConfig(inject('kubeconfigPath'));
+const kubeconfigPath = inject('kubeconfigPath');
+const kc = kubeConfig(kubeconfigPath);
 const kube = new KubeClient(kc);
 afterAll(() => kube.close());
 
@@ -62,22 +68,48 @@ describe('deploy/examples/torchserve', () => {
     );
   });
 
-  it("gives the publisher that one Secret's get and patch, nothing else", () => {
+  it("gives the publisher that one Secret's patch, nothing else", () => {
     expect(one(torchserve, 'Role').rules).toEqual([
       {
         apiGroups: [''],
         resources: ['secrets'],
         resourceNames: ['torchserve-keys'],
-        verbs: ['get', 'patch'],
+        verbs: ['patch'],
       },
     ]);
     expect(one(torchserve, 'RoleBinding').subjects).toEqual([{ kind: 'ServiceAccount', name: 'torchserve' }]);
     expect(pod.serviceAccountName).toBe('torchserve');
   });
 
+  it('mounts an API token into the key publisher only', () => {
+    expect(pod.automountServiceAccountToken).toBe(false);
+    const SA_DIR = '/var/run/secrets/kubernetes.io/serviceaccount';
+    const mounts = (c: any) => (c.volumeMounts ?? []).map((m: { name: string }) => m.name);
+    for (const c of [...pod.initContainers, ...pod.containers].filter(
+      (c: any) => c.name !== 'key-publisher',
+    )) {
+      expect(mounts(c), c.name).not.toContain('kube-api-access');
+      expect(
+        c.volumeMounts.map((m: { mountPath: string }) => m.mountPath),
+        c.name,
+      ).not.toContain(SA_DIR);
+    }
+    expect(container('key-publisher').volumeMounts).toContainEqual({
+      name: 'kube-api-access',
+      mountPath: SA_DIR,
+      readOnly: true,
+    });
+    const volume = pod.volumes.find((v: { name: string }) => v.name === 'kube-api-access');
+    expect(volume.projected.sources.map((s: object) => Object.keys(s)[0])).toEqual([
+      'serviceAccountToken',
+      'configMap',
+      'downwardAPI',
+    ]);
+  });
+
   it('is accepted by the apiserver (server-side apply, dry run)', async () => {
     const ns = await createNamespace(kc, 'example-ts');
-    for (const m of torchserve) {
+    for (const m of torchserve.filter((m) => !m.kind.startsWith('ValidatingAdmissionPolicy'))) {
       const r = await kube.resource(gvrOf(m)).patch(
         ns,
         m.metadata.name,
@@ -111,6 +143,153 @@ describe('deploy/examples/torchserve', () => {
       },
     );
     expect(r.metadata.name).toBe('resnet18');
+  });
+});
+
+/** A namespace that enforces, warns and audits the `restricted` Pod Security level. */
+async function restrictedNamespace(prefix: string): Promise<string> {
+  const name = `${prefix}-${randomBytes(3).toString('hex')}`;
+  const level = 'restricted';
+  await kube.resource(gvrOf({ apiVersion: 'v1', kind: 'Namespace' })).create({
+    apiVersion: 'v1',
+    kind: 'Namespace',
+    metadata: {
+      name,
+      labels: {
+        'pod-security.kubernetes.io/enforce': level,
+        'pod-security.kubernetes.io/warn': level,
+        'pod-security.kubernetes.io/audit': level,
+      },
+    },
+  } as KubeObject);
+  return name;
+}
+
+/** Applies (server-side) into `ns`, returning the apiserver's warnings; cluster-scoped objects as they are. */
+async function applyAll(ms: Manifest[], ns: string, dryRun = false): Promise<string[]> {
+  const warnings: string[] = [];
+  const off = kube.onRequest((r) => warnings.push(...(r.warnings ?? [])));
+  try {
+    for (const m of ms) {
+      const gvr = gvrOf(m);
+      const namespace = gvr.namespaced ? ns : undefined;
+      const body = { ...m, metadata: { ...m.metadata, ...(namespace ? { namespace } : {}) } };
+      const r = await kube.resource(gvr).patch(namespace, m.metadata.name, body, {
+        type: 'apply',
+        fieldManager: 'peerload-tests',
+        force: true,
+        dryRun,
+      });
+      expect(r.metadata.name).toBe(m.metadata.name);
+    }
+  } finally {
+    off();
+  }
+  return warnings;
+}
+
+const podOf = (ms: Manifest[], name: string, ns: string): Manifest =>
+  ({
+    apiVersion: 'v1',
+    kind: 'Pod',
+    metadata: { name, namespace: ns, labels: { 'app.kubernetes.io/name': 'torchserve' } },
+    spec: one(ms, 'Deployment').spec.template.spec,
+  }) as Manifest;
+
+describe('deploy/examples/torchserve under Pod Security `restricted`', () => {
+  it('is applied and its pod admitted with no rejection and no warning', async () => {
+    const ns = await restrictedNamespace('example-pss');
+    // The Deployment is checked by the `warn` mode (its pod template), the Pod by `enforce`.
+    expect(await applyAll(torchserve, ns)).toEqual([]);
+    expect(await applyAll([podOf(torchserve, 'torchserve-0', ns)], ns)).toEqual([]);
+    // No token was added to the pod by the apiserver (the ServiceAccount admission plugin adds
+    // kube-api-access-* when automounting): the only token is the publisher's projected one.
+    const created = (await kube.resource(GVR.pods).get(ns, 'torchserve-0')) as any;
+    expect(created.spec.volumes.map((v: { name: string }) => v.name).sort()).toEqual([
+      'kube-api-access',
+      'model-store',
+      'p2p-endpoint-config',
+      'plugins',
+      'run',
+      'torchserve-config',
+    ]);
+    const withToken = [...created.spec.initContainers, ...created.spec.containers]
+      .filter((c: any) => (c.volumeMounts ?? []).some((m: { name: string }) => m.name === 'kube-api-access'))
+      .map((c: { name: string }) => c.name);
+    expect(withToken).toEqual(['key-publisher']);
+    // The level is enforced: a pod running as root is refused.
+    const root = structuredClone(podOf(torchserve, 'root', ns)) as any;
+    root.spec.securityContext.runAsUser = 0;
+    await expect(applyAll([root], ns)).rejects.toThrow(/violates PodSecurity "restricted:latest"/);
+  });
+
+  it("lets each pod's token change only that pod's key (key-policy.yaml)", async () => {
+    const ns = await restrictedNamespace('example-keys');
+    await applyAll(torchserve, ns);
+    const pods: Record<string, string> = {};
+    for (const name of ['ts-a', 'ts-b']) {
+      await applyAll([podOf(torchserve, name, ns)], ns);
+      pods[name] = ((await kube.resource(GVR.pods).get(ns, name)) as KubeObject).metadata.uid!;
+    }
+    // The token the kubelet would project into ts-a's publisher: bound to the pod.
+    const tr = await kube.request<{ status: { token: string } }>(
+      'POST',
+      `/api/v1/namespaces/${ns}/serviceaccounts/torchserve/token`,
+      {
+        body: {
+          apiVersion: 'authentication.k8s.io/v1',
+          kind: 'TokenRequest',
+          spec: {
+            expirationSeconds: 3607,
+            boundObjectRef: { apiVersion: 'v1', kind: 'Pod', name: 'ts-a', uid: pods['ts-a'] },
+          },
+        },
+      },
+    );
+    const id = await serviceAccountIdentity(kubeconfigPath, ns, 'torchserve'); // the cluster's address and CA
+    const path = join(mkdtempSync(join(tmpdir(), 'peerload-pod-token-')), 'kubeconfig');
+    writeServiceAccountKubeconfig(path, { ...id, token: tr.status.token });
+    const asPodA = new KubeClient(kubeconfigFromFile(path)!);
+    const secrets = asPodA.resource<KubeObject & { data?: Record<string, string> }>(GVR.secrets);
+    const b64 = (s: string) => Buffer.from(s).toString('base64');
+    try {
+      await waitFor('the policy in force', async () => {
+        try {
+          await secrets.patch(ns, 'torchserve-keys', { data: { 'ts-b.json': b64('{}') } });
+          await kube.resource(GVR.secrets).patch(ns, 'torchserve-keys', { data: { 'ts-b.json': null } });
+          return false;
+        } catch (err) {
+          return /only its own key ts-a\.json/.test((err as Error).message);
+        }
+      });
+      // Its own key: allowed, also removing it (what the publisher does on SIGTERM).
+      await secrets.patch(ns, 'torchserve-keys', { data: { 'ts-a.json': b64('{"a":1}') } });
+      await kube
+        .resource(GVR.secrets)
+        .patch(ns, 'torchserve-keys', { data: { 'ts-b.json': b64('{"b":1}') } });
+      await secrets.patch(ns, 'torchserve-keys', { data: { 'ts-a.json': b64('{"a":2}') } });
+      // Another pod's key: neither changed nor removed; nor the label that puts the Secret under the policy.
+      await expect(
+        secrets.patch(ns, 'torchserve-keys', { data: { 'ts-b.json': b64('{"evil":1}') } }),
+      ).rejects.toThrow(/a pod may change only its own key ts-a\.json in this Secret/);
+      await expect(secrets.patch(ns, 'torchserve-keys', { data: { 'ts-b.json': null } })).rejects.toThrow(
+        /only its own key/,
+      );
+      await expect(
+        secrets.patch(ns, 'torchserve-keys', { metadata: { labels: { 'peerload.io/per-pod-keys': null } } }),
+      ).rejects.toThrow(/may not change the labels/);
+      // RBAC: no reading, and no other Secret.
+      await expect(secrets.get(ns, 'torchserve-keys')).rejects.toThrow(/403/);
+      await expect(secrets.patch(ns, 'p2p-endpoint-config', { data: { x: b64('y') } })).rejects.toThrow(
+        /403/,
+      );
+      const data = ((await kube.resource(GVR.secrets).get(ns, 'torchserve-keys')) as any).data;
+      expect(Buffer.from(data['ts-a.json'], 'base64').toString()).toBe('{"a":2}');
+      expect(Buffer.from(data['ts-b.json'], 'base64').toString()).toBe('{"b":1}');
+      await secrets.patch(ns, 'torchserve-keys', { data: { 'ts-a.json': null } });
+    } finally {
+      await asPodA.close();
+    }
   });
 });
 
@@ -156,6 +335,35 @@ describe('deploy/examples/torchserve-hardlink', () => {
         );
       expect(r.metadata.name).toBe(m.metadata.name);
     }
+  });
+});
+
+describe('deploy/examples/torchserve-hardlink under Pod Security', () => {
+  // A node volume shared with the peer daemon is a hostPath, which no Pod Security level but `privileged`
+  // admits, and handing the pod's directory to TorchServe's user takes root (fsGroup does not apply to
+  // hostPath): the example needs a privileged namespace. Everything else is `restricted`.
+  it('is refused by `restricted` for the node volume and the chown init container only', async () => {
+    const ms = kustomize(join(REPO_ROOT, 'deploy/examples/torchserve-hardlink'));
+    const ns = await restrictedNamespace('example-hl-pss');
+    await applyAll(
+      ms.filter((m) => m.kind === 'ServiceAccount'),
+      ns,
+    );
+    const err = await applyAll([podOf(ms, 'hl', ns)], ns).then(
+      () => new Error('admitted'),
+      (e: Error) => e,
+    );
+    const m = /violates PodSecurity "restricted:latest": (.*)$/.exec(err.message);
+    expect(m, err.message).not.toBeNull();
+    // "check (detail), check (detail)": the checks and what each names.
+    const violations = m![1]!.split(/\), (?=[a-zA-Z])/).map((v) => v.replace(/\)$/, ''));
+    expect(violations.map((v) => v.split(' (')[0]).sort()).toEqual([
+      'restricted volume types',
+      'runAsNonRoot != true',
+      'runAsUser=0',
+      'unrestricted capabilities',
+    ]);
+    for (const v of violations) expect(v).toMatch(/container "model-store-owner"|volume "model-store"/);
   });
 });
 

@@ -27,6 +27,8 @@ import { startPeerProxy, type PeerProxy } from '../support/peer-proxy.ts';
 import { rbacOf, startManager } from '../support/runtime-harness.ts';
 import { gvrOf, kustomize, type Manifest } from '../support/runtime-deploy.ts';
 import { REPO_ROOT } from '../support/kube.ts';
+import { serviceAccountIdentity } from '../support/service-account.ts';
+import { Agent, fetch } from 'undici';
 import { join } from 'node:path';
 
 const kubeconfigPath = inject('kubeconfigPath');
@@ -78,7 +80,8 @@ function granted(): Map<string, number> {
   for (const role of base.filter((m) => m.kind === 'ClusterRole' || m.kind === 'Role') as (Manifest & {
     rules: { apiGroups: string[]; resources: string[]; verbs: string[] }[];
   })[]) {
-    for (const r of role.rules)
+    // The operator's roles; not the metrics reader role (nonResourceURLs), which is granted to scrapers.
+    for (const r of role.rules.filter((r) => r.resources))
       for (const g of r.apiGroups)
         for (const res of r.resources)
           for (const v of r.verbs) out.set(`${g}|${res}|${v}`, (out.get(`${g}|${res}|${v}`) ?? 0) + 1);
@@ -186,7 +189,8 @@ const leaderFlags = [
 describe('operator RBAC (deploy/base) under the ServiceAccount', () => {
   it('allows every request the runtime makes, and every granted verb is used', async () => {
     const done = new Set<string>();
-    const op = await startManager(asOperator(), leaderFlags, [exerciser(done)]);
+    // --metrics-secure: a scrape makes the operator review the scraper's token and access (create reviews).
+    const op = await startManager(asOperator(), [...leaderFlags, '--metrics-secure'], [exerciser(done)]);
     try {
       await admin.resource<MP>(GVR.modelPreheats).create({
         apiVersion: 'peerload.io/v1alpha1',
@@ -205,6 +209,17 @@ describe('operator RBAC (deploy/base) under the ServiceAccount', () => {
         } as SM['spec'],
       });
       await waitFor('exerciser done', () => done.has(`${ns}/m`), { timeoutMs: 30_000 });
+      const scraper = await serviceAccountIdentity(kubeconfigPath, ns, 'scraper');
+      const tls = new Agent({ connect: { ca: op.manager.health.certificate } });
+      try {
+        const res = await fetch(op.url('/metrics'), {
+          dispatcher: tls,
+          headers: { authorization: `Bearer ${scraper.token}` },
+        });
+        expect(res.status).toBe(403); // reviewed: the scraper is not bound to the metrics reader role
+      } finally {
+        await tls.close();
+      }
     } finally {
       expect(await op.stop()).toBe(0); // releases the lease: an update
     }

@@ -44,7 +44,20 @@ describe('deploy/monitoring', () => {
       'ServiceMonitor/peerload-operator',
     ]);
     const sm = manifests.find((m) => m.kind === 'ServiceMonitor');
-    expect(sm.spec.endpoints[0].port).toBe('metrics');
+    // /metrics is HTTPS with authentication and authorization (test/integration/metrics-auth.test.ts): Prometheus
+    // sends its ServiceAccount token; the operator's certificate is self-signed unless one is mounted.
+    expect(sm.spec.endpoints[0]).toEqual({
+      port: 'metrics',
+      path: '/metrics',
+      interval: '30s',
+      honorLabels: true,
+      scheme: 'https',
+      bearerTokenFile: '/var/run/secrets/kubernetes.io/serviceaccount/token',
+      tlsConfig: { insecureSkipVerify: true },
+    });
+    const service = kustomize(join(REPO_ROOT, 'deploy/base')).find((m) => m.kind === 'Service') as any;
+    expect(service.spec.ports.map((p: { name: string }) => p.name)).toContain(sm.spec.endpoints[0].port);
+    expect(service.metadata.labels).toMatchObject(sm.spec.selector.matchLabels);
     expect(rule.spec.groups[0].rules.map((r: { alert: string }) => r.alert)).toEqual([
       'PeerloadPreheatFailing',
       'PeerloadServedModelReplicasNotReady',

@@ -1,6 +1,6 @@
 /**
  * `peerload publish-keys` as a process, authenticated as the ServiceAccount of deploy/examples/torchserve with
- * only that example's Role (get + patch of the one Secret): publishes key_file.json under <pod>.json, follows
+ * only that example's Role (patch of the one Secret): publishes key_file.json under <pod>.json, follows
  * rotations, ignores a half-written file, leaves other pods' keys alone, and removes its key on SIGTERM.
  */
 import { spawn } from 'node:child_process';
@@ -99,12 +99,14 @@ afterAll(async () => {
 });
 
 describe('peerload publish-keys', () => {
-  it('the example Role grants that one Secret only', async () => {
+  it("the example Role grants that one Secret's patch only", async () => {
     const sa = new KubeClient(kubeconfigFromFile(saKubeconfig)!);
     try {
       await expect(sa.resource(GVR.secrets).get(ns, 'other')).rejects.toThrow(/403/);
       await expect(sa.resource(GVR.secrets).list(ns)).rejects.toThrow(/403/);
-      expect((await sa.resource(GVR.secrets).get(ns, 'torchserve-keys')).metadata.name).toBe(
+      await expect(sa.resource(GVR.secrets).get(ns, 'torchserve-keys')).rejects.toThrow(/403/);
+      await expect(sa.resource(GVR.secrets).patch(ns, 'other', { data: {} })).rejects.toThrow(/403/);
+      expect((await sa.resource(GVR.secrets).patch(ns, 'torchserve-keys', {})).metadata.name).toBe(
         'torchserve-keys',
       );
     } finally {

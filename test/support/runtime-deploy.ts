@@ -43,6 +43,10 @@ const RESOURCES: Record<string, [resource: string, namespaced: boolean]> = {
   Deployment: ['deployments', true],
   PodDisruptionBudget: ['poddisruptionbudgets', true],
   CustomResourceDefinition: ['customresourcedefinitions', false],
+  NetworkPolicy: ['networkpolicies', true],
+  Pod: ['pods', true],
+  ValidatingAdmissionPolicy: ['validatingadmissionpolicies', false],
+  ValidatingAdmissionPolicyBinding: ['validatingadmissionpolicybindings', false],
 };
 
 /** The resource of a rendered manifest (the kinds deploy/ uses). */

@@ -11,10 +11,20 @@ import {
 } from '../../src/runtime/index.ts';
 import type * as k8s from '@kubernetes/client-node';
 
-/** Operator config for tests: flags as the CLI takes them. Health server on a free port. */
+/**
+ * Operator config for tests: flags as the CLI takes them. Health server on a free port, plain HTTP unless the
+ * flags say `--metrics-secure`.
+ */
 export function testConfig(flags: string[]): OperatorConfig {
   const loaded = loadConfig(
-    ['--metrics-address', '127.0.0.1:0', '--log-level', process.env.TEST_LOG_LEVEL ?? 'silent', ...flags],
+    [
+      '--metrics-address',
+      '127.0.0.1:0',
+      '--no-metrics-secure',
+      '--log-level',
+      process.env.TEST_LOG_LEVEL ?? 'silent',
+      ...flags,
+    ],
     {},
   );
   if ('help' in loaded) throw new Error('unexpected help');
@@ -62,7 +72,7 @@ export async function startManager(
       manager.stop();
       return done;
     },
-    url: (path) => `http://127.0.0.1:${port}${path}`,
+    url: (path) => `${manager.health.secure ? 'https' : 'http'}://127.0.0.1:${port}${path}`,
   };
 }
 

@@ -12,7 +12,8 @@ describe('operator config', () => {
     const c = cfg([], { POD_NAMESPACE: 'peerload-system' });
     expect(c).toMatchObject({
       namespace: '',
-      metricsAddress: ':8080',
+      metricsAddress: ':8443',
+      metricsSecure: true,
       leaderElect: true,
       leaderElectionId: 'peerload-operator',
       leaderElectionNamespace: 'peerload-system',
@@ -37,6 +38,18 @@ describe('operator config', () => {
     expect(cfg(['--no-leader-elect'])).toMatchObject({ leaderElect: false });
     expect(cfg(['--resync-period', '0s']).resyncPeriod).toBe(0);
     expect(cfg(['--cleanup-grace-period', '30s']).cleanupGracePeriod).toBe(30_000);
+  });
+
+  it('serves metrics securely unless told to keep plain HTTP; a certificate directory needs HTTPS', () => {
+    expect(cfg([]).metricsCertDir).toBeUndefined();
+    expect(cfg(['--no-metrics-secure']).metricsSecure).toBe(false);
+    expect(cfg([], { PEERLOAD_METRICS_SECURE: 'false' }).metricsSecure).toBe(false);
+    // The last of two flags wins (a harness default overridden by a test).
+    expect(cfg(['--no-metrics-secure', '--metrics-secure']).metricsSecure).toBe(true);
+    expect(cfg(['--metrics-cert-dir', '/certs']).metricsCertDir).toBe('/certs');
+    expect(() => cfg(['--no-metrics-secure', '--metrics-cert-dir', '/certs'])).toThrow(
+      /--metrics-cert-dir \(PEERLOAD_METRICS_CERT_DIR\): serves HTTPS/,
+    );
   });
 
   it('names the flag and its variable on bad values', () => {
