@@ -29,7 +29,13 @@ import {
   type ReconcileContext,
   type ReconcileResult,
 } from '../runtime/index.ts';
-import { ManagerClients, resolveManager } from './managers.ts';
+import {
+  ManagerClients,
+  ReachDeniedError,
+  managerReach,
+  resolveManager,
+  watchClusterManagers,
+} from './managers.ts';
 import { describeFailure } from './modelpreheat-failures.ts';
 import {
   PreheatCondition,
@@ -60,6 +66,9 @@ type Status = ModelPreheatStatus;
 
 export function modelPreheatController(ctx: ControllerContext): Controller<Obj> {
   const informer = ctx.informers.get<Obj>(GVR.modelPreheats);
+  // Reach-policy hook: ClusterManagers for resolveManager, ServedModels for evictOnDelete's shared-task check.
+  watchClusterManagers(ctx);
+  ctx.informers.get(GVR.servedModels);
   // Polls of a running job ask for the manager's credentials each time: a rotated Secret is seen within 30 s.
   const secrets = new SecretReader(ctx.kube, { ttlMs: 30_000 });
   const clients = new ManagerClients();
@@ -102,6 +111,22 @@ export function modelPreheatController(ctx: ControllerContext): Controller<Obj> 
       return invalidSpec(ctx, GVR.modelPreheats, obj, problem, report, rc.signal);
     }
     const spec = parsed.data;
+
+    // Reach-policy hook (src/policy/reach.ts): a manager the admin did not allow is never contacted, not even to
+    // clean up on delete (the finalizer goes with a CleanupSkipped Event); the object is Stalled naming the rule.
+    const reach = await managerReach(spec.manager, namespace, ctx.config, 'spec.manager');
+    if (!reach.allowed) {
+      const denied = new ReachDeniedError(reach.reason, reach.message);
+      const problem = { finalizer: FINALIZER, message: reach.message, skipped: 'manager not contacted' };
+      return invalidSpec(
+        ctx,
+        GVR.modelPreheats,
+        obj,
+        problem,
+        () => fail(obj, denied, 'use the manager', rc),
+        rc.signal,
+      );
+    }
 
     if (isBeingDeleted(obj)) return cleanUp(cacheDeps, obj, spec, rc);
     const needsFinalizer = spec.deleteJobOnCleanup || CACHE_FINALIZER_NEEDED(spec);

@@ -52,8 +52,10 @@ import {
   type ReplicaGoal,
   type ReplicaOutcome,
 } from './servedmodel-replica.ts';
+import { endpointsReach } from '../policy/reach.ts';
 import {
   ServedModelCondition,
+  endpointNotAllowedConditions,
   invalidSpecConditions,
   servedModelConditions,
   withServedModelConditions,
@@ -179,6 +181,23 @@ export function createServedModelController(
       );
     }
     const spec = parsed.data;
+    // Reach-policy hook (src/policy/reach.ts): static endpoints outside the admin's --allowed-endpoint-hosts get no
+    // request at all (no management key, no registration, no unregistration on delete: the finalizer goes with a
+    // CleanupSkipped Event); the object is Stalled, reason EndpointNotAllowed.
+    const reach = endpointsReach(spec.modelServer.endpoints, 'spec.modelServer.endpoints', {
+      managerHosts: ctx.config.allowedManagerHosts,
+      endpointHosts: ctx.config.allowedEndpointHosts,
+    });
+    if (!reach.allowed) {
+      const problem = { finalizer: FINALIZER, message: reach.message, skipped: 'model not unregistered' };
+      const report = () =>
+        writeStatus(
+          sm,
+          (s) => withServedModelConditions(s, gen, endpointNotAllowedConditions(reach.message)),
+          rc.signal,
+        );
+      return invalidSpec(ctx, GVR.servedModels, sm, problem, report, rc.signal);
+    }
     const found = serviceSlices(namespace, spec);
     const discovery = discoverReplicas(spec, found);
 
