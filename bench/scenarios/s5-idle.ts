@@ -168,6 +168,9 @@ export async function scenario5(cp: ControlPlane, o: S5Options): Promise<{ rows:
         `127.0.0.1:${port}`,
         '--log-level',
         'warn',
+        // The ServedModels' static endpoints (refused unless allowed).
+        '--allowed-endpoint-hosts',
+        '127.0.0.1',
       ];
       if (profile) mkdirSync(join(ROOT, 'bench/results/profiles'), { recursive: true });
       const proc = startProcess(

@@ -16,7 +16,7 @@ export const GVR = {
     kind: 'ModelPreheat',
     namespaced: true,
   },
-  // Cluster-scoped, watched: every manager resolution reads it from the cache (src/controllers/managers.ts).
+  // Cluster-scoped, read one by one when a resource names one (src/controllers/managers.ts), never watched.
   clusterManagers: {
     group: GROUP,
     version: VERSION,

@@ -10,7 +10,7 @@ import type { OperatorConfig } from '../config.ts';
 import type { ManagerAuth } from '../manager/auth.ts';
 import { ManagerClient } from '../manager/client.ts';
 import { clusterManagerReach, managerURLReach, type Reach, type ReachReason } from '../policy/reach.ts';
-import type { ControllerContext, Informer, KubeObject } from '../runtime/index.ts';
+import type { ControllerContext, KubeObject } from '../runtime/index.ts';
 import type { SecretReader } from './secrets.ts';
 
 /** No manager is named by the resource and the operator has no default. */
@@ -41,53 +41,59 @@ export interface ResolvedManager {
 
 /** What manager resolution reads of the cluster: the ClusterManagers and, for their selectors, namespace labels. */
 export interface ManagerDirectory {
-  clusterManager(name: string): ClusterManager | undefined;
-  /** Shared by concurrent callers (so no caller's signal ends the read). */
+  /** Undefined when there is none (or it cannot be read: then no resource may use it). */
+  clusterManager(name: string): Promise<ClusterManager | undefined>;
+  /** Undefined when unknown (cannot be read): a selector then selects nothing. */
   namespaceLabels(namespace: string): Promise<Record<string, string> | undefined>;
 }
 
-/** How long a namespace's labels are reused for ClusterManager selectors. */
-const NAMESPACE_LABELS_TTL_MS = 30_000;
+/** How long a ClusterManager or a namespace's labels are reused: an admin's change applies within this time. */
+const DIRECTORY_TTL_MS = 30_000;
 
 /**
  * The directory of each operator context, by its config: resolveManager's callers (the ModelPreheat reconcile, its
  * cache refresh and cleanup) pass the config already, so they need no further argument. Registered by
- * {@link watchClusterManagers} when a controller is built, before the informers start.
+ * {@link useClusterManagers} when a controller is built.
  */
 const directories = new WeakMap<OperatorConfig, ManagerDirectory>();
 
 /**
- * Watches ClusterManagers (cluster-scoped, a handful) for the controllers of `ctx`, and reads namespace labels on
- * demand (only a ClusterManager with a namespaceSelector needs them; no Namespace watch). Idempotent per context.
+ * Reads ClusterManagers and namespace labels one by one when a resource names a ClusterManager, each kept for
+ * DIRECTORY_TTL_MS and read once for concurrent callers (so no caller's signal ends a shared read). GETs, not a
+ * watch: an operator scoped to one namespace (no cluster-wide rights) must still start, and there only resources
+ * that name a ClusterManager are refused. Idempotent per context.
  */
-export function watchClusterManagers(
-  ctx: Pick<ControllerContext, 'informers' | 'kube' | 'config'>,
-): ManagerDirectory {
+export function useClusterManagers(ctx: Pick<ControllerContext, 'kube' | 'config'>): ManagerDirectory {
   const existing = directories.get(ctx.config);
   if (existing) return existing;
-  const informer: Informer<KubeObject> = ctx.informers.get<KubeObject>(GVR.clusterManagers);
-  const labels = new Map<string, { at: number; labels: Promise<Record<string, string> | undefined> }>();
-  const directory: ManagerDirectory = {
-    clusterManager(name) {
-      const parsed = ClusterManager.safeParse(informer.get(name));
-      return parsed.success ? parsed.data : undefined;
-    },
-    namespaceLabels(namespace) {
+  function cached<T>(read: (name: string) => Promise<T>): (name: string) => Promise<T> {
+    const entries = new Map<string, { at: number; value: Promise<T> }>();
+    return (name) => {
       const now = Date.now();
-      for (const [k, e] of labels) if (now - e.at >= NAMESPACE_LABELS_TTL_MS) labels.delete(k);
-      let entry = labels.get(namespace);
-      if (!entry) {
-        const read = ctx.kube
-          .resource<KubeObject>(GVR.namespaces)
-          .get(undefined, namespace)
-          .then((n) => n.metadata.labels ?? {})
-          // Unknown labels select nothing: the reach policy then refuses, which is the safe answer.
-          .catch(() => undefined);
-        entry = { at: now, labels: read };
-        labels.set(namespace, entry);
-      }
-      return entry.labels;
-    },
+      for (const [k, e] of entries) if (now - e.at >= DIRECTORY_TTL_MS) entries.delete(k);
+      let entry = entries.get(name);
+      if (!entry) entries.set(name, (entry = { at: now, value: read(name) }));
+      return entry.value;
+    };
+  }
+  const directory: ManagerDirectory = {
+    clusterManager: cached((name) =>
+      ctx.kube
+        .resource<KubeObject>(GVR.clusterManagers)
+        .get(undefined, name)
+        .then((o) => {
+          const parsed = ClusterManager.safeParse(o);
+          return parsed.success ? parsed.data : undefined;
+        })
+        .catch(() => undefined),
+    ),
+    namespaceLabels: cached((namespace) =>
+      ctx.kube
+        .resource<KubeObject>(GVR.namespaces)
+        .get(undefined, namespace)
+        .then((n) => n.metadata.labels ?? {})
+        .catch(() => undefined),
+    ),
   };
   directories.set(ctx.config, directory);
   return directory;
@@ -107,7 +113,7 @@ export async function managerReach(
   if (ref.clusterManagerRef) {
     const name = ref.clusterManagerRef.name;
     const directory = directories.get(config);
-    const cm = directory?.clusterManager(name);
+    const cm = await directory?.clusterManager(name);
     const labels = cm?.spec.namespaceSelector ? await directory!.namespaceLabels(namespace) : undefined;
     const reach = clusterManagerReach(name, `${field}.clusterManagerRef`, namespace, cm, labels);
     return reach.allowed ? { ...reach, clusterManager: cm! } : reach;

@@ -34,7 +34,7 @@ import {
   ReachDeniedError,
   managerReach,
   resolveManager,
-  watchClusterManagers,
+  useClusterManagers,
 } from './managers.ts';
 import { describeFailure } from './modelpreheat-failures.ts';
 import {
@@ -66,8 +66,9 @@ type Status = ModelPreheatStatus;
 
 export function modelPreheatController(ctx: ControllerContext): Controller<Obj> {
   const informer = ctx.informers.get<Obj>(GVR.modelPreheats);
-  // Reach-policy hook: ClusterManagers for resolveManager, ServedModels for evictOnDelete's shared-task check.
-  watchClusterManagers(ctx);
+  // Reach-policy hook: ClusterManagers for resolveManager, the ServedModel informer for evictOnDelete's shared-task
+  // check (src/policy/shared-tasks.ts).
+  useClusterManagers(ctx);
   ctx.informers.get(GVR.servedModels);
   // Polls of a running job ask for the manager's credentials each time: a rotated Secret is seen within 30 s.
   const secrets = new SecretReader(ctx.kube, { ttlMs: 30_000 });

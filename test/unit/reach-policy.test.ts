@@ -15,7 +15,7 @@ import {
   type ReachPolicy,
 } from '../../src/policy/reach.ts';
 import { ManagerRef, type ClusterManager } from '../../src/api/index.ts';
-import { ReachDeniedError, resolveManager, watchClusterManagers } from '../../src/controllers/managers.ts';
+import { ReachDeniedError, resolveManager, useClusterManagers } from '../../src/controllers/managers.ts';
 import type { SecretReader } from '../../src/controllers/secrets.ts';
 import type { ControllerContext } from '../../src/runtime/index.ts';
 
@@ -211,7 +211,7 @@ describe('resolveManager applies the policy before reading any Secret', () => {
     ).config;
   const ref = (r: Record<string, unknown>) => ManagerRef.parse(r);
 
-  /** A context whose informer holds `objects` (by name) and whose namespaces have `labels`. */
+  /** A context whose apiserver holds `objects` (ClusterManagers, by name) and namespaces with `labels`. */
   function context(
     config: OperatorConfig,
     objects: ClusterManager[],
@@ -220,17 +220,20 @@ describe('resolveManager applies the policy before reading any Secret', () => {
     const byName = new Map(objects.map((o) => [o.metadata.name, o]));
     const ctx = {
       config,
-      informers: { get: () => ({ get: (name: string) => byName.get(name) }) },
       kube: {
-        resource: () => ({
+        resource: (gvr: { resource: string }) => ({
           get: async (_ns: undefined, name: string) => {
+            if (gvr.resource === 'clustermanagers') {
+              if (!byName.has(name)) throw new Error('not found');
+              return byName.get(name);
+            }
             if (!labels[name]) throw new Error('not found');
             return { metadata: { name, labels: labels[name] } };
           },
         }),
       },
     } as unknown as ControllerContext;
-    watchClusterManagers(ctx);
+    useClusterManagers(ctx);
     return ctx;
   }
   const clusterManager = (spec: Record<string, unknown>): ClusterManager => ({
