@@ -48,7 +48,11 @@ describe('charts/peerload', () => {
   });
 
   it('carries the CRDs of crds/ unchanged', () => {
-    for (const f of ['modelpreheats.peerload.io.yaml', 'servedmodels.peerload.io.yaml']) {
+    for (const f of [
+      'clustermanagers.peerload.io.yaml',
+      'modelpreheats.peerload.io.yaml',
+      'servedmodels.peerload.io.yaml',
+    ]) {
       expect(readFileSync(join(CHART, 'crds', f), 'utf8')).toBe(
         readFileSync(join(REPO_ROOT, 'crds', f), 'utf8'),
       );
@@ -59,7 +63,7 @@ describe('charts/peerload', () => {
         .filter((m) => m.kind === 'CustomResourceDefinition')
         .map((m) => m.metadata.name)
         .sort(),
-    ).toEqual(['modelpreheats.peerload.io', 'servedmodels.peerload.io']);
+    ).toEqual(['clustermanagers.peerload.io', 'modelpreheats.peerload.io', 'servedmodels.peerload.io']);
   });
 
   it('renders the Deployment of deploy/ where both set the same thing', () => {
