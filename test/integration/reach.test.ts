@@ -14,6 +14,9 @@ import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import * as k8s from '@kubernetes/client-node';
 import { createNamespace, kubeConfig, waitFor } from '../support/kube.ts';
 import { loopbackDispatcher } from '../support/endpointslices.ts';
+import { startManagerEmulator, type ManagerEmulator } from '../support/manager-emulator.ts';
+import { startPeerProxy, type PeerProxy } from '../support/peer-proxy.ts';
+import { startOrigin, type Origin } from '../support/origin.ts';
 import { startManager, type RunningManager } from '../support/runtime-harness.ts';
 import { modelPreheatController } from '../../src/controllers/modelpreheat.ts';
 import { createServedModelController } from '../../src/controllers/servedmodel.ts';
@@ -106,24 +109,32 @@ async function clusterManager(name: string, spec: Record<string, unknown>): Prom
 const PLURAL = { ModelPreheat: 'modelpreheats', ServedModel: 'servedmodels' } as const;
 type Kind = keyof typeof PLURAL;
 
-async function create(kind: Kind, name: string, spec: Record<string, unknown>): Promise<void> {
+async function create(
+  kind: Kind,
+  name: string,
+  spec: Record<string, unknown>,
+  namespace = ns,
+): Promise<void> {
   await custom.createNamespacedCustomObject({
     group: GROUP,
     version: VERSION,
-    namespace: ns,
+    namespace,
     plural: PLURAL[kind],
     body: { apiVersion: `${GROUP}/${VERSION}`, kind, metadata: { name }, spec },
   });
 }
 
-async function get(kind: Kind, name: string) {
+async function get(kind: Kind, name: string, namespace = ns) {
   return (await custom.getNamespacedCustomObject({
     group: GROUP,
     version: VERSION,
-    namespace: ns,
+    namespace,
     plural: PLURAL[kind],
     name,
-  })) as { metadata: { generation?: number }; status?: { conditions?: Condition[]; phase?: string } };
+  })) as {
+    metadata: { generation?: number };
+    status?: { conditions?: Condition[]; phase?: string; state?: string; tasks?: { taskID: string }[] };
+  };
 }
 
 /** Waits until the object is Stalled=True for its generation and returns that condition. */
@@ -336,5 +347,87 @@ describe('a namespaced resource cannot send a Secret where the admin did not all
     expect(job.headers.authorization).toBe(`Bearer ${CLUSTER_MANAGER_TOKEN}`);
     expect(JSON.parse(job.body)).toMatchObject({ type: 'preheat' });
     expect(tenant.requests).toEqual([]);
+  });
+});
+
+describe('evictOnDelete never evicts a task another resource still uses', () => {
+  let peer: PeerProxy;
+  let origin: Origin;
+  let manager: ManagerEmulator;
+  let other: string;
+  beforeAll(async () => {
+    origin = await startOrigin({ '/models/shared.mar': 'shared weights' });
+    peer = await startPeerProxy();
+    manager = await startManagerEmulator({ peer });
+    other = await createNamespace(kc, 'reach-b');
+  });
+  afterAll(async () => {
+    await Promise.all([manager?.close(), peer?.close(), origin?.close()]);
+  });
+
+  const deleteTaskJobs = () =>
+    manager.log.filter(
+      (r) => r.method === 'POST' && r.path.endsWith('/jobs') && r.body.includes('delete_task'),
+    );
+  const eventsOf = async (namespace: string, name: string) =>
+    (await kc.makeApiClient(k8s.EventsV1Api).listNamespacedEvent({ namespace })).items
+      .filter((e) => e.regarding?.name === name)
+      .map((e) => `${e.reason}: ${e.note}`);
+  const gone = (namespace: string, name: string) =>
+    waitFor(
+      `${namespace}/${name} deleted`,
+      () =>
+        get('ModelPreheat', name, namespace).then(
+          () => undefined,
+          () => true,
+        ),
+      { timeoutMs: 30_000, intervalMs: 100 },
+    );
+
+  it('two tenants preheat the same URL: the first delete keeps the task, the last one evicts it', async () => {
+    // One manager shared by both namespaces, as an admin would set it up.
+    await clusterManager(`${ns}-shared-evict`, { url: manager.url, namespaces: [ns, other] });
+    const spec = {
+      url: `${origin.url}/models/shared.mar`,
+      manager: { clusterManagerRef: { name: `${ns}-shared-evict` } },
+      evictOnDelete: true,
+    };
+    await create('ModelPreheat', 'evict-a', spec);
+    await create('ModelPreheat', 'evict-b', spec, other);
+    const done = (namespace: string, name: string) =>
+      waitFor(
+        `${namespace}/${name} SUCCESS`,
+        async () => {
+          const o = await get('ModelPreheat', name, namespace);
+          return o.status?.state === 'SUCCESS' && o.status.tasks?.length ? o : undefined;
+        },
+        { timeoutMs: 30_000, intervalMs: 100 },
+      );
+    const [a, b] = await Promise.all([done(ns, 'evict-a'), done(other, 'evict-b')]);
+    expect(a.status!.tasks![0]!.taskID).toBe(b.status!.tasks![0]!.taskID);
+
+    await custom.deleteNamespacedCustomObject({
+      group: GROUP,
+      version: VERSION,
+      namespace: ns,
+      plural: 'modelpreheats',
+      name: 'evict-a',
+    });
+    await gone(ns, 'evict-a');
+    expect(deleteTaskJobs()).toEqual([]);
+    expect(await eventsOf(ns, 'evict-a')).toContainEqual(
+      `EvictionSkipped: 1 task(s) not evicted: still used by ModelPreheat ${other}/evict-b`,
+    );
+
+    await custom.deleteNamespacedCustomObject({
+      group: GROUP,
+      version: VERSION,
+      namespace: other,
+      plural: 'modelpreheats',
+      name: 'evict-b',
+    });
+    await gone(other, 'evict-b');
+    expect(deleteTaskJobs()).toHaveLength(1);
+    expect(deleteTaskJobs()[0]!.body).toContain(a.status!.tasks![0]!.taskID);
   });
 });
