@@ -17,6 +17,9 @@ import {
 import { ManagerRef, type ClusterManager } from '../../src/api/index.ts';
 import { ReachDeniedError, resolveManager, useClusterManagers } from '../../src/controllers/managers.ts';
 import type { SecretReader } from '../../src/controllers/secrets.ts';
+import { describeFailure } from '../../src/controllers/modelpreheat-failures.ts';
+import { preheatConditions, preheatPhase } from '../../src/controllers/modelpreheat-status.ts';
+import { endpointNotAllowedConditions } from '../../src/controllers/servedmodel-status.ts';
 import type { ControllerContext } from '../../src/runtime/index.ts';
 
 const rules = (list: string) => parseHostRules(list);
@@ -348,5 +351,47 @@ describe('resolveManager applies the policy before reading any Secret', () => {
     );
     expect(m.url).toBe('http://default:8080');
     expect(reads).toEqual(['peerload-system/default-token/token']);
+  });
+});
+
+describe('what a refused object says', () => {
+  it('ModelPreheat: Blocked (Stalled, not final), looked at again in a minute, the rule as reason', () => {
+    const view = describeFailure(
+      new ReachDeniedError('ManagerNotAllowed', 'spec.manager.url: host x'),
+      'use',
+    );
+    expect(view).toEqual({
+      reason: 'ManagerNotAllowed',
+      message: 'spec.manager.url: host x',
+      retry: { kind: 'after', ms: 60_000 },
+      final: false,
+      blocked: true,
+    });
+    const o = { outcome: 'Blocked' as const, reason: view.reason, message: view.message };
+    expect(preheatPhase(o)).toBe('BLOCKED');
+    expect(preheatConditions(o)).toContainEqual({
+      type: 'Stalled',
+      status: 'True',
+      reason: 'ManagerNotAllowed',
+      message: 'spec.manager.url: host x',
+    });
+  });
+
+  it('ServedModel: Stalled and not Ready, reason EndpointNotAllowed', () => {
+    expect(endpointNotAllowedConditions('spec.modelServer.endpoints: ...')).toEqual([
+      {
+        type: 'Ready',
+        status: 'False',
+        reason: 'EndpointNotAllowed',
+        message: 'spec.modelServer.endpoints: ...',
+      },
+      { type: 'Reconciling', absent: true },
+      {
+        type: 'Stalled',
+        status: 'True',
+        reason: 'EndpointNotAllowed',
+        message: 'spec.modelServer.endpoints: ...',
+      },
+    ]);
   });
 });
