@@ -154,6 +154,34 @@ describe('charts/peerload', () => {
     expect(sm.spec.selector.matchLabels).toEqual(one(ms, 'Service').spec.selector);
   });
 
+  it('sets the reach allow-lists from values, and reads ClusterManagers in namespace scope when asked', () => {
+    const args = (set: Record<string, string>) =>
+      one(helmTemplate('models', 'ml', set), 'Deployment').spec.template.spec.containers[0].args;
+    // Default: both empty, as deploy/base says.
+    expect(args({})).toEqual(
+      expect.arrayContaining(['--allowed-manager-hosts=', '--allowed-endpoint-hosts=']),
+    );
+    expect(
+      args({
+        allowedManagerHosts: '{manager.dragonfly-system.svc:8080,*.corp}',
+        allowedEndpointHosts: '{10.0.0.0/8}',
+      }),
+    ).toEqual(
+      expect.arrayContaining([
+        '--allowed-manager-hosts=manager.dragonfly-system.svc:8080,*.corp',
+        '--allowed-endpoint-hosts=10.0.0.0/8',
+      ]),
+    );
+    const scoped = helmTemplate('models', 'ml', { watchNamespace: 'team-a', readClusterManagers: 'true' });
+    const role = scoped.find((m) => m.kind === 'ClusterRole') as any;
+    expect(role.metadata.name).toBe('models-operator-clustermanagers');
+    expect(role.rules).toEqual([
+      { apiGroups: ['peerload.io'], resources: ['clustermanagers'], verbs: ['get'] },
+      { apiGroups: [''], resources: ['namespaces'], verbs: ['get'] },
+    ]);
+    expect(one(scoped, 'ClusterRoleBinding').roleRef.name).toBe('models-operator-clustermanagers');
+  });
+
   it('is accepted by the apiserver: the defaults (dry run) and a namespace-scoped release (applied)', async () => {
     // The namespace must exist even for a dry run; deploy-manifests creates the same one.
     await apply(one(kustomize(join(REPO_ROOT, 'deploy/base')), 'Namespace'), false);
