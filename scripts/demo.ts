@@ -167,6 +167,9 @@ try {
       '500ms',
       '--poll-backoff-max',
       '5s',
+      // The demo's ServedModel names its model servers on this machine as static endpoints (refused unless allowed).
+      '--allowed-endpoint-hosts',
+      '127.0.0.1',
     ],
     operatorLog,
   );

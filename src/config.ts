@@ -11,6 +11,17 @@ import { argsErrorMessage } from './args-error.ts';
 import { z } from 'zod';
 import { DURATION_PATTERN, parseDuration } from './api/index.ts';
 import { DAEMON_VERSION_HINT, DEFAULT_TASK_ID_RULE, taskIdRule } from './storage/taskid.ts';
+import { parseHostRules, type HostRule } from './policy/reach.ts';
+
+/** A comma-separated host allow-list (src/policy/reach.ts); a bad entry fails naming it. */
+const hostRules = z.string().transform((list, ctx): HostRule[] => {
+  try {
+    return parseHostRules(list);
+  } catch (err) {
+    ctx.addIssue({ code: 'custom', message: (err as Error).message });
+    return [];
+  }
+});
 
 const duration = (what: string) =>
   z
@@ -69,6 +80,14 @@ const ALL = {
     help: 'Default manager token Secret as [namespace/]name (namespace default: the Lease namespace)',
   },
   managerTokenSecretKey: { flag: 'manager-token-secret-key', help: 'Key of the token in that Secret' },
+  allowedManagerHosts: {
+    flag: 'allowed-manager-hosts',
+    help: 'Hosts a namespaced spec.manager.url may name, comma-separated: name, *.domain, IP or CIDR, each with an optional :port; * allows any (empty: none, only ClusterManagers and --manager-url)',
+  },
+  allowedEndpointHosts: {
+    flag: 'allowed-endpoint-hosts',
+    help: 'Hosts a ServedModel spec.modelServer.endpoints may name, same syntax (empty: none, only Service discovery)',
+  },
   pollBackoffStart: { flag: 'poll-backoff-start', help: 'First interval when polling external jobs' },
   pollBackoffMax: { flag: 'poll-backoff-max', help: 'Longest interval when polling external jobs' },
   cleanupGracePeriod: {
@@ -137,6 +156,9 @@ const OperatorConfigSchema = z
       .regex(/^([a-z0-9]([-a-z0-9]*[a-z0-9])?\/)?[a-z0-9]([-a-z0-9.]*[a-z0-9])?$/, 'must be [namespace/]name')
       .optional(),
     managerTokenSecretKey: z.string().min(1).default('token'),
+    // Default empty: a namespaced spec sends the operator nowhere an admin did not choose (docs/security.md).
+    allowedManagerHosts: hostRules.default([]),
+    allowedEndpointHosts: hostRules.default([]),
     pollBackoffStart: duration('poll backoff start').default(2_000),
     pollBackoffMax: duration('poll backoff max').default(60_000),
     cleanupGracePeriod: duration('cleanup grace period').default(120_000),
@@ -270,7 +292,7 @@ const DURATIONS = new Set<Key>([
 
 function defaultText(key: Key): string {
   const v = (OperatorConfigSchema.safeParse({}).data as Record<string, unknown> | undefined)?.[key];
-  if (v === undefined || v === '') return '';
+  if (v === undefined || v === '' || (Array.isArray(v) && v.length === 0)) return '';
   if (DURATIONS.has(key) && typeof v === 'number')
     return ` (default ${v % 60_000 === 0 ? `${v / 60_000}m` : `${v / 1000}s`})`;
   return ` (default ${String(v)})`;

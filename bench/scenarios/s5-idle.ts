@@ -170,6 +170,9 @@ export async function scenario5(cp: ControlPlane, o: S5Options): Promise<{ rows:
         '--no-metrics-secure',
         '--log-level',
         'warn',
+        // The ServedModels' static endpoints (refused unless allowed).
+        '--allowed-endpoint-hosts',
+        '127.0.0.1',
       ];
       if (profile) mkdirSync(join(ROOT, 'bench/results/profiles'), { recursive: true });
       const proc = startProcess(

@@ -136,6 +136,9 @@ export async function scenario8(cp: ControlPlane, o: S8Options): Promise<{ rows:
         ns,
         '--manager-url',
         network.managerURL,
+        // The ServedModels' preheat.manager names the manager by URL, with its sign-in Secret (refused unless allowed).
+        '--allowed-manager-hosts',
+        '127.0.0.1',
         '--poll-backoff-start',
         '500ms',
         '--poll-backoff-max',

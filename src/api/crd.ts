@@ -4,6 +4,7 @@
  */
 import { z } from 'zod';
 import { GROUP, VERSION } from './common.ts';
+import { ClusterManagerSpec } from './clustermanager.ts';
 import { ModelPreheatSpec, ModelPreheatStatus } from './modelpreheat.ts';
 import { ServedModelSpec, ServedModelStatus } from './servedmodel.ts';
 
@@ -14,8 +15,11 @@ export interface KindInfo {
   plural: string;
   singular: string;
   shortNames: string[];
+  /** Default Namespaced. */
+  scope?: 'Namespaced' | 'Cluster';
   spec: z.ZodType;
-  status: z.ZodType;
+  /** Kinds without a status (read-only configuration) have no status subresource. */
+  status?: z.ZodType;
   description: string;
   printerColumns: { name: string; type: string; jsonPath: string; description?: string; priority?: number }[];
 }
@@ -92,6 +96,21 @@ export const KINDS: KindInfo[] = [
       { name: 'Age', type: 'date', jsonPath: '.metadata.creationTimestamp' },
     ],
   },
+  {
+    kind: 'ClusterManager',
+    plural: 'clustermanagers',
+    singular: 'clustermanager',
+    shortNames: ['cmgr'],
+    scope: 'Cluster',
+    spec: ClusterManagerSpec,
+    description:
+      "A P2P manager set up by an admin (credentials from a Secret in the operator's namespace) and the namespaces whose ModelPreheats and ServedModels may use it through spec.manager.clusterManagerRef.",
+    printerColumns: [
+      { name: 'URL', type: 'string', jsonPath: '.spec.url' },
+      { name: 'API', type: 'string', jsonPath: '.spec.apiPath', priority: 1 },
+      { name: 'Age', type: 'date', jsonPath: '.metadata.creationTimestamp' },
+    ],
+  },
 ];
 
 const SAFE_INT = Number.MAX_SAFE_INTEGER;
@@ -164,7 +183,7 @@ export function customResourceDefinition(info: KindInfo): Json {
     metadata: { name: `${info.plural}.${GROUP}` },
     spec: {
       group: GROUP,
-      scope: 'Namespaced',
+      scope: info.scope ?? 'Namespaced',
       names: {
         kind: info.kind,
         listKind: `${info.kind}List`,
@@ -178,7 +197,7 @@ export function customResourceDefinition(info: KindInfo): Json {
           name: VERSION,
           served: true,
           storage: true,
-          subresources: { status: {} },
+          ...(info.status ? { subresources: { status: {} } } : {}),
           additionalPrinterColumns: info.printerColumns,
           schema: {
             openAPIV3Schema: {
@@ -190,11 +209,15 @@ export function customResourceDefinition(info: KindInfo): Json {
                 kind: { type: 'string' },
                 metadata: { type: 'object' },
                 spec: { description: `What the ${info.kind} should achieve.`, ...openAPISchema(info.spec) },
-                status: {
-                  description:
-                    'Written by the operator. Conditions: Ready (reached), Reconciling (in progress), Stalled (needs a change; the message names it).',
-                  ...openAPISchema(info.status),
-                },
+                ...(info.status
+                  ? {
+                      status: {
+                        description:
+                          'Written by the operator. Conditions: Ready (reached), Reconciling (in progress), Stalled (needs a change; the message names it).',
+                        ...openAPISchema(info.status),
+                      },
+                    }
+                  : {}),
               },
             },
           },

@@ -1,5 +1,6 @@
 export * from './common.ts';
 export * from './manager.ts';
+export * from './clustermanager.ts';
 export * from './objectstorage.ts';
 export * from './modelpreheat.ts';
 export * from './servedmodel.ts';

@@ -40,13 +40,15 @@ export function apiReference(): string {
   const out: string[] = [];
   for (const info of KINDS) {
     out.push(
-      `## ${info.kind} (\`peerload.io/v1alpha1\`, short name \`${info.shortNames.join(', ')}\`)`,
+      `## ${info.kind} (\`peerload.io/v1alpha1\`, ${info.scope === 'Cluster' ? 'cluster-scoped, ' : ''}short name \`${info.shortNames.join(', ')}\`)`,
       '',
       info.description,
       '',
     );
     for (const part of ['spec', 'status'] as const) {
-      const schema: Json = openAPISchema(part === 'spec' ? info.spec : info.status);
+      const zod = part === 'spec' ? info.spec : info.status;
+      if (!zod) continue;
+      const schema: Json = openAPISchema(zod);
       out.push('| field | type | constraints | description |', '|---|---|---|---|');
       for (const v of schema['x-kubernetes-validations'] ?? [])
         out.push(`| \`${part}\` | | rule | ${v.message} |`);

@@ -16,6 +16,16 @@ export const GVR = {
     kind: 'ModelPreheat',
     namespaced: true,
   },
+  // Cluster-scoped, read one by one when a resource names one (src/controllers/managers.ts), never watched.
+  clusterManagers: {
+    group: GROUP,
+    version: VERSION,
+    resource: 'clustermanagers',
+    kind: 'ClusterManager',
+    namespaced: false,
+  },
+  // Read one by one (labels, for a ClusterManager's namespaceSelector), cached briefly, never watched.
+  namespaces: { group: '', version: 'v1', resource: 'namespaces', kind: 'Namespace', namespaced: false },
   servedModels: {
     group: GROUP,
     version: VERSION,

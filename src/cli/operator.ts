@@ -46,6 +46,16 @@ export async function run(argv: string[]): Promise<number> {
     },
     'starting operator',
   );
+  // An admin who turns the reach policy off should see it at every start (docs/security.md).
+  for (const [flag, rules] of [
+    ['--allowed-manager-hosts', config.allowedManagerHosts],
+    ['--allowed-endpoint-hosts', config.allowedEndpointHosts],
+  ] as const)
+    if (rules.some((r) => r.name === '*'))
+      logger.warn(
+        { flag },
+        `${flag} allows every host: whoever may create a ModelPreheat or ServedModel can have the operator send their namespace's Secrets anywhere (not for a shared cluster)`,
+      );
   let code: number;
   try {
     code = await manager.run();

@@ -127,6 +127,9 @@ beforeAll(async () => {
       '5s',
       '--workers',
       '16',
+      // The /oapi/v1 test names the manager in spec.manager.url (refused unless allowed).
+      '--allowed-manager-hosts',
+      '127.0.0.1',
     ],
     [modelPreheatController, (ctx) => createServedModelController(ctx, { dispatcher })],
   );

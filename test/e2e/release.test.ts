@@ -92,6 +92,7 @@ describeRelease('npm run release', () => {
     expect(files).toEqual(
       expect.arrayContaining([
         'peerload/Chart.yaml',
+        'peerload/crds/clustermanagers.peerload.io.yaml',
         'peerload/crds/modelpreheats.peerload.io.yaml',
         'peerload/crds/servedmodels.peerload.io.yaml',
         'peerload/templates/deployment.yaml',

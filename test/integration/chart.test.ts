@@ -48,7 +48,11 @@ describe('charts/peerload', () => {
   });
 
   it('carries the CRDs of crds/ unchanged', () => {
-    for (const f of ['modelpreheats.peerload.io.yaml', 'servedmodels.peerload.io.yaml']) {
+    for (const f of [
+      'clustermanagers.peerload.io.yaml',
+      'modelpreheats.peerload.io.yaml',
+      'servedmodels.peerload.io.yaml',
+    ]) {
       expect(readFileSync(join(CHART, 'crds', f), 'utf8')).toBe(
         readFileSync(join(REPO_ROOT, 'crds', f), 'utf8'),
       );
@@ -59,7 +63,7 @@ describe('charts/peerload', () => {
         .filter((m) => m.kind === 'CustomResourceDefinition')
         .map((m) => m.metadata.name)
         .sort(),
-    ).toEqual(['modelpreheats.peerload.io', 'servedmodels.peerload.io']);
+    ).toEqual(['clustermanagers.peerload.io', 'modelpreheats.peerload.io', 'servedmodels.peerload.io']);
   });
 
   it('renders the Deployment of deploy/ where both set the same thing', () => {
@@ -254,6 +258,34 @@ describe('charts/peerload', () => {
     expect(
       helmTemplate('models', 'ml', { 'networkPolicy.enabled': 'false' }).map((m) => m.kind),
     ).not.toContain('NetworkPolicy');
+  });
+
+  it('sets the reach allow-lists from values, and reads ClusterManagers in namespace scope when asked', () => {
+    const args = (set: Record<string, string>) =>
+      one(helmTemplate('models', 'ml', set), 'Deployment').spec.template.spec.containers[0].args;
+    // Default: both empty, as deploy/base says.
+    expect(args({})).toEqual(
+      expect.arrayContaining(['--allowed-manager-hosts=', '--allowed-endpoint-hosts=']),
+    );
+    expect(
+      args({
+        allowedManagerHosts: '{manager.dragonfly-system.svc:8080,*.corp}',
+        allowedEndpointHosts: '{10.0.0.0/8}',
+      }),
+    ).toEqual(
+      expect.arrayContaining([
+        '--allowed-manager-hosts=manager.dragonfly-system.svc:8080,*.corp',
+        '--allowed-endpoint-hosts=10.0.0.0/8',
+      ]),
+    );
+    const scoped = helmTemplate('models', 'ml', { watchNamespace: 'team-a', readClusterManagers: 'true' });
+    const role = scoped.find((m) => m.kind === 'ClusterRole') as any;
+    expect(role.metadata.name).toBe('models-operator-clustermanagers');
+    expect(role.rules).toEqual([
+      { apiGroups: ['peerload.io'], resources: ['clustermanagers'], verbs: ['get'] },
+      { apiGroups: [''], resources: ['namespaces'], verbs: ['get'] },
+    ]);
+    expect(one(scoped, 'ClusterRoleBinding').roleRef.name).toBe('models-operator-clustermanagers');
   });
 
   it('is accepted by the apiserver: the defaults (dry run) and a namespace-scoped release (applied)', async () => {

@@ -375,6 +375,6 @@ describe('deploy/examples/install', () => {
       name: 'PEERLOAD_MANAGER_URL',
       value: 'http://dragonfly-manager.dragonfly-system:8080',
     });
-    expect(ms.filter((m) => m.kind === 'CustomResourceDefinition')).toHaveLength(2);
+    expect(ms.filter((m) => m.kind === 'CustomResourceDefinition')).toHaveLength(3);
   });
 });

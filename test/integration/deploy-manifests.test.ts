@@ -20,7 +20,7 @@ describe('deploy/default', () => {
       find('CustomResourceDefinition')
         .map((m) => m.metadata.name)
         .sort(),
-    ).toEqual(['modelpreheats.peerload.io', 'servedmodels.peerload.io']);
+    ).toEqual(['clustermanagers.peerload.io', 'modelpreheats.peerload.io', 'servedmodels.peerload.io']);
     expect(find('Namespace').map((m) => m.metadata.name)).toEqual(['peerload-system']);
     for (const kind of ['ServiceAccount', 'Role', 'RoleBinding', 'Service', 'NetworkPolicy']) {
       expect(find(kind), kind).toHaveLength(1);

@@ -136,6 +136,12 @@ const exerciser =
             .resource(GVR.nodes)
             .get(undefined, 'no-such-node')
             .catch(() => undefined);
+          // Manager resolution reads a ClusterManager (a missing one is a 404) and its namespace's labels.
+          await ctx.kube
+            .resource(GVR.clusterManagers)
+            .get(undefined, 'no-such-clustermanager')
+            .catch(() => undefined);
+          await ctx.kube.resource(GVR.namespaces).get(undefined, namespace!);
           // finalizer (patch) makes the cached copy stale: the status write conflicts (409) and re-reads (get).
           const withF = await addFinalizer(ctx.kube, GVR.modelPreheats, mp, F);
           await ctx.status.update(GVR.modelPreheats, mp, (o) => ({ ...o.status, attempts: 1 }));

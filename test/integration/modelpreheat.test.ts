@@ -31,6 +31,9 @@ const OPERATOR_FLAGS = () => [
   '--no-leader-elect',
   '--manager-url',
   manager.url,
+  // The emulators that spec.manager.url names here (docs/security.md: refused unless allowed).
+  '--allowed-manager-hosts',
+  '127.0.0.1',
   '--poll-backoff-start',
   '200ms',
   '--poll-backoff-max',

@@ -192,7 +192,16 @@ beforeAll(async () => {
   });
   operator = await startManager(
     kc,
-    ['--no-leader-elect', '--poll-backoff-start', '100ms', '--poll-backoff-max', '1s'],
+    [
+      '--no-leader-elect',
+      '--poll-backoff-start',
+      '100ms',
+      '--poll-backoff-max',
+      '1s',
+      // The manager emulator that spec.manager.url names (refused unless allowed).
+      '--allowed-manager-hosts',
+      '127.0.0.1',
+    ],
     [modelPreheatController, (ctx) => createServedModelController(ctx, { dispatcher: loopbackDispatcher() })],
     { logger: createLogger('debug', sink) },
   );

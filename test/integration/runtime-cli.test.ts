@@ -52,6 +52,8 @@ describe('peerload operator', () => {
           PEERLOAD_METRICS_ADDRESS: `127.0.0.1:${port}`,
           PEERLOAD_SHUTDOWN_TIMEOUT: '10s',
           PEERLOAD_MANAGER_URL: 'http://127.0.0.1:9',
+          // The ServedModel below names a static endpoint (refused unless allowed).
+          PEERLOAD_ALLOWED_ENDPOINT_HOSTS: '127.0.0.1',
         },
       },
     );

@@ -24,11 +24,17 @@ describe('API documentation', () => {
     it(`${info.kind}: every spec and status field has a description (kubectl explain)`, () => {
       const schema = (customResourceDefinition(info) as any).spec.versions[0].schema.openAPIV3Schema;
       const all = fields(
-        { properties: { spec: schema.properties.spec, status: schema.properties.status } },
+        {
+          properties: {
+            spec: schema.properties.spec,
+            ...(schema.properties.status ? { status: schema.properties.status } : {}),
+          },
+        },
         info.kind,
         [],
       );
-      expect(all.length).toBeGreaterThan(40);
+      // A kind without status (ClusterManager) has fewer fields, each described all the same.
+      expect(all.length).toBeGreaterThan(info.status ? 40 : 12);
       expect(all.filter(([, v]) => !v.description).map(([p]) => p)).toEqual([]);
       expect(
         all.filter(([, v]) => INTERNAL.test(v.description)).map(([p, v]) => `${p}: ${v.description}`),

@@ -98,6 +98,8 @@ describe('the validation rules still take what is valid', () => {
     'manager url %s',
     (url) => expect(mph({ manager: { url } })).toEqual([]),
   );
+  it('a manager named by clusterManagerRef alone', () =>
+    expect(mph({ manager: { clusterManagerRef: { name: 'shared' } } })).toEqual([]));
 
   it('headers that are tokens with ordinary values, a tab included', () =>
     expect(
@@ -162,8 +164,9 @@ describe('generated CRDs', () => {
       expect(text).not.toContain('propertyNames');
       expect(text).not.toContain('9007199254740991');
     });
-    it(`${info.kind} has status subresource, short name and category`, () => {
-      expect(crd.spec.versions[0].subresources).toEqual({ status: {} });
+    it(`${info.kind} has a status subresource when it has a status, short name, category and scope`, () => {
+      expect(crd.spec.versions[0].subresources).toEqual(info.status ? { status: {} } : undefined);
+      expect(crd.spec.scope).toBe(info.kind === 'ClusterManager' ? 'Cluster' : 'Namespaced');
       expect(crd.spec.names.shortNames).toEqual(info.shortNames);
       expect(crd.spec.names.categories).toEqual(['peerload']);
     });

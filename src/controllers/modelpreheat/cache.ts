@@ -7,6 +7,7 @@
  * each reconcile looks at them once, as the preheat job itself is followed.
  */
 import {
+  GVR,
   MAX_CACHE_TASKS,
   MAX_LISTED_TASKS,
   parseDuration,
@@ -14,7 +15,9 @@ import {
   type ModelPreheat,
   type ModelPreheatSpec,
   type ModelPreheatStatus,
+  type ServedModel,
 } from '../../api/index.ts';
+import { planEviction } from '../../policy/shared-tasks.ts';
 import type { ManagerClient } from '../../manager/client.ts';
 import { ManagerError } from '../../manager/errors.ts';
 import { isTerminalState, jobPeerTasks, jobTaskPeers, type ManagerJob } from '../../manager/types.ts';
@@ -173,7 +176,21 @@ export async function evictTasks(
     const client = await clientOf(deps, obj, spec, rc.signal);
     const jobs = obj.status?.evictionJobs;
     if (!jobs) {
-      const created = await createTaskJobs(client, 'delete_task', obj, spec, tasks);
+      // Shared-task hook (src/policy/shared-tasks.ts): a task another resource in the cluster still uses stays
+      // (its informers are started by the ModelPreheat controller's factory).
+      const plan = planEviction(obj, tasks, {
+        preheats: deps.ctx.informers.get<ModelPreheat>(GVR.modelPreheats).list(),
+        servedModels: deps.ctx.informers.get<ServedModel>(GVR.servedModels).list(),
+      });
+      if (plan.kept.length > 0)
+        deps.ctx.events.record(
+          obj,
+          'Normal',
+          'EvictionSkipped',
+          `${plan.kept.length} task(s) not evicted: still used by ${[...new Set(plan.kept.map((k) => k.usedBy))].slice(0, 3).join(', ')}`,
+        );
+      if (plan.evict.length === 0) return undefined;
+      const created = await createTaskJobs(client, 'delete_task', obj, spec, plan.evict);
       await deps.writeStatus(obj, (s) => ({ ...s, evictionJobs: created }), rc.signal);
       return { requeueAfter: deps.ctx.config.pollBackoffStart };
     }

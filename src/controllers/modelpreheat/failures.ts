@@ -4,7 +4,8 @@
  */
 import { ManagerError } from '../../manager/errors.ts';
 import { CredentialsError } from '../../storage/credentials.ts';
-import { ManagerNotConfiguredError } from '../managers.ts';
+import type { ReachReason } from '../../policy/reach.ts';
+import { ManagerNotConfiguredError, ReachDeniedError } from '../managers.ts';
 import { SecretNotFoundError } from '../secrets.ts';
 
 /** The condition reasons of a failed reconcile step (PreheatReason has the controller's own). */
@@ -18,7 +19,11 @@ export type FailureReason =
   | 'InvalidJobArgs'
   | 'ManagerRateLimited'
   | 'ManagerUnavailable'
-  | 'ReconcileError';
+  | 'ReconcileError'
+  | ReachReason;
+
+/** How often a resource refused by the reach policy looks again (a ClusterManager may be created meanwhile). */
+const REACH_RECHECK_MS = 60_000;
 
 export interface FailureView {
   reason: FailureReason;
@@ -35,6 +40,16 @@ export interface FailureView {
 export function describeFailure(err: unknown, action: string): FailureView {
   if (err instanceof ManagerNotConfiguredError) {
     return { reason: 'ManagerNotConfigured', message: err.message, retry: { kind: 'none' }, final: true };
+  }
+  if (err instanceof ReachDeniedError) {
+    // Blocked, not final: an admin may create the ClusterManager or allow the host without the spec changing.
+    return {
+      reason: err.reason,
+      message: err.message,
+      retry: { kind: 'after', ms: REACH_RECHECK_MS },
+      final: false,
+      blocked: true,
+    };
   }
   if (err instanceof SecretNotFoundError) {
     return {

@@ -23,7 +23,13 @@ import {
   type ReconcileContext,
   type ReconcileResult,
 } from '../../runtime/index.ts';
-import { ManagerClients, resolveManager } from '../managers.ts';
+import {
+  ManagerClients,
+  ReachDeniedError,
+  managerReach,
+  resolveManager,
+  useClusterManagers,
+} from '../managers.ts';
 import { operatorMetrics, type OperatorMetrics } from '../metrics.ts';
 import { SecretReader } from '../secrets.ts';
 import { invalidSpec, specProblem, statusWriter, type StatusWrite } from '../status.ts';
@@ -77,6 +83,10 @@ export class ModelPreheatReconciler {
   constructor(ctx: ControllerContext) {
     this.ctx = ctx;
     this.informer = ctx.informers.get<Obj>(GVR.modelPreheats);
+    // ClusterManagers for resolveManager; the ServedModels for evictOnDelete's check that no other resource still
+    // uses a task (policy/shared-tasks.ts).
+    useClusterManagers(ctx);
+    ctx.informers.get(GVR.servedModels);
     this.secrets = new SecretReader(ctx.kube, { ttlMs: SECRET_TTL_MS });
     this.metrics = operatorMetrics(ctx.metrics);
     this.writeStatus = statusWriter<Obj, Status>(ctx, GVR.modelPreheats);
@@ -91,6 +101,8 @@ export class ModelPreheatReconciler {
     const parsed = ModelPreheatSpec.safeParse(obj.spec);
     if (!parsed.success) return this.reportInvalidSpec(obj, specProblem(parsed.error), rc);
     const spec = parsed.data;
+    const denied = await this.reachDenied(obj, spec, rc);
+    if (denied) return denied.result;
 
     if (isBeingDeleted(obj)) return cleanUp(this.cacheDeps, obj, spec, rc);
     await this.keepFinalizer(obj, spec, rc);
@@ -131,6 +143,27 @@ export class ModelPreheatReconciler {
     const { namespace } = obj.metadata;
     const resolved = await resolveManager(spec.manager, namespace!, this.ctx.config, this.secrets, rc.signal);
     return { client: this.clients.get(resolved), url: resolved.url };
+  }
+
+  /**
+   * A manager the admin did not allow (policy/reach.ts) is never contacted, not even to clean up on delete: the
+   * finalizer goes with a CleanupSkipped Event, and the object is Stalled naming the rule.
+   */
+  private async reachDenied(
+    obj: Obj,
+    spec: ModelPreheatSpec,
+    rc: ReconcileContext,
+  ): Promise<{ result: ReconcileResult | void } | undefined> {
+    const reach = await managerReach(spec.manager, obj.metadata.namespace!, this.ctx.config, 'spec.manager');
+    if (reach.allowed) return undefined;
+    const denied = new ReachDeniedError(reach.reason, reach.message);
+    const problem = { finalizer: FINALIZER, message: reach.message, skipped: 'manager not contacted' };
+    let result: ReconcileResult | void = undefined;
+    const report = async () => {
+      result = await this.fail(obj, denied, 'use the manager', rc);
+    };
+    await invalidSpec(this.ctx, GVR.modelPreheats, obj, problem, report, rc.signal);
+    return { result };
   }
 
   private reportInvalidSpec(obj: Obj, message: string, rc: ReconcileContext): Promise<void> {

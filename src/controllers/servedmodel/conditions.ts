@@ -31,6 +31,8 @@ export const ServedModelReason = {
   NoReadyReplicas: 'NoReadyReplicas',
   ReplicaFailures: 'ReplicaFailures',
   NoFailures: 'NoFailures',
+  /** A static spec.modelServer.endpoints host is not in the operator's --allowed-endpoint-hosts (src/policy/reach.ts). */
+  EndpointNotAllowed: 'EndpointNotAllowed',
   /** Being deleted: unregistering, or waiting for registrations under way or for unreachable replicas. */
   Deleting: 'Deleting',
 } as const;
@@ -98,6 +100,17 @@ export const MAX_MESSAGE_REPLICAS = 3;
 /** The condition changes for an invalid spec: nothing happens until it is fixed. */
 export function invalidSpecConditions(message: string): ServedModelConditionChange[] {
   const reason = ServedModelReason.InvalidSpec;
+  return [
+    { type: ServedModelCondition.Ready, status: 'False', reason, message },
+    { type: ServedModelCondition.Reconciling, absent: true },
+    { type: ServedModelCondition.Stalled, status: 'True', reason, message },
+  ];
+}
+
+/** The condition changes for endpoints the reach policy refuses: no replica is contacted until an admin or the spec
+ *  changes. */
+export function endpointNotAllowedConditions(message: string): ServedModelConditionChange[] {
+  const reason = ServedModelReason.EndpointNotAllowed;
   return [
     { type: ServedModelCondition.Ready, status: 'False', reason, message },
     { type: ServedModelCondition.Reconciling, absent: true },

@@ -27,7 +27,13 @@ import type { ZodError } from 'zod';
 import type { OperatorMetrics } from '../metrics.ts';
 import { invalidSpec, specProblem, type StatusWrite } from '../status.ts';
 import { FINALIZER } from './cleanup.ts';
-import { ServedModelCondition, invalidSpecConditions, withServedModelConditions } from './conditions.ts';
+import {
+  ServedModelCondition,
+  endpointNotAllowedConditions,
+  invalidSpecConditions,
+  withServedModelConditions,
+} from './conditions.ts';
+import { endpointsReach } from '../../policy/reach.ts';
 import type { ReplicaGates, ReplicaGating } from './gates.ts';
 import { pool } from './pool.ts';
 import { coalescedLook, keepRegistration, needsSeed, nextLook, withWake, writeNow } from './policy.ts';
@@ -59,7 +65,8 @@ type Status = ServedModelStatus;
 export interface ServedModelDeps {
   kube: ControllerContext['kube'];
   events: Pick<ControllerContext['events'], 'record'>;
-  config: Pick<ControllerContext['config'], 'pollBackoffStart' | 'pollBackoffMax'>;
+  config: Pick<ControllerContext['config'], 'pollBackoffStart' | 'pollBackoffMax'> &
+    Partial<Pick<ControllerContext['config'], 'allowedManagerHosts' | 'allowedEndpointHosts'>>;
   /** The ServedModel of a key, from the cache. */
   model(key: string): Obj | undefined;
   /** The EndpointSlices of a Service, from the cache. */
@@ -112,6 +119,7 @@ export class ServedModelReconciler {
     const parsed = ServedModelSpec.safeParse(cached.spec);
     if (!parsed.success) return this.invalid(cached, parsed.error, rc);
     const spec = parsed.data;
+    if (!this.mayReach(spec)) return this.endpointsRefused(cached, spec, rc);
     const service = spec.modelServer.service?.name;
     const found = service ? deps.slices(cached.metadata.namespace!, service) : [];
     const discovery = discoverReplicas(spec, found);
@@ -201,6 +209,34 @@ export class ServedModelReconciler {
       this.deps.writeStatus(
         sm,
         (s) => withServedModelConditions(s, sm.metadata.generation, invalidSpecConditions(message)),
+        rc.signal,
+      );
+    return invalidSpec(this.deps, GVR.servedModels, sm, problem, report, rc.signal);
+  }
+
+  /** Static endpoints outside the admin's --allowed-endpoint-hosts (policy/reach.ts) get no request at all. */
+  private mayReach(spec: ServedModelSpec): boolean {
+    return this.reach(spec).allowed;
+  }
+
+  private reach(spec: ServedModelSpec) {
+    const { config } = this.deps;
+    return endpointsReach(spec.modelServer.endpoints, 'spec.modelServer.endpoints', {
+      managerHosts: config.allowedManagerHosts ?? [],
+      endpointHosts: config.allowedEndpointHosts ?? [],
+    });
+  }
+
+  /** No management key, no registration, no unregistration on delete (the finalizer goes with a CleanupSkipped
+   *  Event); the object is Stalled, reason EndpointNotAllowed. */
+  private endpointsRefused(sm: Obj, spec: ServedModelSpec, rc: ReconcileContext): Promise<void> {
+    const reach = this.reach(spec);
+    const message = reach.allowed ? '' : reach.message;
+    const problem = { finalizer: FINALIZER, message, skipped: 'model not unregistered' };
+    const report = () =>
+      this.deps.writeStatus(
+        sm,
+        (s) => withServedModelConditions(s, sm.metadata.generation, endpointNotAllowedConditions(message)),
         rc.signal,
       );
     return invalidSpec(this.deps, GVR.servedModels, sm, problem, report, rc.signal);

@@ -1,0 +1,433 @@
+/**
+ * The confused deputy, refused: in one namespace, resources point the operator at an HTTP listener that records
+ * EVERY request it receives, naming Secrets of the namespace (a manager token, a sign-in user, object-storage keys,
+ * registry credentials, a model-server management key) and a ClusterManager made for another namespace. With the
+ * operator's default policy (no --allowed-*-hosts), the listener receives nothing at all, so none of the planted
+ * Secret values, and every object is Stalled with the reason of the rule that refused it. A ClusterManager the admin
+ * made for the namespace is used, with its token from the operator's namespace (the positive control: the same kind
+ * of listener records that request). Deleting the refused objects contacts nobody either.
+ */
+import { createServer, type IncomingMessage, type Server } from 'node:http';
+import { randomBytes } from 'node:crypto';
+import type { AddressInfo } from 'node:net';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import * as k8s from '@kubernetes/client-node';
+import { createNamespace, kubeConfig, waitFor } from '../support/kube.ts';
+import { loopbackDispatcher } from '../support/endpointslices.ts';
+import { startManagerEmulator, type ManagerEmulator } from '../support/manager-emulator.ts';
+import { startPeerProxy, type PeerProxy } from '../support/peer-proxy.ts';
+import { startOrigin, type Origin } from '../support/origin.ts';
+import { startManager, type RunningManager } from '../support/runtime-harness.ts';
+import { modelPreheatController } from '../../src/controllers/modelpreheat/index.ts';
+import { createServedModelController } from '../../src/controllers/index.ts';
+import type { Condition } from '../../src/api/index.ts';
+
+const GROUP = 'peerload.io';
+const VERSION = 'v1alpha1';
+
+interface Recorded {
+  method: string;
+  url: string;
+  headers: IncomingMessage['headers'];
+  body: string;
+}
+
+/** An HTTP server that records every request (answering 200 `{}`: whatever the operator would make of it). */
+async function recordingListener(): Promise<{ url: string; requests: Recorded[]; close(): Promise<void> }> {
+  const requests: Recorded[] = [];
+  const server: Server = createServer((req, res) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (c: Buffer) => chunks.push(c));
+    req.on('end', () => {
+      requests.push({
+        method: req.method ?? '',
+        url: req.url ?? '',
+        headers: req.headers,
+        body: Buffer.concat(chunks).toString('utf8'),
+      });
+      res.writeHead(200, { 'content-type': 'application/json' }).end('{}');
+    });
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  const { port } = server.address() as AddressInfo;
+  return {
+    url: `http://127.0.0.1:${port}`,
+    requests,
+    close: () => new Promise<void>((r) => server.close(() => r())),
+  };
+}
+
+const planted = (what: string) => `planted-${what}-${randomBytes(12).toString('hex')}`;
+const SECRETS = {
+  pat: { token: planted('pat') },
+  user: { username: planted('username'), password: planted('password') },
+  store: {
+    access_key: planted('access-key'),
+    secret_key: planted('secret-key'),
+    session_token: planted('session'),
+  },
+  registry: { username: planted('registry-user'), password: planted('registry-password') },
+  ts: { key: planted('management-key') },
+};
+/** Every planted value: none may reach the tenant's listener, in any encoding. */
+const PLANTED = Object.values(SECRETS).flatMap((s) => Object.values(s));
+const CLUSTER_MANAGER_TOKEN = planted('cluster-manager-token');
+const DEFAULT_TOKEN = planted('default-token');
+
+const forms = (v: string) => [v, encodeURIComponent(v), Buffer.from(v).toString('base64'), JSON.stringify(v)];
+const leaked = (requests: Recorded[], values: string[]) =>
+  requests.flatMap((r) => {
+    const text = `${r.method} ${r.url}\n${JSON.stringify(r.headers)}\n${r.body}`;
+    return values.filter((v) => forms(v).some((f) => text.includes(f)));
+  });
+
+let kc: k8s.KubeConfig;
+let custom: k8s.CustomObjectsApi;
+let core: k8s.CoreV1Api;
+let ns: string;
+let opNs: string;
+let tenant: Awaited<ReturnType<typeof recordingListener>>;
+let admins: Awaited<ReturnType<typeof recordingListener>>;
+let defaultManager: Awaited<ReturnType<typeof recordingListener>>;
+let operator: RunningManager;
+const clusterManagers: string[] = [];
+
+async function secret(namespace: string, name: string, data: Record<string, string>): Promise<void> {
+  await core.createNamespacedSecret({ namespace, body: { metadata: { name }, stringData: data } });
+}
+
+async function clusterManager(name: string, spec: Record<string, unknown>): Promise<void> {
+  await custom.createClusterCustomObject({
+    group: GROUP,
+    version: VERSION,
+    plural: 'clustermanagers',
+    body: { apiVersion: `${GROUP}/${VERSION}`, kind: 'ClusterManager', metadata: { name }, spec },
+  });
+  clusterManagers.push(name);
+}
+
+const PLURAL = { ModelPreheat: 'modelpreheats', ServedModel: 'servedmodels' } as const;
+type Kind = keyof typeof PLURAL;
+
+async function create(
+  kind: Kind,
+  name: string,
+  spec: Record<string, unknown>,
+  namespace = ns,
+): Promise<void> {
+  await custom.createNamespacedCustomObject({
+    group: GROUP,
+    version: VERSION,
+    namespace,
+    plural: PLURAL[kind],
+    body: { apiVersion: `${GROUP}/${VERSION}`, kind, metadata: { name }, spec },
+  });
+}
+
+async function get(kind: Kind, name: string, namespace = ns) {
+  return (await custom.getNamespacedCustomObject({
+    group: GROUP,
+    version: VERSION,
+    namespace,
+    plural: PLURAL[kind],
+    name,
+  })) as {
+    metadata: { generation?: number };
+    status?: { conditions?: Condition[]; phase?: string; state?: string; tasks?: { taskID: string }[] };
+  };
+}
+
+/** Waits until the object is Stalled=True for its generation and returns that condition. */
+async function stalled(kind: Kind, name: string): Promise<Condition> {
+  return waitFor(
+    `${kind} ${name} Stalled`,
+    async () => {
+      const o = await get(kind, name);
+      const c = o.status?.conditions?.find((x) => x.type === 'Stalled');
+      return c?.status === 'True' && c.observedGeneration === o.metadata.generation ? c : undefined;
+    },
+    { timeoutMs: 30_000, intervalMs: 100 },
+  );
+}
+
+beforeAll(async () => {
+  kc = kubeConfig(inject('kubeconfigPath'));
+  custom = kc.makeApiClient(k8s.CustomObjectsApi);
+  core = kc.makeApiClient(k8s.CoreV1Api);
+  ns = await createNamespace(kc, 'reach');
+  opNs = await createNamespace(kc, 'reach-operator');
+  [tenant, admins, defaultManager] = await Promise.all([
+    recordingListener(),
+    recordingListener(),
+    recordingListener(),
+  ]);
+  for (const [name, data] of Object.entries(SECRETS)) await secret(ns, name, data);
+  await secret(opNs, 'cluster-manager-token', { token: CLUSTER_MANAGER_TOKEN });
+  await secret(opNs, 'default-token', { token: DEFAULT_TOKEN });
+  operator = await startManager(
+    kc,
+    [
+      '--no-leader-elect',
+      '--leader-election-namespace',
+      opNs,
+      '--manager-url',
+      defaultManager.url,
+      '--manager-token-secret',
+      'default-token',
+      '--poll-backoff-start',
+      '200ms',
+      '--poll-backoff-max',
+      '1s',
+    ],
+    [modelPreheatController, (ctx) => createServedModelController(ctx, { dispatcher: loopbackDispatcher() })],
+  );
+});
+
+afterAll(async () => {
+  await operator?.stop();
+  for (const name of clusterManagers)
+    await custom
+      .deleteClusterCustomObject({ group: GROUP, version: VERSION, plural: 'clustermanagers', name })
+      .catch(() => undefined);
+  await Promise.all([tenant?.close(), admins?.close(), defaultManager?.close()]);
+});
+
+describe('a namespaced resource cannot send a Secret where the admin did not allow', () => {
+  it('refuses every confused-deputy path: the listener receives no request, each object is Stalled naming the rule', async () => {
+    const origin = 'http://origin.example.com/models/m.mar';
+    // Made by the admin for another namespace, with a token from the operator's namespace.
+    await clusterManager(`${ns}-other-team`, {
+      url: tenant.url,
+      tokenSecretRef: { name: 'cluster-manager-token', key: 'token' },
+      namespaces: ['someone-else'],
+    });
+    const cases: {
+      kind: Kind;
+      name: string;
+      spec: Record<string, unknown>;
+      reason: string;
+      field: string;
+    }[] = [
+      {
+        kind: 'ModelPreheat',
+        name: 'pat',
+        spec: {
+          url: origin,
+          manager: { url: tenant.url, apiPath: '/oapi/v1', tokenSecretRef: { name: 'pat', key: 'token' } },
+        },
+        reason: 'ManagerNotAllowed',
+        field: 'spec.manager.url',
+      },
+      {
+        kind: 'ModelPreheat',
+        name: 'signin',
+        spec: { url: origin, manager: { url: tenant.url, signInSecretRef: { name: 'user' } } },
+        reason: 'ManagerNotAllowed',
+        field: 'spec.manager.url',
+      },
+      {
+        kind: 'ModelPreheat',
+        name: 'storage',
+        spec: {
+          objectStorage: {
+            type: 's3',
+            bucket: 'models',
+            endpoint: tenant.url,
+            pathStyle: true,
+            credentialsSecretRef: { name: 'store' },
+            keys: ['m.mar'],
+          },
+          manager: { url: tenant.url },
+          // Its finalizer's deletion path is exercised below: it must not contact the manager either.
+          evictOnDelete: true,
+          deleteJobOnCleanup: true,
+        },
+        reason: 'ManagerNotAllowed',
+        field: 'spec.manager.url',
+      },
+      {
+        kind: 'ModelPreheat',
+        name: 'image',
+        spec: {
+          type: 'image',
+          url: `${tenant.url}/v2/library/model/manifests/latest`,
+          imageCredentialsSecretRef: { name: 'registry' },
+          manager: { url: tenant.url },
+        },
+        reason: 'ManagerNotAllowed',
+        field: 'spec.manager.url',
+      },
+      {
+        kind: 'ModelPreheat',
+        name: 'not-my-cluster-manager',
+        spec: { url: origin, manager: { clusterManagerRef: { name: `${ns}-other-team` } } },
+        reason: 'ClusterManagerNotAllowed',
+        field: 'spec.manager.clusterManagerRef',
+      },
+      {
+        kind: 'ModelPreheat',
+        name: 'no-such-cluster-manager',
+        spec: { url: origin, manager: { clusterManagerRef: { name: `${ns}-nope` } } },
+        reason: 'ClusterManagerNotFound',
+        field: 'spec.manager.clusterManagerRef',
+      },
+      {
+        kind: 'ServedModel',
+        name: 'static',
+        spec: {
+          modelName: 'm',
+          fileName: 'm.mar',
+          modelServer: { endpoints: [tenant.url], managementTokenSecretRef: { name: 'ts', key: 'key' } },
+        },
+        reason: 'EndpointNotAllowed',
+        field: 'spec.modelServer.endpoints',
+      },
+    ];
+    for (const c of cases) await create(c.kind, c.name, c.spec);
+
+    for (const c of cases) {
+      const cond = await stalled(c.kind, c.name);
+      expect(cond.reason, `${c.kind} ${c.name}`).toBe(c.reason);
+      expect(cond.message, `${c.kind} ${c.name}`).toContain(c.field);
+      for (const v of [...PLANTED, CLUSTER_MANAGER_TOKEN]) expect(cond.message).not.toContain(v);
+    }
+    expect((await get('ModelPreheat', 'pat')).status?.phase).toBe('BLOCKED');
+
+    // Reconciles go on (the refused ModelPreheats look again every minute; resyncs): give them time to misbehave.
+    await new Promise((r) => setTimeout(r, 3_000));
+    expect(leaked(tenant.requests, [...PLANTED, CLUSTER_MANAGER_TOKEN, DEFAULT_TOKEN])).toEqual([]);
+    expect(tenant.requests.map((r) => `${r.method} ${r.url}`)).toEqual([]);
+
+    // Deleting them contacts nobody: the finalizers go without a request to the refused hosts.
+    for (const c of cases)
+      await custom.deleteNamespacedCustomObject({
+        group: GROUP,
+        version: VERSION,
+        namespace: ns,
+        plural: PLURAL[c.kind],
+        name: c.name,
+      });
+    await waitFor(
+      'all deleted',
+      async () => {
+        const left = await Promise.all(
+          cases.map((c) =>
+            get(c.kind, c.name).then(
+              () => c.name,
+              () => undefined,
+            ),
+          ),
+        );
+        return left.every((l) => l === undefined) || undefined;
+      },
+      { timeoutMs: 30_000, intervalMs: 200 },
+    );
+    expect(tenant.requests.map((r) => `${r.method} ${r.url}`)).toEqual([]);
+    // Nothing went to the operator's default manager either: every object named a manager of its own.
+    expect(defaultManager.requests).toEqual([]);
+  });
+
+  it("a ClusterManager made for the namespace is used, with its token from the operator's namespace", async () => {
+    await clusterManager(`${ns}-shared`, {
+      url: admins.url,
+      apiPath: '/oapi/v1',
+      tokenSecretRef: { name: 'cluster-manager-token', key: 'token' },
+      namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': ns } },
+    });
+    await create('ModelPreheat', 'shared', {
+      url: 'http://origin.example.com/models/m.mar',
+      manager: { clusterManagerRef: { name: `${ns}-shared` } },
+      retry: { limit: 0 },
+    });
+    const job = await waitFor(
+      'the job request on the admin-chosen manager',
+      () => admins.requests.find((r) => r.method === 'POST' && r.url === '/oapi/v1/jobs'),
+      { timeoutMs: 30_000, intervalMs: 100 },
+    );
+    expect(job.headers.authorization).toBe(`Bearer ${CLUSTER_MANAGER_TOKEN}`);
+    expect(JSON.parse(job.body)).toMatchObject({ type: 'preheat' });
+    expect(tenant.requests).toEqual([]);
+  });
+});
+
+describe('evictOnDelete never evicts a task another resource still uses', () => {
+  let peer: PeerProxy;
+  let origin: Origin;
+  let manager: ManagerEmulator;
+  let other: string;
+  beforeAll(async () => {
+    origin = await startOrigin({ '/models/shared.mar': 'shared weights' });
+    peer = await startPeerProxy();
+    manager = await startManagerEmulator({ peer });
+    other = await createNamespace(kc, 'reach-b');
+  });
+  afterAll(async () => {
+    await Promise.all([manager?.close(), peer?.close(), origin?.close()]);
+  });
+
+  const deleteTaskJobs = () =>
+    manager.log.filter(
+      (r) => r.method === 'POST' && r.path.endsWith('/jobs') && r.body.includes('delete_task'),
+    );
+  const eventsOf = async (namespace: string, name: string) =>
+    (await kc.makeApiClient(k8s.EventsV1Api).listNamespacedEvent({ namespace })).items
+      .filter((e) => e.regarding?.name === name)
+      .map((e) => `${e.reason}: ${e.note}`);
+  const gone = (namespace: string, name: string) =>
+    waitFor(
+      `${namespace}/${name} deleted`,
+      () =>
+        get('ModelPreheat', name, namespace).then(
+          () => undefined,
+          () => true,
+        ),
+      { timeoutMs: 30_000, intervalMs: 100 },
+    );
+
+  it('two tenants preheat the same URL: the first delete keeps the task, the last one evicts it', async () => {
+    // One manager shared by both namespaces, as an admin would set it up.
+    await clusterManager(`${ns}-shared-evict`, { url: manager.url, namespaces: [ns, other] });
+    const spec = {
+      url: `${origin.url}/models/shared.mar`,
+      manager: { clusterManagerRef: { name: `${ns}-shared-evict` } },
+      evictOnDelete: true,
+    };
+    await create('ModelPreheat', 'evict-a', spec);
+    await create('ModelPreheat', 'evict-b', spec, other);
+    const done = (namespace: string, name: string) =>
+      waitFor(
+        `${namespace}/${name} SUCCESS`,
+        async () => {
+          const o = await get('ModelPreheat', name, namespace);
+          return o.status?.state === 'SUCCESS' && o.status.tasks?.length ? o : undefined;
+        },
+        { timeoutMs: 30_000, intervalMs: 100 },
+      );
+    const [a, b] = await Promise.all([done(ns, 'evict-a'), done(other, 'evict-b')]);
+    expect(a.status!.tasks![0]!.taskID).toBe(b.status!.tasks![0]!.taskID);
+
+    await custom.deleteNamespacedCustomObject({
+      group: GROUP,
+      version: VERSION,
+      namespace: ns,
+      plural: 'modelpreheats',
+      name: 'evict-a',
+    });
+    await gone(ns, 'evict-a');
+    expect(deleteTaskJobs()).toEqual([]);
+    expect(await eventsOf(ns, 'evict-a')).toContainEqual(
+      `EvictionSkipped: 1 task(s) not evicted: still used by ModelPreheat ${other}/evict-b`,
+    );
+
+    await custom.deleteNamespacedCustomObject({
+      group: GROUP,
+      version: VERSION,
+      namespace: other,
+      plural: 'modelpreheats',
+      name: 'evict-b',
+    });
+    await gone(other, 'evict-b');
+    expect(deleteTaskJobs()).toHaveLength(1);
+    expect(deleteTaskJobs()[0]!.body).toContain(a.status!.tasks![0]!.taskID);
+  });
+});
