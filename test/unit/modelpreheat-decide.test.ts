@@ -146,6 +146,13 @@ describe('finalizer, polling and retry policy', () => {
     expect(failureRequeue({ ...view, retry: { kind: 'none' } })).toBeUndefined();
     expect(failureRequeue({ ...view, retry: { kind: 'after', ms: 7_000 } })).toEqual({ requeueAfter: 7_000 });
     expect(failureRequeue({ ...view, retry: { kind: 'backoff' } })).toBe('throw');
+    // The manager's Retry-After is bounded to the poll range: 0 does not poll at once, a year is not a year.
+    const poll = { pollBackoffStart: 500, pollBackoffMax: 30_000 };
+    const server = (ms: number) => ({ ...view, retry: { kind: 'after' as const, ms, fromServer: true } });
+    expect(failureRequeue(server(0), poll)).toEqual({ requeueAfter: 500 });
+    expect(failureRequeue(server(365 * 86_400_000), poll)).toEqual({ requeueAfter: 30_000 });
+    expect(failureRequeue(server(Number.NaN), poll)).toEqual({ requeueAfter: 500 });
+    expect(failureRequeue(server(5_000), poll)).toEqual({ requeueAfter: 5_000 });
   });
 });
 

@@ -58,11 +58,15 @@ async function clientOf(deps: CacheDeps, obj: ModelPreheat, spec: ModelPreheatSp
 }
 
 /** The outcome of each job, or undefined while any is still running. */
-async function finished(client: ManagerClient, jobs: { taskID: string; jobID: number }[]) {
+async function finished(
+  client: ManagerClient,
+  jobs: { taskID: string; jobID: number }[],
+  signal?: AbortSignal,
+) {
   const out: { taskID: string; job?: ManagerJob; error?: string }[] = [];
   for (const j of jobs) {
     try {
-      const job = await client.getJob(j.jobID);
+      const job = await client.getJob(j.jobID, { signal });
       if (!isTerminalState(job.state)) return undefined;
       out.push({ taskID: j.taskID, job });
     } catch (err) {
@@ -101,7 +105,7 @@ export async function cacheStep(
   try {
     const client = await clientOf(deps, obj, spec, rc.signal);
     if (cache?.refreshing?.length) {
-      const done = await finished(client, cache.refreshing);
+      const done = await finished(client, cache.refreshing, rc.signal);
       if (!done) return { requeueAfter: pollBackoffStart };
       const errors = done.flatMap((d) =>
         d.error
@@ -142,7 +146,7 @@ export async function cacheStep(
       return intervalMs ? { requeueAfter: intervalMs } : undefined;
     }
 
-    const refreshing = await createTaskJobs(client, 'get_task', obj, spec, tasks);
+    const refreshing = await createTaskJobs(client, 'get_task', obj, spec, tasks, rc.signal);
     await write((c) => ({
       ...(c ?? { tasks: [] }),
       refreshing,
@@ -190,11 +194,11 @@ export async function evictTasks(
           `${plan.kept.length} task(s) not evicted: still used by ${[...new Set(plan.kept.map((k) => k.usedBy))].slice(0, 3).join(', ')}`,
         );
       if (plan.evict.length === 0) return undefined;
-      const created = await createTaskJobs(client, 'delete_task', obj, spec, plan.evict);
+      const created = await createTaskJobs(client, 'delete_task', obj, spec, plan.evict, rc.signal);
       await deps.writeStatus(obj, (s) => ({ ...s, evictionJobs: created }), rc.signal);
       return { requeueAfter: deps.ctx.config.pollBackoffStart };
     }
-    const done = await finished(client, jobs);
+    const done = await finished(client, jobs, rc.signal);
     if (!done) {
       if (waited < graceMs) return { requeueAfter: deps.ctx.config.pollBackoffStart };
       deps.ctx.events.record(
@@ -260,12 +264,15 @@ async function createTaskJobs(
   obj: ModelPreheat,
   spec: ModelPreheatSpec,
   tasks: { taskID: string }[],
+  signal?: AbortSignal,
 ): Promise<{ taskID: string; jobID: number }[]> {
   const bio = `peerload ${obj.metadata.namespace}/${obj.metadata.name} uid=${obj.metadata.uid} ${type}`;
   const created: { taskID: string; jobID: number }[] = [];
   for (const t of tasks) {
     const req = { taskID: t.taskID, schedulerClusterIDs: spec.schedulerClusterIDs, bio };
-    const job = await (type === 'get_task' ? client.createGetTaskJob(req) : client.createDeleteTaskJob(req));
+    const job = await (type === 'get_task'
+      ? client.createGetTaskJob(req, { signal })
+      : client.createDeleteTaskJob(req, { signal }));
     created.push({ taskID: t.taskID, jobID: job.id });
   }
   return created;

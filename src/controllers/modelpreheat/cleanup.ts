@@ -41,7 +41,7 @@ export async function cleanUp(
         secrets,
         rc.signal,
       );
-      await clients.get(manager).deleteJob(jobID);
+      await clients.get(manager).deleteJob(jobID, { signal: rc.signal });
       ctx.events.record(obj, 'Normal', 'JobDeleted', `deleted preheat job ${jobID} on the manager`);
     } catch (err) {
       const gone = err instanceof ManagerError && err.kind === 'notFound';

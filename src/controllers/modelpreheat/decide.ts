@@ -3,6 +3,7 @@
  * step of the state machine, the finalizer, the requeue and retry policy and each status the reconciler writes.
  * The reconciler does the I/O (manager, apiserver, Events); everything it chooses is here, unit-tested case by case.
  */
+import { retryAfterDelay } from '../../http/retry.ts';
 import {
   parseDuration,
   type ModelPreheat,
@@ -287,12 +288,18 @@ export function failureOutcome(view: FailureView): PreheatOutcome {
 }
 
 /** What a failed step asks of the queue: nothing, a requeue after the given delay, or its backoff (`throw`). */
-export function failureRequeue(view: FailureView): ReconcileResult | 'throw' | undefined {
+export function failureRequeue(
+  view: FailureView,
+  poll?: { pollBackoffStart: number; pollBackoffMax: number },
+): ReconcileResult | 'throw' | undefined {
   switch (view.retry.kind) {
     case 'none':
       return undefined;
     case 'after':
-      return { requeueAfter: view.retry.ms };
+      // A manager's Retry-After of 0 would poll it at once, one of a year would leave the object unobserved.
+      return {
+        requeueAfter: view.retry.fromServer && poll ? retryAfterDelay(view.retry.ms, poll) : view.retry.ms,
+      };
     case 'backoff':
       return 'throw';
   }

@@ -30,7 +30,11 @@ export interface FailureView {
   message: string;
   /** `backoff`: throw so the queue retries with per-key exponential backoff; `after`: requeue after ms;
    *  `none`: nothing will change until the spec, a Secret or the operator's flags do. */
-  retry: { kind: 'backoff' } | { kind: 'after'; ms: number } | { kind: 'none' };
+  retry:
+    | { kind: 'backoff' }
+    /** `fromServer`: the manager's Retry-After, which the reconcile bounds to its poll interval range. */
+    | { kind: 'after'; ms: number; fromServer?: boolean }
+    | { kind: 'none' };
   /** Whether the condition is final (`False`) or still open (`Unknown`). */
   final: boolean;
   /** Open, but only a change (a Secret, credentials) can make it succeed: the resource is Stalled. */
@@ -95,7 +99,9 @@ export function describeFailure(err: unknown, action: string): FailureView {
           reason: err.status === 429 ? 'ManagerRateLimited' : 'ManagerUnavailable',
           message: text,
           retry:
-            err.retryAfterMs !== undefined ? { kind: 'after', ms: err.retryAfterMs } : { kind: 'backoff' },
+            err.retryAfterMs !== undefined
+              ? { kind: 'after', ms: err.retryAfterMs, fromServer: true }
+              : { kind: 'backoff' },
           final: false,
         };
     }

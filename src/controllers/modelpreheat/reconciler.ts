@@ -213,7 +213,12 @@ export class ModelPreheatReconciler {
       );
       const ips = targetsToPreheat(spec, obj.status);
       if (ips) plan.request.ips = ips;
-      created = { job: await client.createPreheatJob(plan.request), managerURL, attempt, tasks: plan.tasks };
+      created = {
+        job: await client.createPreheatJob(plan.request, { signal: rc.signal }),
+        managerURL,
+        attempt,
+        tasks: plan.tasks,
+      };
     } catch (err) {
       return this.fail(obj, err, 'create the preheat job', rc);
     }
@@ -224,7 +229,7 @@ export class ModelPreheatReconciler {
     // writes are what bounds the rate. The look is a single attempt with a short bound, so the job id (status is the
     // operator's only memory of the job) is never left unwritten for long; any other answer is left to polling.
     const first = await client
-      .getJob(created.job.id, { timeoutMs: FIRST_LOOK_TIMEOUT_MS })
+      .getJob(created.job.id, { timeoutMs: FIRST_LOOK_TIMEOUT_MS, signal: rc.signal })
       .catch(() => undefined);
     if (first?.state === 'SUCCESS') return this.succeed(obj, spec, started, first, attempt, rc);
 
@@ -276,7 +281,7 @@ export class ModelPreheatReconciler {
     const attempt = current.attempts ?? 1;
     let job: ManagerJob;
     try {
-      job = await client.getJob(current.jobID!);
+      job = await client.getJob(current.jobID!, { signal: rc.signal });
     } catch (err) {
       if (!(err instanceof ManagerError && err.kind === 'notFound'))
         return this.fail(obj, err, `poll preheat job ${current.jobID}`, rc);
@@ -326,7 +331,7 @@ export class ModelPreheatReconciler {
       rc,
     );
     this.ctx.events.record(obj, 'Warning', view.reason, view.message);
-    const next = failureRequeue(view);
+    const next = failureRequeue(view, this.ctx.config);
     if (next === 'throw') throw err;
     return next;
   }

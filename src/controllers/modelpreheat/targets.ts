@@ -3,6 +3,7 @@
  * what a job's results say about each. A peer that holds the content for the same spec (the content key) is never
  * preheated again when the targets change, e.g. as a ServedModel scales out onto new nodes.
  */
+import { redactBounded } from '../../redact.ts';
 import { createHash } from 'node:crypto';
 import type { ModelPreheatSpec, TargetPeer } from '../../api/index.ts';
 import { jobPeerTasks, type ManagerJob } from '../../manager/types.ts';
@@ -102,15 +103,16 @@ export function mergePeerOutcomes(
         ...base,
         ...(bad.hostname ? { hostname: bad.hostname } : {}),
         state: 'Failed',
-        message: (bad.description ?? 'failed').slice(0, 1024),
+        message: redactBounded(bad.description ?? 'failed', 1024),
       });
     else
       outcome.set(ip, {
         ...base,
         state: 'Failed',
-        message: (
-          jobFailure ?? 'the scheduler knows no peer at this IP (is a peer daemon running on that node?)'
-        ).slice(0, 1024),
+        message: redactBounded(
+          jobFailure ?? 'the scheduler knows no peer at this IP (is a peer daemon running on that node?)',
+          1024,
+        ),
       });
   }
   const rest = carried.filter((p) => !outcome.has(p.ip));

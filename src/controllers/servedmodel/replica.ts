@@ -5,6 +5,7 @@
  * make it the default → then unregister the other versions. The old version stays default until the new one is
  * ready, so a replica always has a default version. Speaks to the replica through the driver interface only.
  */
+import { redactBounded } from '../../redact.ts';
 import type { ReplicaStatus } from '../../api/index.ts';
 import type {
   Failure,
@@ -285,7 +286,7 @@ function fail(
       readyWorkers: 0,
       ready: false,
       phase: 'Failed',
-      message: message.slice(0, 1024),
+      message: redactBounded(message, 1024),
     },
     failure: { reason, retryable, kind },
     events,

@@ -10,6 +10,7 @@
  * A client is a cheap object; create one per replica when needed. Its {@link TokenSource}, however, should live
  * as long as the replica does (one per replica, kept across reconciles): renewal is single-flight per source.
  */
+import { redactBounded } from '../../redact.ts';
 import { USER_AGENT } from '../../version.ts';
 import type { Dispatcher } from 'undici';
 import type { z } from 'zod';
@@ -372,7 +373,10 @@ export class ModelServerClient {
     throw new ModelServerError({
       kind: UNUSABLE_RESPONSE_KIND,
       status: res.status,
-      serverMessage: boundDetail(`${parsed.problem}: ${res.text.slice(0, 200)}`, this.secrets()),
+      serverMessage: boundDetail(
+        `${parsed.problem}: ${redactBounded(res.text, 200, this.secrets())}`,
+        this.secrets(),
+      ),
       operation,
       endpoint: this.endpoint,
       code: INVALID_RESPONSE,
