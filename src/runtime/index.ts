@@ -77,3 +77,4 @@ export type { StatusResult } from './status.ts';
 export { MAX_TIMER_MS, clampDelay, timeoutSignal, timerDelay } from './timers.ts';
 export { RateLimiter, WorkQueue } from './workqueue.ts';
 export type { QueueMetrics, RateLimiterOptions } from './workqueue.ts';
+export { FairQueue, defaultMaxPerTenant, namespaceOf, type FairQueueOptions } from './fair.ts';

@@ -20,9 +20,32 @@ const id = (uid: string, replica: string, version = 'v1'): RegistrationId => ({
 });
 
 describe('RegistrationRunner', () => {
+  it("keeps slots for another namespace while one namespace's long registrations hold the rest", async () => {
+    const runner = new RegistrationRunner<string>({ global: 4, onChange: () => {} });
+    const started: string[] = [];
+    const start = (owner: string, replica: string) =>
+      runner.ensure({ uid: owner, owner, replica, version: 'v1' }, 10, () => {
+        started.push(`${owner}/${replica}`);
+        return gate().done; // never ends: a large download
+      });
+    for (let i = 0; i < 20; i++) start(`team-a/model-${i}`, 'r');
+    await tick();
+    expect(runner.inFlight).toBe(3); // all but a quarter of 4
+    start('team-b/small', 'r');
+    await tick();
+    expect(started).toContain('team-b/small/r');
+    expect(
+      runner.peek({ uid: 'team-b/small', owner: 'team-b/small', replica: 'r', version: 'v1' }),
+    ).toMatchObject({ state: 'running', phase: 'Downloading' });
+  });
+
   it('runs at most perOwner of one owner and global over all; the rest wait in Pending, first come first served', async () => {
     const changes: string[] = [];
-    const runner = new RegistrationRunner<string>({ global: 3, onChange: (o) => changes.push(o) });
+    const runner = new RegistrationRunner<string>({
+      global: 3,
+      perNamespace: 3,
+      onChange: (o) => changes.push(o),
+    });
     const gates = new Map<string, ReturnType<typeof gate>>();
     const start = (i: RegistrationId) =>
       runner.ensure(i, 2, () => {

@@ -8,6 +8,7 @@ import { describe, expect, it, vi } from 'vitest';
 import { GVR, type ServedModel, type ServedModelStatus } from '../../src/api/index.ts';
 import { ServedModelReconciler } from '../../src/controllers/servedmodel/reconciler.ts';
 import { ReplicaGates } from '../../src/controllers/servedmodel/gates.ts';
+import { parseHostRules } from '../../src/policy/reach.ts';
 import { RegistrationRunner } from '../../src/controllers/servedmodel/registrations.ts';
 import { statusWriter } from '../../src/controllers/status.ts';
 import {
@@ -156,7 +157,12 @@ function setup() {
   const reconciler = new ServedModelReconciler({
     kube: api.kube,
     events: { record: (_o, type, reason, note) => void events.push(`${type}/${reason}: ${note}`) },
-    config: { pollBackoffStart: 1_000, pollBackoffMax: 10_000 },
+    config: {
+      pollBackoffStart: 1_000,
+      pollBackoffMax: 10_000,
+      // Static endpoints are contacted only where the admin allows them.
+      allowedEndpointHosts: parseHostRules('198.18.0.0/16'),
+    },
     model: () => api.cached,
     slices: () => [],
     gates: new ReplicaGates({

@@ -8,10 +8,13 @@
  *
  * A registration is keyed by (ServedModel uid, replica, version): starting one that runs already is a no-op, so
  * reconciles can ask as often as they like. At most `perOwner` registrations of one ServedModel
- * (`rollout.maxConcurrent`) and `global` of all of them run at once; the others wait in phase `Pending`, first
- * come first served.
+ * (`rollout.maxConcurrent`) and `global` of all of them run at once; the others wait in phase `Pending`. The
+ * slots are shared between namespaces (FairQueue): one namespace holds at most `perNamespace` of them, and a free
+ * slot goes to the waiting namespace that holds the fewest, so a namespace rolling out many large models cannot
+ * keep another namespace's registration waiting for one of its downloads to end.
  */
 import type { ReplicaPhase } from '../../api/index.ts';
+import { FairQueue, namespaceOf } from '../../runtime/index.ts';
 
 export type RegistrationPhase = Extract<ReplicaPhase, 'Pending' | 'Downloading'>;
 
@@ -44,6 +47,8 @@ export type RegistrationRun<R> = (
 export interface RegistrationRunnerOptions {
   /** Registrations in flight at once over all owners. */
   global: number;
+  /** Registrations of one namespace in flight at once. Default: all but a quarter of `global`. */
+  perNamespace?: number;
   /** Called when a registration ends or reports progress. */
   onChange: (owner: string) => void;
   now?: () => number;
@@ -52,25 +57,33 @@ export interface RegistrationRunnerOptions {
 interface Task<R> {
   id: RegistrationId;
   limit: number;
+  /** Waiting for a slot (in the queue), not running. */
+  waiting: boolean;
   run: RegistrationRun<R>;
   state: RegistrationState<R>;
   abort: AbortController;
   stopping: AbortController;
 }
 
+const tenantOf = (task: Task<unknown>) => namespaceOf(task.id.owner);
+
 const keyOf = (id: RegistrationId) => `${id.uid}\u0000${id.replica}\u0000${id.version}`;
 
 export class RegistrationRunner<R> {
-  private readonly opts: Required<RegistrationRunnerOptions>;
+  private readonly opts: Required<Omit<RegistrationRunnerOptions, 'perNamespace'>>;
   private readonly tasks = new Map<string, Task<R>>();
-  /** Waiting tasks in arrival order. */
-  private readonly queue: Task<R>[] = [];
+  /** Waiting tasks by namespace; its slots are the running ones. */
+  private readonly queue: FairQueue<Task<R>>;
   private readonly running = new Map<string, number>();
-  private runningTotal = 0;
   private stopped = false;
 
   constructor(opts: RegistrationRunnerOptions) {
-    this.opts = { now: Date.now, ...opts };
+    const { perNamespace, ...rest } = opts;
+    this.opts = { now: Date.now, ...rest };
+    this.queue = new FairQueue<Task<R>>({
+      capacity: Math.max(1, opts.global),
+      ...(perNamespace !== undefined ? { maxPerTenant: perNamespace } : {}),
+    });
   }
 
   /** The registration's state, starting it when there is none. `perOwner` bounds the owner's registrations. */
@@ -81,13 +94,14 @@ export class RegistrationRunner<R> {
     const task: Task<R> = {
       id,
       limit: Math.max(1, perOwner),
+      waiting: true,
       run,
       state: { state: 'running', phase: 'Pending', since: this.opts.now(), message: 'waiting for a slot' },
       abort: new AbortController(),
       stopping: new AbortController(),
     };
     this.tasks.set(key, task);
-    this.queue.push(task);
+    this.queue.push(tenantOf(task), task);
     this.pump();
     return task.state;
   }
@@ -129,7 +143,7 @@ export class RegistrationRunner<R> {
     let running = 0;
     for (const [key, task] of this.tasks) {
       if (task.id.uid !== uid) continue;
-      if (task.state.state === 'running' && !this.queue.includes(task)) {
+      if (task.state.state === 'running' && !task.waiting) {
         task.stopping.abort();
         running++;
       } else this.drop(key, task);
@@ -139,7 +153,7 @@ export class RegistrationRunner<R> {
 
   /** How many registrations run (not wait) now, over all owners. */
   get inFlight(): number {
-    return this.runningTotal;
+    return this.queue.held;
   }
 
   stop(): void {
@@ -149,25 +163,21 @@ export class RegistrationRunner<R> {
 
   private drop(key: string, task: Task<R>): void {
     this.tasks.delete(key);
-    const i = this.queue.indexOf(task);
-    if (i >= 0) this.queue.splice(i, 1);
+    if (task.waiting) this.queue.remove(tenantOf(task), task);
     task.abort.abort(new Error('registration no longer wanted'));
   }
 
   private pump(): void {
-    for (let i = 0; i < this.queue.length && this.runningTotal < this.opts.global && !this.stopped;) {
-      const task = this.queue[i]!;
-      if ((this.running.get(task.id.uid) ?? 0) >= task.limit) {
-        i++;
-        continue;
-      }
-      this.queue.splice(i, 1);
-      this.launch(task);
+    const underOwnerLimit = (t: Task<R>) => (this.running.get(t.id.uid) ?? 0) < t.limit;
+    while (!this.stopped) {
+      const next = this.queue.next(underOwnerLimit);
+      if (!next) return;
+      next.item.waiting = false;
+      this.launch(next.item);
     }
   }
 
   private launch(task: Task<R>): void {
-    this.runningTotal++;
     this.running.set(task.id.uid, (this.running.get(task.id.uid) ?? 0) + 1);
     const since = this.opts.now();
     task.state = {
@@ -194,7 +204,7 @@ export class RegistrationRunner<R> {
       } catch (error) {
         state = { state: 'failed', since: this.opts.now(), error };
       }
-      this.runningTotal--;
+      this.queue.release(tenantOf(task));
       const left = (this.running.get(task.id.uid) ?? 1) - 1;
       if (left > 0) this.running.set(task.id.uid, left);
       else this.running.delete(task.id.uid);
