@@ -28,9 +28,24 @@ export function sharedModelServerAgent(): Agent {
   return sharedAgent;
 }
 
+let registrationAgent: Agent | undefined;
+
+/**
+ * The process-wide dispatcher of registrations: a registration's POST lasts as long as the plugin's download
+ * (minutes), so on the shared pool a few of them to one replica would hold every socket and its describe, scale
+ * and ready calls would wait behind them, holding reconciles. Their number is bounded by the operator's
+ * registration slots, not here.
+ */
+export function sharedRegistrationAgent(): Agent {
+  registrationAgent ??= createModelServerAgent({ connections: 1_000 });
+  return registrationAgent;
+}
+
 /** Closes the process-wide dispatcher (shutdown); a later client creates a new one. */
 export async function closeSharedModelServerAgent(): Promise<void> {
   const a = sharedAgent;
+  const r = registrationAgent;
   sharedAgent = undefined;
-  await a?.close();
+  registrationAgent = undefined;
+  await Promise.all([a?.close(), r?.close()]);
 }

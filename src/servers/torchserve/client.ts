@@ -14,7 +14,7 @@ import { redactBounded } from '../../redact.ts';
 import { USER_AGENT } from '../../version.ts';
 import type { Dispatcher } from 'undici';
 import type { z } from 'zod';
-import { sharedModelServerAgent } from './agent.ts';
+import { sharedModelServerAgent, sharedRegistrationAgent } from './agent.ts';
 import { type TokenContext, type TokenSource, TokenUnavailableError, staticToken } from './auth.ts';
 import { INVALID_KEY_EXCEPTION, ModelServerError, isModelServerError, kindForStatus } from './errors.ts';
 import { isRejection, readRegisterAnswer, registerQuery } from './register.ts';
@@ -67,6 +67,8 @@ interface Exchange {
   query?: Record<string, string | number | boolean | undefined>;
   timeoutMs: number;
   call: CallOptions | undefined;
+  /** Lasts as long as a download (a registration): sent on the registration pool. */
+  long?: boolean;
 }
 
 export class ModelServerClient {
@@ -77,6 +79,8 @@ export class ModelServerClient {
   private readonly basePath: string;
   private readonly token: TokenSource | undefined;
   private readonly dispatcher: Dispatcher;
+  /** Registrations' long POSTs: their own pool, so that they never hold the sockets of the short calls. */
+  private readonly registrationDispatcher: Dispatcher;
   private readonly timeoutMs: number;
   private readonly registerTimeoutMs: number;
   private readonly maxResponseBytes: number;
@@ -99,6 +103,7 @@ export class ModelServerClient {
     this.pluginPath = pluginPath;
     this.token = typeof opts.token === 'string' ? staticToken(opts.token) : opts.token;
     this.dispatcher = opts.dispatcher ?? sharedModelServerAgent();
+    this.registrationDispatcher = opts.dispatcher ?? sharedRegistrationAgent();
     this.timeoutMs = opts.timeoutMs ?? 30_000;
     this.registerTimeoutMs = opts.registerTimeoutMs ?? 30 * 60_000;
     this.maxResponseBytes = opts.maxResponseBytes ?? DEFAULT_MAX_RESPONSE_BYTES;
@@ -120,6 +125,7 @@ export class ModelServerClient {
       query: registerQuery(req),
       timeoutMs: call?.timeoutMs ?? this.registerTimeoutMs,
       call,
+      long: true,
     });
     if (res.status >= 300) throw this.errorFrom(operation, res);
     const answer = readRegisterAnswer(res.status, res.text, req);
@@ -351,7 +357,7 @@ export class ModelServerClient {
     if (key !== undefined) headers['authorization'] = `Bearer ${key}`;
     return sendRequest(
       {
-        dispatcher: this.dispatcher,
+        dispatcher: x.long ? this.registrationDispatcher : this.dispatcher,
         origin: this.origin,
         path: this.basePath + x.path + queryString(x.query),
         method: x.method,
