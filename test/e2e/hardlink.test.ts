@@ -5,8 +5,12 @@
  *   - what the daemon itself does with `X-Dragonfly-Output-Path` + `X-Dragonfly-Force-Hard-Link: true` for a task
  *     it does not hold (links a file it has only allocated) and across file systems (500, error type dfdaemon);
  *   - a cold registration streams (nothing of the daemon's half-filled file is taken);
- *   - the next registrations of the same object are hard links: the archive in the model store is the daemon's
- *     inode, and the model registers;
+ *   - the daemon links a task it holds with the mode it created its file with (no group or others write), and
+ *     there is no way to ask it for anything else;
+ *   - the next registrations of the same object are NOT hard links here: TorchServe runs as the daemon's user
+ *     (root, in this harness), so a model handler could write the daemon's cache file through the link; the plugin
+ *     streams instead, says why in its log, and leaves the daemon's file as it was (JUnit covers the link taken by a
+ *     model server that cannot write it);
  *   - a `hard_link_dir` on another file system, or one the daemon does not have, falls back and still registers.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -142,9 +146,12 @@ async function isRegistered(modelName: string): Promise<boolean> {
   return res.status === 200;
 }
 
-/** Nothing but archives in the model store: no link, temporary or partial file is ever left behind. */
+/**
+ * Nothing but archives (and the plugin's record of which object each holds) in the model store: no link, temporary
+ * or partial file is ever left behind.
+ */
 async function strayFiles(): Promise<string[]> {
-  return (await readdir(ts.modelStore)).filter((n) => n.startsWith('.'));
+  return (await readdir(ts.modelStore)).filter((n) => n.startsWith('.') && !n.startsWith('.p2p-object.'));
 }
 
 describe('hard-linked local hits on the real network (dfdaemon 1.4.2)', () => {
@@ -196,22 +203,52 @@ describe('hard-linked local hits on the real network (dfdaemon 1.4.2)', () => {
     expect(await isRegistered('linked_cold')).toBe(true);
   });
 
-  it('the next registrations of the same object are hard links of the daemon file, and register', async () => {
+  it('the daemon links a task it holds as its own file, with the mode it created it with', async () => {
+    const out = join(ts.modelStore, '.p2p-probe.link');
+    const a = await throughProxy(KEY, {
+      'X-Dragonfly-Output-Path': out,
+      'X-Dragonfly-Force-Hard-Link': 'true',
+    });
+    expect(a.status).toBe(200);
+    expect(a.headers['x-dragonfly-task-download-finished']).toBe('true');
+    const [o, d] = await Promise.all([stat(out), stat(await daemonFile(taskId))]);
+    expect(o.ino).toBe(d.ino);
+    // File::create (0666) less the umask the daemon inherits from this process: the daemon sets no mode of its own.
+    const umask = parseInt(/^Umask:\s*([0-7]+)$/m.exec(await readFile('/proc/self/status', 'utf8'))![1]!, 8);
+    expect(d.mode & 0o777).toBe(0o666 & ~umask);
+    expect(o.uid).toBe(d.uid);
+    await rm(out);
+  });
+
+  it("TorchServe running as the daemon's user (root here) is never given the daemon's file: it streams", async () => {
+    const daemonPath = await daemonFile(taskId);
+    const before = await stat(daemonPath);
     for (const name of ['linked_hl', 'linked_hl_again']) {
       const r = await register(name);
       expect(r.status, JSON.stringify(r.body)).toBe(200);
-      // The second one shows that leaving the body unread keeps the daemon's task finished.
-      expect(r.body).toMatchObject({ TaskID: taskId, LocalHit: true, HardLink: true });
+      expect(r.body).toMatchObject({ TaskID: taskId, LocalHit: true, HardLink: false });
       const [archiveStat, daemonStat] = await Promise.all([
         stat(join(ts.modelStore, 'linked.mar')),
-        stat(await daemonFile(taskId)),
+        stat(daemonPath),
       ]);
-      expect(archiveStat.ino).toBe(daemonStat.ino);
-      expect(archiveStat.nlink).toBeGreaterThanOrEqual(2);
+      expect(archiveStat.ino).not.toBe(daemonStat.ino);
+      expect(daemonStat.mode).toBe(before.mode); // the plugin never changes the daemon's file
+      expect(daemonStat.nlink).toBe(before.nlink); // and leaves no link of it behind
+      expect(
+        Buffer.compare(await readFile(join(ts.modelStore, 'linked.mar')), await readFile(archive.path)),
+      ).toBe(0);
       expect(await strayFiles()).toEqual([]);
       expect(await isRegistered(name)).toBe(true);
-      console.log(`[hardlink] ${name}: registered from a hard link in ${r.ms.toFixed(0)} ms`);
     }
+    // The frontend's log, or its standard output (where TorchServe's log4j configuration sends the root logger too).
+    const log = (
+      await Promise.all(
+        [join(ts.logsDir, 'ts_log.log'), ts.logPath].map((f) => readFile(f, 'utf8').catch(() => '')),
+      )
+    ).join('\n');
+    expect(log).toMatch(
+      /linked\.mar was streamed, not hard-linked: the model server (runs with CAP_DAC_OVERRIDE|runs as uid \d+, the owner of the peer daemon's file)/,
+    );
   });
 
   it('a hard_link_dir on another file system, or absent for the daemon, falls back and registers', async () => {
