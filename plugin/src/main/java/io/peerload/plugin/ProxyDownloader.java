@@ -151,10 +151,11 @@ public final class ProxyDownloader {
    * proxy of dragonfly-client 1.4+). The link is used only when the daemon says it served the task from its own
    * storage ({@code X-Dragonfly-Task-Download-Finished: true}), the file has the announced size, and this process
    * can neither write the daemon's file through the link nor make it writable ({@link ReadOnlyLink}: a model
-   * handler must not be able to change what the daemon serves to other peers); the body is then not read. On a download the daemon does not hold yet it makes the link too, but of a file it has only
-   * allocated (full size, no content yet): that link is removed and the body streamed as usual. A refusal of the
-   * daemon's own (cross-device link, unwritable directory; 500 with {@code X-Dragonfly-Error-Type: dfdaemon}) is
-   * followed by the plain streamed download; an origin error is the origin's answer and is reported as such.
+   * handler must not be able to change what the daemon serves to other peers); the body is then not read. On a
+   * download the daemon does not hold yet it makes the link too, but of a file it has only allocated (full size, no
+   * content yet): that link is removed and the body streamed as usual. A refusal of the daemon's own (cross-device
+   * link, unwritable directory; 500 with {@code X-Dragonfly-Error-Type: dfdaemon}) is followed by the plain
+   * streamed download; an origin error is the origin's answer and is reported as such.
    */
   public Result download(URI proxy, String signedUrl, Map<String, String> headers, List<String> filter, Path target,
       String what, String hardLinkDir) throws PluginException {

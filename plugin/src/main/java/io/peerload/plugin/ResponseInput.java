@@ -24,6 +24,8 @@ final class ResponseInput extends InputStream implements ResponseBody {
   private final int timeoutMillis;
   /** System.nanoTime() at which the whole download must have ended ({@code download_timeout}). */
   private final long deadlineNanos;
+  /** The {@code download_timeout} the deadline comes from, for messages. */
+  private final long budgetMillis;
   /** Holds the head and the chunk-size lines; whatever body bytes it read ahead are handed over first. */
   private final ByteBuffer ahead = ByteBuffer.allocate(HEAD_BUFFER).flip();
   private volatile Selector selector; // cancel() runs on the writer thread
@@ -40,8 +42,6 @@ final class ResponseInput extends InputStream implements ResponseBody {
       this.budgetMillis = budgetMillis;
     }
   }
-
-  private final long budgetMillis;
 
   ResponseInput(SocketChannel channel, int timeoutMillis) {
     this(channel, timeoutMillis, Long.MAX_VALUE, 0);
