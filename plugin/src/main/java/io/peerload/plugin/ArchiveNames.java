@@ -29,6 +29,16 @@ final class ArchiveNames {
 
   private ArchiveNames() {}
 
+  /**
+   * The record of archive {@code name}: {@code .p2p-object.<name>}, or {@code .p2p-object.<SHA-256 of name>} when
+   * that would pass the 255 bytes a file name may have (an archive name of 244 bytes or more).
+   */
+  static Path recordOf(Path store, String name) {
+    String plain = RECORD_PREFIX + name;
+    return store.resolve(plain.getBytes(StandardCharsets.UTF_8).length <= 255 ? plain
+        : RECORD_PREFIX + Crypto.sha256Hex(name));
+  }
+
   /** The name an object gets when its key's last segment already holds something else. */
   static String distinctName(String object, String lastSegment) {
     return "p2p-" + Crypto.sha256Hex(object).substring(0, 16) + "-" + lastSegment;
@@ -83,7 +93,7 @@ final class ArchiveNames {
   static void release(Path store, Claim claim) {
     if (claim.fresh) {
       try {
-        Files.deleteIfExists(store.resolve(RECORD_PREFIX + claim.fileName));
+        Files.deleteIfExists(recordOf(store, claim.fileName));
       } catch (IOException ignored) {
         // a record without its file is reclaimed by the next claim of the name
       }
@@ -92,7 +102,7 @@ final class ArchiveNames {
 
   /** The object recorded for {@code name}, or null. */
   static String owner(Path store, String name) throws PluginException {
-    Path record = store.resolve(RECORD_PREFIX + name);
+    Path record = recordOf(store, name);
     try {
       return new String(Files.readAllBytes(record), StandardCharsets.UTF_8).trim();
     } catch (NoSuchFileException e) {
@@ -103,7 +113,7 @@ final class ArchiveNames {
   }
 
   private static void record(Path store, String name, String object) throws PluginException {
-    Path record = store.resolve(RECORD_PREFIX + name);
+    Path record = recordOf(store, name);
     try {
       Path tmp = Files.createTempFile(store, ".p2p-", ".part");
       try {

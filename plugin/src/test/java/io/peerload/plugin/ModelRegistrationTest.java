@@ -380,6 +380,23 @@ class ModelRegistrationTest {
     }
   }
 
+  @Test
+  void anArchiveNameNearTheFileNameLimitStillGetsItsRecord() throws Exception {
+    Path store = Files.createDirectory(dir.resolve("store"));
+    StringBuilder b = new StringBuilder();
+    while (b.length() < 250) {
+      b.append("long-name-");
+    }
+    String name = b.substring(0, 250) + ".mar"; // 254 bytes: a valid file name, its plain record name is not
+    try (FakeProxy proxy = new FakeProxy(FakeProxy.ok(new byte[3], "X-Dragonfly-Task-ID: t"))) {
+      ModelRegistration reg = registration(writeConfig(proxy.uri().toString()), r -> registered());
+      assertEquals(200, reg.handle(params("file_name", "a/" + name), store.toString()).status);
+      assertTrue(Files.exists(store.resolve(name)));
+      assertEquals("s3://models/a/" + name, ArchiveNames.owner(store, name));
+      assertTrue(Files.exists(ArchiveNames.recordOf(store, name)));
+    }
+  }
+
   // ---- limits -----------------------------------------------------------------------------------------------
 
   @Test
