@@ -94,9 +94,17 @@ class DownloadLimitsTest {
   }
 
   @Test
-  void theDefaultsAre256GiBAndOneHour() {
+  void theDefaultsAre256GiBAndOneHourAndTheSummaryShowsThem() throws Exception {
     assertEquals(256L * 1024 * 1024 * 1024, PluginConfig.DEFAULT_MAX_BYTES);
     assertEquals(3_600_000L, PluginConfig.DEFAULT_DOWNLOAD_TIMEOUT_MILLIS);
+    String s3 = "\"object_storage\":{\"type\":\"s3\",\"bucket_name\":\"b\",\"access_key\":\"a\",\"secret_key\":\"s\"}";
+    PluginConfig d = PluginConfig.parse("{" + s3 + "}", "c.json", store);
+    assertEquals(PluginConfig.DEFAULT_MAX_BYTES, d.maxBytes());
+    assertEquals(PluginConfig.DEFAULT_DOWNLOAD_TIMEOUT_MILLIS, d.downloadTimeoutMillis());
+    assertTrue(d.toString().endsWith(" max_bytes=274877906944 download_timeout=1h"), d.toString());
+    PluginConfig c = PluginConfig.parse("{\"max_bytes\":\"2GiB\",\"download_timeout\":\"90m\"," + s3 + "}", "c.json",
+        store);
+    assertTrue(c.toString().endsWith(" max_bytes=2147483648 download_timeout=90m"), c.toString());
   }
 
   @Test
