@@ -153,11 +153,10 @@ interface PluginAnswer {
 async function register(
   modelName: string,
   server: TorchServe = ts,
-  extra = '',
 ): Promise<{ status: number; body: PluginAnswer; ms: number }> {
   const start = performance.now();
   const res = await fetch(
-    `${server.managementURL}/p2p/models?file_name=${encodeURIComponent(KEY)}&model_name=${modelName}${extra}`,
+    `${server.managementURL}/p2p/models?file_name=${encodeURIComponent(KEY)}&model_name=${modelName}`,
     { method: 'POST', headers: server.managementAuth() },
   );
   return { status: res.status, body: (await res.json()) as PluginAnswer, ms: performance.now() - start };
@@ -281,7 +280,7 @@ describe('hard-linked local hits on the real network (dfdaemon 1.4.2)', () => {
     expect(before.uid).toBe(0); // the daemon's (root's), not TorchServe's
     expect(before.mode & 0o022).toBe(0); // no group or others write
     for (const name of ['linked_hl', 'linked_hl_again']) {
-      const r = await register(name, ts, name === 'linked_hl' ? '&initial_workers=1' : '');
+      const r = await register(name);
       expect(r.status, JSON.stringify(r.body)).toBe(200);
       // The second one shows that leaving the body unread keeps the daemon's task finished.
       expect(r.body).toMatchObject({ TaskID: taskId, LocalHit: true, HardLink: true });
@@ -316,6 +315,11 @@ describe('hard-linked local hits on the real network (dfdaemon 1.4.2)', () => {
     await expect(asTsUser('printf x >> "$1"')).rejects.toThrow(/Permission denied/);
     await expect(asTsUser('chmod a+w "$1"')).rejects.toThrow(/Operation not permitted/);
     // The model from the linked archive is used: a worker loads it and answers inference.
+    const scale = await fetch(`${ts.managementURL}/models/linked_hl?min_worker=1`, {
+      method: 'PUT',
+      headers: ts.managementAuth(),
+    });
+    expect(scale.status).toBe(202);
     await waitFor(
       'a READY worker of linked_hl',
       async () => {
@@ -342,8 +346,7 @@ describe('hard-linked local hits on the real network (dfdaemon 1.4.2)', () => {
     const after = await fingerprint(daemonPath);
     expect(after).toEqual(before);
     expect(after.sha256).toBe(
-      (await import('node:crypto'))
-        .createHash('sha256')
+      createHash('sha256')
         .update(await readFile(archive.path))
         .digest('hex'),
     );
