@@ -6,6 +6,7 @@
  * known sizes against the byte cap and the free space) and while writing (files of unknown size count as they
  * come); the whole download has a deadline. Messages name files by their path in the model, never by URL.
  */
+import { DEFAULT_FILTERED_QUERY_PARAMS } from '../storage/taskid.ts';
 import { randomBytes } from 'node:crypto';
 import { mkdir, readdir, rename, rm, stat, statfs } from 'node:fs/promises';
 import { join } from 'node:path';
@@ -127,7 +128,8 @@ export function versionPath(
 
 export function newProgress(name: string, spec: ModelVersionSpec, rule: TaskIdRule = DEFAULT_TASK_ID_RULE) {
   const location = specLocation(spec);
-  const filter = spec.filter ?? (location ? effectiveFilter(location) : undefined);
+  // Without filter headers the daemon applies its default filter, so the id it computes is under that filter.
+  const filter = spec.filter ?? (location ? effectiveFilter(location) : DEFAULT_FILTERED_QUERY_PARAMS);
   const files: FileProgress[] = spec.files.map((f) => {
     let expectedTaskID: string | undefined;
     try {
