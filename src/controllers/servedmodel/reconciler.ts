@@ -204,14 +204,7 @@ export class ServedModelReconciler {
 
   private invalid(sm: Obj, error: ZodError, rc: ReconcileContext): Promise<void> {
     const message = specProblem(error);
-    const problem = { finalizer: FINALIZER, message, skipped: 'model not unregistered' };
-    const report = () =>
-      this.deps.writeStatus(
-        sm,
-        (s) => withServedModelConditions(s, sm.metadata.generation, invalidSpecConditions(message)),
-        rc.signal,
-      );
-    return invalidSpec(this.deps, GVR.servedModels, sm, problem, report, rc.signal);
+    return this.stalled(sm, message, invalidSpecConditions(message), rc);
   }
 
   /** Static endpoints outside the admin's --allowed-endpoint-hosts (policy/reach.ts) get no request at all. */
@@ -232,11 +225,21 @@ export class ServedModelReconciler {
   private endpointsRefused(sm: Obj, spec: ServedModelSpec, rc: ReconcileContext): Promise<void> {
     const reach = this.reach(spec);
     const message = reach.allowed ? '' : reach.message;
+    return this.stalled(sm, message, endpointNotAllowedConditions(message), rc);
+  }
+
+  /** A spec the operator will not act on: its conditions written, or, being deleted, the finalizer let go. */
+  private stalled(
+    sm: Obj,
+    message: string,
+    conditions: ReturnType<typeof invalidSpecConditions>,
+    rc: ReconcileContext,
+  ): Promise<void> {
     const problem = { finalizer: FINALIZER, message, skipped: 'model not unregistered' };
     const report = () =>
       this.deps.writeStatus(
         sm,
-        (s) => withServedModelConditions(s, sm.metadata.generation, endpointNotAllowedConditions(message)),
+        (s) => withServedModelConditions(s, sm.metadata.generation, conditions),
         rc.signal,
       );
     return invalidSpec(this.deps, GVR.servedModels, sm, problem, report, rc.signal);
