@@ -113,6 +113,9 @@ beforeAll(async () => {
       '--no-leader-elect',
       '--manager-url',
       network.managerURL,
+      // The resources name the real manager on loopback: the admin allows it.
+      '--allowed-manager-hosts',
+      '127.0.0.1',
       '--poll-backoff-start',
       '1s',
       '--poll-backoff-max',
