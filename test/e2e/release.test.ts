@@ -61,7 +61,7 @@ describeRelease('npm run release', () => {
     const ms = (loadAll(readFileSync(join(out, 'install.yaml'), 'utf8')) as (Manifest | null)[]).filter(
       (m): m is Manifest => !!m,
     );
-    expect(ms.filter((m) => m.kind === 'CustomResourceDefinition')).toHaveLength(2);
+    expect(ms.filter((m) => m.kind === 'CustomResourceDefinition')).toHaveLength(3); // ModelPreheat, ServedModel, ClusterManager
     const d = ms.find((m) => m.kind === 'Deployment') as any;
     expect(d.spec.template.spec.containers[0].image).toBe(`ghcr.io/peerload/peerload:${version}`);
     const kube = new KubeClient(kubeConfig(inject('kubeconfigPath')));
