@@ -4,6 +4,7 @@
  * API (TorchServe + the peerload plugin is the first, `src/servers/torchserve/`). A new kind of model server is a
  * new folder with a driver, registered in {@link ModelServerDrivers}: no controller changes.
  */
+import type { ModelVersionSpec } from '../agent/spec.ts';
 
 /** One model-server replica as the controller found it. */
 export interface ReplicaRef {
@@ -37,9 +38,21 @@ export interface ModelVersion {
   readyWorkers: number;
 }
 
-/** What a registration asks for: the archive, the model's name, and the server's own options. */
+/**
+ * A model that is a directory (safetensors shards, a Triton model repository version, a LoRA adapter): the files
+ * a server's `peerload agent` places beside it before the driver loads the model. The same body as the agent's
+ * `PUT /v1/models/{name}` less `version`, which the registration gives: object keys the agent signs with its own
+ * credentials (no Secret of the ServedModel's namespace travels), and the preheat's task identity (filter, tag,
+ * application, piece length) so every file is a hit on the node's peer.
+ */
+export type ModelFiles = Omit<ModelVersionSpec, 'version'>;
+
+/** What a registration asks for: the archive or the files, the model's name, and the server's own options. */
 export interface Registration {
+  /** The archive's object key (TorchServe), or for a directory the prefix or first key (for messages). */
   fileName: string;
+  /** The model's files, for drivers that place a directory through the agent (absent: one archive). */
+  files?: ModelFiles | undefined;
   modelName: string;
   /** The version wanted, when the spec names one (the archive decides otherwise). */
   version?: string | undefined;
