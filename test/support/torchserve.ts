@@ -3,7 +3,7 @@
  *
  * Each instance is isolated: its own working directory (TorchServe writes key_file.json there), its own TMPDIR
  * (the pid file `$TMPDIR/.model_server.pid` and the workers' Unix sockets live there), free loopback ports for
- * inference, management, metrics and the first worker, its own model store and plugins directory, and a
+ * inference, management, metrics, both gRPC servers and the first worker, its own model store and plugins directory, and a
  * ts-config file (so no config.properties of the current directory and no snapshots are picked up). Token
  * authorization is ON unless `tokenAuth: false`; the keys are read from key_file.json.
  *
@@ -163,13 +163,20 @@ export async function startTorchServe(opts: TorchServeOptions = {}): Promise<Tor
   await Promise.all([tmp, modelStore, pluginsDir, logsDir].map((d) => mkdir(d, { recursive: true })));
   for (const jar of opts.pluginJars ?? []) await copyFile(jar, join(pluginsDir, basename(jar)));
 
-  const [inference, management, metrics, workerPort] = await distinctFreePorts(4);
+  const [inference, management, metrics, workerPort, grpcInference, grpcManagement] =
+    await distinctFreePorts(6);
   const tokenAuth = opts.tokenAuth ?? true;
   const config: Record<string, string> = {
     inference_address: `http://127.0.0.1:${inference}`,
     management_address: `http://127.0.0.1:${management}`,
     metrics_address: `http://127.0.0.1:${metrics}`,
     initial_worker_port: String(workerPort),
+    // The gRPC servers start after the REST ones, on 7070/7071 unless told: a second instance would answer /ping,
+    // then fail to bind them and shut down under its first requests.
+    grpc_inference_address: '127.0.0.1',
+    grpc_management_address: '127.0.0.1',
+    grpc_inference_port: String(grpcInference),
+    grpc_management_port: String(grpcManagement),
     // java.io.tmpdir: the frontend puts the workers' Unix sockets there (TMPDIR alone does not move them).
     vmargs: `${opts.vmargs ?? '-Xmx512m -XX:+UseG1GC -XX:+ExitOnOutOfMemoryError'} -Djava.io.tmpdir=${tmp}`,
     default_workers_per_model: '1',
