@@ -13,6 +13,7 @@
  *     file is byte for byte, mode and time what it was;
  *   - a TorchServe running as root (which could write the daemon's file through a link, or make it writable) is
  *     never given the daemon's file: it streams, says why in its log, and leaves the daemon's file as it was;
+ *   - `max_bytes` below the held task's size is a 413 that leaves no link of the daemon's file behind;
  *   - a `hard_link_dir` on another file system, or one the daemon does not have, falls back and still registers.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -387,6 +388,33 @@ describe('hard-linked local hits on the real network (dfdaemon 1.4.2)', () => {
       );
     } finally {
       await rootTs.stop();
+    }
+  });
+
+  it('max_bytes below a task the daemon holds: 413 before its link is used, and no link of it is left', async () => {
+    const daemonPath = await daemonFile(taskId);
+    const before = await stat(daemonPath);
+    const archiveBefore = await stat(join(ts.modelStore, 'linked.mar'));
+    const storeBefore = (await readdir(ts.modelStore)).sort();
+    await writePluginConfig(
+      configPath,
+      minioPluginConfig(minio, BUCKET, peer.proxyURL, { hard_link_dir: ts.modelStore, max_bytes: 1 << 20 }),
+    );
+    try {
+      const r = await register('linked_too_large');
+      expect(r.status, JSON.stringify(r.body)).toBe(413);
+      expect(r.body.Status).toMatch(/is larger than max_bytes \(1048576 bytes\)/);
+      expect(await isRegistered('linked_too_large')).toBe(false);
+      // The daemon made its link before answering: the plugin removed it, and the archive in place is untouched.
+      expect((await readdir(ts.modelStore)).sort()).toEqual(storeBefore);
+      expect((await stat(daemonPath)).nlink).toBe(before.nlink);
+      const archiveAfter = await stat(join(ts.modelStore, 'linked.mar'));
+      expect([archiveAfter.ino, archiveAfter.mtimeMs]).toEqual([archiveBefore.ino, archiveBefore.mtimeMs]);
+    } finally {
+      await writePluginConfig(
+        configPath,
+        minioPluginConfig(minio, BUCKET, peer.proxyURL, { hard_link_dir: ts.modelStore }),
+      );
     }
   });
 
