@@ -77,7 +77,8 @@ export function preheatItems(spec: ModelPreheatSpec, plugin: PluginSide): Prehea
           ]
         : [[...DEFAULT_FILTERED_QUERY_PARAMS], "empty filter: the manager's default"];
     const expiresSeconds = Math.round(parseDuration(os.signedURLExpiry) / 1000);
-    return os.keys.map((key) => ({
+    // A prefix's files are known only by listing it (with credentials): `--agent-spec` checks a directory.
+    return (os.keys ?? []).map((key) => ({
       key,
       label: key,
       side: {

@@ -25,6 +25,7 @@ import { operatorMetrics } from '../metrics.ts';
 import { SecretReader } from '../secrets.ts';
 import { statusWriter } from '../status.ts';
 import { servedModelCleanup } from './cleanup.ts';
+import { ModelDirectories } from './files.ts';
 import { ReplicaGates } from './gates.ts';
 import { NodeAddresses } from './node-addresses.ts';
 import { preheatNameOf } from './preheat.ts';
@@ -103,6 +104,9 @@ export function createServedModelController(
       preheats,
       nodeAddresses: new NodeAddresses(ctx.kube),
       batchWindowMs: opts.targetBatchWindowMs ?? TARGET_BATCH_WINDOW_MS,
+    }),
+    directories: new ModelDirectories({
+      secretData: (namespace, name, signal) => secrets.data(namespace, name, signal),
     }),
     drivers,
     registrations,
