@@ -91,7 +91,10 @@ export function failedFiles(
       }
       continue;
     }
-    const why = redactBounded(emptySuccess(job) ?? failureText(job), 512);
+    const why = redactBounded(
+      (job.state === 'SUCCESS' ? emptySuccess(job) : undefined) ?? failureText(job),
+      512,
+    );
     const files = chunkOf(job.id);
     if (files) out.push(...files.map((f) => ({ path: f.path, message: why })));
     else out.push({ path: `(the files of job ${job.id})`, message: why });
