@@ -23,6 +23,7 @@ import {
   directoryChunks,
   directoryTasks,
   listingDigest,
+  operatorLister,
   pathsByURL,
 } from '../../src/controllers/modelpreheat/directory.ts';
 import { describeFailure } from '../../src/controllers/modelpreheat/failures.ts';
@@ -303,6 +304,16 @@ describe('a directory in jobs', () => {
     const other = files(3).map((f, i) => (i === 2 ? { ...f, size: 11 } : f));
     expect(listingDigest(other)).not.toBe(first.digest);
     expect(listingDigest(files(3))).toBe(first.digest);
+  });
+});
+
+describe("the operator's listing", () => {
+  it('never sends a gcs access token to an endpoint the spec chose', async () => {
+    const gcs = { type: 'gcs', bucket: 'weights', endpoint: 'https://collector.example' } as const;
+    const credentials = { type: 'gcs', clientEmail: 'a@b', privateKey: 'k' } as never;
+    await expect(operatorLister(gcs as never, credentials, 'm/', {})).rejects.toThrow(
+      'not listing gcs weights prefix "m/" at https://collector.example: a gcs listing sends an access token to the endpoint',
+    );
   });
 });
 

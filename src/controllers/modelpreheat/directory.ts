@@ -20,7 +20,7 @@ import {
   type FileSetSpec,
   type ListedObject,
 } from '../../storage/fileset.ts';
-import { listPrefix, type ListOptions } from '../../storage/list.ts';
+import { ListError, listPrefix, type ListOptions } from '../../storage/list.ts';
 import { effectiveFilter, objectURL } from '../../storage/objecturl.ts';
 import { DEFAULT_FILTERED_QUERY_PARAMS, type TaskIdRule } from '../../storage/taskid.ts';
 
@@ -54,6 +54,21 @@ export function listingDigest(files: readonly FileSetFile[]): string {
   return h.digest('hex').slice(0, 16);
 }
 
+/**
+ * The operator's listing: the provider's list API, except where it would hand a bearer credential to a host the
+ * spec chose. s3, oss (SigV4) and abs (Shared Key) send a signature of one request, never the key; gcs sends an
+ * OAuth access token, so a gcs prefix is listed at Google's own endpoint only.
+ */
+export const operatorLister: Lister = (location, credentials, prefix, opts) => {
+  if (location.type === 'gcs' && location.endpoint !== undefined)
+    return Promise.reject(
+      new ListError(
+        `not listing gcs ${location.bucket} prefix "${prefix}" at ${location.endpoint}: a gcs listing sends an access token to the endpoint, so the operator lists at storage.googleapis.com only; remove objectStorage.endpoint, or name the files one by one`,
+      ),
+    );
+  return listPrefix(location, credentials, prefix, opts);
+};
+
 export type Lister = (
   location: ObjectStorageSource,
   credentials: StorageCredentials,
@@ -70,7 +85,7 @@ export class DirectoryListings {
   private readonly byKey = new Map<string, DirectoryListing>();
   private readonly lister: Lister;
 
-  constructor(lister: Lister = listPrefix) {
+  constructor(lister: Lister = operatorLister) {
     this.lister = lister;
   }
 

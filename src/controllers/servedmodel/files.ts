@@ -20,10 +20,9 @@ import type { ModelFiles } from '../../servers/driver.ts';
 import { credentialsFromSecretData } from '../../storage/credentials.ts';
 import { FileSetError, selectFiles, totalBytes, type FileSetSpec } from '../../storage/fileset.ts';
 import { redact } from '../../redact.ts';
-import { listPrefix } from '../../storage/list.ts';
 import { effectiveFilter } from '../../storage/objecturl.ts';
 import { DEFAULT_FILTERED_QUERY_PARAMS } from '../../storage/taskid.ts';
-import { listingDigest, type Lister } from '../modelpreheat/directory.ts';
+import { listingDigest, operatorLister, type Lister } from '../modelpreheat/directory.ts';
 
 /** A directory's files for one generation, or why there are none. */
 export type DirectoryFiles =
@@ -57,7 +56,7 @@ export class ModelDirectories {
 
   constructor(deps: ModelDirectoriesDeps) {
     this.deps = deps;
-    this.lister = deps.lister ?? listPrefix;
+    this.lister = deps.lister ?? operatorLister;
   }
 
   /**
