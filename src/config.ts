@@ -66,6 +66,10 @@ const ALL = {
   retryPeriod: { flag: 'retry-period', help: 'Interval of lease acquire/renew attempts' },
   identity: { flag: 'identity', help: 'Leader identity; default: <hostname>_<random>' },
   workers: { flag: 'workers', help: 'Concurrent reconciles per controller' },
+  maxWorkersPerNamespace: {
+    flag: 'max-workers-per-namespace',
+    help: "Reconciles of one namespace at once per controller (the rest stay free for other namespaces' objects); default: all but a quarter of --workers. Set it to --workers where one tenant owns the cluster",
+  },
   maxConcurrentRegistrations: {
     flag: 'max-concurrent-registrations',
     help: 'Model registrations (download + register) in flight at once, over all ServedModels',
@@ -136,6 +140,13 @@ const OperatorConfigSchema = z
       .min(1, 'must be an integer between 1 and 64')
       .max(64, 'must be an integer between 1 and 64')
       .default(4),
+    // Above --workers it means --workers: one namespace may then hold every worker.
+    maxWorkersPerNamespace: z.coerce
+      .number({ message: 'must be an integer between 1 and 64' })
+      .int('must be an integer between 1 and 64')
+      .min(1, 'must be an integer between 1 and 64')
+      .max(64, 'must be an integer between 1 and 64')
+      .optional(),
     // Each holds a connection to a replica while its plugin downloads; the rest wait in phase Pending.
     maxConcurrentRegistrations: z.coerce
       .number({ message: 'must be an integer between 1 and 1000' })

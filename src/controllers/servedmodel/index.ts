@@ -118,6 +118,7 @@ export function createServedModelController(
       for: models,
       reconcile: (key, rc) => reconciler.reconcile(key, rc),
       workers: ctx.config.workers,
+      maxWorkersPerNamespace: ctx.config.maxWorkersPerNamespace,
       predicate: specChanged,
       onStop: () => registrations.stop(),
       watches,
