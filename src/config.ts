@@ -74,6 +74,10 @@ const ALL = {
     flag: 'max-concurrent-registrations',
     help: 'Model registrations (download + register) in flight at once, over all ServedModels',
   },
+  maxRegistrationsPerNamespace: {
+    flag: 'max-registrations-per-namespace',
+    help: "Registrations of one namespace's ServedModels in flight at once; default: all but a quarter of --max-concurrent-registrations. Set it to that where one tenant owns the cluster",
+  },
   resyncPeriod: { flag: 'resync-period', help: 'Replay the cache to the controllers this often (0s: never)' },
   logLevel: { flag: 'log-level', help: 'trace, debug, info, warn, error, fatal or silent' },
   shutdownTimeout: { flag: 'shutdown-timeout', help: 'Deadline for in-flight reconciles on SIGTERM' },
@@ -154,6 +158,12 @@ const OperatorConfigSchema = z
       .min(1, 'must be an integer between 1 and 1000')
       .max(1000, 'must be an integer between 1 and 1000')
       .default(32),
+    maxRegistrationsPerNamespace: z.coerce
+      .number({ message: 'must be an integer between 1 and 1000' })
+      .int('must be an integer between 1 and 1000')
+      .min(1, 'must be an integer between 1 and 1000')
+      .max(1000, 'must be an integer between 1 and 1000')
+      .optional(),
     resyncPeriod: duration('resync period').default(600_000),
     logLevel: z.enum(['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent']).default('info'),
     shutdownTimeout: duration('shutdown timeout').default(25_000),

@@ -58,6 +58,7 @@ describe('operator config', () => {
       workers: 32,
       maxWorkersPerNamespace: 32,
     });
+    expect(cfg(['--max-registrations-per-namespace', '32']).maxRegistrationsPerNamespace).toBe(32);
     expect(() => cfg(['--max-workers-per-namespace', '0'])).toThrow(
       /--max-workers-per-namespace \(PEERLOAD_MAX_WORKERS_PER_NAMESPACE\): must be an integer between 1 and 64/,
     );

@@ -66,6 +66,7 @@ export function createServedModelController(
     });
   const registrations = new RegistrationRunner<Registered>({
     global: ctx.config.maxConcurrentRegistrations,
+    perNamespace: ctx.config.maxRegistrationsPerNamespace,
     // Registrations start in reconciles, so the controller exists by the time one reports.
     onChange: (owner) => controller.enqueue(owner),
   });
