@@ -67,6 +67,7 @@ export function createServedModelController(
     });
   const registrations = new RegistrationRunner<Registered>({
     global: ctx.config.maxConcurrentRegistrations,
+    perNamespace: ctx.config.maxRegistrationsPerNamespace,
     // Registrations start in reconciles, so the controller exists by the time one reports.
     onChange: (owner) => controller.enqueue(owner),
   });
@@ -122,6 +123,7 @@ export function createServedModelController(
       for: models,
       reconcile: (key, rc) => reconciler.reconcile(key, rc),
       workers: ctx.config.workers,
+      maxWorkersPerNamespace: ctx.config.maxWorkersPerNamespace,
       predicate: specChanged,
       onStop: () => registrations.stop(),
       watches,
