@@ -196,6 +196,38 @@ describe('ModelPreheat of a directory', () => {
     expect(done.status!.files).toMatchObject({ count: FILES, jobsTotal: 3, jobsSucceeded: 3 });
   });
 
+  it('targeted peers: a peer that holds the directory is not preheated again when the targets change', async () => {
+    await create('targeted', {
+      objectStorage: objectStorage({ prefix: 'models/small/' }),
+      scope: 'all_peers',
+      targets: { ips: ['127.0.0.1'] },
+    });
+    const first = await until('targeted', 'Ready', 'True', 'JobSucceeded');
+    expect(first.status!.peers).toEqual([
+      { ip: '127.0.0.1', hostname: 'seed-peer-0', state: 'Preheated', jobID: first.status!.jobID },
+    ]);
+    expect(jobsOf('targeted').map((j) => j.args['ips'])).toEqual([['127.0.0.1']]);
+    await custom.patchNamespacedCustomObject(
+      {
+        group: GROUP,
+        version: VERSION,
+        namespace: ns,
+        plural: PLURAL,
+        name: 'targeted',
+        body: { spec: { targets: { ips: ['127.0.0.1', '127.0.0.2'] } } },
+      },
+      k8s.setHeaderOptions('Content-Type', k8s.PatchStrategy.MergePatch),
+    );
+    const second = await until('targeted', 'Ready', 'True', 'JobSucceeded');
+    expect(second.metadata.generation).toBe(2);
+    // The new generation's job names the new peer only (the emulated scheduler knows none there).
+    expect(jobsOf('targeted').map((j) => j.args['ips'])).toEqual([['127.0.0.1'], ['127.0.0.2']]);
+    expect(second.status!.peers!.map((p) => [p.ip, p.state])).toEqual([
+      ['127.0.0.2', 'Failed'],
+      ['127.0.0.1', 'Preheated'],
+    ]);
+  });
+
   it('caps exceeded, an empty listing and refused credentials are Stalled, naming the field and the fix', async () => {
     await create('too-many', { objectStorage: objectStorage({ prefix: 'models/big/', maxFiles: 100 }) });
     const many = await until('too-many', 'Stalled', 'True', 'DirectoryTooLarge');

@@ -35,6 +35,7 @@ import {
 } from './directory.ts';
 import { DirectoryChangedError } from './failures.ts';
 import { planObjects, ruleOf, storageCredentials } from './request.ts';
+import { targetsToPreheat } from './targets.ts';
 
 type Obj = ModelPreheat;
 type Status = ModelPreheatStatus;
@@ -123,6 +124,7 @@ export class DirectoryStep {
     const starting = obj.status?.files?.generation !== gen;
     const jobs = [...current];
     let groupID = obj.status?.jobGeneration === gen ? (obj.status?.groupID ?? '') : '';
+    const ips = targetsToPreheat(spec, obj.status);
     let created = 0;
     let failure: unknown;
     try {
@@ -136,6 +138,8 @@ export class DirectoryStep {
         const bio = `peerload ${obj.metadata.namespace}/${obj.metadata.name} uid=${obj.metadata.uid} generation=${gen} attempt=${attempt} files=${k + 1}/${chunks.length}`;
         const keys = chunks[k]!.map((f) => f.key);
         const plan = await planObjects(spec, keys, credentials, { bio, rule });
+        // Targeted peers that hold this content already are not preheated again (as for one object).
+        if (ips) plan.request.ips = ips;
         const job = await client.createPreheatJob(plan.request, { signal: rc.signal });
         jobs[k] = { id: job.id, state: job.state, attempt };
         if (created++ === 0) groupID = job.groupID;

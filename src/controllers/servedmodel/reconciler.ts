@@ -158,12 +158,13 @@ export class ServedModelReconciler {
       if (!listed.ok) return listed.result;
       dir = listed;
     }
+    const goal = goalOf(spec, dir);
     // 2. Every replica one step closer (the seed first, alone, when the network does not hold the model yet).
-    const outcomes = await this.converge(key, sm, spec, goalOf(spec, dir), discovery, gating, previous, rc);
+    const outcomes = await this.converge(key, sm, spec, goal, discovery, gating, previous, rc);
     const newLocalHits = outcomes.filter(
       (o) => o.ended?.state === 'done' && !o.ended.reported && o.ended.result.localHit !== undefined,
     ).length;
-    this.record(key, sm, goalOf(spec, dir), discovery, outcomes);
+    this.record(key, sm, goal, discovery, outcomes);
     // 3. Status from the object and what the pass saw.
     const summary = summarize({
       modelName: spec.modelName,
@@ -205,7 +206,7 @@ export class ServedModelReconciler {
       rc.signal,
     );
     if (written.written) this.lastWrite.set(key, this.now());
-    this.settle(key, sm, goalOf(spec, dir), discovery, outcomes);
+    this.settle(key, sm, goal, discovery, outcomes);
     const after = getCondition(written.object.status?.conditions, ServedModelCondition.Ready);
     if (after?.status === 'True' && before?.status !== 'True')
       deps.events.record(sm, 'Normal', 'Ready', after.message);
