@@ -2,7 +2,9 @@
  * A ModelPreheat of a directory (spec.objectStorage.prefix) against the real apiserver, a real MinIO listing (S3
  * ListObjectsV2, SigV4-verified downloads) and the manager + peer emulators: a 250-file prefix in three jobs of at
  * most 100 URLs, followed to SUCCESS with a bounded status; a failed job retried alone; an empty prefix, caps
- * exceeded and refused credentials as Stalled conditions naming the field; every file's task evicted on delete.
+ * exceeded and refused credentials as Stalled conditions naming the field; every file's task evicted on delete;
+ * an operator restart (the listing lost with the process) continues the same jobs, and a retry that lists again and
+ * finds other content stops (DirectoryChanged).
  */
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import * as k8s from '@kubernetes/client-node';
@@ -66,6 +68,21 @@ beforeAll(async () => {
     [modelPreheatController],
   );
 }, 180_000);
+
+const startOperator = () =>
+  startManager(
+    kc,
+    [
+      '--no-leader-elect',
+      '--manager-url',
+      manager.url,
+      '--poll-backoff-start',
+      '200ms',
+      '--poll-backoff-max',
+      '1s',
+    ],
+    [modelPreheatController],
+  );
 
 afterAll(async () => {
   await operator?.stop();
@@ -319,5 +336,38 @@ describe('ModelPreheat of a directory', () => {
     expect(evicted.length).toBe(new Set(evicted).size);
     expect(all.size).toBe(FILES);
     for (const id of jobIDs) expect(manager.jobs.has(id)).toBe(false);
+  });
+
+  it('an operator restart polls the same jobs (no new one); a retry after a restart finds the prefix changed', async () => {
+    for (const f of ['a.bin', 'b.bin']) await minio.putObject(BUCKET, `models/restart/${f}`, f);
+    manager.setJobLatency(3000);
+    try {
+      await create('restart-poll', { objectStorage: objectStorage({ prefix: 'models/restart/' }) });
+      const running = await until('restart-poll', 'Reconciling', 'True', 'JobCreated');
+      await operator.stop();
+      const creates = manager.counters.creates;
+      operator = await startOperator();
+      const done = await until('restart-poll', 'Ready', 'True', 'JobSucceeded');
+      expect(done.status!.jobs!.map((j) => j.id)).toEqual(running.status!.jobs!.map((j) => j.id));
+      expect(manager.counters.creates).toBe(creates);
+    } finally {
+      manager.setJobLatency(0);
+    }
+
+    // A failed attempt, then a restart, and the prefix changed meanwhile: the retry lists again and stops.
+    manager.injectJobFailures(1, 'injected: before the restart');
+    await create('restart-retry', {
+      objectStorage: objectStorage({ prefix: 'models/restart/' }),
+      retry: { limit: 1, backoff: '3s' },
+    });
+    await until('restart-retry', 'Reconciling', 'True', 'JobFailedWillRetry');
+    await operator.stop();
+    await minio.putObject(BUCKET, 'models/restart/c.bin', 'added after the listing');
+    operator = await startOperator();
+    const changed = await until('restart-retry', 'Stalled', 'True', 'DirectoryChanged');
+    expect(changed.status!.conditions!.find((c) => c.type === 'Stalled')!.message).toMatch(
+      /^the objects under prefix "models\/restart\/" changed since generation 1 listed them \(2 files, digest [0-9a-f]{16}; now 3 files, digest [0-9a-f]{16}\): a directory's content is fixed per generation, edit the spec to preheat the new content$/,
+    );
+    expect(jobsOf('restart-retry')).toHaveLength(1);
   });
 });
