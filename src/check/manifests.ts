@@ -171,6 +171,10 @@ export async function readManifests(
           );
           return;
         }
+        if (mp.spec.objectStorage?.prefix !== undefined)
+          out.notes.push(
+            `${source}: a directory (objectStorage.prefix) is not checked from manifests (its files are known by listing): use \`peerload taskid --prefix\` or \`peerload check --agent-spec\``,
+          );
         out.preheats.push({
           name: mp.metadata.name,
           namespace: mp.metadata.namespace ?? 'default',
@@ -181,7 +185,12 @@ export async function readManifests(
       } else {
         const parsed = ServedModel.safeParse(doc);
         if (!parsed.success) throw new CheckInputError(`${what}: ${describeIssues(parsed.error)}`);
-        out.servedModels.push({ doc: parsed.data, source: `ServedModel ${docName(parsed.data.metadata)}` });
+        const source = `ServedModel ${docName(parsed.data.metadata)}`;
+        if (parsed.data.spec.files)
+          out.notes.push(
+            `${source}: a directory (spec.files) is placed by the agent, not downloaded by the plugin: use \`peerload check --agent-spec\``,
+          );
+        out.servedModels.push({ doc: parsed.data, source });
       }
     });
   }
