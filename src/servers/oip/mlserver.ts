@@ -3,6 +3,9 @@
  * `parameters.version`), and a load of a name loads every version found and drops the loaded ones no longer found.
  * So a version goes by removing its directory and loading again; the last one by an unload.
  *
+ * A version that fails to load is removed again: MLServer loads every version of a name at once, so it would fail
+ * every later load of the model.
+ *
  * Workers: MLServer runs every model in its server-wide pool of `parallel_workers` and its repository API has no
  * per-model count. A served version reports one worker; asking for any other count is refused with that reason
  * rather than reported as done.
@@ -46,6 +49,11 @@ export class MLServerReplica extends OipReplica {
     const rest = (await this.agent.versions(model, call)).filter((v) => v.version !== version);
     if (rest.length > 0) await this.client.load(model, undefined, call);
     else await this.client.unload(model, call, true);
+  }
+
+  /** A version that does not load would fail every later load of the name: its directory goes. */
+  protected override async loadFailed(model: string, version: string, call: Call): Promise<void> {
+    await this.unregister(model, version, call);
   }
 
   protected async unloadAll(model: string, call: Call): Promise<void> {

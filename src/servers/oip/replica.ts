@@ -91,14 +91,25 @@ export abstract class OipReplica implements ReplicaServer {
     if (call.stopping?.aborted)
       throw new Error(`registration of ${reg.modelName} stopped: the ServedModel is being deleted`);
     call.progress?.(`loading ${reg.modelName} ${version}`);
-    await this.loadVersion(reg.modelName, version, reg, { signal: call.signal });
-    if (!(await this.client.ready(reg.modelName, version, { signal: call.signal })))
-      throw this.error(
-        'terminal',
-        operation,
-        `${reg.modelName} was loaded but its version ${version} does not serve: ${this.notServedHint()}`,
-      );
+    const short = { signal: call.signal };
+    try {
+      await this.loadVersion(reg.modelName, version, reg, short);
+      if (!(await this.client.ready(reg.modelName, version, short)))
+        throw this.error(
+          'terminal',
+          operation,
+          `${reg.modelName} was loaded but its version ${version} does not serve: ${this.notServedHint()}`,
+        );
+    } catch (err) {
+      await this.loadFailed(reg.modelName, version, short).catch(() => undefined);
+      throw err;
+    }
     return { version, localHit: placed.localHit };
+  }
+
+  /** A placed version that did not load: what must go so the model's other versions keep loading. */
+  protected loadFailed(_model: string, _version: string, _call: Call): Promise<void> {
+    return Promise.resolve();
   }
 
   /** Why a loaded version may not serve, for the message. */
