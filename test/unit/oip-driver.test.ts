@@ -325,3 +325,9 @@ it('is registered beside TorchServe under its names', () => {
   expect(drivers.get(MLSERVER).name).toBe('mlserver');
   expect(drivers.defaultName).toBe('torchserve');
 });
+
+it('loads directories only, and says what to set instead of an archive', () => {
+  const driver = new OipDriver(TRITON, { secret: () => Promise.resolve('') });
+  expect(driver.layouts).toEqual(['directory']);
+  expect(driver.refuseLayout()).toMatch(/^Triton loads a model directory .* set spec\.files/);
+});

@@ -40,6 +40,8 @@ export interface OipDriverOptions {
 
 export class OipDriver implements ModelServerDriver {
   readonly name: OipFlavour;
+  /** Both load model directories that the agent places: never one archive. */
+  readonly layouts = ['directory'] as const;
   private readonly opts: OipDriverOptions;
 
   constructor(flavour: OipFlavour, opts: OipDriverOptions) {
@@ -76,6 +78,11 @@ export class OipDriver implements ModelServerDriver {
     }
     const client = new OipClient(server);
     return this.name === TRITON ? new TritonReplica(client, agent) : new MLServerReplica(client, agent);
+  }
+
+  refuseLayout(): string {
+    const server = this.name === TRITON ? 'Triton' : 'MLServer';
+    return `${server} loads a model directory that the peerload agent beside it places, not one archive: set spec.files (the version's directory) instead of spec.fileName`;
   }
 
   /** Nothing is kept per replica: tokens are read from their Secret per call (the reader caches them). */
