@@ -6,7 +6,8 @@
  *     model (model.py, the offset it adds from offset.json, a 5 MiB data file) preheated into node A only: the
  *     driver registers it on both (A: every file a local hit, hard-linked; B: through the network), MinIO serves
  *     the data file once across both replicas (files up to dfdaemon's minimum piece length are fetched by each
- *     peer from the origin itself), both describe it ready and answer an inference; version 2 rolls out, version 1
+ *     peer from the origin itself), both describe it ready and answer an inference (A loads with the registration's
+ *     config option, B with the config.pbtxt beside the versions); version 2 rolls out, version 1
  *     goes (its directory too), the instance count scales, and unregistering leaves nothing;
  *   - MLServer 1.7.1 with a scikit-learn model (model-settings.json + model.joblib), version v1 then v2, on a
  *     replica whose agent downloads through node B's peer: registered, inferred, rolled, unregistered.
@@ -29,7 +30,7 @@ import { signObjectURL } from '../../src/storage/sign.ts';
 import { startCountingProxy, type CountingProxy } from '../support/counting-proxy.ts';
 import { ROOT_USER, startDragonfly, type Dragonfly, type DragonflyPeer } from '../support/dragonfly.ts';
 import { startMinIO, type MinIO } from '../support/minio.ts';
-import { ECHO_MODEL_PY, echoConfig } from '../support/oip-exchanges.ts';
+import { ECHO_CONFIG_PBTXT, ECHO_MODEL_PY, echoConfig } from '../support/oip-exchanges.ts';
 import { startMLServer, startTriton, writeSklearnModel, type OipServer } from '../support/oip-servers.ts';
 import { freePort } from '../support/ports.ts';
 import { waitFor } from '../support/process.ts';
@@ -213,18 +214,23 @@ describe('Triton on two replicas through the real network', () => {
   let a: Replica;
   let b: Replica;
   const driver = driverOf(TRITON);
-  const config = (versions: number[]) => JSON.stringify(echoConfig(versions, 1));
-  const registration = (version: string) => ({
+  /**
+   * A's registrations give the model's config (the registration's `config` option); B's server reads the
+   * config.pbtxt beside the versions (as the example's init container copies it from a ConfigMap).
+   */
+  const registration = (version: string, r: Replica) => ({
     fileName: `triton/echo/${version}/`,
     modelName: 'echo',
     version,
     files: filesOf(`triton/echo/${version}`, ECHO_FILES),
-    options: { config: config([Number(version)]) },
+    options: r === a ? { config: JSON.stringify(echoConfig([Number(version)], 1)) } : {},
   });
 
   beforeAll(async () => {
     a = await startReplica(network.peers[0]!, 'triton-a', startTriton, agentPort);
     b = await startReplica(network.peers[1]!, 'triton-b', startTriton, agentPort);
+    await mkdir(join(b.root, 'echo'));
+    await writeFile(join(b.root, 'echo/config.pbtxt'), ECHO_CONFIG_PBTXT);
   }, 300_000);
 
   it('registers version 1 on both: local hits on the preheated node, the data file from MinIO once for both, ready, inferred', async () => {
@@ -269,7 +275,7 @@ describe('Triton on two replicas through the real network', () => {
     );
 
     const progress: string[] = [];
-    const onA = await driverReplica(driver, a).register(registration('1'), {
+    const onA = await driverReplica(driver, a).register(registration('1', a), {
       progress: (m) => progress.push(m),
     });
     expect(onA).toEqual({ version: '1', localHit: true });
@@ -280,7 +286,7 @@ describe('Triton on two replicas through the real network', () => {
       smallCrossings: 0,
       downloads: 1,
     });
-    const onB = await driverReplica(driver, b).register(registration('1'), {});
+    const onB = await driverReplica(driver, b).register(registration('1', b), {});
     expect(onB).toEqual({ version: '1', localHit: false });
     // B's peer got the weights from the other peers: MinIO served them once in all, across both replicas.
     expectServed('triton/echo/1', afterA, { crossings: 0, smallCrossings: 1, downloads: 1 });
@@ -309,7 +315,7 @@ describe('Triton on two replicas through the real network', () => {
     let served = [0, 0, 0];
     for (const r of [a, b]) {
       const server = driverReplica(driver, r);
-      expect(await server.register(registration('2'), {})).toMatchObject({ version: '2' });
+      expect(await server.register(registration('2', r), {})).toMatchObject({ version: '2' });
       // Not preheated: A's peer fetched it from MinIO (the seed peer may have at the same moment), B's from the
       // peers, and only the files up to a piece from MinIO again.
       served =
