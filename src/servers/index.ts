@@ -1,9 +1,10 @@
 /**
- * The model servers the operator knows. A new kind is a folder beside `torchserve/` with a
+ * The model servers the operator knows. A new kind is a folder beside `torchserve/` and `oip/` with a
  * {@link ModelServerDriver}, added here; the controllers know only the driver interface.
  */
 import type { Dispatcher } from 'undici';
 import { ModelServerDrivers } from './driver.ts';
+import { MLSERVER, OipDriver, TRITON } from './oip/driver.ts';
 import { TorchServeDriver } from './torchserve/driver.ts';
 import type { SecretValue } from './torchserve/replica-clients.ts';
 
@@ -16,7 +17,11 @@ export interface DriverOptions {
   dispatcher?: Dispatcher | undefined;
 }
 
-/** Every driver, TorchServe the default (the ServedModel spec names no other kind yet). */
+/** Every driver, TorchServe the default; Triton and MLServer place directories through the agent (oip/). */
 export function modelServerDrivers(opts: DriverOptions): ModelServerDrivers {
-  return new ModelServerDrivers([new TorchServeDriver(opts)]);
+  return new ModelServerDrivers([
+    new TorchServeDriver(opts),
+    new OipDriver(TRITON, opts),
+    new OipDriver(MLSERVER, opts),
+  ]);
 }
