@@ -27,6 +27,7 @@ import {
   pathsByURL,
 } from '../../src/controllers/modelpreheat/directory.ts';
 import { describeFailure } from '../../src/controllers/modelpreheat/failures.ts';
+import { ModelDirectories } from '../../src/controllers/servedmodel/files.ts';
 import { planObjects } from '../../src/controllers/modelpreheat/request.ts';
 import type { ManagerJob } from '../../src/manager/types.ts';
 import { layoutRefusal } from '../../src/servers/driver.ts';
@@ -304,6 +305,47 @@ describe('a directory in jobs', () => {
     const other = files(3).map((f, i) => (i === 2 ? { ...f, size: 11 } : f));
     expect(listingDigest(other)).not.toBe(first.digest);
     expect(listingDigest(files(3))).toBe(first.digest);
+  });
+});
+
+describe("a ServedModel's listing (spec.files)", () => {
+  const sm = (generation: number) =>
+    ({ metadata: { namespace: 'ns', name: 'llama', uid: 'u', generation } }) as never;
+  const spec = ServedModelSpec.parse({
+    modelName: 'llama',
+    modelServer: { endpoints: ['http://198.18.0.1:8081'] },
+    files: { prefix: 'models/big/' },
+    preheat: { create: true, objectStorage: LOCATION },
+  });
+  const b64 = (v: string) => Buffer.from(v).toString('base64');
+
+  it("is made once per generation, and once more when the preheat's listing differs", async () => {
+    let listed = files(3);
+    let lists = 0;
+    const dirs = new ModelDirectories({
+      secretData: async () => ({ access_key: b64('AK'), secret_key: b64('SK') }),
+      lister: async () => {
+        lists++;
+        return listed.map((f) => ({ key: f.key, size: f.size }));
+      },
+    });
+    const first = await dirs.of('ns/llama', sm(1), spec, undefined);
+    expect(first).toMatchObject({ ok: true, count: 3, digest: listingDigest(files(3)) });
+    await dirs.of('ns/llama', sm(1), spec, undefined);
+    expect(lists).toBe(1);
+    // The owned preheat listed after a fourth file arrived: this listing is made again, once.
+    listed = files(4);
+    const preheat = (digest: string) =>
+      ({ metadata: { generation: 1 }, status: { files: { generation: 1, digest } } }) as never;
+    const again = await dirs.of('ns/llama', sm(1), spec, preheat(listingDigest(files(4))));
+    expect(again).toMatchObject({ ok: true, count: 4 });
+    expect(lists).toBe(2);
+    await dirs.of('ns/llama', sm(1), spec, preheat(listingDigest(files(4))));
+    await dirs.of('ns/llama', sm(1), spec, preheat('0000000000000000'));
+    await dirs.of('ns/llama', sm(1), spec, preheat('0000000000000000'));
+    expect(lists).toBe(3);
+    await dirs.of('ns/llama', sm(2), spec, undefined);
+    expect(lists).toBe(4);
   });
 });
 
