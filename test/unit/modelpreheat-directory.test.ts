@@ -27,7 +27,9 @@ import {
   pathsByURL,
 } from '../../src/controllers/modelpreheat/directory.ts';
 import { describeFailure } from '../../src/controllers/modelpreheat/failures.ts';
-import { ModelDirectories } from '../../src/controllers/servedmodel/files.ts';
+import { ModelDirectories, modelFiles } from '../../src/controllers/servedmodel/files.ts';
+import { ModelVersionSpecSchema } from '../../src/agent/spec.ts';
+import { effectiveFilter } from '../../src/storage/objecturl.ts';
 import { planObjects } from '../../src/controllers/modelpreheat/request.ts';
 import type { ManagerJob } from '../../src/manager/types.ts';
 import { layoutRefusal } from '../../src/servers/driver.ts';
@@ -318,6 +320,20 @@ describe("a ServedModel's listing (spec.files)", () => {
     preheat: { create: true, objectStorage: LOCATION },
   });
   const b64 = (v: string) => Buffer.from(v).toString('base64');
+
+  it("gives what the agent's PUT /v1/models/{name} takes (with the version), without any credential", () => {
+    const chosen = selectFiles(
+      { prefix: 'models/big/' },
+      files(2).map((f) => ({ key: f.key, size: f.size })),
+    );
+    const body = { ...modelFiles(spec, undefined, chosen), version: '1' };
+    const parsed = ModelVersionSpecSchema.safeParse(body);
+    expect(parsed.success, JSON.stringify(parsed.error?.issues)).toBe(true);
+    expect(parsed.data!.files.map((f) => [f.path, f.key])).toEqual(files(2).map((f) => [f.path, f.key]));
+    // The preheat's filter: the location's default (s3) since neither names one.
+    expect(parsed.data!.filter).toEqual(effectiveFilter({ type: 's3' }));
+    expect(JSON.stringify(body)).not.toMatch(/credentialsSecretRef|secret/i);
+  });
 
   it("is made once per generation, and once more when the preheat's listing differs", async () => {
     let listed = files(3);
