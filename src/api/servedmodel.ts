@@ -22,6 +22,18 @@ import { ObjectKey } from './objectkey.ts';
 import { ObjectStorageLocation } from './objectstorage.ts';
 import { CacheStatus, PREHEAT_SCOPES, PeerDaemonVersion } from './modelpreheat.ts';
 
+/** The drivers of the operator's that place models through the peerload agent (src/servers). */
+export const AGENT_DRIVERS = ['triton', 'mlserver'] as const;
+
+export const AgentRef = z.object({
+  port: z.int().min(1).max(65535).meta({ description: "The agent's port on each replica's address." }),
+  scheme: z.enum(['http', 'https']).default('http').meta({ description: 'Scheme toward the agent.' }),
+  tokenSecretRef: SecretKeyRef.meta({
+    description:
+      "The agent's token (what it reads from --token-file); `{pod}` in key stands for the pod name.",
+  }),
+});
+
 export const ModelServer = withRules(
   z.object({
     service: z
@@ -61,8 +73,30 @@ export const ModelServer = withRules(
       description:
         'Model server token: the management key, or a key_file.json (then the API key is used to renew expired keys).',
     }),
+    driver: z
+      .string()
+      .max(63)
+      .regex(/^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/, 'must be a driver name (lower-case letters, digits, -)')
+      .default('torchserve')
+      .meta({
+        description:
+          'Which model server the replicas run: torchserve (archives, through the endpoint plugin), triton or mlserver (directories placed by the peerload agent, then loaded through the Open Inference Protocol repository API). A name the operator has no driver for is Stalled (UnknownDriver).',
+      }),
+    agent: AgentRef.optional().meta({
+      description:
+        "The peerload agent beside each replica, for drivers that load directories (triton, mlserver): reached on the replica's address at this port.",
+    }),
   }),
   [
+    {
+      rule: "!(has(self.driver) && self.driver in ['triton', 'mlserver']) || has(self.agent)",
+      message:
+        'the triton and mlserver drivers load what the peerload agent placed: set agent (its port and token)',
+      fieldPath: '.agent',
+      reason: 'FieldValueRequired',
+      check: (m) =>
+        !(AGENT_DRIVERS as readonly string[]).includes(m.driver ?? 'torchserve') || m.agent !== undefined,
+    },
     {
       rule: '[has(self.service), has(self.endpoints)].filter(x, x).size() == 1',
       message: 'set exactly one of service and endpoints',
@@ -419,4 +453,27 @@ function ownedPreheatObjects(spec: ServedModelSpec): Record<string, unknown> {
   if (files.keys) return { keys: files.keys.map((k) => directoryOf(files.prefix) + k) };
   const { prefix, include, exclude, maxFiles, maxBytes } = files;
   return { prefix, include, exclude, maxFiles, maxBytes };
+}
+
+/** How a driver reaches one replica, as the spec says (the driver's `ReplicaAccess`). */
+export function replicaAccess(spec: ServedModelSpec) {
+  const ms = spec.modelServer;
+  return { pluginPath: ms.pluginPath, tokenSecretRef: ms.managementTokenSecretRef, agent: ms.agent };
+}
+
+/**
+ * Every address a static-endpoint spec makes the operator call with a credential: the endpoints, and with an agent
+ * the agents beside them (the same host at the agent's port), so the admin's host rules with ports hold for both.
+ */
+export function staticAddresses(spec: ServedModelSpec): string[] {
+  const endpoints = spec.modelServer.endpoints ?? [];
+  const agent = spec.modelServer.agent;
+  if (!agent) return [...endpoints];
+  const agents = endpoints.map((e) => {
+    const u = new URL(e);
+    u.protocol = `${agent.scheme ?? 'http'}:`;
+    u.port = String(agent.port);
+    return u.origin;
+  });
+  return [...endpoints, ...agents];
 }

@@ -161,6 +161,16 @@ export class ModelServerDrivers {
     this.defaultName = defaultName;
   }
 
+  /** The driver named `name`, or undefined when the operator has none of that name. */
+  find(name: string = this.defaultName): ModelServerDriver | undefined {
+    return this.byName.get(name);
+  }
+
+  /** The names of every driver. */
+  names(): string[] {
+    return [...this.byName.keys()];
+  }
+
   /** The driver named `name` (the default without one). */
   get(name: string = this.defaultName): ModelServerDriver {
     const d = this.byName.get(name);

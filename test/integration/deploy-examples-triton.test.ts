@@ -8,7 +8,7 @@
 import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
 import { afterAll, describe, expect, inject, it } from 'vitest';
-import { GVR } from '../../src/api/index.ts';
+import { GVR, ServedModelSpec } from '../../src/api/index.ts';
 import { KubeClient, type KubeObject } from '../../src/runtime/index.ts';
 import { kubeConfig, readManifests, REPO_ROOT } from '../support/kube.ts';
 import { gvrOf, kustomize, type Manifest } from '../support/runtime-deploy.ts';
@@ -123,6 +123,12 @@ describe('deploy/examples/triton', () => {
     expect(triton.ports).toContainEqual({ name: port.targetPort, containerPort: port.port });
     expect(one(base, 'Service').metadata.name).toBe(service.name);
     expect(servedModel.spec.files.prefix).toMatch(/\/$/);
+  });
+
+  it('servedmodel.yaml is accepted by the CRD, and by the operator\'s schema as it is', async () => {
+    expect(ServedModelSpec.safeParse(servedModel.spec).success).toBe(true);
+    const ns = await namespace('restricted');
+    expect(await apply([servedModel], ns, true)).toEqual([]);
   });
 
   it('is applied under Pod Security `restricted` with no warning, and its pod admitted', async () => {

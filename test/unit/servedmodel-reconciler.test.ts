@@ -168,7 +168,7 @@ function setup(opts: SetupOptions = {}) {
     spec: opts.spec ?? {
       modelName: 'resnet',
       fileName: 'models/resnet.mar',
-      modelServer: { endpoints: ENDPOINTS },
+      modelServer: { endpoints: ENDPOINTS, driver: 'fake' },
     },
   } as unknown as ServedModel);
   const driver = new FakeDriver(opts.layouts);
@@ -291,7 +291,7 @@ describe('ServedModelReconciler with a second (fake) model-server driver', () =>
 const DIRECTORY_SPEC = {
   modelName: 'llama',
   files: { prefix: 'models/llama', exclude: ['*.md'] },
-  modelServer: { endpoints: ENDPOINTS },
+  modelServer: { endpoints: ENDPOINTS, driver: 'fake' },
   preheat: {
     name: 'llama-preheat',
     objectStorage: {
@@ -406,6 +406,23 @@ describe('ServedModelReconciler with a model that is a directory (spec.files)', 
     );
     expect(t.driver.calls).toBe(0);
     expect(d.lists).toEqual([]);
+  });
+
+  it('a driver the operator does not have: Stalled (UnknownDriver) naming the field and the drivers it has', async () => {
+    const t = setup({
+      spec: {
+        modelName: 'resnet',
+        fileName: 'models/resnet.mar',
+        modelServer: { endpoints: ENDPOINTS, driver: 'tritonn' },
+      },
+    });
+    await t.pass();
+    const stalled = t.api.stored.status!.conditions!.find((c) => c.type === 'Stalled')!;
+    expect(stalled).toMatchObject({ status: 'True', reason: 'UnknownDriver' });
+    expect(stalled.message).toBe(
+      'spec.modelServer.driver: the operator has no model-server driver named tritonn; use one of fake',
+    );
+    expect(t.driver.calls).toBe(0);
   });
 
   it('more files than maxFiles: Stalled naming the field, listed once for the generation', async () => {

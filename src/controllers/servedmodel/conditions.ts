@@ -33,6 +33,8 @@ export const ServedModelReason = {
   NoFailures: 'NoFailures',
   /** A static spec.modelServer.endpoints host is not in the operator's --allowed-endpoint-hosts (src/policy/reach.ts). */
   EndpointNotAllowed: 'EndpointNotAllowed',
+  /** spec.modelServer.driver names no driver the operator has. */
+  UnknownDriver: 'UnknownDriver',
   /** The model server's driver does not load the model's layout (a directory for TorchServe). */
   ModelLayoutUnsupported: 'ModelLayoutUnsupported',
   /** spec.files: nothing under the prefix, more than the caps, or the list API failed. */
@@ -125,6 +127,11 @@ export function endpointNotAllowedConditions(message: string): ServedModelCondit
 /** The condition changes for a model the server's driver cannot load: nothing happens until the spec changes. */
 export function unsupportedModelConditions(message: string): ServedModelConditionChange[] {
   return stalledConditions(ServedModelReason.ModelLayoutUnsupported, message);
+}
+
+/** The condition changes for a spec.modelServer.driver the operator has no driver for. */
+export function unknownDriverConditions(message: string): ServedModelConditionChange[] {
+  return stalledConditions(ServedModelReason.UnknownDriver, message);
 }
 
 /** The condition changes for a directory without usable files (spec.files). */

@@ -10,6 +10,7 @@ import {
   type ServedModel,
   type ServedModelStatus,
   GVR,
+  replicaAccess,
 } from '../../api/index.ts';
 import type { Dispatcher } from 'undici';
 import type { ModelServerDrivers, Registered } from '../../servers/driver.ts';
@@ -79,15 +80,12 @@ export function createServedModelController(
     ctx,
     registrations,
     serverFor: (sm, spec, r) =>
-      drivers.get().replica(
+      drivers.get(spec.modelServer.driver).replica(
         {
           uid: sm.metadata.uid ?? `${sm.metadata.namespace}/${sm.metadata.name}`,
           namespace: sm.metadata.namespace!,
         },
-        {
-          pluginPath: spec.modelServer.pluginPath,
-          tokenSecretRef: spec.modelServer.managementTokenSecretRef,
-        },
+        replicaAccess(spec),
         r,
       ),
     writeStatus,

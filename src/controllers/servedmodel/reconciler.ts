@@ -14,6 +14,8 @@
 import {
   GVR,
   ServedModelSpec,
+  replicaAccess,
+  staticAddresses,
   type ModelPreheat,
   type ServedModel,
   type ServedModelStatus,
@@ -38,6 +40,7 @@ import {
   ServedModelCondition,
   directoryConditions,
   endpointNotAllowedConditions,
+  unknownDriverConditions,
   unsupportedModelConditions,
   invalidSpecConditions,
   withServedModelConditions,
@@ -138,9 +141,12 @@ export class ServedModelReconciler {
     const service = spec.modelServer.service?.name;
     const found = service ? deps.slices(cached.metadata.namespace!, service) : [];
     const discovery = discoverReplicas(spec, found);
+    // A driver the operator does not have: nothing can be asked of the replicas, deletion included.
+    const driver = deps.drivers.find(spec.modelServer.driver);
+    if (!driver) return this.unknownDriver(cached, spec, rc);
     if (isBeingDeleted(cached)) return deps.cleanUp(cached, spec, discovery.replicas, rc);
     // A model the server's driver cannot load (a directory for TorchServe): said before any replica is asked.
-    const refused = layoutRefusal(deps.drivers.get(), spec.files ? 'directory' : 'archive');
+    const refused = layoutRefusal(driver, spec.files ? 'directory' : 'archive');
     if (refused) return this.stalled(cached, refused, unsupportedModelConditions(refused), rc);
     // Status is written on the object as the finalizer patch left it (on the older one it would be a conflict),
     // and the guard above knows of the patch (the same test fails without it: the first pass adds the finalizer).
@@ -238,13 +244,20 @@ export class ServedModelReconciler {
   }
 
   /** Static endpoints outside the admin's --allowed-endpoint-hosts (policy/reach.ts) get no request at all. */
+  private unknownDriver(sm: Obj, spec: ServedModelSpec, rc: ReconcileContext): Promise<void> {
+    const message =
+      `spec.modelServer.driver: the operator has no model-server driver named ${spec.modelServer.driver}; ` +
+      `use one of ${this.deps.drivers.names().join(', ')}`;
+    return this.stalled(sm, message, unknownDriverConditions(message), rc);
+  }
+
   private mayReach(spec: ServedModelSpec): boolean {
     return this.reach(spec).allowed;
   }
 
   private reach(spec: ServedModelSpec) {
     const { config } = this.deps;
-    return endpointsReach(spec.modelServer.endpoints, 'spec.modelServer.endpoints', {
+    return endpointsReach(staticAddresses(spec), 'spec.modelServer.endpoints', {
       managerHosts: config.allowedManagerHosts ?? [],
       endpointHosts: config.allowedEndpointHosts ?? [],
     });
@@ -306,7 +319,7 @@ export class ServedModelReconciler {
     rc: ReconcileContext,
   ): Promise<ReplicaOutcome[]> {
     const { registrations, drivers } = this.deps;
-    const driver = drivers.get();
+    const driver = drivers.get(spec.modelServer.driver);
     const uid = sm.metadata.uid ?? key;
     const endpoints = new Set(discovery.replicas.map((r) => r.endpoint));
     registrations.prune(uid, endpoints, registrationVersion(goal));
@@ -316,10 +329,7 @@ export class ServedModelReconciler {
     if (gate.state === 'closed' && closed.length === replicas.length)
       return replicas.map((r) => waiting(r, previous.get(r.endpoint), gates.get(r.endpoint)!.message));
     const owner = { uid, namespace: sm.metadata.namespace! };
-    const access = {
-      pluginPath: spec.modelServer.pluginPath,
-      tokenSecretRef: spec.modelServer.managementTokenSecretRef,
-    };
+    const access = replicaAccess(spec);
     const step = (r: Replica, mayRegister: boolean): Promise<ReplicaOutcome> => {
       const g = gates.get(r.endpoint)!;
       if (!g.open) return Promise.resolve(waiting(r, previous.get(r.endpoint), g.message));
