@@ -125,7 +125,7 @@ describe('deploy/examples/triton', () => {
     expect(servedModel.spec.files.prefix).toMatch(/\/$/);
   });
 
-  it('servedmodel.yaml is accepted by the CRD, and by the operator\'s schema as it is', async () => {
+  it("servedmodel.yaml is accepted by the CRD, and by the operator's schema as it is", async () => {
     expect(ServedModelSpec.safeParse(servedModel.spec).success).toBe(true);
     const ns = await namespace('restricted');
     expect(await apply([servedModel], ns, true)).toEqual([]);
