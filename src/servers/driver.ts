@@ -27,7 +27,25 @@ export interface ReplicaAccess {
   pluginPath?: string | undefined;
   /** The Secret key holding the management credentials; `{pod}` in `key` stands for the pod name. */
   tokenSecretRef?: { name: string; key: string } | undefined;
+  /** The `peerload agent` beside the server, for drivers that place directories ({@link ModelFiles}). */
+  agent?: AgentAccess | undefined;
 }
+
+/** How a driver reaches a replica's `peerload agent`: on the replica's host, the token from a Secret. */
+export interface AgentAccess {
+  /** The agent's port on the replica's address (the pod's IP, as the server's). */
+  port: number;
+  /** Scheme toward the agent; default http. */
+  scheme?: 'http' | 'https' | undefined;
+  /** The Secret key holding the agent's token (`--token-file`); `{pod}` in `key` stands for the pod name. */
+  tokenSecretRef: { name: string; key: string };
+  /** The agent's `--root` as the model server's container mounts it, for servers that load a directory by its
+   *  path (vLLM); default {@link DEFAULT_MODEL_ROOT}. */
+  root?: string | undefined;
+}
+
+/** Where a model server's pod mounts the agent's model root when nothing says otherwise. */
+export const DEFAULT_MODEL_ROOT = '/models';
 
 /** One version of a model as a replica serves it. */
 export interface ModelVersion {
