@@ -343,17 +343,31 @@ describe('failures', () => {
     expect(noVersion?.message).toMatch(/needs a version/);
   });
 
-  it("an adapter named as vLLM's base model is refused", async () => {
-    const { server, driver } = replica();
-    const f = await failureOf(
-      server.register(
+  it("a name of vLLM's base model is the base model: its files are the ones fetched before start, nothing is placed", async () => {
+    const { server } = replica();
+    const reads = origin.stats.requests;
+    expect(
+      await server.register(
         { fileName: 'x', modelName: 'llama', version: 'v1', files: files('v1'), options: {} },
         call,
       ),
+    ).toEqual({ version: 'base-1' });
+    expect(origin.stats.requests).toBe(reads);
+    expect(await readdir(root)).toEqual([]);
+  });
+
+  it('an adapter registered without its files is terminal and says so', async () => {
+    const { server, driver } = replica();
+    await server.register(
+      { fileName: 'x', modelName: 'sql', version: 'v1', files: files('v1'), options: {} },
+      call,
+    );
+    const f = await failureOf(
+      server.register({ fileName: 'x', modelName: 'sql', options: {} }, call),
       driver,
     );
     expect(f).toMatchObject({ kind: 'terminal' });
-    expect(f?.message).toMatch(/base model/);
+    expect(f?.message).toMatch(/sql is an adapter of llama: give its files/);
   });
 
   it('a wrong agent token or API key is an auth failure that never shows the credential', async () => {

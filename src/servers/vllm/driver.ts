@@ -50,6 +50,8 @@ const ONE_WORKER: Workers = { min: 1, max: 1 };
 
 export class VllmDriver implements ModelServerDriver {
   readonly name = VLLM;
+  /** Adapters are directories the agent places; a base model's directory is the one `peerload fetch` placed. */
+  readonly layouts = ['directory'] as const;
   private readonly opts: VllmDriverOptions;
   private readonly dispatcher: Dispatcher;
   /** By owner uid, then replica endpoint, then model: the worker counts last asked for. */
@@ -139,8 +141,19 @@ export class VllmReplica implements ReplicaServer {
   }
 
   async register(reg: Registration, call: RegisterCall): Promise<Registered> {
-    if (!reg.files) return this.baseModel(reg.modelName, call);
     const name = reg.modelName;
+    const cards = await this.vllm.models(call);
+    const current = cards.find((c) => c.id === name);
+    // The base model: its files (when given) are what `peerload fetch` placed before the server started.
+    if (current && !current.parent) return { version: versionOf(current) };
+    if (!reg.files)
+      throw current
+        ? this.problem(
+            `serve ${name}`,
+            'terminal',
+            `${name} is an adapter of ${current.parent}: give its files, so the agent places it and the driver loads it`,
+          )
+        : this.notServed(name, cards);
     if (!this.agent)
       throw this.problem(
         `load ${name}`,
@@ -157,12 +170,6 @@ export class VllmReplica implements ReplicaServer {
     if (call.stopping?.aborted) throw new Error(`loading ${name} stopped: the ServedModel is being deleted`);
     const path = posix.join(this.root, placed.directory, reg.version);
     const card = await this.card(name, call);
-    if (card && !card.parent)
-      throw this.problem(
-        `load ${name}`,
-        'terminal',
-        `${name} is the name of vLLM's base model: give the adapter another name`,
-      );
     if (card?.root !== path) {
       call.progress?.(`loading adapter ${name} ${reg.version} from ${path}`);
       try {
@@ -196,23 +203,14 @@ export class VllmReplica implements ReplicaServer {
     this.counts.delete(model);
   }
 
-  /** The base model: nothing to load, the server started with it. */
-  private async baseModel(name: string, call: Call): Promise<Registered> {
-    const cards = await this.vllm.models(call);
-    const card = cards.find((c) => c.id === name);
-    if (!card)
-      throw this.problem(
-        `serve ${name}`,
-        'notFound',
-        `vLLM serves no model named ${name} (it serves ${cards.map((c) => c.id).join(', ') || 'none'}): a base model is the one vLLM starts with (--model, --served-model-name), an adapter needs its files`,
-      );
-    if (card.parent)
-      throw this.problem(
-        `serve ${name}`,
-        'terminal',
-        `${name} is an adapter of ${card.parent}: give its files, so the agent places it and the driver loads it`,
-      );
-    return { version: versionOf(card) };
+  /** A name vLLM does not serve, registered without files: neither its base model nor an adapter to load. */
+  private notServed(name: string, cards: ModelCard[]): VllmError {
+    const served = cards.map((c) => c.id).join(', ') || 'none';
+    return this.problem(
+      `serve ${name}`,
+      'notFound',
+      `vLLM serves no model named ${name} (it serves ${served}): a base model is the one vLLM starts with (--served-model-name), an adapter needs its files`,
+    );
   }
 
   private async card(model: string, call: Call): Promise<ModelCard | undefined> {
