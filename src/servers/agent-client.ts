@@ -200,7 +200,8 @@ export class AgentClient {
   }
 }
 
-function allLocal(v: AgentVersion): boolean | undefined {
+/** Every file a local hit of the node's peer; undefined without file detail. */
+export function allLocal(v: AgentVersion): boolean | undefined {
   const files = v.files ?? [];
   if (files.length === 0) return undefined;
   return files.every((f) => f.localHit === true);

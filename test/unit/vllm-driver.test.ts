@@ -356,6 +356,29 @@ describe('failures', () => {
     expect(await readdir(root)).toEqual([]);
   });
 
+  it('says whether the base model was a local hit when fetched, from the record the agent reads', async () => {
+    // What `peerload fetch` leaves: the version in place and its record (the agent places it the same way).
+    peer.reset(); // a peer that holds nothing yet: every file comes from the origin
+    const base = (v: string) => ({ ...files(v), directory: 'llama' });
+    await fetch(`${agent.url}/v1/models/llama`, {
+      method: 'PUT',
+      headers: { authorization: `Bearer ${AGENT_TOKEN}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ ...base('v1'), version: 'base-1' }),
+    });
+    await agent.idle();
+    const { server } = replica();
+    const got = await server.register({ fileName: 'x', modelName: 'llama', options: {} }, call);
+    expect(got).toEqual({ version: 'base-1', localHit: false }); // the emulated peer fetched it from the origin
+    expect(
+      (
+        await replica({ agent: undefined }).server.register(
+          { fileName: 'x', modelName: 'llama', options: {} },
+          call,
+        )
+      ).localHit,
+    ).toBeUndefined();
+  });
+
   it('an adapter registered without its files is terminal and says so', async () => {
     const { server, driver } = replica();
     await server.register(

@@ -13,7 +13,7 @@
  */
 import { posix } from 'node:path';
 import { Agent, type Dispatcher } from 'undici';
-import { AgentClient, AgentError } from '../agent-client.ts';
+import { AgentClient, AgentError, allLocal } from '../agent-client.ts';
 import {
   DEFAULT_MODEL_ROOT,
   type Call,
@@ -145,7 +145,10 @@ export class VllmReplica implements ReplicaServer {
     const cards = await this.vllm.models(call);
     const current = cards.find((c) => c.id === name);
     // The base model: its files (when given) are what `peerload fetch` placed before the server started.
-    if (current && !current.parent) return { version: versionOf(current) };
+    if (current && !current.parent) {
+      const version = versionOf(current);
+      return { version, localHit: await this.fetchedLocally(name, version, call) };
+    }
     if (!reg.files)
       throw current
         ? this.problem(
@@ -211,6 +214,21 @@ export class VllmReplica implements ReplicaServer {
       'notFound',
       `vLLM serves no model named ${name} (it serves ${served}): a base model is the one vLLM starts with (--served-model-name), an adapter needs its files`,
     );
+  }
+
+  /**
+   * Whether every file of the base model was a local hit of the node's peer when `peerload fetch` placed it: the
+   * agent beside the server reads the record fetch left. Undefined without an agent or a record, and when the agent
+   * does not answer: the base model is served either way, this is only what status says about its download.
+   */
+  private async fetchedLocally(name: string, version: string, call: Call): Promise<boolean | undefined> {
+    if (!this.agent) return undefined;
+    try {
+      const placed = (await this.agent.versions(name, call)).find((v) => v.version === version);
+      return placed && allLocal(placed);
+    } catch {
+      return undefined;
+    }
   }
 
   private async card(model: string, call: Call): Promise<ModelCard | undefined> {
