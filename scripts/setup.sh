@@ -6,8 +6,9 @@
 #                                        MinIO, TorchServe and the plugin jar (its JUnit suite is `npm test`'s job)
 #   scripts/setup.sh --demo --real-p2p   the same plus the real Dragonfly network (`npm run demo -- --real-p2p`)
 #   scripts/setup.sh --demo --no-torchserve   without TorchServe and the plugin (`npm run demo -- --no-torchserve`)
-#   scripts/setup.sh --all               everything `npm test` needs: the above, the real Dragonfly network, the
-#                                        image tools and bases (the plugin's JUnit suite is scripts/test.sh's)
+#   scripts/setup.sh --all               everything `npm test` needs: the above, the real Dragonfly network, Triton
+#                                        and MLServer, the image tools and bases (the plugin's JUnit suite is
+#                                        scripts/test.sh's)
 # Independent steps run side by side (most are downloads or one-core-bound phases); a failed step is named at the
 # end, with its script, and the set-up exits non-zero.
 source "$(dirname "$0")/lib.sh"
@@ -79,6 +80,10 @@ wait_lanes() {
 then_=$([[ $mode == demo ]] && echo "the demo" || echo "the tests")
 dragonfly() { step "the real Dragonfly network" "$then_" setup-dragonfly.sh; }
 torchserve() { step "TorchServe" "$then_" setup-torchserve.sh; }
+oip_servers() { # the e2e tests' Triton and MLServer (pip, each in its own cached venv)
+  step "Triton" "MLServer" setup-triton.sh
+  step "MLServer" "$then_" setup-mlserver.sh
+}
 minio() { step "MinIO" "$then_" setup-minio.sh; }
 control_plane() { step "the control plane" "$then_" setup-control-plane.sh; }
 # The jar without JUnit: the demo does not run it, and `npm test` runs it right after the set-up (scripts/test.sh).
@@ -120,6 +125,7 @@ case $mode in
     lane "the real Dragonfly network" dragonfly
     lane "the control plane and the health tools" tools
     lane "TorchServe" torchserve
+    lane "Triton and MLServer" oip_servers
     lane "MinIO, the plugin and the image tools" minio_then_e2e
     wait_lanes
     ;;

@@ -126,15 +126,34 @@ export interface ReplicaServer {
   unregisterAll(model: string, call: Call): Promise<void>;
 }
 
+/** How a model reaches a server: one archive object (`fileName`), or a directory of files (`files`). */
+export type ModelLayout = 'archive' | 'directory';
+
 export interface ModelServerDriver {
   /** The name it is registered under. */
   readonly name: string;
+  /**
+   * The layouts its servers load (absent: `archive` only). A ServedModel whose layout the driver does not load is
+   * Stalled with {@link layoutRefusal}'s words, before any replica is asked.
+   */
+  readonly layouts?: readonly ModelLayout[] | undefined;
+  /** Why a layout it does not load is refused, in the server's own terms (default: {@link layoutRefusal}'s). */
+  refuseLayout?(layout: ModelLayout): string;
   /** A client of one replica. Per-replica state it keeps (token sources) lives until {@link prune}. */
   replica(owner: ReplicaOwner, access: ReplicaAccess, replica: ReplicaRef): ReplicaServer;
   /** Drops per-replica state of `uid` whose endpoint is not in `keep` (all of it without `keep`). */
   prune(uid: string, keep?: ReadonlySet<string>): void;
   /** How an error of one of its replicas' calls reads; undefined for an error that is not the server's. */
   failure(err: unknown): Failure | undefined;
+}
+
+/** Why `driver` cannot serve a model of `layout`, or undefined when it can. */
+export function layoutRefusal(driver: ModelServerDriver, layout: ModelLayout): string | undefined {
+  if ((driver.layouts ?? ['archive']).includes(layout)) return undefined;
+  if (driver.refuseLayout) return driver.refuseLayout(layout);
+  return layout === 'directory'
+    ? `the ${driver.name} model server loads one archive, not a directory: set spec.fileName instead of spec.files`
+    : `the ${driver.name} model server loads a directory, not one archive: set spec.files instead of spec.fileName`;
 }
 
 /** The drivers the operator knows, by name, with the one used when nothing names another. */

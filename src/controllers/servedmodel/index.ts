@@ -25,6 +25,7 @@ import { operatorMetrics } from '../metrics.ts';
 import { SecretReader } from '../secrets.ts';
 import { statusWriter } from '../status.ts';
 import { servedModelCleanup } from './cleanup.ts';
+import { ModelDirectories } from './files.ts';
 import { ReplicaGates } from './gates.ts';
 import { NodeAddresses } from './node-addresses.ts';
 import { preheatNameOf } from './preheat.ts';
@@ -66,6 +67,7 @@ export function createServedModelController(
     });
   const registrations = new RegistrationRunner<Registered>({
     global: ctx.config.maxConcurrentRegistrations,
+    perNamespace: ctx.config.maxRegistrationsPerNamespace,
     // Registrations start in reconciles, so the controller exists by the time one reports.
     onChange: (owner) => controller.enqueue(owner),
   });
@@ -104,6 +106,9 @@ export function createServedModelController(
       nodeAddresses: new NodeAddresses(ctx.kube),
       batchWindowMs: opts.targetBatchWindowMs ?? TARGET_BATCH_WINDOW_MS,
     }),
+    directories: new ModelDirectories({
+      secretData: (namespace, name, signal) => secrets.data(namespace, name, signal),
+    }),
     drivers,
     registrations,
     writeStatus,
@@ -118,6 +123,7 @@ export function createServedModelController(
       for: models,
       reconcile: (key, rc) => reconciler.reconcile(key, rc),
       workers: ctx.config.workers,
+      maxWorkersPerNamespace: ctx.config.maxWorkersPerNamespace,
       predicate: specChanged,
       onStop: () => registrations.stop(),
       watches,
