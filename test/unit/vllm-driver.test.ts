@@ -340,7 +340,7 @@ describe('failures', () => {
       withAgent.server.register({ fileName: 'x', modelName: 'sql', files: files('v1'), options: {} }, call),
       withAgent.driver,
     );
-    expect(noVersion?.message).toMatch(/needs a version/);
+    expect(noVersion?.message).toMatch(/needs its version \(spec.version\)/);
   });
 
   it("a name of vLLM's base model is the base model: its files are the ones fetched before start, nothing is placed", async () => {

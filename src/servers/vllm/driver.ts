@@ -167,7 +167,7 @@ export class VllmReplica implements ReplicaServer {
       throw this.problem(
         `load ${name}`,
         'terminal',
-        'a LoRA adapter needs a version: the agent places it in <root>/<name>/<version>',
+        'a LoRA adapter needs its version (spec.version): the agent places it in <root>/<name>/<version>',
       );
     const placed = await this.agent.place(name, reg.version, reg.files, call);
     if (call.stopping?.aborted) throw new Error(`loading ${name} stopped: the ServedModel is being deleted`);
