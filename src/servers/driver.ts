@@ -39,7 +39,13 @@ export interface AgentAccess {
   scheme?: 'http' | 'https' | undefined;
   /** The Secret key holding the agent's token (`--token-file`); `{pod}` in `key` stands for the pod name. */
   tokenSecretRef: { name: string; key: string };
+  /** The agent's `--root` as the model server's container mounts it, for servers that load a directory by its
+   *  path (vLLM); default {@link DEFAULT_MODEL_ROOT}. */
+  root?: string | undefined;
 }
+
+/** Where a model server's pod mounts the agent's model root when nothing says otherwise. */
+export const DEFAULT_MODEL_ROOT = '/models';
 
 /** One version of a model as a replica serves it. */
 export interface ModelVersion {
