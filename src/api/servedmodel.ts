@@ -32,6 +32,15 @@ export const AgentRef = z.object({
     description:
       "The agent's token (what it reads from --token-file); `{pod}` in key stands for the pod name.",
   }),
+  root: z
+    .string()
+    .max(1024)
+    .regex(/^\/[^\0]*$/, 'must be an absolute path')
+    .optional()
+    .meta({
+      description:
+        "Where the model server's container mounts the agent's --root, for servers told a directory's path (vllm); default /models.",
+    }),
 });
 
 export const ModelServer = withRules(
@@ -80,7 +89,7 @@ export const ModelServer = withRules(
       .default('torchserve')
       .meta({
         description:
-          'Which model server the replicas run: torchserve (archives, through the endpoint plugin), triton or mlserver (directories placed by the peerload agent, then loaded through the Open Inference Protocol repository API). A name the operator has no driver for is Stalled (UnknownDriver).',
+          'Which model server the replicas run: torchserve (archives, through the endpoint plugin), triton or mlserver (directories placed by the peerload agent, then loaded through the Open Inference Protocol repository API), vllm (LoRA adapters placed by the agent and loaded at run time; a base model is only checked ready). A name the operator has no driver for is Stalled (UnknownDriver).',
       }),
     agent: AgentRef.optional().meta({
       description:

@@ -7,7 +7,7 @@ import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, inject, it } from 'vitest';
-import { GVR } from '../../src/api/index.ts';
+import { GVR, ServedModelSpec } from '../../src/api/index.ts';
 import { KubeClient, type KubeObject } from '../../src/runtime/index.ts';
 import { createNamespace, kubeConfig, readManifests, REPO_ROOT, waitFor } from '../support/kube.ts';
 import { gvrOf, kustomize, type Manifest } from '../support/runtime-deploy.ts';
@@ -424,6 +424,32 @@ describe('deploy/examples/vllm', () => {
       spec: pod,
     } as Manifest;
     expect(await applyAll([podManifest], ns)).toEqual([]);
+  });
+
+  it('servedmodel-adapter.yaml names this Service, the agent and the API key, and the CRD accepts it', async () => {
+    const [sm] = readManifests(join(REPO_ROOT, 'deploy/examples/vllm/servedmodel-adapter.yaml')) as any[];
+    expect(ServedModelSpec.safeParse(sm.spec).success).toBe(true);
+    const { driver, service, agent, managementTokenSecretRef } = sm.spec.modelServer;
+    expect(driver).toBe('vllm');
+    expect(service.name).toBe(one(vllm, 'Service').metadata.name);
+    expect(agent.port).toBe(8095);
+    expect(agent.root).toBe(DEFAULT_MODEL_ROOT);
+    expect(agent.tokenSecretRef.name).toBe('vllm-agent-token');
+    expect(one(vllm, 'Secret', managementTokenSecretRef.name).stringData).toHaveProperty(
+      managementTokenSecretRef.key,
+    );
+    const ns = await createNamespace(kc, 'example-vllm-sm');
+    const r = await kube.resource(GVR.servedModels).patch(
+      ns,
+      sm.metadata.name,
+      { ...sm, metadata: { ...sm.metadata, namespace: ns } },
+      {
+        type: 'apply',
+        fieldManager: 'peerload-tests',
+        dryRun: true,
+      },
+    );
+    expect(r.metadata.name).toBe('sql-adapter');
   });
 });
 
