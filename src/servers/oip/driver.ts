@@ -19,9 +19,9 @@ import type {
 } from '../driver.ts';
 import { sharedModelServerAgent } from '../torchserve/agent.ts';
 import type { SecretValue } from '../torchserve/replica-clients.ts';
-import { AgentClient } from './agent.ts';
+import { AgentClient, AgentError } from '../agent-client.ts';
 import { OipClient } from './client.ts';
-import { OipError, agentKind, serverKind } from './errors.ts';
+import { OipError, serverKind } from './errors.ts';
 import { Endpoint } from './http.ts';
 import { MLServerReplica } from './mlserver.ts';
 import { TritonReplica } from './triton.ts';
@@ -66,15 +66,12 @@ export class OipDriver implements ModelServerDriver {
     let agent: AgentClient | undefined;
     if (access.agent) {
       const url = new URL(replica.endpoint);
-      const base = `${access.agent.scheme ?? 'http'}://${url.hostname}:${access.agent.port}`;
-      const endpoint = new Endpoint({
-        baseURL: base,
-        role: 'agent',
+      agent = new AgentClient({
+        baseURL: `${access.agent.scheme ?? 'http'}://${url.hostname}:${access.agent.port}`,
         dispatcher,
-        token: tokenOf(access.agent.tokenSecretRef),
-        kind: agentKind,
+        token: tokenOf(access.agent.tokenSecretRef)!,
+        pollMs: this.opts.placePollMs,
       });
-      agent = new AgentClient(endpoint, this.opts.placePollMs);
     }
     const client = new OipClient(server);
     return this.name === TRITON ? new TritonReplica(client, agent) : new MLServerReplica(client, agent);
@@ -89,7 +86,7 @@ export class OipDriver implements ModelServerDriver {
   prune(): void {}
 
   failure(err: unknown): Failure | undefined {
-    if (!(err instanceof OipError)) return undefined;
+    if (!(err instanceof OipError || err instanceof AgentError)) return undefined;
     return { kind: err.kind, retryable: err.retryable, message: err.message };
   }
 }

@@ -46,11 +46,6 @@ export function serverKind(status: number, message: string): HttpErrorKind {
   return kindForStatus(status);
 }
 
-/** The agent's status as a kind: 403 is a wrong token. */
-export function agentKind(status: number): HttpErrorKind {
-  return status === 403 ? 'auth' : kindForStatus(status);
-}
-
 /** The `error` of an OIP error body (`{"error": "..."}`) or of the agent's (`{"error": {"reason", "message"}}`). */
 export function errorFields(text: string): { message: string; reason?: string | undefined } {
   try {

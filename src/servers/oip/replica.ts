@@ -5,7 +5,7 @@
  * dropped.
  */
 import type { Call, ModelVersion, RegisterCall, Registered, Registration, ReplicaServer } from '../driver.ts';
-import type { AgentClient } from './agent.ts';
+import type { AgentClient } from '../agent-client.ts';
 import type { IndexEntry, OipClient } from './client.ts';
 import { OipError } from './errors.ts';
 import { newest } from './triton-config.ts';
