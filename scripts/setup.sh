@@ -3,7 +3,8 @@
 #   scripts/setup.sh                     node packages + control plane and the tools that read health and metrics
 #                                        (enough for unit and integration tests)
 #   scripts/setup.sh --demo              what `npm run demo` runs, and nothing more: node packages, the control plane,
-#                                        MinIO, TorchServe and the plugin jar (its JUnit suite is `npm test`'s job)
+#                                        TorchServe and the plugin jar (its JUnit suite is `npm test`'s job); its
+#                                        object storage is Azurite, a node package
 #   scripts/setup.sh --demo --real-p2p   the same plus the real Dragonfly network (`npm run demo -- --real-p2p`)
 #   scripts/setup.sh --demo --no-torchserve   without TorchServe and the plugin (`npm run demo -- --no-torchserve`)
 #   scripts/setup.sh --all               everything `npm test` needs: the above, the real Dragonfly network, the
@@ -79,7 +80,6 @@ wait_lanes() {
 then_=$([[ $mode == demo ]] && echo "the demo" || echo "the tests")
 dragonfly() { step "the real Dragonfly network" "$then_" setup-dragonfly.sh; }
 torchserve() { step "TorchServe" "$then_" setup-torchserve.sh; }
-minio() { step "MinIO" "$then_" setup-minio.sh; }
 control_plane() { step "the control plane" "$then_" setup-control-plane.sh; }
 # The jar without JUnit: the demo does not run it, and `npm test` runs it right after the set-up (scripts/test.sh).
 plugin_jar() { PEERLOAD_SKIP_PLUGIN_TESTS=1 step "the plugin jar" "${1:-$then_}" build-plugin.sh; }
@@ -105,14 +105,14 @@ case $mode in
     tools
     ;;
   demo)
-    # The control plane's and MinIO's Go builds beside TorchServe's pip install and the plugin's Maven build.
+    # The longest builds start first: the real network's Rust peer daemon when asked for, then the control plane's
+    # Go build (kube-apiserver and etcd in one), beside TorchServe's pip install and the plugin's Maven build.
+    (( real_p2p )) && lane "the real Dragonfly network" dragonfly
     lane "the control plane" control_plane
-    lane "MinIO" minio
     if (( torchserve )); then
       lane "TorchServe" torchserve
       lane "the plugin jar" plugin_jar
     fi
-    (( real_p2p )) && lane "the real Dragonfly network" dragonfly
     wait_lanes
     ;;
   all)
