@@ -3,7 +3,8 @@
 #   scripts/setup.sh                     node packages + control plane and the tools that read health and metrics
 #                                        (enough for unit and integration tests)
 #   scripts/setup.sh --demo              what `npm run demo` runs, and nothing more: node packages, the control plane,
-#                                        MinIO, TorchServe and the plugin jar (its JUnit suite is `npm test`'s job)
+#                                        TorchServe and the plugin jar (its JUnit suite is `npm test`'s job); its
+#                                        object storage is Azurite, a node package
 #   scripts/setup.sh --demo --real-p2p   the same plus the real Dragonfly network (`npm run demo -- --real-p2p`)
 #   scripts/setup.sh --demo --no-torchserve   without TorchServe and the plugin (`npm run demo -- --no-torchserve`)
 #   scripts/setup.sh --all               everything `npm test` needs: the above, the real Dragonfly network, Triton
@@ -84,7 +85,6 @@ oip_servers() { # the e2e tests' Triton and MLServer (pip, each in its own cache
   step "Triton" "MLServer" setup-triton.sh
   step "MLServer" "$then_" setup-mlserver.sh
 }
-minio() { step "MinIO" "$then_" setup-minio.sh; }
 control_plane() { step "the control plane" "$then_" setup-control-plane.sh; }
 # The jar without JUnit: the demo does not run it, and `npm test` runs it right after the set-up (scripts/test.sh).
 plugin_jar() { PEERLOAD_SKIP_PLUGIN_TESTS=1 step "the plugin jar" "${1:-$then_}" build-plugin.sh; }
@@ -110,14 +110,14 @@ case $mode in
     tools
     ;;
   demo)
-    # The control plane's and MinIO's Go builds beside TorchServe's pip install and the plugin's Maven build.
+    # The longest builds start first: the real network's Rust peer daemon when asked for, then the control plane's
+    # Go build (kube-apiserver and etcd in one), beside TorchServe's pip install and the plugin's Maven build.
+    (( real_p2p )) && lane "the real Dragonfly network" dragonfly
     lane "the control plane" control_plane
-    lane "MinIO" minio
     if (( torchserve )); then
       lane "TorchServe" torchserve
       lane "the plugin jar" plugin_jar
     fi
-    (( real_p2p )) && lane "the real Dragonfly network" dragonfly
     wait_lanes
     ;;
   all)
