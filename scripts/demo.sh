@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `npm run demo`: the main job on a local default. Sets up only what the demo runs (scripts/setup.sh --demo: the
-# control plane, MinIO, TorchServe, the plugin jar; with --real-p2p also the real Dragonfly network, with
+# control plane, TorchServe, the plugin jar; with --real-p2p also the real Dragonfly network, with
 # --no-torchserve neither TorchServe nor the plugin), then runs scripts/demo.ts.
 source "$(dirname "$0")/lib.sh"
 cd "$REPO_ROOT"

@@ -2,7 +2,7 @@
  * The main job on a local default (`npm run demo`): everything on loopback, nothing faked in peerload itself.
  *
  *   real kube-apiserver + etcd ── the CRDs ── `peerload operator` (a child process, the real CLI)
- *   MinIO (S3, verifies signatures) holding a small model archive
+ *   Azurite (Azure Blob Storage, npm; verifies SAS signatures) holding a small model archive
  *   the P2P network: emulators (a manager, a seed peer, and a node peer that asks the seed peer before the
  *   origin), or with `--real-p2p` the real Dragonfly network built from source (test/support/dragonfly.ts:
  *   manager and scheduler v2.5.1, dfdaemon 1.4.2 as seed peer and node peer, MariaDB, Redis)
@@ -20,16 +20,17 @@ import { parseArgs } from 'node:util';
 import { startControlPlane } from '../test/support/controlplane.ts';
 import { createNamespace, installCRDs, kubeConfig, REPO_ROOT, waitFor } from '../test/support/kube.ts';
 import { startCountingProxy } from '../test/support/counting-proxy.ts';
+import { startAzurite } from '../test/support/azurite.ts';
 import { startDragonfly } from '../test/support/dragonfly.ts';
 import { startManagerEmulator } from '../test/support/manager-emulator.ts';
-import { startMinIO } from '../test/support/minio.ts';
 import { buildLargeModelArchive, buildModelArchive } from '../test/support/model-archive.ts';
 import { startModelServerFleet } from '../test/support/modelserver-emulator.ts';
 import { startOrigin } from '../test/support/origin.ts';
 import { startPeerProxy } from '../test/support/peer-proxy.ts';
 import { startProcess } from '../test/support/process.ts';
 import { startTorchServe, type TorchServe } from '../test/support/torchserve.ts';
-import { minioPluginConfig, pluginJar, writePluginConfig } from '../test/support/plugin.ts';
+import { azuritePluginConfig, pluginJar, writePluginConfig } from '../test/support/plugin.ts';
+import { effectiveFilter } from '../src/storage/objecturl.ts';
 import { signObjectURL } from '../src/storage/sign.ts';
 
 const { values } = parseArgs({
@@ -39,7 +40,7 @@ const { values } = parseArgs({
     'real-p2p': { type: 'boolean' },
   },
 });
-const BUCKET = 'models';
+const CONTAINER = 'models';
 const KEY = 'resnet/tiny.mar';
 const step = (text: string) => console.log(`\n== ${text}`);
 const stops: (() => Promise<unknown>)[] = [];
@@ -56,21 +57,23 @@ try {
   stops.push(() => rm(work, { recursive: true, force: true }));
 
   step('object storage and the P2P network');
-  const minio = await startMinIO();
-  stops.push(() => minio.stop());
-  await minio.createBucket(BUCKET);
+  const storage = await startAzurite();
+  stops.push(() => storage.stop());
+  await storage.createContainer(CONTAINER);
   // The real peer daemon fetches content up to its 4 MiB minimum piece length straight from the origin, so on the
   // real network the objects are larger than that (docs/dragonfly.md).
   const real = values['real-p2p'] === true;
   const small = await buildModelArchive(work, { modelName: real ? 'tiny-small' : 'tiny' });
   const archive = real ? await buildLargeModelArchive(small, work, 'tiny', 6 << 20) : small;
   const archiveBytes = await readFile(archive.path);
-  await minio.putObject(BUCKET, KEY, archiveBytes);
+  await storage.putBlob(CONTAINER, KEY, archiveBytes);
   const files = await startOrigin({ '/llm/shard-00001.safetensors': Buffer.alloc((real ? 8 : 4) << 20, 7) });
   stops.push(() => files.close());
   // The P2P network: its manager, the node peer every replica downloads through, and what the origins served.
   const p2p = values['real-p2p'] ? await realNetwork() : await emulatedNetwork();
-  console.log(`MinIO ${minio.endpoint} (s3://${BUCKET}/${KEY}, ${archiveBytes.length} bytes)`);
+  console.log(
+    `Azurite ${storage.endpoint} (abs ${storage.accountName}/${CONTAINER}/${KEY}, ${archiveBytes.length} bytes)`,
+  );
   console.log(`manager ${p2p.managerURL}, node peer ${p2p.nodePeerURL}${p2p.description}`);
 
   async function emulatedNetwork() {
@@ -85,7 +88,7 @@ try {
     return {
       managerURL: manager.url,
       nodePeerURL: nodePeer.url,
-      storageEndpoint: minio.endpoint,
+      storageEndpoint: storage.endpoint,
       description: ` (emulators; seed peer ${seedPeer.url})`,
       operatorFlags: [] as string[],
       originBytes: () => seedPeer.stats.originBytes + nodePeer.stats.originBytes,
@@ -98,8 +101,8 @@ try {
   async function realNetwork() {
     const network = await startDragonfly({ nodePeers: 1 });
     stops.push(() => network.stop());
-    // MinIO behind a counting proxy (SigV4 verifies over the same Host): what the origin served, counted.
-    const counted = await startCountingProxy(minio.endpoint);
+    // Azurite behind a counting proxy (a SAS signs no host): what the origin served, counted.
+    const counted = await startCountingProxy(storage.endpoint);
     stops.push(() => counted.close());
     const token = await network.createPersonalAccessToken('peerload-demo', ['job', 'cluster']);
     await kc.makeApiClient(k8s.CoreV1Api).createNamespacedSecret({
@@ -119,12 +122,13 @@ try {
   }
 
   step('model servers');
-  const location = { ...minio.location(BUCKET), endpoint: p2p.storageEndpoint };
-  const credentials = minio.credentials();
+  const location = { ...storage.location(CONTAINER), endpoint: p2p.storageEndpoint };
+  const credentials = storage.credentials();
   const signed = await signObjectURL(location, KEY, credentials, { expiresSeconds: 3600 });
   const fleet = await startModelServerFleet(3, {
     proxyURL: p2p.nodePeerURL,
     objectURL: () => signed.url,
+    filter: [...effectiveFilter(location)],
     workerStartMs: 500,
   });
   stops.push(() => fleet.close());
@@ -133,7 +137,7 @@ try {
   if (!values['no-torchserve']) {
     const jar = await pluginJar();
     const config = join(work, 'p2p-endpoint.json');
-    const pluginConfig = minioPluginConfig(minio, BUCKET, p2p.nodePeerURL);
+    const pluginConfig = azuritePluginConfig(storage, CONTAINER, p2p.nodePeerURL);
     await writePluginConfig(config, {
       ...pluginConfig,
       object_storage: { ...(pluginConfig['object_storage'] as object), endpoint: p2p.storageEndpoint },
@@ -181,8 +185,8 @@ try {
   await core.createNamespacedSecret({
     namespace: ns,
     body: {
-      metadata: { name: 's3-credentials' },
-      stringData: { access_key: minio.accessKey, secret_key: minio.secretKey },
+      metadata: { name: 'abs-credentials' },
+      stringData: { account_key: storage.accountKey },
     },
   });
   const objects = k8s.KubernetesObjectApi.makeApiClient(kc);
@@ -206,7 +210,7 @@ try {
     workers: { min: 1 },
     preheat: {
       create: true,
-      objectStorage: { ...location, credentialsSecretRef: { name: 's3-credentials' } },
+      objectStorage: { ...location, credentialsSecretRef: { name: 'abs-credentials' } },
     },
   });
 

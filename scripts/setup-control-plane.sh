@@ -17,16 +17,21 @@ command -v go >/dev/null || { log "go is required to build the control plane (ap
 mkdir -p "$BIN"
 work="$(mktemp -d)"; trap 'rm -rf "$work"' EXIT
 
-# kube-apiserver: k8s.io/kubernetes refers to its staging modules as v0.0.0 and replaces them with
-# ./staging paths, which a dependent module cannot use; replace each with its published release.
+# One module and one `go build` for both binaries: etcd compiles beside kube-apiserver (filling the cores its long
+# single-package stretches and its link leave idle) and shares every common package (grpc, protobuf, the etcd
+# client) instead of compiling etcd's own older versions of them. k8s.io/kubernetes already requires this etcd
+# server in its module graph, so kube-apiserver's dependencies are the versions it was released with.
 log "building kube-apiserver v$K8S_VERSION and etcd v$ETCD_VERSION (several minutes on 2 cores; cached afterwards)"
-mkdir -p "$work/k8s" && cd "$work/k8s"
+mkdir -p "$work/k8s/etcd" && cd "$work/k8s"
 go mod init peerload.local/controlplane >/dev/null 2>&1
 go mod edit -require="k8s.io/kubernetes@v$K8S_VERSION"
-modfile=$(with_progress "downloading k8s.io/kubernetes v$K8S_VERSION" "building kube-apiserver" \
+modfile=$(with_progress "downloading k8s.io/kubernetes v$K8S_VERSION" "building kube-apiserver and etcd" \
   go mod download -json "k8s.io/kubernetes@v$K8S_VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
+# k8s.io/kubernetes refers to its staging modules as v0.0.0 and replaces them with ./staging paths, which a
+# dependent module cannot use; replace each with its published release.
 staging=$(awk '/^replace|^\t/ && /=> .\/staging/ {print $1}' "$modfile" | grep '^k8s.io/' | sort -u)
 for m in $staging; do go mod edit -replace="$m=$m@$STAGING_VERSION"; done
+go mod edit -require="go.etcd.io/etcd/server/v3@v$ETCD_VERSION"
 cat > tools.go <<'GO'
 //go:build tools
 
@@ -34,19 +39,9 @@ package tools
 
 import _ "k8s.io/kubernetes/cmd/kube-apiserver"
 GO
-build_apiserver() { # its status is the build's: tidy may complain about test-only imports the build never needs
-  go mod tidy >/dev/null 2>&1 || true
-  CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=v$K8S_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=${K8S_VERSION#1.}" \
-    -o "$BIN/kube-apiserver.tmp" k8s.io/kubernetes/cmd/kube-apiserver
-}
-with_progress "building kube-apiserver v$K8S_VERSION (modules, then compiling)" "etcd" build_apiserver
-mv "$BIN/kube-apiserver.tmp" "$BIN/kube-apiserver"
-
-# etcd: its root module carries replace directives, so `go install` refuses it; a wrapper main
-# calling etcdmain.Main builds the same server.
-mkdir -p "$work/etcd" && cd "$work/etcd"
-go mod init peerload.local/etcd >/dev/null 2>&1
-cat > main.go <<'GO'
+# etcd's root module carries replace directives, so `go install` refuses it; a wrapper main calling etcdmain.Main
+# builds the same server.
+cat > etcd/main.go <<'GO'
 package main
 
 import (
@@ -57,12 +52,20 @@ import (
 
 func main() { etcdmain.Main(os.Args) }
 GO
-build_etcd() {
-  go get "go.etcd.io/etcd/server/v3@v$ETCD_VERSION" >/dev/null 2>&1 &&
-    go mod tidy >/dev/null 2>&1 &&
-    CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$BIN/etcd.tmp" .
+build_control_plane() { # tidy may complain about test-only imports the build never needs: the build decides
+  go mod tidy >/dev/null 2>&1 || true
+  local etcd_in_graph
+  etcd_in_graph=$(go list -m -f '{{.Version}}' go.etcd.io/etcd/server/v3)
+  if [[ $etcd_in_graph != "v$ETCD_VERSION" ]]; then
+    log "etcd v$ETCD_VERSION is not the etcd server k8s.io/kubernetes v$K8S_VERSION requires ($etcd_in_graph): set PEERLOAD_ETCD_VERSION=${etcd_in_graph#v}"
+    return 1
+  fi
+  mkdir -p "$work/out"
+  CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=v$K8S_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=${K8S_VERSION#1.}" \
+    -o "$work/out/" k8s.io/kubernetes/cmd/kube-apiserver ./etcd
 }
-with_progress "building etcd v$ETCD_VERSION" "$(next_step)" build_etcd
-mv "$BIN/etcd.tmp" "$BIN/etcd"
+with_progress "building kube-apiserver v$K8S_VERSION and etcd v$ETCD_VERSION side by side (modules, then compiling)" \
+  "$(next_step)" build_control_plane
+mv "$work/out/kube-apiserver" "$work/out/etcd" "$BIN/"
 log "control plane ready in $BIN"
 echo "$BIN"

@@ -3,11 +3,13 @@
 #   scripts/setup.sh                     node packages + control plane and the tools that read health and metrics
 #                                        (enough for unit and integration tests)
 #   scripts/setup.sh --demo              what `npm run demo` runs, and nothing more: node packages, the control plane,
-#                                        MinIO, TorchServe and the plugin jar (its JUnit suite is `npm test`'s job)
+#                                        TorchServe and the plugin jar (its JUnit suite is `npm test`'s job); its
+#                                        object storage is Azurite, a node package
 #   scripts/setup.sh --demo --real-p2p   the same plus the real Dragonfly network (`npm run demo -- --real-p2p`)
 #   scripts/setup.sh --demo --no-torchserve   without TorchServe and the plugin (`npm run demo -- --no-torchserve`)
-#   scripts/setup.sh --all               everything `npm test` needs: the above, the real Dragonfly network, the
-#                                        image tools and bases (the plugin's JUnit suite is scripts/test.sh's)
+#   scripts/setup.sh --all               everything `npm test` needs: the above, the real Dragonfly network, Triton
+#                                        and MLServer, the image tools and bases (the plugin's JUnit suite is
+#                                        scripts/test.sh's)
 # Independent steps run side by side (most are downloads or one-core-bound phases); a failed step is named at the
 # end, with its script, and the set-up exits non-zero.
 source "$(dirname "$0")/lib.sh"
@@ -79,7 +81,10 @@ wait_lanes() {
 then_=$([[ $mode == demo ]] && echo "the demo" || echo "the tests")
 dragonfly() { step "the real Dragonfly network" "$then_" setup-dragonfly.sh; }
 torchserve() { step "TorchServe" "$then_" setup-torchserve.sh; }
-minio() { step "MinIO" "$then_" setup-minio.sh; }
+oip_servers() { # the e2e tests' Triton and MLServer (pip, each in its own cached venv)
+  step "Triton" "MLServer" setup-triton.sh
+  step "MLServer" "$then_" setup-mlserver.sh
+}
 control_plane() { step "the control plane" "$then_" setup-control-plane.sh; }
 # The jar without JUnit: the demo does not run it, and `npm test` runs it right after the set-up (scripts/test.sh).
 plugin_jar() { PEERLOAD_SKIP_PLUGIN_TESTS=1 step "the plugin jar" "${1:-$then_}" build-plugin.sh; }
@@ -105,14 +110,14 @@ case $mode in
     tools
     ;;
   demo)
-    # The control plane's and MinIO's Go builds beside TorchServe's pip install and the plugin's Maven build.
+    # The longest builds start first: the real network's Rust peer daemon when asked for, then the control plane's
+    # Go build (kube-apiserver and etcd in one), beside TorchServe's pip install and the plugin's Maven build.
+    (( real_p2p )) && lane "the real Dragonfly network" dragonfly
     lane "the control plane" control_plane
-    lane "MinIO" minio
     if (( torchserve )); then
       lane "TorchServe" torchserve
       lane "the plugin jar" plugin_jar
     fi
-    (( real_p2p )) && lane "the real Dragonfly network" dragonfly
     wait_lanes
     ;;
   all)
@@ -120,6 +125,7 @@ case $mode in
     lane "the real Dragonfly network" dragonfly
     lane "the control plane and the health tools" tools
     lane "TorchServe" torchserve
+    lane "Triton and MLServer" oip_servers
     lane "MinIO, the plugin and the image tools" minio_then_e2e
     wait_lanes
     ;;

@@ -66,9 +66,17 @@ const ALL = {
   retryPeriod: { flag: 'retry-period', help: 'Interval of lease acquire/renew attempts' },
   identity: { flag: 'identity', help: 'Leader identity; default: <hostname>_<random>' },
   workers: { flag: 'workers', help: 'Concurrent reconciles per controller' },
+  maxWorkersPerNamespace: {
+    flag: 'max-workers-per-namespace',
+    help: "Reconciles of one namespace at once per controller (the rest stay free for other namespaces' objects); default: all but a quarter of --workers. Set it to --workers where one tenant owns the cluster",
+  },
   maxConcurrentRegistrations: {
     flag: 'max-concurrent-registrations',
     help: 'Model registrations (download + register) in flight at once, over all ServedModels',
+  },
+  maxRegistrationsPerNamespace: {
+    flag: 'max-registrations-per-namespace',
+    help: "Registrations of one namespace's ServedModels in flight at once; default: all but a quarter of --max-concurrent-registrations. Set it to that where one tenant owns the cluster",
   },
   resyncPeriod: { flag: 'resync-period', help: 'Replay the cache to the controllers this often (0s: never)' },
   logLevel: { flag: 'log-level', help: 'trace, debug, info, warn, error, fatal or silent' },
@@ -136,6 +144,13 @@ const OperatorConfigSchema = z
       .min(1, 'must be an integer between 1 and 64')
       .max(64, 'must be an integer between 1 and 64')
       .default(4),
+    // Above --workers it means --workers: one namespace may then hold every worker.
+    maxWorkersPerNamespace: z.coerce
+      .number({ message: 'must be an integer between 1 and 64' })
+      .int('must be an integer between 1 and 64')
+      .min(1, 'must be an integer between 1 and 64')
+      .max(64, 'must be an integer between 1 and 64')
+      .optional(),
     // Each holds a connection to a replica while its plugin downloads; the rest wait in phase Pending.
     maxConcurrentRegistrations: z.coerce
       .number({ message: 'must be an integer between 1 and 1000' })
@@ -143,6 +158,12 @@ const OperatorConfigSchema = z
       .min(1, 'must be an integer between 1 and 1000')
       .max(1000, 'must be an integer between 1 and 1000')
       .default(32),
+    maxRegistrationsPerNamespace: z.coerce
+      .number({ message: 'must be an integer between 1 and 1000' })
+      .int('must be an integer between 1 and 1000')
+      .min(1, 'must be an integer between 1 and 1000')
+      .max(1000, 'must be an integer between 1 and 1000')
+      .optional(),
     resyncPeriod: duration('resync period').default(600_000),
     logLevel: z.enum(['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent']).default('info'),
     shutdownTimeout: duration('shutdown timeout').default(25_000),

@@ -137,6 +137,9 @@ async function operatorRun(
       ns,
       '--workers',
       String(o.workers),
+      // One namespace is the whole cluster here, as for the plain client it is measured against.
+      '--max-workers-per-namespace',
+      String(o.workers),
       '--manager-url',
       manager.url,
       '--poll-backoff-start',

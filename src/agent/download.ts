@@ -27,6 +27,7 @@ import {
   type TaskIdRule,
 } from '../storage/taskid.ts';
 import { FetchError, fetchFile } from './proxy-fetch.ts';
+import { writeRecord } from './record.ts';
 import { specLocation, type ModelVersionSpec } from './spec.ts';
 
 /** Prefix of the temporary directories: a dot, so a repository scan (Triton's, a human's `ls`) passes them by. */
@@ -391,6 +392,13 @@ export async function downloadVersion(
     progress.finishedAt = new Date().toISOString();
   }
   const { filesTotal: files, bytesDone: bytes, localHits, hardLinks, reason, error } = progress;
+  if (progress.state === 'Ready')
+    await writeRecord(config.root, progress).catch((e: unknown) =>
+      run.log?.warn(
+        { err: e },
+        'the record of the download was not written (its local hits will not be known)',
+      ),
+    );
   if (progress.state === 'Ready') run.log?.info({ files, bytes, localHits, hardLinks }, 'version ready');
   else run.log?.warn({ reason, error }, 'version failed');
   return progress;

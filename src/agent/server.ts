@@ -4,7 +4,8 @@
  *   (one download per name and version); 200 when the version is already in place; 4xx/507 with a JSON error when
  *   it cannot start (bad body, no credentials, over the byte cap, not enough free space).
  * - `GET /v1/models/{name}`: every known version with its progress (files done/total, bytes, per-file local hits
- *   and hard links, the failure); versions found on disk from an earlier run are `Ready` without file detail.
+ *   and hard links, the failure); versions found on disk from an earlier run (or `peerload fetch`) are `Ready`,
+ *   with the detail their record kept (record.ts), else without file detail.
  * - `DELETE /v1/models/{name}/versions/{version}`: stops a running download and removes the version directory.
  * - `GET /healthz`: 200 without a token, for the kubelet's probes (it says nothing about models).
  * Every error is `{"error": {"reason", "message"}}`, redacted; nothing is logged with a URL's query values.
@@ -24,6 +25,7 @@ import {
   type DownloaderConfig,
   type VersionProgress,
 } from './download.ts';
+import { readRecord, removeRecord } from './record.ts';
 import { ModelVersionSpecSchema, SEGMENT, specProblems } from './spec.ts';
 
 /** A version spec of 10 000 files with signed URLs fits easily. */
@@ -184,7 +186,10 @@ class AgentApi {
     const known = this.versions.get(name) ?? new Map<string, VersionProgress>();
     const list: unknown[] = [...known.values()];
     for (const v of await this.onDisk(name)) {
-      if (!known.has(v)) list.push({ name, version: v, directory: name, state: 'Ready', files: [] });
+      if (known.has(v)) continue;
+      // Placed by an earlier process (peerload fetch, this agent before a restart): its record, when it left one.
+      const recorded = await readRecord(this.opts.root, name, v);
+      list.push(recorded ?? { name, version: v, directory: name, state: 'Ready', files: [] });
     }
     if (list.length === 0)
       throw new HttpProblem(404, 'NotFound', `the agent has no version of model ${name}`);
@@ -207,6 +212,7 @@ class AgentApi {
     if (!progress && !present)
       throw new HttpProblem(404, 'NotFound', `the agent has no version ${version} of model ${name}`);
     await rm(dir, { recursive: true, force: true });
+    await removeRecord(this.opts.root, progress?.directory ?? name, version);
     this.versions.get(name)?.delete(version);
     this.log?.info({ model: name, version }, 'version removed');
     send(res, 200, { name, version, deleted: true });

@@ -133,7 +133,8 @@ function toStructural(node: unknown): unknown {
   }
   const out: Json = {};
   for (const [k, v] of Object.entries(src)) {
-    if (k === '$schema' || k === 'propertyNames' || k === 'id') continue;
+    // `id` the keyword (a string), not a property named id (a schema).
+    if (k === '$schema' || k === 'propertyNames' || (k === 'id' && typeof v === 'string')) continue;
     if (k === 'additionalProperties' && v === false) continue;
     if ((k === 'minimum' || k === 'maximum') && Math.abs(v as number) >= SAFE_INT) continue;
     if (k === 'pattern' && src.format === 'date-time') continue;

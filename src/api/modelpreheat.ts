@@ -330,6 +330,44 @@ export const CacheStatus = z.object({
 });
 export type CacheStatus = z.infer<typeof CacheStatus>;
 
+/** Failed files status.files names at most (the count is whole). */
+export const MAX_LISTED_FILES = 20;
+/** Manager jobs of one directory at most (maxFiles at most 10,000, 100 URLs a job). */
+export const MAX_DIRECTORY_JOBS = 100;
+
+/** A directory preheat (spec.objectStorage.prefix): what was listed and how its jobs fare, bounded. */
+export const DirectoryStatus = z.object({
+  generation: z.int().meta({ description: 'metadata.generation the prefix was listed for.' }),
+  count: z.int().meta({ description: 'Files listed under the prefix after include/exclude.' }),
+  bytes: z.int().meta({ description: 'Bytes the files hold together.' }),
+  digest: z.string().meta({
+    description:
+      'Digest of the listing (each path and size): the directory content this generation preheats. A listing made again (after an operator restart) that differs stops the preheat.',
+  }),
+  jobsTotal: z.int().meta({ description: 'Manager jobs the files are split into (at most 100 files each).' }),
+  jobsSucceeded: z.int().meta({ description: 'Jobs that succeeded.' }),
+  failedCount: z.int().optional().meta({ description: 'Files whose job failed (last attempt).' }),
+  failed: z
+    .array(
+      z.object({
+        path: z.string().meta({ description: 'The file, relative to the prefix.' }),
+        message: z.string().max(512).meta({ description: "The manager's or the peer's words." }),
+      }),
+    )
+    .max(MAX_LISTED_FILES)
+    .optional()
+    .meta({ description: 'The first files that failed, by path.' }),
+});
+export type DirectoryStatus = z.infer<typeof DirectoryStatus>;
+
+/** One manager job of a directory preheat. */
+export const DirectoryJob = z.object({
+  id: z.int().meta({ description: 'Manager job id.' }),
+  state: z.enum(JOB_STATES).meta({ description: "The job's state when last looked at." }),
+  attempt: z.int().optional().meta({ description: 'The attempt that created it (status.attempts).' }),
+});
+export type DirectoryJob = z.infer<typeof DirectoryJob>;
+
 export const ModelPreheatStatus = z.object({
   observedGeneration: z
     .int()
@@ -340,7 +378,10 @@ export const ModelPreheatStatus = z.object({
     description:
       "What `kubectl get` shows as STATE: the job's state, or RETRYING (the last attempt failed, another is scheduled), UNREACHABLE (the manager does not answer or rate-limits), BLOCKED (waiting for a fix: see the Stalled condition).",
   }),
-  jobID: z.int().optional().meta({ description: 'Manager job id (the poll path).' }),
+  jobID: z
+    .int()
+    .optional()
+    .meta({ description: 'Manager job id (the poll path); for a directory, its first job (all in jobs).' }),
   groupID: z.string().optional().meta({ description: 'Manager task group id (group_<uuid>).' }),
   managerURL: z.string().optional().meta({ description: 'Manager the job lives on.' }),
   jobGeneration: z
@@ -375,6 +416,14 @@ export const ModelPreheatStatus = z.object({
     .max(MAX_LISTED_TASKS)
     .optional()
     .meta({ description: 'First peers that failed.' }),
+  files: DirectoryStatus.optional().meta({
+    description:
+      'A directory preheat (spec.objectStorage.prefix): files, bytes, jobs done of total, failed files.',
+  }),
+  jobs: z.array(DirectoryJob).max(MAX_DIRECTORY_JOBS).optional().meta({
+    description:
+      "A directory preheat's manager jobs, in the order of the files they carry (sorted by path, 100 a job).",
+  }),
   contentKey: z.string().optional().meta({
     description:
       'Digest of what is preheated (the spec without targets): targeted peers carry over while it stays.',
@@ -397,6 +446,10 @@ export const ModelPreheatStatus = z.object({
     .max(100)
     .optional()
     .meta({ description: 'delete_task jobs of an eviction under way (spec.evictOnDelete, on deletion).' }),
+  evictedTasks: z.int().optional().meta({
+    description:
+      'Tasks of a directory whose delete_task jobs ended, in earlier batches of at most 100 (spec.evictOnDelete).',
+  }),
   conditions: Conditions.optional(),
 });
 export type ModelPreheatStatus = z.infer<typeof ModelPreheatStatus>;

@@ -4,6 +4,7 @@
  */
 import { z } from 'zod';
 import { BaseURL, SecretRef, distinct, durationBetween, withRules, type CelRule } from './common.ts';
+import { DirectoryPrefix, HAS_SELECTION_CEL, hasSelection, selectionFields } from './fileset.ts';
 import { ObjectKey } from './objectkey.ts';
 
 export const OBJECT_STORAGE_TYPES = ['s3', 'oss', 'gcs', 'abs'] as const;
@@ -119,15 +120,37 @@ const locationRules: CelRule<Location>[] = [
 export const ObjectStorageLocation = withRules(z.object(locationFields), locationRules);
 export type ObjectStorageLocation = z.infer<typeof ObjectStorageLocation>;
 
-/** A bucket plus the object keys to preheat (ModelPreheat.spec.objectStorage). */
+/** A bucket plus the objects to preheat (ModelPreheat.spec.objectStorage): listed keys, or a directory. */
 export const ObjectStorageSource = withRules(
   z.object({
     ...locationFields,
-    keys: distinct(z.array(ObjectKey).min(1).max(100)).meta({
+    keys: distinct(z.array(ObjectKey).min(1).max(100)).optional().meta({
       description:
         "Object keys to preheat, e.g. models/resnet-18.mar; the plugin's object-key rules apply (as to ServedModel fileName).",
     }),
+    prefix: DirectoryPrefix.optional().meta({
+      description:
+        "A directory to preheat: every object under this key prefix (e.g. models/llama-3-8b/; '' is the bucket root), listed by the operator with credentialsSecretRef once per generation, chosen by include/exclude and bounded by maxFiles/maxBytes. More than 100 files are preheated in several manager jobs.",
+    }),
+    ...selectionFields,
   }),
-  locationRules,
+  [
+    ...locationRules,
+    {
+      rule: 'has(self.keys) != has(self.prefix)',
+      message: 'set exactly one of keys (objects named one by one) and prefix (a directory)',
+      fieldPath: '.keys',
+      reason: 'FieldValueInvalid',
+      check: (o) => (o.keys !== undefined) !== (o.prefix !== undefined),
+    },
+    {
+      rule: `has(self.prefix) || !(${HAS_SELECTION_CEL})`,
+      message:
+        'include, exclude, maxFiles and maxBytes choose the files of a prefix: set prefix, or remove them',
+      fieldPath: '.prefix',
+      reason: 'FieldValueForbidden',
+      check: (o) => o.prefix !== undefined || !hasSelection(o),
+    },
+  ],
 );
 export type ObjectStorageSource = z.infer<typeof ObjectStorageSource>;

@@ -16,10 +16,32 @@ import {
   durationBetween,
   withRules,
 } from './common.ts';
+import { DirectoryPrefix, HAS_SELECTION_CEL, hasSelection, selectionFields } from './fileset.ts';
 import { ManagerRef } from './manager.ts';
 import { ObjectKey } from './objectkey.ts';
 import { ObjectStorageLocation } from './objectstorage.ts';
 import { CacheStatus, PREHEAT_SCOPES, PeerDaemonVersion } from './modelpreheat.ts';
+
+/** The drivers of the operator's that place models through the peerload agent (src/servers). */
+export const AGENT_DRIVERS = ['triton', 'mlserver'] as const;
+
+export const AgentRef = z.object({
+  port: z.int().min(1).max(65535).meta({ description: "The agent's port on each replica's address." }),
+  scheme: z.enum(['http', 'https']).default('http').meta({ description: 'Scheme toward the agent.' }),
+  tokenSecretRef: SecretKeyRef.meta({
+    description:
+      "The agent's token (what it reads from --token-file); `{pod}` in key stands for the pod name.",
+  }),
+  root: z
+    .string()
+    .max(1024)
+    .regex(/^\/[^\0]*$/, 'must be an absolute path')
+    .optional()
+    .meta({
+      description:
+        "Where the model server's container mounts the agent's --root, for servers told a directory's path (vllm); default /models.",
+    }),
+});
 
 export const ModelServer = withRules(
   z.object({
@@ -60,8 +82,30 @@ export const ModelServer = withRules(
       description:
         'Model server token: the management key, or a key_file.json (then the API key is used to renew expired keys).',
     }),
+    driver: z
+      .string()
+      .max(63)
+      .regex(/^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/, 'must be a driver name (lower-case letters, digits, -)')
+      .default('torchserve')
+      .meta({
+        description:
+          'Which model server the replicas run: torchserve (archives, through the endpoint plugin), triton or mlserver (directories placed by the peerload agent, then loaded through the Open Inference Protocol repository API), vllm (LoRA adapters placed by the agent and loaded at run time; a base model is only checked ready). A name the operator has no driver for is Stalled (UnknownDriver).',
+      }),
+    agent: AgentRef.optional().meta({
+      description:
+        "The peerload agent beside each replica, for drivers that load directories (triton, mlserver): reached on the replica's address at this port.",
+    }),
   }),
   [
+    {
+      rule: "!(has(self.driver) && self.driver in ['triton', 'mlserver']) || has(self.agent)",
+      message:
+        'the triton and mlserver drivers load what the peerload agent placed: set agent (its port and token)',
+      fieldPath: '.agent',
+      reason: 'FieldValueRequired',
+      check: (m) =>
+        !(AGENT_DRIVERS as readonly string[]).includes(m.driver ?? 'torchserve') || m.agent !== undefined,
+    },
     {
       rule: '[has(self.service), has(self.endpoints)].filter(x, x).size() == 1',
       message: 'set exactly one of service and endpoints',
@@ -110,14 +154,45 @@ export const Registration = z.object({
   startupTimeout: z.int().min(1).max(86400).optional().meta({ description: 'Seconds (TorchServe 0.12+).' }),
 });
 
+/**
+ * A model that is a directory (ServedModel spec.files): a prefix in the bucket of preheat.objectStorage, listed
+ * by the operator (with include/exclude and caps), or the files named one by one. Placed beside the model server
+ * by its `peerload agent`, for drivers that load directories.
+ */
+export const ModelDirectory = withRules(
+  z.object({
+    prefix: DirectoryPrefix.meta({
+      description:
+        "The model's directory in the bucket of preheat.objectStorage, e.g. models/llama-3-8b/ ('' is the bucket root). A file's path under it is where the file lands in the model's directory.",
+    }),
+    keys: distinct(z.array(ObjectKey).min(1).max(100)).optional().meta({
+      description:
+        'The files, relative to prefix, instead of a listing (e.g. config.json, model.safetensors). Unset: the operator lists the prefix once per generation.',
+    }),
+    ...selectionFields,
+  }),
+  [
+    {
+      rule: `!has(self.keys) || !(${HAS_SELECTION_CEL})`,
+      message: 'include, exclude, maxFiles and maxBytes choose the files of a listing: remove them or keys',
+      fieldPath: '.keys',
+      reason: 'FieldValueForbidden',
+      check: (d) => d.keys === undefined || !hasSelection(d),
+    },
+  ],
+);
+export type ModelDirectory = z.infer<typeof ModelDirectory>;
+
 export const PreheatGate = withRules(
   z.object({
     name: ObjectName.optional().meta({ description: 'An existing ModelPreheat that must succeed first.' }),
     create: z.boolean().optional().meta({
-      description: 'Create and own a ModelPreheat for fileName in objectStorage, with the plugin filter.',
+      description:
+        'Create and own a ModelPreheat for fileName (or the files) in objectStorage, with the plugin filter.',
     }),
     objectStorage: ObjectStorageLocation.optional().meta({
-      description: 'Bucket of fileName (with create: true).',
+      description:
+        'Bucket of fileName (with create: true), or of the files (spec.files): the operator lists the directory with its credentials.',
     }),
     scope: z
       .enum(PREHEAT_SCOPES)
@@ -193,9 +268,13 @@ export const ServedModelSpec = withRules(
       .regex(/^[A-Za-z0-9][A-Za-z0-9_.-]*$/)
       .optional()
       .meta({ description: "Model version (the archive's); changing it rolls the new version out." }),
-    fileName: ObjectKey.meta({
+    fileName: ObjectKey.optional().meta({
       description:
-        "Model archive object key (e.g. resnet/resnet-18.mar), sent as file_name to the endpoint plugin, which downloads it through the local peer; the plugin's object-key rules apply.",
+        "Model archive object key (e.g. resnet/resnet-18.mar), sent as file_name to the endpoint plugin, which downloads it through the local peer; the plugin's object-key rules apply. Set this or files.",
+    }),
+    files: ModelDirectory.optional().meta({
+      description:
+        "A model that is a directory (safetensors shards, a model repository version): its files in preheat.objectStorage's bucket, placed by the model server's peerload agent with the preheat's task identity. Set this or fileName; needs preheat.objectStorage and a model server whose driver loads directories.",
     }),
     modelServer: ModelServer.meta({
       description: 'Where the model-server replicas are: a Service (every ready endpoint) or static URLs.',
@@ -235,7 +314,24 @@ export const ServedModelSpec = withRules(
       .optional()
       .meta({ description: 'What deletion does about replicas it cannot unregister the model from.' }),
   }),
-  [], // fileName's rules are the object-key rules (objectkey.ts), on the field itself
+  [
+    // fileName's own rules are the object-key rules (objectkey.ts), on the field itself.
+    {
+      rule: 'has(self.fileName) != has(self.files)',
+      message: 'set exactly one of fileName (an archive) and files (a directory)',
+      fieldPath: '.fileName',
+      reason: 'FieldValueInvalid',
+      check: (s) => countSet(s.fileName, s.files) === 1,
+    },
+    {
+      rule: '!has(self.files) || (has(self.preheat) && has(self.preheat.objectStorage))',
+      message:
+        "files needs preheat.objectStorage: the bucket the directory is in (the operator lists it with that Secret; the model server's agent signs with its own)",
+      fieldPath: '.files',
+      reason: 'FieldValueRequired',
+      check: (s) => s.files === undefined || s.preheat?.objectStorage !== undefined,
+    },
+  ],
 );
 export type ServedModelSpec = z.infer<typeof ServedModelSpec>;
 
@@ -294,6 +390,17 @@ export const ServedModelStatus = z.object({
     .optional()
     .meta({ description: 'Per replica: registered, version, READY workers and why not ready.' }),
   preheatName: z.string().optional().meta({ description: 'ModelPreheat gating registration.' }),
+  files: z
+    .object({
+      count: z.int().meta({ description: 'Files of the directory (spec.files).' }),
+      bytes: z.int().meta({ description: 'Bytes they hold together (0 for files named one by one).' }),
+      digest: z.string().meta({
+        description:
+          "Digest of the listing (each path and size): equal to the owned ModelPreheat's status.files.digest when both listed the same content.",
+      }),
+    })
+    .optional()
+    .meta({ description: "A directory's listing for this generation (spec.files)." }),
   cache: CacheStatus.optional().meta({
     description: "Which peers hold the model (the ModelPreheat's status.cache).",
   }),
@@ -334,7 +441,7 @@ export function ownedPreheatSpec(
   return JSON.parse(
     JSON.stringify({
       type: 'file',
-      objectStorage: { ...p.objectStorage, keys: [spec.fileName] },
+      objectStorage: { ...p.objectStorage, ...ownedPreheatObjects(spec) },
       ...(ips.length > 0 ? { scope: 'all_peers', targets: { ips } } : { scope: p.scope }),
       schedulerClusterIDs: p.schedulerClusterIDs,
       manager: p.manager,
@@ -343,4 +450,39 @@ export function ownedPreheatSpec(
       cacheRefreshInterval: p.cacheRefreshInterval,
     }),
   );
+}
+
+/** The prefix as a directory: `''` or ending in one `/`. */
+export const directoryOf = (prefix: string): string => (prefix === '' ? '' : prefix.replace(/\/*$/, '/'));
+
+/** What the owned preheat warms: the archive, the files named one by one, or the directory as the spec chooses it. */
+function ownedPreheatObjects(spec: ServedModelSpec): Record<string, unknown> {
+  const files = spec.files;
+  if (!files) return { keys: [spec.fileName] };
+  if (files.keys) return { keys: files.keys.map((k) => directoryOf(files.prefix) + k) };
+  const { prefix, include, exclude, maxFiles, maxBytes } = files;
+  return { prefix, include, exclude, maxFiles, maxBytes };
+}
+
+/** How a driver reaches one replica, as the spec says (the driver's `ReplicaAccess`). */
+export function replicaAccess(spec: ServedModelSpec) {
+  const ms = spec.modelServer;
+  return { pluginPath: ms.pluginPath, tokenSecretRef: ms.managementTokenSecretRef, agent: ms.agent };
+}
+
+/**
+ * Every address a static-endpoint spec makes the operator call with a credential: the endpoints, and with an agent
+ * the agents beside them (the same host at the agent's port), so the admin's host rules with ports hold for both.
+ */
+export function staticAddresses(spec: ServedModelSpec): string[] {
+  const endpoints = spec.modelServer.endpoints ?? [];
+  const agent = spec.modelServer.agent;
+  if (!agent) return [...endpoints];
+  const agents = endpoints.map((e) => {
+    const u = new URL(e);
+    u.protocol = `${agent.scheme ?? 'http'}:`;
+    u.port = String(agent.port);
+    return u.origin;
+  });
+  return [...endpoints, ...agents];
 }

@@ -64,6 +64,8 @@ export function checkDocuments(plugin: PluginSide, docs: Documents): CheckResult
 
   for (const { doc, source } of docs.servedModels) {
     const spec = doc.spec;
+    // A directory (spec.files) is placed by the agent, not downloaded by the plugin: `--agent-spec` compares those.
+    if (spec.fileName === undefined) continue;
     const key = spec.fileName;
     const download = pluginDownload(plugin, key);
     const preheat = spec.preheat;

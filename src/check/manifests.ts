@@ -77,7 +77,8 @@ export function preheatItems(spec: ModelPreheatSpec, plugin: PluginSide): Prehea
           ]
         : [[...DEFAULT_FILTERED_QUERY_PARAMS], "empty filter: the manager's default"];
     const expiresSeconds = Math.round(parseDuration(os.signedURLExpiry) / 1000);
-    return os.keys.map((key) => ({
+    // A prefix's files are known only by listing it (with credentials): `--agent-spec` checks a directory.
+    return (os.keys ?? []).map((key) => ({
       key,
       label: key,
       side: {
@@ -170,6 +171,10 @@ export async function readManifests(
           );
           return;
         }
+        if (mp.spec.objectStorage?.prefix !== undefined)
+          out.notes.push(
+            `${source}: a directory (objectStorage.prefix) is not checked from manifests (its files are known by listing): use \`peerload taskid --prefix\` or \`peerload check --agent-spec\``,
+          );
         out.preheats.push({
           name: mp.metadata.name,
           namespace: mp.metadata.namespace ?? 'default',
@@ -180,7 +185,12 @@ export async function readManifests(
       } else {
         const parsed = ServedModel.safeParse(doc);
         if (!parsed.success) throw new CheckInputError(`${what}: ${describeIssues(parsed.error)}`);
-        out.servedModels.push({ doc: parsed.data, source: `ServedModel ${docName(parsed.data.metadata)}` });
+        const source = `ServedModel ${docName(parsed.data.metadata)}`;
+        if (parsed.data.spec.files)
+          out.notes.push(
+            `${source}: a directory (spec.files) is placed by the agent, not downloaded by the plugin: use \`peerload check --agent-spec\``,
+          );
+        out.servedModels.push({ doc: parsed.data, source });
       }
     });
   }

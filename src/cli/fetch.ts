@@ -17,7 +17,8 @@ import { CliError } from './errors.ts';
 const USAGE = `Usage: peerload fetch --name MODEL --spec FILE --root DIR [options]
 
 Downloads one version of a model directory through the node's peer proxy into <root>/<model>/<version>, as
-'peerload agent' does on a PUT, and prints one line. For an init container.
+'peerload agent' does on a PUT, and prints one line. For an init container. Like the agent it leaves a record of
+the download (local hits, hard links) under <root>/.peerload-records/, which an agent on the same root reports.
 --name             the model's name
 --spec             the version spec, JSON (the body of the agent's PUT /v1/models/{name}); - reads stdin
 ${DOWNLOAD_OPTIONS_USAGE}

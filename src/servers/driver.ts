@@ -27,7 +27,25 @@ export interface ReplicaAccess {
   pluginPath?: string | undefined;
   /** The Secret key holding the management credentials; `{pod}` in `key` stands for the pod name. */
   tokenSecretRef?: { name: string; key: string } | undefined;
+  /** The `peerload agent` beside the server, for drivers that place directories ({@link ModelFiles}). */
+  agent?: AgentAccess | undefined;
 }
+
+/** How a driver reaches a replica's `peerload agent`: on the replica's host, the token from a Secret. */
+export interface AgentAccess {
+  /** The agent's port on the replica's address (the pod's IP, as the server's). */
+  port: number;
+  /** Scheme toward the agent; default http. */
+  scheme?: 'http' | 'https' | undefined;
+  /** The Secret key holding the agent's token (`--token-file`); `{pod}` in `key` stands for the pod name. */
+  tokenSecretRef: { name: string; key: string };
+  /** The agent's `--root` as the model server's container mounts it, for servers that load a directory by its
+   *  path (vLLM); default {@link DEFAULT_MODEL_ROOT}. */
+  root?: string | undefined;
+}
+
+/** Where a model server's pod mounts the agent's model root when nothing says otherwise. */
+export const DEFAULT_MODEL_ROOT = '/models';
 
 /** One version of a model as a replica serves it. */
 export interface ModelVersion {
@@ -108,15 +126,34 @@ export interface ReplicaServer {
   unregisterAll(model: string, call: Call): Promise<void>;
 }
 
+/** How a model reaches a server: one archive object (`fileName`), or a directory of files (`files`). */
+export type ModelLayout = 'archive' | 'directory';
+
 export interface ModelServerDriver {
   /** The name it is registered under. */
   readonly name: string;
+  /**
+   * The layouts its servers load (absent: `archive` only). A ServedModel whose layout the driver does not load is
+   * Stalled with {@link layoutRefusal}'s words, before any replica is asked.
+   */
+  readonly layouts?: readonly ModelLayout[] | undefined;
+  /** Why a layout it does not load is refused, in the server's own terms (default: {@link layoutRefusal}'s). */
+  refuseLayout?(layout: ModelLayout): string;
   /** A client of one replica. Per-replica state it keeps (token sources) lives until {@link prune}. */
   replica(owner: ReplicaOwner, access: ReplicaAccess, replica: ReplicaRef): ReplicaServer;
   /** Drops per-replica state of `uid` whose endpoint is not in `keep` (all of it without `keep`). */
   prune(uid: string, keep?: ReadonlySet<string>): void;
   /** How an error of one of its replicas' calls reads; undefined for an error that is not the server's. */
   failure(err: unknown): Failure | undefined;
+}
+
+/** Why `driver` cannot serve a model of `layout`, or undefined when it can. */
+export function layoutRefusal(driver: ModelServerDriver, layout: ModelLayout): string | undefined {
+  if ((driver.layouts ?? ['archive']).includes(layout)) return undefined;
+  if (driver.refuseLayout) return driver.refuseLayout(layout);
+  return layout === 'directory'
+    ? `the ${driver.name} model server loads one archive, not a directory: set spec.fileName instead of spec.files`
+    : `the ${driver.name} model server loads a directory, not one archive: set spec.files instead of spec.fileName`;
 }
 
 /** The drivers the operator knows, by name, with the one used when nothing names another. */
@@ -128,6 +165,16 @@ export class ModelServerDrivers {
     for (const d of drivers) this.byName.set(d.name, d);
     if (!this.byName.has(defaultName)) throw new TypeError(`no model-server driver named ${defaultName}`);
     this.defaultName = defaultName;
+  }
+
+  /** The driver named `name`, or undefined when the operator has none of that name. */
+  find(name: string = this.defaultName): ModelServerDriver | undefined {
+    return this.byName.get(name);
+  }
+
+  /** The names of every driver. */
+  names(): string[] {
+    return [...this.byName.keys()];
   }
 
   /** The driver named `name` (the default without one). */

@@ -1,10 +1,12 @@
 /**
- * The model servers the operator knows. A new kind is a folder beside `torchserve/` with a
+ * The model servers the operator knows. A new kind is a folder beside `torchserve/`, `oip/` and `vllm/` with a
  * {@link ModelServerDriver}, added here; the controllers know only the driver interface.
  */
 import type { Dispatcher } from 'undici';
 import { ModelServerDrivers } from './driver.ts';
+import { MLSERVER, OipDriver, TRITON } from './oip/driver.ts';
 import { TorchServeDriver } from './torchserve/driver.ts';
+import { VllmDriver } from './vllm/driver.ts';
 import type { SecretValue } from './torchserve/replica-clients.ts';
 
 export type { SecretValue } from './torchserve/replica-clients.ts';
@@ -16,7 +18,15 @@ export interface DriverOptions {
   dispatcher?: Dispatcher | undefined;
 }
 
-/** Every driver, TorchServe the default (the ServedModel spec names no other kind yet). */
+/**
+ * Every driver, TorchServe the default; Triton and MLServer place directories through the agent (oip/), vLLM loads
+ * LoRA adapters the agent places (vllm/).
+ */
 export function modelServerDrivers(opts: DriverOptions): ModelServerDrivers {
-  return new ModelServerDrivers([new TorchServeDriver(opts)]);
+  return new ModelServerDrivers([
+    new TorchServeDriver(opts),
+    new OipDriver(TRITON, opts),
+    new OipDriver(MLSERVER, opts),
+    new VllmDriver(opts),
+  ]);
 }

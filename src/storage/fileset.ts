@@ -17,9 +17,9 @@ import { posix } from 'node:path';
 import { effectiveFilter, objectURL, type StorageLocation } from './objecturl.ts';
 import { DEFAULT_TASK_ID_RULE, taskID, type TaskIdRule } from './taskid.ts';
 
-/** Default caps: a large LLM checkpoint has a few hundred shards and some hundreds of GB. */
-export const DEFAULT_MAX_FILES = 1000;
-export const DEFAULT_MAX_BYTES = 1024 ** 4; // 1 TiB
+import { DEFAULT_MAX_BYTES, DEFAULT_MAX_FILES } from '../api/fileset.ts';
+
+export { DEFAULT_MAX_BYTES, DEFAULT_MAX_FILES };
 
 /** What a model directory is made of, before it is listed. */
 export interface FileSetSpec {

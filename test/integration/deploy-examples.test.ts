@@ -7,12 +7,14 @@ import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, inject, it } from 'vitest';
-import { GVR } from '../../src/api/index.ts';
+import { GVR, ServedModelSpec } from '../../src/api/index.ts';
 import { KubeClient, type KubeObject } from '../../src/runtime/index.ts';
 import { createNamespace, kubeConfig, readManifests, REPO_ROOT, waitFor } from '../support/kube.ts';
 import { gvrOf, kustomize, type Manifest } from '../support/runtime-deploy.ts';
 import { serviceAccountIdentity, writeServiceAccountKubeconfig } from '../support/service-account.ts';
 import { kubeconfigFromFile } from '../../src/runtime/kubeconfig.ts';
+import { ModelVersionSpecSchema } from '../../src/agent/spec.ts';
+import { DEFAULT_MODEL_ROOT } from '../../src/servers/driver.ts';
 
 const kubeconfigPath = inject('kubeconfigPath');
 const kc = kubeConfig(kubeconfigPath);
@@ -364,6 +366,90 @@ describe('deploy/examples/torchserve-hardlink under Pod Security', () => {
       'unrestricted capabilities',
     ]);
     for (const v of violations) expect(v).toMatch(/container "model-store-owner"|volume "model-store"/);
+  });
+});
+
+describe('deploy/examples/vllm', () => {
+  const vllm = kustomize(join(REPO_ROOT, 'deploy/examples/vllm'));
+  const pod = one(vllm, 'Deployment').spec.template.spec;
+  const container = (name: string) => pod.containers.find((c: { name: string }) => c.name === name);
+  const flag = (c: { args: string[] }, name: string) =>
+    c.args.find((a) => a.startsWith(`--${name}=`))?.slice(name.length + 3);
+  const mountOf = (c: { volumeMounts: { name: string; mountPath: string }[] }, path: string) =>
+    c.volumeMounts.find((m) => m.mountPath === path)?.name;
+
+  it('fetches the base model through the node peer before start, into the directory vLLM starts on', () => {
+    const [fetch] = pod.initContainers;
+    expect(fetch.command).toEqual(['peerload', 'fetch']);
+    const spec = ModelVersionSpecSchema.parse(
+      JSON.parse(one(vllm, 'ConfigMap', 'vllm-base-model').data['spec.json']),
+    );
+    // peerload fetch places <root>/<name>/<version>: exactly vLLM's --model, served under the same name.
+    const model = `${flag(fetch, 'root')}/${flag(fetch, 'name')}/${spec.version}`;
+    expect(flag(container('vllm'), 'model')).toBe(model);
+    expect(flag(container('vllm'), 'served-model-name')).toBe(flag(fetch, 'name'));
+    expect(spec.files.every((f) => f.key !== undefined)).toBe(true); // signed in the pod, with its Secret
+    expect(flag(fetch, 'proxy')).toBe('http://$(NODE_IP):4001');
+    expect(fetch.env).toContainEqual({
+      name: 'NODE_IP',
+      valueFrom: { fieldRef: { fieldPath: 'status.hostIP' } },
+    });
+    expect(mountOf(fetch, '/models')).toBe('models');
+  });
+
+  it('runs the agent beside vLLM on one model volume, at the path the driver loads adapters from', () => {
+    const agent = container('agent');
+    const server = container('vllm');
+    expect(agent.command).toEqual(['peerload', 'agent']);
+    expect(flag(agent, 'root')).toBe(DEFAULT_MODEL_ROOT);
+    expect(mountOf(agent, DEFAULT_MODEL_ROOT)).toBe('models');
+    expect(mountOf(server, DEFAULT_MODEL_ROOT)).toBe('models');
+    expect(flag(agent, 'address')).toBe('0.0.0.0:8095');
+    expect(one(vllm, 'Service').spec.ports.map((p: { name: string }) => p.name)).toEqual(['http', 'agent']);
+    expect(mountOf(agent, '/etc/peerload/agent')).toBe('agent-token');
+    expect(pod.volumes).toContainEqual({ name: 'agent-token', secret: { secretName: 'vllm-agent-token' } });
+    expect(server.env).toContainEqual({ name: 'VLLM_ALLOW_RUNTIME_LORA_UPDATING', value: 'True' });
+    expect(server.args).toContain('--enable-lora');
+    // The storage credentials go to fetch and the agent, never to the server.
+    expect(mountOf(server, '/etc/peerload/storage')).toBeUndefined();
+  });
+
+  it('is applied and its pod admitted under Pod Security `restricted` with no warning', async () => {
+    const ns = await restrictedNamespace('example-vllm');
+    expect(await applyAll(vllm, ns)).toEqual([]);
+    const podManifest = {
+      apiVersion: 'v1',
+      kind: 'Pod',
+      metadata: { name: 'vllm-0', namespace: ns, labels: { 'app.kubernetes.io/name': 'vllm' } },
+      spec: pod,
+    } as Manifest;
+    expect(await applyAll([podManifest], ns)).toEqual([]);
+  });
+
+  it('servedmodel-adapter.yaml names this Service, the agent and the API key, and the CRD accepts it', async () => {
+    const [sm] = readManifests(join(REPO_ROOT, 'deploy/examples/vllm/servedmodel-adapter.yaml')) as any[];
+    expect(ServedModelSpec.safeParse(sm.spec).success).toBe(true);
+    const { driver, service, agent, managementTokenSecretRef } = sm.spec.modelServer;
+    expect(driver).toBe('vllm');
+    expect(service.name).toBe(one(vllm, 'Service').metadata.name);
+    expect(agent.port).toBe(8095);
+    expect(agent.root).toBe(DEFAULT_MODEL_ROOT);
+    expect(agent.tokenSecretRef.name).toBe('vllm-agent-token');
+    expect(one(vllm, 'Secret', managementTokenSecretRef.name).stringData).toHaveProperty(
+      managementTokenSecretRef.key,
+    );
+    const ns = await createNamespace(kc, 'example-vllm-sm');
+    const r = await kube.resource(GVR.servedModels).patch(
+      ns,
+      sm.metadata.name,
+      { ...sm, metadata: { ...sm.metadata, namespace: ns } },
+      {
+        type: 'apply',
+        fieldManager: 'peerload-tests',
+        dryRun: true,
+      },
+    );
+    expect(r.metadata.name).toBe('sql-adapter');
   });
 });
 

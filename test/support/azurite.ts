@@ -8,6 +8,8 @@ import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { BlobServiceClient, StorageSharedKeyCredential } from '@azure/storage-blob';
+import type { ABSCredentials } from '../../src/storage/credentials.ts';
+import type { StorageLocation } from '../../src/storage/objecturl.ts';
 import { freePort } from './ports.ts';
 import { startProcess, waitFor, type ManagedProcess } from './process.ts';
 
@@ -25,6 +27,10 @@ export interface Azurite {
   client: BlobServiceClient;
   createContainer(name: string): Promise<void>;
   putBlob(container: string, name: string, body: string | Buffer): Promise<void>;
+  /** The abs location of `container` on this server, as the operator and the plugin sign for it. */
+  location(container: string): StorageLocation & { type: 'abs' };
+  /** The account key as abs credentials. */
+  credentials(): ABSCredentials;
   process: ManagedProcess;
   stop(): Promise<void>;
 }
@@ -85,6 +91,8 @@ export async function startAzurite(): Promise<Azurite> {
     accountKey: AZURITE_ACCOUNT_KEY,
     client,
     process: proc,
+    location: (container) => ({ type: 'abs', accountName: AZURITE_ACCOUNT, container, endpoint }),
+    credentials: () => ({ type: 'abs', accountKey: AZURITE_ACCOUNT_KEY }),
     async createContainer(name) {
       await client.getContainerClient(name).createIfNotExists();
     },

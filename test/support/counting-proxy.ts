@@ -1,7 +1,7 @@
 /**
- * A counting reverse proxy in front of an origin (MinIO): every request is passed through unchanged — the Host
- * header included, so a SigV4 signature made for the proxy's address verifies at MinIO — and every response's
- * body bytes are counted. This is how the real-network tests count what the origin served.
+ * A counting reverse proxy in front of an origin (MinIO, Azurite): every request is passed through unchanged — the
+ * Host header included, so a SigV4 signature made for the proxy's address verifies at MinIO — and every response's
+ * body bytes are counted. This is how the real-network tests and the demo count what the origin served.
  */
 import { createServer, request } from 'node:http';
 import type { AddressInfo } from 'node:net';

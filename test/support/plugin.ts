@@ -4,6 +4,7 @@ import { rename, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { REPO_ROOT } from './kube.ts';
+import type { Azurite } from './azurite.ts';
 import type { MinIO } from './minio.ts';
 
 /** Builds the plugin jar (JUnit is `npm test`'s job, not repeated here) and returns its path. */
@@ -36,6 +37,25 @@ export function minioPluginConfig(
       path_style: 'true',
     },
     ...extra,
+  };
+}
+
+/** A plugin configuration for a container of an Azurite, downloading through the proxy at `addr`. */
+export function azuritePluginConfig(
+  azurite: Azurite,
+  container: string,
+  addr: string,
+): Record<string, unknown> {
+  return {
+    addr,
+    header: {},
+    object_storage: {
+      type: 'abs',
+      account_name: azurite.accountName,
+      account_key: azurite.accountKey,
+      container_name: container,
+      endpoint: azurite.endpoint,
+    },
   };
 }
 

@@ -47,6 +47,8 @@ const RESOURCES: Record<string, [resource: string, namespaced: boolean]> = {
   Pod: ['pods', true],
   ValidatingAdmissionPolicy: ['validatingadmissionpolicies', false],
   ValidatingAdmissionPolicyBinding: ['validatingadmissionpolicybindings', false],
+  ServedModel: ['servedmodels', true],
+  ModelPreheat: ['modelpreheats', true],
 };
 
 /** The resource of a rendered manifest (the kinds deploy/ uses). */

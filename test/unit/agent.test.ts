@@ -388,6 +388,29 @@ describe('deleting a version', () => {
   });
 });
 
+describe('a version placed by an earlier process', () => {
+  it('is reported with the local hits its record kept, and deleting it removes the record', async () => {
+    await start();
+    for (const path of Object.keys(FILES)) await peer.preheat(signed(path), { filter: FILTER, tag: 'llama' });
+    await call('PUT', '/v1/models/m', spec());
+    await agent!.idle();
+    // Another process now (peerload fetch before the agent, or the agent restarted): it knows only the disk.
+    await agent!.close();
+    await start();
+    const [v] = (await call('GET', '/v1/models/m')).body.versions;
+    expect(v).toMatchObject({ version: '1', state: 'Ready', filesDone: 3, localHits: 3 });
+    expect(v.files.map((f: { localHit: boolean }) => f.localHit)).toEqual([true, true, true]);
+    expect(JSON.stringify(v)).not.toContain(SIGNATURE);
+    expect(await readdir(join(root, 'm'))).toEqual(['1']);
+    await call('DELETE', '/v1/models/m/versions/1');
+    // The record went with the directory: the same version placed by hand has no detail.
+    await mkdir(join(root, 'm', '1'));
+    expect((await call('GET', '/v1/models/m')).body.versions).toEqual([
+      { name: 'm', version: '1', directory: 'm', state: 'Ready', files: [] },
+    ]);
+  });
+});
+
 describe('hard links from the daemon cache', () => {
   it('uses the daemon link on a local hit, and streams when the daemon refuses', async () => {
     const cache = join(dir, 'cache');

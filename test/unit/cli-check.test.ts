@@ -542,3 +542,38 @@ describe('building blocks', () => {
     for (const p of table.filter((x) => x.varies === 'constant')) expect(one.get(p.name)).toBe(p.value);
   });
 });
+
+describe('directories in the manifests', () => {
+  it('a directory preheat and a ServedModel of files are named in notes, not compared with the plugin', async () => {
+    const manifests = tmpFile(
+      'directories.yaml',
+      `apiVersion: peerload.io/v1alpha1
+kind: ModelPreheat
+metadata: {name: llama, namespace: ml}
+spec:
+  objectStorage:
+    type: s3
+    bucket: models
+    region: eu-west-1
+    credentialsSecretRef: {name: s3}
+    prefix: llm/llama/
+---
+apiVersion: peerload.io/v1alpha1
+kind: ServedModel
+metadata: {name: llama, namespace: ml}
+spec:
+  modelName: llama
+  files: {prefix: llm/llama/}
+  modelServer: {endpoints: ['http://198.18.0.1:8000']}
+  preheat: {name: llama, objectStorage: {type: s3, bucket: models, region: eu-west-1, credentialsSecretRef: {name: s3}}}
+`,
+    );
+    const r = await check('--json', '--plugin-config', fixture('s3-plugin.json'), manifests);
+    const out = JSON.parse(r.out) as { results: CheckResult[]; notes: string[] };
+    expect(out.results).toEqual([]);
+    expect(out.notes).toEqual([
+      'ModelPreheat ml/llama: a directory (objectStorage.prefix) is not checked from manifests (its files are known by listing): use `peerload taskid --prefix` or `peerload check --agent-spec`',
+      'ServedModel ml/llama: a directory (spec.files) is placed by the agent, not downloaded by the plugin: use `peerload check --agent-spec`',
+    ]);
+  });
+});

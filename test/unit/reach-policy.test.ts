@@ -14,7 +14,7 @@ import {
   parseHostRules,
   type ReachPolicy,
 } from '../../src/policy/reach.ts';
-import { ManagerRef, type ClusterManager } from '../../src/api/index.ts';
+import { ManagerRef, ServedModelSpec, staticAddresses, type ClusterManager } from '../../src/api/index.ts';
 import { ReachDeniedError, resolveManager, useClusterManagers } from '../../src/controllers/managers.ts';
 import type { SecretReader } from '../../src/controllers/secrets.ts';
 import { describeFailure } from '../../src/controllers/modelpreheat/failures.ts';
@@ -106,6 +106,32 @@ describe('decisions', () => {
     });
     expect(r).toMatchObject({ allowed: false, reason: 'ManagerNotAllowed' });
     expect((r as { message: string }).message).toContain('(empty)');
+  });
+
+  it("static endpoints with an agent: the agents' addresses (same host, the agent's port) must be allowed too", () => {
+    const spec = ServedModelSpec.parse({
+      modelName: 'echo',
+      files: { prefix: 'echo/1/' },
+      preheat: {
+        create: true,
+        objectStorage: { type: 's3', bucket: 'm', credentialsSecretRef: { name: 's' } },
+      },
+      modelServer: {
+        endpoints: ['http://10.0.0.7:8000'],
+        driver: 'triton',
+        agent: { port: 8095, tokenSecretRef: { name: 'agent', key: 'token' } },
+      },
+    });
+    expect(staticAddresses(spec)).toEqual(['http://10.0.0.7:8000', 'http://10.0.0.7:8095']);
+    const onlyServer = { managerHosts: [], endpointHosts: parseHostRules('10.0.0.7:8000') };
+    expect(endpointsReach(staticAddresses(spec), 'spec.modelServer.endpoints', onlyServer)).toMatchObject({
+      allowed: false,
+      reason: 'EndpointNotAllowed',
+    });
+    const both = { managerHosts: [], endpointHosts: parseHostRules('10.0.0.7:8000,10.0.0.7:8095') };
+    expect(endpointsReach(staticAddresses(spec), 'spec.modelServer.endpoints', both)).toEqual({
+      allowed: true,
+    });
   });
 
   it('static endpoints: every one must be allowed; Service discovery (no endpoints) needs nothing', () => {

@@ -52,6 +52,18 @@ describe('operator config', () => {
     );
   });
 
+  it('takes a per-namespace worker cap, unset by default (the runtime then keeps a quarter back)', () => {
+    expect(cfg([]).maxWorkersPerNamespace).toBeUndefined();
+    expect(cfg(['--workers', '32', '--max-workers-per-namespace', '32'])).toMatchObject({
+      workers: 32,
+      maxWorkersPerNamespace: 32,
+    });
+    expect(cfg(['--max-registrations-per-namespace', '32']).maxRegistrationsPerNamespace).toBe(32);
+    expect(() => cfg(['--max-workers-per-namespace', '0'])).toThrow(
+      /--max-workers-per-namespace \(PEERLOAD_MAX_WORKERS_PER_NAMESPACE\): must be an integer between 1 and 64/,
+    );
+  });
+
   it('names the flag and its variable on bad values', () => {
     expect(() => cfg(['--workers', 'many'])).toThrow(
       /--workers \(PEERLOAD_WORKERS\): must be an integer.*got "many"/,

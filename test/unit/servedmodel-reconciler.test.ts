@@ -5,7 +5,9 @@
  * write lost to a conflict loses no registration outcome (localHit) and records no Event twice.
  */
 import { describe, expect, it, vi } from 'vitest';
-import { GVR, type ServedModel, type ServedModelStatus } from '../../src/api/index.ts';
+import { GVR, type ModelPreheat, type ServedModel, type ServedModelStatus } from '../../src/api/index.ts';
+import { ModelDirectories } from '../../src/controllers/servedmodel/files.ts';
+import type { ListedObject } from '../../src/storage/fileset.ts';
 import { ServedModelReconciler } from '../../src/controllers/servedmodel/reconciler.ts';
 import { ReplicaGates } from '../../src/controllers/servedmodel/gates.ts';
 import { parseHostRules } from '../../src/policy/reach.ts';
@@ -21,6 +23,7 @@ import {
 import {
   ModelServerDrivers,
   type Failure,
+  type ModelLayout,
   type ModelServerDriver,
   type ModelVersion,
   type Registered,
@@ -36,6 +39,7 @@ const ENDPOINTS = ['http://198.18.0.1:8080', 'http://198.18.0.2:8080'];
 class FakeServer implements ReplicaServer {
   models = new Map<string, ModelVersion>();
   calls = 0;
+  registered: Registration[] = [];
   readonly localHit: boolean;
   constructor(localHit: boolean) {
     this.localHit = localHit;
@@ -50,6 +54,7 @@ class FakeServer implements ReplicaServer {
   }
   async register(reg: Registration): Promise<Registered> {
     this.calls++;
+    this.registered.push(reg);
     this.models.set(reg.modelName, { version: '1', minWorkers: 0, maxWorkers: 0, readyWorkers: 0 });
     return { version: '1', localHit: this.localHit };
   }
@@ -67,6 +72,10 @@ class FakeServer implements ReplicaServer {
 
 class FakeDriver implements ModelServerDriver {
   readonly name = 'fake';
+  readonly layouts: readonly ModelLayout[];
+  constructor(layouts: readonly ModelLayout[] = ['archive']) {
+    this.layouts = layouts;
+  }
   readonly servers = new Map(ENDPOINTS.map((e, i) => [e, new FakeServer(i === 0)]));
   replica(_o: unknown, _a: unknown, r: ReplicaRef): ReplicaServer {
     return this.servers.get(r.endpoint)!;
@@ -142,14 +151,27 @@ class FakeApi {
   } as unknown as KubeClient;
 }
 
-function setup() {
+interface SetupOptions {
+  /** Replaces the ServedModel's spec. */
+  spec?: Record<string, unknown>;
+  layouts?: readonly ModelLayout[];
+  /** The ModelPreheat the gate reads (by any name). */
+  preheat?: ModelPreheat;
+  directories?: ModelDirectories;
+}
+
+function setup(opts: SetupOptions = {}) {
   const api = new FakeApi({
     apiVersion: 'peerload.io/v1alpha1',
     kind: 'ServedModel',
     metadata: { name: 'resnet', namespace: 'ns', uid: 'uid-1', generation: 1 },
-    spec: { modelName: 'resnet', fileName: 'models/resnet.mar', modelServer: { endpoints: ENDPOINTS } },
+    spec: opts.spec ?? {
+      modelName: 'resnet',
+      fileName: 'models/resnet.mar',
+      modelServer: { endpoints: ENDPOINTS, driver: 'fake' },
+    },
   } as unknown as ServedModel);
-  const driver = new FakeDriver();
+  const driver = new FakeDriver(opts.layouts);
   const events: string[] = [];
   const enqueued: string[] = [];
   const writer = new StatusWriter(api.kube);
@@ -167,11 +189,12 @@ function setup() {
     slices: () => [],
     gates: new ReplicaGates({
       kube: api.kube,
-      preheats: { getByName: () => undefined } as never,
+      preheats: { getByName: () => opts.preheat } as never,
       nodeAddresses: {} as never,
       batchWindowMs: 0,
     }),
     drivers: new ModelServerDrivers([driver]),
+    directories: opts.directories,
     registrations,
     writeStatus: statusWriter<ServedModel, ServedModelStatus>({ status: writer }, GVR.servedModels, {
       conflict: 'fail',
@@ -261,5 +284,160 @@ describe('ServedModelReconciler with a second (fake) model-server driver', () =>
     expect(registeredEvents(t.events)).toHaveLength(2);
     await t.pass();
     expect(registeredEvents(t.events)).toHaveLength(2);
+  });
+});
+
+/** A ServedModel that is a directory in an s3 bucket, gated by a ModelPreheat that succeeded. */
+const DIRECTORY_SPEC = {
+  modelName: 'llama',
+  files: { prefix: 'models/llama', exclude: ['*.md'] },
+  modelServer: { endpoints: ENDPOINTS, driver: 'fake' },
+  preheat: {
+    name: 'llama-preheat',
+    objectStorage: {
+      type: 's3',
+      bucket: 'weights',
+      endpoint: 'http://127.0.0.1:9000',
+      pathStyle: true,
+      credentialsSecretRef: { name: 's3' },
+      filteredQueryParams: ['X-Amz-Signature', 'X-Amz-Date'],
+    },
+  },
+};
+
+const LISTED: ListedObject[] = [
+  { key: 'models/llama/', size: 0 },
+  { key: 'models/llama/config.json', size: 20 },
+  { key: 'models/llama/model-00001.safetensors', size: 3000 },
+  { key: 'models/llama/README.md', size: 9 },
+  { key: 'models/llama-other/x.bin', size: 5 },
+];
+
+const succeededPreheat = {
+  metadata: { name: 'llama-preheat', namespace: 'ns', generation: 1 },
+  spec: { tag: 'models', objectStorage: { filteredQueryParams: ['X-Amz-Signature', 'X-Amz-Date'] } },
+  status: {
+    conditions: [
+      { type: 'Succeeded', status: 'True', reason: 'JobSucceeded', message: 'ok', observedGeneration: 1 },
+      { type: 'Ready', status: 'True', reason: 'JobSucceeded', message: 'ok', observedGeneration: 1 },
+    ],
+  },
+} as unknown as ModelPreheat;
+
+function directories(listed: ListedObject[] = LISTED) {
+  const lists: string[] = [];
+  const secretReads: string[] = [];
+  const dirs = new ModelDirectories({
+    secretData: async (namespace, name) => {
+      secretReads.push(`${namespace}/${name}`);
+      // As the apiserver returns a Secret's data: base64.
+      const b64 = (v: string) => Buffer.from(v).toString('base64');
+      return { access_key: b64('AKIDEXAMPLE'), secret_key: b64('planted-secret-key-value') };
+    },
+    lister: async (_location, credentials, prefix) => {
+      expect(credentials).toMatchObject({ type: 's3', secretAccessKey: 'planted-secret-key-value' });
+      lists.push(prefix);
+      return listed;
+    },
+  });
+  return { dirs, lists, secretReads };
+}
+
+async function converge(t: ReturnType<typeof setup>) {
+  for (let i = 0; i < 10 && !t.ready(); i++) {
+    await t.pass();
+    t.api.deliver();
+    await t.idle();
+  }
+}
+
+describe('ServedModelReconciler with a model that is a directory (spec.files)', () => {
+  it('lists the prefix once with preheat.objectStorage, and every replica registers with Registration.files', async () => {
+    const d = directories();
+    const t = setup({
+      spec: DIRECTORY_SPEC,
+      layouts: ['directory'],
+      preheat: succeededPreheat,
+      directories: d.dirs,
+    });
+    await converge(t);
+    expect(t.ready()).toBe(true);
+    expect(d.lists).toEqual(['models/llama']);
+    expect(d.secretReads).toEqual(['ns/s3']);
+    for (const server of t.driver.servers.values()) {
+      expect(server.registered).toHaveLength(1);
+      const reg = server.registered[0]!;
+      expect(reg.fileName).toBe('models/llama/');
+      expect(reg.files).toEqual({
+        files: [
+          { path: 'config.json', key: 'models/llama/config.json', size: 20 },
+          { path: 'model-00001.safetensors', key: 'models/llama/model-00001.safetensors', size: 3000 },
+        ],
+        storage: {
+          type: 's3',
+          bucket: 'weights',
+          endpoint: 'http://127.0.0.1:9000',
+          pathStyle: true,
+          expiresSeconds: 3600,
+        },
+        // The preheat's task identity: its filter and tag, so each download is a hit on its tasks.
+        filter: ['X-Amz-Signature', 'X-Amz-Date'],
+        tag: 'models',
+      });
+      // No credential travels to the driver: the agent signs with its own.
+      expect(JSON.stringify(reg)).not.toContain('planted-secret-key-value');
+      expect(JSON.stringify(reg)).not.toContain('AKIDEXAMPLE');
+    }
+    expect(t.api.stored.status!.files).toEqual({
+      count: 2,
+      bytes: 3020,
+      digest: expect.stringMatching(/^[0-9a-f]{16}$/),
+    });
+  });
+
+  it('a driver that loads archives only: Stalled (ModelLayoutUnsupported) before any replica is asked', async () => {
+    const d = directories();
+    const t = setup({ spec: DIRECTORY_SPEC, preheat: succeededPreheat, directories: d.dirs });
+    await t.pass();
+    const stalled = t.api.stored.status!.conditions!.find((c) => c.type === 'Stalled')!;
+    expect(stalled).toMatchObject({ status: 'True', reason: 'ModelLayoutUnsupported' });
+    expect(stalled.message).toBe(
+      'the fake model server loads one archive, not a directory: set spec.fileName instead of spec.files',
+    );
+    expect(t.driver.calls).toBe(0);
+    expect(d.lists).toEqual([]);
+  });
+
+  it('a driver the operator does not have: Stalled (UnknownDriver) naming the field and the drivers it has', async () => {
+    const t = setup({
+      spec: {
+        modelName: 'resnet',
+        fileName: 'models/resnet.mar',
+        modelServer: { endpoints: ENDPOINTS, driver: 'tritonn' },
+      },
+    });
+    await t.pass();
+    const stalled = t.api.stored.status!.conditions!.find((c) => c.type === 'Stalled')!;
+    expect(stalled).toMatchObject({ status: 'True', reason: 'UnknownDriver' });
+    expect(stalled.message).toBe(
+      'spec.modelServer.driver: the operator has no model-server driver named tritonn; use one of fake',
+    );
+    expect(t.driver.calls).toBe(0);
+  });
+
+  it('more files than maxFiles: Stalled naming the field, listed once for the generation', async () => {
+    const d = directories();
+    const spec = { ...DIRECTORY_SPEC, files: { prefix: 'models/llama/', maxFiles: 1 } };
+    const t = setup({ spec, layouts: ['directory'], preheat: succeededPreheat, directories: d.dirs });
+    await t.pass();
+    t.api.deliver();
+    await t.pass();
+    const stalled = t.api.stored.status!.conditions!.find((c) => c.type === 'Stalled')!;
+    expect(stalled.reason).toBe('DirectoryNotListed');
+    expect(stalled.message).toMatch(
+      /^spec\.files\.maxFiles: 3 files under prefix "models\/llama\/" match include\/exclude, above maxFiles 1: narrow include\/exclude or raise maxFiles/,
+    );
+    expect(d.lists).toHaveLength(1);
+    expect(t.driver.calls).toBe(0);
   });
 });

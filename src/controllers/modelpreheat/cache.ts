@@ -25,6 +25,7 @@ import { redact } from '../../redact.ts';
 import type { ControllerContext, ReconcileContext, ReconcileResult } from '../../runtime/index.ts';
 import { ManagerClients, resolveManager } from '../managers.ts';
 import type { SecretReader } from '../secrets.ts';
+import type { DirectoryListings } from './directory.ts';
 
 export const REFRESH_ANNOTATION = 'peerload.io/refresh-cache';
 /** How long a failed refresh waits before it tries again. */
@@ -41,6 +42,8 @@ export interface CacheDeps {
     change: (s: Status) => Status,
     signal: AbortSignal,
   ) => Promise<{ object: ModelPreheat }>;
+  /** A directory's listing per generation (eviction evicts every file's task). */
+  listings: DirectoryListings;
 }
 
 /** Whether the resource needs the finalizer for its cache (eviction on delete). */
@@ -161,10 +164,14 @@ export async function cacheStep(
   }
 }
 
+/** delete_task jobs at once: a directory's tasks are evicted in batches of this many (status.evictedTasks). */
+const EVICTION_BATCH = 100;
+
 /**
- * Deletes the resource's tasks from every peer that holds them (spec.evictOnDelete). Returns when to look again
- * while the delete_task jobs run; undefined once they ended (or `graceMs` after the deletion, whatever the manager
- * says: a deletion must not hang on an unreachable manager).
+ * Deletes the resource's tasks from every peer that holds them (spec.evictOnDelete): `all` (every file of a
+ * directory), else the tasks status names; in batches of {@link EVICTION_BATCH}. Returns when to look again while
+ * the delete_task jobs run or batches remain; undefined once they ended (or `graceMs` after the deletion, whatever
+ * the manager says: a deletion must not hang on an unreachable manager).
  */
 export async function evictTasks(
   deps: CacheDeps,
@@ -172,10 +179,13 @@ export async function evictTasks(
   spec: ModelPreheatSpec,
   rc: ReconcileContext,
   graceMs: number,
+  all: readonly { taskID: string; url: string }[] = (obj.status?.tasks ?? []).slice(0, EVICTION_BATCH),
 ): Promise<ReconcileResult | undefined> {
-  const tasks = (obj.status?.tasks ?? []).slice(0, 100);
+  const evicted = obj.status?.evictedTasks ?? 0;
+  const tasks = all.slice(evicted, evicted + EVICTION_BATCH);
   if (tasks.length === 0) return undefined;
   const waited = Date.now() - Date.parse(obj.metadata.deletionTimestamp!);
+  const next = () => nextBatch(deps, obj, rc, evicted + tasks.length, all.length);
   try {
     const client = await clientOf(deps, obj, spec, rc.signal);
     const jobs = obj.status?.evictionJobs;
@@ -193,7 +203,7 @@ export async function evictTasks(
           'EvictionSkipped',
           `${plan.kept.length} task(s) not evicted: still used by ${[...new Set(plan.kept.map((k) => k.usedBy))].slice(0, 3).join(', ')}`,
         );
-      if (plan.evict.length === 0) return undefined;
+      if (plan.evict.length === 0) return next();
       const created = await createTaskJobs(client, 'delete_task', obj, spec, plan.evict, rc.signal);
       await deps.writeStatus(obj, (s) => ({ ...s, evictionJobs: created }), rc.signal);
       return { requeueAfter: deps.ctx.config.pollBackoffStart };
@@ -209,39 +219,8 @@ export async function evictTasks(
       );
       return undefined;
     }
-    let deleted = 0;
-    const failures: string[] = [];
-    for (const d of done) {
-      if (d.error) failures.push(d.error);
-      else if (d.job!.state === 'FAILURE') failures.push(`job ${d.job!.id}: ${failureWords(d.job!)}`);
-      else {
-        const { success, failure } = jobPeerTasks(d.job!);
-        deleted += new Set(success.map((t) => t.ip)).size;
-        // The scheduler may hold two peers of one host for a task (the preheat's and a proxy download's): the
-        // first delete removes the file, the second answers "not found". Gone is what was asked for.
-        const deletedIPs = new Set(success.map((t) => t.ip));
-        failures.push(
-          ...failure
-            .filter((f) => !deletedIPs.has(f.ip) && !/not found/i.test(f.description ?? ''))
-            .map((f) => `${f.ip ?? f.hostname}: ${f.description ?? 'failed'}`),
-        );
-      }
-    }
-    if (failures.length === 0)
-      deps.ctx.events.record(
-        obj,
-        'Normal',
-        'TasksEvicted',
-        `deleted ${done.length} task(s) from ${deleted} peer(s)`,
-      );
-    else
-      deps.ctx.events.record(
-        obj,
-        'Warning',
-        'EvictionFailed',
-        redact(`deleted from ${deleted} peer(s); ${failures.slice(0, 3).join('; ')}`).slice(0, 1000),
-      );
-    return undefined;
+    reportEviction(deps, obj, done);
+    return next();
   } catch (err) {
     if (waited < graceMs) throw err;
     deps.ctx.events.record(
@@ -255,6 +234,59 @@ export async function evictTasks(
     );
     return undefined;
   }
+}
+
+/** The next batch of a directory's eviction, or undefined when none is left. */
+async function nextBatch(
+  deps: CacheDeps,
+  obj: ModelPreheat,
+  rc: ReconcileContext,
+  evicted: number,
+  total: number,
+): Promise<ReconcileResult | undefined> {
+  if (evicted >= total) return undefined;
+  await deps.writeStatus(obj, (s) => ({ ...s, evictionJobs: undefined, evictedTasks: evicted }), rc.signal);
+  return { requeueAfter: 1 };
+}
+
+/** One batch's delete_task jobs ended: an Event with what they deleted, or why they did not. */
+function reportEviction(
+  deps: CacheDeps,
+  obj: ModelPreheat,
+  done: { taskID: string; job?: ManagerJob; error?: string }[],
+): void {
+  let deleted = 0;
+  const failures: string[] = [];
+  for (const d of done) {
+    if (d.error) failures.push(d.error);
+    else if (d.job!.state === 'FAILURE') failures.push(`job ${d.job!.id}: ${failureWords(d.job!)}`);
+    else {
+      const { success, failure } = jobPeerTasks(d.job!);
+      deleted += new Set(success.map((t) => t.ip)).size;
+      // The scheduler may hold two peers of one host for a task (the preheat's and a proxy download's): the
+      // first delete removes the file, the second answers "not found". Gone is what was asked for.
+      const deletedIPs = new Set(success.map((t) => t.ip));
+      failures.push(
+        ...failure
+          .filter((f) => !deletedIPs.has(f.ip) && !/not found/i.test(f.description ?? ''))
+          .map((f) => `${f.ip ?? f.hostname}: ${f.description ?? 'failed'}`),
+      );
+    }
+  }
+  if (failures.length === 0)
+    deps.ctx.events.record(
+      obj,
+      'Normal',
+      'TasksEvicted',
+      `deleted ${done.length} task(s) from ${deleted} peer(s)`,
+    );
+  else
+    deps.ctx.events.record(
+      obj,
+      'Warning',
+      'EvictionFailed',
+      redact(`deleted from ${deleted} peer(s); ${failures.slice(0, 3).join('; ')}`).slice(0, 1000),
+    );
 }
 
 /** One get_task or delete_task job per task, each carrying the resource in its `bio` to be traced. */

@@ -175,6 +175,9 @@ export function startedStatus(
     completedAt: undefined,
     nextRetryAt: undefined,
     tasks: c.tasks.length > 0 ? c.tasks.slice(0, 100) : undefined,
+    // A directory's jobs and listing belong to the directory's generations only.
+    files: undefined,
+    jobs: undefined,
     successCount: undefined,
     failureCount: undefined,
     successTasks: undefined,

@@ -4,6 +4,8 @@
  */
 import { ManagerError } from '../../manager/errors.ts';
 import { CredentialsError } from '../../storage/credentials.ts';
+import { FileSetError } from '../../storage/fileset.ts';
+import { ListError } from '../../storage/list.ts';
 import type { ReachReason } from '../../policy/reach.ts';
 import { ManagerNotConfiguredError, ReachDeniedError } from '../managers.ts';
 import { SecretNotFoundError } from '../secrets.ts';
@@ -20,7 +22,60 @@ export type FailureReason =
   | 'ManagerRateLimited'
   | 'ManagerUnavailable'
   | 'ReconcileError'
+  | DirectoryReason
   | ReachReason;
+
+/** Why a directory (spec.objectStorage.prefix) cannot be preheated as listed. */
+export type DirectoryReason =
+  /** Nothing under the prefix matches include/exclude. */
+  | 'NoFilesListed'
+  /** More files or bytes than maxFiles / maxBytes. */
+  | 'DirectoryTooLarge'
+  /** A key that cannot be a file of a directory (a `..` segment), or a path listed twice. */
+  | 'InvalidDirectory'
+  /** The list API failed (credentials, bucket, network). */
+  | 'ListFailed'
+  /** A listing made again in the same generation differs from the first one. */
+  | 'DirectoryChanged';
+
+/** A listing made again for a generation (the operator restarted) found other content than the first one. */
+export class DirectoryChangedError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'DirectoryChangedError';
+  }
+}
+
+function directoryFailure(err: FileSetError | ListError | DirectoryChangedError): FailureView {
+  if (err instanceof ListError)
+    // Blocked, retried with backoff: a network error passes by itself, a refused key needs a fixed Secret.
+    return {
+      reason: 'ListFailed',
+      message: err.message,
+      retry: { kind: 'backoff' },
+      final: false,
+      blocked: true,
+    };
+  if (err instanceof DirectoryChangedError)
+    return { reason: 'DirectoryChanged', message: err.message, retry: { kind: 'none' }, final: true };
+  // Final for the generation: the prefix is listed once per generation, so only a spec edit lists it again.
+  const reason: DirectoryReason =
+    err.field === 'include' || err.field === 'files'
+      ? 'NoFilesListed'
+      : err.field === 'maxFiles' || err.field === 'maxBytes'
+        ? 'DirectoryTooLarge'
+        : 'InvalidDirectory';
+  const field =
+    reason === 'NoFilesListed'
+      ? 'spec.objectStorage.prefix/include/exclude'
+      : `spec.objectStorage.${err.field}`;
+  return {
+    reason,
+    message: `${field}: ${err.message} (the prefix is listed again when the spec changes)`,
+    retry: { kind: 'none' },
+    final: true,
+  };
+}
 
 /** How often a resource refused by the reach policy looks again (a ClusterManager may be created meanwhile). */
 const REACH_RECHECK_MS = 60_000;
@@ -42,6 +97,8 @@ export interface FailureView {
 }
 
 export function describeFailure(err: unknown, action: string): FailureView {
+  if (err instanceof FileSetError || err instanceof ListError || err instanceof DirectoryChangedError)
+    return directoryFailure(err);
   if (err instanceof ManagerNotConfiguredError) {
     return { reason: 'ManagerNotConfigured', message: err.message, retry: { kind: 'none' }, final: true };
   }

@@ -14,6 +14,7 @@ export function modelPreheatController(ctx: ControllerContext): Controller<Model
       for: reconciler.informer,
       reconcile: (key, rc) => reconciler.reconcile(key, rc),
       workers: ctx.config.workers,
+      maxWorkersPerNamespace: ctx.config.maxWorkersPerNamespace,
       predicate: specChanged,
     },
     { logger: ctx.logger, metrics: ctx.metrics },

@@ -55,6 +55,8 @@ import {
   type CreatedJob,
   type FailedAttempt,
 } from './decide.ts';
+import { DirectoryListings, isDirectory } from './directory.ts';
+import { DirectoryStep } from './directory-step.ts';
 import { describeFailure } from './failures.ts';
 import { planPreheat } from './request.ts';
 import { failureText } from './results.ts';
@@ -79,6 +81,8 @@ export class ModelPreheatReconciler {
   private readonly writeStatus: StatusWrite<Obj, Status>;
   /** What the cache and clean-up steps share with the reconciler. */
   private readonly cacheDeps: CacheDeps;
+  /** The jobs of a directory (spec.objectStorage.prefix), with its listing per generation. */
+  private readonly directory: DirectoryStep;
 
   constructor(ctx: ControllerContext) {
     this.ctx = ctx;
@@ -90,13 +94,33 @@ export class ModelPreheatReconciler {
     this.secrets = new SecretReader(ctx.kube, { ttlMs: SECRET_TTL_MS });
     this.metrics = operatorMetrics(ctx.metrics);
     this.writeStatus = statusWriter<Obj, Status>(ctx, GVR.modelPreheats);
-    this.cacheDeps = { ctx, secrets: this.secrets, clients: this.clients, writeStatus: this.writeStatus };
+    const listings = new DirectoryListings();
+    this.cacheDeps = {
+      ctx,
+      secrets: this.secrets,
+      clients: this.clients,
+      writeStatus: this.writeStatus,
+      listings,
+    };
+    this.directory = new DirectoryStep({
+      listings,
+      secrets: this.secrets,
+      defaultRule: ctx.config.peerDaemonVersion,
+      poll: ctx.config,
+      write: (obj, change, rc) => this.write(obj, change, rc),
+      fail: (obj, err, action, rc) => this.fail(obj, err, action, rc),
+      recordFailure: (obj, spec, f, rc, base) => this.recordFailure(obj, spec, f, rc, base),
+      succeeded: (obj, message) => {
+        this.ctx.events.record(obj, 'Normal', 'JobSucceeded', message);
+        this.metrics.preheatJobs.labels('succeeded').inc();
+      },
+    });
   }
 
   async reconcile(key: string, rc: ReconcileContext): Result {
     // Through the status writer: a requeue may come before the watch has delivered our last status write.
     const obj = this.ctx.status.latest(this.informer.get(key));
-    if (!obj) return; // deleted: the operator keeps nothing per resource
+    if (!obj) return this.cacheDeps.listings.forget(key); // deleted: nothing else is kept per resource
 
     const parsed = ModelPreheatSpec.safeParse(obj.spec);
     if (!parsed.success) return this.reportInvalidSpec(obj, specProblem(parsed.error), rc);
@@ -132,8 +156,11 @@ export class ModelPreheatReconciler {
       case 'wait':
         return { requeueAfter: step.ms };
       case 'create':
+        if (isDirectory(spec)) return this.directory.advance(obj, spec, client, managerURL, step.attempt, rc);
         return this.createJob(obj, spec, client, managerURL, step.attempt, rc);
       case 'poll':
+        if (isDirectory(spec))
+          return this.directory.advance(obj, spec, client, managerURL, step.job.attempts ?? 1, rc);
         return this.pollJob(obj, spec, client, step.job, rc);
     }
   }

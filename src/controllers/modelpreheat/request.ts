@@ -2,9 +2,9 @@
  * Turns a ModelPreheat spec into the manager's preheat request, and says which P2P task id each URL will
  * have, so that `status.tasks` can be matched with peer logs and with the plugin's downloads.
  */
-import { parseDuration, type ModelPreheatSpec } from '../../api/index.ts';
+import { parseDuration, type ModelPreheatSpec, type ObjectStorageSource } from '../../api/index.ts';
 import type { PreheatJobRequest } from '../../manager/types.ts';
-import { credentialsFromSecretData } from '../../storage/credentials.ts';
+import { credentialsFromSecretData, type StorageCredentials } from '../../storage/credentials.ts';
 import { signObjectURL } from '../../storage/sign.ts';
 import {
   DEFAULT_FILTERED_QUERY_PARAMS,
@@ -25,18 +25,65 @@ export interface PreheatPlan {
   tasks: { url: string; taskID: string }[];
 }
 
-export async function planPreheat(
-  spec: ModelPreheatSpec,
+/** The preheat's storage credentials, from its Secret (CredentialsError or SecretNotFoundError naming it). */
+export async function storageCredentials(
+  os: ObjectStorageSource,
   namespace: string,
   secrets: SecretReader,
-  identity: { bio: string },
-  now: Date = new Date(),
   signal?: AbortSignal,
-  defaultRule: TaskIdRule = DEFAULT_TASK_ID_RULE,
-): Promise<PreheatPlan> {
+): Promise<StorageCredentials> {
+  const data = os.credentialsSecretRef
+    ? await secrets.data(namespace, os.credentialsSecretRef.name, signal)
+    : {};
+  return credentialsFromSecretData(os.type, data, {
+    secretName: os.credentialsSecretRef
+      ? `${namespace}/${os.credentialsSecretRef.name}`
+      : '(no credentialsSecretRef)',
+  });
+}
+
+/** The task identity of a spec's downloads: the peer daemons' rule (spec.peerDaemonVersion, else `defaultRule`). */
+export function ruleOf(spec: ModelPreheatSpec, defaultRule: TaskIdRule = DEFAULT_TASK_ID_RULE): TaskIdRule {
   // The schema's pattern admits only versions taskIdRule reads.
-  const rule = spec.peerDaemonVersion !== undefined ? taskIdRule(spec.peerDaemonVersion)! : defaultRule;
-  const common: PreheatJobRequest = {
+  return spec.peerDaemonVersion !== undefined ? taskIdRule(spec.peerDaemonVersion)! : defaultRule;
+}
+
+/** What one preheat request needs besides its URLs. */
+export interface PlanContext {
+  bio: string;
+  now?: Date | undefined;
+  rule?: TaskIdRule | undefined;
+}
+
+/** The job request for `keys` of spec.objectStorage, each signed with `credentials`, and each key's task id. */
+export async function planObjects(
+  spec: ModelPreheatSpec,
+  keys: readonly string[],
+  credentials: StorageCredentials,
+  c: PlanContext,
+): Promise<PreheatPlan> {
+  const os = spec.objectStorage!;
+  const expiresSeconds = Math.round(parseDuration(os.signedURLExpiry) / 1000);
+  const now = c.now ?? new Date();
+  const signed = await Promise.all(
+    keys.map((key) => signObjectURL(os, key, credentials, { now, expiresSeconds })),
+  );
+  // An empty filter is not sent, and then the manager applies its default list: compute ids the same way.
+  const filter = signed[0]!.filter.length > 0 ? signed[0]!.filter : DEFAULT_FILTERED_QUERY_PARAMS;
+  const idOf = identityOf(spec, c.rule ?? DEFAULT_TASK_ID_RULE);
+  return {
+    request: {
+      ...commonRequest(spec, c.bio),
+      type: 'file',
+      urls: signed.map((s) => s.url),
+      filteredQueryParams: signed[0]!.filter,
+    },
+    tasks: signed.map((s) => ({ url: s.objectURL, taskID: idOf(s.url, filter) })),
+  };
+}
+
+function commonRequest(spec: ModelPreheatSpec, bio: string): PreheatJobRequest {
+  return {
     type: spec.type,
     headers: spec.headers,
     tag: spec.tag,
@@ -49,9 +96,13 @@ export async function planPreheat(
     pieceLength: spec.pieceLength,
     timeoutMs: spec.timeout ? parseDuration(spec.timeout) : undefined,
     schedulerClusterIDs: spec.schedulerClusterIDs,
-    bio: identity.bio,
+    bio,
   };
-  const idOf = (url: string, filter: readonly string[]) =>
+}
+
+const identityOf =
+  (spec: ModelPreheatSpec, rule: TaskIdRule) =>
+  (url: string, filter: readonly string[]): string =>
     taskID({
       url,
       filter,
@@ -61,31 +112,26 @@ export async function planPreheat(
       rule,
     });
 
+export async function planPreheat(
+  spec: ModelPreheatSpec,
+  namespace: string,
+  secrets: SecretReader,
+  identity: { bio: string },
+  now: Date = new Date(),
+  signal?: AbortSignal,
+  defaultRule: TaskIdRule = DEFAULT_TASK_ID_RULE,
+): Promise<PreheatPlan> {
+  const rule = ruleOf(spec, defaultRule);
+  const common = commonRequest(spec, identity.bio);
+  const idOf = identityOf(spec, rule);
+
   if (spec.objectStorage) {
-    const os = spec.objectStorage;
-    const data = os.credentialsSecretRef
-      ? await secrets.data(namespace, os.credentialsSecretRef.name, signal)
-      : {};
-    const credentials = credentialsFromSecretData(os.type, data, {
-      secretName: os.credentialsSecretRef
-        ? `${namespace}/${os.credentialsSecretRef.name}`
-        : '(no credentialsSecretRef)',
-    });
-    const expiresSeconds = Math.round(parseDuration(os.signedURLExpiry) / 1000);
-    const signed = await Promise.all(
-      os.keys.map((key) => signObjectURL(os, key, credentials, { now, expiresSeconds })),
-    );
-    // An empty filter is not sent, and then the manager applies its default list: compute ids the same way.
-    const filter = signed[0]!.filter.length > 0 ? signed[0]!.filter : DEFAULT_FILTERED_QUERY_PARAMS;
-    return {
-      request: {
-        ...common,
-        type: 'file',
-        urls: signed.map((s) => s.url),
-        filteredQueryParams: signed[0]!.filter,
-      },
-      tasks: signed.map((s) => ({ url: s.objectURL, taskID: idOf(s.url, filter) })),
-    };
+    // A directory (objectStorage.prefix) is listed and planned job by job (directory.ts), never here.
+    const keys = spec.objectStorage.keys ?? [];
+    if (keys.length === 0)
+      throw new Error('planPreheat: objectStorage without keys (a directory) is planned per job');
+    const credentials = await storageCredentials(spec.objectStorage, namespace, secrets, signal);
+    return planObjects(spec, keys, credentials, { bio: identity.bio, now, rule });
   }
 
   if (spec.type === 'image') {

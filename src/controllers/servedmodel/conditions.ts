@@ -33,6 +33,12 @@ export const ServedModelReason = {
   NoFailures: 'NoFailures',
   /** A static spec.modelServer.endpoints host is not in the operator's --allowed-endpoint-hosts (src/policy/reach.ts). */
   EndpointNotAllowed: 'EndpointNotAllowed',
+  /** spec.modelServer.driver names no driver the operator has. */
+  UnknownDriver: 'UnknownDriver',
+  /** The model server's driver does not load the model's layout (a directory for TorchServe). */
+  ModelLayoutUnsupported: 'ModelLayoutUnsupported',
+  /** spec.files: nothing under the prefix, more than the caps, or the list API failed. */
+  DirectoryNotListed: 'DirectoryNotListed',
   /** Being deleted: unregistering, or waiting for registrations under way or for unreachable replicas. */
   Deleting: 'Deleting',
 } as const;
@@ -111,6 +117,32 @@ export function invalidSpecConditions(message: string): ServedModelConditionChan
  *  changes. */
 export function endpointNotAllowedConditions(message: string): ServedModelConditionChange[] {
   const reason = ServedModelReason.EndpointNotAllowed;
+  return [
+    { type: ServedModelCondition.Ready, status: 'False', reason, message },
+    { type: ServedModelCondition.Reconciling, absent: true },
+    { type: ServedModelCondition.Stalled, status: 'True', reason, message },
+  ];
+}
+
+/** The condition changes for a model the server's driver cannot load: nothing happens until the spec changes. */
+export function unsupportedModelConditions(message: string): ServedModelConditionChange[] {
+  return stalledConditions(ServedModelReason.ModelLayoutUnsupported, message);
+}
+
+/** The condition changes for a spec.modelServer.driver the operator has no driver for. */
+export function unknownDriverConditions(message: string): ServedModelConditionChange[] {
+  return stalledConditions(ServedModelReason.UnknownDriver, message);
+}
+
+/** The condition changes for a directory without usable files (spec.files). */
+export function directoryConditions(message: string): ServedModelConditionChange[] {
+  return stalledConditions(ServedModelReason.DirectoryNotListed, message);
+}
+
+function stalledConditions(
+  reason: ServedModelConditionReason,
+  message: string,
+): ServedModelConditionChange[] {
   return [
     { type: ServedModelCondition.Ready, status: 'False', reason, message },
     { type: ServedModelCondition.Reconciling, absent: true },

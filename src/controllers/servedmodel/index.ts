@@ -10,6 +10,7 @@ import {
   type ServedModel,
   type ServedModelStatus,
   GVR,
+  replicaAccess,
 } from '../../api/index.ts';
 import type { Dispatcher } from 'undici';
 import type { ModelServerDrivers, Registered } from '../../servers/driver.ts';
@@ -25,6 +26,7 @@ import { operatorMetrics } from '../metrics.ts';
 import { SecretReader } from '../secrets.ts';
 import { statusWriter } from '../status.ts';
 import { servedModelCleanup } from './cleanup.ts';
+import { ModelDirectories } from './files.ts';
 import { ReplicaGates } from './gates.ts';
 import { NodeAddresses } from './node-addresses.ts';
 import { preheatNameOf } from './preheat.ts';
@@ -66,6 +68,7 @@ export function createServedModelController(
     });
   const registrations = new RegistrationRunner<Registered>({
     global: ctx.config.maxConcurrentRegistrations,
+    perNamespace: ctx.config.maxRegistrationsPerNamespace,
     // Registrations start in reconciles, so the controller exists by the time one reports.
     onChange: (owner) => controller.enqueue(owner),
   });
@@ -77,15 +80,12 @@ export function createServedModelController(
     ctx,
     registrations,
     serverFor: (sm, spec, r) =>
-      drivers.get().replica(
+      drivers.get(spec.modelServer.driver).replica(
         {
           uid: sm.metadata.uid ?? `${sm.metadata.namespace}/${sm.metadata.name}`,
           namespace: sm.metadata.namespace!,
         },
-        {
-          pluginPath: spec.modelServer.pluginPath,
-          tokenSecretRef: spec.modelServer.managementTokenSecretRef,
-        },
+        replicaAccess(spec),
         r,
       ),
     writeStatus,
@@ -104,6 +104,9 @@ export function createServedModelController(
       nodeAddresses: new NodeAddresses(ctx.kube),
       batchWindowMs: opts.targetBatchWindowMs ?? TARGET_BATCH_WINDOW_MS,
     }),
+    directories: new ModelDirectories({
+      secretData: (namespace, name, signal) => secrets.data(namespace, name, signal),
+    }),
     drivers,
     registrations,
     writeStatus,
@@ -118,6 +121,7 @@ export function createServedModelController(
       for: models,
       reconcile: (key, rc) => reconciler.reconcile(key, rc),
       workers: ctx.config.workers,
+      maxWorkersPerNamespace: ctx.config.maxWorkersPerNamespace,
       predicate: specChanged,
       onStop: () => registrations.stop(),
       watches,

@@ -11,8 +11,16 @@
  * reconcile runs again on fresh data) or coalesced leaves it for the next. Status writes that
  * only report progress are coalesced to one per STATUS_COALESCE_MS per object.
  */
-import { GVR, ServedModelSpec, type ServedModel, type ServedModelStatus } from '../../api/index.ts';
-import type { ModelServerDrivers } from '../../servers/driver.ts';
+import {
+  GVR,
+  ServedModelSpec,
+  replicaAccess,
+  staticAddresses,
+  type ModelPreheat,
+  type ServedModel,
+  type ServedModelStatus,
+} from '../../api/index.ts';
+import { layoutRefusal, type ModelServerDrivers } from '../../servers/driver.ts';
 import type { Registered } from '../../servers/driver.ts';
 import {
   addFinalizer,
@@ -27,9 +35,13 @@ import type { ZodError } from 'zod';
 import type { OperatorMetrics } from '../metrics.ts';
 import { invalidSpec, specProblem, type StatusWrite } from '../status.ts';
 import { FINALIZER } from './cleanup.ts';
+import { directoryName, type DirectoryFiles, type ModelDirectories } from './files.ts';
 import {
   ServedModelCondition,
+  directoryConditions,
   endpointNotAllowedConditions,
+  unknownDriverConditions,
+  unsupportedModelConditions,
   invalidSpecConditions,
   withServedModelConditions,
 } from './conditions.ts';
@@ -55,11 +67,15 @@ import {
 } from './replica-status.ts';
 import { discoverReplicas, type Discovery, type EndpointSlice, type Replica } from './replicas.ts';
 
+/** How soon a directory whose listing failed is listed again. */
+const DIRECTORY_RETRY_MS = 30_000;
+
 /** How soon a pass that found the cache behind our last status write looks again (the watch is that far behind). */
 const CACHE_BEHIND_RETRY_MS = 50;
 
 type Obj = ServedModel;
 type Status = ServedModelStatus;
+type ListedDirectory = Extract<DirectoryFiles, { ok: true }>;
 
 /** What the reconciler works with (controller-runtime's Reconciler struct): built once by the controller. */
 export interface ServedModelDeps {
@@ -72,6 +88,8 @@ export interface ServedModelDeps {
   /** The EndpointSlices of a Service, from the cache. */
   slices(namespace: string, service: string): EndpointSlice[];
   gates: Pick<ReplicaGates, 'of' | 'forget'>;
+  /** The files of ServedModels that are directories (spec.files); required for those. */
+  directories?: Pick<ModelDirectories, 'of' | 'forget'> | undefined;
   drivers: ModelServerDrivers;
   registrations: RegistrationRunner<Registered>;
   /** The status write; a conflict is thrown (StatusConflict). */
@@ -123,7 +141,13 @@ export class ServedModelReconciler {
     const service = spec.modelServer.service?.name;
     const found = service ? deps.slices(cached.metadata.namespace!, service) : [];
     const discovery = discoverReplicas(spec, found);
+    // A driver the operator does not have: nothing can be asked of the replicas, deletion included.
+    const driver = deps.drivers.find(spec.modelServer.driver);
+    if (!driver) return this.unknownDriver(cached, spec, rc);
     if (isBeingDeleted(cached)) return deps.cleanUp(cached, spec, discovery.replicas, rc);
+    // A model the server's driver cannot load (a directory for TorchServe): said before any replica is asked.
+    const refused = layoutRefusal(driver, spec.files ? 'directory' : 'archive');
+    if (refused) return this.stalled(cached, refused, unsupportedModelConditions(refused), rc);
     // Status is written on the object as the finalizer patch left it (on the older one it would be a conflict),
     // and the guard above knows of the patch (the same test fails without it: the first pass adds the finalizer).
     const sm = await addFinalizer(deps.kube, GVR.servedModels, cached, FINALIZER, rc.signal);
@@ -133,12 +157,20 @@ export class ServedModelReconciler {
     //    the replicas' nodes when node targeting is on).
     const previous = previousReplicas(sm.status);
     const gating = await deps.gates.of(key, sm, spec, discovery, previous, rc.signal);
+    // 1b. A directory's files (spec.files), listed once per generation; none, too many or unlistable: Stalled.
+    let dir: ListedDirectory | undefined;
+    if (spec.files) {
+      const listed = await this.directory(key, sm, spec, gating.preheat, rc);
+      if (!listed.ok) return listed.result;
+      dir = listed;
+    }
+    const goal = goalOf(spec, dir);
     // 2. Every replica one step closer (the seed first, alone, when the network does not hold the model yet).
-    const outcomes = await this.converge(key, sm, spec, discovery, gating, previous, rc);
+    const outcomes = await this.converge(key, sm, spec, goal, discovery, gating, previous, rc);
     const newLocalHits = outcomes.filter(
       (o) => o.ended?.state === 'done' && !o.ended.reported && o.ended.result.localHit !== undefined,
     ).length;
-    this.record(key, sm, spec, discovery, outcomes);
+    this.record(key, sm, goal, discovery, outcomes);
     // 3. Status from the object and what the pass saw.
     const summary = summarize({
       modelName: spec.modelName,
@@ -170,14 +202,17 @@ export class ServedModelReconciler {
       sm,
       (s) =>
         withServedModelConditions(
-          withReplicas(s, summary, gating.gate, gating.preheat?.status?.cache),
+          {
+            ...withReplicas(s, summary, gating.gate, gating.preheat?.status?.cache),
+            files: dir && { count: dir.count, bytes: dir.bytes, digest: dir.digest },
+          },
           sm.metadata.generation,
           summary.conditions,
         ),
       rc.signal,
     );
     if (written.written) this.lastWrite.set(key, this.now());
-    this.settle(key, sm, spec, discovery, outcomes);
+    this.settle(key, sm, goal, discovery, outcomes);
     const after = getCondition(written.object.status?.conditions, ServedModelCondition.Ready);
     if (after?.status === 'True' && before?.status !== 'True')
       deps.events.record(sm, 'Normal', 'Ready', after.message);
@@ -190,6 +225,7 @@ export class ServedModelReconciler {
   forget(key: string, uid = this.uids.get(key)): void {
     this.lastWrite.delete(key);
     this.deps.gates.forget(key);
+    this.deps.directories?.forget(key);
     this.uids.delete(key);
     if (!uid) return;
     this.deps.registrations.prune(uid);
@@ -208,13 +244,20 @@ export class ServedModelReconciler {
   }
 
   /** Static endpoints outside the admin's --allowed-endpoint-hosts (policy/reach.ts) get no request at all. */
+  private unknownDriver(sm: Obj, spec: ServedModelSpec, rc: ReconcileContext): Promise<void> {
+    const message =
+      `spec.modelServer.driver: the operator has no model-server driver named ${spec.modelServer.driver}; ` +
+      `use one of ${this.deps.drivers.names().join(', ')}`;
+    return this.stalled(sm, message, unknownDriverConditions(message), rc);
+  }
+
   private mayReach(spec: ServedModelSpec): boolean {
     return this.reach(spec).allowed;
   }
 
   private reach(spec: ServedModelSpec) {
     const { config } = this.deps;
-    return endpointsReach(spec.modelServer.endpoints, 'spec.modelServer.endpoints', {
+    return endpointsReach(staticAddresses(spec), 'spec.modelServer.endpoints', {
       managerHosts: config.allowedManagerHosts ?? [],
       endpointHosts: config.allowedEndpointHosts ?? [],
     });
@@ -245,37 +288,53 @@ export class ServedModelReconciler {
     return invalidSpec(this.deps, GVR.servedModels, sm, problem, report, rc.signal);
   }
 
+  /**
+   * The directory's files, or the pass's result when there are none: Stalled (nothing under the prefix, over a
+   * cap: only a spec edit helps) or, when the list API failed, Stalled and looked at again later.
+   */
+  private async directory(
+    key: string,
+    sm: Obj,
+    spec: ServedModelSpec,
+    preheat: ModelPreheat | undefined,
+    rc: ReconcileContext,
+  ): Promise<ListedDirectory | { ok: false; result: ReconcileResult | void }> {
+    if (!this.deps.directories)
+      throw new Error('a ServedModel with spec.files needs the directories dependency');
+    const listed = await this.deps.directories.of(key, sm, spec, preheat, rc.signal);
+    if (listed.ok) return listed;
+    await this.stalled(sm, listed.message, directoryConditions(listed.message), rc);
+    return { ok: false, result: listed.final ? undefined : { requeueAfter: DIRECTORY_RETRY_MS } };
+  }
+
   /** One step on every replica the gate lets through; the seed first, alone, when the rollout needs one. */
   private async converge(
     key: string,
     sm: Obj,
     spec: ServedModelSpec,
+    goal: ReplicaGoal,
     discovery: Discovery,
     gating: ReplicaGating,
     previous: ReadonlyMap<string, ReplicaStatus>,
     rc: ReconcileContext,
   ): Promise<ReplicaOutcome[]> {
     const { registrations, drivers } = this.deps;
-    const driver = drivers.get();
-    const goal = goalOf(spec);
+    const driver = drivers.get(spec.modelServer.driver);
     const uid = sm.metadata.uid ?? key;
     const endpoints = new Set(discovery.replicas.map((r) => r.endpoint));
-    registrations.prune(uid, endpoints, registrationVersion(spec));
+    registrations.prune(uid, endpoints, registrationVersion(goal));
     driver.prune(uid, endpoints);
     const { gate, gates, closed } = gating;
     const replicas = discovery.replicas;
     if (gate.state === 'closed' && closed.length === replicas.length)
       return replicas.map((r) => waiting(r, previous.get(r.endpoint), gates.get(r.endpoint)!.message));
     const owner = { uid, namespace: sm.metadata.namespace! };
-    const access = {
-      pluginPath: spec.modelServer.pluginPath,
-      tokenSecretRef: spec.modelServer.managementTokenSecretRef,
-    };
+    const access = replicaAccess(spec);
     const step = (r: Replica, mayRegister: boolean): Promise<ReplicaOutcome> => {
       const g = gates.get(r.endpoint)!;
       if (!g.open) return Promise.resolve(waiting(r, previous.get(r.endpoint), g.message));
       const server = driver.replica(owner, access, r);
-      const id = registrationId(key, uid, spec, r);
+      const id = registrationId(key, uid, goal, r);
       const registration = {
         peek: () => registrations.peek(id),
         start: () =>
@@ -307,12 +366,11 @@ export class ServedModelReconciler {
   private record(
     key: string,
     sm: Obj,
-    spec: ServedModelSpec,
+    goal: ReplicaGoal,
     discovery: Discovery,
     outcomes: readonly ReplicaOutcome[],
   ): void {
     const { registrations, events } = this.deps;
-    const goal = goalOf(spec);
     const uid = sm.metadata.uid ?? key;
     for (const [i, o] of outcomes.entries()) {
       for (const e of o.events) events.record(sm, e.type, e.reason, e.note);
@@ -320,7 +378,7 @@ export class ServedModelReconciler {
       const r = discovery.replicas[i]!;
       const e = registeredEvent(goal, r, o.ended.result);
       events.record(sm, e.type, e.reason, e.note);
-      registrations.report(registrationId(key, uid, spec, r));
+      registrations.report(registrationId(key, uid, goal, r));
     }
   }
 
@@ -331,14 +389,14 @@ export class ServedModelReconciler {
   private settle(
     key: string,
     sm: Obj,
-    spec: ServedModelSpec,
+    goal: ReplicaGoal,
     discovery: Discovery,
     outcomes: readonly ReplicaOutcome[],
   ): void {
     const uid = sm.metadata.uid ?? key;
     for (const [i, o] of outcomes.entries()) {
       if (!o.ended || keepRegistration(o, o.ended, this.now())) continue;
-      this.deps.registrations.settle(registrationId(key, uid, spec, discovery.replicas[i]!));
+      this.deps.registrations.settle(registrationId(key, uid, goal, discovery.replicas[i]!));
     }
   }
 
@@ -370,18 +428,22 @@ export class ServedModelReconciler {
   }
 }
 
-/** What a registration is of: the wanted version and archive (a new spec starts a new registration). */
-const registrationVersion = (spec: ServedModelSpec) => `${spec.version ?? ''}|${spec.fileName}`;
+/** What a registration is of: the wanted version and archive or directory listing (a new one starts a new
+ *  registration). */
+const registrationVersion = (goal: ReplicaGoal) =>
+  `${goal.version ?? ''}|${goal.fileName}${goal.files ? `|${goal.filesDigest}` : ''}`;
 
-function registrationId(key: string, uid: string, spec: ServedModelSpec, r: Replica): RegistrationId {
-  return { uid, owner: key, replica: r.endpoint, version: registrationVersion(spec) };
+function registrationId(key: string, uid: string, goal: ReplicaGoal, r: Replica): RegistrationId {
+  return { uid, owner: key, replica: r.endpoint, version: registrationVersion(goal) };
 }
 
-export function goalOf(spec: ServedModelSpec): ReplicaGoal {
+/** What every replica converges to; `dir`: the directory's files of this generation (spec.files). */
+export function goalOf(spec: ServedModelSpec, dir?: ListedDirectory): ReplicaGoal {
   return {
     modelName: spec.modelName,
     version: spec.version,
-    fileName: spec.fileName,
+    fileName: spec.fileName ?? directoryName(spec),
+    ...(dir ? { files: dir.files, filesDigest: dir.digest } : {}),
     minWorkers: spec.workers.min,
     maxWorkers: spec.workers.max ?? spec.workers.min,
     options: { ...spec.registration },

@@ -10,6 +10,7 @@ import type { ReplicaStatus } from '../../api/index.ts';
 import type {
   Failure,
   FailureKind,
+  ModelFiles,
   ModelVersion,
   Registered,
   ReplicaServer,
@@ -23,7 +24,12 @@ export interface ReplicaGoal {
   modelName: string;
   /** Wanted version; undefined: whatever version the archive registers. */
   version?: string | undefined;
+  /** The archive's key, or the directory's prefix (messages). */
   fileName: string;
+  /** A directory's files (spec.files), for drivers that load directories. */
+  files?: ModelFiles | undefined;
+  /** The digest of the directory's listing: another listing is another registration. */
+  filesDigest?: string | undefined;
   minWorkers: number;
   maxWorkers: number;
   /** The server's registration options (spec.registration). */
@@ -240,6 +246,7 @@ export async function registerAndStart(
 ): Promise<Registered> {
   const reg = {
     fileName: goal.fileName,
+    ...(goal.files ? { files: goal.files } : {}),
     modelName: goal.modelName,
     version: goal.version,
     options: goal.options,

@@ -42,6 +42,8 @@ export interface TorchServeDriverOptions {
 
 export class TorchServeDriver implements ModelServerDriver {
   readonly name = TORCHSERVE;
+  /** TorchServe registers model archives (.mar, .tar.gz), which the endpoint plugin downloads: never a directory. */
+  readonly layouts = ['archive'] as const;
   private readonly clients: ReplicaClients;
 
   constructor(opts: TorchServeDriverOptions) {
@@ -54,6 +56,10 @@ export class TorchServeDriver implements ModelServerDriver {
 
   prune(uid: string, keep?: ReadonlySet<string>): void {
     this.clients.prune(uid, keep);
+  }
+
+  refuseLayout(): string {
+    return 'TorchServe registers model archives (.mar) that the endpoint plugin downloads, not directories: package the files with torch-model-archiver and set spec.fileName to the archive, or serve the directory with a model server whose driver loads directories';
   }
 
   failure(err: unknown): Failure | undefined {

@@ -1,0 +1,219 @@
+/**
+ * A replica's `peerload agent` (src/agent/server.ts) as a driver uses it: place one version of a model directory
+ * (PUT the version spec, then read its progress until the files are in place), list the versions it holds, remove
+ * one. Shared by the drivers whose servers load a directory the agent placed beside them.
+ *
+ * Errors are {@link AgentError}s of the shared HTTP layer, classified as everywhere (src/http/classify.ts) with
+ * one exception: the agent answers a wrong token with 403, which is an `auth` failure as 401 is. A version whose
+ * download failed is `terminal` only when a retry cannot help (over the byte cap, a spec the agent refuses).
+ */
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { Dispatcher } from 'undici';
+import { z } from 'zod';
+import { parseBody } from '../http/body.ts';
+import { kindForStatus } from '../http/classify.ts';
+import { HttpError, boundDetail, type HttpErrorInit, type HttpErrorKind } from '../http/errors.ts';
+import { sendRequest, type HttpResponse } from '../http/request.ts';
+import { USER_AGENT } from '../version.ts';
+import type { Call, ModelFiles, RegisterCall } from './driver.ts';
+
+export class AgentError extends HttpError {
+  /** The agent's reason word (`InvalidSpec`, `DiskBudgetExceeded`, `DownloadFailed`...), when it gave one. */
+  readonly reason: string | undefined;
+
+  constructor(subject: string, init: HttpErrorInit & { reason?: string | undefined }) {
+    super(subject, init, init.reason ? `${init.reason}: ${init.detail}` : init.detail);
+    this.name = 'AgentError';
+    this.reason = init.reason;
+  }
+}
+
+const AgentVersion = z.looseObject({
+  version: z.string(),
+  /** Under the agent's root: the spec's `directory`, else the model's name. */
+  directory: z.string().optional(),
+  state: z.enum(['Downloading', 'Ready', 'Failed']),
+  filesTotal: z.number().optional(),
+  filesDone: z.number().optional(),
+  bytesTotal: z.number().optional(),
+  bytesDone: z.number().optional(),
+  localHits: z.number().optional(),
+  error: z.string().optional(),
+  reason: z.string().optional(),
+  files: z.array(z.looseObject({ path: z.string(), localHit: z.boolean().optional() })).optional(),
+});
+export type AgentVersion = z.infer<typeof AgentVersion>;
+const ModelAnswer = z.looseObject({ versions: z.array(AgentVersion) });
+
+/** Download failures a retry does not fix until the spec or the agent's cap changes. */
+const TERMINAL_REASONS = new Set(['DiskBudgetExceeded', 'InvalidSpec', 'NoCredentials']);
+
+export interface Placed {
+  /** The version's directory under the agent's root. */
+  directory: string;
+  /** Every file a local hit of the node's peer; undefined when not known (found on disk from an earlier run). */
+  localHit: boolean | undefined;
+}
+
+export interface AgentClientOptions {
+  /** `http(s)://host:port` of the agent. */
+  baseURL: string;
+  dispatcher: Dispatcher;
+  /** The operator's token for this agent, read for every call. */
+  token: () => Promise<string>;
+  /** Per exchange, ms (a call's own `timeoutMs` wins). */
+  timeoutMs?: number | undefined;
+  /** How often a placement's progress is read, ms. */
+  pollMs?: number | undefined;
+}
+
+const modelPath = (name: string) => `/v1/models/${encodeURIComponent(name)}`;
+
+export class AgentClient {
+  private readonly opts: AgentClientOptions;
+  private readonly origin: string;
+  private readonly secrets: string[] = [];
+
+  constructor(opts: AgentClientOptions) {
+    const url = new URL(opts.baseURL);
+    if (url.protocol !== 'http:' && url.protocol !== 'https:')
+      throw new TypeError(`the agent's URL must be http(s), got ${url.protocol}`);
+    this.origin = url.origin;
+    this.opts = opts;
+  }
+
+  get subject(): string {
+    return `agent ${this.origin}`;
+  }
+
+  /**
+   * Asks for `version` of `name` and waits until its files are in place, reporting progress. A version in place
+   * already answers at once; a failed download rejects with the agent's reason.
+   */
+  async place(name: string, version: string, files: ModelFiles, call: RegisterCall): Promise<Placed> {
+    const operation = `place ${name} ${version}`;
+    const res = await this.send(operation, 'PUT', modelPath(name), { ...files, version }, call);
+    if (res.status !== 200 && res.status !== 202) throw this.failure(operation, res);
+    for (;;) {
+      const v = (await this.versions(name, call)).find((p) => p.version === version);
+      if (!v)
+        throw this.error(operation, 'retryable', `the agent lost version ${version} of ${name} (restarted?)`);
+      if (v.state === 'Ready')
+        return { directory: v.directory ?? files.directory ?? name, localHit: allLocal(v) };
+      if (v.state === 'Failed') {
+        const kind = v.reason && TERMINAL_REASONS.has(v.reason) ? 'terminal' : 'retryable';
+        throw this.error(operation, kind, v.error ?? 'the download failed', v.reason);
+      }
+      call.progress?.(progressLine(name, v));
+      await sleep(this.opts.pollMs ?? 1_000, undefined, { signal: call.signal });
+    }
+  }
+
+  /** Every version the agent knows of `name`, running, failed or on disk (empty when none). */
+  async versions(name: string, call: Call): Promise<AgentVersion[]> {
+    const operation = `list versions of ${name}`;
+    const res = await this.send(operation, 'GET', modelPath(name), undefined, call);
+    if (res.status === 404) return [];
+    if (res.status !== 200) throw this.failure(operation, res);
+    const parsed = parseBody(res.text, ModelAnswer);
+    if (!parsed.ok)
+      throw this.error(operation, 'retryable', parsed.problem, undefined, res.status, 'INVALID_RESPONSE');
+    return parsed.data.versions;
+  }
+
+  /** Removes a version's directory (stopping its download); a version the agent does not have is fine. */
+  async remove(name: string, version: string, call: Call): Promise<void> {
+    const operation = `remove ${name} ${version}`;
+    const path = `${modelPath(name)}/versions/${encodeURIComponent(version)}`;
+    const res = await this.send(operation, 'DELETE', path, undefined, call);
+    if (res.status !== 200 && res.status !== 404) throw this.failure(operation, res);
+  }
+
+  private async send(
+    operation: string,
+    method: Dispatcher.HttpMethod,
+    path: string,
+    body: unknown,
+    call: Call,
+  ): Promise<HttpResponse> {
+    let token: string;
+    try {
+      token = await this.opts.token();
+    } catch (e) {
+      throw this.error(operation, 'auth', `no token for the agent: ${(e as Error).message ?? String(e)}`);
+    }
+    if (!this.secrets.includes(token)) this.secrets.push(token);
+    const headers: Record<string, string> = {
+      'user-agent': USER_AGENT,
+      accept: 'application/json',
+      authorization: `Bearer ${token}`,
+    };
+    if (body !== undefined) headers['content-type'] = 'application/json';
+    return sendRequest(
+      {
+        dispatcher: this.opts.dispatcher,
+        origin: this.origin,
+        path,
+        method,
+        headers,
+        body: body === undefined ? undefined : JSON.stringify(body),
+        timeoutMs: call.timeoutMs ?? this.opts.timeoutMs ?? 30_000,
+        signal: call.signal,
+        operation,
+        secrets: this.secrets,
+      },
+      (init) => new AgentError(this.subject, init),
+    );
+  }
+
+  /** The error of an answer the caller does not accept: the agent's `{"error": {"reason", "message"}}`. */
+  private failure(operation: string, res: HttpResponse): AgentError {
+    let reason: string | undefined;
+    let message = res.text;
+    try {
+      const e = (JSON.parse(res.text) as { error?: { reason?: unknown; message?: unknown } }).error;
+      if (typeof e?.reason === 'string') reason = e.reason;
+      if (typeof e?.message === 'string') message = e.message;
+    } catch {
+      // not JSON: the text itself
+    }
+    const kind: HttpErrorKind = res.status === 403 ? 'auth' : kindForStatus(res.status);
+    return this.error(operation, kind, message || `HTTP ${res.status} without a message`, reason, res.status);
+  }
+
+  private error(
+    operation: string,
+    kind: HttpErrorKind,
+    detail: string,
+    reason?: string,
+    status = 0,
+    code?: string,
+  ): AgentError {
+    return new AgentError(this.subject, {
+      kind,
+      status,
+      operation,
+      detail: boundDetail(detail, this.secrets),
+      reason,
+      code,
+    });
+  }
+}
+
+/** Every file a local hit of the node's peer; undefined without file detail. */
+export function allLocal(v: AgentVersion): boolean | undefined {
+  const files = v.files ?? [];
+  if (files.length === 0) return undefined;
+  return files.every((f) => f.localHit === true);
+}
+
+const MiB = 1024 * 1024;
+
+function progressLine(name: string, v: AgentVersion): string {
+  const files = `${v.filesDone ?? 0}/${v.filesTotal ?? '?'} files`;
+  const bytes = v.bytesTotal
+    ? `, ${((v.bytesDone ?? 0) / MiB).toFixed(1)} of ${(v.bytesTotal / MiB).toFixed(1)} MiB`
+    : '';
+  const hits = v.localHits ? `, ${v.localHits} local hits` : '';
+  return `the agent places ${name} ${v.version}: ${files}${bytes}${hits}`;
+}

@@ -1,0 +1,109 @@
+/**
+ * One HTTP endpoint of a replica (the model server's or the agent's): the shared exchange (src/http/request.ts)
+ * with an optional bearer token read per call, and the errors of this module. Any status is an answer here; the
+ * callers decide which ones fail.
+ */
+import type { Dispatcher } from 'undici';
+import { boundDetail } from '../../http/errors.ts';
+import { sendRequest, type HttpResponse } from '../../http/request.ts';
+import { USER_AGENT } from '../../version.ts';
+import type { Call } from '../driver.ts';
+import { OipError, errorFields } from './errors.ts';
+
+export interface EndpointOptions {
+  /** `http(s)://host:port`, no path. */
+  baseURL: string;
+  /** Named in errors: `model server` or `agent`. */
+  role: string;
+  dispatcher: Dispatcher;
+  /** The bearer token, read for every call; undefined: none sent. */
+  token?: (() => Promise<string>) | undefined;
+  /** Per exchange, ms (a call's own `timeoutMs` wins). */
+  timeoutMs?: number | undefined;
+  /** The status and message as a kind. */
+  kind: (status: number, message: string) => OipError['kind'];
+}
+
+export class Endpoint {
+  readonly url: string;
+  private readonly origin: string;
+  private readonly opts: EndpointOptions;
+  private readonly secrets: string[] = [];
+
+  constructor(opts: EndpointOptions) {
+    const url = new URL(opts.baseURL);
+    if (url.protocol !== 'http:' && url.protocol !== 'https:')
+      throw new TypeError(`${opts.role} URL must be http(s): ${url.protocol}`);
+    this.origin = url.origin;
+    this.url = url.origin;
+    this.opts = opts;
+  }
+
+  get subject(): string {
+    return `${this.opts.role} ${this.url}`;
+  }
+
+  async send(
+    operation: string,
+    method: Dispatcher.HttpMethod,
+    path: string,
+    body: unknown,
+    call: Call,
+  ): Promise<HttpResponse> {
+    const headers: Record<string, string> = { 'user-agent': USER_AGENT, accept: 'application/json' };
+    if (body !== undefined) headers['content-type'] = 'application/json';
+    if (this.opts.token) {
+      const token = await this.opts.token().catch((e: unknown) => {
+        throw new OipError({
+          kind: 'auth',
+          status: 0,
+          operation,
+          subject: this.subject,
+          serverMessage: `no token: ${(e as Error).message ?? String(e)}`,
+        });
+      });
+      if (!this.secrets.includes(token)) this.secrets.push(token);
+      headers['authorization'] = `Bearer ${token}`;
+    }
+    return sendRequest(
+      {
+        dispatcher: this.opts.dispatcher,
+        origin: this.origin,
+        path,
+        method,
+        headers,
+        body: body === undefined ? undefined : JSON.stringify(body),
+        timeoutMs: call.timeoutMs ?? this.opts.timeoutMs ?? 30_000,
+        signal: call.signal,
+        operation,
+        secrets: this.secrets,
+      },
+      (init) => new OipError({ ...init, subject: this.subject, serverMessage: init.detail }),
+    );
+  }
+
+  /** The error of an answer the caller does not accept. */
+  failure(operation: string, res: HttpResponse): OipError {
+    const { message, reason } = errorFields(res.text);
+    return new OipError({
+      kind: this.opts.kind(res.status, message),
+      status: res.status,
+      operation,
+      subject: this.subject,
+      reason,
+      serverMessage: boundDetail(message || `HTTP ${res.status} without a message`, this.secrets),
+    });
+  }
+
+  /** A 2xx body that is not what the API answers. */
+  unusable(operation: string, res: HttpResponse, problem: string): OipError {
+    return new OipError({
+      kind: 'retryable',
+      status: res.status,
+      operation,
+      subject: this.subject,
+      code: 'INVALID_RESPONSE',
+      serverMessage: boundDetail(problem, this.secrets),
+    });
+  }
+}

@@ -1,0 +1,132 @@
+/**
+ * One replica of an OIP repository server with its `peerload agent`: what Triton and MLServer share. A
+ * registration has the agent place the version's files into the server's model repository (through the node's
+ * peer), then loads it; the server's flavour (triton.ts, mlserver.ts) decides how a version is loaded, scaled and
+ * dropped.
+ */
+import type { Call, ModelVersion, RegisterCall, Registered, Registration, ReplicaServer } from '../driver.ts';
+import type { AgentClient } from '../agent-client.ts';
+import type { IndexEntry, OipClient } from './client.ts';
+import { OipError } from './errors.ts';
+import { newest } from './triton-config.ts';
+
+export abstract class OipReplica implements ReplicaServer {
+  protected readonly client: OipClient;
+  private readonly agentClient: AgentClient | undefined;
+
+  constructor(client: OipClient, agent: AgentClient | undefined) {
+    this.client = client;
+    this.agentClient = agent;
+  }
+
+  /** The versions of `model` the server serves, with their worker counts. */
+  protected abstract describeAll(
+    model: string,
+    ready: readonly string[],
+    call: Call,
+  ): Promise<ModelVersion[]>;
+  /** A version whose files are in place: make the server serve it (beside the versions it serves). */
+  protected abstract loadVersion(
+    model: string,
+    version: string,
+    reg: Registration,
+    call: Call,
+  ): Promise<void>;
+  /** A problem with a version name the server cannot have, or undefined. */
+  protected abstract versionProblem(version: string): string | undefined;
+  abstract scale(
+    model: string,
+    version: string,
+    workers: { min: number; max: number },
+    call: Call,
+  ): Promise<void>;
+  abstract unregister(model: string, version: string, call: Call): Promise<void>;
+  /** Stops serving every version (a model the server does not know is fine). */
+  protected abstract unloadAll(model: string, call: Call): Promise<void>;
+
+  protected get agent(): AgentClient {
+    if (!this.agentClient)
+      throw this.error(
+        'terminal',
+        'use the agent',
+        'a directory model needs the peerload agent beside the server: give the agent port and token Secret',
+      );
+    return this.agentClient;
+  }
+
+  /** The versions of `model` in state READY, from the repository index. */
+  protected async readyVersions(model: string, call: Call): Promise<string[]> {
+    const entries = await this.client.index(call);
+    return entries
+      .filter((e: IndexEntry) => e.name === model && e.version !== undefined && e.state === 'READY')
+      .map((e) => e.version!);
+  }
+
+  async versions(model: string, call: Call): Promise<ModelVersion[]> {
+    const ready = await this.readyVersions(model, call);
+    return ready.length === 0 ? [] : this.describeAll(model, ready, call);
+  }
+
+  /** Without `version`: the newest version served (the one a request without a version reaches). */
+  async describe(model: string, version: string | undefined, call: Call): Promise<ModelVersion | undefined> {
+    const all = await this.versions(model, call);
+    const wanted = version ?? newest(all.map((v) => v.version));
+    return all.find((v) => v.version === wanted);
+  }
+
+  async register(reg: Registration, call: RegisterCall): Promise<Registered> {
+    const operation = `register ${reg.modelName}`;
+    if (!reg.files)
+      throw this.error(
+        'terminal',
+        operation,
+        'this server takes a directory: give the model files, not an archive',
+      );
+    const version = reg.version;
+    if (version === undefined)
+      throw this.error('terminal', operation, 'a directory model needs its version (spec.version)');
+    const problem = this.versionProblem(version);
+    if (problem) throw this.error('terminal', operation, problem);
+    const placed = await this.agent.place(reg.modelName, version, reg.files, call);
+    if (call.stopping?.aborted)
+      throw new Error(`registration of ${reg.modelName} stopped: the ServedModel is being deleted`);
+    call.progress?.(`loading ${reg.modelName} ${version}`);
+    const short = { signal: call.signal };
+    try {
+      await this.loadVersion(reg.modelName, version, reg, short);
+      if (!(await this.client.ready(reg.modelName, version, short)))
+        throw this.error(
+          'terminal',
+          operation,
+          `${reg.modelName} was loaded but its version ${version} does not serve: ${this.notServedHint()}`,
+        );
+    } catch (err) {
+      await this.loadFailed(reg.modelName, version, short).catch(() => undefined);
+      throw err;
+    }
+    return { version, localHit: placed.localHit };
+  }
+
+  /** A placed version that did not load: what must go so the model's other versions keep loading. */
+  protected loadFailed(_model: string, _version: string, _call: Call): Promise<void> {
+    return Promise.resolve();
+  }
+
+  /** Why a loaded version may not serve, for the message. */
+  protected abstract notServedHint(): string;
+
+  async unregisterAll(model: string, call: Call): Promise<void> {
+    await this.unloadAll(model, call);
+    for (const v of await this.agent.versions(model, call)) await this.agent.remove(model, v.version, call);
+  }
+
+  protected error(kind: OipError['kind'], operation: string, message: string): OipError {
+    return new OipError({
+      kind,
+      status: 0,
+      operation,
+      subject: this.client.server.subject,
+      serverMessage: message,
+    });
+  }
+}

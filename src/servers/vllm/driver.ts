@@ -1,0 +1,246 @@
+/**
+ * vLLM as a {@link ModelServerDriver}, in two modes chosen by the registration:
+ * - a LoRA adapter (the registration carries `files`): the `peerload agent` beside the server places the version's
+ *   directory through the node's peer, then the driver loads it (`load_inplace` when the name holds another
+ *   version, so requests never see the name missing), and unloads it and removes its directories on deletion;
+ * - the base model (no `files`): vLLM loads it at start from the directory `peerload fetch` placed in an init
+ *   container, so there is nothing to load: the model is there when `/v1/models` names it and `/health` answers.
+ *
+ * A version is the last segment of the directory vLLM loaded the model from (`<root>/<name>/<version>`, where the
+ * agent and `peerload fetch` place it), so `/v1/models` alone says which version a replica holds after any restart
+ * of the operator. vLLM has no workers per model: the counts the controller asks for are kept here per replica,
+ * and a model present and healthy has all of them ready.
+ */
+import { posix } from 'node:path';
+import { Agent, type Dispatcher } from 'undici';
+import { AgentClient, AgentError, allLocal } from '../agent-client.ts';
+import {
+  DEFAULT_MODEL_ROOT,
+  type Call,
+  type Failure,
+  type ModelServerDriver,
+  type ModelVersion,
+  type RegisterCall,
+  type Registered,
+  type Registration,
+  type ReplicaAccess,
+  type ReplicaOwner,
+  type ReplicaRef,
+  type ReplicaServer,
+} from '../driver.ts';
+import type { SecretValue } from '../torchserve/replica-clients.ts';
+import { VllmClient, VllmError, type ModelCard } from './client.ts';
+
+export const VLLM = 'vllm';
+
+export interface VllmDriverOptions {
+  /** Reads the Secrets of the server's API key and of the agent's token. */
+  secret: SecretValue;
+  /** Connection pool toward the replicas and their agents (default: one of the driver's own). */
+  dispatcher?: Dispatcher | undefined;
+  /** How often a placement's progress is read, ms (tests). */
+  agentPollMs?: number | undefined;
+}
+
+interface Workers {
+  min: number;
+  max: number;
+}
+const ONE_WORKER: Workers = { min: 1, max: 1 };
+
+export class VllmDriver implements ModelServerDriver {
+  readonly name = VLLM;
+  /** Adapters are directories the agent places; a base model's directory is the one `peerload fetch` placed. */
+  readonly layouts = ['directory'] as const;
+  private readonly opts: VllmDriverOptions;
+  private readonly dispatcher: Dispatcher;
+  /** By owner uid, then replica endpoint, then model: the worker counts last asked for. */
+  private readonly workers = new Map<string, Map<string, Map<string, Workers>>>();
+
+  constructor(opts: VllmDriverOptions) {
+    this.opts = opts;
+    this.dispatcher = opts.dispatcher ?? new Agent({ connections: 16 });
+  }
+
+  replica(owner: ReplicaOwner, access: ReplicaAccess, replica: ReplicaRef): ReplicaServer {
+    const secretOf = (ref: { name: string; key: string }) => () =>
+      this.opts.secret(owner.namespace, {
+        name: ref.name,
+        key: ref.key.replaceAll('{pod}', replica.pod ?? ''),
+      });
+    const vllm = new VllmClient({
+      baseURL: replica.endpoint,
+      dispatcher: this.dispatcher,
+      token: access.tokenSecretRef && secretOf(access.tokenSecretRef),
+    });
+    let agent: AgentClient | undefined;
+    if (access.agent) {
+      const url = new URL(replica.endpoint);
+      agent = new AgentClient({
+        baseURL: `${access.agent.scheme ?? 'http'}://${url.hostname}:${access.agent.port}`,
+        dispatcher: this.dispatcher,
+        token: secretOf(access.agent.tokenSecretRef),
+        pollMs: this.opts.agentPollMs,
+      });
+    }
+    let mine = this.workers.get(owner.uid);
+    if (!mine) this.workers.set(owner.uid, (mine = new Map()));
+    let counts = mine.get(replica.endpoint);
+    if (!counts) mine.set(replica.endpoint, (counts = new Map()));
+    return new VllmReplica(vllm, agent, access.agent?.root ?? DEFAULT_MODEL_ROOT, counts);
+  }
+
+  prune(uid: string, keep?: ReadonlySet<string>): void {
+    const mine = this.workers.get(uid);
+    if (!mine) return;
+    if (keep) for (const endpoint of mine.keys()) if (!keep.has(endpoint)) mine.delete(endpoint);
+    if (!keep || mine.size === 0) this.workers.delete(uid);
+  }
+
+  failure(err: unknown): Failure | undefined {
+    if (!(err instanceof VllmError || err instanceof AgentError)) return undefined;
+    return { kind: err.kind, retryable: err.retryable, message: err.message };
+  }
+}
+
+/** The version a model card names: the last segment of the directory it was loaded from. */
+export function versionOf(card: ModelCard): string {
+  const root = card.root?.replace(/\/+$/, '');
+  return root ? posix.basename(root) : card.id;
+}
+
+/** One replica: vLLM's API and, for adapters, the agent beside it. */
+export class VllmReplica implements ReplicaServer {
+  private readonly vllm: VllmClient;
+  private readonly agent: AgentClient | undefined;
+  private readonly root: string;
+  private readonly counts: Map<string, Workers>;
+
+  constructor(vllm: VllmClient, agent: AgentClient | undefined, root: string, counts: Map<string, Workers>) {
+    this.vllm = vllm;
+    this.agent = agent;
+    this.root = root;
+    this.counts = counts;
+  }
+
+  async describe(model: string, version: string | undefined, call: Call): Promise<ModelVersion | undefined> {
+    const card = await this.card(model, call);
+    if (!card || (version !== undefined && versionOf(card) !== version)) return undefined;
+    return this.held(model, versionOf(card), await this.vllm.healthy(call));
+  }
+
+  /** The version loaded, and for an adapter the other versions the agent holds (a rollout removes them). */
+  async versions(model: string, call: Call): Promise<ModelVersion[]> {
+    const card = await this.card(model, call);
+    const loaded = card && this.held(model, versionOf(card), await this.vllm.healthy(call));
+    const all = loaded ? [loaded] : [];
+    if (this.agent && !(card && !card.parent))
+      for (const v of await this.agent.versions(model, call))
+        if (v.version !== loaded?.version) all.push(this.held(model, v.version, false));
+    return all;
+  }
+
+  async register(reg: Registration, call: RegisterCall): Promise<Registered> {
+    const name = reg.modelName;
+    const cards = await this.vllm.models(call);
+    const current = cards.find((c) => c.id === name);
+    // The base model: its files (when given) are what `peerload fetch` placed before the server started.
+    if (current && !current.parent) {
+      const version = versionOf(current);
+      return { version, localHit: await this.fetchedLocally(name, version, call) };
+    }
+    if (!reg.files)
+      throw current
+        ? this.problem(
+            `serve ${name}`,
+            'terminal',
+            `${name} is an adapter of ${current.parent}: give its files, so the agent places it and the driver loads it`,
+          )
+        : this.notServed(name, cards);
+    if (!this.agent)
+      throw this.problem(
+        `load ${name}`,
+        'terminal',
+        'a LoRA adapter is placed by the agent beside vLLM, and this replica names none (its access has no agent port and token)',
+      );
+    if (reg.version === undefined)
+      throw this.problem(
+        `load ${name}`,
+        'terminal',
+        'a LoRA adapter needs its version (spec.version): the agent places it in <root>/<name>/<version>',
+      );
+    const placed = await this.agent.place(name, reg.version, reg.files, call);
+    if (call.stopping?.aborted) throw new Error(`loading ${name} stopped: the ServedModel is being deleted`);
+    const path = posix.join(this.root, placed.directory, reg.version);
+    const card = await this.card(name, call);
+    if (card?.root !== path) {
+      call.progress?.(`loading adapter ${name} ${reg.version} from ${path}`);
+      try {
+        await this.vllm.load(name, path, card !== undefined, call);
+      } catch (err) {
+        // Loaded by another call since the look above: replace it, as a version change does.
+        if (!(err instanceof VllmError && err.kind === 'conflict')) throw err;
+        await this.vllm.load(name, path, true, call);
+      }
+    }
+    return { version: reg.version, localHit: placed.localHit };
+  }
+
+  async scale(model: string, _version: string, workers: { min: number; max: number }): Promise<void> {
+    this.counts.set(model, { min: workers.min, max: workers.max });
+  }
+
+  async unregister(model: string, version: string, call: Call): Promise<void> {
+    const card = await this.card(model, call);
+    if (card && !card.parent) return; // the base model stays as long as the server runs
+    if (card && versionOf(card) === version) await this.vllm.unload(model, call);
+    await this.agent?.remove(model, version, call);
+  }
+
+  async unregisterAll(model: string, call: Call): Promise<void> {
+    const card = await this.card(model, call);
+    if (card && !card.parent) return;
+    if (card) await this.vllm.unload(model, call);
+    if (this.agent)
+      for (const v of await this.agent.versions(model, call)) await this.agent.remove(model, v.version, call);
+    this.counts.delete(model);
+  }
+
+  /** A name vLLM does not serve, registered without files: neither its base model nor an adapter to load. */
+  private notServed(name: string, cards: ModelCard[]): VllmError {
+    const served = cards.map((c) => c.id).join(', ') || 'none';
+    return this.problem(
+      `serve ${name}`,
+      'notFound',
+      `vLLM serves no model named ${name} (it serves ${served}): a base model is the one vLLM starts with (--served-model-name), an adapter needs its files`,
+    );
+  }
+
+  /**
+   * Whether every file of the base model was a local hit of the node's peer when `peerload fetch` placed it: the
+   * agent beside the server reads the record fetch left. Undefined without an agent or a record, and when the agent
+   * does not answer: the base model is served either way, this is only what status says about its download.
+   */
+  private async fetchedLocally(name: string, version: string, call: Call): Promise<boolean | undefined> {
+    if (!this.agent) return undefined;
+    try {
+      const placed = (await this.agent.versions(name, call)).find((v) => v.version === version);
+      return placed && allLocal(placed);
+    } catch {
+      return undefined;
+    }
+  }
+
+  private async card(model: string, call: Call): Promise<ModelCard | undefined> {
+    return (await this.vllm.models(call)).find((c) => c.id === model);
+  }
+
+  private held(model: string, version: string, ready: boolean): ModelVersion {
+    const w = this.counts.get(model) ?? ONE_WORKER;
+    return { version, minWorkers: w.min, maxWorkers: w.max, readyWorkers: ready ? Math.max(w.min, 1) : 0 };
+  }
+
+  private problem(operation: string, kind: 'terminal' | 'notFound', detail: string): VllmError {
+    return new VllmError(this.vllm.subject, { kind, status: 0, operation, detail });
+  }
+}

@@ -1,0 +1,226 @@
+/**
+ * A ServedModel that is a directory (spec.files) against the real apiserver (its CEL rules), a real MinIO listing
+ * and the manager + peer emulators, served by a fake model-server driver that loads directories: the owned
+ * ModelPreheat lists and preheats the same prefix with the same rules; once it succeeded, every replica registers
+ * with Registration.files (each file's key and path, the bucket without any credential, the preheat's filter), and
+ * the ServedModel's listing digest is the ModelPreheat's.
+ */
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import * as k8s from '@kubernetes/client-node';
+import { createNamespace, kubeConfig, waitFor } from '../support/kube.ts';
+import { startManagerEmulator, type ManagerEmulator } from '../support/manager-emulator.ts';
+import { startMinIO, type MinIO } from '../support/minio.ts';
+import { startPeerProxy, type PeerProxy } from '../support/peer-proxy.ts';
+import { startManager, type RunningManager } from '../support/runtime-harness.ts';
+import { createServedModelController } from '../../src/controllers/index.ts';
+import { modelPreheatController } from '../../src/controllers/modelpreheat/index.ts';
+import {
+  ModelServerDrivers,
+  type Failure,
+  type ModelServerDriver,
+  type ModelVersion,
+  type Registered,
+  type Registration,
+  type ReplicaRef,
+  type ReplicaServer,
+} from '../../src/servers/driver.ts';
+import type { ModelPreheat, ServedModel } from '../../src/api/index.ts';
+
+const GROUP = 'peerload.io';
+const VERSION = 'v1alpha1';
+const BUCKET = 'weights';
+const ENDPOINTS = ['http://198.18.7.1:8000', 'http://198.18.7.2:8000'];
+const FILES: Record<string, string> = {
+  'config.json': '{"model_type":"llama"}',
+  'model-00001-of-00002.safetensors': 'a'.repeat(3000),
+  'model-00002-of-00002.safetensors': 'b'.repeat(2000),
+  'tokenizer/tokenizer.json': '{}',
+};
+
+/** A model server that loads directories: it records each registration, and its workers start at once. */
+class DirectoryServer implements ReplicaServer {
+  readonly models = new Map<string, ModelVersion>();
+  readonly registered: Registration[] = [];
+  async describe(model: string) {
+    return this.models.get(model);
+  }
+  async versions(model: string) {
+    const v = this.models.get(model);
+    return v ? [v] : [];
+  }
+  async register(reg: Registration): Promise<Registered> {
+    this.registered.push(structuredClone(reg));
+    this.models.set(reg.modelName, { version: '1', minWorkers: 0, maxWorkers: 0, readyWorkers: 0 });
+    return { version: '1' };
+  }
+  async scale(model: string, _v: string, w: { min: number; max: number }) {
+    this.models.set(model, { version: '1', minWorkers: w.min, maxWorkers: w.max, readyWorkers: w.min });
+  }
+  async unregister(model: string) {
+    this.models.delete(model);
+  }
+  async unregisterAll(model: string) {
+    this.models.delete(model);
+  }
+}
+
+class DirectoryDriver implements ModelServerDriver {
+  readonly name = 'directories';
+  readonly layouts = ['directory'] as const;
+  readonly servers = new Map(ENDPOINTS.map((e) => [e, new DirectoryServer()]));
+  replica(_o: unknown, _a: unknown, r: ReplicaRef): ReplicaServer {
+    return this.servers.get(r.endpoint)!;
+  }
+  prune(): void {}
+  failure(): Failure | undefined {
+    return undefined;
+  }
+}
+
+let kc: k8s.KubeConfig;
+let custom: k8s.CustomObjectsApi;
+let ns: string;
+let minio: MinIO;
+let peer: PeerProxy;
+let manager: ManagerEmulator;
+let operator: RunningManager;
+const driver = new DirectoryDriver();
+
+beforeAll(async () => {
+  kc = kubeConfig(inject('kubeconfigPath'));
+  custom = kc.makeApiClient(k8s.CustomObjectsApi);
+  ns = await createNamespace(kc, 'sm-dir');
+  minio = await startMinIO();
+  await minio.createBucket(BUCKET);
+  for (const [path, body] of Object.entries(FILES)) await minio.putObject(BUCKET, `llm/tiny/${path}`, body);
+  await minio.putObject(BUCKET, 'llm/tiny/README.md', 'left out');
+  await kc.makeApiClient(k8s.CoreV1Api).createNamespacedSecret({
+    namespace: ns,
+    body: {
+      metadata: { name: 's3' },
+      stringData: { access_key: minio.accessKey, secret_key: minio.secretKey },
+    },
+  });
+  peer = await startPeerProxy();
+  manager = await startManagerEmulator({ peer });
+  operator = await startManager(
+    kc,
+    [
+      '--no-leader-elect',
+      '--manager-url',
+      manager.url,
+      '--allowed-endpoint-hosts',
+      '198.18.0.0/16',
+      '--poll-backoff-start',
+      '200ms',
+      '--poll-backoff-max',
+      '1s',
+    ],
+    [
+      modelPreheatController,
+      (ctx) => createServedModelController(ctx, { drivers: new ModelServerDrivers([driver]) }),
+    ],
+  );
+}, 180_000);
+
+afterAll(async () => {
+  await operator?.stop();
+  await Promise.all([manager?.close(), peer?.close()]);
+  await minio?.stop();
+});
+
+const get = <T>(plural: string, name: string) =>
+  custom.getNamespacedCustomObject({
+    group: GROUP,
+    version: VERSION,
+    namespace: ns,
+    plural,
+    name,
+  }) as Promise<T>;
+
+const create = (name: string, spec: Record<string, unknown>) =>
+  custom.createNamespacedCustomObject({
+    group: GROUP,
+    version: VERSION,
+    namespace: ns,
+    plural: 'servedmodels',
+    body: { apiVersion: `${GROUP}/${VERSION}`, kind: 'ServedModel', metadata: { name }, spec },
+  });
+
+const objectStorage = () => ({
+  ...minio.location(BUCKET),
+  credentialsSecretRef: { name: 's3' },
+  filteredQueryParams: [
+    'X-Amz-Algorithm',
+    'X-Amz-Credential',
+    'X-Amz-Date',
+    'X-Amz-Expires',
+    'X-Amz-SignedHeaders',
+    'X-Amz-Signature',
+  ],
+});
+
+describe('a ServedModel that is a directory', () => {
+  it('the owned preheat warms the prefix; every replica registers with the files, no credential', async () => {
+    await create('tiny', {
+      modelName: 'tiny',
+      files: { prefix: 'llm/tiny/', exclude: ['*.md'] },
+      modelServer: { endpoints: ENDPOINTS },
+      preheat: { create: true, scope: 'single_seed_peer', objectStorage: objectStorage() },
+    });
+    const sm = await waitFor(
+      'tiny Ready',
+      async () => {
+        const o = await get<ServedModel>('servedmodels', 'tiny');
+        return o.status?.conditions?.find((c) => c.type === 'Ready')?.status === 'True' ? o : undefined;
+      },
+      { timeoutMs: 60_000, intervalMs: 200 },
+    );
+    const preheat = await get<ModelPreheat>('modelpreheats', 'tiny-preheat');
+    expect(preheat.spec.objectStorage).toMatchObject({ prefix: 'llm/tiny/', exclude: ['*.md'] });
+    expect(preheat.status!.files).toMatchObject({ count: 4, jobsTotal: 1, jobsSucceeded: 1 });
+    // Both listed the same content.
+    expect(sm!.status!.files).toEqual({
+      count: 4,
+      bytes: 3000 + 2000 + 22 + 2,
+      digest: preheat.status!.files!.digest,
+    });
+
+    const paths = Object.keys(FILES).sort();
+    for (const server of driver.servers.values()) {
+      expect(server.registered).toHaveLength(1);
+      const reg = server.registered[0]!;
+      expect(reg.fileName).toBe('llm/tiny/');
+      expect(reg.files!.files).toEqual(
+        paths.map((p) => ({ path: p, key: `llm/tiny/${p}`, size: FILES[p]!.length })),
+      );
+      expect(reg.files!.storage).toEqual({
+        type: 's3',
+        bucket: BUCKET,
+        endpoint: minio.endpoint,
+        pathStyle: true,
+        region: minio.region,
+        expiresSeconds: 3600,
+      });
+      expect(reg.files!.filter).toEqual(objectStorage().filteredQueryParams);
+      const text = JSON.stringify(reg);
+      expect(text).not.toContain(minio.secretKey);
+      expect(text).not.toContain('credentialsSecretRef');
+    }
+  });
+
+  it('the apiserver refuses fileName beside files, and files without preheat.objectStorage', async () => {
+    const base = { modelName: 'x', modelServer: { endpoints: ENDPOINTS } };
+    await expect(
+      create('both', {
+        ...base,
+        fileName: 'a.mar',
+        files: { prefix: 'llm/tiny/' },
+        preheat: { create: true, objectStorage: objectStorage() },
+      }),
+    ).rejects.toThrow(/set exactly one of fileName \(an archive\) and files \(a directory\)/);
+    await expect(create('nowhere', { ...base, files: { prefix: 'llm/tiny/' } })).rejects.toThrow(
+      /files needs preheat.objectStorage/,
+    );
+  });
+});

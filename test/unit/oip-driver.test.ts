@@ -1,0 +1,335 @@
+/**
+ * The Triton and MLServer drivers (src/servers/oip/) against the OIP emulator (held to the real servers' answers by
+ * oip-replay.test.ts) with a real `peerload agent` beside it, downloading from a plain origin through the peer-proxy
+ * emulator into the emulator's model repository: registration (files placed, then load), progress and local hits,
+ * versions and rollout, worker counts, unregistration, and how every failure reads.
+ */
+import { AgentError } from '../../src/servers/agent-client.ts';
+import { mkdir, mkdtemp, rm, stat, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Agent } from 'undici';
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { DEFAULT_LIMITS } from '../../src/agent/download.ts';
+import { startAgentServer, type AgentServer } from '../../src/agent/server.ts';
+import type { ModelFiles, ReplicaAccess, ReplicaServer } from '../../src/servers/driver.ts';
+import { modelServerDrivers } from '../../src/servers/index.ts';
+import { MLSERVER, OipDriver, TRITON, type OipFlavour } from '../../src/servers/oip/driver.ts';
+import { OipError } from '../../src/servers/oip/errors.ts';
+import { startOipEmulator, type OipEmulator } from '../support/oip-emulator.ts';
+import { ECHO_MODEL_PY, echoConfig } from '../support/oip-exchanges.ts';
+import { startOrigin, type Origin } from '../support/origin.ts';
+import { startPeerProxy, type PeerProxy } from '../support/peer-proxy.ts';
+
+const TOKEN = 'oip-agent-token-0123456789abcdef';
+const SECRET_IN_REASON = 'X-Amz-Signature=0123456789abcdef0123456789abcdef';
+const settings = (version: string) =>
+  JSON.stringify({
+    name: 'iris',
+    implementation: 'mlserver_sklearn.SKLearnModel',
+    parameters: { uri: './model.joblib', version },
+  });
+const FILES: Record<string, string> = {
+  '/m/echo/1/model.py': ECHO_MODEL_PY,
+  '/m/echo/1/offset.json': '{"offset": 1}',
+  '/m/echo/2/model.py': ECHO_MODEL_PY,
+  '/m/echo/2/offset.json': '{"offset": 2}',
+  '/m/iris/v1/model-settings.json': settings('v1'),
+  '/m/iris/v1/model.joblib': 'joblib v1',
+  '/m/iris/v2/model-settings.json': settings('v2'),
+  '/m/iris/v2/model.joblib': 'joblib v2',
+};
+
+let origin: Origin;
+let peer: PeerProxy;
+let dispatcher: Agent;
+let dir: string;
+let root: string;
+let agent: AgentServer;
+let emulator: OipEmulator;
+let secretReads: { namespace: string; name: string; key: string }[];
+
+beforeAll(async () => {
+  origin = await startOrigin(FILES);
+  peer = await startPeerProxy();
+  dispatcher = new Agent();
+});
+afterAll(async () => {
+  await peer.close();
+  await origin.close();
+  await dispatcher.close();
+});
+
+async function setUp(flavour: OipFlavour) {
+  dir = await mkdtemp(join(tmpdir(), 'oip-driver-'));
+  root = join(dir, 'models');
+  await mkdir(root);
+  await writeFile(join(dir, 'token'), TOKEN);
+  peer.reset();
+  secretReads = [];
+  agent = await startAgentServer({
+    root,
+    host: '127.0.0.1',
+    proxy: peer.url,
+    dispatcher,
+    limits: { ...DEFAULT_LIMITS, minFreeBytes: 0 },
+    token: () => Promise.resolve(TOKEN),
+  });
+  emulator = await startOipEmulator(flavour, root);
+}
+afterEach(async () => {
+  await agent.close();
+  await emulator.close();
+  await rm(dir, { recursive: true, force: true });
+});
+
+const files = (model: string, version: string, paths: string[], directory?: string): ModelFiles => ({
+  files: paths.map((p) => ({ path: p, url: `${origin.url}/m/${model}/${version}/${p}` })),
+  ...(directory ? { directory } : {}),
+});
+
+function replica(
+  flavour: OipFlavour,
+  access: Partial<ReplicaAccess> = {},
+): { driver: OipDriver; server: ReplicaServer } {
+  const driver = new OipDriver(flavour, {
+    secret: (namespace, ref) => {
+      secretReads.push({ namespace, ...ref });
+      return Promise.resolve(ref.key === 'wrong' ? 'not-the-token-abcdefgh' : TOKEN);
+    },
+    dispatcher,
+    placePollMs: 20,
+  });
+  const server = driver.replica(
+    { uid: 'uid-1', namespace: 'ml' },
+    { agent: { port: agent.port, tokenSecretRef: { name: 'agent-token', key: '{pod}' } }, ...access },
+    { endpoint: emulator.url, pod: 'triton-0' },
+  );
+  return { driver, server };
+}
+
+async function failureOf(driver: OipDriver, p: Promise<unknown>) {
+  const err = await p.then(
+    () => undefined,
+    (e: unknown) => e,
+  );
+  // The server's errors are OipErrors, the agent's come from the agent client every directory driver shares.
+  expect(err instanceof OipError || err instanceof AgentError).toBe(true);
+  return driver.failure(err)!;
+}
+
+const ECHO = ['model.py', 'offset.json'];
+const IRIS = ['model-settings.json', 'model.joblib'];
+
+describe('Triton', () => {
+  beforeEach(() => setUp(TRITON));
+
+  it('registers a version: the agent places its files, then a load; progress, versions, workers', async () => {
+    const { server } = replica(TRITON);
+    const progress: string[] = [];
+    const reg = {
+      fileName: 'm/echo/1/',
+      modelName: 'echo',
+      version: '1',
+      files: files('echo', '1', ECHO),
+      options: {},
+    };
+    await writeFile(join(root, 'config.pbtxt'), 'not read: the model directory is echo/');
+    await mkdir(join(root, 'echo'), { recursive: true });
+    await writeFile(join(root, 'echo/config.pbtxt'), 'instance_group [ { count: 1, kind: KIND_CPU } ]\n');
+    expect(await server.register(reg, { progress: (m) => progress.push(m) })).toEqual({
+      version: '1',
+      localHit: false,
+    });
+    expect(progress.at(-1)).toBe('loading echo 1');
+    expect((await stat(join(root, 'echo/1/model.py'))).isFile()).toBe(true);
+    expect(await server.describe('echo', undefined, {})).toEqual({
+      version: '1',
+      minWorkers: 1,
+      maxWorkers: 1,
+      readyWorkers: 1,
+    });
+    // The agent's token, from the Secret key named by the pod.
+    expect(secretReads).toContainEqual({ namespace: 'ml', name: 'agent-token', key: 'triton-0' });
+    expect(peer.requests.map((r) => r.url).sort()).toEqual(
+      ECHO.map((p) => `${origin.url}/m/echo/1/${p}`).sort(),
+    );
+
+    await server.scale('echo', '1', { min: 1, max: 3 }, {});
+    expect(emulator.configOf('echo')).toMatchObject({
+      instance_group: [{ count: 3 }],
+      version_policy: { specific: { versions: [1] } },
+      parameters: { 'peerload.workers.min': { string_value: '1' } },
+    });
+    expect(await server.describe('echo', '1', {})).toEqual({
+      version: '1',
+      minWorkers: 1,
+      maxWorkers: 3,
+      readyWorkers: 3,
+    });
+
+    // Version 2 beside 1 (the scaled config kept), newest is the default; then 1 goes, files and all.
+    await server.register(
+      { ...reg, version: '2', fileName: 'm/echo/2/', files: files('echo', '2', ECHO) },
+      {},
+    );
+    expect((await server.versions('echo', {})).map((v) => v.version)).toEqual(['1', '2']);
+    expect(emulator.configOf('echo')).toMatchObject({
+      instance_group: [{ count: 3 }],
+      version_policy: { specific: { versions: [1, 2] } },
+    });
+    expect((await server.describe('echo', undefined, {}))?.version).toBe('2');
+    await server.unregister('echo', '1', {});
+    expect((await server.versions('echo', {})).map((v) => v.version)).toEqual(['2']);
+    await expect(stat(join(root, 'echo/1'))).rejects.toThrow(/ENOENT/);
+
+    await server.unregisterAll('echo', {});
+    expect(await server.versions('echo', {})).toEqual([]);
+    await expect(stat(join(root, 'echo/2'))).rejects.toThrow(/ENOENT/);
+  });
+
+  it("loads with the registration's config, and a preheated version is every file a local hit", async () => {
+    const { server } = replica(TRITON);
+    for (const p of ECHO) await peer.preheat(`${origin.url}/m/echo/1/${p}`);
+    const originReads = origin.stats.requests;
+    const config = JSON.stringify(echoConfig([1], 2));
+    const reg = {
+      fileName: 'm/echo/1/',
+      modelName: 'echo',
+      version: '1',
+      files: files('echo', '1', ECHO),
+      options: { config },
+    };
+    expect(await server.register(reg, {})).toEqual({ version: '1', localHit: true });
+    expect(origin.stats.requests).toBe(originReads);
+    expect(emulator.configOf('echo')).toMatchObject({ backend: 'python', instance_group: [{ count: 2 }] });
+  });
+
+  it('reads every failure as a kind, redacted', async () => {
+    const { driver, server } = replica(TRITON);
+    const reg = {
+      fileName: 'm/echo/1/',
+      modelName: 'echo',
+      version: '1',
+      files: files('echo', '1', ECHO),
+      options: {},
+    };
+    // Placed where Triton does not look for echo: its "failed to poll from model repository" 500.
+    const elsewhere = await failureOf(
+      driver,
+      server.register({ ...reg, files: files('echo', '1', ECHO, 'other') }, {}),
+    );
+    expect(elsewhere).toMatchObject({ kind: 'notFound', retryable: false });
+    expect(elsewhere.message).toContain('failed to poll from model repository');
+    // A model.py that raises: 400 with the traceback, terminal, nothing secret kept.
+    emulator.failLoad('echo', `Internal: ValueError: cannot open https://bucket/w?${SECRET_IN_REASON}`);
+    const raised = await failureOf(driver, server.register(reg, {}));
+    expect(raised).toMatchObject({ kind: 'terminal', retryable: false });
+    expect(raised.message).toContain('ValueError');
+    expect(raised.message).not.toContain('0123456789abcdef0123456789abcdef');
+    // A server that is briefly down: retryable.
+    emulator.failNext('/v2/repository/index', 503, 'unavailable');
+    expect(await failureOf(driver, server.versions('echo', {}))).toMatchObject({
+      kind: 'retryable',
+      retryable: true,
+    });
+    // Triton versions are numbers; a directory model needs its files and the agent.
+    expect(await failureOf(driver, server.register({ ...reg, version: 'v1' }, {}))).toMatchObject({
+      kind: 'terminal',
+    });
+    expect(await failureOf(driver, server.register({ ...reg, files: undefined }, {}))).toMatchObject({
+      kind: 'terminal',
+    });
+    const noAgent = replica(TRITON, { agent: undefined });
+    const refused = await failureOf(driver, noAgent.server.register(reg, {}));
+    expect(refused.message).toContain('peerload agent');
+    // The agent refuses another token: auth.
+    const wrong = replica(TRITON, {
+      agent: { port: agent.port, tokenSecretRef: { name: 'agent-token', key: 'wrong' } },
+    });
+    expect(await failureOf(driver, wrong.server.register(reg, {}))).toMatchObject({ kind: 'auth' });
+    // A config option that is not JSON names the option.
+    const badConfig = await failureOf(driver, server.register({ ...reg, options: { config: '{' } }, {}));
+    expect(badConfig).toMatchObject({ kind: 'terminal' });
+    expect(badConfig.message).toContain('option config');
+    expect(driver.failure(new Error('not the server'))).toBeUndefined();
+  });
+});
+
+describe('MLServer', () => {
+  beforeEach(() => setUp(MLSERVER));
+
+  it('registers, rolls to v2 (v1 dropped by its directory going and a reload), refuses worker counts it cannot set', async () => {
+    const { driver, server } = replica(MLSERVER);
+    const reg = {
+      fileName: 'm/iris/v1/',
+      modelName: 'iris',
+      version: 'v1',
+      files: files('iris', 'v1', IRIS),
+      options: {},
+    };
+    expect(await server.register(reg, {})).toEqual({ version: 'v1', localHit: false });
+    expect(await server.describe('iris', undefined, {})).toEqual({
+      version: 'v1',
+      minWorkers: 1,
+      maxWorkers: 1,
+      readyWorkers: 1,
+    });
+    await server.scale('iris', 'v1', { min: 1, max: 1 }, {});
+    const scaled = await failureOf(driver, server.scale('iris', 'v1', { min: 2, max: 2 }, {}));
+    expect(scaled).toMatchObject({ kind: 'terminal' });
+    expect(scaled.message).toContain('parallel_workers');
+
+    await server.register({ ...reg, version: 'v2', files: files('iris', 'v2', IRIS) }, {});
+    expect((await server.versions('iris', {})).map((v) => v.version)).toEqual(['v1', 'v2']);
+    expect((await server.describe('iris', undefined, {}))?.version).toBe('v2');
+    await server.unregister('iris', 'v1', {});
+    expect((await server.versions('iris', {})).map((v) => v.version)).toEqual(['v2']);
+    await server.unregisterAll('iris', {});
+    expect(await server.versions('iris', {})).toEqual([]);
+    await server.unregisterAll('iris', {}); // a model the server does not know: fine
+  });
+
+  it("reads MLServer's failures: 404 unknown, 422 a model file missing, a version its settings do not name", async () => {
+    const { driver, server } = replica(MLSERVER);
+    const reg = {
+      fileName: 'm/iris/v1/',
+      modelName: 'iris',
+      version: 'v1',
+      files: files('iris', 'v1', IRIS),
+      options: {},
+    };
+    // model-settings.json left out: nothing names iris.
+    const unknown = await failureOf(
+      driver,
+      server.register({ ...reg, files: files('iris', 'v1', ['model.joblib']) }, {}),
+    );
+    expect(unknown).toMatchObject({ kind: 'notFound' });
+    expect(unknown.message).toContain('Model iris not found');
+    const missing = await failureOf(
+      driver,
+      server.register({ ...reg, version: 'v2', files: files('iris', 'v2', ['model-settings.json']) }, {}),
+    );
+    expect(missing).toMatchObject({ kind: 'terminal' });
+    expect(missing.message).toContain('InvalidModelURI');
+    // Removed again: MLServer loads every version of a name, so it would fail every later load.
+    await expect(stat(join(root, 'iris/v2'))).rejects.toThrow(/ENOENT/);
+    // Files of v1 placed as version v3: its settings name v1, so v3 never serves.
+    const named = await failureOf(driver, server.register({ ...reg, version: 'v3' }, {}));
+    expect(named).toMatchObject({ kind: 'terminal' });
+    expect(named.message).toContain('parameters.version');
+  });
+});
+
+it('is registered beside TorchServe under its names', () => {
+  const drivers = modelServerDrivers({ secret: () => Promise.resolve('') });
+  expect(drivers.get(TRITON)).toBeInstanceOf(OipDriver);
+  expect(drivers.get(MLSERVER).name).toBe('mlserver');
+  expect(drivers.defaultName).toBe('torchserve');
+});
+
+it('loads directories only, and says what to set instead of an archive', () => {
+  const driver = new OipDriver(TRITON, { secret: () => Promise.resolve('') });
+  expect(driver.layouts).toEqual(['directory']);
+  expect(driver.refuseLayout()).toMatch(/^Triton loads a model directory .* set spec\.files/);
+});
