@@ -170,7 +170,7 @@ export class ServedModelReconciler {
       sm,
       (s) =>
         withServedModelConditions(
-          withReplicas(s, summary, gating.gate, gating.preheat?.status?.cache),
+          withReplicas(s, summary, gating.gate, gating.preheat?.status?.cache, gating.nodePreheat),
           sm.metadata.generation,
           summary.conditions,
         ),
