@@ -5,6 +5,7 @@
  * nodes scheduled together share one job). The ServedModel controller asks once per pass.
  */
 import {
+  ownedPreheatSpec,
   parseDuration,
   targetsNodes,
   type ModelPreheat,
@@ -21,6 +22,7 @@ import {
   gateOf,
   GateReason,
   preheatNameOf,
+  preheatsOtherContent,
   replicaGate,
   type Gate,
   type ReplicaGate,
@@ -88,6 +90,7 @@ export class ReplicaGates {
         ])
       : new Map<string, string>();
     let wakeInMs = Infinity;
+    let stale = false;
     if (spec.preheat?.create) {
       const existing = preheats.getByName(namespace, gate.state === 'none' ? '' : gate.preheatName);
       const current = existing?.spec?.targets?.ips;
@@ -108,17 +111,29 @@ export class ReplicaGates {
         if ('ips' in batch) targets = batch.ips;
       }
       const blocked = await ensureOwnedPreheat(kube, sm, spec, existing, targets, signal);
+      const preheatName = (gate as { preheatName: string }).preheatName;
       if (blocked)
         gate = {
           state: 'closed',
-          preheatName: (gate as { preheatName: string }).preheatName,
+          preheatName,
           reason: GateReason.PreheatConflict,
           message: blocked,
           final: true,
         };
+      else if (existing && preheatsOtherContent(existing, ownedPreheatSpec(spec, targets))) {
+        stale = true;
+        gate = {
+          state: 'closed',
+          preheatName,
+          reason: GateReason.PreheatInProgress,
+          message: `waiting for ModelPreheat ${preheatName} to preheat this generation's model (it holds the previous one)`,
+          final: false,
+        };
+      }
     }
-
-    const preheat = gate.state === 'none' ? undefined : preheats.getByName(namespace, gate.preheatName);
+    // The previous content's preheat says nothing of this one: neither its success nor its preheated peers count.
+    const preheat =
+      gate.state === 'none' || stale ? undefined : preheats.getByName(namespace, gate.preheatName);
     const maxWaitMs = parseDuration(spec.preheat?.maxWait ?? '5m');
     const gates = new Map<string, ReplicaGate>(
       discovery.replicas.map((r) => {
