@@ -54,6 +54,11 @@ export interface ModelVersion {
   maxWorkers: number;
   /** Workers that serve requests now (what "ready" means for this server). */
   readyWorkers: number;
+  /**
+   * Whether the replica's copy came from its node's peer cache, when the server holds a model no registration of
+   * the operator's placed (vLLM's base model, fetched before the server started); else the registration says.
+   */
+  localHit?: boolean | undefined;
 }
 
 /**

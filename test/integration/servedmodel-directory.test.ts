@@ -165,7 +165,7 @@ describe('a ServedModel that is a directory', () => {
     await create('tiny', {
       modelName: 'tiny',
       files: { prefix: 'llm/tiny/', exclude: ['*.md'] },
-      modelServer: { endpoints: ENDPOINTS },
+      modelServer: { endpoints: ENDPOINTS, driver: 'directories' },
       preheat: { create: true, scope: 'single_seed_peer', objectStorage: objectStorage() },
     });
     const sm = await waitFor(

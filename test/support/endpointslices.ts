@@ -124,13 +124,17 @@ export class ServiceEndpoints {
 /**
  * EndpointSlices may not hold loopback addresses, and tests may only talk to loopback. So slices carry addresses
  * of the benchmarking range 198.18.0.0/15 (RFC 2544; never routed) and the operator under test gets this
- * dispatcher, which connects to 127.0.0.1 on the same port instead. No packet is ever sent to 198.18.x.
+ * dispatcher, which connects to 127.0.0.1 on the same port instead, or to the loopback address `hosts` names for
+ * a slice address (replicas on addresses of their own, each with an agent beside it at one port for all). No
+ * packet is ever sent to 198.18.x.
  */
-export function loopbackDispatcher(): Agent {
+export function loopbackDispatcher(hosts: ReadonlyMap<string, string> = new Map()): Agent {
   const connect = buildConnector({});
   return new Agent({
     connect: (options, callback) => {
-      const hostname = /^198\.1[89]\./.test(options.hostname) ? '127.0.0.1' : options.hostname;
+      const hostname =
+        hosts.get(options.hostname) ??
+        (/^198\.1[89]\./.test(options.hostname) ? '127.0.0.1' : options.hostname);
       // Tests talk to this machine only: refuse anything that is not loopback rather than send a packet.
       if (!/^127\./.test(hostname) && hostname !== 'localhost' && hostname !== '::1') {
         callback(new Error(`loopbackDispatcher refuses to connect to ${options.hostname}`), null);

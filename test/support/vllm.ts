@@ -54,6 +54,24 @@ export interface VllmOptions {
   apiKey?: string | undefined;
   /** Start-up bound, ms (default 10 minutes: a busy 2-core machine). */
   timeoutMs?: number | undefined;
+  /**
+   * The replica's own model directory (`source`) seen at `target`, in a mount namespace of the server's own, as a
+   * pod's container sees its volume: replicas on one machine then share one path for different directories.
+   */
+  mount?: { source: string; target: string } | undefined;
+}
+
+/** `command` run in a mount namespace of its own with `source` bound at `target` (root, or a user namespace). */
+function inMountNamespace(
+  mount: { source: string; target: string },
+  command: string,
+  args: string[],
+): [string, string[]] {
+  const user = process.getuid?.() === 0 ? [] : ['--map-root-user'];
+  // unshare and sh exec what follows, so the server keeps the pid (and process group) the caller started.
+  const bind = 'mount --bind "$1" "$2" && shift 2 && exec "$@"';
+  const unshare = ['--mount', '--propagation', 'private', ...user];
+  return ['unshare', [...unshare, 'sh', '-c', bind, 'sh', mount.source, mount.target, command, ...args]];
 }
 
 /** Starts the OpenAI-compatible server with run-time LoRA loading, and waits for `/health`. */
@@ -66,8 +84,10 @@ export async function startVllm(opts: VllmOptions): Promise<VllmServer> {
     ...['--enable-lora', '--max-lora-rank', '8', '--max-loras', '2', '--max-model-len', '256'],
     ...(opts.apiKey ? ['--api-key', opts.apiKey] : []),
   ];
+  const python = join(opts.bin, 'python');
+  const [command, argv] = opts.mount ? inMountNamespace(opts.mount, python, args) : [python, args];
   // Its own process group: the engine runs in a child process (`VLLM::EngineCore`) that must go with it.
-  const proc = startProcess('vllm', join(opts.bin, 'python'), args, opts.logPath, {
+  const proc = startProcess('vllm', command, argv, opts.logPath, {
     detached: true,
     env: {
       ...process.env,

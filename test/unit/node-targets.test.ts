@@ -13,7 +13,13 @@ import {
   mergePeerOutcomes,
   remainingTargets,
 } from '../../src/controllers/modelpreheat/targets.ts';
-import { batchTargets, replicaGate, type Gate } from '../../src/controllers/servedmodel/preheat.ts';
+import { ReplicaGates } from '../../src/controllers/servedmodel/gates.ts';
+import {
+  batchTargets,
+  preheatsOtherContent,
+  replicaGate,
+  type Gate,
+} from '../../src/controllers/servedmodel/preheat.ts';
 import { discoverReplicas } from '../../src/controllers/servedmodel/replicas.ts';
 
 const spec = ModelPreheatSpec.parse({
@@ -219,6 +225,87 @@ describe('ServedModel: node targets and per-replica gates', () => {
     expect(
       replicaGate({ state: 'open', preheatName: 'p', message: 'ok' }, preheat, undefined, 0, 1, 0).open,
     ).toBe(true);
+  });
+
+  describe('a version change: the previous content’s preheat opens no gate', () => {
+    const v2 = ServedModelSpec.parse({ ...sm, fileName: 'm-2.mar' });
+    const ips = ['10.0.0.1'];
+    const stored = (s: ServedModelSpec) => ModelPreheatSpec.parse(ownedPreheatSpec(s, ips));
+    /** The owned preheat of `sm` as the cache holds it: v1 preheated on the node's peer. */
+    const v1Preheated = (over: Partial<ModelPreheat> = {}) =>
+      ({
+        metadata: {
+          name: 'm-preheat',
+          namespace: 'ns',
+          generation: 1,
+          ownerReferences: [{ controller: true, uid: 'u' }],
+        },
+        spec: stored(sm),
+        status: {
+          contentKey: contentKey(stored(sm)),
+          peers: [{ ip: '10.0.0.1', state: 'Preheated' }],
+          conditions: [
+            {
+              type: 'Succeeded',
+              status: 'True',
+              reason: 'JobSucceeded',
+              message: 'ok',
+              observedGeneration: 1,
+            },
+          ],
+        },
+        ...over,
+      }) as unknown as ModelPreheat;
+
+    it('by its spec (the cache behind the update) or its status (the new job not started yet)', () => {
+      expect(preheatsOtherContent(v1Preheated(), ownedPreheatSpec(sm, ips))).toBe(false);
+      // Other targets are the same content: a node more is not a new version.
+      expect(preheatsOtherContent(v1Preheated(), ownedPreheatSpec(sm, ['10.0.0.9']))).toBe(false);
+      expect(preheatsOtherContent(v1Preheated(), ownedPreheatSpec(v2, ips))).toBe(true);
+      const updated = v1Preheated({ spec: stored(v2) });
+      expect(preheatsOtherContent(updated, ownedPreheatSpec(v2, ips))).toBe(true);
+      const started = { ...updated, status: { ...updated.status, contentKey: contentKey(stored(v2)) } };
+      expect(preheatsOtherContent(started, ownedPreheatSpec(v2, ips))).toBe(false);
+      // A preheat that never started a job says nothing of its content yet: its conditions decide.
+      expect(preheatsOtherContent({ ...updated, status: {} }, ownedPreheatSpec(v2, ips))).toBe(false);
+    });
+
+    it('the replica waits for its node’s preheat of the new version, while the owned preheat is updated', async () => {
+      const updates: ModelPreheat[] = [];
+      const cached = v1Preheated();
+      const gates = new ReplicaGates({
+        kube: {
+          resource: () => ({
+            update: async (o: ModelPreheat) => (updates.push(o), o),
+          }),
+        } as never,
+        preheats: {
+          getByName: (_ns: string, name: string) => (name === 'm-preheat' ? cached : undefined),
+        } as never,
+        nodeAddresses: { internalIPs: async () => new Map([['n1', '10.0.0.1']]) } as never,
+        batchWindowMs: 0,
+      });
+      const endpoint = 'http://198.18.0.1:8085';
+      const discovery = { replicas: [{ endpoint, pod: 'p', node: 'n1' }], startingNodes: [] };
+      const of = (s: ServedModelSpec, generation: number) =>
+        gates.of(
+          'ns/m',
+          { metadata: { name: 'm', namespace: 'ns', uid: 'u', generation }, spec: s } as never,
+          s,
+          discovery,
+          new Map(),
+          new AbortController().signal,
+        );
+      const same = await of(sm, 1);
+      expect(same.gates.get(endpoint)).toMatchObject({ open: true });
+      expect(updates).toEqual([]);
+      const changed = await of(v2, 2);
+      expect(updates.map((u) => u.spec.objectStorage?.keys)).toEqual([['m-2.mar']]);
+      expect(changed.gate).toMatchObject({ state: 'closed', reason: 'PreheatInProgress' });
+      expect(changed.gate.state === 'closed' && changed.gate.message).toMatch(/holds the previous one/);
+      expect(changed.preheat).toBeUndefined();
+      expect(changed.gates.get(endpoint)).toMatchObject({ open: false });
+    });
   });
 
   it('discovery: ready pods are replicas with their node; starting pods only name their node', () => {

@@ -178,6 +178,10 @@ describe('replica status', () => {
     ).toBeUndefined();
     const failed = { state: 'failed' as const, since: NOW, error: new Error('409') };
     expect(localHitOf(outcome({ ended: failed }), rs({ localHit: false }))).toBe(false);
+    // A model no registration placed (vLLM's base model): what the server says of its fetch, over what status said.
+    const said = outcome({ status: rs({ localHit: true }) });
+    expect(localHitOf(said, rs({ localHit: false }))).toBe(true);
+    expect(localHitOf({ ...said, ended: done(false) }, rs())).toBe(false);
   });
 
   it('stamp keeps lastUpdateTime while ready and message stay, and since while the phase stays', () => {

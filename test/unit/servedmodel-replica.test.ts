@@ -12,6 +12,7 @@ import {
   registeredEvent,
   type ReplicaGoal,
 } from '../../src/controllers/servedmodel/replica.ts';
+import { localHitOf } from '../../src/controllers/servedmodel/replica-status.ts';
 import type {
   Failure,
   FailureKind,
@@ -218,6 +219,21 @@ describe('convergeReplica (background registration)', () => {
     expect(h.server.calls).toEqual(['describe resnet default']);
     expect(o.status).toMatchObject({ ready: true, readyWorkers: 3, phase: 'Ready', version: '2.0' });
     expect(o.failure).toBeUndefined();
+  });
+
+  it('a model no registration placed (a base model fetched before start): status says the fetch was a local hit', async () => {
+    const h = harness();
+    h.server.models.push({ version: '2.0', minWorkers: 2, maxWorkers: 2, readyWorkers: 2, localHit: true });
+    const o = await h.step({
+      endpoint: ENDPOINT,
+      registered: true,
+      readyWorkers: 2,
+      ready: true,
+      version: '2.0',
+    });
+    expect(h.server.calls).toEqual(['describe resnet default']);
+    expect(o.status).toMatchObject({ ready: true, phase: 'Ready', localHit: true });
+    expect(localHitOf(o, undefined)).toBe(true);
   });
 
   it('a new version ready: made the default, then the old one unregistered', async () => {

@@ -369,6 +369,12 @@ describe('failures', () => {
     const { server } = replica();
     const got = await server.register({ fileName: 'x', modelName: 'llama', options: {} }, call);
     expect(got).toEqual({ version: 'base-1', localHit: false }); // the emulated peer fetched it from the origin
+    // The controller finds the base model there and never registers it: describe says it as well.
+    expect(await server.describe('llama', undefined, call)).toMatchObject({
+      version: 'base-1',
+      localHit: false,
+    });
+    expect((await server.describe('llama', 'base-1', call))?.localHit).toBe(false);
     expect(
       (
         await replica({ agent: undefined }).server.register(

@@ -7,6 +7,7 @@
  */
 import {
   ownedPreheatName,
+  ownedPreheatSpec,
   parseDuration,
   targetsNodes,
   type ModelPreheat,
@@ -23,6 +24,7 @@ import {
   gateOf,
   GateReason,
   preheatNameOf,
+  preheatsOtherContent,
   replicaGate,
   type Gate,
   type ReplicaGate,
@@ -92,7 +94,14 @@ export class ReplicaGates {
     ]);
     const { batches, targets, conflict, wakeInMs } = await this.ensureBatches(key, sm, spec, nodeIPs, signal);
     const namespace = sm.metadata.namespace!;
-    const batchGates = targets.map((_, i) => gateOf(batchPreheatName(sm, i), namespace, this.deps.preheats));
+    // A batch whose cached spec or status is still the previous content's says nothing of this one's.
+    const desired = ownedPreheatSpec(spec);
+    const current = batches.map((b) => (b && preheatsOtherContent(b, desired) ? undefined : b));
+    const batchGates = targets.map((_, i) =>
+      batches[i] && !current[i]
+        ? staleGate(batchPreheatName(sm, i))
+        : gateOf(batchPreheatName(sm, i), namespace, this.deps.preheats),
+    );
     const gate = conflict
       ? conflictGate(ownedPreheatName(sm), conflict)
       : combineGates(batchGates, ownedPreheatName(sm));
@@ -107,7 +116,7 @@ export class ReplicaGates {
         const i = (nodeIP && batchOf.get(nodeIP)) || 0;
         const g = replicaGate(
           conflict ? gate : batchGates[i]!,
-          batches[i],
+          current[i],
           nodeIP,
           since,
           maxWaitMs,
@@ -120,7 +129,7 @@ export class ReplicaGates {
     const closed = discovery.replicas.filter((r) => !gates.get(r.endpoint)!.open);
     return {
       gate,
-      preheat: batches[0],
+      preheat: current[0],
       nodeTargeting: true,
       nodeIPs,
       gates,
@@ -150,8 +159,14 @@ export class ReplicaGates {
       const existing = preheats.getByName(namespace, ownedPreheatName(sm));
       const blocked = await ensureOwnedPreheat(kube, sm, spec, existing, [], signal);
       if (blocked) gate = conflictGate(ownedPreheatName(sm), blocked);
+      else if (existing && preheatsOtherContent(existing, ownedPreheatSpec(spec)))
+        gate = staleGate(ownedPreheatName(sm));
     }
-    const preheat = gate.state === 'none' ? undefined : preheats.getByName(namespace, gate.preheatName);
+    // The previous content's preheat says nothing of this one: neither its success nor its preheated peers count.
+    const preheat =
+      gate.state === 'none' || (gate.state === 'closed' && gate.reason === GateReason.PreheatInProgress)
+        ? undefined
+        : preheats.getByName(namespace, gate.preheatName);
     const g: ReplicaGate =
       gate.state === 'closed' ? { open: false, message: gate.message } : { open: true, message: '' };
     return {
@@ -212,6 +227,17 @@ export class ReplicaGates {
     }
     return { batches, targets, conflict, wakeInMs };
   }
+}
+
+/** The owned ModelPreheat still holds the previous generation's content (spec or status): wait for this one's. */
+function staleGate(preheatName: string): Gate {
+  return {
+    state: 'closed',
+    preheatName,
+    reason: GateReason.PreheatInProgress,
+    message: `waiting for ModelPreheat ${preheatName} to preheat this generation's model (it holds the previous one)`,
+    final: false,
+  };
 }
 
 function conflictGate(preheatName: string, message: string): Gate {

@@ -5,6 +5,7 @@
  */
 import {
   API_VERSION,
+  ModelPreheatSpec,
   ownedPreheatName,
   ownedPreheatSpec,
   type ModelPreheat,
@@ -16,6 +17,7 @@ import { getCondition, type Informer, type KubeClient } from '../../runtime/inde
 import { isDeepStrictEqual } from 'node:util';
 import { isTerminalState } from '../../manager/types.ts';
 import { PreheatCondition } from '../modelpreheat/conditions.ts';
+import { contentKey } from '../modelpreheat/targets.ts';
 
 /** The label an owned ModelPreheat carries: the name of its ServedModel. */
 export const SERVED_MODEL_LABEL = 'peerload.io/served-model';
@@ -107,6 +109,26 @@ function withDefaults(actual: unknown, desired: unknown): unknown {
 
 const isObject = (v: unknown): v is Record<string, unknown> =>
   typeof v === 'object' && v !== null && !Array.isArray(v);
+
+/** What a ModelPreheat spec preheats, as its controller keys it (defaults filled; targets left out). */
+function contentKeyOf(spec: unknown): string | undefined {
+  const parsed = ModelPreheatSpec.safeParse(spec);
+  return parsed.success ? contentKey(parsed.data) : undefined;
+}
+
+/**
+ * Whether the owned ModelPreheat, as the cache holds it, still speaks of other content than `desired` (the owned
+ * spec of the ServedModel's generation): after a change of the archive or the files, the cache holds the previous
+ * spec until the watch delivers the update, and until the preheat controller starts the new job its status (success,
+ * preheated peers) is the previous content's. Read as is, it would open the gate, and the replicas would download
+ * the new version before its preheat, each from the origin.
+ */
+export function preheatsOtherContent(preheat: ModelPreheat, desired: unknown): boolean {
+  const want = contentKeyOf(desired);
+  if (contentKeyOf(preheat.spec) !== want) return true;
+  const said = preheat.status?.contentKey;
+  return said !== undefined && said !== want;
+}
 
 /** Reads the gate from the ModelPreheat cache. */
 export function gateOf(

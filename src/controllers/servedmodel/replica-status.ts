@@ -19,8 +19,9 @@ export function previousReplicas(status: ServedModelStatus | undefined): Map<str
 
 /**
  * Whether the replica's download of the registered model was a hit on its node's peer cache: what the
- * registration that ended before this pass says (undefined: the plugin could not tell), else what status says
- * already (the registration was settled once a write held it). A replica without the model has none.
+ * registration that ended before this pass says (undefined: the plugin could not tell), else what the model server
+ * said of a model no registration placed (vLLM's base model), else what status says already (the registration was
+ * settled once a write held it). A replica without the model has none.
  */
 export function localHitOf(
   outcome: ReplicaOutcome,
@@ -28,7 +29,7 @@ export function localHitOf(
 ): boolean | undefined {
   if (!outcome.status.registered) return undefined;
   if (outcome.ended?.state === 'done') return outcome.ended.result.localHit;
-  return previous?.localHit;
+  return outcome.status.localHit ?? previous?.localHit;
 }
 
 /** Keeps a replica's lastUpdateTime unless what a person reads (ready, message) changed, and `since` while the

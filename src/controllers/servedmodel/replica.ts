@@ -227,6 +227,7 @@ async function rollOut(
       version: ready ? target.version : (previous?.version ?? servedVersion),
       readyWorkers: target.readyWorkers,
       ready,
+      ...(target.localHit !== undefined ? { localHit: target.localHit } : {}),
       phase: ready ? 'Ready' : 'Scaling',
       ...(ready ? {} : { message: `${target.readyWorkers}/${goal.minWorkers} workers READY` }),
     },

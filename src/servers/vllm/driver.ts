@@ -126,7 +126,11 @@ export class VllmReplica implements ReplicaServer {
   async describe(model: string, version: string | undefined, call: Call): Promise<ModelVersion | undefined> {
     const card = await this.card(model, call);
     if (!card || (version !== undefined && versionOf(card) !== version)) return undefined;
-    return this.held(model, versionOf(card), await this.vllm.healthy(call));
+    const held = this.held(model, versionOf(card), await this.vllm.healthy(call));
+    if (card.parent) return held;
+    // The base model is never registered (it is there from the start): how its files came is what fetch recorded.
+    const localHit = await this.fetchedLocally(model, held.version, call);
+    return localHit === undefined ? held : { ...held, localHit };
   }
 
   /** The version loaded, and for an adapter the other versions the agent holds (a rollout removes them). */
