@@ -105,6 +105,12 @@ export class ServiceEndpoints {
     });
   }
 
+  /** Where the pod behind a slice address really listens (its URL's host), for {@link loopbackDispatcher}. */
+  hostOf(address: string): string | undefined {
+    for (const pod of this.pods.values()) if (pod.address === address) return new URL(pod.url).hostname;
+    return undefined;
+  }
+
   async remove(name: string): Promise<void> {
     this.pods.delete(name);
     await this.api.deleteNamespacedEndpointSlice({ namespace: this.namespace, name: this.sliceName(name) });
@@ -124,13 +130,17 @@ export class ServiceEndpoints {
 /**
  * EndpointSlices may not hold loopback addresses, and tests may only talk to loopback. So slices carry addresses
  * of the benchmarking range 198.18.0.0/15 (RFC 2544; never routed) and the operator under test gets this
- * dispatcher, which connects to 127.0.0.1 on the same port instead. No packet is ever sent to 198.18.x.
+ * dispatcher, which connects to 127.0.0.1 on the same port instead, or to the loopback address `hostOf` names for
+ * the slice address (a replica listening on its node peer's 127.0.0.x: {@link ServiceEndpoints.hostOf}). No
+ * packet is ever sent to 198.18.x.
  */
-export function loopbackDispatcher(): Agent {
+export function loopbackDispatcher(hostOf?: (address: string) => string | undefined): Agent {
   const connect = buildConnector({});
   return new Agent({
     connect: (options, callback) => {
-      const hostname = /^198\.1[89]\./.test(options.hostname) ? '127.0.0.1' : options.hostname;
+      const hostname = /^198\.1[89]\./.test(options.hostname)
+        ? (hostOf?.(options.hostname) ?? '127.0.0.1')
+        : options.hostname;
       // Tests talk to this machine only: refuse anything that is not loopback rather than send a packet.
       if (!/^127\./.test(hostname) && hostname !== 'localhost' && hostname !== '::1') {
         callback(new Error(`loopbackDispatcher refuses to connect to ${options.hostname}`), null);
