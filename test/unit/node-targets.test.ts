@@ -13,7 +13,12 @@ import {
   mergePeerOutcomes,
   remainingTargets,
 } from '../../src/controllers/modelpreheat/targets.ts';
-import { batchTargets, replicaGate, type Gate } from '../../src/controllers/servedmodel/preheat.ts';
+import {
+  batchTargets,
+  peersOfSpec,
+  replicaGate,
+  type Gate,
+} from '../../src/controllers/servedmodel/preheat.ts';
 import { discoverReplicas } from '../../src/controllers/servedmodel/replicas.ts';
 
 const spec = ModelPreheatSpec.parse({
@@ -199,7 +204,9 @@ describe('ServedModel: node targets and per-replica gates', () => {
       final: false,
     };
     const preheat = {
+      spec,
       status: {
+        contentKey: contentKey(spec),
         peers: [
           { ip: '10.0.0.1', state: 'Preheated' },
           { ip: '10.0.0.2', state: 'Failed', message: 'disk full' },
@@ -219,6 +226,32 @@ describe('ServedModel: node targets and per-replica gates', () => {
     expect(
       replicaGate({ state: 'open', preheatName: 'p', message: 'ok' }, preheat, undefined, 0, 1, 0).open,
     ).toBe(true);
+  });
+
+  it('a replica’s gate ignores peers that hold the content before a spec change (an earlier version)', () => {
+    const closed: Gate = {
+      state: 'closed',
+      preheatName: 'p',
+      reason: 'PreheatInProgress',
+      message: 'waiting',
+      final: false,
+    };
+    const other = ModelPreheatSpec.parse({
+      ...spec,
+      objectStorage: { ...spec.objectStorage!, keys: ['v2.mar'] },
+    });
+    // The spec names v2; the status still says what the v1 job did.
+    const preheat = {
+      spec: other,
+      status: { contentKey: contentKey(spec), peers: [{ ip: '10.0.0.1', state: 'Preheated' }] },
+    } as unknown as ModelPreheat;
+    expect(peersOfSpec(preheat)).toEqual([]);
+    expect(replicaGate(closed, preheat, '10.0.0.1', 0, 60_000, 1000)).toMatchObject({ open: false });
+    const started = {
+      ...preheat,
+      status: { ...preheat.status, contentKey: contentKey(other) },
+    } as ModelPreheat;
+    expect(replicaGate(closed, started, '10.0.0.1', 0, 60_000, 1000)).toMatchObject({ open: true });
   });
 
   it('discovery: ready pods are replicas with their node; starting pods only name their node', () => {

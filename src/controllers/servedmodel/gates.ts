@@ -76,7 +76,7 @@ export class ReplicaGates {
     previous: ReadonlyMap<string, ReplicaStatus>,
     signal: AbortSignal,
   ): Promise<ReplicaGating> {
-    const { kube, preheats, nodeAddresses, batchWindowMs } = this.deps;
+    const { preheats, nodeAddresses } = this.deps;
     const namespace = sm.metadata.namespace!;
     let gate = gateOf(preheatNameOf(sm, spec), namespace, preheats);
     const nodeTargeting = targetsNodes(spec);
@@ -87,36 +87,12 @@ export class ReplicaGates {
           ...discovery.startingNodes,
         ])
       : new Map<string, string>();
-    let wakeInMs = Infinity;
-    if (spec.preheat?.create) {
-      const existing = preheats.getByName(namespace, gate.state === 'none' ? '' : gate.preheatName);
-      const current = existing?.spec?.targets?.ips;
-      const desiredIPs = [...new Set(nodeIPs.values())];
-      const batch = batchTargets(
-        current,
-        desiredIPs,
-        this.untargetedSince.get(key),
-        batchWindowMs,
-        Date.now(),
-      );
-      let targets = current ?? [];
-      if ('waitMs' in batch) {
-        if (!this.untargetedSince.has(key)) this.untargetedSince.set(key, Date.now());
-        wakeInMs = Math.min(wakeInMs, batch.waitMs);
-      } else {
-        this.untargetedSince.delete(key);
-        if ('ips' in batch) targets = batch.ips;
-      }
-      const blocked = await ensureOwnedPreheat(kube, sm, spec, existing, targets, signal);
-      if (blocked)
-        gate = {
-          state: 'closed',
-          preheatName: (gate as { preheatName: string }).preheatName,
-          reason: GateReason.PreheatConflict,
-          message: blocked,
-          final: true,
-        };
-    }
+    const owned = spec.preheat?.create
+      ? await this.ensurePreheat(key, sm, spec, gate, nodeIPs, signal)
+      : { gate, contentChanged: false, wakeInMs: Infinity };
+    gate = owned.gate;
+    const { contentChanged } = owned;
+    let wakeInMs = owned.wakeInMs;
 
     const preheat = gate.state === 'none' ? undefined : preheats.getByName(namespace, gate.preheatName);
     const maxWaitMs = parseDuration(spec.preheat?.maxWait ?? '5m');
@@ -130,7 +106,15 @@ export class ReplicaGates {
         const prev = previous.get(r.endpoint);
         const since = prev?.phase === 'Pending' && prev.since ? Date.parse(prev.since) : Date.now();
         const nodeIP = r.node ? nodeIPs.get(r.node) : undefined;
-        const g = replicaGate(gate, preheat, nodeIP, since, maxWaitMs, Date.now());
+        // Just changed: the cached peers hold the content before, not this one.
+        const g = replicaGate(
+          gate,
+          contentChanged ? undefined : preheat,
+          nodeIP,
+          since,
+          maxWaitMs,
+          Date.now(),
+        );
         if (!g.open) wakeInMs = Math.min(wakeInMs, Math.max(1_000, since + maxWaitMs - Date.now()));
         return [r.endpoint, g];
       }),
@@ -151,6 +135,63 @@ export class ReplicaGates {
             }
         : gate;
     return { gate, preheat, nodeTargeting, nodeIPs, gates, closed, conditionGate, wakeInMs };
+  }
+
+  /**
+   * Creates or updates the owned ModelPreheat for this pass's nodes (new ones batched over the window). The gate
+   * closes when the preheat now names other content (a new version): the cached object's success is the content's
+   * before.
+   */
+  private async ensurePreheat(
+    key: string,
+    sm: ServedModel,
+    spec: ServedModelSpec,
+    gate: Gate,
+    nodeIPs: ReadonlyMap<string, string>,
+    signal: AbortSignal,
+  ): Promise<{ gate: Gate; contentChanged: boolean; wakeInMs: number }> {
+    const { kube, preheats, batchWindowMs } = this.deps;
+    const namespace = sm.metadata.namespace!;
+    const existing = preheats.getByName(namespace, gate.state === 'none' ? '' : gate.preheatName);
+    const current = existing?.spec?.targets?.ips;
+    const desiredIPs = [...new Set(nodeIPs.values())];
+    const batch = batchTargets(current, desiredIPs, this.untargetedSince.get(key), batchWindowMs, Date.now());
+    let targets = current ?? [];
+    let wakeInMs = Infinity;
+    if ('waitMs' in batch) {
+      if (!this.untargetedSince.has(key)) this.untargetedSince.set(key, Date.now());
+      wakeInMs = batch.waitMs;
+    } else {
+      this.untargetedSince.delete(key);
+      if ('ips' in batch) targets = batch.ips;
+    }
+    const ensured = await ensureOwnedPreheat(kube, sm, spec, existing, targets, signal);
+    const preheatName = (gate as { preheatName: string }).preheatName;
+    if ('blocked' in ensured)
+      return {
+        gate: {
+          state: 'closed',
+          preheatName,
+          reason: GateReason.PreheatConflict,
+          message: ensured.blocked,
+          final: true,
+        },
+        contentChanged: false,
+        wakeInMs,
+      };
+    if (ensured.contentChanged && existing)
+      return {
+        gate: {
+          state: 'closed',
+          preheatName,
+          reason: GateReason.PreheatInProgress,
+          message: `waiting for ModelPreheat ${preheatName}: its spec was updated`,
+          final: false,
+        },
+        contentChanged: true,
+        wakeInMs,
+      };
+    return { gate, contentChanged: false, wakeInMs };
   }
 
   /** Drops the batch window of an object that is gone. */
