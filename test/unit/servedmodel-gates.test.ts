@@ -68,7 +68,10 @@ function gates(cached: () => ModelPreheat | undefined) {
         create: async () => undefined,
       }),
     } as never,
-    preheats: { getByName: () => cached() } as never,
+    // The first batch's owned ModelPreheat (one batch: fewer than 100 nodes).
+    preheats: {
+      getByName: (_ns: string, name: string) => (name === 'echo-preheat' ? cached() : undefined),
+    } as never,
     nodeAddresses: {
       internalIPs: async (nodes: Iterable<string>) =>
         new Map([...nodes].map((n) => [n, NODES.get(n)!] as const)),

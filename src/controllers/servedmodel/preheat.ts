@@ -16,8 +16,12 @@ import {
 } from '../../api/index.ts';
 import { getCondition, type Informer, type KubeClient } from '../../runtime/index.ts';
 import { isDeepStrictEqual } from 'node:util';
+import { isTerminalState } from '../../manager/types.ts';
 import { PreheatCondition } from '../modelpreheat/conditions.ts';
 import { contentKey } from '../modelpreheat/targets.ts';
+
+/** The label an owned ModelPreheat carries: the name of its ServedModel. */
+export const SERVED_MODEL_LABEL = 'peerload.io/served-model';
 
 /** Why a preheat gate is closed (the reason of the ServedModel's Preheated condition). */
 export const GateReason = {
@@ -56,8 +60,8 @@ export async function ensureOwnedPreheat(
   existing: ModelPreheat | undefined,
   nodeIPs: readonly string[],
   signal?: AbortSignal,
+  name: string = ownedPreheatName(sm),
 ): Promise<EnsuredPreheat> {
-  const name = ownedPreheatName(sm);
   const desired = ownedPreheatSpec(spec, nodeIPs);
   const client = kube.resource<ModelPreheat>(GVR.modelPreheats);
   if (!existing) {
@@ -70,7 +74,7 @@ export async function ensureOwnedPreheat(
           namespace: sm.metadata.namespace,
           labels: {
             'app.kubernetes.io/managed-by': 'peerload',
-            'peerload.io/served-model': sm.metadata.name,
+            [SERVED_MODEL_LABEL]: sm.metadata.name,
           },
           ownerReferences: [
             {
@@ -181,8 +185,9 @@ export function gateOf(
 export type ReplicaGate = { open: true; message: string } | { open: false; message: string };
 
 /**
- * Node-targeted preheat (preheat.targetNodes): a replica registers as soon as ITS node's peer holds the model (or
- * its preheat failed, or the whole preheat succeeded), or once it has waited `maxWaitMs`; then it downloads anyway,
+ * Node-targeted preheat (preheat.targetNodes): a replica registers as soon as ITS node's peer holds the model or
+ * runs the preheat's job (jobRunningOn), or its preheat failed, or the whole preheat succeeded, or once it has
+ * waited `maxWaitMs`; then it downloads anyway,
  * from the seed peers or the origin, which is never worse than without the preheat. A replica whose node is unknown
  * (static endpoints, a Node without addresses) waits for the preheat as a whole, within the same bound.
  */
@@ -198,6 +203,12 @@ export function replicaGate(
   if (gate.state === 'open') return { open: true, message: gate.message };
   const peer = nodeIP ? peersOfSpec(preheat).find((p) => p.ip === nodeIP) : undefined;
   if (peer?.state === 'Preheated') return { open: true, message: `node ${nodeIP} holds the model` };
+  const job = nodeIP && preheat ? jobRunningOn(preheat, nodeIP) : undefined;
+  if (job !== undefined)
+    return {
+      open: true,
+      message: `node ${nodeIP}'s peer is fetching the model (preheat job ${job}): the download joins it`,
+    };
   if (peer?.state === 'Failed')
     return {
       open: true,
@@ -216,6 +227,19 @@ export function replicaGate(
       ? `waiting for node ${nodeIP}'s peer to be preheated (${gate.preheatName}; at most ${Math.round(maxWaitMs / 1000)}s)`
       : gate.message,
   };
+}
+
+/**
+ * The job of `preheat` that runs on the peer at `nodeIP` now, if any: a job of the current generation, created and
+ * not ended, whose targets name the IP. The job's task is then running on that peer, and a download through the
+ * same peer joins it: the origin is read once (by the seed peer) and the download needs no job poll of the
+ * manager's (which ends a job at its next poll only, 30 s after the create on v2.5.1).
+ */
+export function jobRunningOn(preheat: ModelPreheat, nodeIP: string): number | undefined {
+  const s = preheat.status;
+  if (s?.jobID === undefined || s.jobGeneration !== preheat.metadata.generation) return undefined;
+  if (s.state === undefined || isTerminalState(s.state)) return undefined;
+  return preheat.spec?.targets?.ips?.includes(nodeIP) ? s.jobID : undefined;
 }
 
 /**
