@@ -92,14 +92,17 @@ export class ReplicaGates {
       ...discovery.replicas.flatMap((r) => (r.node ? [r.node] : [])),
       ...discovery.startingNodes,
     ]);
-    const { batches, targets, conflict, wakeInMs } = await this.ensureBatches(key, sm, spec, nodeIPs, signal);
+    const { batches, targets, conflict, changed, wakeInMs } = await this.ensureBatches(
+      key,
+      sm,
+      spec,
+      nodeIPs,
+      signal,
+    );
     const namespace = sm.metadata.namespace!;
-    // A batch whose cached spec or status is still the previous content's says nothing of this one's.
-    const desired = ownedPreheatSpec(spec);
-    const current = batches.map((b) => (b && preheatsOtherContent(b, desired) ? undefined : b));
     const batchGates = targets.map((_, i) =>
-      batches[i] && !current[i]
-        ? staleGate(batchPreheatName(sm, i))
+      changed[i]
+        ? updatedGate(batchPreheatName(sm, i))
         : gateOf(batchPreheatName(sm, i), namespace, this.deps.preheats),
     );
     const gate = conflict
@@ -114,9 +117,10 @@ export class ReplicaGates {
         const since = prev?.phase === 'Pending' && prev.since ? Date.parse(prev.since) : Date.now();
         const nodeIP = r.node ? nodeIPs.get(r.node) : undefined;
         const i = (nodeIP && batchOf.get(nodeIP)) || 0;
+        // A batch whose content just changed: its cached peers hold the content before, not this one.
         const g = replicaGate(
           conflict ? gate : batchGates[i]!,
-          current[i],
+          changed[i] ? undefined : batches[i],
           nodeIP,
           since,
           maxWaitMs,
@@ -129,7 +133,7 @@ export class ReplicaGates {
     const closed = discovery.replicas.filter((r) => !gates.get(r.endpoint)!.open);
     return {
       gate,
-      preheat: current[0],
+      preheat: changed[0] ? undefined : batches[0],
       nodeTargeting: true,
       nodeIPs,
       gates,
@@ -157,16 +161,16 @@ export class ReplicaGates {
     let gate = gateOf(preheatNameOf(sm, spec), namespace, preheats);
     if (spec.preheat?.create) {
       const existing = preheats.getByName(namespace, ownedPreheatName(sm));
-      const blocked = await ensureOwnedPreheat(kube, sm, spec, existing, [], signal);
-      if (blocked) gate = conflictGate(ownedPreheatName(sm), blocked);
-      else if (existing && preheatsOtherContent(existing, ownedPreheatSpec(spec)))
-        gate = staleGate(ownedPreheatName(sm));
+      const ensured = await ensureOwnedPreheat(kube, sm, spec, existing, [], signal);
+      if ('blocked' in ensured) gate = conflictGate(ownedPreheatName(sm), ensured.blocked);
+      else if (existing && (ensured.contentChanged || preheatsOtherContent(existing, ownedPreheatSpec(spec))))
+        gate = updatedGate(ownedPreheatName(sm));
     }
-    // The previous content's preheat says nothing of this one: neither its success nor its preheated peers count.
+    // The content before's preheat says nothing of this one: neither its success nor its preheated peers count.
+    const stale =
+      gate.state === 'closed' && gate.reason === GateReason.PreheatInProgress && spec.preheat?.create;
     const preheat =
-      gate.state === 'none' || (gate.state === 'closed' && gate.reason === GateReason.PreheatInProgress)
-        ? undefined
-        : preheats.getByName(namespace, gate.preheatName);
+      gate.state === 'none' || stale ? undefined : preheats.getByName(namespace, gate.preheatName);
     const g: ReplicaGate =
       gate.state === 'closed' ? { open: false, message: gate.message } : { open: true, message: '' };
     return {
@@ -195,6 +199,8 @@ export class ReplicaGates {
     batches: (ModelPreheat | undefined)[];
     targets: (readonly string[] | undefined)[];
     conflict: string | undefined;
+    /** Per batch: its spec now names other content than the cached object's (a new version's files). */
+    changed: boolean[];
     wakeInMs: number;
   }> {
     const { kube, preheats, batchWindowMs } = this.deps;
@@ -220,17 +226,31 @@ export class ReplicaGates {
       if ('ips' in timing) targets = assignBatches(current, desired);
     }
     let conflict: string | undefined;
+    const changed = targets.map(() => false);
     for (const [i, ips] of targets.entries()) {
       const name = batchPreheatName(sm, i);
-      const blocked = await ensureOwnedPreheat(kube, sm, spec, batches[i], ips ?? [], signal, name);
-      conflict ??= blocked;
+      const ensured = await ensureOwnedPreheat(kube, sm, spec, batches[i], ips ?? [], signal, name);
+      if ('blocked' in ensured) conflict ??= ensured.blocked;
+      // This pass replaced its content, or the cache still holds the content before (its spec, or a status the
+      // preheat controller wrote of it): either way its success and peers are not this content's.
+      else
+        changed[i] =
+          batches[i] !== undefined &&
+          (ensured.contentChanged || preheatsOtherContent(batches[i]!, ownedPreheatSpec(spec)));
     }
-    return { batches, targets, conflict, wakeInMs };
+    return { batches, targets, conflict, changed, wakeInMs };
   }
 }
 
-/** The owned ModelPreheat still holds the previous generation's content (spec or status): wait for this one's. */
-function staleGate(preheatName: string): Gate {
+function conflictGate(preheatName: string, message: string): Gate {
+  return { state: 'closed', preheatName, reason: GateReason.PreheatConflict, message, final: true };
+}
+
+/**
+ * An owned ModelPreheat whose spec this pass replaced with other content (a new version's files): the cached
+ * object still says the content before succeeded, which is not this content's success.
+ */
+function updatedGate(preheatName: string): Gate {
   return {
     state: 'closed',
     preheatName,
@@ -238,10 +258,6 @@ function staleGate(preheatName: string): Gate {
     message: `waiting for ModelPreheat ${preheatName} to preheat this generation's model (it holds the previous one)`,
     final: false,
   };
-}
-
-function conflictGate(preheatName: string, message: string): Gate {
-  return { state: 'closed', preheatName, reason: GateReason.PreheatConflict, message, final: true };
 }
 
 /** What the conditions say with node targeting: of the replicas' gates, not of the preheats as a whole. */

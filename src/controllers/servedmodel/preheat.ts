@@ -11,6 +11,7 @@ import {
   type ModelPreheat,
   type ServedModel,
   type ServedModelSpec,
+  type TargetPeer,
   GVR,
 } from '../../api/index.ts';
 import { getCondition, type Informer, type KubeClient } from '../../runtime/index.ts';
@@ -44,7 +45,14 @@ export function preheatNameOf(sm: ServedModel, spec: ServedModelSpec): string | 
   return spec.preheat.create ? ownedPreheatName(sm) : spec.preheat.name;
 }
 
-/** Creates or updates the owned ModelPreheat. Returns a reason when it cannot (a foreign object in the way). */
+/**
+ * What {@link ensureOwnedPreheat} did: `blocked` a foreign object in the way; `contentChanged` the spec was created
+ * or now names other content (a new version's files), so the cached ModelPreheat and its status still speak of
+ * the content before. A change of targets alone (new nodes) is not one: the peers keep what they hold.
+ */
+export type EnsuredPreheat = { blocked: string } | { contentChanged: boolean };
+
+/** Creates or updates the owned ModelPreheat. */
 export async function ensureOwnedPreheat(
   kube: KubeClient,
   sm: ServedModel,
@@ -53,7 +61,7 @@ export async function ensureOwnedPreheat(
   nodeIPs: readonly string[],
   signal?: AbortSignal,
   name: string = ownedPreheatName(sm),
-): Promise<string | undefined> {
+): Promise<EnsuredPreheat> {
   const desired = ownedPreheatSpec(spec, nodeIPs);
   const client = kube.resource<ModelPreheat>(GVR.modelPreheats);
   if (!existing) {
@@ -83,17 +91,25 @@ export async function ensureOwnedPreheat(
       } as unknown as ModelPreheat,
       { signal },
     );
-    return undefined;
+    return { contentChanged: true };
   }
   const owner = existing.metadata.ownerReferences?.find((r) => r.controller === true);
   if (owner?.uid !== sm.metadata.uid) {
-    return `ModelPreheat ${name} exists and is not owned by this ServedModel; delete it or use preheat.name`;
+    return {
+      blocked: `ModelPreheat ${name} exists and is not owned by this ServedModel; delete it or use preheat.name`,
+    };
   }
-  if (!isDeepStrictEqual(JSON.parse(JSON.stringify(existing.spec)), withDefaults(existing.spec, desired))) {
-    // Replace the whole spec: a merge patch could not remove fields the ServedModel no longer sets.
-    await client.update({ ...existing, spec: desired as ModelPreheat['spec'] }, { signal });
-  }
-  return undefined;
+  const stored = withDefaults(existing.spec, desired);
+  if (isDeepStrictEqual(JSON.parse(JSON.stringify(existing.spec)), stored)) return { contentChanged: false };
+  // Replace the whole spec: a merge patch could not remove fields the ServedModel no longer sets.
+  await client.update({ ...existing, spec: desired as ModelPreheat['spec'] }, { signal });
+  return { contentChanged: contentKeyOf(existing.spec) !== contentKeyOf(stored) };
+}
+
+/** The content key the ModelPreheat controller computes for a stored spec (undefined when it does not parse). */
+function contentKeyOf(spec: unknown): string | undefined {
+  const parsed = ModelPreheatSpec.safeParse(spec);
+  return parsed.success ? contentKey(parsed.data) : undefined;
 }
 
 /** `desired` with the defaults the apiserver filled into `actual`, so defaulting alone is not a difference. */
@@ -109,12 +125,6 @@ function withDefaults(actual: unknown, desired: unknown): unknown {
 
 const isObject = (v: unknown): v is Record<string, unknown> =>
   typeof v === 'object' && v !== null && !Array.isArray(v);
-
-/** What a ModelPreheat spec preheats, as its controller keys it (defaults filled; targets left out). */
-function contentKeyOf(spec: unknown): string | undefined {
-  const parsed = ModelPreheatSpec.safeParse(spec);
-  return parsed.success ? contentKey(parsed.data) : undefined;
-}
 
 /**
  * Whether the owned ModelPreheat, as the cache holds it, still speaks of other content than `desired` (the owned
@@ -205,7 +215,7 @@ export function replicaGate(
 ): ReplicaGate {
   if (gate.state === 'none') return { open: true, message: '' };
   if (gate.state === 'open') return { open: true, message: gate.message };
-  const peer = nodeIP ? preheat?.status?.peers?.find((p) => p.ip === nodeIP) : undefined;
+  const peer = nodeIP ? peersOfSpec(preheat).find((p) => p.ip === nodeIP) : undefined;
   if (peer?.state === 'Preheated') return { open: true, message: `node ${nodeIP} holds the model` };
   const job = nodeIP && preheat ? jobRunningOn(preheat, nodeIP) : undefined;
   if (job !== undefined)
@@ -244,6 +254,18 @@ export function jobRunningOn(preheat: ModelPreheat, nodeIP: string): number | un
   if (s?.jobID === undefined || s.jobGeneration !== preheat.metadata.generation) return undefined;
   if (s.state === undefined || isTerminalState(s.state)) return undefined;
   return preheat.spec?.targets?.ips?.includes(nodeIP) ? s.jobID : undefined;
+}
+
+/**
+ * The peers of `preheat`'s status that hold the content its spec names now: none while the status still speaks of
+ * the content before a spec change (a new version's files), until the new content's job starts. Else a replica
+ * would take its node's peer as holding the new version because it held the old one.
+ */
+export function peersOfSpec(preheat: ModelPreheat | undefined): readonly TargetPeer[] {
+  const peers = preheat?.status?.peers;
+  if (!peers) return [];
+  const key = contentKeyOf(preheat.spec);
+  return key !== undefined && preheat.status?.contentKey === key ? peers : [];
 }
 
 /**
