@@ -5,10 +5,12 @@
  * their node peer's address; the operator (the ModelPreheat and ServedModel controllers, the real manager) finds
  * them through the EndpointSlices of a Service (each endpoint names its node; each Node's InternalIP is its peer's
  * address), as in a cluster:
- *   - `{ driver: triton, agent, files: {prefix}, version: '1', preheat: {create: true} }` lists the prefix, preheats
- *     every file on the replicas' nodes in one manager job, then has each agent place the version (local hits on
- *     its node's peer) and Triton load it: Ready 2/2, the data file served by MinIO once in all;
- *   - version '2' (another prefix) rolls out on both, version 1 is unloaded and its directory removed;
+ *   - `{ driver: triton, agent, files: {prefix}, version: '1', preheat: {create: true} }` lists the prefix and
+ *     preheats every file on the replicas' nodes in one manager job; each replica's agent places the version through
+ *     its node's peer as soon as that node's job is created (joining the task the preheat runs there: no node peer
+ *     goes to MinIO for the data file), and Triton loads it: Ready 2/2, the data file served by MinIO once in all;
+ *   - version '2' (another prefix) waits for its own preheat job, then rolls out on both the same way; version 1 is
+ *     unloaded and its directory removed;
  *   - deleting the ServedModel unloads the model on both and lets the finalizer go.
  */
 import * as k8s from '@kubernetes/client-node';
@@ -251,9 +253,9 @@ function expectServed(
 }
 
 /**
- * A version preheated on both node peers, then placed by both agents as local hits: the data file crossed once,
- * a smaller file once per preheating peer (and the seed peer's, if the scheduler sent it), and each of the four
- * downloads (two preheating peers, two placements) may have probed with one byte.
+ * A version preheated on both node peers and placed by both agents through them: the data file crossed once (the
+ * seed peer's fetch), a smaller file once per node peer (and the seed peer's, if the scheduler sent it), and each
+ * of the four downloads (two preheating peers, two placements) may have probed with one byte.
  */
 const PREHEATED_ON_BOTH = { crossings: 1, smallCrossings: 3, downloads: 4 };
 
@@ -263,10 +265,21 @@ const originRequests = (version: string) =>
     .filter((r) => r.url.includes(prefixOf(version)))
     .map((r) => `${r.method} ${r.url.split('?')[0]} ${r.range ?? ''} ${r.status} ${r.bytes}`);
 
-/** The owned ModelPreheat of a version: Succeeded, one job with every file's URL, on both replicas' nodes. */
+/**
+ * The owned ModelPreheat of a version, once it succeeded (replicas may be Ready before: their downloads join the
+ * job's tasks): one job with every file's URL, on both replicas' nodes, each node peer preheated.
+ */
 async function expectPreheated(version: string): Promise<ModelPreheat> {
-  const preheat = await get<ModelPreheat>('modelpreheats', 'echo-preheat');
-  expect(preheat.status?.state).toBe('SUCCESS');
+  const preheat = (await waitFor(
+    `echo-preheat SUCCESS for version ${version}`,
+    async () => {
+      const o = await get<ModelPreheat>('modelpreheats', 'echo-preheat');
+      return o.spec.objectStorage?.prefix === prefixOf(version) && o.status?.state === 'SUCCESS'
+        ? o
+        : undefined;
+    },
+    { timeoutMs: 180_000, intervalMs: 1000 },
+  ))!;
   expect(preheat.status?.conditions?.find((c) => c.type === 'Succeeded')?.status).toBe('True');
   expect(preheat.status?.files).toMatchObject({ count: FILES.length, jobsTotal: 1, jobsSucceeded: 1 });
   expect(preheat.status?.jobs).toHaveLength(1);
@@ -274,11 +287,69 @@ async function expectPreheated(version: string): Promise<ModelPreheat> {
   const paths = (job.args.urls ?? []).map((u) => new URL(u).pathname).sort();
   expect(paths).toEqual(FILES.map((p) => `/${BUCKET}/${prefixOf(version)}${p}`));
   expect(job.args.ips?.slice().sort()).toEqual(network.peers.map((p) => p.ip).sort());
+  expect(preheat.status?.peers?.map((p) => [p.ip, p.state]).sort()).toEqual(
+    network.peers.map((p) => [p.ip, 'Preheated']).sort(),
+  );
   return preheat;
 }
 
+/**
+ * The data file of a version was a P2P hit on both node peers: each handled the preheat's task (its id in the
+ * daemon's log) and neither went back to the source for it (the seed peer did, once). Files up to a piece are
+ * fetched from the origin by each peer itself (docs/dragonfly.md), so they are left out.
+ */
+async function expectP2PHits(preheat: ModelPreheat, version: string): Promise<void> {
+  const path = `/${BUCKET}/${prefixOf(version)}weights.bin`;
+  const task = preheat.status?.tasks?.find((t) => new URL(t.url).pathname === path);
+  expect(task, JSON.stringify(preheat.status?.tasks)).toBeDefined();
+  for (const peer of network.peers) {
+    const lines = (await peer.logs()).split('\n').filter((l) => l.includes(task!.taskID));
+    expect(lines.length, peer.name).toBeGreaterThan(0);
+    expect(
+      lines.filter((l) => l.includes('back to source')),
+      peer.name,
+    ).toEqual([]);
+  }
+}
+
+/**
+ * Each agent placed `version` after the version's preheat job was created: a replica's gate waits for its node's
+ * job (the download then joins the task the job runs on its node's peer), never for an earlier version's.
+ */
+function expectPlacedAfterJob(preheat: ModelPreheat, version: string): void {
+  const jobCreated = Date.parse(preheat.status!.startedAt!);
+  for (const r of replicas) {
+    const placed = r.agent.versions.get('echo')?.get(version);
+    expect(placed?.state, r.peer.name).toBe('Ready');
+    expect(
+      Date.parse(placed!.startedAt),
+      `${r.peer.name} placed at ${placed!.startedAt}, job ${jobCreated}`,
+    ).toBeGreaterThanOrEqual(jobCreated);
+  }
+}
+
+/** Each replica serves `version` (and no other), its data file placed, answering an inference. */
+async function expectServing(version: string, sm: ServedModel): Promise<void> {
+  for (const [i, r] of replicas.entries()) {
+    // The old version goes once the new one serves everywhere: wait for it rather than race the pass.
+    await waitFor(
+      `${r.peer.name} serves version ${version} alone`,
+      async () => (await servedVersions(r.server, 'echo')).join() === version,
+      { timeoutMs: 60_000, intervalMs: 500 },
+    );
+    const file = join(r.root, `echo/${version}/weights.bin`);
+    expect(await readFile(file)).toEqual(WEIGHTS[version]);
+    // A local hit (the node's task had finished) is the daemon's copy hard-linked into the model repository.
+    const replica = sm.status!.replicas!.find((s) => s.node === nodeOf(i));
+    if (replica?.localHit) expect((await stat(file)).nlink).toBeGreaterThanOrEqual(2);
+    const answer = await infer(r.server, [1, 2]);
+    const offset = Number(version);
+    expect(answer).toMatchObject({ model_version: version, outputs: [{ data: [1 + offset, 2 + offset] }] });
+  }
+}
+
 describe('a Triton ServedModel of a directory through the operator, on the real network', () => {
-  it('preheats the nodes in one job, places and loads version 1 on both replicas: Ready 2/2, local hits', async () => {
+  it('preheats the nodes in one job; both replicas place version 1 through their node’s peer and load it: Ready 2/2', async () => {
     await custom.createNamespacedCustomObject({
       group: GROUP,
       version: VERSION,
@@ -293,30 +364,22 @@ describe('a Triton ServedModel of a directory through the operator, on the real 
     });
     const sm = await readyAt('1');
     const seen = JSON.stringify(sm.status?.replicas);
+    console.log(`version 1 Ready: ${seen}`);
     expect(sm.status?.readyReplicas).toBe(2);
     expect(sm.status?.servedVersion).toBe('1');
     expect(sm.metadata?.finalizers?.length, seen).toBeGreaterThan(0);
     expect(
-      sm.status!.replicas!.map((r) => [r.node, r.nodeIP, r.phase, r.registered, r.localHit]).sort(),
+      sm.status!.replicas!.map((r) => [r.node, r.nodeIP, r.phase, r.registered, typeof r.localHit]).sort(),
       seen,
-    ).toEqual(network.peers.map((p, i) => [nodeOf(i), p.ip, 'Ready', true, true]).sort());
+    ).toEqual(network.peers.map((p, i) => [nodeOf(i), p.ip, 'Ready', true, 'boolean']).sort());
 
-    await expectPreheated('1');
-    // The preheat brought each file onto the two node peers (a file up to a piece each from MinIO, the data file
-    // once for both); the replicas' placements were local hits: MinIO saw their probes only.
+    const preheat = await expectPreheated('1');
+    expectPlacedAfterJob(preheat, '1');
+    await expectP2PHits(preheat, '1');
+    // The data file crossed once in all (the seed peer's fetch); the smaller files once per peer at most.
     const served = expectServed('1', PREHEATED_ON_BOTH);
     console.log(`version 1: MinIO served ${JSON.stringify(served)}\n${originRequests('1').join('\n')}`);
-
-    for (const r of replicas) {
-      expect(await servedVersions(r.server, 'echo')).toEqual(['1']);
-      expect(await readFile(join(r.root, 'echo/1/weights.bin'))).toEqual(WEIGHTS['1']);
-      // A local hit is the daemon's copy hard-linked into the model repository.
-      expect((await stat(join(r.root, 'echo/1/weights.bin'))).nlink).toBeGreaterThanOrEqual(2);
-      expect(await infer(r.server, [1, 2])).toMatchObject({
-        model_version: '1',
-        outputs: [{ data: [2, 3] }],
-      });
-    }
+    await expectServing('1', sm);
   });
 
   it('rolls both replicas to version 2 (another prefix): version 1 is unloaded and its directory removed', async () => {
@@ -332,24 +395,21 @@ describe('a Triton ServedModel of a directory through the operator, on the real 
       k8s.setHeaderOptions('Content-Type', k8s.PatchStrategy.MergePatch),
     );
     const sm = await readyAt('2');
+    console.log(`version 2 Ready: ${JSON.stringify(sm.status?.replicas)}`);
     expect(sm.status?.servedVersion).toBe('2');
-    expect(sm.status!.replicas!.map((r) => [r.phase, r.localHit])).toEqual([
+    expect(sm.status!.replicas!.map((r) => [r.phase, r.registered])).toEqual([
       ['Ready', true],
       ['Ready', true],
     ]);
-    await expectPreheated('2');
+    const preheat = await expectPreheated('2');
+    // Version 2's placements waited for version 2's job (version 1's success opened no gate for it), and no node
+    // peer went to MinIO for its data file.
+    expectPlacedAfterJob(preheat, '2');
+    await expectP2PHits(preheat, '2');
     const served = expectServed('2', PREHEATED_ON_BOTH);
     console.log(`version 2: MinIO served ${JSON.stringify(served)}\n${originRequests('2').join('\n')}`);
-    for (const r of replicas) {
-      // The old version goes once the new one serves everywhere: wait for it rather than race the pass.
-      await waitFor(
-        'version 1 unloaded',
-        async () => (await servedVersions(r.server, 'echo')).join() === '2',
-        {
-          timeoutMs: 60_000,
-          intervalMs: 500,
-        },
-      );
+    await expectServing('2', sm);
+    for (const r of replicas)
       await waitFor(
         'version 1 removed',
         () =>
@@ -357,13 +417,8 @@ describe('a Triton ServedModel of a directory through the operator, on the real 
             () => false,
             () => true,
           ),
-        {
-          timeoutMs: 60_000,
-          intervalMs: 500,
-        },
+        { timeoutMs: 60_000, intervalMs: 500 },
       );
-      expect(await infer(r.server, [1])).toMatchObject({ model_version: '2', outputs: [{ data: [3] }] });
-    }
   });
 
   it('deleting the ServedModel unloads the model on both replicas and lets the finalizer go', async () => {
