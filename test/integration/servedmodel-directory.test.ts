@@ -165,7 +165,8 @@ describe('a ServedModel that is a directory', () => {
     await create('tiny', {
       modelName: 'tiny',
       files: { prefix: 'llm/tiny/', exclude: ['*.md'] },
-      modelServer: { endpoints: ENDPOINTS },
+      // The operator under test knows this driver alone (spec.modelServer.driver defaults to torchserve).
+      modelServer: { endpoints: ENDPOINTS, driver: driver.name },
       preheat: { create: true, scope: 'single_seed_peer', objectStorage: objectStorage() },
     });
     const sm = await waitFor(
