@@ -4,7 +4,7 @@
  *
  *   npm run bench -- --only 1,2 --reps 5
  *
- * Options: --only <list of 1..9>, --reps <n ≥ 1; default 3>, --out <json path>, --workers <n> (scenario 1),
+ * Options: --only <list of 1..10>, --reps <n ≥ 1; default 3>, --out <json path>, --workers <n> (scenario 1),
  * --size-mib <n> (scenarios 3 and 6; default 1024), --origin-mbps <MB/s> (scenario 4; default 50),
  * --idle-seconds <n> (scenario 5; default 60), --size8-mib <n> (scenario 8, one object per run; default 256),
  * --poll-ms <n> (scenario 9: real ms per simulated minute; default 2000).
@@ -25,6 +25,7 @@ import { scenario5 } from './scenarios/s5-idle.ts';
 import { scenario7 } from './scenarios/s7-head-of-line.ts';
 import { scenario8 } from './scenarios/s8-node-preheat.ts';
 import { scenario9 } from './scenarios/s9-soak.ts';
+import { scenario10 } from './scenarios/s10-fleet.ts';
 
 const ROOT = resolve(import.meta.dirname, '..');
 
@@ -42,7 +43,7 @@ const { values } = parseArgs({
   },
   strict: true,
 });
-const only = new Set((values.only ?? '1,2,3,4,5,6,7,8,9').split(',').map((s) => Number(s.trim())));
+const only = new Set((values.only ?? '1,2,3,4,5,6,7,8,9,10').split(',').map((s) => Number(s.trim())));
 const reps = Math.max(1, Number(values.reps ?? 3));
 const out = resolve(values.out ?? `${ROOT}/bench/results/latest.json`);
 const workers = Number(values.workers ?? 32);
@@ -124,6 +125,7 @@ async function main(): Promise<number> {
       withControlPlane((cp) => scenario8(cp, { reps, sizeBytes: size8MiB * 2 ** 20 })),
     );
   if (only.has(9)) await attempt('9', () => withControlPlane((cp) => scenario9(cp, { pollMs })));
+  if (only.has(10)) await attempt('10', () => withControlPlane((cp) => scenario10(cp)));
 
   rows.sort((a, b) => a.id.localeCompare(b.id, 'en', { numeric: true }));
   const result = {

@@ -19,7 +19,7 @@
  */
 import { execFile, spawnSync } from 'node:child_process';
 import { createReadStream, existsSync } from 'node:fs';
-import { mkdtemp, readFile, rm, stat, unlink, writeFile, rename } from 'node:fs/promises';
+import { chmod, mkdtemp, readFile, rm, stat, unlink, writeFile, rename } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { promisify } from 'node:util';
@@ -52,6 +52,8 @@ export interface DataPlaneOptions {
 
 export async function dataPlaneScenarios(o: DataPlaneOptions): Promise<{ rows: Row[]; raw: unknown }> {
   const work = await mkdtemp(join(tmpdir(), 'peerload-bench-data-'));
+  // The non-root TorchServe of the hard-linked case reads the plugin's configuration in here (0644).
+  await chmod(work, 0o711);
   const cleanup: (() => Promise<unknown>)[] = [];
   try {
     progress('data plane: building the plugin jar');
@@ -121,71 +123,74 @@ export async function dataPlaneScenarios(o: DataPlaneOptions): Promise<{ rows: R
       config: { enable_model_api: 'true' },
     });
     cleanup.push(() => ts.stop());
-    const archiveInStore = join(ts.modelStore, 'big.mar');
 
-    const unregister = async () => {
-      const res = await fetch(`${ts.managementURL}/models/big`, {
-        method: 'DELETE',
-        headers: ts.managementAuth(),
-      });
-      const text = await res.text();
-      if (res.status !== 200 && res.status !== 404)
-        throw new Error(`unregister answered ${res.status}: ${text}`);
-      if (existsSync(archiveInStore)) await unlink(archiveInStore);
-    };
-
-    /** One registration through the plugin with the current `addr`. */
-    const pluginRun = async (sampleHeap: boolean): Promise<PluginRun> => {
-      await unregister();
-      settleDisk();
-      const once = async () => {
-        const t0 = performance.now();
-        let downloadMs = NaN;
-        let answered = false;
-        const poll = (async () => {
-          // Bounded: stops when the plugin answered (or failed) and after 10 minutes at most.
-          while (!answered && !Number.isFinite(downloadMs) && performance.now() - t0 < 600_000) {
-            if (existsSync(archiveInStore)) downloadMs = performance.now() - t0;
-            else await sleep(5);
-          }
-        })();
-        const res = await fetch(`${ts.managementURL}/p2p/models?file_name=${encodeURIComponent(KEY)}`, {
-          method: 'POST',
-          headers: ts.managementAuth(),
-          signal: AbortSignal.timeout(600_000),
-        }).catch(async (err: Error) => {
-          answered = true;
-          const log = await readFile(join(ts.logsDir, 'ts_log.log'), 'utf8').catch(() => '');
-          const out = await readFile(ts.logPath, 'utf8').catch(() => '');
-          throw new Error(
-            `POST /p2p/models failed: ${err.message} (${String((err.cause as Error | undefined)?.message)}); ` +
-              `ts_log.log tail:\n${log.slice(-3000)}\ntorchserve.out tail:\n${out.slice(-2000)}`,
-          );
+    /** One registration through the plugin of `server` with the current `addr`. */
+    const pluginRunOn = (server: TorchServe) => {
+      const archiveInStore = join(server.modelStore, 'big.mar');
+      const unregister = async () => {
+        const res = await fetch(`${server.managementURL}/models/big`, {
+          method: 'DELETE',
+          headers: server.managementAuth(),
         });
-        const body = (await res.json()) as {
-          Status: string;
-          CacheHit?: boolean;
-          LocalHit?: boolean;
-          HardLink?: boolean;
-          TaskID?: string;
-        };
-        const totalMs = performance.now() - t0;
-        answered = true;
-        await poll;
-        if (res.status !== 200) throw new Error(`plugin answered ${res.status}: ${body.Status}`);
-        return {
-          downloadMs: Number.isFinite(downloadMs) ? downloadMs : totalMs,
-          totalMs,
-          cacheHit: body.CacheHit,
-          localHit: body.LocalHit,
-          hardLink: body.HardLink,
-          taskID: body.TaskID,
-        };
+        const text = await res.text();
+        if (res.status !== 200 && res.status !== 404)
+          throw new Error(`unregister answered ${res.status}: ${text}`);
+        if (existsSync(archiveInStore)) await unlink(archiveInStore);
       };
-      if (!sampleHeap) return once();
-      const { result, heap: h } = await withHeapSampling(ts.pid, once);
-      return { ...result, heap: h };
+
+      return async (sampleHeap: boolean): Promise<PluginRun> => {
+        await unregister();
+        settleDisk();
+        const once = async () => {
+          const t0 = performance.now();
+          let downloadMs = NaN;
+          let answered = false;
+          const poll = (async () => {
+            // Bounded: stops when the plugin answered (or failed) and after 10 minutes at most.
+            while (!answered && !Number.isFinite(downloadMs) && performance.now() - t0 < 600_000) {
+              if (existsSync(archiveInStore)) downloadMs = performance.now() - t0;
+              else await sleep(5);
+            }
+          })();
+          const res = await fetch(`${server.managementURL}/p2p/models?file_name=${encodeURIComponent(KEY)}`, {
+            method: 'POST',
+            headers: server.managementAuth(),
+            signal: AbortSignal.timeout(600_000),
+          }).catch(async (err: Error) => {
+            answered = true;
+            const log = await readFile(join(server.logsDir, 'ts_log.log'), 'utf8').catch(() => '');
+            const out = await readFile(server.logPath, 'utf8').catch(() => '');
+            throw new Error(
+              `POST /p2p/models failed: ${err.message} (${String((err.cause as Error | undefined)?.message)}); ` +
+                `ts_log.log tail:\n${log.slice(-3000)}\ntorchserve.out tail:\n${out.slice(-2000)}`,
+            );
+          });
+          const body = (await res.json()) as {
+            Status: string;
+            CacheHit?: boolean;
+            LocalHit?: boolean;
+            HardLink?: boolean;
+            TaskID?: string;
+          };
+          const totalMs = performance.now() - t0;
+          answered = true;
+          await poll;
+          if (res.status !== 200) throw new Error(`plugin answered ${res.status}: ${body.Status}`);
+          return {
+            downloadMs: Number.isFinite(downloadMs) ? downloadMs : totalMs,
+            totalMs,
+            cacheHit: body.CacheHit,
+            localHit: body.LocalHit,
+            hardLink: body.HardLink,
+            taskID: body.TaskID,
+          };
+        };
+        if (!sampleHeap) return once();
+        const { result, heap: h } = await withHeapSampling(server.pid, once);
+        return { ...result, heap: h };
+      };
     };
+    const pluginRun = pluginRunOn(ts);
 
     /**
      * curl through `proxy` with the filter headers the plugin sends; body discarded (`toDisk` false, the reference
@@ -498,6 +503,20 @@ export async function dataPlaneScenarios(o: DataPlaneOptions): Promise<{ rows: R
           modelStore: ts.modelStore,
           setAddr,
           pluginRun,
+          // The plugin uses a daemon's hard link only when TorchServe cannot write the daemon's file (it streams
+          // otherwise, as it does from the root TorchServe above): this one runs as a non-root user without
+          // capabilities, on the same plugin configuration.
+          linkingServer: async () => {
+            const linking = await startTorchServe({
+              pluginJars: [jar],
+              env: { P2P_ENDPOINT_CONFIG: configPath },
+              vmargs: '-Xmx384m -XX:+UseSerialGC -XX:+ExitOnOutOfMemoryError',
+              config: { enable_model_api: 'true' },
+              runAs: { uid: 1000, gid: 1000 },
+            });
+            cleanup.push(() => linking.stop());
+            return { modelStore: linking.modelStore, pluginRun: pluginRunOn(linking) };
+          },
           catFile,
           copyFile,
           cleanup,

@@ -9,7 +9,7 @@
  * ServedModels with static endpoints re-check their replicas every 5 min ± 20 %: that is model-server traffic (counted on the
  * emulators), and must not rewrite their status when nothing changed (counted: status patches in the window).
  */
-import { mkdirSync, readFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { load } from 'js-yaml';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -246,7 +246,15 @@ export async function scenario5(cp: ControlPlane, o: S5Options): Promise<{ rows:
           const apiAfter = await apiserverRequestTotals(cp);
           const msAfter = fleet.stats().totalRequests;
           if (profile && rep === o.reps - 1) {
-            // BENCH_PROFILE=1: a heap snapshot of the idle operator (bench/results/profiles/Heap.*.heapsnapshot).
+            // BENCH_PROFILE=1: where the idle operator's resident memory is (bench/tools/smaps-summary.ts reads the
+            // copy), taken before the heap snapshot, which grows the process; then the snapshot
+            // (bench/results/profiles/Heap.*.heapsnapshot).
+            const row = leaderElect ? '5b' : '5a';
+            for (const f of ['smaps', 'smaps_rollup'])
+              writeFileSync(
+                join(ROOT, 'bench/results/profiles', `${f}-${row}-${pid}.txt`),
+                readFileSync(`/proc/${pid}/${f}`),
+              );
             process.kill(pid, 'SIGUSR2');
             await sleep(15_000);
           }

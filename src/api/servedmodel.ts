@@ -372,6 +372,30 @@ export const ReplicaStatus = z.object({
 });
 export type ReplicaStatus = z.infer<typeof ReplicaStatus>;
 
+/** The nodes' preheat of a node-targeted ServedModel, in counts: bounded whatever the number of nodes. */
+export const NodePreheatStatus = z.object({
+  batches: z.int().meta({
+    description: 'Owned ModelPreheats (<name>-preheat, <name>-preheat-1, ...), each at most 100 nodes.',
+  }),
+  nodes: z.int().meta({ description: 'Node IPs targeted.' }),
+  preheated: z.int().meta({ description: 'Nodes whose peer holds the model.' }),
+  fetching: z.int().meta({
+    description: "Nodes whose peer runs the preheat's job now (their replicas' downloads join it).",
+  }),
+  failed: z.int().meta({ description: 'Nodes whose preheat failed (their replicas download anyway).' }),
+  failures: z
+    .array(
+      z.object({
+        ip: z.string().meta({ description: "The node's InternalIP." }),
+        preheat: z.string().meta({ description: 'The ModelPreheat of its batch.' }),
+        message: z.string().max(1024).meta({ description: "The peer's or scheduler's words." }),
+      }),
+    )
+    .max(10)
+    .optional()
+    .meta({ description: 'The first failed nodes.' }),
+});
+
 export const ServedModelStatus = z.object({
   observedGeneration: z
     .int()
@@ -384,11 +408,10 @@ export const ServedModelStatus = z.object({
     .optional()
     .meta({ description: 'Replicas found (ready endpoints, or static endpoints).' }),
   servedVersion: z.string().optional().meta({ description: 'Version that is default on every replica.' }),
-  replicas: z
-    .array(ReplicaStatus)
-    .max(1000)
-    .optional()
-    .meta({ description: 'Per replica: registered, version, READY workers and why not ready.' }),
+  replicas: z.array(ReplicaStatus).max(1000).optional().meta({
+    description:
+      'Per replica: registered, version, READY workers and why not ready. Past 192 KiB of rows (about 500 replicas) the rows leave out pod, podUID, node, nodeIP and lastUpdateTime, and past that again keep the first 50 messages only.',
+  }),
   preheatName: z.string().optional().meta({ description: 'ModelPreheat gating registration.' }),
   files: z
     .object({
@@ -401,6 +424,10 @@ export const ServedModelStatus = z.object({
     })
     .optional()
     .meta({ description: "A directory's listing for this generation (spec.files)." }),
+  nodePreheat: NodePreheatStatus.optional().meta({
+    description:
+      "With node targeting: the nodes' preheat in counts over the owned ModelPreheats (one per 100 nodes).",
+  }),
   cache: CacheStatus.optional().meta({
     description: "Which peers hold the model (the ModelPreheat's status.cache).",
   }),

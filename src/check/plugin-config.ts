@@ -22,6 +22,13 @@ import { CheckInputError } from './input.ts';
 /** The plugin's proxy when `addr` is not set (PluginConfig.DEFAULT_ADDR). */
 export const DEFAULT_ADDR = 'http://127.0.0.1:4001';
 
+/** `max_bytes` when not set (PluginConfig.DEFAULT_MAX_BYTES): 256 GiB. */
+export const DEFAULT_MAX_BYTES = 256 * 1024 ** 3;
+/** `download_timeout` when not set (PluginConfig.DEFAULT_DOWNLOAD_TIMEOUT_MILLIS): 1 h. */
+export const DEFAULT_DOWNLOAD_TIMEOUT_MS = 3_600_000;
+const MIN_DOWNLOAD_TIMEOUT_MS = 1_000;
+const MAX_DOWNLOAD_TIMEOUT_MS = 7 * 24 * 3_600_000;
+
 /** The configuration as the plugin holds it after parsing. */
 export interface PluginConfig {
   /** The peer proxy, `http://host:port`. */
@@ -38,6 +45,10 @@ export interface PluginConfig {
   sessionToken: boolean;
   /** How the peer daemon (`daemon_version`) computes task ids. */
   rule: TaskIdRule;
+  /** `max_bytes`: the largest archive the plugin downloads (413 past it). */
+  maxBytes: number;
+  /** `download_timeout` in milliseconds: how long one download may take in all (504 past it). */
+  downloadTimeoutMs: number;
 }
 
 /** Headers the plugin sets itself and refuses in `header` (PluginConfig.RESERVED_HEADERS). */
@@ -55,7 +66,16 @@ const RESERVED_HEADERS = new Set([
   'x-dragonfly-output-path',
   'x-dragonfly-force-hard-link',
 ]);
-const TOP_LEVEL = ['addr', 'header', 'filter', 'object_storage', 'daemon_version', 'hard_link_dir'];
+const TOP_LEVEL = [
+  'addr',
+  'header',
+  'filter',
+  'object_storage',
+  'daemon_version',
+  'hard_link_dir',
+  'max_bytes',
+  'download_timeout',
+];
 /** `${NAME}` in hard_link_dir, replaced from the model server's environment by the plugin. */
 const ENV_REF = /\$\{[A-Za-z_][A-Za-z0-9_]*\}/g;
 const STORAGE_FIELDS: Record<string, { required: string[]; optional: string[] }> = {
@@ -151,6 +171,11 @@ export function parsePluginConfig(text: string, source: string): PluginConfig {
       fail("field \"hard_link_dir\" must not contain '.' or '..' segments");
   }
 
+  const maxBytes = given(root, 'max_bytes') ? byteSize(root.max_bytes, 'max_bytes', fail) : DEFAULT_MAX_BYTES;
+  const downloadTimeoutMs = given(root, 'download_timeout')
+    ? durationMs(root.download_timeout, 'download_timeout', fail)
+    : DEFAULT_DOWNLOAD_TIMEOUT_MS;
+
   if (!given(root, 'object_storage')) fail('field "object_storage" is required');
   if (!isObject(root.object_storage)) fail('field "object_storage" must be an object');
   const { location, sessionToken } = parseStorage(root.object_storage as Json, str, fail);
@@ -163,6 +188,8 @@ export function parsePluginConfig(text: string, source: string): PluginConfig {
     location,
     sessionToken,
     rule,
+    maxBytes,
+    downloadTimeoutMs,
   };
 }
 
@@ -198,6 +225,64 @@ function parseHeaders(
     headers[name] = value;
   }
   return headers;
+}
+
+/** ConfigFields.byteSize's units, case-insensitive: powers of 1000 and of 1024. */
+const SIZE_UNITS: Record<string, bigint> = {
+  '': 1n,
+  b: 1n,
+  kb: 1000n,
+  mb: 1000n ** 2n,
+  gb: 1000n ** 3n,
+  tb: 1000n ** 4n,
+  kib: 1024n,
+  mib: 1024n ** 2n,
+  gib: 1024n ** 3n,
+  tib: 1024n ** 4n,
+};
+
+/**
+ * ConfigFields.byteSize: a JSON integer, or a whole number and a unit (`"256GiB"`), from 1 to 2^53 - 1. Whole numbers
+ * only (in bigint), so the value is the plugin's exactly.
+ */
+function byteSize(value: unknown, field: string, fail: (message: string) => never): number {
+  const hint = `field "${field}" must be a number of bytes or a size such as "256GiB" (a whole number and B, KB, MB, GB, TB, KiB, MiB, GiB or TiB), from 1 byte to 8 PiB`;
+  let n: bigint;
+  if (typeof value === 'number') {
+    if (!Number.isSafeInteger(value)) return fail(hint);
+    n = BigInt(value);
+  } else if (typeof value === 'string') {
+    const m = /^([0-9]+) ?([A-Za-z]*)$/.exec(javaTrim(value));
+    const unit = m ? SIZE_UNITS[m[2]!.toLowerCase()] : undefined;
+    if (!m || unit === undefined) return fail(hint);
+    n = BigInt(m[1]!) * unit;
+  } else {
+    return fail(hint);
+  }
+  if (n < 1n || n > BigInt(Number.MAX_SAFE_INTEGER)) fail(hint);
+  return Number(n);
+}
+
+const DURATION_UNITS: Record<string, bigint> = { h: 3_600_000n, m: 60_000n, s: 1000n, ms: 1n };
+
+/** ConfigFields.formatMillis: milliseconds in the largest whole unit. */
+function formatMs(ms: number): string {
+  if (ms > 0 && ms % 3_600_000 === 0) return `${ms / 3_600_000}h`;
+  if (ms > 0 && ms % 60_000 === 0) return `${ms / 60_000}m`;
+  if (ms > 0 && ms % 1000 === 0) return `${ms / 1000}s`;
+  return `${ms}ms`;
+}
+
+/** ConfigFields.durationMillis: a Go-style duration of whole numbers (`"1h30m"`), within the plugin's bounds. */
+function durationMs(value: unknown, field: string, fail: (message: string) => never): number {
+  const hint = `field "${field}" must be a duration such as "1h", "90m" or "1h30m" (whole numbers with h, m, s or ms), from ${formatMs(MIN_DOWNLOAD_TIMEOUT_MS)} to ${formatMs(MAX_DOWNLOAD_TIMEOUT_MS)}`;
+  if (typeof value !== 'string') return fail(hint);
+  const s = javaTrim(value);
+  if (!/^(?:[0-9]+(?:ms|s|m|h))+$/.test(s)) return fail(hint);
+  let total = 0n;
+  for (const m of s.matchAll(/([0-9]+)(ms|s|m|h)/g)) total += BigInt(m[1]!) * DURATION_UNITS[m[2]!]!;
+  if (total < BigInt(MIN_DOWNLOAD_TIMEOUT_MS) || total > BigInt(MAX_DOWNLOAD_TIMEOUT_MS)) fail(hint);
+  return Number(total);
 }
 
 function parseStorage(

@@ -3,9 +3,9 @@
  * scheduler v2.5.1, dfdaemon 1.4.2: a seed peer and three node peers on their own 127.0.0.x addresses), with MinIO
  * behind a counting proxy as the origin and emulated model-server replicas, each downloading through the peer of
  * "its node" (a Node object whose InternalIP is that peer's address, named by the EndpointSlice's nodeName):
- *   - a ServedModel with preheat.create preheats exactly its replicas' nodes (scope all_peers, ips), and every
- *     replica's download is a local hit (the daemon says X-Dragonfly-Task-Download-Finished); the origin serves
- *     the object once;
+ *   - a ServedModel with preheat.create preheats exactly its replicas' nodes (scope all_peers, ips); each replica
+ *     downloads as soon as its node's job is created, through its node's peer, joining the task the preheat runs
+ *     there (no node's daemon goes to the origin), and is Ready before the manager ends the job;
  *   - a pod scheduled on a new node (not ready yet) gets its node preheated at once, in a job naming that node
  *     alone (a node is never preheated twice for the same content), and is a local hit once ready;
  *   - status.cache lists the peers that hold the task (a get_task job), on demand;
@@ -172,7 +172,8 @@ async function download(peer: DragonflyPeer, url: string): Promise<{ localHit: b
 }
 
 describe('node-targeted preheat on the real network', () => {
-  it('preheats the peers of the replicas’ nodes: every download is a local hit, the origin serves once', async () => {
+  it('preheats the peers of the replicas’ nodes; each replica downloads as soon as its node’s job runs, a P2P hit', async () => {
+    const created = Date.now();
     await custom.createNamespacedCustomObject({
       group: GROUP,
       version: VERSION,
@@ -199,10 +200,25 @@ describe('node-targeted preheat on the real network', () => {
           ? o
           : undefined;
       },
-      { timeoutMs: 300_000, intervalMs: 1000 },
+      { timeoutMs: 300_000, intervalMs: 250 },
     );
+    const readyAfterMs = Date.now() - created;
     const [p0, p1] = network.peers;
-    const preheat = await get<ModelPreheat>('modelpreheats', 'tiny-preheat');
+    // Ready before the manager ended the job (its first poll is 30 s after the create): the replicas' gates opened
+    // when their nodes' job was created, and their downloads joined the task it runs on their nodes' peers.
+    const running = await get<ModelPreheat>('modelpreheats', 'tiny-preheat');
+    expect(running.status?.state, `Ready after ${readyAfterMs} ms`).not.toBe('SUCCESS');
+    expect(sm.status!.replicas!.every((r) => r.message === undefined || !/waiting/.test(r.message))).toBe(
+      true,
+    );
+    const preheat = await waitFor(
+      'tiny-preheat SUCCESS',
+      async () => {
+        const o = await get<ModelPreheat>('modelpreheats', 'tiny-preheat');
+        return o.status?.state === 'SUCCESS' ? o : undefined;
+      },
+      { timeoutMs: 180_000, intervalMs: 1000 },
+    );
     expect(preheat.spec.scope).toBe('all_peers');
     expect(preheat.spec.targets?.ips).toEqual([p0!.ip, p1!.ip].sort());
     expect(preheat.status?.peers?.map((p) => [p.ip, p.state]).sort()).toEqual(
@@ -212,28 +228,26 @@ describe('node-targeted preheat on the real network', () => {
       ].sort(),
     );
     expect((await managerJob(preheat.status!.jobID!)).args.ips?.sort()).toEqual([p0!.ip, p1!.ip].sort());
-    // Each replica's download was a hit on its own node's peer; the nodes are in status. On a miss, say whose:
-    // what each replica's plugin saw of the daemon, and what the operator wrote.
+    // Each replica downloaded through its own node's peer, with the preheat's task id; on a miss, say whose.
+    const taskID = preheat.status!.tasks![0]!.taskID;
     const seen = JSON.stringify({
       downloads: fleets.slice(0, 2).map((f) => f.instances[0]!.downloads),
-      registrations: fleets.slice(0, 2).map((f) => f.stats().registrationAttempts),
-      replicas: sm!.status!.replicas,
+      replicas: sm.status!.replicas,
       peers: preheat.status?.peers,
     });
-    expect(sm!.status!.replicas!.map((r) => [r.nodeIP, r.localHit]).sort(), seen).toEqual(
-      [
-        [p0!.ip, true],
-        [p1!.ip, true],
-      ].sort(),
-    );
-    // The daemons themselves said so: every replica's download was served from its own node's peer.
+    expect(sm.status!.replicas!.map((r) => r.nodeIP).sort(), seen).toEqual([p0!.ip, p1!.ip].sort());
     expect(
-      fleets.slice(0, 2).flatMap((f) => f.instances[0]!.downloads.map((d) => d.cacheHit)),
+      fleets.slice(0, 2).flatMap((f) => f.instances[0]!.downloads.map((d) => d.taskID)),
       seen,
-    ).toEqual([true, true]);
-    // The origin served the preheat, and the replicas nothing (a local hit does not even probe it). Usually the
-    // object crosses once; when the scheduler sends both targeted peers to the origin at the same moment it crosses
-    // once per peer (two peers here: twice the size) — never more than the preheat's peers.
+    ).toEqual([taskID, taskID]);
+    // A P2P hit each: neither node's daemon went to the origin for the task (the seed peer did, once).
+    for (const peer of [p0!, p1!])
+      expect(
+        (await peer.logs()).split('\n').filter((l) => l.includes(taskID) && l.includes('back to source')),
+        peer.name,
+      ).toEqual([]);
+    // The origin served the object about once: the seed peer's fetch (plus the daemons' 1-byte probes); never more
+    // than once per targeted peer.
     expect(origin.bytesServed(SM_KEY)).toBeGreaterThanOrEqual(size);
     expect(origin.bytesServed(SM_KEY)).toBeLessThan(3 * size);
   });

@@ -3,7 +3,7 @@
  * peer-proxy emulator from MinIO (which verifies SigV4 presigned URLs) and Azurite (which verifies SAS).
  */
 import { createReadStream } from 'node:fs';
-import { mkdtemp, readdir, readFile, rm, stat } from 'node:fs/promises';
+import { mkdir, mkdtemp, readdir, readFile, rm, stat } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { PutObjectCommand } from '@aws-sdk/client-s3';
@@ -239,6 +239,57 @@ describe('p2p endpoint plugin in TorchServe 0.12.0', () => {
     expect(body.Status).toMatch(/object_storage\.access_key/);
     expect(body.Status).not.toContain(minio.secretKey);
     await writeConfig(s3Config(proxy.url));
+  });
+
+  it('answers 413 naming max_bytes for an archive above it, and changes nothing in the model store', async () => {
+    await writeConfig(s3Config(proxy.url, { max_bytes: 100 }));
+    const before = (await readdir(ts.modelStore)).sort();
+    const tinyBefore = await stat(join(ts.modelStore, 'tiny.mar'));
+    const { status, body } = await register(
+      `file_name=${encodeURIComponent('team a/tiny.mar')}&model_name=too_large`,
+    );
+    expect(status, JSON.stringify(body)).toBe(413);
+    expect(body.Status).toMatch(
+      /is larger than max_bytes \(100 bytes\).*raise "max_bytes" in the plugin configuration/,
+    );
+    expect((await readdir(ts.modelStore)).sort()).toEqual(before);
+    expect((await stat(join(ts.modelStore, 'tiny.mar'))).mtimeMs).toBe(tinyBefore.mtimeMs);
+    expect(await listModels()).not.toContain('too_large');
+    await writeConfig(s3Config(proxy.url));
+  });
+
+  it('a new version under another prefix with the same file name gets its own archive; both stay registered', async () => {
+    const dir = join(work, 'v2');
+    await mkdir(dir);
+    const v2 = await buildModelArchive(dir, { modelName: 'tiny', version: '2.0' });
+    await minio.client.send(
+      new PutObjectCommand({ Bucket: BUCKET, Key: 'v2/tiny.mar', Body: createReadStream(v2.path) }),
+    );
+    const { status, body } = await register(`file_name=${encodeURIComponent('v2/tiny.mar')}`);
+    expect(status, JSON.stringify(body)).toBe(200);
+    expect(body.Status).toMatch(/^Model "tiny" Version: 2\.0 registered/);
+    const files = await readdir(ts.modelStore);
+    const distinct = files.filter((f) => /^p2p-[0-9a-f]{16}-tiny\.mar$/.test(f));
+    expect(distinct).toHaveLength(1);
+    // The first object's archive is untouched; the second is its own file.
+    expect(Buffer.compare(await readFile(join(ts.modelStore, 'tiny.mar')), await readFile(tiny.path))).toBe(
+      0,
+    );
+    expect(Buffer.compare(await readFile(join(ts.modelStore, distinct[0]!)), await readFile(v2.path))).toBe(
+      0,
+    );
+    const res = await fetch(`${ts.managementURL}/models/tiny/all`, { headers: ts.managementAuth() });
+    expect(res.status).toBe(200);
+    const versions = ((await res.json()) as { modelVersion: string }[]).map((m) => m.modelVersion).sort();
+    expect(versions).toEqual(['1.0', '2.0']);
+    // Asked again, the second object is found under its own name (TorchServe: already registered).
+    const again = await register(`file_name=${encodeURIComponent('v2/tiny.mar')}`);
+    expect(again.status).toBe(409);
+    // No third archive (the plugin's hidden records, .p2p-object.<archive>, say which object each one holds).
+    const archives = (await readdir(ts.modelStore)).filter(
+      (f) => f.endsWith('tiny.mar') && !f.startsWith('.'),
+    );
+    expect(archives.sort()).toEqual([...distinct, 'tiny.mar'].sort());
   });
 
   it('signs Azure Blob SAS URLs that Azurite accepts (abs)', async () => {

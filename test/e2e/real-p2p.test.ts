@@ -319,17 +319,37 @@ describe('peerload on the real Dragonfly network', () => {
         }),
       ),
     );
-    const results = await Promise.all(names.map((n) => settled(n, 600_000)));
+    // The manager's 429 is its pace, not a failure: no Event says it; the objects' status does while they wait.
+    const limited = new Set<string>();
+    const watching = setInterval(() => {
+      custom
+        .listNamespacedCustomObject({
+          group: GROUP,
+          version: VERSION,
+          namespace: ns,
+          plural: 'modelpreheats',
+        })
+        .then((list) => {
+          for (const o of (list as { items: ModelPreheat[] }).items)
+            if (o.status?.conditions?.some((c) => c.reason === 'ManagerRateLimited'))
+              limited.add(o.metadata.name);
+        })
+        .catch(() => undefined);
+    }, 100);
+    let results: ModelPreheat[];
+    try {
+      results = await Promise.all(names.map((n) => settled(n, 600_000)));
+    } finally {
+      clearInterval(watching);
+    }
     for (const o of results) {
       const c = o.status!.conditions!.find((x) => x.type === 'Succeeded')!;
       expect(c, `${o.metadata.name}: ${c.message}`).toMatchObject({ status: 'True' });
     }
+    expect(limited.size).toBeGreaterThan(0);
     const events = await core.listNamespacedEvent({ namespace: ns });
-    const limited = events.items.filter((e) => e.reason === 'ManagerRateLimited');
-    expect(limited.length).toBeGreaterThan(0);
-    expect(
-      events.items.filter((e) => /^burst-/.test(e.involvedObject.name ?? '') && e.reason === 'JobFailed'),
-    ).toHaveLength(0);
+    const burst = events.items.filter((e) => /^burst-/.test(e.involvedObject.name ?? ''));
+    expect(burst.filter((e) => e.type === 'Warning')).toEqual([]);
   });
 });
 

@@ -18,10 +18,6 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Agent } from 'undici';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { tokenFile } from '../../src/agent/auth.ts';
-import { credentialsDir } from '../../src/agent/credentials.ts';
-import { DEFAULT_LIMITS } from '../../src/agent/download.ts';
-import { startAgentServer, type AgentServer } from '../../src/agent/server.ts';
 import { ManagerClient } from '../../src/manager/client.ts';
 import type { ModelFiles, ReplicaServer } from '../../src/servers/driver.ts';
 import { MLSERVER, OipDriver, TRITON } from '../../src/servers/oip/driver.ts';
@@ -32,6 +28,7 @@ import { ROOT_USER, startDragonfly, type Dragonfly, type DragonflyPeer } from '.
 import { startMinIO, type MinIO } from '../support/minio.ts';
 import { ECHO_CONFIG_PBTXT, ECHO_MODEL_PY, echoConfig } from '../support/oip-exchanges.ts';
 import { startMLServer, startTriton, writeSklearnModel, type OipServer } from '../support/oip-servers.ts';
+import { portOnAll, startAgentReplica, type AgentReplica } from '../support/oip-replicas.ts';
 import { freePort } from '../support/ports.ts';
 import { waitFor } from '../support/process.ts';
 
@@ -44,13 +41,7 @@ const WEIGHTS: Record<string, Buffer> = {
 const ECHO_FILES = ['model.py', 'offset.json', 'weights.bin'];
 const IRIS_FILES = ['model-settings.json', 'model.joblib'];
 
-interface Replica {
-  peer: DragonflyPeer;
-  root: string;
-  agent: AgentServer;
-  agentPort: number;
-  server: OipServer;
-}
+type Replica = AgentReplica;
 
 let network: Dragonfly;
 let minio: MinIO;
@@ -68,42 +59,21 @@ async function put(key: string, body: Buffer): Promise<void> {
   sizes.set(key, body.length);
 }
 
-/** A port free on every one of these addresses: one ServedModel names one agent port for all its pods. */
-async function portOnAll(ips: string[]): Promise<number> {
-  for (;;) {
-    const port = await freePort(ips[0]);
-    const free = await Promise.all(ips.map((ip) => freePort(ip).then(() => true)));
-    if (free.every(Boolean)) return port;
-  }
-}
-
 async function startReplica(
   peer: DragonflyPeer,
   label: string,
   start: typeof startTriton,
   port: number,
 ): Promise<Replica> {
-  const dir = join(work, label);
-  const root = join(dir, 'models');
-  await mkdir(join(dir, 'creds'), { recursive: true });
-  await mkdir(root);
-  await writeFile(join(dir, 'token'), TOKEN);
-  await writeFile(join(dir, 'creds', 'access_key'), minio.accessKey);
-  await writeFile(join(dir, 'creds', 'secret_key'), minio.secretKey);
-  const agent = await startAgentServer({
-    root,
-    host: peer.ip,
+  const replica = await startAgentReplica({
+    peer,
+    dir: join(work, label),
     port,
-    proxy: peer.proxyURL,
+    token: TOKEN,
+    credentials: minio,
     dispatcher,
-    // The daemon runs on this host: the model root is on its file system, at the same path.
-    hardLinkRoot: root,
-    limits: { ...DEFAULT_LIMITS, minFreeBytes: 0 },
-    token: tokenFile(join(dir, 'token')),
-    credentials: credentialsDir(join(dir, 'creds')),
+    start,
   });
-  const server = await start({ host: peer.ip, repository: root });
-  const replica = { peer, root, agent, agentPort: port, server };
   replicas.push(replica);
   return replica;
 }
@@ -199,10 +169,7 @@ beforeAll(async () => {
 }, 1_800_000);
 
 afterAll(async () => {
-  for (const r of replicas) {
-    await r.server.stop().catch(() => undefined);
-    await r.agent.close().catch(() => undefined);
-  }
+  for (const r of replicas) await r.stop();
   await dispatcher?.close();
   await origin?.close();
   await minio?.stop();

@@ -5,7 +5,8 @@
  * operator's default policy (no --allowed-*-hosts), the listener receives nothing at all, so none of the planted
  * Secret values, and every object is Stalled with the reason of the rule that refused it. A ClusterManager the admin
  * made for the namespace is used, with its token from the operator's namespace (the positive control: the same kind
- * of listener records that request). Deleting the refused objects contacts nobody either.
+ * of listener records that request). Deleting the refused objects contacts nobody either, and none of the planted
+ * values is in the operator's log. The operator is `peerload operator` in a process of its own, as a cluster runs it.
  */
 import { createServer, type IncomingMessage, type Server } from 'node:http';
 import { randomBytes } from 'node:crypto';
@@ -13,13 +14,10 @@ import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import * as k8s from '@kubernetes/client-node';
 import { createNamespace, kubeConfig, waitFor } from '../support/kube.ts';
-import { loopbackDispatcher } from '../support/endpointslices.ts';
 import { startManagerEmulator, type ManagerEmulator } from '../support/manager-emulator.ts';
 import { startPeerProxy, type PeerProxy } from '../support/peer-proxy.ts';
 import { startOrigin, type Origin } from '../support/origin.ts';
-import { startManager, type RunningManager } from '../support/runtime-harness.ts';
-import { modelPreheatController } from '../../src/controllers/modelpreheat/index.ts';
-import { createServedModelController } from '../../src/controllers/index.ts';
+import { startOperatorProcess, type OperatorProcess } from '../support/operator-process.ts';
 import type { Condition } from '../../src/api/index.ts';
 
 const GROUP = 'peerload.io';
@@ -89,7 +87,7 @@ let opNs: string;
 let tenant: Awaited<ReturnType<typeof recordingListener>>;
 let admins: Awaited<ReturnType<typeof recordingListener>>;
 let defaultManager: Awaited<ReturnType<typeof recordingListener>>;
-let operator: RunningManager;
+let operator: OperatorProcess;
 const clusterManagers: string[] = [];
 
 async function secret(namespace: string, name: string, data: Record<string, string>): Promise<void> {
@@ -151,7 +149,8 @@ async function stalled(kind: Kind, name: string): Promise<Condition> {
 }
 
 beforeAll(async () => {
-  kc = kubeConfig(inject('kubeconfigPath'));
+  const kubeconfigPath = inject('kubeconfigPath');
+  kc = kubeConfig(kubeconfigPath);
   custom = kc.makeApiClient(k8s.CustomObjectsApi);
   core = kc.makeApiClient(k8s.CoreV1Api);
   ns = await createNamespace(kc, 'reach');
@@ -164,27 +163,29 @@ beforeAll(async () => {
   for (const [name, data] of Object.entries(SECRETS)) await secret(ns, name, data);
   await secret(opNs, 'cluster-manager-token', { token: CLUSTER_MANAGER_TOKEN });
   await secret(opNs, 'default-token', { token: DEFAULT_TOKEN });
-  operator = await startManager(
-    kc,
-    [
-      '--no-leader-elect',
-      '--leader-election-namespace',
-      opNs,
-      '--manager-url',
-      defaultManager.url,
-      '--manager-token-secret',
-      'default-token',
-      '--poll-backoff-start',
-      '200ms',
-      '--poll-backoff-max',
-      '1s',
-    ],
-    [modelPreheatController, (ctx) => createServedModelController(ctx, { dispatcher: loopbackDispatcher() })],
-  );
+  // The operator as a cluster runs it: its own process, the product's controllers, its default reach policy (no
+  // --allowed-*-hosts), logging at debug so that its log can be searched for the planted values too.
+  operator = await startOperatorProcess(kubeconfigPath, [
+    '--no-leader-elect',
+    '--leader-election-namespace',
+    opNs,
+    '--manager-url',
+    defaultManager.url,
+    '--manager-token-secret',
+    'default-token',
+    '--poll-backoff-start',
+    '200ms',
+    '--poll-backoff-max',
+    '1s',
+    '--log-level',
+    'debug',
+  ]);
 });
 
 afterAll(async () => {
-  await operator?.stop();
+  const exit = await operator?.stop();
+  // A clean shutdown: SIGTERM ends it with 0 within its --shutdown-timeout.
+  expect(exit).toBe(0);
   for (const name of clusterManagers)
     await custom
       .deleteClusterCustomObject({ group: GROUP, version: VERSION, plural: 'clustermanagers', name })
@@ -325,6 +326,12 @@ describe('a namespaced resource cannot send a Secret where the admin did not all
     expect(tenant.requests.map((r) => `${r.method} ${r.url}`)).toEqual([]);
     // Nothing went to the operator's default manager either: every object named a manager of its own.
     expect(defaultManager.requests).toEqual([]);
+    // Nor did any planted value reach the operator's own log (debug level), in any encoding.
+    const log = await operator.logs();
+    for (const c of cases) expect(log).toContain(`"key":"${ns}/${c.name}"`); // each refused object was reconciled
+    expect(
+      [...PLANTED, CLUSTER_MANAGER_TOKEN, DEFAULT_TOKEN].filter((v) => forms(v).some((f) => log.includes(f))),
+    ).toEqual([]);
   });
 
   it("a ClusterManager made for the namespace is used, with its token from the operator's namespace", async () => {

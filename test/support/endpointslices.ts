@@ -105,6 +105,12 @@ export class ServiceEndpoints {
     });
   }
 
+  /** Where the pod behind a slice address really listens (its URL's host), for {@link loopbackDispatcher}. */
+  hostOf(address: string): string | undefined {
+    for (const pod of this.pods.values()) if (pod.address === address) return new URL(pod.url).hostname;
+    return undefined;
+  }
+
   async remove(name: string): Promise<void> {
     this.pods.delete(name);
     await this.api.deleteNamespacedEndpointSlice({ namespace: this.namespace, name: this.sliceName(name) });
@@ -125,16 +131,19 @@ export class ServiceEndpoints {
  * EndpointSlices may not hold loopback addresses, and tests may only talk to loopback. So slices carry addresses
  * of the benchmarking range 198.18.0.0/15 (RFC 2544; never routed) and the operator under test gets this
  * dispatcher, which connects to 127.0.0.1 on the same port instead, or to the loopback address `hosts` names for
- * a slice address (replicas on addresses of their own, each with an agent beside it at one port for all). No
- * packet is ever sent to 198.18.x.
+ * a slice address (replicas on addresses of their own, e.g. on their node peer's 127.0.0.x, each with an agent
+ * beside it at one port for all): a map, or a function such as {@link ServiceEndpoints.hostOf}. No packet is ever
+ * sent to 198.18.x.
  */
-export function loopbackDispatcher(hosts: ReadonlyMap<string, string> = new Map()): Agent {
+export function loopbackDispatcher(
+  hosts: ReadonlyMap<string, string> | ((address: string) => string | undefined) = new Map(),
+): Agent {
+  const hostOf = typeof hosts === 'function' ? hosts : (a: string) => hosts.get(a);
   const connect = buildConnector({});
   return new Agent({
     connect: (options, callback) => {
       const hostname =
-        hosts.get(options.hostname) ??
-        (/^198\.1[89]\./.test(options.hostname) ? '127.0.0.1' : options.hostname);
+        hostOf(options.hostname) ?? (/^198\.1[89]\./.test(options.hostname) ? '127.0.0.1' : options.hostname);
       // Tests talk to this machine only: refuse anything that is not loopback rather than send a packet.
       if (!/^127\./.test(hostname) && hostname !== 'localhost' && hostname !== '::1') {
         callback(new Error(`loopbackDispatcher refuses to connect to ${options.hostname}`), null);

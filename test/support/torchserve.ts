@@ -3,14 +3,18 @@
  *
  * Each instance is isolated: its own working directory (TorchServe writes key_file.json there), its own TMPDIR
  * (the pid file `$TMPDIR/.model_server.pid` and the workers' Unix sockets live there), free loopback ports for
- * inference, management, metrics and the first worker, its own model store and plugins directory, and a
+ * inference, management, metrics, both gRPC servers and the first worker, its own model store and plugins directory, and a
  * ts-config file (so no config.properties of the current directory and no snapshots are picked up). Token
  * authorization is ON unless `tokenAuth: false`; the keys are read from key_file.json.
+ *
+ * By default TorchServe runs as the test process does (root here). With `runAs` it runs as that non-root user with
+ * no capabilities at all (setpriv from util-linux), as the `restricted` Pod Security level has a container run:
+ * its work dir and model store are given to that user, and everything else it reads must be readable by it.
  */
 import { execFile } from 'node:child_process';
-import { copyFile, mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { copyFile, mkdir, mkdtemp, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
-import { basename, join, resolve } from 'node:path';
+import { basename, dirname, join, resolve } from 'node:path';
 import { promisify } from 'node:util';
 import { freePort } from './ports.ts';
 import { startProcess, waitFor, type ManagedProcess } from './process.ts';
@@ -45,6 +49,12 @@ export interface TorchServeOptions {
    * a restart of the same pod's container -- key_file.json is rewritten in place with new keys.
    */
   workDir?: string;
+  /**
+   * Run the frontend and its workers as this non-root user and group (numeric; no passwd entry needed), with no
+   * supplementary groups, no capabilities (bounding set emptied too) and no_new_privs. Default: the test
+   * process's own user.
+   */
+  runAs?: { uid: number; gid: number };
 }
 
 export interface TorchServe {
@@ -59,6 +69,8 @@ export interface TorchServe {
   inferenceAuth(): Record<string, string>;
   /** The frontend JVM's pid (for jcmd / jstat). */
   pid: number;
+  /** The uid TorchServe runs as (`runAs`, else the test process's). */
+  uid: number;
   workDir: string;
   modelStore: string;
   pluginsDir: string;
@@ -78,6 +90,56 @@ export async function torchServeBinDir(): Promise<string> {
   return stdout.trim().split('\n').pop()!;
 }
 
+/** setpriv's arguments that drop to `ids` before running what follows them. */
+function dropTo(ids: { uid: number; gid: number }): string[] {
+  return [
+    `--reuid=${ids.uid}`,
+    `--regid=${ids.gid}`,
+    '--clear-groups',
+    '--inh-caps=-all',
+    '--bounding-set=-all',
+    '--no-new-privs',
+    '--',
+  ];
+}
+
+/**
+ * A bin directory of the TorchServe virtualenv that `ids` can use. The cached one usually sits under root's home
+ * (0700), which another user cannot enter; rather than open root's home to every user, the virtualenv is mirrored
+ * once with hard links (`cp -al`: new directories, the same files, no copied bytes) into the temp dir, keyed by the
+ * virtualenv's pyvenv.cfg inode so a rebuilt one gets a new mirror. Python finds a virtualenv from the path it is
+ * started by, so the mirror's `bin/python` runs it; its scripts' `#!` lines still name the cached path, so they are
+ * run through that python.
+ */
+async function binDirFor(bin: string, ids: { uid: number; gid: number }): Promise<string> {
+  const usable = await run('setpriv', [...dropTo(ids), join(bin, 'python'), '-c', 'import ts'], {
+    timeout: 60_000,
+  }).then(
+    () => true,
+    () => false,
+  );
+  if (usable) return bin;
+  const venv = dirname(bin);
+  const mirror = join(tmpdir(), `peerload-${basename(venv)}-${(await stat(join(venv, 'pyvenv.cfg'))).ino}`);
+  const done = join(mirror, '.mirrored');
+  if (!(await stat(done).catch(() => undefined))) {
+    const staging = `${mirror}.${process.pid}.tmp`;
+    await rm(staging, { recursive: true, force: true });
+    await run('cp', ['-al', venv, staging], { timeout: 600_000 });
+    await writeFile(join(staging, '.mirrored'), '');
+    // Another test file may have won the race: its mirror is as good as this one.
+    await rename(staging, mirror).catch(() => rm(staging, { recursive: true, force: true }));
+  }
+  await run('setpriv', [...dropTo(ids), join(mirror, 'bin', 'python'), '-c', 'import ts'], {
+    timeout: 60_000,
+  }).catch((err: Error) => {
+    throw new Error(
+      `uid ${ids.uid} cannot run TorchServe from ${mirror} (mirrored from ${venv}): ${err.message}`,
+    );
+  });
+  return join(mirror, 'bin');
+}
+
 function isAlive(pid: number): boolean {
   try {
     process.kill(pid, 0);
@@ -88,7 +150,10 @@ function isAlive(pid: number): boolean {
 }
 
 export async function startTorchServe(opts: TorchServeOptions = {}): Promise<TorchServe> {
-  const bin = await torchServeBinDir();
+  const cachedBin = await torchServeBinDir();
+  const runAs = opts.runAs;
+  if (runAs && (runAs.uid === 0 || runAs.gid === 0)) throw new Error('runAs: a non-root uid and gid');
+  const bin = runAs ? await binDirFor(cachedBin, runAs) : cachedBin;
   const ownWorkDir = !opts.workDir;
   const workDir = opts.workDir ?? (await mkdtemp(join(tmpdir(), 'peerload-torchserve-')));
   const tmp = join(workDir, 'tmp');
@@ -98,13 +163,20 @@ export async function startTorchServe(opts: TorchServeOptions = {}): Promise<Tor
   await Promise.all([tmp, modelStore, pluginsDir, logsDir].map((d) => mkdir(d, { recursive: true })));
   for (const jar of opts.pluginJars ?? []) await copyFile(jar, join(pluginsDir, basename(jar)));
 
-  const [inference, management, metrics, workerPort] = await distinctFreePorts(4);
+  const [inference, management, metrics, workerPort, grpcInference, grpcManagement] =
+    await distinctFreePorts(6);
   const tokenAuth = opts.tokenAuth ?? true;
   const config: Record<string, string> = {
     inference_address: `http://127.0.0.1:${inference}`,
     management_address: `http://127.0.0.1:${management}`,
     metrics_address: `http://127.0.0.1:${metrics}`,
     initial_worker_port: String(workerPort),
+    // The gRPC servers start after the REST ones, on 7070/7071 unless told: a second instance would answer /ping,
+    // then fail to bind them and shut down under its first requests.
+    grpc_inference_address: '127.0.0.1',
+    grpc_management_address: '127.0.0.1',
+    grpc_inference_port: String(grpcInference),
+    grpc_management_port: String(grpcManagement),
     // java.io.tmpdir: the frontend puts the workers' Unix sockets there (TMPDIR alone does not move them).
     vmargs: `${opts.vmargs ?? '-Xmx512m -XX:+UseG1GC -XX:+ExitOnOutOfMemoryError'} -Djava.io.tmpdir=${tmp}`,
     default_workers_per_model: '1',
@@ -120,9 +192,33 @@ export async function startTorchServe(opts: TorchServeOptions = {}): Promise<Tor
       .join(''),
   );
 
+  if (runAs) {
+    // Everything TorchServe writes: key_file.json (work dir), pid file and worker sockets (tmp), logs, the model
+    // store (the plugin's archives). Files with more than one link are left alone: an archive in the model store
+    // may be a hard link of a peer daemon's cache file, which must stay the daemon's.
+    const own = [workDir, modelStore].filter((d, i) => i === 0 || !d.startsWith(`${workDir}/`));
+    await run('find', [
+      ...own,
+      '(',
+      '-type',
+      'd',
+      '-o',
+      '-links',
+      '1',
+      ')',
+      '-exec',
+      'chown',
+      '-h',
+      `${runAs.uid}:${runAs.gid}`,
+      '{}',
+      '+',
+    ]);
+  }
+
   const env: Record<string, string> = {
     PATH: `${bin}:${process.env['PATH'] ?? '/usr/bin:/bin'}`,
-    HOME: process.env['HOME'] ?? workDir,
+    // Another user's home is not writable to it (torch and pip cache there): the work dir is.
+    HOME: runAs ? workDir : (process.env['HOME'] ?? workDir),
     TMPDIR: tmp,
     LOG_LOCATION: logsDir,
     METRICS_LOCATION: logsDir,
@@ -144,10 +240,15 @@ export async function startTorchServe(opts: TorchServeOptions = {}): Promise<Tor
     ...(tokenAuth ? [] : ['--disable-token-auth']),
   ];
   const logPath = join(workDir, 'torchserve.out');
-  const proc: ManagedProcess = startProcess('torchserve', join(bin, 'torchserve'), args, logPath, {
-    cwd: workDir,
-    env,
-  });
+  const proc: ManagedProcess = runAs
+    ? startProcess(
+        'torchserve',
+        'setpriv',
+        [...dropTo(runAs), join(bin, 'python'), join(bin, 'torchserve'), ...args],
+        logPath,
+        { cwd: workDir, env },
+      )
+    : startProcess('torchserve', join(bin, 'torchserve'), args, logPath, { cwd: workDir, env });
 
   // From the config, which `opts.config` may override (a restart on the same addresses).
   const managementURL = config.management_address!;
@@ -158,7 +259,8 @@ export async function startTorchServe(opts: TorchServeOptions = {}): Promise<Tor
 
   const stop = async () => {
     // `torchserve --stop` finds the JVM through $TMPDIR/.model_server.pid; then make sure both processes are gone.
-    await run(join(bin, 'torchserve'), ['--stop'], { cwd: workDir, env, timeout: 30_000 }).catch(
+    // Run as the test process, which may signal TorchServe whichever user it runs as.
+    await run(join(cachedBin, 'torchserve'), ['--stop'], { cwd: workDir, env, timeout: 30_000 }).catch(
       () => undefined,
     );
     if (pid && isAlive(pid)) {
@@ -209,6 +311,7 @@ export async function startTorchServe(opts: TorchServeOptions = {}): Promise<Tor
     inferenceAuth: (): Record<string, string> =>
       tokenAuth ? { authorization: `Bearer ${keys.inference}` } : {},
     pid,
+    uid: runAs?.uid ?? process.getuid?.() ?? 0,
     workDir,
     modelStore,
     pluginsDir,

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { describeFailure } from '../../src/controllers/modelpreheat/failures.ts';
+import { describeFailure, RATE_LIMITED_RETRY_MS } from '../../src/controllers/modelpreheat/failures.ts';
+import { failureOutcome } from '../../src/controllers/modelpreheat/decide.ts';
 import {
   PreheatReason,
   preheatConditions,
@@ -132,6 +133,32 @@ describe('ModelPreheat conditions and phase', () => {
     expect(
       preheatPhase({ outcome: 'Failed', reason: 'ManagerNotConfigured', message: 'no --manager-url' }),
     ).toBe('BLOCKED');
+  });
+
+  it("the manager's job rate limit (429 without Retry-After, as the real one answers) is its pace, not a failure", () => {
+    const view = describeFailure(
+      managerError('retryable', 429, 'rate limit exceeded'),
+      'create the preheat job',
+    );
+    expect(view).toMatchObject({
+      reason: 'ManagerRateLimited',
+      quiet: true,
+      final: false,
+      retry: { kind: 'after', ms: RATE_LIMITED_RETRY_MS },
+    });
+    expect(view.message).toMatch(
+      /rate limit exceeded \(the manager's job rate limit: waiting for its turn\)/,
+    );
+    const o: PreheatObservation = {
+      outcome: failureOutcome(view),
+      reason: view.reason,
+      message: view.message,
+    };
+    // The STATE column says the job waits (PENDING), not that the manager is gone (UNREACHABLE).
+    expect(preheatPhase(o)).toBe('PENDING');
+    expect(getCondition(apply(o), 'Stalled')).toBeUndefined();
+    // Other retryable answers stay loud.
+    expect(describeFailure(managerError('retryable', 503, 'x'), 'a').quiet).toBeUndefined();
   });
 
   it('every reason the failure table can produce is distinct per cause and CamelCase', () => {

@@ -16,6 +16,7 @@ import {
 import { ReplicaGates } from '../../src/controllers/servedmodel/gates.ts';
 import {
   batchTargets,
+  peersOfSpec,
   preheatsOtherContent,
   replicaGate,
   type Gate,
@@ -205,7 +206,9 @@ describe('ServedModel: node targets and per-replica gates', () => {
       final: false,
     };
     const preheat = {
+      spec,
       status: {
+        contentKey: contentKey(spec),
         peers: [
           { ip: '10.0.0.1', state: 'Preheated' },
           { ip: '10.0.0.2', state: 'Failed', message: 'disk full' },
@@ -279,7 +282,9 @@ describe('ServedModel: node targets and per-replica gates', () => {
             update: async (o: ModelPreheat) => (updates.push(o), o),
           }),
         } as never,
-        preheats: { getByName: () => cached } as never,
+        preheats: {
+          getByName: (_ns: string, name: string) => (name === 'm-preheat' ? cached : undefined),
+        } as never,
         nodeAddresses: { internalIPs: async () => new Map([['n1', '10.0.0.1']]) } as never,
         batchWindowMs: 0,
       });
@@ -304,6 +309,32 @@ describe('ServedModel: node targets and per-replica gates', () => {
       expect(changed.preheat).toBeUndefined();
       expect(changed.gates.get(endpoint)).toMatchObject({ open: false });
     });
+  });
+
+  it('a replica’s gate ignores peers that hold the content before a spec change (an earlier version)', () => {
+    const closed: Gate = {
+      state: 'closed',
+      preheatName: 'p',
+      reason: 'PreheatInProgress',
+      message: 'waiting',
+      final: false,
+    };
+    const other = ModelPreheatSpec.parse({
+      ...spec,
+      objectStorage: { ...spec.objectStorage!, keys: ['v2.mar'] },
+    });
+    // The spec names v2; the status still says what the v1 job did.
+    const preheat = {
+      spec: other,
+      status: { contentKey: contentKey(spec), peers: [{ ip: '10.0.0.1', state: 'Preheated' }] },
+    } as unknown as ModelPreheat;
+    expect(peersOfSpec(preheat)).toEqual([]);
+    expect(replicaGate(closed, preheat, '10.0.0.1', 0, 60_000, 1000)).toMatchObject({ open: false });
+    const started = {
+      ...preheat,
+      status: { ...preheat.status, contentKey: contentKey(other) },
+    } as ModelPreheat;
+    expect(replicaGate(closed, started, '10.0.0.1', 0, 60_000, 1000)).toMatchObject({ open: true });
   });
 
   it('discovery: ready pods are replicas with their node; starting pods only name their node', () => {

@@ -43,6 +43,8 @@ describe('plugin configuration (shared vectors with PluginConfig.java)', () => {
         bucket: loc.type === 'abs' ? loc.container : loc.bucket,
         objectURL: objectURL(loc, vectors.key),
         daemonRule: config.rule,
+        maxBytes: config.maxBytes,
+        downloadTimeoutMs: config.downloadTimeoutMs,
       };
       for (const [name, value] of Object.entries(c.expect)) expect(actual[name], name).toEqual(value);
     });

@@ -78,8 +78,9 @@ export function preheatPhase(o: PreheatObservation): PreheatPhase {
       return 'BLOCKED';
     case 'Progressing':
       if (o.reason === PreheatReason.JobFailedWillRetry) return 'RETRYING';
-      if (o.reason === PreheatReason.ManagerUnavailable || o.reason === PreheatReason.ManagerRateLimited)
-        return 'UNREACHABLE';
+      if (o.reason === PreheatReason.ManagerUnavailable) return 'UNREACHABLE';
+      // The manager's job rate limit is its normal pace, not an outage: the job is waiting for its turn.
+      if (o.reason === PreheatReason.ManagerRateLimited) return 'PENDING';
       return o.jobState && o.jobState !== 'FAILURE' ? o.jobState : 'PENDING';
   }
 }

@@ -94,7 +94,16 @@ export interface FailureView {
   final: boolean;
   /** Open, but only a change (a Secret, credentials) can make it succeed: the resource is Stalled. */
   blocked?: true;
+  /** Part of normal operation, not a failure: no Warning Event (the manager's job rate limit). */
+  quiet?: true;
 }
+
+/**
+ * When a job creation the manager rate-limited (429, no Retry-After: the real manager sends none) is tried again:
+ * its limit is per second (10 creations/s per scheduler cluster by default), so within a second or two, spread by
+ * the reconciler so that a burst of preheats does not come back at once.
+ */
+export const RATE_LIMITED_RETRY_MS = 1_000;
 
 export function describeFailure(err: unknown, action: string): FailureView {
   if (err instanceof FileSetError || err instanceof ListError || err instanceof DirectoryChangedError)
@@ -152,8 +161,19 @@ export function describeFailure(err: unknown, action: string): FailureView {
         return { reason: 'InvalidJobArgs', message: text, retry: { kind: 'none' }, final: true };
       case 'retryable':
       case 'conflict':
+        if (err.status === 429)
+          return {
+            reason: 'ManagerRateLimited',
+            message: `${text} (the manager's job rate limit: waiting for its turn)`,
+            retry:
+              err.retryAfterMs !== undefined
+                ? { kind: 'after', ms: err.retryAfterMs, fromServer: true }
+                : { kind: 'after', ms: RATE_LIMITED_RETRY_MS },
+            final: false,
+            quiet: true,
+          };
         return {
-          reason: err.status === 429 ? 'ManagerRateLimited' : 'ManagerUnavailable',
+          reason: 'ManagerUnavailable',
           message: text,
           retry:
             err.retryAfterMs !== undefined

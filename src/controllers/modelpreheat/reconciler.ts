@@ -357,9 +357,18 @@ export class ModelPreheatReconciler {
       (s) => observed(s, obj.metadata.generation, { outcome, reason: view.reason, message: view.message }),
       rc,
     );
-    this.ctx.events.record(obj, 'Warning', view.reason, view.message);
+    // The manager's rate limit is its pace, not a failure: no Event (a burst of preheats would make one each), and
+    // the retries spread over the next interval.
     const next = failureRequeue(view, this.ctx.config);
+    if (view.quiet && next !== 'throw' && next !== undefined)
+      return view.retry.kind === 'after' && !view.retry.fromServer
+        ? { requeueAfter: spread(view.retry.ms) }
+        : next;
+    this.ctx.events.record(obj, 'Warning', view.reason, view.message);
     if (next === 'throw') throw err;
     return next;
   }
 }
+
+/** `ms` to twice `ms`, at random: retries of a burst do not come back together. */
+const spread = (ms: number) => Math.round(ms * (1 + Math.random()));

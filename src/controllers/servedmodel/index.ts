@@ -29,7 +29,7 @@ import { servedModelCleanup } from './cleanup.ts';
 import { ModelDirectories } from './files.ts';
 import { ReplicaGates } from './gates.ts';
 import { NodeAddresses } from './node-addresses.ts';
-import { preheatNameOf } from './preheat.ts';
+import { SERVED_MODEL_LABEL, preheatNameOf } from './preheat.ts';
 import { ServedModelReconciler } from './reconciler.ts';
 import { RegistrationRunner } from './registrations.ts';
 import { SERVICE_NAME_LABEL, type EndpointSlice } from './replicas.ts';
@@ -154,7 +154,18 @@ function informers(ctx: ControllerContext) {
       informer: slices,
       map: (s) => keysOf('service', `${s.metadata.namespace}/${s.metadata.labels?.[SERVICE_NAME_LABEL]}`),
     },
-    { informer: preheats, map: (p) => keysOf('preheat', `${p.metadata.namespace}/${p.metadata.name}`) },
+    { informer: preheats, map: (p) => preheatWakes(p, keysOf) },
   ];
   return { models, slices, preheats, watches };
+}
+
+/**
+ * The ServedModels a ModelPreheat event concerns: those naming it (preheat.name, or the first owned batch) and its
+ * owner by label, which also covers the owned batches past the first (preheat-batches.ts).
+ */
+function preheatWakes(p: ModelPreheat, keysOf: (index: string, value: string) => string[]): string[] {
+  const keys = keysOf('preheat', `${p.metadata.namespace}/${p.metadata.name}`);
+  const owner = p.metadata.labels?.[SERVED_MODEL_LABEL];
+  const ownerKey = owner ? `${p.metadata.namespace}/${owner}` : undefined;
+  return ownerKey && !keys.includes(ownerKey) ? [...keys, ownerKey] : keys;
 }

@@ -11,12 +11,17 @@ import {
   type ModelPreheat,
   type ServedModel,
   type ServedModelSpec,
+  type TargetPeer,
   GVR,
 } from '../../api/index.ts';
 import { getCondition, type Informer, type KubeClient } from '../../runtime/index.ts';
 import { isDeepStrictEqual } from 'node:util';
+import { isTerminalState } from '../../manager/types.ts';
 import { PreheatCondition } from '../modelpreheat/conditions.ts';
 import { contentKey } from '../modelpreheat/targets.ts';
+
+/** The label an owned ModelPreheat carries: the name of its ServedModel. */
+export const SERVED_MODEL_LABEL = 'peerload.io/served-model';
 
 /** Why a preheat gate is closed (the reason of the ServedModel's Preheated condition). */
 export const GateReason = {
@@ -40,7 +45,14 @@ export function preheatNameOf(sm: ServedModel, spec: ServedModelSpec): string | 
   return spec.preheat.create ? ownedPreheatName(sm) : spec.preheat.name;
 }
 
-/** Creates or updates the owned ModelPreheat. Returns a reason when it cannot (a foreign object in the way). */
+/**
+ * What {@link ensureOwnedPreheat} did: `blocked` a foreign object in the way; `contentChanged` the spec was created
+ * or now names other content (a new version's files), so the cached ModelPreheat and its status still speak of
+ * the content before. A change of targets alone (new nodes) is not one: the peers keep what they hold.
+ */
+export type EnsuredPreheat = { blocked: string } | { contentChanged: boolean };
+
+/** Creates or updates the owned ModelPreheat. */
 export async function ensureOwnedPreheat(
   kube: KubeClient,
   sm: ServedModel,
@@ -48,8 +60,8 @@ export async function ensureOwnedPreheat(
   existing: ModelPreheat | undefined,
   nodeIPs: readonly string[],
   signal?: AbortSignal,
-): Promise<string | undefined> {
-  const name = ownedPreheatName(sm);
+  name: string = ownedPreheatName(sm),
+): Promise<EnsuredPreheat> {
   const desired = ownedPreheatSpec(spec, nodeIPs);
   const client = kube.resource<ModelPreheat>(GVR.modelPreheats);
   if (!existing) {
@@ -62,7 +74,7 @@ export async function ensureOwnedPreheat(
           namespace: sm.metadata.namespace,
           labels: {
             'app.kubernetes.io/managed-by': 'peerload',
-            'peerload.io/served-model': sm.metadata.name,
+            [SERVED_MODEL_LABEL]: sm.metadata.name,
           },
           ownerReferences: [
             {
@@ -79,17 +91,25 @@ export async function ensureOwnedPreheat(
       } as unknown as ModelPreheat,
       { signal },
     );
-    return undefined;
+    return { contentChanged: true };
   }
   const owner = existing.metadata.ownerReferences?.find((r) => r.controller === true);
   if (owner?.uid !== sm.metadata.uid) {
-    return `ModelPreheat ${name} exists and is not owned by this ServedModel; delete it or use preheat.name`;
+    return {
+      blocked: `ModelPreheat ${name} exists and is not owned by this ServedModel; delete it or use preheat.name`,
+    };
   }
-  if (!isDeepStrictEqual(JSON.parse(JSON.stringify(existing.spec)), withDefaults(existing.spec, desired))) {
-    // Replace the whole spec: a merge patch could not remove fields the ServedModel no longer sets.
-    await client.update({ ...existing, spec: desired as ModelPreheat['spec'] }, { signal });
-  }
-  return undefined;
+  const stored = withDefaults(existing.spec, desired);
+  if (isDeepStrictEqual(JSON.parse(JSON.stringify(existing.spec)), stored)) return { contentChanged: false };
+  // Replace the whole spec: a merge patch could not remove fields the ServedModel no longer sets.
+  await client.update({ ...existing, spec: desired as ModelPreheat['spec'] }, { signal });
+  return { contentChanged: contentKeyOf(existing.spec) !== contentKeyOf(stored) };
+}
+
+/** The content key the ModelPreheat controller computes for a stored spec (undefined when it does not parse). */
+function contentKeyOf(spec: unknown): string | undefined {
+  const parsed = ModelPreheatSpec.safeParse(spec);
+  return parsed.success ? contentKey(parsed.data) : undefined;
 }
 
 /** `desired` with the defaults the apiserver filled into `actual`, so defaulting alone is not a difference. */
@@ -105,12 +125,6 @@ function withDefaults(actual: unknown, desired: unknown): unknown {
 
 const isObject = (v: unknown): v is Record<string, unknown> =>
   typeof v === 'object' && v !== null && !Array.isArray(v);
-
-/** What a ModelPreheat spec preheats, as its controller keys it (defaults filled; targets left out). */
-function contentKeyOf(spec: unknown): string | undefined {
-  const parsed = ModelPreheatSpec.safeParse(spec);
-  return parsed.success ? contentKey(parsed.data) : undefined;
-}
 
 /**
  * Whether the owned ModelPreheat, as the cache holds it, still speaks of other content than `desired` (the owned
@@ -185,8 +199,9 @@ export function gateOf(
 export type ReplicaGate = { open: true; message: string } | { open: false; message: string };
 
 /**
- * Node-targeted preheat (preheat.targetNodes): a replica registers as soon as ITS node's peer holds the model (or
- * its preheat failed, or the whole preheat succeeded), or once it has waited `maxWaitMs`; then it downloads anyway,
+ * Node-targeted preheat (preheat.targetNodes): a replica registers as soon as ITS node's peer holds the model or
+ * runs the preheat's job (jobRunningOn), or its preheat failed, or the whole preheat succeeded, or once it has
+ * waited `maxWaitMs`; then it downloads anyway,
  * from the seed peers or the origin, which is never worse than without the preheat. A replica whose node is unknown
  * (static endpoints, a Node without addresses) waits for the preheat as a whole, within the same bound.
  */
@@ -200,8 +215,14 @@ export function replicaGate(
 ): ReplicaGate {
   if (gate.state === 'none') return { open: true, message: '' };
   if (gate.state === 'open') return { open: true, message: gate.message };
-  const peer = nodeIP ? preheat?.status?.peers?.find((p) => p.ip === nodeIP) : undefined;
+  const peer = nodeIP ? peersOfSpec(preheat).find((p) => p.ip === nodeIP) : undefined;
   if (peer?.state === 'Preheated') return { open: true, message: `node ${nodeIP} holds the model` };
+  const job = nodeIP && preheat ? jobRunningOn(preheat, nodeIP) : undefined;
+  if (job !== undefined)
+    return {
+      open: true,
+      message: `node ${nodeIP}'s peer is fetching the model (preheat job ${job}): the download joins it`,
+    };
   if (peer?.state === 'Failed')
     return {
       open: true,
@@ -220,6 +241,31 @@ export function replicaGate(
       ? `waiting for node ${nodeIP}'s peer to be preheated (${gate.preheatName}; at most ${Math.round(maxWaitMs / 1000)}s)`
       : gate.message,
   };
+}
+
+/**
+ * The job of `preheat` that runs on the peer at `nodeIP` now, if any: a job of the current generation, created and
+ * not ended, whose targets name the IP. The job's task is then running on that peer, and a download through the
+ * same peer joins it: the origin is read once (by the seed peer) and the download needs no job poll of the
+ * manager's (which ends a job at its next poll only, 30 s after the create on v2.5.1).
+ */
+export function jobRunningOn(preheat: ModelPreheat, nodeIP: string): number | undefined {
+  const s = preheat.status;
+  if (s?.jobID === undefined || s.jobGeneration !== preheat.metadata.generation) return undefined;
+  if (s.state === undefined || isTerminalState(s.state)) return undefined;
+  return preheat.spec?.targets?.ips?.includes(nodeIP) ? s.jobID : undefined;
+}
+
+/**
+ * The peers of `preheat`'s status that hold the content its spec names now: none while the status still speaks of
+ * the content before a spec change (a new version's files), until the new content's job starts. Else a replica
+ * would take its node's peer as holding the new version because it held the old one.
+ */
+export function peersOfSpec(preheat: ModelPreheat | undefined): readonly TargetPeer[] {
+  const peers = preheat?.status?.peers;
+  if (!peers) return [];
+  const key = contentKeyOf(preheat.spec);
+  return key !== undefined && preheat.status?.contentKey === key ? peers : [];
 }
 
 /**

@@ -203,7 +203,7 @@ export class ServedModelReconciler {
       (s) =>
         withServedModelConditions(
           {
-            ...withReplicas(s, summary, gating.gate, gating.preheat?.status?.cache),
+            ...withReplicas(s, summary, gating.gate, gating.preheat?.status?.cache, gating.nodePreheat),
             files: dir && { count: dir.count, bytes: dir.bytes, digest: dir.digest },
           },
           sm.metadata.generation,

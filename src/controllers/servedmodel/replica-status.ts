@@ -7,6 +7,7 @@ import type { ServedModelStatus } from '../../api/index.ts';
 import type { Discovery } from './replicas.ts';
 import type { ReplicaOutcome } from './replica.ts';
 import type { Gate } from './preheat.ts';
+import { boundedRows } from './replica-rows.ts';
 import { servedModelConditions, type ServedModelConditionChange } from './conditions.ts';
 
 export type ReplicaStatus = NonNullable<ServedModelStatus['replicas']>[number];
@@ -120,16 +121,18 @@ export function withReplicas(
   summary: PassSummary,
   gate: Gate,
   cache: ServedModelStatus['cache'],
+  nodePreheat?: ServedModelStatus['nodePreheat'],
 ): ServedModelStatus {
   const versions = new Set(summary.replicas.map((r) => r.version));
   return {
     ...s,
-    replicas: summary.replicas,
+    replicas: boundedRows(summary.replicas),
     readyReplicas: summary.ready,
     desiredReplicas: summary.desired,
     ready: `${summary.ready}/${summary.desired}`,
     servedVersion: summary.allReady && versions.size === 1 ? [...versions][0] : s.servedVersion,
     preheatName: gate.state === 'none' ? undefined : gate.preheatName,
+    nodePreheat,
     cache,
   };
 }

@@ -13,7 +13,8 @@ import org.slf4j.LoggerFactory;
  * and {@code X-Dragonfly-Force-Hard-Link: true} (the proxy of dragonfly-client 1.4+) the daemon creates {@code
  * daemonPath} (its view of the model store) as a hard link of its cached file, which this process sees as {@code
  * local}. The name is new for every request, so the daemon never finds it taken (it refuses an existing path that is
- * not the same inode). The link replaces the download only when it is known complete ({@link #linkedFileProblem});
+ * not the same inode). The link replaces the download only when it is known complete ({@link #linkedFileProblem})
+ * and this process can neither write the daemon's file through it nor make it writable ({@link ReadOnlyLink});
  * otherwise it is removed and the body streamed as usual.
  */
 final class DaemonHardLink {
@@ -24,8 +25,10 @@ final class DaemonHardLink {
 
   final Path local;
   final String daemonPath;
+  private final ReadOnlyLink.Check readOnly;
 
-  DaemonHardLink(Path modelStore, String daemonDir) {
+  DaemonHardLink(Path modelStore, String daemonDir, ReadOnlyLink.Check readOnly) {
+    this.readOnly = readOnly;
     String name = ".p2p-" + UUID.randomUUID() + ".link";
     this.local = modelStore.resolve(name);
     this.daemonPath = (daemonDir.endsWith("/") ? daemonDir : daemonDir + "/") + name;
@@ -55,6 +58,9 @@ final class DaemonHardLink {
    */
   String placeAs(Path target, Boolean localHit, long expected) {
     String problem = linkedFileProblem(local, localHit, expected);
+    if (problem == null) {
+      problem = readOnly.problem(local);
+    }
     if (problem == null) {
       try {
         ProxyDownloader.placeAtomically(local, target);

@@ -58,12 +58,30 @@ final class DownloadFailures {
 
   /** The body's read failures are the network's: 502, with how far it got. */
   static PluginException readFailure(IOException e, long total, String proxyName, String what) {
+    if (e instanceof ResponseInput.DeadlineExceeded) {
+      return deadline((ResponseInput.DeadlineExceeded) e, total, what);
+    }
     if (e instanceof SocketTimeoutException) {
       return PluginException.badGateway("download of " + what + " stalled: no data from the " + proxyName
           + " for a read time-out (after " + total + " bytes)", null, e);
     }
     return PluginException.badGateway(
         "download of " + what + " failed after " + total + " bytes: " + reason(e), null, e);
+  }
+
+  /** The overall deadline ran out: 504, naming the field to raise; nothing of the archive is kept. */
+  static PluginException deadline(ResponseInput.DeadlineExceeded e, long total, String what) {
+    return PluginException.gatewayTimeout("download of " + what + " did not finish within download_timeout ("
+        + ConfigFields.formatMillis(e.budgetMillis) + ") and was stopped after " + total + " bytes; nothing of it "
+        + "was kept. If the archive is this large or the network this slow, raise \"download_timeout\" in the "
+        + "plugin configuration (e.g. \"2h\")", e);
+  }
+
+  /** The archive is larger than {@code max_bytes}: 413, naming the field to raise; nothing of it is kept. */
+  static PluginException tooLarge(String what, String size, long maxBytes) {
+    return PluginException.tooLarge(what + " is larger than max_bytes (" + maxBytes + " bytes): " + size
+        + "; the download was stopped and nothing of it was kept. If the archive really is this large, raise "
+        + "\"max_bytes\" in the plugin configuration (e.g. \"512GiB\")");
   }
 
   /** A short, secret-free description of an error body: S3/OSS/Azure XML error code, or nothing. */

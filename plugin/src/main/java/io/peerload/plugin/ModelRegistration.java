@@ -1,6 +1,7 @@
 package io.peerload.plugin;
 
 import java.nio.file.Files;
+import java.nio.file.LinkOption;
 import java.nio.file.Path;
 import java.time.Clock;
 import java.util.Arrays;
@@ -17,10 +18,11 @@ import org.slf4j.LoggerFactory;
  * {@code POST /p2p/models?file_name=...}: validate, download through the peer proxy, register. Independent of the
  * SDK's request and response types so it is tested without a model server.
  *
- * <p>One download per archive at a time: a POST for an archive (its file in the model store, so two object keys
- * with the same last segment count as one) that another request is downloading and registering starts nothing
- * and answers 202 {@link Json#inProgress}; a request removes an archive only when it created it, under that
- * exclusion, so the loser of a race never deletes what the winner registered.
+ * <p>One download per archive at a time: a POST for an archive (its file in the model store) that another request
+ * is downloading and registering starts nothing and answers 202 {@link Json#inProgress}; a request removes an
+ * archive only when it created it, under that exclusion, so the loser of a race never deletes what the winner
+ * registered. Two objects never share an archive file: {@link ArchiveNames} gives the second of two keys with the
+ * same last segment a distinct name.
  */
 public final class ModelRegistration {
   private static final Logger LOG = LoggerFactory.getLogger(ModelRegistration.class);
@@ -62,6 +64,8 @@ public final class ModelRegistration {
   private final Clock clock;
   /** Archives being downloaded + registered, with what the answer to a concurrent POST says about them. */
   private final ConcurrentHashMap<Path, String> inFlight = new ConcurrentHashMap<>();
+  /** Serialises the choice of an archive's name with the in-flight check (a few small file operations). */
+  private final Object names = new Object();
 
   public ModelRegistration(ConfigSource configs, ProxyDownloader downloader, Registry registry, Clock clock) {
     this.configs = configs;
@@ -90,8 +94,7 @@ public final class ModelRegistration {
   private Outcome run(Map<String, List<String>> params, String modelStore) throws PluginException {
     Registrar.Request req = parse(params);
     String key = single(params, "file_name");
-    String fileName = localFileName(key);
-    req.url = fileName;
+    String lastSegment = localFileName(key);
 
     if (modelStore == null || modelStore.trim().isEmpty()) {
       throw PluginException.internal("the model server has no model_store configured", null);
@@ -108,24 +111,43 @@ public final class ModelRegistration {
     }
 
     ObjectStorage storage = config.storage();
-    Path target = store.resolve(fileName).normalize();
-    String held = inFlight.putIfAbsent(target, key + " since " + clock.instant());
+    String what = storage.type() + "://" + storage.bucket() + "/" + key;
+    ArchiveNames.Claim claim;
+    Path target;
+    String held;
+    synchronized (names) {
+      claim = ArchiveNames.claim(store, what, key, lastSegment, inFlight.keySet());
+      target = store.resolve(claim.fileName).normalize();
+      held = inFlight.putIfAbsent(target, key + " since " + clock.instant());
+    }
+    String fileName = claim.fileName;
+    req.url = fileName;
+    if (claim.fresh && !fileName.equals(lastSegment)) {
+      String other = ArchiveNames.owner(store, lastSegment);
+      LOG.info("{} is stored as {}: {} in the model store holds {}", what, fileName, lastSegment,
+          other == null ? "a file the plugin did not place" : other);
+    }
     if (held != null) {
       LOG.info("p2p registration of {} not started: {} is downloading for an earlier request ({})", key, fileName,
           held);
       return new Outcome(202, Json.inProgress("Download of " + fileName + " in progress for an earlier request ("
           + held + "); ask again later"));
     }
+    boolean placed = false;
     try {
-      return downloadAndRegister(req, key, fileName, config, storage, target);
+      Outcome o = downloadAndRegister(req, key, what, fileName, config, storage, target);
+      placed = Files.exists(target, LinkOption.NOFOLLOW_LINKS);
+      return o;
     } finally {
+      if (!placed) {
+        ArchiveNames.release(store, claim);
+      }
       inFlight.remove(target);
     }
   }
 
-  private Outcome downloadAndRegister(Registrar.Request req, String key, String fileName, PluginConfig config,
-      ObjectStorage storage, Path target) throws PluginException {
-    String what = storage.type() + "://" + storage.bucket() + "/" + key;
+  private Outcome downloadAndRegister(Registrar.Request req, String key, String what, String fileName,
+      PluginConfig config, ObjectStorage storage, Path target) throws PluginException {
     String signed = storage.signedUrl(key, clock.instant(), ObjectStorage.DEFAULT_EXPIRY);
     String expectedTaskId = TaskId.forRequest(signed, config.filter(), header(config, "X-Dragonfly-Tag"),
         header(config, "X-Dragonfly-Application"), header(config, "X-Dragonfly-Piece-Length"), config.taskIdRule());
@@ -134,7 +156,7 @@ public final class ModelRegistration {
     long start = System.nanoTime();
     ProxyDownloader.Result dl =
         downloader.download(config.addr(), signed, config.headers(), config.filter(), target, what,
-            config.hardLinkDir());
+            config.hardLinkDir(), config.maxBytes(), config.downloadTimeoutMillis());
     long millis = (System.nanoTime() - start) / 1_000_000;
     if (dl.taskId == null) {
       LOG.warn("p2p download of {} done: {} bytes in {} ms, but NOT through P2P: the peer proxy sent no task id "

@@ -68,6 +68,16 @@ final class PipelinedCopy {
    */
   long copy(ResponseBody body, long expected, String proxyName, String what)
       throws PluginException, IOException {
+    return copy(body, expected, Long.MAX_VALUE - 1, proxyName, what);
+  }
+
+  /**
+   * As {@link #copy(ResponseBody, long, String, String)}, with a bound for a body of unknown length: once more than
+   * {@code maxBytes} arrived it fails with 413 ({@code max_bytes}), and the buffer holding the excess is never
+   * written (a known length above the bound is refused before the copy starts).
+   */
+  long copy(ResponseBody body, long expected, long maxBytes, String proxyName, String what)
+      throws PluginException, IOException {
     ByteBuffer[] buffers = new ByteBuffer[BUFFERS];
     for (int i = 0; i < BUFFERS; i++) {
       ByteBuffer b = SPARE.poll();
@@ -87,6 +97,9 @@ final class PipelinedCopy {
         if (expected >= 0) {
           buf.limit((int) Math.min(buf.capacity(), expected - total));
           end = buf.limit() == 0;
+        } else {
+          // At most one byte past the bound is read: enough to know the body is too large.
+          buf.limit((int) Math.min(buf.capacity(), maxBytes + 1 - total));
         }
         while (buf.hasRemaining() && buf.position() < HANDOFF) {
           int n;
@@ -101,6 +114,11 @@ final class PipelinedCopy {
             break;
           }
           total += n;
+        }
+        if (total > maxBytes) {
+          empty.add(buf); // never handed to the writer
+          throw DownloadFailures.tooLarge(what, "more than " + maxBytes + " bytes arrived (the peer proxy sent no "
+              + "Content-Length)", maxBytes);
         }
         end |= expected >= 0 && total == expected;
         buf.flip();

@@ -1,5 +1,8 @@
 package io.peerload.plugin;
 
+import static io.peerload.plugin.ConfigFields.byteSize;
+import static io.peerload.plugin.ConfigFields.durationMillis;
+import static io.peerload.plugin.ConfigFields.formatMillis;
 import static io.peerload.plugin.ConfigFields.hasControl;
 import static io.peerload.plugin.ConfigFields.primitiveString;
 import static io.peerload.plugin.ConfigFields.setOf;
@@ -30,7 +33,8 @@ import java.util.regex.Pattern;
 
 /**
  * The plugin configuration file of seed 2.2, parsed and validated. Every error names the offending field; no error
- * or {@link #toString()} ever contains a credential. The top level (addr, header, filter, daemon_version) is read
+ * or {@link #toString()} ever contains a credential. The top level (addr, header, filter, daemon_version, max_bytes,
+ * download_timeout) is read
  * here; {@link ObjectStorageConfig} reads {@code object_storage}, {@link HardLinkDir} {@code hard_link_dir},
  * {@link ConfigUrls} the URLs and {@link ConfigFields} the typed fields.
  */
@@ -43,6 +47,20 @@ public final class PluginConfig {
    */
   public static final String USE_P2P_HEADER = "X-Dragonfly-Use-P2P";
   static final String PIECE_LENGTH_HEADER = "X-Dragonfly-Piece-Length";
+  /**
+   * {@code max_bytes} when not set: 256 GiB. Larger than any model archive expected here, yet a bound: without one
+   * an endless or oversized body fills the model store's disk (and with it TorchServe's).
+   */
+  public static final long DEFAULT_MAX_BYTES = 256L << 30;
+  /**
+   * {@code download_timeout} when not set: 1 h, the whole download (head and body). The idle-read time-out alone
+   * never ends a body that keeps trickling; an hour fetches 256 GiB at ~75 MB/s, and larger or slower downloads
+   * set it higher.
+   */
+  public static final long DEFAULT_DOWNLOAD_TIMEOUT_MILLIS = 3_600_000L;
+  static final long MIN_DOWNLOAD_TIMEOUT_MILLIS = 1_000L;
+  /** A week: beyond that a deadline protects nothing, and the nanosecond arithmetic stays far from overflow. */
+  static final long MAX_DOWNLOAD_TIMEOUT_MILLIS = 7 * 24 * 3_600_000L;
 
   private static final Pattern TOKEN = Pattern.compile("[!#$%&'*+.^_`|~0-9A-Za-z-]+");
   /** Headers the plugin owns: a configured value would break the request framing or the filter. */
@@ -63,7 +81,8 @@ public final class PluginConfig {
               "x-dragonfly-force-hard-link",
               USE_P2P_HEADER.toLowerCase(Locale.ROOT)));
 
-  private static final Set<String> TOP_LEVEL = setOf("addr", "header", "filter", "object_storage", "daemon_version", "hard_link_dir");
+  private static final Set<String> TOP_LEVEL = setOf(
+      "addr", "header", "filter", "object_storage", "daemon_version", "hard_link_dir", "max_bytes", "download_timeout");
 
   private final URI addr;
   private final Map<String, String> headers;
@@ -72,10 +91,14 @@ public final class PluginConfig {
   private final ObjectStorage storage;
   private final TaskId.Rule taskIdRule;
   private final String hardLinkDir;
+  private final long maxBytes;
+  private final long downloadTimeoutMillis;
 
   private PluginConfig(URI addr, Map<String, String> headers, List<String> filter, boolean filterConfigured,
-      ObjectStorage storage, TaskId.Rule taskIdRule, String hardLinkDir) {
+      ObjectStorage storage, TaskId.Rule taskIdRule, String hardLinkDir, long maxBytes, long downloadTimeoutMillis) {
     this.hardLinkDir = hardLinkDir;
+    this.maxBytes = maxBytes;
+    this.downloadTimeoutMillis = downloadTimeoutMillis;
     this.addr = addr;
     this.headers = Collections.unmodifiableMap(headers);
     this.filter = Collections.unmodifiableList(filter);
@@ -120,6 +143,16 @@ public final class PluginConfig {
     return hardLinkDir;
   }
 
+  /** {@code max_bytes}: the largest archive downloaded; a larger one is stopped (413) and nothing of it kept. */
+  public long maxBytes() {
+    return maxBytes;
+  }
+
+  /** {@code download_timeout}: how long one download (head and body) may take in all; then it is stopped (504). */
+  public long downloadTimeoutMillis() {
+    return downloadTimeoutMillis;
+  }
+
   /** A summary safe for logs: no credential, no header value (headers may carry tokens). */
   @Override
   public String toString() {
@@ -136,7 +169,11 @@ public final class PluginConfig {
         + (filterConfigured ? "" : " (default)")
         + " daemon_version="
         + taskIdRule
-        + (hardLinkDir == null ? "" : " hard_link_dir=" + hardLinkDir);
+        + (hardLinkDir == null ? "" : " hard_link_dir=" + hardLinkDir)
+        + " max_bytes="
+        + maxBytes
+        + " download_timeout="
+        + formatMillis(downloadTimeoutMillis);
   }
 
   /**
@@ -165,7 +202,7 @@ public final class PluginConfig {
     for (String k : o.keySet()) {
       if (!TOP_LEVEL.contains(k)) {
         throw new ConfigException(
-            source + ": unknown field \"" + k + "\" (expected addr, header, filter, object_storage, daemon_version, hard_link_dir)");
+            source + ": unknown field \"" + k + "\" (expected " + String.join(", ", TOP_LEVEL) + ")");
       }
     }
 
@@ -188,6 +225,16 @@ public final class PluginConfig {
       hardLinkDir = HardLinkDir.parse(string(o, "hard_link_dir", source), env, source);
     }
 
+    long maxBytes = DEFAULT_MAX_BYTES;
+    if (o.has("max_bytes") && !o.get("max_bytes").isJsonNull()) {
+      maxBytes = byteSize(o.get("max_bytes"), "max_bytes", source);
+    }
+    long downloadTimeout = DEFAULT_DOWNLOAD_TIMEOUT_MILLIS;
+    if (o.has("download_timeout") && !o.get("download_timeout").isJsonNull()) {
+      downloadTimeout = durationMillis(o.get("download_timeout"), "download_timeout", source,
+          MIN_DOWNLOAD_TIMEOUT_MILLIS, MAX_DOWNLOAD_TIMEOUT_MILLIS);
+    }
+
     if (!o.has("object_storage") || o.get("object_storage").isJsonNull()) {
       throw new ConfigException(source + ": field \"object_storage\" is required");
     }
@@ -198,7 +245,7 @@ public final class PluginConfig {
     boolean configured = filter != null;
     return new PluginConfig(
         addr, headers, configured ? filter : new ArrayList<>(storage.defaultFilter()), configured, storage, rule,
-        hardLinkDir);
+        hardLinkDir, maxBytes, downloadTimeout);
   }
 
   /** {@code header}: names that are HTTP tokens and not the plugin's own, values without CR, LF or NUL. */

@@ -42,6 +42,16 @@ public final class PluginException extends Exception {
     return new PluginException(409, message);
   }
 
+  /** 413: the archive is larger than {@code max_bytes}; asking again gets the same answer until it is raised. */
+  public static PluginException tooLarge(String message) {
+    return new PluginException(413, message);
+  }
+
+  /** 504: the download did not finish within {@code download_timeout}. */
+  public static PluginException gatewayTimeout(String message, Throwable cause) {
+    return new PluginException(504, message, null, cause);
+  }
+
   public static PluginException badGateway(String message, String errorType, Throwable cause) {
     return new PluginException(502, message, errorType, cause);
   }

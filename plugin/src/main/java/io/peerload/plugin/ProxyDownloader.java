@@ -20,6 +20,7 @@ import java.nio.file.StandardOpenOption;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.concurrent.TimeUnit;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -32,7 +33,10 @@ import org.slf4j.LoggerFactory;
  * java.net.http.HttpClient}: both send an {@code https://} URL through a proxy as a CONNECT tunnel, which hides the
  * URL and the X-Dragonfly-* headers from the peer proxy (it would have to intercept TLS). The peer proxy accepts the
  * absolute URL of either scheme on a plain HTTP connection and fetches the origin itself, which is what P2P needs.
- * Bounded connect and idle-read timeouts; no overall timeout, since a multi-GB model legitimately takes long.
+ * Bounded connect and idle-read timeouts, and two bounds from the configuration: {@code download_timeout} for the
+ * whole download (an endless body that keeps trickling never trips the idle-read time-out) and {@code max_bytes}
+ * for its size (a body larger than announced, or of no announced size, would otherwise fill the disk). Either
+ * stops the download and leaves nothing of it in the model store.
  */
 public final class ProxyDownloader {
   private static final Logger LOG = LoggerFactory.getLogger(ProxyDownloader.class);
@@ -41,6 +45,7 @@ public final class ProxyDownloader {
   private final int connectTimeoutMillis;
   private final int readTimeoutMillis;
   private final TempFiles files;
+  private final ReadOnlyLink.Check readOnly;
 
   public ProxyDownloader(int connectTimeoutMillis, int readTimeoutMillis) {
     // WRITE only, not TRUNCATE_EXISTING (createTempFile made the file, empty): on ext4 truncating a file, even an
@@ -51,9 +56,15 @@ public final class ProxyDownloader {
 
   /** With another way of opening the temporary file for writing: tests make the writes fail. */
   ProxyDownloader(int connectTimeoutMillis, int readTimeoutMillis, TempFiles files) {
+    this(connectTimeoutMillis, readTimeoutMillis, files, ReadOnlyLink.PROCESS);
+  }
+
+  /** With another judge of whether the daemon's file is safe from this process: tests play a non-root server. */
+  ProxyDownloader(int connectTimeoutMillis, int readTimeoutMillis, TempFiles files, ReadOnlyLink.Check readOnly) {
     this.connectTimeoutMillis = connectTimeoutMillis;
     this.readTimeoutMillis = readTimeoutMillis;
     this.files = files;
+    this.readOnly = readOnly;
   }
 
   /** Opens the (existing, empty) temporary file for writing. */
@@ -99,6 +110,19 @@ public final class ProxyDownloader {
     }
   }
 
+  /** {@code max_bytes} and the deadline of one download. */
+  private static final class Limits {
+    final long maxBytes;
+    final long budgetMillis;
+    final long deadlineNanos;
+
+    Limits(long maxBytes, long budgetMillis) {
+      this.maxBytes = maxBytes;
+      this.budgetMillis = budgetMillis;
+      this.deadlineNanos = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(budgetMillis);
+    }
+  }
+
   /** The two filter headers: the current daemon's (comma-joined) and the legacy Go daemon's ({@code &}-joined). */
   public static Map<String, String> filterHeaders(List<String> filter) {
     Map<String, String> h = new LinkedHashMap<>();
@@ -125,21 +149,35 @@ public final class ProxyDownloader {
    * directory as the peer daemon sees it) is set, first asks the daemon to place its own copy in the model store
    * as a hard link ({@code X-Dragonfly-Output-Path} + {@code X-Dragonfly-Force-Hard-Link: true}, honoured by the
    * proxy of dragonfly-client 1.4+). The link is used only when the daemon says it served the task from its own
-   * storage ({@code X-Dragonfly-Task-Download-Finished: true}) and the file has the announced size; the body is
-   * then not read. On a download the daemon does not hold yet it makes the link too, but of a file it has only
-   * allocated (full size, no content yet): that link is removed and the body streamed as usual. A refusal of the
-   * daemon's own (cross-device link, unwritable directory; 500 with {@code X-Dragonfly-Error-Type: dfdaemon}) is
-   * followed by the plain streamed download; an origin error is the origin's answer and is reported as such.
+   * storage ({@code X-Dragonfly-Task-Download-Finished: true}), the file has the announced size, and this process
+   * can neither write the daemon's file through the link nor make it writable ({@link ReadOnlyLink}: a model
+   * handler must not be able to change what the daemon serves to other peers); the body is then not read. On a
+   * download the daemon does not hold yet it makes the link too, but of a file it has only allocated (full size, no
+   * content yet): that link is removed and the body streamed as usual. A refusal of the daemon's own (cross-device
+   * link, unwritable directory; 500 with {@code X-Dragonfly-Error-Type: dfdaemon}) is followed by the plain
+   * streamed download; an origin error is the origin's answer and is reported as such.
    */
   public Result download(URI proxy, String signedUrl, Map<String, String> headers, List<String> filter, Path target,
       String what, String hardLinkDir) throws PluginException {
+    return download(proxy, signedUrl, headers, filter, target, what, hardLinkDir, PluginConfig.DEFAULT_MAX_BYTES,
+        PluginConfig.DEFAULT_DOWNLOAD_TIMEOUT_MILLIS);
+  }
+
+  /**
+   * As {@link #download(URI, String, Map, List, Path, String, String)}, with the configuration's {@code max_bytes}
+   * (413 past it) and {@code download_timeout} (504 past it, counted from now over every request this download
+   * makes, the fallback after a refused hard link included).
+   */
+  public Result download(URI proxy, String signedUrl, Map<String, String> headers, List<String> filter, Path target,
+      String what, String hardLinkDir, long maxBytes, long timeoutMillis) throws PluginException {
+    Limits limits = new Limits(maxBytes, timeoutMillis);
     if (hardLinkDir == null) {
-      return fetch(proxy, signedUrl, headers, filter, target, what, null);
+      return fetch(proxy, signedUrl, headers, filter, target, what, null, limits);
     }
-    DaemonHardLink link = new DaemonHardLink(target.toAbsolutePath().getParent(), hardLinkDir);
+    DaemonHardLink link = new DaemonHardLink(target.toAbsolutePath().getParent(), hardLinkDir, readOnly);
     String[] refused = new String[1];
     try {
-      Result r = fetch(proxy, signedUrl, headers, filter, target, what, link, refused);
+      Result r = fetch(proxy, signedUrl, headers, filter, target, what, link, refused, limits);
       if (r != null) {
         return r;
       }
@@ -147,23 +185,29 @@ public final class ProxyDownloader {
       link.discard(); // a no-op once moved into place
     }
     LOG.info("hard link of {} refused by the peer daemon ({}); downloading it the usual way", what, refused[0]);
-    return fetch(proxy, signedUrl, headers, filter, target, what, null).withFallback(refused[0]);
+    return fetch(proxy, signedUrl, headers, filter, target, what, null, limits).withFallback(refused[0]);
   }
 
   private Result fetch(URI proxy, String signedUrl, Map<String, String> headers, List<String> filter, Path target,
-      String what, DaemonHardLink link) throws PluginException {
-    return fetch(proxy, signedUrl, headers, filter, target, what, link, new String[1]);
+      String what, DaemonHardLink link, Limits limits) throws PluginException {
+    return fetch(proxy, signedUrl, headers, filter, target, what, link, new String[1], limits);
   }
 
   /** One request; null (with the reason in {@code refused[0]}) when the daemon refused to make {@code link}. */
   private Result fetch(URI proxy, String signedUrl, Map<String, String> headers, List<String> filter, Path target,
-      String what, DaemonHardLink link, String[] refused) throws PluginException {
+      String what, DaemonHardLink link, String[] refused, Limits limits) throws PluginException {
     String req = requestHead(signedUrl, headers, filter, link);
     String proxyName = "peer proxy at " + proxy;
-    try (SocketChannel channel = SocketChannel.open(); ResponseInput in = new ResponseInput(channel, readTimeoutMillis)) {
+    long left = TimeUnit.NANOSECONDS.toMillis(limits.deadlineNanos - System.nanoTime());
+    if (left <= 0) {
+      throw DownloadFailures.deadline(new ResponseInput.DeadlineExceeded(limits.budgetMillis), 0, what);
+    }
+    try (SocketChannel channel = SocketChannel.open();
+        ResponseInput in = new ResponseInput(channel, readTimeoutMillis, limits.deadlineNanos, limits.budgetMillis)) {
       Socket socket = channel.socket();
       try {
-        socket.connect(new InetSocketAddress(proxy.getHost(), proxy.getPort()), connectTimeoutMillis);
+        socket.connect(new InetSocketAddress(proxy.getHost(), proxy.getPort()),
+            (int) Math.min(connectTimeoutMillis > 0 ? connectTimeoutMillis : Integer.MAX_VALUE, left));
       } catch (UnknownHostException e) {
         throw PluginException.badGateway(proxyName + " is unreachable: unknown host " + proxy.getHost(), null, e);
       } catch (SocketTimeoutException e) {
@@ -179,6 +223,8 @@ public final class ProxyDownloader {
         do {
           head = ResponseHead.read(in);
         } while (head.status >= 100 && head.status < 200);
+      } catch (ResponseInput.DeadlineExceeded e) {
+        throw DownloadFailures.deadline(e, 0, what);
       } catch (SocketTimeoutException e) {
         throw PluginException.badGateway(
             proxyName + " sent no response within " + readTimeoutMillis + " ms for " + what, null, e);
@@ -217,6 +263,10 @@ public final class ProxyDownloader {
           }
         }
       }
+      if (expected > limits.maxBytes) {
+        // Refused before anything is written or a daemon's link is taken (the caller removes that link).
+        throw DownloadFailures.tooLarge(what, "the peer proxy announced " + expected + " bytes", limits.maxBytes);
+      }
 
       String fallback = null;
       if (link != null) {
@@ -242,7 +292,7 @@ public final class ProxyDownloader {
           ResponseBody body = chunked ? new ChunkedBody(in) : in;
           // No fsync: the archive is read back by this process right after the rename, and the model store does
           // not outlive it (TorchServe forgets its models on restart). It cost 0.5 s per GiB (bench row 3).
-          got = new PipelinedCopy(file, in::cancel).copy(body, expected, proxyName, what);
+          got = new PipelinedCopy(file, in::cancel).copy(body, expected, limits.maxBytes, proxyName, what);
         }
         if (expected >= 0 && got != expected) {
           throw PluginException.badGateway(

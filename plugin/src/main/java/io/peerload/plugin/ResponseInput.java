@@ -22,14 +22,42 @@ final class ResponseInput extends InputStream implements ResponseBody {
 
   private final SocketChannel channel;
   private final int timeoutMillis;
+  /** System.nanoTime() at which the whole download must have ended ({@code download_timeout}). */
+  private final long deadlineNanos;
+  /** The {@code download_timeout} the deadline comes from, for messages. */
+  private final long budgetMillis;
   /** Holds the head and the chunk-size lines; whatever body bytes it read ahead are handed over first. */
   private final ByteBuffer ahead = ByteBuffer.allocate(HEAD_BUFFER).flip();
   private volatile Selector selector; // cancel() runs on the writer thread
   private volatile boolean cancelled;
 
+  /** Past the download's overall deadline: unlike an idle read, data may still be arriving. */
+  static final class DeadlineExceeded extends SocketTimeoutException {
+    private static final long serialVersionUID = 1L;
+    /** The {@code download_timeout} that ran out. */
+    final long budgetMillis;
+
+    DeadlineExceeded(long budgetMillis) {
+      super("download deadline exceeded");
+      this.budgetMillis = budgetMillis;
+    }
+  }
+
   ResponseInput(SocketChannel channel, int timeoutMillis) {
+    this(channel, timeoutMillis, Long.MAX_VALUE, 0);
+  }
+
+  /**
+   * @param budgetMillis the {@code download_timeout} the deadline comes from, for messages
+   * @param deadlineNanos the {@link System#nanoTime()} after which every read fails with {@link DeadlineExceeded},
+   *     however steadily data arrives (an endless chunked body would otherwise never end); {@code Long.MAX_VALUE}
+   *     for none
+   */
+  ResponseInput(SocketChannel channel, int timeoutMillis, long deadlineNanos, long budgetMillis) {
     this.channel = channel;
     this.timeoutMillis = timeoutMillis;
+    this.deadlineNanos = deadlineNanos;
+    this.budgetMillis = budgetMillis;
   }
 
   /** Sends the request (blocking: it fits in the socket's buffer), then switches to timed non-blocking reads. */
@@ -93,6 +121,10 @@ final class ResponseInput extends InputStream implements ResponseBody {
       if (cancelled) {
         throw new IOException("cancelled");
       }
+      long untilDeadline = deadlineNanos == Long.MAX_VALUE ? Long.MAX_VALUE : deadlineNanos - System.nanoTime();
+      if (untilDeadline <= 0) {
+        throw new DeadlineExceeded(budgetMillis);
+      }
       int n = channel.read(dst);
       if (n != 0) {
         return n;
@@ -108,6 +140,10 @@ final class ResponseInput extends InputStream implements ResponseBody {
           throw new SocketTimeoutException("Read timed out");
         }
         waitMillis = Math.max(1, TimeUnit.NANOSECONDS.toMillis(left));
+      }
+      if (untilDeadline != Long.MAX_VALUE) {
+        long toDeadline = Math.max(1, TimeUnit.NANOSECONDS.toMillis(untilDeadline));
+        waitMillis = waitMillis == 0 ? toDeadline : Math.min(waitMillis, toDeadline);
       }
       selector.select(waitMillis);
       selector.selectedKeys().clear();

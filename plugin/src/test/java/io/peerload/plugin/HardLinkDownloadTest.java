@@ -11,9 +11,12 @@ import com.google.gson.JsonObject;
 import com.google.gson.JsonParser;
 import java.io.IOException;
 import java.nio.charset.StandardCharsets;
+import java.nio.channels.FileChannel;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.nio.file.Paths;
+import java.nio.file.StandardOpenOption;
+import java.nio.file.attribute.PosixFilePermissions;
 import java.time.Clock;
 import java.time.Instant;
 import java.time.ZoneOffset;
@@ -43,7 +46,14 @@ class HardLinkDownloadTest {
   @TempDir Path store;
   @TempDir Path daemon;
 
-  final ProxyDownloader downloader = new ProxyDownloader(2_000, 2_000);
+  /**
+   * As in a model server that can neither write the daemon's file nor make it writable (TorchServe as a non-root
+   * user other than the daemon's): these tests run as whatever user the build has, root included.
+   */
+  static final ReadOnlyLink.Check SAFE = link -> null;
+
+  final ProxyDownloader downloader = new ProxyDownloader(2_000, 2_000,
+      tmp -> FileChannel.open(tmp, StandardOpenOption.WRITE), SAFE);
   final byte[] content = new byte[1024 * 1024 + 3];
   Path cached;
 
@@ -104,6 +114,57 @@ class HardLinkDownloadTest {
       assertTrue(out.startsWith(store + "/.p2p-") && out.endsWith(".link"), out);
       assertEquals("true", req.headers.get("X-Dragonfly-Force-Hard-Link"));
       assertEquals(1, proxy.received.size());
+    }
+  }
+
+  @Test
+  void aLinkTheModelServerCouldWriteIsNotUsedAndTheDaemonsFileIsLeftAsItWas() throws Exception {
+    String why = "the model server runs with CAP_DAC_OVERRIDE (as root does)";
+    String modeBefore = PosixFilePermissions.toString(Files.getPosixFilePermissions(cached));
+    List<Path> checked = new java.util.ArrayList<>();
+    ProxyDownloader writable = new ProxyDownloader(2_000, 2_000,
+        tmp -> FileChannel.open(tmp, StandardOpenOption.WRITE), link -> {
+          checked.add(link);
+          return why;
+        });
+    try (FakeProxy proxy = new FakeProxy((req, out) -> {
+      linkIfAsked(req, cached);
+      out.write(head(200, content.length, "X-Dragonfly-Task-ID: t1", "X-Dragonfly-Task-Download-Finished: true")
+          .getBytes(StandardCharsets.US_ASCII));
+      out.write(content);
+    })) {
+      Path target = store.resolve("b.mar");
+      ProxyDownloader.Result r =
+          writable.download(proxy.uri(), URL, Collections.emptyMap(), FILTER, target, WHAT, store.toString());
+      assertEquals(Boolean.FALSE, r.hardLink);
+      assertEquals(why, r.hardLinkFallback);
+      assertEquals(1, checked.size(), "asked about the daemon's link once");
+      assertTrue(checked.get(0).getFileName().toString().endsWith(".link"), checked.toString());
+      assertFalse(Files.isSameFile(cached, target), "the archive is a copy, not the daemon's inode");
+      assertArrayEquals(content, Files.readAllBytes(target));
+      assertEquals(Collections.singletonList("b.mar"), storeFiles(), "the daemon's link is gone");
+      assertEquals(modeBefore, PosixFilePermissions.toString(Files.getPosixFilePermissions(cached)),
+          "the daemon's file keeps its mode");
+      assertArrayEquals(content, Files.readAllBytes(cached));
+      assertEquals(1, proxy.received.size(), "the body of the same answer is streamed");
+    }
+  }
+
+  @Test
+  void anArchiveAboveMaxBytesIsRefusedAndTheDaemonsLinkRemoved() throws Exception {
+    try (FakeProxy proxy = new FakeProxy((req, out) -> {
+      linkIfAsked(req, cached);
+      out.write(head(200, content.length, "X-Dragonfly-Task-ID: t1", "X-Dragonfly-Task-Download-Finished: true")
+          .getBytes(StandardCharsets.US_ASCII));
+      out.write(content);
+    })) {
+      PluginException e = assertThrows(PluginException.class, () -> downloader.download(proxy.uri(), URL,
+          Collections.emptyMap(), FILTER, store.resolve("b.mar"), WHAT, store.toString(), content.length - 1,
+          60_000));
+      assertEquals(413, e.status());
+      assertTrue(e.getMessage().contains("max_bytes"), e.getMessage());
+      assertTrue(storeFiles().isEmpty(), storeFiles().toString());
+      assertArrayEquals(content, Files.readAllBytes(cached));
     }
   }
 

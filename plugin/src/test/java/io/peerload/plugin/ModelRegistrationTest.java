@@ -1,5 +1,6 @@
 package io.peerload.plugin;
 
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertThrows;
@@ -110,8 +111,13 @@ class ModelRegistrationTest {
   // ---- the whole flow --------------------------------------------------------------------------------------
 
   Path writeConfig(String addr) throws Exception {
+    return writeConfig(addr, "");
+  }
+
+  /** With {@code extra} top-level fields, written as {@code "name":value,}. */
+  Path writeConfig(String addr, String extra) throws Exception {
     Path cfg = dir.resolve("config.json");
-    Files.write(cfg, ("{\"addr\":\"" + addr + "\",\"header\":{\"X-Dragonfly-Application\":\"torchserve\"},"
+    Files.write(cfg, ("{" + extra + "\"addr\":\"" + addr + "\",\"header\":{\"X-Dragonfly-Application\":\"torchserve\"},"
         + "\"object_storage\":{\"type\":\"s3\",\"bucket_name\":\"models\",\"region\":\"us-east-1\","
         + "\"access_key\":\"AKIAIOSFODNN7EXAMPLE\",\"secret_key\":\"wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY\"}}")
         .getBytes(StandardCharsets.UTF_8));
@@ -230,9 +236,9 @@ class ModelRegistrationTest {
     AtomicReference<ModelRegistration.Outcome> second = new AtomicReference<>();
     AtomicReference<ModelRegistration> self = new AtomicReference<>();
     try (FakeProxy proxy = new FakeProxy(FakeProxy.ok("PK".getBytes(StandardCharsets.US_ASCII)))) {
-      // The second POST (another key with the same file name counts too) arrives while the first registers.
+      // The second POST for the same object arrives while the first registers.
       ModelRegistration reg = registration(writeConfig(proxy.uri().toString()), r -> {
-        second.set(self.get().handle(params("file_name", "other/tiny.mar"), store.toString()));
+        second.set(self.get().handle(params("file_name", "team/tiny.mar"), store.toString()));
         assertTrue(Files.exists(store.resolve("tiny.mar")), "the answer leaves the first request's archive alone");
         return new Registrar.Result(200, "Model \"tiny\" Version: 1.0 registered with 0 initial workers");
       });
@@ -254,6 +260,160 @@ class ModelRegistrationTest {
       assertEquals(409, conflicting.handle(params("file_name", "team/tiny.mar"), store.toString()).status);
       assertEquals(2, proxy.received.size());
       assertTrue(Files.exists(store.resolve("tiny.mar")), "a 409 never removes an archive it did not create");
+    }
+  }
+
+  // ---- one file per object ---------------------------------------------------------------------------------
+
+  /** Files of the model store other than the plugin's hidden records. */
+  static List<String> archives(Path store) throws Exception {
+    try (java.util.stream.Stream<Path> files = Files.list(store)) {
+      List<String> names = new ArrayList<>();
+      files.map(p -> p.getFileName().toString()).filter(n -> !n.startsWith(ArchiveNames.RECORD_PREFIX))
+          .sorted().forEach(names::add);
+      return names;
+    }
+  }
+
+  static Registrar.Result registered() {
+    return new Registrar.Result(200, "Model \"m\" Version: 1.0 registered with 0 initial workers");
+  }
+
+  @Test
+  void twoKeysWithTheSameLastSegmentNeverOverwriteEachOther() throws Exception {
+    Path store = Files.createDirectory(dir.resolve("store"));
+    byte[] a = "archive of v1".getBytes(StandardCharsets.US_ASCII);
+    byte[] b = "archive of v2, another object".getBytes(StandardCharsets.US_ASCII);
+    List<String> registered = new ArrayList<>();
+    try (FakeProxy proxy = new FakeProxy((req, out) -> FakeProxy.ok(
+        req.requestLine.contains("/v1/model.mar?") ? a : b, "X-Dragonfly-Task-ID: t").respond(req, out))) {
+      ModelRegistration reg = registration(writeConfig(proxy.uri().toString()), r -> {
+        registered.add(r.url);
+        return registered();
+      });
+      assertEquals(200, reg.handle(params("file_name", "v1/model.mar"), store.toString()).status);
+      ModelRegistration.Outcome o = reg.handle(params("file_name", "v2/model.mar"), store.toString());
+      assertEquals(200, o.status, o.body);
+      String distinct = ArchiveNames.distinctName("s3://models/v2/model.mar", "model.mar");
+      assertTrue(distinct.matches("p2p-[0-9a-f]{16}-model\\.mar"), distinct);
+      assertEquals(Arrays.asList("model.mar", distinct), registered, "each registered from its own file");
+      assertArrayEquals(a, Files.readAllBytes(store.resolve("model.mar")), "the v1 archive is untouched");
+      assertArrayEquals(b, Files.readAllBytes(store.resolve(distinct)));
+      assertEquals(Arrays.asList("model.mar", distinct), archives(store));
+
+      // Each object keeps its name on the next POST (another registration, the operator asking again).
+      registered.clear();
+      assertEquals(200, reg.handle(params("file_name", "v2/model.mar"), store.toString()).status);
+      assertEquals(200, reg.handle(params("file_name", "v1/model.mar"), store.toString()).status);
+      assertEquals(Arrays.asList(distinct, "model.mar"), registered);
+      assertArrayEquals(a, Files.readAllBytes(store.resolve("model.mar")));
+      assertArrayEquals(b, Files.readAllBytes(store.resolve(distinct)));
+
+      // The record outlives the plugin instance (TorchServe restarted on the same model store).
+      registered.clear();
+      ModelRegistration again = registration(writeConfig(proxy.uri().toString()), r -> {
+        registered.add(r.url);
+        return registered();
+      });
+      assertEquals(200, again.handle(params("file_name", "v2/model.mar"), store.toString()).status);
+      assertEquals(Collections.singletonList(distinct), registered);
+    }
+  }
+
+  @Test
+  void aFileThePluginDidNotPlaceIsNeverOverwritten() throws Exception {
+    Path store = Files.createDirectory(dir.resolve("store"));
+    byte[] byHand = "placed by an administrator".getBytes(StandardCharsets.US_ASCII);
+    Files.write(store.resolve("tiny.mar"), byHand);
+    AtomicReference<String> url = new AtomicReference<>();
+    try (FakeProxy proxy = new FakeProxy(FakeProxy.ok(new byte[3], "X-Dragonfly-Task-ID: t"))) {
+      ModelRegistration reg = registration(writeConfig(proxy.uri().toString()), r -> {
+        url.set(r.url);
+        return registered();
+      });
+      assertEquals(200, reg.handle(params("file_name", "team/tiny.mar"), store.toString()).status);
+      assertEquals(ArchiveNames.distinctName("s3://models/team/tiny.mar", "tiny.mar"), url.get());
+      assertArrayEquals(byHand, Files.readAllBytes(store.resolve("tiny.mar")));
+    }
+  }
+
+  @Test
+  void whenNeitherNameIsFreeTheAnswerIs409NamingBothObjects() throws Exception {
+    Path store = Files.createDirectory(dir.resolve("store"));
+    String distinct = ArchiveNames.distinctName("s3://models/b/tiny.mar", "tiny.mar");
+    Files.write(store.resolve("tiny.mar"), new byte[1]);
+    Files.write(store.resolve(ArchiveNames.RECORD_PREFIX + "tiny.mar"),
+        "s3://models/a/tiny.mar\n".getBytes(StandardCharsets.UTF_8));
+    Files.write(store.resolve(distinct), new byte[2]);
+    try (FakeProxy proxy = new FakeProxy(FakeProxy.ok(new byte[3]))) {
+      ModelRegistration reg = registration(writeConfig(proxy.uri().toString()), r -> {
+        throw new AssertionError("must not register");
+      });
+      ModelRegistration.Outcome o = reg.handle(params("file_name", "b/tiny.mar"), store.toString());
+      assertEquals(409, o.status, o.body);
+      String m = json(o).get("Status").getAsString();
+      assertTrue(m.contains("s3://models/b/tiny.mar") && m.contains("tiny.mar holds s3://models/a/tiny.mar"), m);
+      assertTrue(m.contains(distinct + " holds a file the plugin did not place"), m);
+      assertEquals(0, proxy.received.size(), "nothing downloaded");
+      assertEquals(1, Files.size(store.resolve("tiny.mar")));
+      assertEquals(2, Files.size(store.resolve(distinct)));
+    }
+  }
+
+  @Test
+  void aFailedDownloadLeavesTheNameFree() throws Exception {
+    Path store = Files.createDirectory(dir.resolve("store"));
+    try (FakeProxy proxy = new FakeProxy(FakeProxy.status(404, "", "X-Dragonfly-Error-Type: backend"))) {
+      ModelRegistration reg = registration(writeConfig(proxy.uri().toString()), r -> registered());
+      assertEquals(404, reg.handle(params("file_name", "a/m.mar"), store.toString()).status);
+      try (java.util.stream.Stream<Path> files = Files.list(store)) {
+        assertEquals(0, files.count(), "no archive, no record");
+      }
+      proxy.script(FakeProxy.ok(new byte[1]));
+      AtomicReference<String> url = new AtomicReference<>();
+      ModelRegistration other = registration(writeConfig(proxy.uri().toString()), r -> {
+        url.set(r.url);
+        return registered();
+      });
+      assertEquals(200, other.handle(params("file_name", "b/m.mar"), store.toString()).status);
+      assertEquals("m.mar", url.get(), "the name a failed download claimed is free again");
+    }
+  }
+
+  @Test
+  void anArchiveNameNearTheFileNameLimitStillGetsItsRecord() throws Exception {
+    Path store = Files.createDirectory(dir.resolve("store"));
+    StringBuilder b = new StringBuilder();
+    while (b.length() < 250) {
+      b.append("long-name-");
+    }
+    String name = b.substring(0, 250) + ".mar"; // 254 bytes: a valid file name, its plain record name is not
+    try (FakeProxy proxy = new FakeProxy(FakeProxy.ok(new byte[3], "X-Dragonfly-Task-ID: t"))) {
+      ModelRegistration reg = registration(writeConfig(proxy.uri().toString()), r -> registered());
+      assertEquals(200, reg.handle(params("file_name", "a/" + name), store.toString()).status);
+      assertTrue(Files.exists(store.resolve(name)));
+      assertEquals("s3://models/a/" + name, ArchiveNames.owner(store, name));
+      assertTrue(Files.exists(ArchiveNames.recordOf(store, name)));
+    }
+  }
+
+  // ---- limits -----------------------------------------------------------------------------------------------
+
+  @Test
+  void anArchiveAboveMaxBytesIs413JsonNamingTheFieldAndTheFix() throws Exception {
+    Path store = Files.createDirectory(dir.resolve("store"));
+    try (FakeProxy proxy = new FakeProxy(FakeProxy.ok(new byte[2048], "X-Dragonfly-Task-ID: t"))) {
+      ModelRegistration reg = registration(writeConfig(proxy.uri().toString(), "\"max_bytes\":\"1KiB\","), r -> {
+        throw new AssertionError("must not register");
+      });
+      ModelRegistration.Outcome o = reg.handle(params("file_name", "big/m.mar"), store.toString());
+      assertEquals(413, o.status, o.body);
+      String m = json(o).get("Status").getAsString();
+      assertTrue(m.contains("s3://models/big/m.mar is larger than max_bytes (1024 bytes)"), m);
+      assertTrue(m.contains("raise \"max_bytes\" in the plugin configuration"), m);
+      try (java.util.stream.Stream<Path> files = Files.list(store)) {
+        assertEquals(0, files.count(), "nothing kept");
+      }
     }
   }
 

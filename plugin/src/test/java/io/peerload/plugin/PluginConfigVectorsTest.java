@@ -75,6 +75,8 @@ class PluginConfigVectorsTest {
       actual.put("bucket", GSON.toJsonTree(config.storage().bucket()));
       actual.put("objectURL", GSON.toJsonTree(config.storage().objectUrl(key)));
       actual.put("daemonRule", GSON.toJsonTree(config.taskIdRule().toString()));
+      actual.put("maxBytes", GSON.toJsonTree(config.maxBytes()));
+      actual.put("downloadTimeoutMs", GSON.toJsonTree(config.downloadTimeoutMillis()));
       for (Map.Entry<String, JsonElement> e : c.getAsJsonObject("expect").entrySet()) {
         assertEquals(e.getValue(), actual.get(e.getKey()), e.getKey());
       }

@@ -1,0 +1,391 @@
+/**
+ * A Triton ServedModel of a multi-file model through the OPERATOR, on the REAL Dragonfly network (manager and
+ * scheduler v2.5.1, dfdaemon 1.4.2: a seed peer and two node peers on their own 127.0.0.x addresses), from MinIO
+ * behind a counting proxy. Two real Triton 2.51.0 replicas, each with a real `peerload agent` beside it, listen on
+ * their node peer's address; the operator (the ModelPreheat and ServedModel controllers, the real manager) finds
+ * them through the EndpointSlices of a Service (each endpoint names its node; each Node's InternalIP is its peer's
+ * address), as in a cluster:
+ *   - `{ driver: triton, agent, files: {prefix}, version: '1', preheat: {create: true} }` lists the prefix, preheats
+ *     every file on the replicas' nodes in one manager job, then has each agent place the version (local hits on
+ *     its node's peer) and Triton load it: Ready 2/2, the data file served by MinIO once in all;
+ *   - version '2' (another prefix) rolls out on both, version 1 is unloaded and its directory removed;
+ *   - deleting the ServedModel unloads the model on both and lets the finalizer go.
+ */
+import * as k8s from '@kubernetes/client-node';
+import { randomBytes } from 'node:crypto';
+import { mkdir, mkdtemp, readFile, rm, stat, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Agent } from 'undici';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import type { ModelPreheat, ServedModel } from '../../src/api/index.ts';
+import { createServedModelController } from '../../src/controllers/index.ts';
+import { modelPreheatController } from '../../src/controllers/modelpreheat/index.ts';
+import { startCountingProxy, type CountingProxy } from '../support/counting-proxy.ts';
+import { ROOT_USER, startDragonfly, type Dragonfly } from '../support/dragonfly.ts';
+import { ServiceEndpoints, loopbackDispatcher } from '../support/endpointslices.ts';
+import { createNamespace, kubeConfig, waitFor } from '../support/kube.ts';
+import { startMinIO, type MinIO } from '../support/minio.ts';
+import { ECHO_CONFIG_PBTXT, ECHO_MODEL_PY } from '../support/oip-exchanges.ts';
+import { portOnAll, startAgentReplica, type AgentReplica } from '../support/oip-replicas.ts';
+import { startTriton, type OipServer } from '../support/oip-servers.ts';
+import { startManager, type RunningManager } from '../support/runtime-harness.ts';
+
+const GROUP = 'peerload.io';
+const VERSION = 'v1alpha1';
+const BUCKET = 'models';
+const TOKEN = 'triton-sm-agent-token-0123456789';
+const FILES = ['model.py', 'offset.json', 'weights.bin'];
+const WEIGHTS: Record<string, Buffer> = {
+  '1': randomBytes(5 * 1024 * 1024),
+  '2': randomBytes(5 * 1024 * 1024),
+};
+/** The minimum piece length of dfdaemon 1.4.2: content up to it is fetched by each peer from the origin itself. */
+const MIN_PIECE = 4 * 1024 * 1024;
+
+let kc: k8s.KubeConfig;
+let custom: k8s.CustomObjectsApi;
+let core: k8s.CoreV1Api;
+let ns: string;
+let work: string;
+let network: Dragonfly;
+let minio: MinIO;
+let origin: CountingProxy;
+let dispatcher: Agent;
+let svc: ServiceEndpoints;
+let operator: RunningManager;
+let jwt: string;
+let agentPort: number;
+const replicas: AgentReplica[] = [];
+/** Each object's size, by key. */
+const sizes = new Map<string, number>();
+
+const prefixOf = (version: string) => `triton/echo/${version}/`;
+const nodeOf = (i: number) => `${ns}-node-${i}`;
+
+beforeAll(async () => {
+  kc = kubeConfig(inject('kubeconfigPath'));
+  custom = kc.makeApiClient(k8s.CustomObjectsApi);
+  core = kc.makeApiClient(k8s.CoreV1Api);
+  ns = await createNamespace(kc, 'triton-sm');
+  work = await mkdtemp(join(tmpdir(), 'peerload-triton-sm-'));
+
+  network = await startDragonfly({ nodePeers: 2 });
+  jwt = await network.signIn();
+  minio = await startMinIO();
+  await minio.createBucket(BUCKET);
+  origin = await startCountingProxy(minio.endpoint);
+  for (const v of ['1', '2']) {
+    const objects: Record<string, Buffer> = {
+      'model.py': Buffer.from(ECHO_MODEL_PY),
+      'offset.json': Buffer.from(JSON.stringify({ offset: Number(v) })),
+      'weights.bin': WEIGHTS[v]!,
+    };
+    for (const [p, body] of Object.entries(objects)) {
+      await minio.putObject(BUCKET, `${prefixOf(v)}${p}`, body);
+      sizes.set(`${prefixOf(v)}${p}`, body.length);
+    }
+  }
+
+  dispatcher = new Agent();
+  agentPort = await portOnAll(network.peers.map((p) => p.ip));
+  for (const [i, peer] of network.peers.entries()) {
+    const replica = await startAgentReplica({
+      peer,
+      dir: join(work, `triton-${i}`),
+      port: agentPort,
+      token: TOKEN,
+      credentials: minio,
+      dispatcher,
+      start: startTriton,
+    });
+    replicas.push(replica);
+    // The model's config beside its versions, as the example's init container copies it from a ConfigMap.
+    await mkdir(join(replica.root, 'echo'));
+    await writeFile(join(replica.root, 'echo/config.pbtxt'), ECHO_CONFIG_PBTXT);
+    await ServiceEndpoints.createNode(kc, nodeOf(i), peer.ip);
+  }
+
+  const secrets: Record<string, Record<string, string>> = {
+    's3-credentials': { access_key: minio.accessKey, secret_key: minio.secretKey },
+    'manager-user': { username: ROOT_USER.name, password: ROOT_USER.password },
+    'agent-token': { token: TOKEN },
+  };
+  for (const [name, stringData] of Object.entries(secrets))
+    await core.createNamespacedSecret({ namespace: ns, body: { metadata: { name }, stringData } });
+  svc = new ServiceEndpoints(kc, ns, 'triton');
+  for (const [i, r] of replicas.entries()) await svc.add(`triton-${i}`, r.server.url, true, nodeOf(i));
+
+  operator = await startManager(
+    kc,
+    [
+      '--no-leader-elect',
+      '--manager-url',
+      network.managerURL,
+      // The ServedModel names the real manager on loopback: the admin allows it.
+      '--allowed-manager-hosts',
+      '127.0.0.1',
+      '--poll-backoff-start',
+      '1s',
+      '--poll-backoff-max',
+      '5s',
+    ],
+    [
+      modelPreheatController,
+      // Slices hold 198.18.x addresses: the operator reaches each replica (server and agent) at its peer's address.
+      (ctx) => createServedModelController(ctx, { dispatcher: loopbackDispatcher((a) => svc.hostOf(a)) }),
+    ],
+  );
+}, 1_800_000);
+
+afterAll(async () => {
+  await operator?.stop();
+  for (const i of [0, 1]) await core?.deleteNode({ name: nodeOf(i) }).catch(() => undefined);
+  for (const r of replicas) await r.stop();
+  await dispatcher?.close();
+  await Promise.allSettled([origin?.close(), minio?.stop()]);
+  await network?.stop();
+  if (work) await rm(work, { recursive: true, force: true });
+});
+
+const get = <T>(plural: string, name: string) =>
+  custom.getNamespacedCustomObject({
+    group: GROUP,
+    version: VERSION,
+    namespace: ns,
+    plural,
+    name,
+  }) as Promise<T>;
+
+const spec = (version: string) => ({
+  modelName: 'echo',
+  version,
+  files: { prefix: prefixOf(version) },
+  modelServer: {
+    driver: 'triton',
+    service: { name: 'triton' },
+    agent: { port: agentPort, tokenSecretRef: { name: 'agent-token', key: 'token' } },
+  },
+  preheat: {
+    create: true,
+    objectStorage: {
+      type: 's3',
+      bucket: BUCKET,
+      endpoint: origin.url,
+      pathStyle: true,
+      region: minio.region,
+      credentialsSecretRef: { name: 's3-credentials' },
+    },
+    manager: { url: network.managerURL, signInSecretRef: { name: 'manager-user' } },
+  },
+});
+
+/** The ServedModel once it is Ready on every replica at its current generation, with `version` on each. */
+async function readyAt(version: string, timeoutMs = 300_000): Promise<ServedModel> {
+  return (await waitFor(
+    `echo Ready 2/2 at version ${version}`,
+    async () => {
+      const o = await get<ServedModel>('servedmodels', 'echo');
+      const ready = o.status?.conditions?.find((c) => c.type === 'Ready');
+      return o.status?.ready === '2/2' &&
+        o.status.observedGeneration === o.metadata?.generation &&
+        ready?.status === 'True' &&
+        o.status.replicas?.every((r) => r.version === version)
+        ? o
+        : undefined;
+    },
+    { timeoutMs, intervalMs: 1000 },
+  ))!;
+}
+
+/** The manager's own record of a job. */
+async function managerJob(id: number): Promise<{ args: { urls?: string[]; ips?: string[] | null } }> {
+  const res = await fetch(`${network.managerURL}/api/v1/jobs/${id}`, {
+    headers: { authorization: `Bearer ${jwt}` },
+  });
+  return (await res.json()) as { args: { urls?: string[]; ips?: string[] | null } };
+}
+
+/** The versions of `model` Triton serves (its repository index, state READY). */
+async function servedVersions(server: OipServer, model: string): Promise<string[]> {
+  const res = await fetch(`${server.url}/v2/repository/index`, { method: 'POST', body: '{}' });
+  const index = (await res.json()) as { name: string; version?: string; state?: string }[];
+  return index
+    .filter((e) => e.name === model && e.state === 'READY')
+    .map((e) => e.version!)
+    .sort();
+}
+
+async function infer(server: OipServer, data: number[]) {
+  const res = await fetch(`${server.url}/v2/models/echo/infer`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ inputs: [{ name: 'INPUT0', datatype: 'FP32', shape: [data.length], data }] }),
+  });
+  expect(res.status).toBe(200);
+  return (await res.json()) as { model_version: string; outputs: { data: number[] }[] };
+}
+
+/** Body bytes MinIO served for each file of a version, in FILES order. */
+const reads = (version: string) =>
+  FILES.map((p) => origin.bytesServed(`/${BUCKET}/${prefixOf(version)}${p}`));
+
+/**
+ * What MinIO served for a version's files, preheat and placements together: a file above the minimum piece
+ * length crossed `crossings` times at most, plus one 1-byte range probe per download (the daemon's, made on a hit
+ * as well); a file up to it may cross once per downloading peer (`smallCrossings`), since such content never
+ * travels between peers (docs/dragonfly.md). Every file crossed at least once.
+ */
+function expectServed(
+  version: string,
+  bounds: { crossings: number; smallCrossings: number; downloads: number },
+) {
+  const now = reads(version);
+  FILES.forEach((p, i) => {
+    const size = sizes.get(`${prefixOf(version)}${p}`)!;
+    const crossings = size > MIN_PIECE ? bounds.crossings : bounds.smallCrossings;
+    expect(now[i]!, p).toBeGreaterThanOrEqual(size);
+    expect(now[i]!, p).toBeLessThanOrEqual(crossings * size + bounds.downloads);
+  });
+  return now;
+}
+
+/**
+ * A version preheated on both node peers, then placed by both agents as local hits: the data file crossed once,
+ * a smaller file once per preheating peer (and the seed peer's, if the scheduler sent it), and each of the four
+ * downloads (two preheating peers, two placements) may have probed with one byte.
+ */
+const PREHEATED_ON_BOTH = { crossings: 1, smallCrossings: 3, downloads: 4 };
+
+/** What MinIO was asked for a version's files (method, range, status, body bytes), for the log. */
+const originRequests = (version: string) =>
+  origin.requests
+    .filter((r) => r.url.includes(prefixOf(version)))
+    .map((r) => `${r.method} ${r.url.split('?')[0]} ${r.range ?? ''} ${r.status} ${r.bytes}`);
+
+/** The owned ModelPreheat of a version: Succeeded, one job with every file's URL, on both replicas' nodes. */
+async function expectPreheated(version: string): Promise<ModelPreheat> {
+  const preheat = await get<ModelPreheat>('modelpreheats', 'echo-preheat');
+  expect(preheat.status?.state).toBe('SUCCESS');
+  expect(preheat.status?.conditions?.find((c) => c.type === 'Succeeded')?.status).toBe('True');
+  expect(preheat.status?.files).toMatchObject({ count: FILES.length, jobsTotal: 1, jobsSucceeded: 1 });
+  expect(preheat.status?.jobs).toHaveLength(1);
+  const job = await managerJob(preheat.status!.jobs![0]!.id);
+  const paths = (job.args.urls ?? []).map((u) => new URL(u).pathname).sort();
+  expect(paths).toEqual(FILES.map((p) => `/${BUCKET}/${prefixOf(version)}${p}`));
+  expect(job.args.ips?.slice().sort()).toEqual(network.peers.map((p) => p.ip).sort());
+  return preheat;
+}
+
+describe('a Triton ServedModel of a directory through the operator, on the real network', () => {
+  it('preheats the nodes in one job, places and loads version 1 on both replicas: Ready 2/2, local hits', async () => {
+    await custom.createNamespacedCustomObject({
+      group: GROUP,
+      version: VERSION,
+      namespace: ns,
+      plural: 'servedmodels',
+      body: {
+        apiVersion: `${GROUP}/${VERSION}`,
+        kind: 'ServedModel',
+        metadata: { name: 'echo' },
+        spec: spec('1'),
+      },
+    });
+    const sm = await readyAt('1');
+    const seen = JSON.stringify(sm.status?.replicas);
+    expect(sm.status?.readyReplicas).toBe(2);
+    expect(sm.status?.servedVersion).toBe('1');
+    expect(sm.metadata?.finalizers?.length, seen).toBeGreaterThan(0);
+    expect(
+      sm.status!.replicas!.map((r) => [r.node, r.nodeIP, r.phase, r.registered, r.localHit]).sort(),
+      seen,
+    ).toEqual(network.peers.map((p, i) => [nodeOf(i), p.ip, 'Ready', true, true]).sort());
+
+    await expectPreheated('1');
+    // The preheat brought each file onto the two node peers (a file up to a piece each from MinIO, the data file
+    // once for both); the replicas' placements were local hits: MinIO saw their probes only.
+    const served = expectServed('1', PREHEATED_ON_BOTH);
+    console.log(`version 1: MinIO served ${JSON.stringify(served)}\n${originRequests('1').join('\n')}`);
+
+    for (const r of replicas) {
+      expect(await servedVersions(r.server, 'echo')).toEqual(['1']);
+      expect(await readFile(join(r.root, 'echo/1/weights.bin'))).toEqual(WEIGHTS['1']);
+      // A local hit is the daemon's copy hard-linked into the model repository.
+      expect((await stat(join(r.root, 'echo/1/weights.bin'))).nlink).toBeGreaterThanOrEqual(2);
+      expect(await infer(r.server, [1, 2])).toMatchObject({
+        model_version: '1',
+        outputs: [{ data: [2, 3] }],
+      });
+    }
+  });
+
+  it('rolls both replicas to version 2 (another prefix): version 1 is unloaded and its directory removed', async () => {
+    await custom.patchNamespacedCustomObject(
+      {
+        group: GROUP,
+        version: VERSION,
+        namespace: ns,
+        plural: 'servedmodels',
+        name: 'echo',
+        body: { spec: { version: '2', files: { prefix: prefixOf('2') } } },
+      },
+      k8s.setHeaderOptions('Content-Type', k8s.PatchStrategy.MergePatch),
+    );
+    const sm = await readyAt('2');
+    expect(sm.status?.servedVersion).toBe('2');
+    expect(sm.status!.replicas!.map((r) => [r.phase, r.localHit])).toEqual([
+      ['Ready', true],
+      ['Ready', true],
+    ]);
+    await expectPreheated('2');
+    const served = expectServed('2', PREHEATED_ON_BOTH);
+    console.log(`version 2: MinIO served ${JSON.stringify(served)}\n${originRequests('2').join('\n')}`);
+    for (const r of replicas) {
+      // The old version goes once the new one serves everywhere: wait for it rather than race the pass.
+      await waitFor(
+        'version 1 unloaded',
+        async () => (await servedVersions(r.server, 'echo')).join() === '2',
+        {
+          timeoutMs: 60_000,
+          intervalMs: 500,
+        },
+      );
+      await waitFor(
+        'version 1 removed',
+        () =>
+          stat(join(r.root, 'echo/1')).then(
+            () => false,
+            () => true,
+          ),
+        {
+          timeoutMs: 60_000,
+          intervalMs: 500,
+        },
+      );
+      expect(await infer(r.server, [1])).toMatchObject({ model_version: '2', outputs: [{ data: [3] }] });
+    }
+  });
+
+  it('deleting the ServedModel unloads the model on both replicas and lets the finalizer go', async () => {
+    await custom.deleteNamespacedCustomObject({
+      group: GROUP,
+      version: VERSION,
+      namespace: ns,
+      plural: 'servedmodels',
+      name: 'echo',
+    });
+    await waitFor(
+      'echo gone',
+      () =>
+        get<ServedModel>('servedmodels', 'echo').then(
+          () => false,
+          () => true,
+        ),
+      { timeoutMs: 180_000, intervalMs: 1000 },
+    );
+    for (const r of replicas) {
+      expect(await servedVersions(r.server, 'echo')).toEqual([]);
+      await expect(stat(join(r.root, 'echo/2'))).rejects.toThrow(/ENOENT/);
+    }
+  });
+});

@@ -1,0 +1,98 @@
+/**
+ * An OIP repository server (real Triton or MLServer) with a real `peerload agent` beside it, as one pod of a
+ * model-server Deployment: both listen on the address of "their node"'s peer daemon (a pod's traffic reaches its
+ * node's daemon), the agent places versions into the server's model repository through that peer and signs the
+ * object URLs with its own storage credentials.
+ */
+import { mkdir, writeFile } from 'node:fs/promises';
+import { createServer } from 'node:net';
+import { join } from 'node:path';
+import type { Dispatcher } from 'undici';
+import { tokenFile } from '../../src/agent/auth.ts';
+import { credentialsDir } from '../../src/agent/credentials.ts';
+import { DEFAULT_LIMITS } from '../../src/agent/download.ts';
+import { startAgentServer, type AgentServer } from '../../src/agent/server.ts';
+import type { DragonflyPeer } from './dragonfly.ts';
+import type { OipServer, OipServerOptions } from './oip-servers.ts';
+import { freePort } from './ports.ts';
+
+export interface AgentReplica {
+  peer: DragonflyPeer;
+  /** The agent's --root: the server's model repository. */
+  root: string;
+  agent: AgentServer;
+  agentPort: number;
+  server: OipServer;
+  stop(): Promise<void>;
+}
+
+export interface AgentReplicaOptions {
+  peer: DragonflyPeer;
+  /** A fresh directory of the replica's own (its model repository, token and credentials go in it). */
+  dir: string;
+  /** The agent's port on the peer's address. */
+  port: number;
+  /** The agent's token (what the operator reads from the ServedModel's tokenSecretRef). */
+  token: string;
+  /** The agent's storage credentials (S3 keys, as the mounted Secret holds them). */
+  credentials: { accessKey: string; secretKey: string };
+  /** Toward the daemon's proxy. */
+  dispatcher: Dispatcher;
+  start: (opts: OipServerOptions) => Promise<OipServer>;
+}
+
+export async function startAgentReplica(opts: AgentReplicaOptions): Promise<AgentReplica> {
+  const { peer, dir } = opts;
+  const root = join(dir, 'models');
+  await mkdir(join(dir, 'creds'), { recursive: true });
+  await mkdir(root);
+  await writeFile(join(dir, 'token'), opts.token);
+  await writeFile(join(dir, 'creds', 'access_key'), opts.credentials.accessKey);
+  await writeFile(join(dir, 'creds', 'secret_key'), opts.credentials.secretKey);
+  const agent = await startAgentServer({
+    root,
+    host: peer.ip,
+    port: opts.port,
+    proxy: peer.proxyURL,
+    dispatcher: opts.dispatcher,
+    // The daemon runs on this host: the model root is on its file system, at the same path.
+    hardLinkRoot: root,
+    limits: { ...DEFAULT_LIMITS, minFreeBytes: 0 },
+    token: tokenFile(join(dir, 'token')),
+    credentials: credentialsDir(join(dir, 'creds')),
+  });
+  const server = await opts.start({ host: peer.ip, repository: root }).catch(async (err: unknown) => {
+    await agent.close();
+    throw err;
+  });
+  return {
+    peer,
+    root,
+    agent,
+    agentPort: opts.port,
+    server,
+    async stop() {
+      await server.stop().catch(() => undefined);
+      await agent.close().catch(() => undefined);
+    },
+  };
+}
+
+/** Whether `port` can be listened on at `host` now. */
+function portFree(host: string, port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const srv = createServer();
+    srv.unref();
+    srv.once('error', () => resolve(false));
+    srv.listen(port, host, () => srv.close(() => resolve(true)));
+  });
+}
+
+/** A port free on every one of these addresses: one ServedModel names one agent port for all its pods. */
+export async function portOnAll(ips: string[]): Promise<number> {
+  for (;;) {
+    const port = await freePort(ips[0]);
+    const free = await Promise.all(ips.slice(1).map((ip) => portFree(ip, port)));
+    if (free.every(Boolean)) return port;
+  }
+}

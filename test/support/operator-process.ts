@@ -1,0 +1,71 @@
+/**
+ * `peerload operator` (bin/peerload.js, the product controllers) as a separate process against the test apiserver,
+ * as a cluster runs it: nothing of the test process is shared with it but the kubeconfig and the flags.
+ */
+import { readFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { REPO_ROOT, waitFor } from './kube.ts';
+import { freePort } from './ports.ts';
+import { startProcess, type ManagedProcess } from './process.ts';
+
+export interface OperatorProcess {
+  process: ManagedProcess;
+  /** Its health and metrics server. */
+  url(path: string): string;
+  /** Everything it logged (stdout and stderr). */
+  logs(): Promise<string>;
+  /** SIGTERM, then SIGKILL after the grace period; resolves with its exit code. */
+  stop(): Promise<number | null>;
+}
+
+/** Starts the operator with `flags` (`--kubeconfig` and `--metrics-address` are added) and waits for /readyz. */
+export async function startOperatorProcess(
+  kubeconfigPath: string,
+  flags: string[],
+  opts: { name?: string; env?: Record<string, string> } = {},
+): Promise<OperatorProcess> {
+  const port = await freePort();
+  const name = opts.name ?? 'operator';
+  const logPath = join(tmpdir(), `peerload-${name}-${process.pid}-${Date.now()}.log`);
+  const proc = startProcess(
+    name,
+    join(REPO_ROOT, 'node_modules/.bin/node'),
+    [
+      join(REPO_ROOT, 'bin/peerload.js'),
+      'operator',
+      '--kubeconfig',
+      kubeconfigPath,
+      '--metrics-address',
+      `127.0.0.1:${port}`,
+      '--shutdown-timeout',
+      '10s',
+      ...flags,
+    ],
+    logPath,
+    { env: { ...process.env, ...opts.env } },
+  );
+  const url = (path: string) => `http://127.0.0.1:${port}${path}`;
+  const logs = () => readFile(logPath, 'utf8').catch(() => '');
+  const stop = async () => {
+    await proc.stop(15_000);
+    return proc.child.exitCode;
+  };
+  try {
+    await waitFor(
+      'the operator process to be ready',
+      async () => {
+        if (proc.child.exitCode !== null || proc.child.signalCode !== null)
+          throw new Error(
+            `the operator exited (${proc.child.exitCode ?? proc.child.signalCode}):\n${await logs()}`,
+          );
+        return (await fetch(url('/readyz')).catch(() => undefined))?.status === 200;
+      },
+      { timeoutMs: 60_000, intervalMs: 200 },
+    );
+  } catch (err) {
+    await proc.kill('SIGKILL');
+    throw err;
+  }
+  return { process: proc, url, logs, stop };
+}
