@@ -163,14 +163,26 @@ async function startReplica(
   }
 }
 
+/** The network, MinIO and the counting proxy in front of it; what started is stopped when a later one fails. */
+async function startServices(): Promise<{ network: Dragonfly; minio: MinIO; origin: CountingProxy }> {
+  const network = await startDragonfly({ nodePeers: 1 });
+  let minio: MinIO | undefined;
+  try {
+    minio = await startMinIO();
+    await minio.createBucket(BUCKET);
+    // Signed URLs name the counting proxy as the endpoint: MinIO verifies the signature over the same Host.
+    return { network, minio, origin: await startCountingProxy(minio.endpoint) };
+  } catch (err) {
+    await minio?.stop().catch(() => undefined);
+    await network.stop().catch(() => undefined);
+    throw err;
+  }
+}
+
 export async function startVllmNode(opts: VllmNodeOptions = {}): Promise<VllmNode> {
   const setup = await vllmSetup();
+  const { network, minio, origin } = await startServices();
   const work = await mkdtemp(join(tmpdir(), 'peerload-vllm-'));
-  const network = await startDragonfly({ nodePeers: 1 });
-  const minio = await startMinIO();
-  await minio.createBucket(BUCKET);
-  // Signed URLs name the counting proxy as the endpoint: MinIO verifies the signature over the same Host.
-  const origin = await startCountingProxy(minio.endpoint);
   const peer = network.peers[0]!;
   const mountPoint = join(work, 'mnt', 'models');
   const replicas: NodeReplica[] = [];
