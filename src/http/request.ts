@@ -117,3 +117,29 @@ export function queryString(q: Record<string, string | number | boolean | undefi
   const s = params.toString();
   return s === '' ? '' : `?${s}`;
 }
+
+/**
+ * The headers of a JSON exchange with a model server or an agent, with `Authorization: Bearer` when `token` is
+ * given. The token joins `secrets`, so no error of the exchange quotes it; a token that cannot be read rejects with
+ * `noToken`'s error (an `auth` failure of the caller's kind).
+ */
+export async function jsonHeaders(
+  userAgent: string,
+  body: unknown,
+  token: (() => Promise<string>) | undefined,
+  secrets: string[],
+  noToken: (message: string) => Error,
+): Promise<Record<string, string>> {
+  const headers: Record<string, string> = { 'user-agent': userAgent, accept: 'application/json' };
+  if (body !== undefined) headers['content-type'] = 'application/json';
+  if (!token) return headers;
+  let value: string;
+  try {
+    value = await token();
+  } catch (e) {
+    throw noToken((e as Error).message ?? String(e));
+  }
+  if (!secrets.includes(value)) secrets.push(value);
+  headers['authorization'] = `Bearer ${value}`;
+  return headers;
+}

@@ -13,7 +13,7 @@ import { z } from 'zod';
 import { parseBody } from '../http/body.ts';
 import { kindForStatus } from '../http/classify.ts';
 import { HttpError, boundDetail, type HttpErrorInit, type HttpErrorKind } from '../http/errors.ts';
-import { sendRequest, type HttpResponse } from '../http/request.ts';
+import { jsonHeaders, sendRequest, type HttpResponse } from '../http/request.ts';
 import { USER_AGENT } from '../version.ts';
 import type { Call, ModelFiles, RegisterCall } from './driver.ts';
 
@@ -136,19 +136,9 @@ export class AgentClient {
     body: unknown,
     call: Call,
   ): Promise<HttpResponse> {
-    let token: string;
-    try {
-      token = await this.opts.token();
-    } catch (e) {
-      throw this.error(operation, 'auth', `no token for the agent: ${(e as Error).message ?? String(e)}`);
-    }
-    if (!this.secrets.includes(token)) this.secrets.push(token);
-    const headers: Record<string, string> = {
-      'user-agent': USER_AGENT,
-      accept: 'application/json',
-      authorization: `Bearer ${token}`,
-    };
-    if (body !== undefined) headers['content-type'] = 'application/json';
+    const headers = await jsonHeaders(USER_AGENT, body, this.opts.token, this.secrets, (m) =>
+      this.error(operation, 'auth', `no token for the agent: ${m}`),
+    );
     return sendRequest(
       {
         dispatcher: this.opts.dispatcher,

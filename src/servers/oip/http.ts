@@ -5,7 +5,7 @@
  */
 import type { Dispatcher } from 'undici';
 import { boundDetail } from '../../http/errors.ts';
-import { sendRequest, type HttpResponse } from '../../http/request.ts';
+import { jsonHeaders, sendRequest, type HttpResponse } from '../../http/request.ts';
 import { USER_AGENT } from '../../version.ts';
 import type { Call } from '../driver.ts';
 import { OipError, errorFields } from './errors.ts';
@@ -50,21 +50,20 @@ export class Endpoint {
     body: unknown,
     call: Call,
   ): Promise<HttpResponse> {
-    const headers: Record<string, string> = { 'user-agent': USER_AGENT, accept: 'application/json' };
-    if (body !== undefined) headers['content-type'] = 'application/json';
-    if (this.opts.token) {
-      const token = await this.opts.token().catch((e: unknown) => {
-        throw new OipError({
+    const headers = await jsonHeaders(
+      USER_AGENT,
+      body,
+      this.opts.token,
+      this.secrets,
+      (m) =>
+        new OipError({
           kind: 'auth',
           status: 0,
           operation,
           subject: this.subject,
-          serverMessage: `no token: ${(e as Error).message ?? String(e)}`,
-        });
-      });
-      if (!this.secrets.includes(token)) this.secrets.push(token);
-      headers['authorization'] = `Bearer ${token}`;
-    }
+          serverMessage: `no token: ${m}`,
+        }),
+    );
     return sendRequest(
       {
         dispatcher: this.opts.dispatcher,

@@ -14,7 +14,7 @@ import { z } from 'zod';
 import { parseBody } from '../../http/body.ts';
 import { INVALID_RESPONSE, kindForStatus } from '../../http/classify.ts';
 import { HttpError, boundDetail, type HttpErrorInit, type HttpErrorKind } from '../../http/errors.ts';
-import { sendRequest, type HttpResponse } from '../../http/request.ts';
+import { jsonHeaders, sendRequest, type HttpResponse } from '../../http/request.ts';
 import { USER_AGENT } from '../../version.ts';
 import type { Call } from '../driver.ts';
 
@@ -104,18 +104,13 @@ export class VllmClient {
     call: Call,
     authorized = true,
   ): Promise<HttpResponse> {
-    const headers: Record<string, string> = { 'user-agent': USER_AGENT, accept: 'application/json' };
-    if (body !== undefined) headers['content-type'] = 'application/json';
-    if (authorized && this.opts.token) {
-      let token: string;
-      try {
-        token = await this.opts.token();
-      } catch (e) {
-        throw this.error(operation, 'auth', `no API key: ${(e as Error).message ?? String(e)}`);
-      }
-      if (!this.secrets.includes(token)) this.secrets.push(token);
-      headers['authorization'] = `Bearer ${token}`;
-    }
+    const headers = await jsonHeaders(
+      USER_AGENT,
+      body,
+      authorized ? this.opts.token : undefined,
+      this.secrets,
+      (m) => this.error(operation, 'auth', `no API key: ${m}`),
+    );
     return sendRequest(
       {
         dispatcher: this.opts.dispatcher,
