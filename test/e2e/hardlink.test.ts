@@ -5,7 +5,8 @@
  * Security level has it; the daemon runs as root (the test process), so its cache file is root's, 0644.
  *   - what the daemon itself does with `X-Dragonfly-Output-Path` + `X-Dragonfly-Force-Hard-Link: true` for a task
  *     it does not hold (links a file it has only allocated) and across file systems (500, error type dfdaemon);
- *   - a cold registration streams (nothing of the daemon's half-filled file is taken);
+ *   - a cold registration takes the daemon's file it links and fills: the body is read, not written, and the
+ *     archive is the daemon's inode with the origin's bytes;
  *   - the daemon links a task it holds with the mode it created its file with (no group or others write), and
  *     there is no way to ask it for anything else;
  *   - the next registrations of the same object are hard links: the archive in the model store is the daemon's
@@ -247,17 +248,16 @@ describe('hard-linked local hits on the real network (dfdaemon 1.4.2)', () => {
 
   let taskId: string;
 
-  it('a cold registration streams the archive: not a local hit, not a hard link, nothing left over', async () => {
+  it('a cold registration is the file the daemon fills: not a local hit, a hard link, nothing written of its own', async () => {
     const r = await register('linked_cold');
     expect(r.status, JSON.stringify(r.body)).toBe(200);
-    expect(r.body).toMatchObject({ LocalHit: false, HardLink: false });
+    expect(r.body).toMatchObject({ LocalHit: false, HardLink: true });
     taskId = r.body.TaskID!;
-    const [archiveStat, daemonStat] = await Promise.all([
-      stat(join(ts.modelStore, 'linked.mar')),
-      stat(await daemonFile(taskId)),
-    ]);
-    expect(archiveStat.size).toBe(daemonStat.size);
-    expect(archiveStat.ino).not.toBe(daemonStat.ino);
+    const archivePath = join(ts.modelStore, 'linked.mar');
+    const [archiveStat, daemonStat] = await Promise.all([stat(archivePath), stat(await daemonFile(taskId))]);
+    expect(archiveStat.ino).toBe(daemonStat.ino);
+    expect(archiveStat.uid).toBe(0); // the daemon's (root's) file, not one TorchServe's user wrote
+    expect(Buffer.compare(await readFile(archivePath), await readFile(archive.path))).toBe(0);
     expect(await strayFiles()).toEqual([]);
     expect(await isRegistered('linked_cold')).toBe(true);
   });
@@ -290,7 +290,7 @@ describe('hard-linked local hits on the real network (dfdaemon 1.4.2)', () => {
     const before = await fingerprint(daemonPath);
     expect(before.uid).toBe(0); // the daemon's (root's), not TorchServe's
     expect(before.mode & 0o022).toBe(0); // no group or others write
-    // The cold registration above logged why it streamed; what these registrations log starts here.
+    // What these registrations log starts here (the cold one above logged its own line).
     const mark = await frontendLogMark(ts);
     for (const name of ['linked_hl', 'linked_hl_again']) {
       const r = await register(name);

@@ -13,9 +13,10 @@ import org.slf4j.LoggerFactory;
  * and {@code X-Dragonfly-Force-Hard-Link: true} (the proxy of dragonfly-client 1.4+) the daemon creates {@code
  * daemonPath} (its view of the model store) as a hard link of its cached file, which this process sees as {@code
  * local}. The name is new for every request, so the daemon never finds it taken (it refuses an existing path that is
- * not the same inode). The link replaces the download only when it is known complete ({@link #linkedFileProblem})
- * and this process can neither write the daemon's file through it nor make it writable ({@link ReadOnlyLink});
- * otherwise it is removed and the body streamed as usual.
+ * not the same inode). The link replaces the archive only when this process can neither write the daemon's file
+ * through it nor make it writable ({@link ReadOnlyLink}), and only once the file is known complete: at once for a
+ * task the daemon held, after the whole body for one it downloads now ({@link LinkedBody}); otherwise it is removed
+ * and the body streamed as usual.
  */
 final class DaemonHardLink {
   // The downloader's logger: everything a download logs stays under one category.
@@ -53,36 +54,34 @@ final class DaemonHardLink {
   }
 
   /**
-   * Moves the daemon's link into place as {@code target} when it can be registered as the archive: null when it
-   * was, else why not (the link is then removed and the body must be streamed).
+   * Why the daemon's link cannot become the archive, or null when it can: a regular file of the announced size that
+   * this process cannot write ({@link ReadOnlyLink}). For a task the daemon held ({@code localHit}) that is at once;
+   * for one it is downloading now, only once the body was received whole and matches it ({@link LinkedBody}).
    */
-  String placeAs(Path target, Boolean localHit, long expected) {
+  String problem(Boolean localHit, long expected) {
     String problem = linkedFileProblem(local, localHit, expected);
-    if (problem == null) {
-      problem = readOnly.problem(local);
+    return problem != null ? problem : readOnly.problem(local);
+  }
+
+  /** Moves the link into place as {@code target}: null when done, else why not (the link is then removed). */
+  String moveTo(Path target) {
+    try {
+      ProxyDownloader.placeAtomically(local, target);
+      return null;
+    } catch (IOException e) {
+      discard();
+      return "cannot move the daemon's link to " + target + ": " + DownloadFailures.reason(e);
     }
-    if (problem == null) {
-      try {
-        ProxyDownloader.placeAtomically(local, target);
-        return null;
-      } catch (IOException e) {
-        problem = "cannot move the daemon's link to " + target + ": " + DownloadFailures.reason(e);
-      }
-    }
-    discard();
-    return problem;
   }
 
   /**
-   * Why the daemon's link cannot be registered as the archive, or null when it can: only a task the daemon
-   * already held (its file is complete), and a regular file of the announced size (a daemon that ignored the
-   * header made none; a link to somewhere else than this model store does not show up here).
+   * Why the file at {@code link} cannot be the archive, or null when it can: the daemon made it (a daemon that
+   * ignored the header made none; a link to somewhere else than this model store does not show up here), through
+   * P2P, as a regular file of the announced size (the daemon allocates a task's file at full size before filling it).
    */
   static String linkedFileProblem(Path link, Boolean localHit, long expected) {
-    if (!Boolean.TRUE.equals(localHit)) {
-      return Boolean.FALSE.equals(localHit)
-          ? "not a local hit: the daemon's file is still being filled"
-          : "the peer proxy did not serve it through P2P";
+    if (localHit == null) {
+      return "the peer proxy did not serve it through P2P";
     }
     if (!Files.isRegularFile(link, LinkOption.NOFOLLOW_LINKS)) {
       return "the daemon made no file at " + link

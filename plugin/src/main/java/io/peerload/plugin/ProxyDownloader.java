@@ -148,14 +148,15 @@ public final class ProxyDownloader {
    * As {@link #download(URI, String, Map, List, Path, String)}, but when {@code hardLinkDir} (the model store's
    * directory as the peer daemon sees it) is set, first asks the daemon to place its own copy in the model store
    * as a hard link ({@code X-Dragonfly-Output-Path} + {@code X-Dragonfly-Force-Hard-Link: true}, honoured by the
-   * proxy of dragonfly-client 1.4+). The link is used only when the daemon says it served the task from its own
-   * storage ({@code X-Dragonfly-Task-Download-Finished: true}), the file has the announced size, and this process
+   * proxy of dragonfly-client 1.4+). The link is used only when the file has the announced size and this process
    * can neither write the daemon's file through the link nor make it writable ({@link ReadOnlyLink}: a model
-   * handler must not be able to change what the daemon serves to other peers); the body is then not read. On a
-   * download the daemon does not hold yet it makes the link too, but of a file it has only allocated (full size, no
-   * content yet): that link is removed and the body streamed as usual. A refusal of the daemon's own (cross-device
-   * link, unwritable directory; 500 with {@code X-Dragonfly-Error-Type: dfdaemon}) is followed by the plain
-   * streamed download; an origin error is the origin's answer and is reported as such.
+   * handler must not be able to change what the daemon serves to other peers). When the daemon served the task from
+   * its own storage ({@code X-Dragonfly-Task-Download-Finished: true}) the body is then not read. On a download the
+   * daemon does not hold yet it links the file it has only allocated and is filling: the body is read to its end
+   * without being written ({@link LinkedBody}), so the model store costs no write of its own, and the link is taken
+   * when the file matches it. A refusal of the daemon's own (cross-device link, unwritable directory; 500 with
+   * {@code X-Dragonfly-Error-Type: dfdaemon}), or a filled link that does not match the body, is followed by the
+   * plain streamed download; an origin error is the origin's answer and is reported as such.
    */
   public Result download(URI proxy, String signedUrl, Map<String, String> headers, List<String> filter, Path target,
       String what, String hardLinkDir) throws PluginException {
@@ -184,7 +185,7 @@ public final class ProxyDownloader {
     } finally {
       link.discard(); // a no-op once moved into place
     }
-    LOG.info("hard link of {} refused by the peer daemon ({}); downloading it the usual way", what, refused[0]);
+    LOG.info("hard link of {} not taken ({}); downloading it the usual way", what, refused[0]);
     return fetch(proxy, signedUrl, headers, filter, target, what, null, limits).withFallback(refused[0]);
   }
 
@@ -193,7 +194,10 @@ public final class ProxyDownloader {
     return fetch(proxy, signedUrl, headers, filter, target, what, link, new String[1], limits);
   }
 
-  /** One request; null (with the reason in {@code refused[0]}) when the daemon refused to make {@code link}. */
+  /**
+   * One request; null (with the reason in {@code refused[0]}) when the daemon refused to make {@code link}, or made
+   * one that could not be taken after the body was read: the caller then downloads without a link.
+   */
   private Result fetch(URI proxy, String signedUrl, Map<String, String> headers, List<String> filter, Path target,
       String what, DaemonHardLink link, String[] refused, Limits limits) throws PluginException {
     String req = requestHead(signedUrl, headers, filter, link);
@@ -270,12 +274,28 @@ public final class ProxyDownloader {
 
       String fallback = null;
       if (link != null) {
-        fallback = link.placeAs(target, localHit, chunked ? -1 : expected);
+        fallback = link.problem(localHit, chunked ? -1 : expected);
+        if (fallback == null && !Boolean.TRUE.equals(localHit)) {
+          // The daemon downloads the task into the file it linked: read the body to its end without writing it.
+          LinkedBody body = new LinkedBody(expected);
+          long got = body.drain(in, proxyName, what);
+          if (got != expected) {
+            throw truncated(what, got, expected, errorType);
+          }
+          String mismatch = body.mismatch(link.local);
+          refused[0] = mismatch != null ? mismatch : link.moveTo(target);
+          // The body is used up: a link that cannot be taken after all means a second, plain request.
+          return refused[0] != null ? null : new Result(target, got, taskId, localHit, Boolean.TRUE, null);
+        }
+        if (fallback == null) {
+          fallback = link.moveTo(target);
+        }
         if (fallback == null) {
           // The body is not read: closing the connection ends it (the daemon stops sending; in client 1.4.2 a
           // failed send on a proxied download is only logged, so the task stays finished).
           return new Result(target, expected, taskId, localHit, Boolean.TRUE, null);
         }
+        link.discard();
       }
 
       Path dir = target.toAbsolutePath().getParent();
@@ -295,8 +315,7 @@ public final class ProxyDownloader {
           got = new PipelinedCopy(file, in::cancel).copy(body, expected, limits.maxBytes, proxyName, what);
         }
         if (expected >= 0 && got != expected) {
-          throw PluginException.badGateway(
-              "download of " + what + " was truncated: received " + got + " of " + expected + " bytes", errorType, null);
+          throw truncated(what, got, expected, errorType);
         }
         placeAtomically(tmp, target);
         ok = true;
@@ -316,6 +335,11 @@ public final class ProxyDownloader {
       // closing the socket failed: nothing to report
       throw PluginException.internal("socket error: " + reason(e), e);
     }
+  }
+
+  private static PluginException truncated(String what, long got, long expected, String errorType) {
+    return PluginException.badGateway(
+        "download of " + what + " was truncated: received " + got + " of " + expected + " bytes", errorType, null);
   }
 
   /** The GET of the absolute URL, with the P2P, filter, configured and (when asked) hard-link headers. */

@@ -35,8 +35,8 @@ import org.junit.jupiter.api.io.TempDir;
 /**
  * The hard-link path of {@link ProxyDownloader} against a fake proxy that behaves as dragonfly-client 1.4.2's does
  * with {@code X-Dragonfly-Output-Path} + {@code X-Dragonfly-Force-Hard-Link: true}: it links its cached file to the
- * path before answering (a held task: the complete file; a task it does not hold: a file it has only allocated),
- * or answers 500 {@code dfdaemon} when the link fails.
+ * path before answering (a held task: the complete file; a task it does not hold: a file it has only allocated and
+ * fills piece by piece as it sends them), or answers 500 {@code dfdaemon} when the link fails.
  */
 class HardLinkDownloadTest {
   static final String URL = "https://models.s3.us-east-1.amazonaws.com/a/b.mar?X-Amz-Date=1&X-Amz-Signature=2";
@@ -186,11 +186,39 @@ class HardLinkDownloadTest {
   }
 
   @Test
-  void aTaskTheDaemonDoesNotHoldYetIsStreamedAndItsAllocatedFileIsNotTaken() throws Exception {
-    // The daemon allocates the task's file at full size (zeros) and links it before the download fills it.
-    Path allocated = Files.write(daemon.resolve("allocated"), new byte[content.length]);
+  void aTaskTheDaemonIsDownloadingIsTakenOnceTheBodyIsWholeWithNothingWritten() throws Exception {
+    // The daemon allocates the task's file at full size, links it, and writes each piece before it sends it.
+    Path filling = Files.write(daemon.resolve("filling"), new byte[content.length]);
     try (FakeProxy proxy = new FakeProxy((req, out) -> {
-      linkIfAsked(req, allocated);
+      linkIfAsked(req, filling);
+      out.write(head(200, content.length, "X-Dragonfly-Task-ID: t1").getBytes(StandardCharsets.US_ASCII));
+      try (FileChannel f = FileChannel.open(filling, StandardOpenOption.WRITE)) {
+        for (int at = 0; at < content.length; at += 64 * 1024) {
+          int n = Math.min(64 * 1024, content.length - at);
+          f.write(java.nio.ByteBuffer.wrap(content, at, n), at);
+          out.write(content, at, n);
+        }
+      }
+    })) {
+      Path target = store.resolve("b.mar");
+      ProxyDownloader.Result r =
+          downloader.download(proxy.uri(), URL, Collections.emptyMap(), FILTER, target, WHAT, store.toString());
+      assertEquals(Boolean.TRUE, r.hardLink);
+      assertEquals(Boolean.FALSE, r.localHit, "the daemon did not hold it: not a local hit");
+      assertEquals(content.length, r.bytes);
+      assertTrue(Files.isSameFile(filling, target), "the archive is the daemon's file");
+      assertArrayEquals(content, Files.readAllBytes(target));
+      assertEquals(Collections.singletonList("b.mar"), storeFiles(), "no temporary file was written");
+      assertEquals(1, proxy.received.size());
+    }
+  }
+
+  @Test
+  void aLinkedFileThatDoesNotMatchTheBodyIsNotTakenAndTheArchiveIsDownloadedAgain() throws Exception {
+    // A daemon that linked a placeholder and filled another file: the body's samples are not in the link.
+    Path placeholder = Files.write(daemon.resolve("placeholder"), new byte[content.length]);
+    try (FakeProxy proxy = new FakeProxy((req, out) -> {
+      linkIfAsked(req, placeholder);
       out.write(head(200, content.length, "X-Dragonfly-Task-ID: t1").getBytes(StandardCharsets.US_ASCII));
       out.write(content);
     })) {
@@ -198,12 +226,49 @@ class HardLinkDownloadTest {
       ProxyDownloader.Result r =
           downloader.download(proxy.uri(), URL, Collections.emptyMap(), FILTER, target, WHAT, store.toString());
       assertEquals(Boolean.FALSE, r.hardLink);
-      assertTrue(r.hardLinkFallback.contains("not a local hit"), r.hardLinkFallback);
-      assertArrayEquals(content, Files.readAllBytes(target), "the streamed bytes, not the allocated file");
-      assertFalse(Files.isSameFile(allocated, target));
+      assertTrue(r.hardLinkFallback.contains("differs from the body at byte 0"), r.hardLinkFallback);
+      assertArrayEquals(content, Files.readAllBytes(target), "the streamed bytes, not the placeholder");
+      assertFalse(Files.isSameFile(placeholder, target));
       assertEquals(Collections.singletonList("b.mar"), storeFiles());
-      assertTrue(Files.exists(allocated), "removing the link never touches the daemon's file");
-      assertEquals(1, proxy.received.size(), "one request: the body of the same answer is streamed");
+      assertTrue(Files.exists(placeholder), "removing the link never touches the daemon's file");
+      assertEquals(2, proxy.received.size(), "the body was used up: a second request, without the link");
+      assertFalse(proxy.received.get(1).headers.containsKey("X-Dragonfly-Output-Path"));
+    }
+  }
+
+  @Test
+  void aLinkedFileWrongOnlyInItsLastBlockIsNotTaken() throws Exception {
+    byte[] lastWrong = content.clone();
+    lastWrong[lastWrong.length - 1] ^= 1;
+    Path filled = Files.write(daemon.resolve("filled"), lastWrong);
+    try (FakeProxy proxy = new FakeProxy((req, out) -> {
+      linkIfAsked(req, filled);
+      out.write(head(200, content.length, "X-Dragonfly-Task-ID: t1").getBytes(StandardCharsets.US_ASCII));
+      out.write(content);
+    })) {
+      ProxyDownloader.Result r = downloader.download(proxy.uri(), URL, Collections.emptyMap(), FILTER,
+          store.resolve("b.mar"), WHAT, store.toString());
+      assertEquals(Boolean.FALSE, r.hardLink);
+      assertTrue(r.hardLinkFallback.contains("differs from the body at byte " + (content.length - 4096)),
+          r.hardLinkFallback);
+      assertArrayEquals(content, Files.readAllBytes(store.resolve("b.mar")));
+    }
+  }
+
+  @Test
+  void aTruncatedBodyOfATaskBeingDownloadedLeavesNoLink() throws Exception {
+    Path filling = Files.write(daemon.resolve("filling"), new byte[content.length]);
+    try (FakeProxy proxy = new FakeProxy((req, out) -> {
+      linkIfAsked(req, filling);
+      out.write(head(200, content.length, "X-Dragonfly-Task-ID: t1").getBytes(StandardCharsets.US_ASCII));
+      out.write(content, 0, content.length / 2);
+    })) {
+      PluginException e = assertThrows(PluginException.class, () -> downloader.download(proxy.uri(), URL,
+          Collections.emptyMap(), FILTER, store.resolve("b.mar"), WHAT, store.toString()));
+      assertEquals(502, e.status());
+      assertTrue(e.getMessage().contains("truncated: received " + content.length / 2), e.getMessage());
+      assertTrue(storeFiles().isEmpty(), storeFiles().toString());
+      assertTrue(Files.exists(filling));
     }
   }
 
