@@ -14,7 +14,7 @@ import {
   type TargetPeer,
   GVR,
 } from '../../api/index.ts';
-import { getCondition, type Informer, type KubeClient } from '../../runtime/index.ts';
+import { ApiError, getCondition, type Informer, type KubeClient } from '../../runtime/index.ts';
 import { isDeepStrictEqual } from 'node:util';
 import { isTerminalState } from '../../manager/types.ts';
 import { PreheatCondition } from '../modelpreheat/conditions.ts';
@@ -65,7 +65,8 @@ export async function ensureOwnedPreheat(
   const desired = ownedPreheatSpec(spec, nodeIPs);
   const client = kube.resource<ModelPreheat>(GVR.modelPreheats);
   if (!existing) {
-    await client.create(
+    await createUnlessCached(
+      client,
       {
         apiVersion: API_VERSION,
         kind: 'ModelPreheat',
@@ -89,7 +90,7 @@ export async function ensureOwnedPreheat(
         },
         spec: desired,
       } as unknown as ModelPreheat,
-      { signal },
+      signal,
     );
     return { contentChanged: true };
   }
@@ -104,6 +105,23 @@ export async function ensureOwnedPreheat(
   // Replace the whole spec: a merge patch could not remove fields the ServedModel no longer sets.
   await client.update({ ...existing, spec: desired as ModelPreheat['spec'] }, { signal });
   return { contentChanged: contentKeyOf(existing.spec) !== contentKeyOf(stored) };
+}
+
+/**
+ * Creates `preheat`; an AlreadyExists answer is our own create of a pass before that the informer has not shown
+ * yet (the cache is behind the apiserver), not a failure: its watch event queues the next pass, which sees the
+ * object and checks its owner. Thrown instead, it would log a warning and back the ServedModel off for nothing.
+ */
+async function createUnlessCached(
+  client: ReturnType<KubeClient['resource']>,
+  preheat: ModelPreheat,
+  signal: AbortSignal | undefined,
+): Promise<void> {
+  try {
+    await client.create(preheat, { signal });
+  } catch (err) {
+    if (!(err instanceof ApiError && err.code === 409 && err.reason === 'AlreadyExists')) throw err;
+  }
 }
 
 /** The content key the ModelPreheat controller computes for a stored spec (undefined when it does not parse). */
