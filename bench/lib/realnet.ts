@@ -4,28 +4,22 @@
  * bytes), a Node per node peer (its InternalIP the peer's address), the operator's ModelPreheat and ServedModel
  * controllers in-process, and a watch that notes when each ServedModel is Ready and each ModelPreheat succeeds.
  */
-import { execFile } from 'node:child_process';
-import { promisify } from 'node:util';
+import { DeleteObjectCommand } from '@aws-sdk/client-s3';
+import { readdir, rm } from 'node:fs/promises';
+import { join } from 'node:path';
 import type { Agent } from 'undici';
 import type { ModelPreheat, ServedModel } from '../../src/api/index.ts';
 import { createServedModelController } from '../../src/controllers/index.ts';
 import { modelPreheatController } from '../../src/controllers/modelpreheat/index.ts';
 import type { KubeClient, KubeObject } from '../../src/runtime/index.ts';
 import { startCountingProxy, type CountingProxy } from '../../test/support/counting-proxy.ts';
-import {
-  ROOT_USER,
-  startDragonfly,
-  type Dragonfly,
-  type DragonflyPeer,
-} from '../../test/support/dragonfly.ts';
+import { ROOT_USER, startDragonfly, type Dragonfly } from '../../test/support/dragonfly.ts';
 import { ServiceEndpoints } from '../../test/support/endpointslices.ts';
 import type { kubeConfig } from '../../test/support/kube.ts';
 import { startMinIO, type MinIO } from '../../test/support/minio.ts';
 import { startManager } from '../../test/support/runtime-harness.ts';
 import { GVR, createSecret, isReady, operatorFlags, watchObjects } from './kube.ts';
 import { until } from './report.ts';
-
-const run = promisify(execFile);
 
 /** Steps to undo, run last-first by the scenario's finally block. */
 export type Cleanup = (() => Promise<unknown>)[];
@@ -141,12 +135,13 @@ export function backToSource(log: string, taskID: string | undefined): boolean {
 }
 
 /**
- * Removes the content files of `taskIDs` from the daemons' storage (the benchmark's own objects, never asked for
- * again), so repeated runs of objects of a size do not fill the one disk. The daemons keep their metadata.
+ * Deletes `keys` of `bucket` and empties MinIO's trash, where a deleted object's data otherwise waits for MinIO's
+ * own purge: objects of a GiB or two a run fill the one disk.
  */
-export async function dropTaskFiles(peers: DragonflyPeer[], taskIDs: string[]): Promise<void> {
-  if (taskIDs.length === 0) return;
-  const names = taskIDs.flatMap((id, i) => (i === 0 ? ['-name', id] : ['-o', '-name', id]));
-  for (const peer of peers)
-    await run('find', [peer.storageDir, '-type', 'f', '(', ...names, ')', '-delete']).catch(() => undefined);
+export async function dropObjects(net: RealNet, bucket: string, keys: string[]): Promise<void> {
+  for (const Key of keys)
+    await net.minio.client.send(new DeleteObjectCommand({ Bucket: bucket, Key })).catch(() => undefined);
+  const trash = join(net.minio.dataDir, '.minio.sys/tmp/.trash');
+  for (const entry of await readdir(trash).catch(() => []))
+    await rm(join(trash, entry), { recursive: true, force: true });
 }

@@ -15,7 +15,6 @@
  * Target: origin ≤ 1.05× the shards (plus the small files and probes), every shard a P2P hit on every node; 11d the
  * 8 shards hard-linked on every replica, ≥ 10× faster than the cold read.
  */
-import { DeleteObjectCommand } from '@aws-sdk/client-s3';
 import { randomBytes } from 'node:crypto';
 import { createReadStream, createWriteStream, readFileSync } from 'node:fs';
 import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
@@ -116,6 +115,31 @@ function outcome(node: number, p: VersionProgress | undefined): AgentOutcome {
 }
 
 export async function scenario11(cp: ControlPlane, o: S11Options): Promise<{ rows: Row[]; raw: unknown }> {
+  const shardBytes = Math.floor(o.sizeBytes / SHARDS);
+  const shard = randomBytes(shardBytes);
+  const runs: Run[] = [];
+  const linkedRuns: Linked[] = [];
+  for (let rep = 0; rep < o.reps; rep++) {
+    const r = await repetition(cp, rep, shard);
+    runs.push(...r.runs);
+    linkedRuns.push(...r.linked);
+  }
+  return {
+    rows: rowsOf(runs, linkedRuns, o, shardBytes),
+    raw: { runs, linked: linkedRuns, sizeBytes: o.sizeBytes, shardBytes, loadavgAtEnd: loadavg() },
+  };
+}
+
+/**
+ * One repetition on a network, a MinIO and Tritons of its own. A daemon keeps a task's file open after it is
+ * deleted, so only its exit gives the disk back: the copies of a repetition's runs (the seed peer's and each node
+ * peer's, 2 GiB each) stay until its end, and N = 4 runs first, when the disk holds the fewest of them.
+ */
+async function repetition(
+  cp: ControlPlane,
+  rep: number,
+  shard: Buffer,
+): Promise<{ runs: Run[]; linked: Linked[] }> {
   const cleanup: (() => Promise<unknown>)[] = [];
   const work = await mkdtemp(join(tmpdir(), 'peerload-bench11-'));
   cleanup.push(() => rm(work, { recursive: true, force: true }));
@@ -126,8 +150,6 @@ export async function scenario11(cp: ControlPlane, o: S11Options): Promise<{ row
     const net = await realnet.startRealNet(cleanup, BUCKET, 4);
     const { network, minio, origin } = net;
     const location = { ...minio.location(BUCKET), endpoint: origin.url };
-    const shardBytes = Math.floor(o.sizeBytes / SHARDS);
-    const shard = randomBytes(shardBytes);
 
     const dispatcher = new Agent();
     cleanup.push(() => dispatcher.close());
@@ -164,18 +186,10 @@ export async function scenario11(cp: ControlPlane, o: S11Options): Promise<{ row
       for (const [p, body] of Object.entries(SMALL))
         await minio.putObject(BUCKET, `${prefix}${p}`, Buffer.from(body));
       for (const p of SHARD_NAMES) {
-        shard.writeUInt32BE(uploads++, 0);
+        shard.writeUInt32BE(rep * 1000 + uploads++, 0);
         await minio.putObject(BUCKET, `${prefix}${p}`, shard);
       }
     };
-    const dropObjects = (prefix: string) =>
-      Promise.all(
-        FILES.map((p) =>
-          minio.client
-            .send(new DeleteObjectCommand({ Bucket: BUCKET, Key: `${prefix}${p}` }))
-            .catch(() => undefined),
-        ),
-      );
     const served = (prefix: string, files: readonly string[]) =>
       files.reduce((s, p) => s + origin.bytesServed(`/${BUCKET}/${prefix}${p}`), 0);
     /** Triton's config of model `name` beside its versions on replicas 0..n-1, as an init container puts it. */
@@ -319,32 +333,27 @@ export async function scenario11(cp: ControlPlane, o: S11Options): Promise<{ row
 
     const runs: Run[] = [];
     const linkedRuns: Linked[] = [];
-    for (let rep = 0; rep < o.reps; rep++)
-      for (const n of NS)
-        for (const mode of rep % 2 === 0 ? MODES : [...MODES].reverse()) {
-          const name = `${mode}-${n}-${rep}`;
-          const prefix = `${name}/`;
-          await upload(prefix);
-          const r = mode === 'p2p' ? await p2p(n, rep, prefix, name) : await direct(n, rep, prefix, name);
-          runs.push(r);
-          progress(`s11 ${JSON.stringify(r)}`);
-          if (mode === 'p2p' && n === 4) {
-            const l = await linked(rep, prefix);
-            linkedRuns.push(l);
-            progress(`s11 linked ${JSON.stringify(l)}`);
-          }
-          if (mode === 'p2p') {
-            await deleteServedModelAndWait(kube, ns, name);
-            // The daemons' copies of this run's objects: never asked for again, and 2 GiB a copy on one disk.
-            await realnet.dropTaskFiles([network.seedPeer!, ...network.peers], r.taskIDs ?? []);
-          }
-          await dropObjects(prefix);
+    for (const n of [...NS].reverse())
+      for (const mode of rep % 2 === 0 ? MODES : [...MODES].reverse()) {
+        const name = `${mode}-${n}-${rep}`;
+        const prefix = `${name}/`;
+        await upload(prefix);
+        const r = mode === 'p2p' ? await p2p(n, rep, prefix, name) : await direct(n, rep, prefix, name);
+        runs.push(r);
+        progress(`s11 ${JSON.stringify(r)}`);
+        if (mode === 'p2p' && n === 4) {
+          const l = await linked(rep, prefix);
+          linkedRuns.push(l);
+          progress(`s11 linked ${JSON.stringify(l)}`);
         }
-
-    return {
-      rows: rowsOf(runs, linkedRuns, o, shardBytes),
-      raw: { runs, linked: linkedRuns, sizeBytes: o.sizeBytes, shardBytes, loadavgAtEnd: loadavg() },
-    };
+        if (mode === 'p2p') await deleteServedModelAndWait(kube, ns, name);
+        await realnet.dropObjects(
+          net,
+          BUCKET,
+          FILES.map((p) => `${prefix}${p}`),
+        );
+      }
+    return { runs, linked: linkedRuns };
   } finally {
     for (const c of cleanup.reverse()) await c().catch(() => undefined);
   }

@@ -13,7 +13,6 @@
  * Target ("one download"): all Ready for N = 1, 2, 4 ≤ 1.2× t1, N = 4 / N = 1 ≤ 1.1×, the origin ≤ 1.05× the size
  * (plus the daemons' probes), every download a P2P hit; the scaled-out pod Ready ≤ t1 + 5 s after it is up.
  */
-import { DeleteObjectCommand } from '@aws-sdk/client-s3';
 import { readFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -29,6 +28,7 @@ import { GVR, benchClient, createServedModel, newNamespace } from '../lib/kube.t
 import {
   backToSource,
   createNodesAndSecrets,
+  dropObjects,
   startOperator,
   startRealNet,
   untilReadyOn,
@@ -149,8 +149,7 @@ export async function scenario8(cp: ControlPlane, o: S8Options): Promise<{ rows:
     });
     const create = (name: string, service: string, mode: Mode) =>
       createServedModel(kube, ns, name, spec(name, service, mode));
-    const dropObject = (key: string) =>
-      minio.client.send(new DeleteObjectCommand({ Bucket: BUCKET, Key: key })).catch(() => undefined);
+    const dropObject = (key: string) => dropObjects(net, BUCKET, [key]);
     /** Whether node peer `i`'s daemon went back to the origin for the task of `preheatName`'s first object. */
     const wentBack = async (i: number, preheatName: string) => {
       const mph = (await kube.resource<ModelPreheat>(GVR.modelPreheats).get(ns, preheatName)) as ModelPreheat;
