@@ -4,10 +4,11 @@
  *
  *   npm run bench -- --only 1,2 --reps 5
  *
- * Options: --only <list of 1..10>, --reps <n ≥ 1; default 3>, --out <json path>, --workers <n> (scenario 1),
+ * Options: --only <list of 1..11>, --reps <n ≥ 1; default 3>, --out <json path>, --workers <n> (scenario 1),
  * --size-mib <n> (scenarios 3 and 6; default 1024), --origin-mbps <MB/s> (scenario 4; default 50),
  * --idle-seconds <n> (scenario 5; default 60), --size8-mib <n> (scenario 8, one object per run; default 256),
- * --poll-ms <n> (scenario 9: real ms per simulated minute; default 2000).
+ * --poll-ms <n> (scenario 9: real ms per simulated minute; default 2000), --size11-mib <n> (scenario 11, the model's
+ * size in 8 shards, objects of their own per run; default 2048).
  */
 import { execFileSync } from 'node:child_process';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
@@ -26,6 +27,7 @@ import { scenario7 } from './scenarios/s7-head-of-line.ts';
 import { scenario8 } from './scenarios/s8-node-preheat.ts';
 import { scenario9 } from './scenarios/s9-soak.ts';
 import { scenario10 } from './scenarios/s10-fleet.ts';
+import { scenario11 } from './scenarios/s11-directory.ts';
 
 const ROOT = resolve(import.meta.dirname, '..');
 
@@ -40,10 +42,11 @@ const { values } = parseArgs({
     'idle-seconds': { type: 'string' },
     'size8-mib': { type: 'string' },
     'poll-ms': { type: 'string' },
+    'size11-mib': { type: 'string' },
   },
   strict: true,
 });
-const only = new Set((values.only ?? '1,2,3,4,5,6,7,8,9,10').split(',').map((s) => Number(s.trim())));
+const only = new Set((values.only ?? '1,2,3,4,5,6,7,8,9,10,11').split(',').map((s) => Number(s.trim())));
 const reps = Math.max(1, Number(values.reps ?? 3));
 const out = resolve(values.out ?? `${ROOT}/bench/results/latest.json`);
 const workers = Number(values.workers ?? 32);
@@ -52,6 +55,7 @@ const originMBps = Number(values['origin-mbps'] ?? 50);
 const idleSeconds = Number(values['idle-seconds'] ?? 60);
 const size8MiB = Number(values['size8-mib'] ?? 256);
 const pollMs = Number(values['poll-ms'] ?? 2000);
+const size11MiB = Number(values['size11-mib'] ?? 2048);
 
 function machine(): Record<string, unknown> {
   const sh = (cmd: string, args: string[]) => {
@@ -126,12 +130,26 @@ async function main(): Promise<number> {
     );
   if (only.has(9)) await attempt('9', () => withControlPlane((cp) => scenario9(cp, { pollMs })));
   if (only.has(10)) await attempt('10', () => withControlPlane((cp) => scenario10(cp)));
+  if (only.has(11))
+    await attempt('11', () =>
+      withControlPlane((cp) => scenario11(cp, { reps, sizeBytes: size11MiB * 2 ** 20 })),
+    );
 
   rows.sort((a, b) => a.id.localeCompare(b.id, 'en', { numeric: true }));
   const result = {
     date: new Date().toISOString(),
     durationSeconds: Math.round((Date.now() - started) / 1000),
-    options: { only: [...only], reps, workers, sizeMiB, originMBps, idleSeconds, size8MiB, pollMs },
+    options: {
+      only: [...only],
+      reps,
+      workers,
+      sizeMiB,
+      originMBps,
+      idleSeconds,
+      size8MiB,
+      pollMs,
+      size11MiB,
+    },
     machine: info,
     rows,
     errors,

@@ -9,4 +9,6 @@ bash scripts/setup-torchserve.sh >/dev/null
 bash scripts/setup-minio.sh >/dev/null
 # Rows 6 and 8 on the real P2P network (cached after the first build).
 bash scripts/setup-dragonfly.sh >/dev/null
+# Row 11's model servers (real Triton, cached likewise).
+bash scripts/setup-triton.sh >/dev/null
 exec node_modules/.bin/node bench/run.ts "$@"

@@ -153,3 +153,53 @@ export async function deleteServedModelAndWait(kube: KubeClient, ns: string, nam
   }
   throw new Error(`ServedModel ${name} not deleted within 60 s`);
 }
+
+/** Creates object `name` of `gvr` in `ns` with `fields` (its spec, its stringData...). */
+function createIn(
+  kube: KubeClient,
+  gvr: Gvr,
+  ns: string,
+  name: string,
+  fields: Record<string, unknown>,
+): Promise<KubeObject> {
+  const apiVersion = gvr.group ? `${gvr.group}/${gvr.version}` : gvr.version;
+  return kube
+    .resource(gvr)
+    .create({ apiVersion, kind: gvr.kind, metadata: { name, namespace: ns }, ...fields } as KubeObject);
+}
+
+type Create = (
+  kube: KubeClient,
+  ns: string,
+  name: string,
+  body: Record<string, unknown>,
+) => Promise<KubeObject>;
+
+/** A Secret of `stringData`. */
+export const createSecret: Create = (kube, ns, name, stringData) =>
+  createIn(kube, GVR.secrets, ns, name, { stringData });
+
+/** A ServedModel of `spec`. */
+export const createServedModel: Create = (kube, ns, name, spec) =>
+  createIn(kube, GVR.servedModels, ns, name, { spec });
+
+/**
+ * The operator's flags in a benchmark: its one namespace, no leader election, the manager at `managerURL` (if any),
+ * polls backing off from `backoffStart` to 2 s, then `extra`.
+ */
+export function operatorFlags(
+  ns: string,
+  o: { managerURL?: string; backoffStart: string; extra?: string[] },
+): string[] {
+  return [
+    '--no-leader-elect',
+    '--namespace',
+    ns,
+    ...(o.managerURL ? ['--manager-url', o.managerURL] : []),
+    '--poll-backoff-start',
+    o.backoffStart,
+    '--poll-backoff-max',
+    '2s',
+    ...(o.extra ?? []),
+  ];
+}

@@ -21,7 +21,7 @@ import { ServiceEndpoints } from '../../test/support/endpointslices.ts';
 import { kubeConfig } from '../../test/support/kube.ts';
 import { startManagerEmulator } from '../../test/support/manager-emulator.ts';
 import { startModelServerFleet } from '../../test/support/modelserver-emulator.ts';
-import { GVR, benchClient, isReady, newNamespace, watchObjects } from '../lib/kube.ts';
+import { GVR, benchClient, createSecret, isReady, newNamespace, watchObjects } from '../lib/kube.ts';
 import { progress, stat, until, type Row } from '../lib/report.ts';
 import { deployedNodeOptions } from './s5-idle.ts';
 
@@ -86,12 +86,7 @@ export async function scenario10(cp: ControlPlane): Promise<{ rows: Row[]; raw: 
       ['s3', { access_key: 'AKIAEXAMPLE', secret_key: 'secret-example' }],
       ['manager-user', { username: 'root', password: 'dragonfly' }],
     ] as const)
-      await kube.resource(GVR.secrets).create({
-        apiVersion: 'v1',
-        kind: 'Secret',
-        metadata: { name, namespace: ns },
-        stringData,
-      } as KubeObject);
+      await createSecret(kube, ns, name, stringData);
 
     const child = spawn(
       join(ROOT, 'node_modules/.bin/node'),

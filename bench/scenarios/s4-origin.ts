@@ -36,6 +36,7 @@ import {
   deleteServedModelAndWait,
   isReady,
   newNamespace,
+  operatorFlags,
   watchObjects,
 } from '../lib/kube.ts';
 import { MiB, progress, sleep, stat, until, within, type Row } from '../lib/report.ts';
@@ -129,17 +130,7 @@ export async function scenario4(cp: ControlPlane, o: S4Options): Promise<{ rows:
     for (const [i, url] of fleet.urls.entries()) await svc.add(`ts-${i}`, url);
     const operator = await startManager(
       kc,
-      [
-        '--no-leader-elect',
-        '--namespace',
-        ns,
-        '--manager-url',
-        manager.url,
-        '--poll-backoff-start',
-        '100ms',
-        '--poll-backoff-max',
-        '2s',
-      ],
+      operatorFlags(ns, { managerURL: manager.url, backoffStart: '100ms' }),
       [
         modelPreheatController,
         (ctx) =>

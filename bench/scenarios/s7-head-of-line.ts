@@ -15,6 +15,7 @@ import { startManager } from '../../test/support/runtime-harness.ts';
 import {
   GVR,
   benchClient,
+  createServedModel,
   deleteServedModelAndWait,
   isReady,
   newNamespace,
@@ -51,17 +52,12 @@ export async function scenario7(cp: ControlPlane, o: S7Options): Promise<{ rows:
     if (!ready.has(obj.metadata.name) && isReady(obj)) ready.set(obj.metadata.name, at);
   });
   const create = (name: string, svc: string) =>
-    kube.resource(GVR.servedModels).create({
-      apiVersion: 'peerload.io/v1alpha1',
-      kind: 'ServedModel',
-      metadata: { name, namespace: ns },
-      spec: {
-        modelName: name,
-        fileName: `models/${name}.mar`,
-        modelServer: { service: { name: svc } },
-        workers: { min: 1 },
-      },
-    } as unknown as KubeObject);
+    createServedModel(kube, ns, name, {
+      modelName: name,
+      fileName: `models/${name}.mar`,
+      modelServer: { service: { name: svc } },
+      workers: { min: 1 },
+    });
   /** Creates the 20 small ones (5 at a time, as `kubectl apply -f dir/` would) and waits for all to be Ready. */
   const smallRollout = async (tag: string): Promise<number> => {
     const names = Array.from({ length: SMALL }, (_, i) => `small-${tag}-${i}`);

@@ -13,29 +13,30 @@
  * Target ("one download"): all Ready for N = 1, 2, 4 ≤ max(1.5× t1, t1 + 5 s), N = 4 / N = 1 ≤ 1.1×, the origin ≤ 1.05× the size
  * (plus the daemons' probes), every download a P2P hit; the scaled-out pod Ready ≤ t1 + 5 s after it is up.
  */
-import { DeleteObjectCommand } from '@aws-sdk/client-s3';
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import { readFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { mkdtemp, rm } from 'node:fs/promises';
-import { modelPreheatController } from '../../src/controllers/modelpreheat/index.ts';
-import { createServedModelController } from '../../src/controllers/index.ts';
 import type { ModelPreheat, ServedModel } from '../../src/api/index.ts';
-import type { KubeObject } from '../../src/runtime/index.ts';
 import { signObjectURL } from '../../src/storage/sign.ts';
 import type { ControlPlane } from '../../test/support/controlplane.ts';
-import { startCountingProxy } from '../../test/support/counting-proxy.ts';
-import { ROOT_USER, startDragonfly } from '../../test/support/dragonfly.ts';
 import { ServiceEndpoints, loopbackDispatcher } from '../../test/support/endpointslices.ts';
 import { kubeConfig } from '../../test/support/kube.ts';
-import { startMinIO } from '../../test/support/minio.ts';
 import { buildLargeModelArchive, buildModelArchive } from '../../test/support/model-archive.ts';
 import { startModelServerFleet, type ModelServerFleet } from '../../test/support/modelserver-emulator.ts';
-import { startManager } from '../../test/support/runtime-harness.ts';
 import { settleDisk } from '../lib/disk.ts';
-import { GVR, benchClient, isReady, newNamespace, watchObjects } from '../lib/kube.ts';
+import { GVR, benchClient, createServedModel, newNamespace } from '../lib/kube.ts';
+import {
+  backToSource,
+  createNodesAndSecrets,
+  dropObjects,
+  startOperator,
+  startRealNet,
+  untilReadyOn,
+  watchReadiness,
+} from '../lib/realnet.ts';
 import { progress, stat, until, type Row } from '../lib/report.ts';
 
 const NS = [1, 2, 4] as const;
@@ -81,13 +82,8 @@ export async function scenario8(cp: ControlPlane, o: S8Options): Promise<{ rows:
   cleanup.push(() => rm(work, { recursive: true, force: true }));
   try {
     progress('s8: starting Dragonfly (manager, scheduler, seed peer, 4 node peers) and MinIO');
-    const network = await startDragonfly({ nodePeers: 4 });
-    cleanup.push(() => network.stop());
-    const minio = await startMinIO();
-    cleanup.push(() => minio.stop());
-    await minio.createBucket(BUCKET);
-    const origin = await startCountingProxy(minio.endpoint);
-    cleanup.push(() => origin.close());
+    const net = await startRealNet(cleanup, BUCKET, 4);
+    const { network, minio, origin } = net;
     const base = await buildModelArchive(work, { modelName: 'bench8-base' });
     const archive = await buildLargeModelArchive(base, work, 'bench8', o.sizeBytes);
     const bytes = await readFile(archive.path);
@@ -122,17 +118,7 @@ export async function scenario8(cp: ControlPlane, o: S8Options): Promise<{ rows:
     const kube = benchClient(cp);
     const kc = kubeConfig(cp.kubeconfigPath);
     const ns = await newNamespace(kube, 'bench8');
-    for (const [i, peer] of network.peers.entries())
-      await ServiceEndpoints.createNode(kc, `${ns}-node-${i}`, peer.ip);
-    const secret = (name: string, stringData: Record<string, string>) =>
-      kube.resource(GVR.secrets).create({
-        apiVersion: 'v1',
-        kind: 'Secret',
-        metadata: { name, namespace: ns },
-        stringData,
-      } as KubeObject);
-    await secret('s3', { access_key: minio.accessKey, secret_key: minio.secretKey });
-    await secret('manager', { username: ROOT_USER.name, password: ROOT_USER.password });
+    await createNodesAndSecrets(kc, kube, ns, net);
     // A Service per (mode, N): N replicas on nodes 0..N-1.
     for (const mode of MODES)
       for (const n of NS) {
@@ -145,46 +131,9 @@ export async function scenario8(cp: ControlPlane, o: S8Options): Promise<{ rows:
             `${ns}-node-${i}`,
           );
       }
-    const operator = await startManager(
-      kc,
-      [
-        '--no-leader-elect',
-        '--namespace',
-        ns,
-        '--manager-url',
-        network.managerURL,
-        // The ServedModels' preheat.manager names the manager by URL, with its sign-in Secret (refused unless allowed).
-        '--allowed-manager-hosts',
-        '127.0.0.1',
-        '--poll-backoff-start',
-        '500ms',
-        '--poll-backoff-max',
-        '2s',
-      ],
-      [
-        modelPreheatController,
-        (ctx) => createServedModelController(ctx, { dispatcher: loopbackDispatcher() }),
-      ],
-    );
-    cleanup.push(() => operator.stop());
-
-    const ready = new Map<string, number>();
-    const preheated = new Map<string, number>();
-    const latest = new Map<string, KubeObject>();
-    const smWatch = watchObjects<KubeObject>(kube, GVR.servedModels, ns, (_t, obj, at) => {
-      latest.set(obj.metadata.name, obj);
-      if (!ready.has(obj.metadata.name) && isReady(obj)) ready.set(obj.metadata.name, at);
-    });
-    const mphWatch = watchObjects<ModelPreheat>(kube, GVR.modelPreheats, ns, (_t, obj, at) => {
-      if (!preheated.has(obj.metadata.name) && obj.status?.state === 'SUCCESS')
-        preheated.set(obj.metadata.name, at);
-    });
-    cleanup.push(
-      async () => smWatch.stop(),
-      async () => mphWatch.stop(),
-    );
-    await smWatch.ready;
-    await mphWatch.ready;
+    await startOperator(cleanup, kc, ns, net, loopbackDispatcher());
+    const readiness = await watchReadiness(cleanup, kube, ns);
+    const { ready, preheated } = readiness;
 
     const runs: Run[] = [];
     const scaleOuts: ScaleOut[] = [];
@@ -232,21 +181,12 @@ export async function scenario8(cp: ControlPlane, o: S8Options): Promise<{ rows:
           }),
     });
     const create = (name: string, service: string, mode: Mode) =>
-      kube.resource(GVR.servedModels).create({
-        apiVersion: 'peerload.io/v1alpha1',
-        kind: 'ServedModel',
-        metadata: { name, namespace: ns },
-        spec: spec(name, service, mode),
-      } as KubeObject);
-    const dropObject = (key: string) =>
-      minio.client.send(new DeleteObjectCommand({ Bucket: BUCKET, Key: key })).catch(() => undefined);
+      createServedModel(kube, ns, name, spec(name, service, mode));
+    const dropObject = (key: string) => dropObjects(net, BUCKET, [key]);
     /** Whether node peer `i`'s daemon went back to the origin for the task of `preheatName`'s first object. */
-    const backToSource = async (i: number, preheatName: string) => {
+    const wentBack = async (i: number, preheatName: string) => {
       const mph = (await kube.resource<ModelPreheat>(GVR.modelPreheats).get(ns, preheatName)) as ModelPreheat;
-      const taskID = mph.status?.tasks?.[0]?.taskID;
-      if (!taskID) return true;
-      const log = await network.peers[i]!.logs();
-      return log.split('\n').some((l) => l.includes(taskID) && l.includes('back to source'));
+      return backToSource(await network.peers[i]!.logs(), mph.status?.tasks?.[0]?.taskID);
     };
     for (let rep = 0; rep < o.reps; rep++) {
       for (const n of NS)
@@ -267,7 +207,7 @@ export async function scenario8(cp: ControlPlane, o: S8Options): Promise<{ rows:
           let p2pHits: number | undefined;
           if (mode === 'nodes') {
             p2pHits = 0;
-            for (let i = 0; i < n; i++) if (!(await backToSource(i, preheatName))) p2pHits++;
+            for (let i = 0; i < n; i++) if (!(await wentBack(i, preheatName))) p2pHits++;
           }
           const readyAt = ready.get(name)!;
           const preheatAt = preheated.get(preheatName);
@@ -312,17 +252,11 @@ export async function scenario8(cp: ControlPlane, o: S8Options): Promise<{ rows:
       const before = origin.bytesServed(`${name}.mar`);
       const t0 = performance.now();
       await svc.add(`${name}-1`, viaPeer[1]!.urls[0]!, true, `${ns}-node-1`);
-      let readyAt = 0;
-      await until(`${name} Ready on 2`, 600_000, () => {
-        const sm = latest.get(name);
-        if (sm && isReady(sm) && (sm.status as ServedModel['status'])?.readyReplicas === 2)
-          readyAt ||= performance.now();
-        return readyAt > 0;
-      });
+      const readyAt = await untilReadyOn(readiness, name, 2);
       const out = {
         rep,
         readyMs: readyAt - t0,
-        p2pHit: !(await backToSource(1, `${name}-preheat`)),
+        p2pHit: !(await wentBack(1, `${name}-preheat`)),
         originBytes: origin.bytesServed(`${name}.mar`) - before,
       };
       progress(`s8 scale-out ${JSON.stringify(out)}`);

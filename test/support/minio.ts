@@ -30,6 +30,8 @@ export interface MinIO {
   location(bucket: string): StorageLocation & { type: 's3' };
   /** The root user's keys as s3 credentials. */
   credentials(): S3Credentials;
+  /** The server's data directory (a deleted object waits in `.minio.sys/tmp/.trash` until MinIO purges it). */
+  dataDir: string;
   process: ManagedProcess;
   stop(): Promise<void>;
 }
@@ -97,6 +99,7 @@ export async function startMinIO(
     credentials: { accessKeyId: accessKey, secretAccessKey: secretKey },
   });
   return {
+    dataDir: join(dir, 'data'),
     endpoint,
     region,
     accessKey,
