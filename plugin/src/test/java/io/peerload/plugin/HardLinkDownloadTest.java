@@ -86,6 +86,18 @@ class HardLinkDownloadTest {
     }
   }
 
+  /**
+   * A proxy answering for a task the daemon does not hold yet, as client 1.4.2 does: it links {@code file} (the one it
+   * allocated) when asked, sends the head without {@code Download-Finished}, then {@code body} sends.
+   */
+  FakeProxy downloadingInto(Path file, FakeProxy.Script body) throws IOException {
+    return new FakeProxy((req, out) -> {
+      linkIfAsked(req, file);
+      out.write(head(200, content.length, "X-Dragonfly-Task-ID: t1").getBytes(StandardCharsets.US_ASCII));
+      body.respond(req, out);
+    });
+  }
+
   @Test
   void aLocalHitIsTheDaemonsFileAndTheBodyIsNotRead() throws Exception {
     // The body never comes: a client that read it would stall for the read time-out (2 s) and fail.
@@ -189,9 +201,7 @@ class HardLinkDownloadTest {
   void aTaskTheDaemonIsDownloadingIsTakenOnceTheBodyIsWholeWithNothingWritten() throws Exception {
     // The daemon allocates the task's file at full size, links it, and writes each piece before it sends it.
     Path filling = Files.write(daemon.resolve("filling"), new byte[content.length]);
-    try (FakeProxy proxy = new FakeProxy((req, out) -> {
-      linkIfAsked(req, filling);
-      out.write(head(200, content.length, "X-Dragonfly-Task-ID: t1").getBytes(StandardCharsets.US_ASCII));
+    try (FakeProxy proxy = downloadingInto(filling, (req, out) -> {
       try (FileChannel f = FileChannel.open(filling, StandardOpenOption.WRITE)) {
         for (int at = 0; at < content.length; at += 64 * 1024) {
           int n = Math.min(64 * 1024, content.length - at);
@@ -217,9 +227,7 @@ class HardLinkDownloadTest {
   void aLinkedFileThatDoesNotMatchTheBodyIsNotTakenAndTheArchiveIsDownloadedAgain() throws Exception {
     // A daemon that linked a placeholder and filled another file: the body's samples are not in the link.
     Path placeholder = Files.write(daemon.resolve("placeholder"), new byte[content.length]);
-    try (FakeProxy proxy = new FakeProxy((req, out) -> {
-      linkIfAsked(req, placeholder);
-      out.write(head(200, content.length, "X-Dragonfly-Task-ID: t1").getBytes(StandardCharsets.US_ASCII));
+    try (FakeProxy proxy = downloadingInto(placeholder, (req, out) -> {
       out.write(content);
     })) {
       Path target = store.resolve("b.mar");
@@ -241,9 +249,7 @@ class HardLinkDownloadTest {
     byte[] lastWrong = content.clone();
     lastWrong[lastWrong.length - 1] ^= 1;
     Path filled = Files.write(daemon.resolve("filled"), lastWrong);
-    try (FakeProxy proxy = new FakeProxy((req, out) -> {
-      linkIfAsked(req, filled);
-      out.write(head(200, content.length, "X-Dragonfly-Task-ID: t1").getBytes(StandardCharsets.US_ASCII));
+    try (FakeProxy proxy = downloadingInto(filled, (req, out) -> {
       out.write(content);
     })) {
       ProxyDownloader.Result r = downloader.download(proxy.uri(), URL, Collections.emptyMap(), FILTER,
@@ -258,9 +264,7 @@ class HardLinkDownloadTest {
   @Test
   void aTruncatedBodyOfATaskBeingDownloadedLeavesNoLink() throws Exception {
     Path filling = Files.write(daemon.resolve("filling"), new byte[content.length]);
-    try (FakeProxy proxy = new FakeProxy((req, out) -> {
-      linkIfAsked(req, filling);
-      out.write(head(200, content.length, "X-Dragonfly-Task-ID: t1").getBytes(StandardCharsets.US_ASCII));
+    try (FakeProxy proxy = downloadingInto(filling, (req, out) -> {
       out.write(content, 0, content.length / 2);
     })) {
       PluginException e = assertThrows(PluginException.class, () -> downloader.download(proxy.uri(), URL,
