@@ -7,14 +7,16 @@ import { ServedModelSpec, type ServedModel } from '../../src/api/index.ts';
 import { ensureOwnedPreheat } from '../../src/controllers/servedmodel/preheat.ts';
 import { ApiError } from '../../src/runtime/index.ts';
 
+/** A TorchServe model whose ServedModel creates and owns its preheat. */
+const owningPreheat = {
+  create: true,
+  objectStorage: { type: 's3', bucket: 'm', credentialsSecretRef: { name: 's3' } },
+};
 const spec = ServedModelSpec.parse({
   modelName: 'echo',
   fileName: 'echo.mar',
-  modelServer: { service: { name: 'torchserve' } },
-  preheat: {
-    create: true,
-    objectStorage: { type: 's3', bucket: 'models', credentialsSecretRef: { name: 's3' } },
-  },
+  modelServer: { service: { name: 'ts' } },
+  preheat: owningPreheat,
 });
 const sm = {
   metadata: { name: 'echo', namespace: 'ns', uid: 'uid-1', generation: 1 },
