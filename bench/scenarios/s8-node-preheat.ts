@@ -283,24 +283,21 @@ export async function scenario8(cp: ControlPlane, o: S8Options): Promise<{ rows:
     const of = (mode: Mode, n: number) => runs.filter((r) => r.mode === mode && r.n === n);
     const seconds = (rs: Run[], pick: (r: Run) => number | undefined) =>
       stat(rs.map((r) => (pick(r) ?? NaN) / 1000));
-    /** Per repetition: the nodes mode's time over t1 (direct, N = 1, same repetition). */
-    const overT1 = (n: number) =>
+    /** Per repetition: `f` of the ready times of runs `a` and `b` of that repetition (NaN where one is missing). */
+    const perRep = (a: [Mode, number], b: [Mode, number], f: (x: number, y: number) => number) =>
       stat(
         Array.from({ length: o.reps }, (_, rep) => {
-          const t = runs.find((r) => r.mode === 'nodes' && r.n === n && r.rep === rep);
-          const t1 = runs.find((r) => r.mode === 'peer' && r.rep === rep);
-          return t && t1 ? t.readyMs / t1.readyMs : NaN;
+          const find = ([mode, n]: [Mode, number]) =>
+            runs.find((r) => r.mode === mode && r.n === n && r.rep === rep);
+          const [x, y] = [find(a), find(b)];
+          return x && y ? f(x.readyMs, y.readyMs) : NaN;
         }),
       );
-    /** Per repetition: the nodes mode's time over its "one download" budget, max(1.5 × t1, t1 + 5 s). */
+    /** The nodes mode's time over t1 (one cold download through one node peer, same repetition). */
+    const overT1 = (n: number) => perRep(['nodes', n], ['peer', 1], (t, t1) => t / t1);
+    /** The nodes mode's time over its "one download" budget, max(1.5 × t1, t1 + 5 s). */
     const overBudget = (n: number) =>
-      stat(
-        Array.from({ length: o.reps }, (_, rep) => {
-          const t = runs.find((r) => r.mode === 'nodes' && r.n === n && r.rep === rep);
-          const t1 = runs.find((r) => r.mode === 'peer' && r.rep === rep);
-          return t && t1 ? t.readyMs / Math.max(1.5 * t1.readyMs, t1.readyMs + 5000) : NaN;
-        }),
-      );
+      perRep(['nodes', n], ['peer', 1], (t, t1) => t / Math.max(1.5 * t1, t1 + 5000));
     const originOK = (r: Run) => r.originBytes <= o.sizeBytes * 1.05 + 16 * 1024;
     const rows: Row[] = [];
     for (const n of NS) {
@@ -324,24 +321,12 @@ export async function scenario8(cp: ControlPlane, o: S8Options): Promise<{ rows:
           `one fetch written ${n + 1} times on this disk (the seed's and each node's file: node targeting's floor on one machine) ` +
           `${stat(floors.get(n)!.map((x) => x / 1000)).median.toFixed(2)} s, nodes / that ` +
           `${stat(nodes.map((r) => r.readyMs / floors.get(n)![r.rep]!)).median.toFixed(2)}×; P2P hits ${nodes.map((r) => `${r.p2pHits}/${n}`).join(', ')}, local hits ${nodes.map((r) => `${r.localHits}/${n}`).join(', ')}; ` +
-          `direct from the origin (no peer) with N = 1: ${seconds(of('direct', 1), (r) => r.readyMs).median.toFixed(2)} s, N = ${n}: ${seconds(of('direct', n), (r) => r.readyMs).median.toFixed(2)} s; origin bytes per run (nodes) ` +
+          `direct from the origin (no peer): N = 1 ${seconds(of('direct', 1), (r) => r.readyMs).median.toFixed(2)} s, N = ${n} ${seconds(of('direct', n), (r) => r.readyMs).median.toFixed(2)} s; origin bytes per run (nodes) ` +
           `${nodes.map((r) => r.originBytes).join(', ')} of ${o.sizeBytes}`,
       });
     }
-    const growth = stat(
-      Array.from({ length: o.reps }, (_, rep) => {
-        const one = runs.find((r) => r.mode === 'nodes' && r.n === 1 && r.rep === rep);
-        const four = runs.find((r) => r.mode === 'nodes' && r.n === 4 && r.rep === rep);
-        return one && four ? four.readyMs / one.readyMs : NaN;
-      }),
-    );
-    const directGrowth = stat(
-      Array.from({ length: o.reps }, (_, rep) => {
-        const one = runs.find((r) => r.mode === 'direct' && r.n === 1 && r.rep === rep);
-        const four = runs.find((r) => r.mode === 'direct' && r.n === 4 && r.rep === rep);
-        return one && four ? four.readyMs / one.readyMs : NaN;
-      }),
-    );
+    const growth = perRep(['nodes', 4], ['nodes', 1], (four, one) => four / one);
+    const directGrowth = perRep(['direct', 4], ['direct', 1], (four, one) => four / one);
     const allHits = runs.filter((r) => r.mode === 'nodes').every((r) => r.p2pHits === r.n);
     rows.push({
       id: '8d',

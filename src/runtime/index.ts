@@ -59,6 +59,7 @@ export {
   KubeClient,
   ResourceClient,
   isConflict,
+  isAlreadyExists,
   isNotFound,
   objectKey,
   splitKey,

@@ -99,6 +99,9 @@ export class ApiError extends Error {
 
 export const isNotFound = (err: unknown): boolean => err instanceof ApiError && err.code === 404;
 export const isConflict = (err: unknown): boolean => err instanceof ApiError && err.code === 409;
+/** A create's 409: the name is taken (not a stale resourceVersion, also 409). */
+export const isAlreadyExists = (err: unknown): boolean =>
+  err instanceof ApiError && err.code === 409 && err.reason === 'AlreadyExists';
 
 /** What every request reports to observers (metrics, tests). `status` is 0 when no response arrived. */
 export interface RequestRecord {

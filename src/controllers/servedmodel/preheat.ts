@@ -14,7 +14,7 @@ import {
   type TargetPeer,
   GVR,
 } from '../../api/index.ts';
-import { ApiError, getCondition, type Informer, type KubeClient } from '../../runtime/index.ts';
+import { getCondition, isAlreadyExists, type Informer, type KubeClient } from '../../runtime/index.ts';
 import { isDeepStrictEqual } from 'node:util';
 import { isTerminalState } from '../../manager/types.ts';
 import { PreheatCondition } from '../modelpreheat/conditions.ts';
@@ -120,7 +120,7 @@ async function createUnlessCached(
   try {
     await client.create(preheat, { signal });
   } catch (err) {
-    if (!(err instanceof ApiError && err.code === 409 && err.reason === 'AlreadyExists')) throw err;
+    if (!isAlreadyExists(err)) throw err;
   }
 }
 

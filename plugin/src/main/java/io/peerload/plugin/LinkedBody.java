@@ -27,7 +27,8 @@ final class LinkedBody {
   /** @param expected the announced length (the link is taken only for a body of known length) */
   LinkedBody(long expected) {
     this.expected = expected;
-    int n = expected < (long) SAMPLES * SAMPLE_SIZE ? 1 : SAMPLES;
+    // A body of one block or less is one sample; any longer one gets all of them (they may overlap), its last block too.
+    int n = expected <= SAMPLE_SIZE ? 1 : SAMPLES;
     offsets = new long[n];
     samples = new byte[n][];
     for (int k = 0; k < n; k++) {
