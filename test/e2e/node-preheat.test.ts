@@ -11,7 +11,7 @@
  *   - status.cache lists the peers that hold the task (a get_task job), on demand;
  *   - evictOnDelete deletes the task from the network (a delete_task job): the next download goes to the origin.
  */
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, describe, expect, inject, it } from 'vitest';
 import * as k8s from '@kubernetes/client-node';
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -131,6 +131,23 @@ afterAll(async () => {
   await Promise.allSettled([...fleets.map((f) => f.close()), origin?.close(), minio?.stop()]);
   await network?.stop();
   if (work) await rm(work, { recursive: true, force: true });
+});
+
+// A failure says which of the network's processes still run, and what the operator made of the objects.
+afterEach(async ({ task }) => {
+  if (task.result?.state !== 'fail') return;
+  const objects = await Promise.all(
+    [
+      ['servedmodels', 'tiny'],
+      ['modelpreheats', 'tiny-preheat'],
+    ].map(([plural, name]) =>
+      get<{ status?: unknown }>(plural!, name!).then(
+        (o) => `${plural}/${name}: ${JSON.stringify(o.status)}`,
+        (err: Error) => `${plural}/${name}: ${err.message}`,
+      ),
+    ),
+  );
+  console.error(`${await network.report()}\n${objects.join('\n')}`);
 });
 
 const get = <T>(plural: string, name: string) =>

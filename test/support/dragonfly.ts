@@ -12,7 +12,8 @@
  */
 import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, readFile, rename, rm, writeFile } from 'node:fs/promises';
+import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { promisify } from 'node:util';
@@ -70,6 +71,8 @@ export interface Dragonfly {
   /** The manager, scheduler and database processes. */
   processes: ManagedProcess[];
   dir: string;
+  /** A line per process (manager, scheduler, stores, peers): running, or how it ended and its output's end. */
+  report(): Promise<string>;
   stop(): Promise<void>;
 }
 
@@ -92,7 +95,7 @@ export async function startDragonfly(opts: DragonflyOptions = {}): Promise<Drago
   const bin = await dragonflyBinDir();
   const dir = await mkdtemp(join(tmpdir(), 'peerload-dragonfly-'));
   const processes: ManagedProcess[] = [];
-  const peers: DragonflyPeer[] = [];
+  const peers: LaunchedPeer[] = [];
   const stop = async () => {
     // Peers first (they talk to the scheduler and manager), then the services, then the stores.
     await Promise.allSettled(peers.map((p) => p.process.stop(10_000)));
@@ -120,6 +123,7 @@ export async function startDragonfly(opts: DragonflyOptions = {}): Promise<Drago
         user === ROOT_USER ? token : signIn(manager.url, user),
       createPersonalAccessToken: (name: string, scopes?: string[]) =>
         createPersonalAccessToken(manager.url, token, name, scopes),
+      report: () => processReport([...processes, ...peers.map((p) => p.process)]),
       stop,
     };
     if (opts.managerOnly) return { ...network, seedPeer: undefined, peers };
@@ -150,19 +154,7 @@ export async function startDragonfly(opts: DragonflyOptions = {}): Promise<Drago
         await startPeer(bin, dir, `peer-${i + 1}`, ip, manager.grpcAddr, { seed: false, rules, opts }),
       );
     }
-    // A daemon is ready once it has announced its host to a scheduler (found through the manager).
-    await Promise.all(
-      peers.map((p) =>
-        waitFor(
-          `${p.name} to announce itself to the scheduler`,
-          async () => /announce host to /.test(await p.logs()),
-          {
-            timeoutMs: 60_000,
-            intervalMs: 500,
-          },
-        ),
-      ),
-    );
+    await Promise.all(peers.map((p, i) => untilServing(p, (q) => (peers[i] = q))));
 
     await preheatProbe(manager.url, token);
     return { ...network, seedPeer: seed, peers: peers.slice(1) };
@@ -436,7 +428,8 @@ async function startPeer(
   ip: string,
   managerAddr: string,
   o: { seed: boolean; rules: readonly string[]; opts: DragonflyOptions },
-): Promise<DragonflyPeer> {
+  attempt = 1,
+): Promise<LaunchedPeer> {
   const dir = join(root, name);
   const logDir = join(dir, 'log');
   const storageDir = join(dir, 'storage');
@@ -444,6 +437,8 @@ async function startPeer(
   const port = () => freePort(ip);
   const hostname = `peerload-${name}`;
   const proxyPort = await port();
+  const healthPort = await port();
+  const storageTCPPort = await port();
   const config = {
     host: { ip, hostname, idc: '', location: '' },
     server: { pluginDir: join(dir, 'plugins'), cacheDir: join(dir, 'cache') },
@@ -458,14 +453,14 @@ async function startPeer(
     },
     ...(o.seed ? { seedPeer: { enable: true, type: 'super' } } : {}),
     dynconfig: { refreshInterval: '5s' },
-    storage: { server: { ip, tcpPort: await port(), quicPort: await port() }, dir: storageDir, keep: true },
+    storage: { server: { ip, tcpPort: storageTCPPort, quicPort: await port() }, dir: storageDir, keep: true },
     proxy: {
       server: { ip, port: proxyPort },
       rules: o.rules.map((regex) => ({ regex })),
       disableBackToSource: false,
       prefetch: false,
     },
-    health: { server: { ip, port: await port() } },
+    health: { server: { ip, port: healthPort } },
     metrics: { server: { ip, port: await port() } },
     stats: { server: { ip, port: await port() } },
     network: { enableIPv6: false },
@@ -493,5 +488,90 @@ async function startPeer(
     logDir,
     process: proc,
     logs,
+    attempt,
+    healthURL: `http://${ip}:${healthPort}/healthy`,
+    listening: [proxyPort, storageTCPPort],
+    relaunch: async () => {
+      // The failed start's logs stay beside the new one's: a start that fails for good prints them.
+      await rename(dir, `${dir}.failed-${attempt}`);
+      return startPeer(bin, root, name, ip, managerAddr, o, attempt + 1);
+    },
   };
+}
+
+interface LaunchedPeer extends DragonflyPeer {
+  /** 1 for the first start of this daemon, 2 for the next. */
+  attempt: number;
+  /** The daemon's health endpoint (200 once its health server is bound). */
+  healthURL: string;
+  /** TCP ports on `ip` the daemon listens on once started (proxy, storage). */
+  listening: number[];
+  /** Starts the same daemon again on fresh ports. */
+  relaunch(): Promise<LaunchedPeer>;
+}
+
+const MAX_PEER_STARTS = 3;
+
+/**
+ * Waits until a daemon serves: it has announced its host to a scheduler (found through the manager), and its
+ * health server, proxy and storage server accept connections. Its ports were free when chosen but not held, so
+ * another process can take one before the daemon binds it; the daemon then exits (one server failing stops them
+ * all), possibly after it announced itself, and a test would see a node whose peer never answers. Such a daemon
+ * is started again on fresh ports.
+ */
+async function untilServing(first: LaunchedPeer, replace: (p: LaunchedPeer) => void): Promise<void> {
+  for (let peer = first; ;) {
+    let exitCode: number | null | undefined;
+    const exited = peer.process.exited.then((code) => {
+      exitCode = code;
+    });
+    const serving = waitFor(
+      `${peer.name} to announce itself to the scheduler and serve`,
+      async () => {
+        if (exitCode !== undefined) return true;
+        if (!/announce host to /.test(await peer.logs())) return false;
+        if (!(await fetch(peer.healthURL)).ok) return false;
+        for (const port of peer.listening) await connectable(peer.ip, port);
+        return true;
+      },
+      { timeoutMs: 60_000, intervalMs: 500 },
+    );
+    await Promise.race([serving, exited]);
+    // A server that lost its port fails a moment after the others bound theirs.
+    if (exitCode === undefined) await Promise.race([exited, new Promise((r) => setTimeout(r, 1_000))]);
+    if (exitCode === undefined) return;
+    const tail = (await readFile(peer.process.logPath, 'utf8').catch(() => '')).slice(-2_000);
+    if (peer.attempt >= MAX_PEER_STARTS)
+      throw new Error(
+        `${peer.name} exited (code ${exitCode}) ${peer.attempt} times while starting:\n${tail}`,
+      );
+    console.warn(
+      `${peer.name} exited (code ${exitCode}) while starting; starting it again on fresh ports:\n${tail}`,
+    );
+    peer = await peer.relaunch();
+    replace(peer);
+  }
+}
+
+async function processReport(processes: ManagedProcess[]): Promise<string> {
+  const lines = await Promise.all(
+    processes.map(async ({ name, child, logPath }) => {
+      if (child.exitCode === null && child.signalCode === null) return `${name}: running (pid ${child.pid})`;
+      const tail = (await readFile(logPath, 'utf8').catch(() => '')).slice(-1_500);
+      return `${name}: exited (${child.exitCode ?? child.signalCode})\n${tail}`;
+    }),
+  );
+  return lines.join('\n');
+}
+
+/** Resolves once a TCP connection to ip:port succeeds; rejects when it is refused. */
+function connectable(ip: string, port: number): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const socket = connect({ host: ip, port });
+    socket.once('connect', () => {
+      socket.destroy();
+      resolve();
+    });
+    socket.once('error', reject);
+  });
 }
