@@ -11,6 +11,7 @@ import { DEFAULT_MAX_RESPONSE_BYTES, ResponseTooLargeError, readBounded } from '
 import { TIMEOUT, UNUSABLE_RESPONSE_KIND, transportCode } from './classify.ts';
 import { boundDetail, type HttpError, type HttpErrorInit } from './errors.ts';
 import { timerDelay } from '../runtime/timers.ts';
+import { USER_AGENT } from '../version.ts';
 
 export interface HttpRequest {
   dispatcher: Dispatcher;
@@ -123,14 +124,13 @@ export function queryString(q: Record<string, string | number | boolean | undefi
  * given. The token joins `secrets`, so no error of the exchange quotes it; a token that cannot be read rejects with
  * `noToken`'s error (an `auth` failure of the caller's kind).
  */
-export async function jsonHeaders(
-  userAgent: string,
+async function jsonHeaders(
   body: unknown,
   token: (() => Promise<string>) | undefined,
   secrets: string[],
   noToken: (message: string) => Error,
 ): Promise<Record<string, string>> {
-  const headers: Record<string, string> = { 'user-agent': userAgent, accept: 'application/json' };
+  const headers: Record<string, string> = { 'user-agent': USER_AGENT, accept: 'application/json' };
   if (body !== undefined) headers['content-type'] = 'application/json';
   if (!token) return headers;
   let value: string;
@@ -142,4 +142,74 @@ export async function jsonHeaders(
   if (!secrets.includes(value)) secrets.push(value);
   headers['authorization'] = `Bearer ${value}`;
   return headers;
+}
+
+/** A JSON endpoint of a model server or an agent, as its client holds it. */
+export interface JsonEndpoint {
+  dispatcher: Dispatcher;
+  /** `http://host:port`. */
+  origin: string;
+  /** The bearer token's source; none, no `Authorization`. */
+  token?: (() => Promise<string>) | undefined;
+  /** The client's: a token read for the exchange joins it. */
+  secrets: string[];
+  /** The exchange's time-out when the call names none, ms. */
+  timeoutMs: number;
+}
+
+/** The endpoint at `origin` of a client's options; `timeoutMs` applies when neither the options nor a call name one. */
+export function jsonEndpoint(
+  origin: string,
+  opts: {
+    dispatcher: Dispatcher;
+    token?: (() => Promise<string>) | undefined;
+    timeoutMs?: number | undefined;
+  },
+  secrets: string[],
+  timeoutMs: number,
+): JsonEndpoint {
+  return {
+    dispatcher: opts.dispatcher,
+    origin,
+    token: opts.token,
+    secrets,
+    timeoutMs: opts.timeoutMs ?? timeoutMs,
+  };
+}
+
+/** One call of a JSON exchange: its body is serialized; `timeoutMs` and `signal` are the caller's. */
+export interface JsonCall {
+  operation: string;
+  method: Dispatcher.HttpMethod;
+  path: string;
+  body?: unknown;
+  timeoutMs?: number | undefined;
+  signal?: AbortSignal | undefined;
+}
+
+/**
+ * {@link jsonHeaders} and {@link sendRequest} for a JSON call: the clients of model servers and agents differ only
+ * in their errors (`toError` for a transport failure, `noToken` for a token that cannot be read).
+ */
+export async function sendJSON(
+  endpoint: JsonEndpoint,
+  call: JsonCall,
+  errors: { toError: ErrorFactory; noToken: (message: string) => Error },
+): Promise<HttpResponse> {
+  const headers = await jsonHeaders(call.body, endpoint.token, endpoint.secrets, errors.noToken);
+  return sendRequest(
+    {
+      dispatcher: endpoint.dispatcher,
+      origin: endpoint.origin,
+      path: call.path,
+      method: call.method,
+      headers,
+      body: call.body === undefined ? undefined : JSON.stringify(call.body),
+      timeoutMs: call.timeoutMs ?? endpoint.timeoutMs,
+      signal: call.signal,
+      operation: call.operation,
+      secrets: endpoint.secrets,
+    },
+    errors.toError,
+  );
 }

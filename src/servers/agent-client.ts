@@ -13,8 +13,7 @@ import { z } from 'zod';
 import { parseBody } from '../http/body.ts';
 import { kindForStatus } from '../http/classify.ts';
 import { HttpError, boundDetail, type HttpErrorInit, type HttpErrorKind } from '../http/errors.ts';
-import { jsonHeaders, sendRequest, type HttpResponse } from '../http/request.ts';
-import { USER_AGENT } from '../version.ts';
+import { jsonEndpoint, sendJSON, type HttpResponse, type JsonEndpoint } from '../http/request.ts';
 import type { Call, ModelFiles, RegisterCall } from './driver.ts';
 
 export class AgentError extends HttpError {
@@ -73,12 +72,14 @@ export class AgentClient {
   private readonly opts: AgentClientOptions;
   private readonly origin: string;
   private readonly secrets: string[] = [];
+  private readonly endpoint: JsonEndpoint;
 
   constructor(opts: AgentClientOptions) {
     const url = new URL(opts.baseURL);
     if (url.protocol !== 'http:' && url.protocol !== 'https:')
       throw new TypeError(`the agent's URL must be http(s), got ${url.protocol}`);
     this.origin = url.origin;
+    this.endpoint = jsonEndpoint(this.origin, opts, this.secrets, 30_000);
     this.opts = opts;
   }
 
@@ -136,23 +137,13 @@ export class AgentClient {
     body: unknown,
     call: Call,
   ): Promise<HttpResponse> {
-    const headers = await jsonHeaders(USER_AGENT, body, this.opts.token, this.secrets, (m) =>
-      this.error(operation, 'auth', `no token for the agent: ${m}`),
-    );
-    return sendRequest(
+    return sendJSON(
+      this.endpoint,
+      { operation, method, path, body, timeoutMs: call.timeoutMs, signal: call.signal },
       {
-        dispatcher: this.opts.dispatcher,
-        origin: this.origin,
-        path,
-        method,
-        headers,
-        body: body === undefined ? undefined : JSON.stringify(body),
-        timeoutMs: call.timeoutMs ?? this.opts.timeoutMs ?? 30_000,
-        signal: call.signal,
-        operation,
-        secrets: this.secrets,
+        toError: (init) => new AgentError(this.subject, init),
+        noToken: (m) => this.error(operation, 'auth', `no token for the agent: ${m}`),
       },
-      (init) => new AgentError(this.subject, init),
     );
   }
 

@@ -5,8 +5,7 @@
  */
 import type { Dispatcher } from 'undici';
 import { boundDetail } from '../../http/errors.ts';
-import { jsonHeaders, sendRequest, type HttpResponse } from '../../http/request.ts';
-import { USER_AGENT } from '../../version.ts';
+import { jsonEndpoint, sendJSON, type HttpResponse, type JsonEndpoint } from '../../http/request.ts';
 import type { Call } from '../driver.ts';
 import { OipError, errorFields } from './errors.ts';
 
@@ -29,12 +28,14 @@ export class Endpoint {
   private readonly origin: string;
   private readonly opts: EndpointOptions;
   private readonly secrets: string[] = [];
+  private readonly endpoint: JsonEndpoint;
 
   constructor(opts: EndpointOptions) {
     const url = new URL(opts.baseURL);
     if (url.protocol !== 'http:' && url.protocol !== 'https:')
       throw new TypeError(`${opts.role} URL must be http(s): ${url.protocol}`);
     this.origin = url.origin;
+    this.endpoint = jsonEndpoint(this.origin, opts, this.secrets, 30_000);
     this.url = url.origin;
     this.opts = opts;
   }
@@ -50,34 +51,20 @@ export class Endpoint {
     body: unknown,
     call: Call,
   ): Promise<HttpResponse> {
-    const headers = await jsonHeaders(
-      USER_AGENT,
-      body,
-      this.opts.token,
-      this.secrets,
-      (m) =>
-        new OipError({
-          kind: 'auth',
-          status: 0,
-          operation,
-          subject: this.subject,
-          serverMessage: `no token: ${m}`,
-        }),
-    );
-    return sendRequest(
+    return sendJSON(
+      this.endpoint,
+      { operation, method, path, body, timeoutMs: call.timeoutMs, signal: call.signal },
       {
-        dispatcher: this.opts.dispatcher,
-        origin: this.origin,
-        path,
-        method,
-        headers,
-        body: body === undefined ? undefined : JSON.stringify(body),
-        timeoutMs: call.timeoutMs ?? this.opts.timeoutMs ?? 30_000,
-        signal: call.signal,
-        operation,
-        secrets: this.secrets,
+        toError: (init) => new OipError({ ...init, subject: this.subject, serverMessage: init.detail }),
+        noToken: (m) =>
+          new OipError({
+            kind: 'auth',
+            status: 0,
+            operation,
+            subject: this.subject,
+            serverMessage: `no token: ${m}`,
+          }),
       },
-      (init) => new OipError({ ...init, subject: this.subject, serverMessage: init.detail }),
     );
   }
 

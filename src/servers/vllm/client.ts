@@ -14,8 +14,7 @@ import { z } from 'zod';
 import { parseBody } from '../../http/body.ts';
 import { INVALID_RESPONSE, kindForStatus } from '../../http/classify.ts';
 import { HttpError, boundDetail, type HttpErrorInit, type HttpErrorKind } from '../../http/errors.ts';
-import { jsonHeaders, sendRequest, type HttpResponse } from '../../http/request.ts';
-import { USER_AGENT } from '../../version.ts';
+import { jsonEndpoint, sendJSON, type HttpResponse, type JsonEndpoint } from '../../http/request.ts';
 import type { Call } from '../driver.ts';
 
 export class VllmError extends HttpError {
@@ -52,12 +51,14 @@ export class VllmClient {
   private readonly opts: VllmClientOptions;
   private readonly origin: string;
   private readonly secrets: string[] = [];
+  private readonly endpoint: JsonEndpoint;
 
   constructor(opts: VllmClientOptions) {
     const url = new URL(opts.baseURL);
     if (url.protocol !== 'http:' && url.protocol !== 'https:')
       throw new TypeError(`the vLLM server's URL must be http(s), got ${url.protocol}`);
     this.origin = url.origin;
+    this.endpoint = jsonEndpoint(this.origin, opts, this.secrets, 60_000);
     this.opts = opts;
   }
 
@@ -104,27 +105,13 @@ export class VllmClient {
     call: Call,
     authorized = true,
   ): Promise<HttpResponse> {
-    const headers = await jsonHeaders(
-      USER_AGENT,
-      body,
-      authorized ? this.opts.token : undefined,
-      this.secrets,
-      (m) => this.error(operation, 'auth', `no API key: ${m}`),
-    );
-    return sendRequest(
+    return sendJSON(
+      authorized ? this.endpoint : { ...this.endpoint, token: undefined },
+      { operation, method, path, body, timeoutMs: call.timeoutMs, signal: call.signal },
       {
-        dispatcher: this.opts.dispatcher,
-        origin: this.origin,
-        path,
-        method,
-        headers,
-        body: body === undefined ? undefined : JSON.stringify(body),
-        timeoutMs: call.timeoutMs ?? this.opts.timeoutMs ?? 60_000,
-        signal: call.signal,
-        operation,
-        secrets: this.secrets,
+        toError: (init) => new VllmError(this.subject, init),
+        noToken: (m) => this.error(operation, 'auth', `no API key: ${m}`),
       },
-      (init) => new VllmError(this.subject, init),
     );
   }
 
