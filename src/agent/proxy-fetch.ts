@@ -6,20 +6,23 @@
  *
  * With a hard-link directory it first asks the daemon to place its own copy as a hard link
  * (`X-Dragonfly-Output-Path` + `X-Dragonfly-Force-Hard-Link: true`, honoured by the proxy of dragonfly-client
- * 1.4+), exactly as the TorchServe plugin does: the link is used only when the daemon says it served the task from
- * its own storage (`X-Dragonfly-Task-Download-Finished: true`) and the file has the announced size — for a task it
- * does not hold yet the daemon links a file it has only allocated, which is removed and the body streamed. A
- * refusal of the daemon's own (500 with an error type other than `backend`: a cross-device link, say) is followed
+ * 1.4+), exactly as the TorchServe plugin does, when the linked file has the announced size:
+ *   - on a local hit (`X-Dragonfly-Task-Download-Finished: true`) the link is the file, and the body is not read;
+ *   - for a task the daemon does not hold yet it links the file it has only allocated and fills it as the download
+ *     goes: the body is read whole without being written ({@link LinkedBody}), and the link is the file when the
+ *     body's sampled blocks match it; otherwise the link is removed and the file downloaded again without one.
+ * A refusal of the daemon's own (500 with an error type other than `backend`: a cross-device link, say) is followed
  * by the plain download.
  */
 import { randomUUID } from 'node:crypto';
 import { createWriteStream } from 'node:fs';
 import { lstat, mkdir, rename, unlink } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
-import { Transform } from 'node:stream';
+import { Transform, Writable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import type { Dispatcher } from 'undici';
 import { redact } from '../redact.ts';
+import { LinkedBody } from './linked-body.ts';
 import {
   DOWNLOAD_FINISHED_HEADER,
   ERROR_TYPE_HEADER,
@@ -46,7 +49,8 @@ export interface FetchFileRequest {
   /** Ask the daemon for a hard link: `local` is where it appears here, `daemon` the same directory as it sees it. */
   hardLink?: { local: string; daemon: string } | undefined;
   signal: AbortSignal;
-  /** Called for every chunk written; throwing stops the download (a byte budget). */
+  /** Called for every chunk received; throwing stops the download (a byte budget). Negative: bytes given back
+   *  (a daemon's file received through a link that was then removed). */
   onBytes: (n: number) => void;
   /** How the file is named in messages (its path in the model, never the URL). */
   what: string;
@@ -106,24 +110,28 @@ export async function fetchFile(req: FetchFileRequest): Promise<FetchFileResult>
     daemon: '',
   };
   link.daemon = join(req.hardLink.daemon, link.local.slice(req.hardLink.local.length + 1));
+  let fallback: string;
   try {
     const r = await once(req, link);
-    if (r !== 'refused') return r;
+    if (r === 'refused') fallback = 'the peer daemon refused the hard link';
+    else if ('retry' in r) fallback = r.retry;
+    else return r;
   } finally {
     await unlink(link.local).catch(() => undefined);
   }
   const r = await once(req, undefined);
-  return {
-    ...(r as FetchFileResult),
-    hardLink: false,
-    hardLinkFallback: 'the peer daemon refused the hard link',
-  };
+  return { ...(r as FetchFileResult), hardLink: false, hardLinkFallback: fallback };
+}
+
+/** The link was filled but is not the body: download again without it. */
+interface Retry {
+  retry: string;
 }
 
 async function once(
   req: FetchFileRequest,
   link: { local: string; daemon: string } | undefined,
-): Promise<FetchFileResult | 'refused'> {
+): Promise<FetchFileResult | 'refused' | Retry> {
   const target = new URL(req.url);
   const headers: Record<string, string> = {
     host: target.host,
@@ -178,8 +186,8 @@ async function once(
 
   let fallback: string | undefined;
   if (link) {
-    fallback = await linkProblem(link.local, localHit, announced);
-    if (fallback === undefined) {
+    const use = await linkUse(link.local, localHit, announced);
+    if (use === 'now') {
       // The body is not read: closing the connection ends it (client 1.4.2 only logs the failed send; the task
       // stays finished).
       discard(res.body);
@@ -187,23 +195,48 @@ async function once(
       req.onBytes(announced!);
       return { bytes: announced!, taskID, localHit, hardLink: true };
     }
+    if (use === 'after-body') {
+      const linked = new LinkedBody(announced!);
+      let at = 0;
+      const keep = new Writable({
+        write(chunk: Buffer, _enc, cb) {
+          linked.keep(chunk, at);
+          at += chunk.length;
+          cb();
+        },
+      });
+      await receive(req, res, announced, errorType, keep);
+      const problem = await linked.mismatch(link.local);
+      if (problem === undefined) {
+        await rename(link.local, req.target);
+        return { bytes: announced!, taskID, localHit, hardLink: true };
+      }
+      req.onBytes(-announced!);
+      return { retry: problem };
+    }
+    fallback = use.problem;
     await unlink(link.local).catch(() => undefined);
   }
 
   return {
-    ...(await streamBody(req, res, announced, errorType)),
+    ...(await receive(req, res, announced, errorType, createWriteStream(req.target, { flags: 'wx' }))),
     taskID,
     localHit,
     ...(link ? { hardLink: false, hardLinkFallback: fallback } : {}),
   };
 }
 
-/** Streams the body into the target file, counting it, and checks the size. */
-async function streamBody(
+/**
+ * Streams the body into `sink` (the target file, or nowhere for a linked file), counting it, and checks the size.
+ * The target file is opened `wx`: the temporary directory is new, so an existing file is a second file of the
+ * same path, refused.
+ */
+async function receive(
   req: FetchFileRequest,
   res: Dispatcher.ResponseData,
   announced: number | undefined,
   errorType: string | undefined,
+  sink: Writable,
 ): Promise<{ bytes: number }> {
   let bytes = 0;
   let stopped: unknown; // what onBytes threw: the caller's own error, passed on as it is
@@ -220,8 +253,7 @@ async function streamBody(
     },
   });
   try {
-    // `wx`: the temporary directory is new, so an existing file is a second file of the same path: refuse it.
-    await pipeline(res.body, count, createWriteStream(req.target, { flags: 'wx' }), { signal: req.signal });
+    await pipeline(res.body, count, sink, { signal: req.signal });
   } catch (e) {
     if (req.signal.aborted) throw req.signal.reason ?? e;
     if (stopped !== undefined) throw stopped;
@@ -237,24 +269,27 @@ async function streamBody(
   return { bytes };
 }
 
-/** Why the daemon's link cannot be the file (it is then streamed), or undefined when it can. */
-async function linkProblem(
+/**
+ * How the daemon's link can be the file: at once (a local hit), once the body was read whole and matches it (a task
+ * the daemon is filling as it sends), or not (why; the body is then streamed).
+ */
+async function linkUse(
   path: string,
   localHit: boolean | undefined,
   announced: number | undefined,
-): Promise<string | undefined> {
-  if (localHit !== true)
-    return localHit === false
-      ? "not a local hit: the daemon's file is still being filled"
-      : 'the peer proxy did not serve it through P2P';
-  if (announced === undefined) return 'the peer proxy sent no Content-Length to check the link against';
+): Promise<'now' | 'after-body' | { problem: string }> {
+  if (localHit === undefined) return { problem: 'the peer proxy did not serve it through P2P' };
+  if (announced === undefined)
+    return { problem: 'the peer proxy sent no Content-Length to check the link against' };
   try {
     const st = await lstat(path);
-    if (!st.isFile()) return `the daemon made no regular file at ${path}`;
+    if (!st.isFile()) return { problem: `the daemon made no regular file at ${path}` };
     if (st.size !== announced)
-      return `the daemon's file has ${st.size} bytes, the response announced ${announced}`;
-    return undefined;
+      return { problem: `the daemon's file has ${st.size} bytes, the response announced ${announced}` };
   } catch {
-    return `the daemon made no file at ${path} (a daemon that ignores ${OUTPUT_PATH_HEADER}, or the hard-link directory is not this model root)`;
+    return {
+      problem: `the daemon made no file at ${path} (a daemon that ignores ${OUTPUT_PATH_HEADER}, or the hard-link directory is not this model root)`,
+    };
   }
+  return localHit ? 'now' : 'after-body';
 }

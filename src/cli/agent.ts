@@ -22,8 +22,9 @@ export const DOWNLOAD_OPTIONS_USAGE = `--root             the model root (a volu
 --proxy            the node's peer proxy (default http://127.0.0.1:4001; in a pod: http://$(NODE_IP):4001)
 --credentials-dir  a mounted storage Secret (one file per key) to sign object keys with; without it only signed
                    URLs are accepted
---hard-link-root   the model root as the peer daemon sees it (the same volume mounted into the daemon): files the
-                   daemon holds are hard links of its cache instead of copies
+--hard-link-root   the model root as the peer daemon sees it (the same volume mounted into the daemon): files are
+                   hard links of the daemon's own copies instead of copies (checked against the body when the
+                   daemon fills them during the download)
 --max-bytes        bytes one version may take (default 1Ti; suffixes k, Ki, M, Mi, G, Gi, T, Ti)
 --min-free-bytes   free bytes the model volume must keep (default 1Gi)
 --deadline         how long one version may take (default 1h)

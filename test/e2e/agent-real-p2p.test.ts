@@ -2,8 +2,9 @@
  * The agent on the REAL Dragonfly network (dfdaemon 1.4.2, test/support/dragonfly.ts): a directory of three files
  * (one above the daemon's 4 MiB minimum piece length) downloaded through a node peer's proxy into the model root,
  * which is on the same file system as the peer's storage.
- *   - cold: every file streamed through the daemon, each with the task id the agent expects (the daemon's own
- *     X-Dragonfly-Task-ID), the daemon's half-filled links discarded, the directory renamed into place whole;
+ *   - cold: every file through the daemon, each with the task id the agent expects (the daemon's own
+ *     X-Dragonfly-Task-ID), placed as a hard link of the file the daemon fills (the body read and checked, not
+ *     written), the directory renamed into place whole;
  *   - warm (the next version of the same files): every file a local hit placed as a hard link of the daemon's
  *     copy (its link count shows it), and the origin sends no body byte.
  */
@@ -82,17 +83,20 @@ describe('the agent on the real Dragonfly network', () => {
     return body.versions.find((v) => v.version === version)!;
   }
 
-  it('streams a cold directory with the expected task ids, then hard-links every file of the next version', async () => {
+  it('links the files of a cold directory as the daemon fills them, then hard-links every file of the next version', async () => {
     const cold = await place('1');
     expect(cold.error).toBeUndefined();
-    expect(cold).toMatchObject({ state: 'Ready', filesDone: 3, hardLinks: 0 });
+    expect(cold).toMatchObject({ state: 'Ready', filesDone: 3, localHits: 0, hardLinks: 3 });
     for (const f of cold.files) {
       // The daemon's own id, under its default filter (no filter header was sent): the id the agent expected.
       expect(f.taskID).toBe(f.expectedTaskID);
-      expect(f.hardLink).toBe(false);
+      expect(f, JSON.stringify(f)).toMatchObject({ hardLink: true, localHit: false });
     }
-    for (const [p, b] of Object.entries(FILES))
-      expect(await readFile(join(root, 'm', '1', p.replace('/repo/m/', '')))).toEqual(b);
+    for (const [p, b] of Object.entries(FILES)) {
+      const path = join(root, 'm', '1', p.replace('/repo/m/', ''));
+      expect(await readFile(path)).toEqual(b);
+      expect((await stat(path)).nlink).toBeGreaterThanOrEqual(2);
+    }
     expect((await readdir(join(root, 'm'))).sort()).toEqual(['1']);
 
     const originBytes = origin.stats.bytes;

@@ -421,7 +421,7 @@ describe('hard links from the daemon cache', () => {
     const daemon = await fakeDaemon(async (outputPath) => {
       if (refuse) return 'refuse';
       await link(join(cache, 'task'), outputPath);
-      return content;
+      return { body: content, finished: true };
     });
     try {
       // The daemon sees the model root under the same path here (one mount).
@@ -453,6 +453,89 @@ describe('hard links from the daemon cache', () => {
       await daemon.close();
     }
   });
+
+  describe('a task the daemon is still filling (not a local hit)', () => {
+    const content = randomBytes(3 * 4096 * 16 + 123);
+    const place = async (version: string) => {
+      await call('PUT', '/v1/models/m', {
+        ...spec({
+          files: [{ path: 'w.bin', url: `http://storage.invalid/w.bin?X-Amz-Signature=${SIGNATURE}` }],
+        }),
+        version,
+      });
+      await agent!.idle();
+      return (await call('GET', '/v1/models/m')).body.versions.find(
+        (x: { version: string }) => x.version === version,
+      );
+    };
+    /** The daemon's file: allocated at full size and linked before the body is sent, filled as the daemon wishes. */
+    async function allocatedLink(outputPath: string, fill: Buffer): Promise<string> {
+      const task = join(dir, `task-${randomBytes(4).toString('hex')}`);
+      await writeFile(task, Buffer.alloc(fill.length));
+      await link(task, outputPath);
+      await writeFile(task, fill, { flag: 'r+' });
+      return task;
+    }
+
+    it('takes the link once the body was read whole and matches it, writing nothing itself', async () => {
+      let task = '';
+      const daemon = await fakeDaemon(async (outputPath) => {
+        task = await allocatedLink(outputPath, content);
+        return { body: content, finished: false };
+      });
+      try {
+        await start({ proxy: daemon.url, hardLinkRoot: root });
+        const v = await place('1');
+        expect(v).toMatchObject({ state: 'Ready', hardLinks: 1, localHits: 0, bytesDone: content.length });
+        expect(v.files[0]).toMatchObject({ hardLink: true, localHit: false });
+        const path = join(root, 'm', '1', 'w.bin');
+        expect((await stat(path)).ino).toBe((await stat(task)).ino);
+        expect(await readFile(path)).toEqual(content);
+      } finally {
+        await daemon.close();
+      }
+    });
+
+    it('a linked file that is not the body (its last block differs) is removed and the file downloaded again', async () => {
+      const wrong = Buffer.from(content);
+      wrong.writeUInt8(wrong.readUInt8(wrong.length - 1) ^ 0xff, wrong.length - 1);
+      const daemon = await fakeDaemon(async (outputPath) => {
+        await allocatedLink(outputPath, wrong);
+        return { body: content, finished: false };
+      });
+      try {
+        await start({ proxy: daemon.url, hardLinkRoot: root });
+        const v = await place('1');
+        // Counted once: the bytes received for the removed link were given back.
+        expect(v).toMatchObject({ state: 'Ready', hardLinks: 0, bytesDone: content.length });
+        expect(v.files[0].hardLinkFallback).toBe(
+          `the daemon's file differs from the body at byte ${content.length - 4096}`,
+        );
+        const path = join(root, 'm', '1', 'w.bin');
+        expect(await readFile(path)).toEqual(content);
+        expect((await stat(path)).nlink).toBe(1);
+      } finally {
+        await daemon.close();
+      }
+    });
+
+    it('a body that ends early fails the version, and leaves no link behind', async () => {
+      const daemon = await fakeDaemon(async (outputPath) => {
+        await allocatedLink(outputPath, content);
+        return { body: content, finished: false, truncateAt: 5000 };
+      });
+      try {
+        await start({ proxy: daemon.url, hardLinkRoot: root });
+        const v = await place('1');
+        expect(v).toMatchObject({ state: 'Failed', reason: 'DownloadFailed' });
+        expect(v.error).toMatch(/w\.bin/);
+        expect((await readdir(join(root, 'm'))).filter((n) => !n.startsWith('.'))).toEqual([]);
+        expect((await readdir(join(root, 'm'))).join()).not.toMatch(/link/);
+      } finally {
+        await daemon.close();
+      }
+    });
+  });
 });
 
 /** An origin whose answers wait until release(). */
@@ -474,10 +557,15 @@ async function gatedOrigin() {
 }
 
 /**
- * A peer daemon's proxy that makes the hard link the request asks for (`outputPath` -> its cache) and answers as
- * a local hit, or refuses it (500, dfdaemon) and then serves the body on a plain request.
+ * A peer daemon's proxy that makes the hard link the request asks for (`outputPath` -> its cache) and answers as a
+ * local hit (`finished`) or as a task it is downloading, or refuses it (500, dfdaemon); a plain request then gets
+ * the same body. `truncateAt` ends the body early (the connection closed).
  */
-async function fakeDaemon(onLink: (outputPath: string) => Promise<Buffer | 'refuse'>) {
+async function fakeDaemon(
+  onLink: (
+    outputPath: string,
+  ) => Promise<{ body: Buffer; finished: boolean; truncateAt?: number } | 'refuse'>,
+) {
   const outputPaths: string[] = [];
   let last: Buffer = Buffer.alloc(0);
   const server = createServer((req, res) => {
@@ -491,13 +579,14 @@ async function fakeDaemon(onLink: (outputPath: string) => Promise<Buffer | 'refu
           res.writeHead(500, { 'x-dragonfly-error-type': 'dfdaemon', 'content-length': 0 }).end();
           return;
         }
-        last = r;
+        last = r.body;
         res.writeHead(200, {
           ...base,
-          'x-dragonfly-task-download-finished': 'true',
-          'content-length': r.length,
+          ...(r.finished ? { 'x-dragonfly-task-download-finished': 'true' } : {}),
+          'content-length': r.body.length,
         });
-        res.end(r);
+        if (r.truncateAt === undefined) res.end(r.body);
+        else res.write(r.body.subarray(0, r.truncateAt), () => res.destroy());
         return;
       }
       const body = last.length ? last : randomBytes(5000);
