@@ -18,6 +18,7 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { promisify } from 'node:util';
 import { dump } from 'js-yaml';
+import { redact } from '../../src/redact.ts';
 import { startOrigin } from './origin.ts';
 import { freePort } from './ports.ts';
 import { startProcess, waitFor, type ManagedProcess } from './process.ts';
@@ -170,7 +171,7 @@ async function tailLogs(dir: string): Promise<string> {
     '-c',
     `tail -n 15 $(find "${dir}" -type f \\( -name '*.log' -o -name '*.out' -o -name 'dfdaemon*' \\) -not -path '*/mariadb/data/*') 2>/dev/null`,
   ]).catch(() => ({ stdout: '' }));
-  return stdout;
+  return redact(stdout);
 }
 
 async function createPersonalAccessToken(
@@ -540,7 +541,7 @@ async function untilServing(first: LaunchedPeer, replace: (p: LaunchedPeer) => v
     // A server that lost its port fails a moment after the others bound theirs.
     if (exitCode === undefined) await Promise.race([exited, new Promise((r) => setTimeout(r, 1_000))]);
     if (exitCode === undefined) return;
-    const tail = (await readFile(peer.process.logPath, 'utf8').catch(() => '')).slice(-2_000);
+    const tail = await outputEnd(peer.process, 2_000);
     if (peer.attempt >= MAX_PEER_STARTS)
       throw new Error(
         `${peer.name} exited (code ${exitCode}) ${peer.attempt} times while starting:\n${tail}`,
@@ -555,13 +556,18 @@ async function untilServing(first: LaunchedPeer, replace: (p: LaunchedPeer) => v
 
 async function processReport(processes: ManagedProcess[]): Promise<string> {
   const lines = await Promise.all(
-    processes.map(async ({ name, child, logPath }) => {
+    processes.map(async (p) => {
+      const { name, child } = p;
       if (child.exitCode === null && child.signalCode === null) return `${name}: running (pid ${child.pid})`;
-      const tail = (await readFile(logPath, 'utf8').catch(() => '')).slice(-1_500);
-      return `${name}: exited (${child.exitCode ?? child.signalCode})\n${tail}`;
+      return `${name}: exited (${child.exitCode ?? child.signalCode})\n${await outputEnd(p, 1_500)}`;
     }),
   );
   return lines.join('\n');
+}
+
+/** The last `chars` characters of a process's output, with URLs' credentials and signatures redacted. */
+async function outputEnd(p: ManagedProcess, chars: number): Promise<string> {
+  return redact((await readFile(p.logPath, 'utf8').catch(() => '')).slice(-chars));
 }
 
 /** Resolves once a TCP connection to ip:port succeeds; rejects when it is refused. */
