@@ -26,6 +26,11 @@ const FileSchema = z
     url: z.url({ protocol: /^https?$/ }).optional(),
     key: z.string().min(1).max(1024).optional(),
     size: z.number().int().nonnegative().optional(),
+    /** What the file's bytes must hash to (a Hub LFS object's sha256): checked before the version is placed. */
+    sha256: z
+      .string()
+      .regex(/^[0-9a-f]{64}$/, 'must be 64 lower-case hex digits')
+      .optional(),
   })
   .strict()
   .refine((f) => (f.url === undefined) !== (f.key === undefined), {

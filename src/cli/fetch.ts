@@ -15,6 +15,7 @@ import { parseCommandArgs } from './args.ts';
 import { CliError } from './errors.ts';
 
 const USAGE = `Usage: peerload fetch --name MODEL --spec FILE --root DIR [options]
+       peerload fetch hf://NAMESPACE/NAME[@REVISION] DEST [options]   (a Hugging Face repository; --help after it)
 
 Downloads one version of a model directory through the node's peer proxy into <root>/<model>/<version>, as
 'peerload agent' does on a PUT, and prints one line. For an init container. Like the agent it leaves a record of
@@ -33,6 +34,7 @@ export async function run(
   argv: string[],
   io: FetchIO = { out: console.log, err: console.error },
 ): Promise<number> {
+  if (argv[0]?.startsWith('hf://')) return (await import('./fetch-hub.ts')).runHub(argv, io);
   const { values } = parseCommandArgs(
     argv,
     { ...DOWNLOAD_OPTIONS, name: { type: 'string' }, spec: { type: 'string' } },
