@@ -10,7 +10,7 @@ import { pino } from 'pino';
 import { parseDuration } from '../api/index.ts';
 import { DEFAULT_MAX_FILES, MAX_DIRECTORY_FILES } from '../api/fileset.ts';
 import { DownloadRefused, downloadVersion, newProgress, preflight, versionPath } from '../agent/download.ts';
-import { ModelVersionSpecSchema, specProblems } from '../agent/spec.ts';
+import { ModelVersionSpecSchema, specProblems, type ModelVersionSpec } from '../agent/spec.ts';
 import { HubClient } from '../huggingface/client.ts';
 import { DEFAULT_HUB_ENDPOINT, DEFAULT_HUB_TOKEN_HOSTS, hubEndpoint } from '../huggingface/endpoint.ts';
 import { HubError } from '../huggingface/errors.ts';
@@ -22,7 +22,6 @@ import { createLogger } from '../runtime/logger.ts';
 import { DOWNLOAD_OPTIONS, DOWNLOAD_OPTIONS_USAGE, downloaderConfig } from './agent.ts';
 import { parseCommandArgs } from './args.ts';
 import { CliError } from './errors.ts';
-import type { FetchIO } from './fetch.ts';
 
 export const HUB_USAGE = `Usage: peerload fetch hf://NAMESPACE/NAME[@REVISION] DEST [options]
 
@@ -52,6 +51,12 @@ const HUB_OPTIONS = {
   'listing-timeout': { type: 'string', default: `${DEFAULT_LISTING_LIMITS.timeoutMs / 1000}s` },
 } as const;
 
+/** Where the command's two kinds of lines go. */
+export interface HubFetchIO {
+  out: (line: string) => void;
+  err: (line: string) => void;
+}
+
 async function readToken(file: string | undefined, env: NodeJS.ProcessEnv): Promise<string | undefined> {
   let token = env.HF_TOKEN;
   if (file !== undefined) {
@@ -69,16 +74,10 @@ async function readToken(file: string | undefined, env: NodeJS.ProcessEnv): Prom
   return token;
 }
 
-export async function runHub(
-  argv: string[],
-  io: FetchIO,
-  env: NodeJS.ProcessEnv = process.env,
-): Promise<number> {
+/** The command line, checked: the repository, the Hub, the selection and the downloader's configuration. */
+async function parseHubArgs(argv: string[], env: NodeJS.ProcessEnv) {
   const { values, positionals } = parseCommandArgs(argv, HUB_OPTIONS, true, HUB_USAGE);
-  if (values.help) {
-    io.out(HUB_USAGE);
-    return 0;
-  }
+  if (values.help) return undefined;
   if (positionals.length !== 2)
     throw new CliError(
       `give the repository and the destination: peerload fetch hf://namespace/name[@revision] DEST`,
@@ -115,49 +114,69 @@ export async function runHub(
     );
   const token = await readToken(values['token-file'], env);
   const config = downloaderConfig({ ...values, root: positionals[1] });
+  const selection = {
+    include: values.include,
+    exclude: values.exclude,
+    maxFiles,
+    maxBytes: config.limits.maxBytes,
+  };
+  return { ref, endpoint, token, config, selection, listingMs };
+}
+
+/** The repository listed at its commit as the agent's version; a Hub refusal is a line and an exit status. */
+async function hubSpec(
+  args: NonNullable<Awaited<ReturnType<typeof parseHubArgs>>>,
+  io: HubFetchIO,
+): Promise<ModelVersionSpec | number> {
+  const { ref, endpoint, token, config, selection, listingMs } = args;
+  try {
+    const client = new HubClient({ endpoint, dispatcher: config.dispatcher, token });
+    const listing = await listRepoFiles(client, ref.repo, ref.revision, selection, {
+      ...DEFAULT_LISTING_LIMITS,
+      timeoutMs: listingMs,
+    });
+    const spec = ModelVersionSpecSchema.safeParse(
+      hubVersionSpec(endpoint, listing, { headers: client.authHeaders() }),
+    );
+    if (!spec.success) throw new CliError(`hf://${ref.repo}: ${redact(specProblems(spec.error))}`);
+    return spec.data;
+  } catch (e) {
+    if (!(e instanceof HubError)) throw e;
+    io.err(`peerload fetch: ${e.reason}: ${redact(e.message)}`);
+    return e.retryable ? 1 : 2;
+  }
+}
+
+export async function runHub(
+  argv: string[],
+  io: HubFetchIO,
+  env: NodeJS.ProcessEnv = process.env,
+): Promise<number> {
+  const args = await parseHubArgs(argv, env);
+  if (args === undefined) {
+    io.out(HUB_USAGE);
+    return 0;
+  }
+  const { ref, config } = args;
   const logger = createLogger(config.logLevel as 'info', pino.destination({ fd: 2, sync: true }));
   const what = `hf://${ref.repo}@${ref.revision}`;
   try {
     const started = Date.now();
-    let client: HubClient;
-    let spec;
-    try {
-      client = new HubClient({ endpoint, dispatcher: config.dispatcher, token });
-      const listing = await listRepoFiles(
-        client,
-        ref.repo,
-        ref.revision,
-        { include: values.include, exclude: values.exclude, maxFiles, maxBytes: config.limits.maxBytes },
-        { ...DEFAULT_LISTING_LIMITS, timeoutMs: listingMs },
-      );
-      spec = hubVersionSpec(endpoint, listing, { headers: client.authHeaders() });
-    } catch (e) {
-      if (e instanceof HubError) {
-        io.err(`peerload fetch: ${e.reason}: ${redact(e.message)}`);
-        return e.retryable ? 1 : 2;
-      }
-      throw e;
-    }
-    const parsed = ModelVersionSpecSchema.safeParse(spec);
-    if (!parsed.success) throw new CliError(`${what}: ${redact(specProblems(parsed.error))}`);
+    const spec = await hubSpec(args, io);
+    if (typeof spec === 'number') return spec;
     const name = ref.repo.split('/')[1]!;
     let target: string | undefined;
     try {
-      target = await preflight(name, parsed.data, config);
+      target = await preflight(name, spec, config);
     } catch (e) {
       if (e instanceof DownloadRefused) throw new CliError(`${e.reason}: ${redact(e.message)}`);
       throw e;
     }
     if (target === undefined) {
-      io.out(`${what} (commit ${spec.version}) is already in ${versionPath(config.root, name, parsed.data)}`);
+      io.out(`${what} (commit ${spec.version}) is already in ${versionPath(config.root, name, spec)}`);
       return 0;
     }
-    const p = await downloadVersion(
-      name,
-      parsed.data,
-      { ...config, logger },
-      newProgress(name, parsed.data, config.rule),
-    );
+    const p = await downloadVersion(name, spec, { ...config, logger }, newProgress(name, spec, config.rule));
     const seconds = ((Date.now() - started) / 1000).toFixed(1);
     if (p.state === 'Ready') {
       io.out(

@@ -63,7 +63,7 @@ export interface TaskStore {
 }
 
 export function createTaskStore({ host, parent, cacheDir, agent, stats }: TaskStoreOptions): TaskStore {
-  // Back-to-source follows redirects (reqwest's default of 10), dropping Authorization on the way to another
+  // Back-to-source follows redirects (the daemon's policy sets no bound; 10 here), dropping Authorization on the way to another
   // origin, as the daemon's HTTP backend does: a Hub LFS file's 302 to its signed CDN URL is followed there.
   const origin = agent.compose(interceptors.redirect({ maxRedirections: 10 }));
   const index = new Map<string, Entry>();
