@@ -9,7 +9,6 @@ import { readFile } from 'node:fs/promises';
 import { pino } from 'pino';
 import { parseDuration } from '../api/index.ts';
 import { DEFAULT_MAX_FILES, MAX_DIRECTORY_FILES } from '../api/fileset.ts';
-import { DownloadRefused, downloadVersion, newProgress, preflight, versionPath } from '../agent/download.ts';
 import { ModelVersionSpecSchema, specProblems, type ModelVersionSpec } from '../agent/spec.ts';
 import { HubClient } from '../huggingface/client.ts';
 import { DEFAULT_HUB_ENDPOINT, DEFAULT_HUB_TOKEN_HOSTS, hubEndpoint } from '../huggingface/endpoint.ts';
@@ -22,6 +21,7 @@ import { createLogger } from '../runtime/logger.ts';
 import { DOWNLOAD_OPTIONS, DOWNLOAD_OPTIONS_USAGE, downloaderConfig } from './agent.ts';
 import { parseCommandArgs } from './args.ts';
 import { CliError } from './errors.ts';
+import { placeVersion, type FetchLines } from './fetch-place.ts';
 
 export const HUB_USAGE = `Usage: peerload fetch hf://NAMESPACE/NAME[@REVISION] DEST [options]
 
@@ -50,12 +50,6 @@ const HUB_OPTIONS = {
   'max-files': { type: 'string' },
   'listing-timeout': { type: 'string', default: `${DEFAULT_LISTING_LIMITS.timeoutMs / 1000}s` },
 } as const;
-
-/** Where the command's two kinds of lines go. */
-export interface HubFetchIO {
-  out: (line: string) => void;
-  err: (line: string) => void;
-}
 
 async function readToken(file: string | undefined, env: NodeJS.ProcessEnv): Promise<string | undefined> {
   let token = env.HF_TOKEN;
@@ -126,7 +120,7 @@ async function parseHubArgs(argv: string[], env: NodeJS.ProcessEnv) {
 /** The repository listed at its commit as the agent's version; a Hub refusal is a line and an exit status. */
 async function hubSpec(
   args: NonNullable<Awaited<ReturnType<typeof parseHubArgs>>>,
-  io: HubFetchIO,
+  io: FetchLines,
 ): Promise<ModelVersionSpec | number> {
   const { ref, endpoint, token, config, selection, listingMs } = args;
   try {
@@ -149,7 +143,7 @@ async function hubSpec(
 
 export async function runHub(
   argv: string[],
-  io: HubFetchIO,
+  io: FetchLines,
   env: NodeJS.ProcessEnv = process.env,
 ): Promise<number> {
   const args = await parseHubArgs(argv, env);
@@ -159,33 +153,17 @@ export async function runHub(
   }
   const { ref, config } = args;
   const logger = createLogger(config.logLevel as 'info', pino.destination({ fd: 2, sync: true }));
-  const what = `hf://${ref.repo}@${ref.revision}`;
   try {
-    const started = Date.now();
     const spec = await hubSpec(args, io);
     if (typeof spec === 'number') return spec;
-    const name = ref.repo.split('/')[1]!;
-    let target: string | undefined;
-    try {
-      target = await preflight(name, spec, config);
-    } catch (e) {
-      if (e instanceof DownloadRefused) throw new CliError(`${e.reason}: ${redact(e.message)}`);
-      throw e;
-    }
-    if (target === undefined) {
-      io.out(`${what} (commit ${spec.version}) is already in ${versionPath(config.root, name, spec)}`);
-      return 0;
-    }
-    const p = await downloadVersion(name, spec, { ...config, logger }, newProgress(name, spec, config.rule));
-    const seconds = ((Date.now() - started) / 1000).toFixed(1);
-    if (p.state === 'Ready') {
-      io.out(
-        `fetched ${what} (commit ${spec.version}): ${p.filesDone} files, ${p.bytesDone} bytes into ${target} in ${seconds} s (${p.localHits} local hits, ${p.hardLinks} hard links)`,
-      );
-      return 0;
-    }
-    io.err(`peerload fetch: ${p.reason}: ${p.error}`);
-    return 1;
+    return await placeVersion(
+      ref.repo.split('/')[1]!,
+      spec,
+      config,
+      logger,
+      `hf://${ref.repo}@${ref.revision} (commit ${spec.version})`,
+      io,
+    );
   } finally {
     await config.dispatcher.close();
     logger.flush();
