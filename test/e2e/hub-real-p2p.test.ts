@@ -6,8 +6,8 @@
  *     left behind at the Hub;
  *   - `peerload fetch hf://org/name@main` on two replicas, each through its own node peer: nested paths, an LFS
  *     file above 4 MiB, small files; the commit sha reported; every file one task with the same id on both
- *     replicas (the id of its `resolve` URL at the commit); each LFS object's bytes read from the CDN once in all;
- *     every file matching the Hub's sha256.
+ *     replicas (the id of its `resolve` URL at the commit); the LFS object above 4 MiB read from the CDN once in
+ *     all; every file matching the Hub's sha256; the token at the Hub only, in no daemon log.
  */
 import { createHash, randomBytes } from 'node:crypto';
 import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
@@ -169,14 +169,26 @@ describe('a Hub repository on the real Dragonfly network', () => {
         }),
       );
     }
-    // Each LFS object's bytes crossed from the CDN once in all (the daemon's 1-byte probes aside).
-    for (const f of [big, shard]) {
+    // The LFS object above the daemon's 4 MiB minimum piece length crossed from the CDN once in all (the daemon's
+    // 1-byte probes aside); one at most 4 MiB is fetched from the origin by each peer itself (docs/dragonfly.md).
+    const cdnBody = (f: Buffer) => {
       const reads = hub.cdnRequests.filter((r) => r.method === 'GET' && r.url.includes(`/${sha256(f)}?`));
-      const probes = reads.filter((r) => r.range === 'bytes=0-0');
-      const body = reads.filter((r) => r.range !== 'bytes=0-0').reduce((s, r) => s + r.bytes, 0);
-      expect(body, `CDN body bytes of a ${f.length}-byte object`).toBe(f.length);
-      expect(probes.every((r) => r.bytes <= 1)).toBe(true);
-    }
+      expect(reads.filter((r) => r.range === 'bytes=0-0').every((r) => r.bytes <= 1)).toBe(true);
+      return reads.filter((r) => r.range !== 'bytes=0-0').reduce((s, r) => s + r.bytes, 0);
+    };
+    expect(cdnBody(big), `CDN body bytes of the ${big.length}-byte object`).toBe(big.length);
+    const small = cdnBody(shard);
+    expect(small).toBeGreaterThanOrEqual(shard.length);
+    expect(small).toBeLessThanOrEqual(2 * shard.length);
+    // Every request the Hub saw for the big file went to its resolve URL at the commit (each then redirected).
+    const resolves = hub.hubRequests.filter((r) => r.url.endsWith('/model.safetensors'));
+    expect(
+      resolves.every((r) => r.url === `/org/model/resolve/${sha}/model.safetensors` && r.status === 302),
+    ).toBe(true);
+    console.log(
+      `[hub] model.safetensors (${big.length} bytes): ${resolves.length} resolve requests, CDN body ${cdnBody(big)} bytes; ` +
+        `extra/shard-small.bin (${shard.length} bytes): CDN body ${small} bytes`,
+    );
     // The token went to the Hub, never to the CDN.
     expect(hub.hubRequests.some((r) => r.authorized && r.url.includes('/org/model/resolve/'))).toBe(true);
     expect(hub.cdnRequests.every((r) => !r.authorized)).toBe(true);
