@@ -287,7 +287,7 @@ async function downloadFile(run: Run, i: number): Promise<void> {
       dispatcher: config.dispatcher,
       proxy: config.proxy,
       url: await urlOf(run, i),
-      headers: run.headers,
+      headers: file.headers ? { ...run.headers, ...file.headers } : run.headers,
       target: join(run.tmp, file.path),
       expectedSize: file.size,
       hardLink:

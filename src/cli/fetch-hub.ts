@@ -15,6 +15,7 @@ import { DEFAULT_HUB_ENDPOINT, DEFAULT_HUB_TOKEN_HOSTS, hubEndpoint } from '../h
 import { HubError } from '../huggingface/errors.ts';
 import { DEFAULT_LISTING_LIMITS, listRepoFiles } from '../huggingface/files.ts';
 import { parseHubURI } from '../huggingface/reference.ts';
+import { lfsLocations } from '../huggingface/locations.ts';
 import { hubVersionSpec } from '../huggingface/version-spec.ts';
 import { redact, rememberSecret } from '../redact.ts';
 import { createLogger } from '../runtime/logger.ts';
@@ -129,8 +130,9 @@ async function hubSpec(
       ...DEFAULT_LISTING_LIMITS,
       timeoutMs: listingMs,
     });
+    const locations = await lfsLocations(client, listing);
     const spec = ModelVersionSpecSchema.safeParse(
-      hubVersionSpec(endpoint, listing, { headers: client.authHeaders() }),
+      hubVersionSpec(endpoint, listing, locations, { headers: client.authHeaders() }),
     );
     if (!spec.success) throw new CliError(`hf://${ref.repo}: ${redact(specProblems(spec.error))}`);
     return spec.data;

@@ -105,13 +105,31 @@ export class HubClient {
   }
 
   /**
-   * Whether the caller may download the repository's files: a `HEAD` of one file's `resolve` URL at `sha`, as
-   * huggingface_hub asks for a file's metadata. A gated repository lists its files to anyone and refuses only
-   * their bytes, so this is where a missing or refused token shows, before any download starts.
+   * Where a file's bytes are: a `HEAD` of its `resolve` URL at `sha`, as huggingface_hub asks for a file's
+   * metadata, not followed. An LFS file answers with a redirect: its absolute `Location` (a CDN URL signed for a
+   * while); a git file answers itself: undefined. A gated repository lists its files to anyone and refuses only
+   * their bytes, so this is also where a missing or refused token shows, before any download starts.
    */
-  async checkAccess(repo: string, sha: string, path: string, signal?: AbortSignal): Promise<void> {
+  async fileLocation(
+    repo: string,
+    sha: string,
+    path: string,
+    signal?: AbortSignal,
+  ): Promise<string | undefined> {
     const url = new URL(resolveURL(this.endpoint, repo, sha, path));
-    await this.get(url.pathname, `read the files of ${repo}@${sha}`, { repo, revision: sha }, signal, 'HEAD');
+    const operation = `locate ${path} of ${repo}@${sha}`;
+    const res = await this.get(url.pathname, operation, { repo, revision: sha }, signal, 'HEAD');
+    if (res.status < 300) return undefined;
+    const location = headerValue(res.headers.location);
+    let target: URL | undefined;
+    try {
+      target = location ? new URL(location, url) : undefined;
+    } catch {
+      target = undefined;
+    }
+    if (!target || (target.protocol !== 'https:' && target.protocol !== 'http:'))
+      throw hubError(HubReason.BadAnswer, operation, `a ${res.status} without a usable http(s) Location`);
+    return target.toString();
   }
 
   /**

@@ -72,7 +72,7 @@ export async function listRepoFiles(
       },
     });
     const first = tree.find((e) => e.type === 'file');
-    if (first) await client.checkAccess(repo, sha, first.path, both);
+    if (first) await client.fileLocation(repo, sha, first.path, both);
   } catch (e) {
     if (deadline.aborted && !signal?.aborted)
       throw hubError(

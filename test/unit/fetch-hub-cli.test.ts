@@ -115,6 +115,10 @@ describe('peerload fetch hf://', () => {
     expect(r.code).toBe(0);
     expect(hub.hubRequests.some((q) => q.authorized && q.url.includes('/org/gated/resolve/'))).toBe(true);
     expect(hub.cdnRequests.slice(before).every((q) => !q.authorized)).toBe(true);
+    // The peer proxy got the token with the Hub's URLs only, never with a CDN URL.
+    const cdnViaPeer = peer.requests.filter((q) => q.url.startsWith(hub.cdnURL));
+    expect(cdnViaPeer.length).toBeGreaterThan(0);
+    expect(cdnViaPeer.every((q) => q.headers.authorization === undefined)).toBe(true);
     const file = join(dir, 'token');
     await writeFile(file, `${TOKEN}\n`);
     expect((await fetchHub(['hf://org/gated', '--token-file', file])).code).toBe(0);

@@ -14,7 +14,9 @@ import { HubClient } from '../../src/huggingface/client.ts';
 import { hubEndpoint, resolveURL } from '../../src/huggingface/endpoint.ts';
 import { HubError, HubReason } from '../../src/huggingface/errors.ts';
 import { DEFAULT_LISTING_LIMITS, listRepoFiles } from '../../src/huggingface/files.ts';
+import { lfsLocations } from '../../src/huggingface/locations.ts';
 import { hubVersionSpec } from '../../src/huggingface/version-spec.ts';
+import { taskID } from '../../src/storage/taskid.ts';
 import { forgetSecrets, rememberSecret } from '../../src/redact.ts';
 import { startHubEmulator, type HubEmulator } from '../support/hub-emulator.ts';
 
@@ -252,19 +254,36 @@ describe('the Hugging Face Hub client', () => {
     });
   });
 
-  it("makes the agent's version: each file's resolve URL at the commit, sha256 for LFS, the token as a header", async () => {
+  it("makes the agent's version: git files at their resolve URL with the token, LFS files at the CDN without it", async () => {
     const endpoint = hubEndpoint(hub.url, '127.0.0.1');
-    const listing = await listRepoFiles(client(), 'org/model', 'main');
+    const c = client(TOKEN);
+    const listing = await listRepoFiles(c, 'org/gated', 'main');
     const spec = ModelVersionSpecSchema.parse(
-      hubVersionSpec(endpoint, listing, { headers: { authorization: `Bearer ${TOKEN}` } }),
+      hubVersionSpec(endpoint, listing, await lfsLocations(c, listing), { headers: c.authHeaders() }),
     );
     expect(spec.version).toBe(listing.sha);
-    expect(spec.directory).toBe('org/model');
+    expect(spec.directory).toBe('org/gated');
+    expect(spec.headers).toBeUndefined();
     const w = spec.files.find((f) => f.path === 'weights/model-00001.safetensors')!;
-    expect(w.url).toBe(`${hub.url}/org/model/resolve/${listing.sha}/weights/model-00001.safetensors`);
+    expect(w.url!.startsWith(`${hub.cdnURL}/repos/`)).toBe(true);
+    expect(w.headers).toBeUndefined();
     expect(w.sha256).toBe(sha256(big));
-    expect(spec.files.find((f) => f.path === 'config.json')!.sha256).toBeUndefined();
-    expect(spec.headers).toEqual({ authorization: `Bearer ${TOKEN}` });
+    const config = spec.files.find((f) => f.path === 'config.json')!;
+    expect(config.url).toBe(`${hub.url}/org/gated/resolve/${listing.sha}/config.json`);
+    expect(config.headers).toEqual({ authorization: `Bearer ${TOKEN}` });
+    expect(config.sha256).toBeUndefined();
+    // Every query parameter of the CDN URLs is left out of the ids: a later redirect, signed anew, is the same task.
+    expect(spec.filter).toEqual(
+      expect.arrayContaining(['X-Amz-Signature', 'X-Amz-Date', 'response-content-disposition']),
+    );
+    await new Promise((r) => setTimeout(r, 1100)); // the next signature has another X-Amz-Date
+    const again = ModelVersionSpecSchema.parse(
+      hubVersionSpec(endpoint, listing, await lfsLocations(c, listing), { headers: c.authHeaders() }),
+    );
+    const w2 = again.files.find((f) => f.path === w.path)!;
+    expect(w2.url).not.toBe(w.url);
+    const id = (url: string) => taskID({ url, filter: spec.filter!, rule: '1.4' });
+    expect(id(w2.url!)).toBe(id(w.url!));
     expect(resolveURL(endpoint, 'org/m', 'refs/pr/1', 'a b/c#d.txt')).toBe(
       `${hub.url}/org/m/resolve/refs%2Fpr%2F1/a%20b/c%23d.txt`,
     );
