@@ -5,16 +5,12 @@
  * bound on the entries held.
  */
 import { DEFAULT_MAX_FILES, MAX_DIRECTORY_FILES } from '../api/fileset.ts';
-import { FileSetError, selectFiles } from '../storage/fileset.ts';
+import { FileSetError, selectFiles, type FileSetSpec } from '../storage/fileset.ts';
 import type { HubClient } from './client.ts';
 import { HubReason, hubError } from './errors.ts';
 
-export interface HubSelection {
-  include?: readonly string[] | undefined;
-  exclude?: readonly string[] | undefined;
-  maxFiles?: number | undefined;
-  maxBytes?: number | undefined;
-}
+/** What chooses and bounds the files, as for an object-storage directory. */
+export type HubSelection = Pick<FileSetSpec, 'include' | 'exclude' | 'maxFiles' | 'maxBytes'>;
 
 export interface HubListingLimits {
   /** The whole listing (revision and every page), ms. */
