@@ -159,4 +159,27 @@ describe('peerload fetch hf://', () => {
     );
     await expect(fetchHub(['hf://org/model', '--endpoint', 'ftp://x'])).rejects.toThrow(/http\(s\) URL/);
   });
+
+  it("the peer-proxy emulator follows an LFS file's redirect to the CDN as the daemon does, leaving the token", async () => {
+    const { Agent } = await import('undici');
+    const agent = new Agent();
+    try {
+      const repo = hub.repos.get('org/gated')!.commits[0]!;
+      const url = `${hub.url}/org/gated/resolve/${repo.sha}/model.safetensors`;
+      const before = hub.cdnRequests.length;
+      const res = await agent.request({
+        origin: peer.url,
+        method: 'GET',
+        path: url,
+        headers: { host: new URL(url).host, 'x-dragonfly-use-p2p': 'true', authorization: `Bearer ${TOKEN}` },
+      });
+      expect(res.statusCode).toBe(200);
+      expect(Buffer.compare(Buffer.from(await res.body.arrayBuffer()), big)).toBe(0);
+      const cdn = hub.cdnRequests.slice(before);
+      expect(cdn.length).toBeGreaterThan(0);
+      expect(cdn.every((q) => !q.authorized)).toBe(true);
+    } finally {
+      await agent.close();
+    }
+  });
 });

@@ -288,4 +288,18 @@ describe('the Hugging Face Hub client', () => {
       `${hub.url}/org/m/resolve/refs%2Fpr%2F1/a%20b/c%23d.txt`,
     );
   });
+
+  it("the agent's spec takes a file's own headers, but never the daemon's", () => {
+    const ok = ModelVersionSpecSchema.safeParse({
+      version: 'v1',
+      files: [{ path: 'a', url: 'http://127.0.0.1:1/a', headers: { authorization: 'Bearer x' } }],
+    });
+    expect(ok.success).toBe(true);
+    const bad = ModelVersionSpecSchema.safeParse({
+      version: 'v1',
+      files: [{ path: 'a', url: 'http://127.0.0.1:1/a', headers: { 'X-Dragonfly-Tag': 't' } }],
+    });
+    expect(bad.success).toBe(false);
+    expect(bad.error!.issues[0]!.path).toEqual(['files', 0, 'headers', 'X-Dragonfly-Tag']);
+  });
 });
