@@ -28,8 +28,9 @@ export const HUB_USAGE = `Usage: peerload fetch hf://NAMESPACE/NAME[@REVISION] D
 
 Resolves REVISION (a branch, tag or commit sha; default main) to its commit through the Hugging Face Hub API, lists
 the repository's files at that commit and downloads them through the node's peer proxy into DEST/NAMESPACE/NAME/<sha>
-(whole or not at all), each LFS file checked against its sha256. Every file is one P2P task, keyed on its resolve
-URL at the commit. Prints one line with the commit.
+(whole or not at all), each LFS file checked against its sha256. Every file is one P2P task: a git file keyed on
+its resolve URL at the commit, an LFS file on the CDN URL it redirects to, without the signature. Prints one line
+with the commit.
 --endpoint         the Hub (default $HF_ENDPOINT, else ${DEFAULT_HUB_ENDPOINT}): a mirror or an Enterprise Hub
 --token-file       a file holding the Hub token (default $HF_TOKEN); needed for gated and private repositories
 --token-hosts      hosts the token may be sent to, comma-separated (default ${DEFAULT_HUB_TOKEN_HOSTS}; *.domain,
