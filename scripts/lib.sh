@@ -57,3 +57,18 @@ apt_install() {
   DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 update -q >&2 &&
     DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends "$@" >&2
 }
+
+# python_venv_dir NAME: the cached virtualenv directory of NAME (a tool and its version) for $PYTHON's (default
+# python3) minor version. fresh_venv DIR: makes DIR a new empty virtualenv of that interpreter (python3-venv from
+# Debian when it lacks venv).
+python_venv_dir() {
+  printf '%s/%s-py%s' "$PEERLOAD_CACHE" "$1" \
+    "$("${PYTHON:-python3}" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')"
+}
+fresh_venv() {
+  local py="${PYTHON:-python3}"
+  "$py" -c 'import ensurepip, venv' 2>/dev/null || apt_install python3-venv
+  log "creating $1"
+  rm -rf "$1"
+  "$py" -m venv "$1"
+}

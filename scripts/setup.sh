@@ -83,7 +83,8 @@ dragonfly() { step "the real Dragonfly network" "$then_" setup-dragonfly.sh; }
 torchserve() { step "TorchServe" "$then_" setup-torchserve.sh; }
 oip_servers() { # the e2e tests' Triton and MLServer (pip, each in its own cached venv)
   step "Triton" "MLServer" setup-triton.sh
-  step "MLServer" "$then_" setup-mlserver.sh
+  step "MLServer" "huggingface_hub" setup-mlserver.sh
+  step "huggingface_hub" "$then_" setup-hf-hub.sh # the real Hub client the Hub emulator is held to
 }
 control_plane() { step "the control plane" "$then_" setup-control-plane.sh; }
 # The jar without JUnit: the demo does not run it, and `npm test` runs it right after the set-up (scripts/test.sh).

@@ -26,6 +26,7 @@ import {
   taskID,
   type TaskIdRule,
 } from '../storage/taskid.ts';
+import { ChecksumMismatch, checkSha256 } from './checksum.ts';
 import { FetchError, fetchFile } from './proxy-fetch.ts';
 import { writeRecord } from './record.ts';
 import { specLocation, type ModelVersionSpec } from './spec.ts';
@@ -286,7 +287,7 @@ async function downloadFile(run: Run, i: number): Promise<void> {
       dispatcher: config.dispatcher,
       proxy: config.proxy,
       url: await urlOf(run, i),
-      headers: run.headers,
+      headers: file.headers ? { ...run.headers, ...file.headers } : run.headers,
       target: join(run.tmp, file.path),
       expectedSize: file.size,
       hardLink:
@@ -297,6 +298,8 @@ async function downloadFile(run: Run, i: number): Promise<void> {
       what: `${name}/${spec.version}/${file.path}`,
       onBytes: (n) => countBytes(run, i, n),
     });
+    if (file.sha256 !== undefined)
+      await checkSha256(join(run.tmp, file.path), file.sha256, `${name}/${spec.version}/${file.path}`);
     Object.assign(fp, {
       state: 'Done',
       taskID: r.taskID,
@@ -328,7 +331,13 @@ async function downloadFile(run: Run, i: number): Promise<void> {
       const message = e instanceof Error ? e.message : String(e);
       fp.error = redact(message);
       const reason =
-        e instanceof DownloadRefused ? e.reason : e instanceof FetchError ? 'DownloadFailed' : 'WriteFailed';
+        e instanceof DownloadRefused
+          ? e.reason
+          : e instanceof ChecksumMismatch
+            ? 'ChecksumMismatch'
+            : e instanceof FetchError
+              ? 'DownloadFailed'
+              : 'WriteFailed';
       fail(run, reason, message);
     }
   }

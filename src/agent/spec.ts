@@ -20,12 +20,21 @@ const RelativePath = z
     if (problem) ctx.addIssue({ code: 'custom', message: `must be a relative file path (${problem})` });
   });
 
+const Header = z.string().regex(/^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/, 'must be an HTTP header name');
+
 const FileSchema = z
   .object({
     path: RelativePath.meta({ description: 'Where the file lands under the version directory.' }),
     url: z.url({ protocol: /^https?$/ }).optional(),
     key: z.string().min(1).max(1024).optional(),
     size: z.number().int().nonnegative().optional(),
+    /** Request headers of this file only, over the spec's (a token that may go to this file's host alone). */
+    headers: z.record(Header, z.string().max(8192)).optional(),
+    /** What the file's bytes must hash to (a Hub LFS object's sha256): checked before the version is placed. */
+    sha256: z
+      .string()
+      .regex(/^[0-9a-f]{64}$/, 'must be 64 lower-case hex digits')
+      .optional(),
   })
   .strict()
   .refine((f) => (f.url === undefined) !== (f.key === undefined), {
@@ -46,8 +55,6 @@ const StorageSchema = z
     expiresSeconds: z.number().int().min(60).max(604_800).default(3600),
   })
   .strict();
-
-const Header = z.string().regex(/^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/, 'must be an HTTP header name');
 
 export const ModelVersionSpecSchema = z
   .object({
@@ -89,9 +96,19 @@ export const ModelVersionSpecSchema = z
           message: `"${f.path}" is also a directory`,
         });
     });
+    const ownHeader = /^(x-dragonfly-|host$|range$|connection$)/i;
     for (const name of Object.keys(s.headers ?? {}))
-      if (/^(x-dragonfly-|host$|range$|connection$)/i.test(name))
+      if (ownHeader.test(name))
         ctx.addIssue({ code: 'custom', path: ['headers', name], message: 'is set by the agent itself' });
+    s.files.forEach((f, i) => {
+      for (const name of Object.keys(f.headers ?? {}))
+        if (ownHeader.test(name))
+          ctx.addIssue({
+            code: 'custom',
+            path: ['files', i, 'headers', name],
+            message: 'is set by the agent itself',
+          });
+    });
   });
 
 export type ModelVersionSpec = z.output<typeof ModelVersionSpecSchema>;

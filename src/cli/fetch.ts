@@ -6,15 +6,16 @@
 import { readFile } from 'node:fs/promises';
 import { pino } from 'pino';
 import { text } from 'node:stream/consumers';
-import { DownloadRefused, downloadVersion, newProgress, preflight, versionPath } from '../agent/download.ts';
 import { ModelVersionSpecSchema, SEGMENT, specProblems } from '../agent/spec.ts';
 import { createLogger } from '../runtime/logger.ts';
 import { redact } from '../redact.ts';
 import { DOWNLOAD_OPTIONS, DOWNLOAD_OPTIONS_USAGE, downloaderConfig } from './agent.ts';
 import { parseCommandArgs } from './args.ts';
 import { CliError } from './errors.ts';
+import { placeVersion, type FetchLines } from './fetch-place.ts';
 
 const USAGE = `Usage: peerload fetch --name MODEL --spec FILE --root DIR [options]
+       peerload fetch hf://NAMESPACE/NAME[@REVISION] DEST [options]   (a Hugging Face repository; --help after it)
 
 Downloads one version of a model directory through the node's peer proxy into <root>/<model>/<version>, as
 'peerload agent' does on a PUT, and prints one line. For an init container. Like the agent it leaves a record of
@@ -24,15 +25,13 @@ the download (local hits, hard links) under <root>/.peerload-records/, which an 
 ${DOWNLOAD_OPTIONS_USAGE}
 Exit status: 0 in place, 1 download failed, 2 bad input or refused.`;
 
-export interface FetchIO {
-  out: (line: string) => void;
-  err: (line: string) => void;
-}
+export type FetchIO = FetchLines;
 
 export async function run(
   argv: string[],
   io: FetchIO = { out: console.log, err: console.error },
 ): Promise<number> {
+  if (argv[0]?.startsWith('hf://')) return (await import('./fetch-hub.ts')).runHub(argv, io);
   const { values } = parseCommandArgs(
     argv,
     { ...DOWNLOAD_OPTIONS, name: { type: 'string' }, spec: { type: 'string' } },
@@ -68,28 +67,7 @@ export async function run(
   // Logs go to stderr: stdout is the one-line summary.
   const logger = createLogger(config.logLevel as 'info', pino.destination({ fd: 2, sync: true }));
   try {
-    const started = Date.now();
-    let target: string | undefined;
-    try {
-      target = await preflight(name, spec, config);
-    } catch (e) {
-      if (e instanceof DownloadRefused) throw new CliError(`${e.reason}: ${redact(e.message)}`);
-      throw e;
-    }
-    if (target === undefined) {
-      io.out(`${name} version ${spec.version} is already in ${versionPath(config.root, name, spec)}`);
-      return 0;
-    }
-    const p = await downloadVersion(name, spec, { ...config, logger }, newProgress(name, spec, config.rule));
-    const seconds = ((Date.now() - started) / 1000).toFixed(1);
-    if (p.state === 'Ready') {
-      io.out(
-        `fetched ${name} version ${spec.version}: ${p.filesDone} files, ${p.bytesDone} bytes into ${target} in ${seconds} s (${p.localHits} local hits, ${p.hardLinks} hard links)`,
-      );
-      return 0;
-    }
-    io.err(`peerload fetch: ${p.reason}: ${p.error}`);
-    return 1;
+    return await placeVersion(name, spec, config, logger, `${name} version ${spec.version}`, io);
   } finally {
     await config.dispatcher.close();
     logger.flush();

@@ -9,7 +9,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { join } from 'node:path';
 import { finished, pipeline } from 'node:stream/promises';
 import { randomUUID } from 'node:crypto';
-import { request as undiciRequest, type Agent, type Dispatcher } from 'undici';
+import { interceptors, request as undiciRequest, type Agent, type Dispatcher } from 'undici';
 import { TASK_ID_HEADER } from '../../src/storage/taskid.ts';
 import {
   badGateway,
@@ -63,6 +63,9 @@ export interface TaskStore {
 }
 
 export function createTaskStore({ host, parent, cacheDir, agent, stats }: TaskStoreOptions): TaskStore {
+  // Back-to-source follows redirects (the daemon's policy sets no bound; 10 here), dropping Authorization on the way to another
+  // origin, as the daemon's HTTP backend does: a Hub LFS file's 302 to its signed CDN URL is followed there.
+  const origin = agent.compose(interceptors.redirect({ maxRedirections: 10 }));
   const index = new Map<string, Entry>();
   const fills = new Map<string, Promise<Fill>>();
   let generation = 0;
@@ -187,7 +190,7 @@ export function createTaskStore({ host, parent, cacheDir, agent, stats }: TaskSt
     try {
       const fwd = forwardableHeaders(headers);
       delete fwd['range']; // a cache fill fetches the whole object
-      res = await undiciRequest(url, { method: 'GET', headers: fwd, dispatcher: agent });
+      res = await undiciRequest(url, { method: 'GET', headers: fwd, dispatcher: origin });
     } catch (e) {
       return badGateway('origin unreachable', e);
     }

@@ -9,6 +9,8 @@
  *   Task id from src/storage/taskid.ts under `daemonVersion`'s rule (default 1.4) with the request's
  *   `X-Dragonfly-Filtered-Query-Params` (else `defaultFilter`; the legacy `X-Dragonfly-Filter` is ignored),
  *   `X-Dragonfly-Tag`, `-Application`, `-Piece-Length`; content cached ON DISK by task id.
+ * - Back-to-source follows redirects and drops `Authorization` on the way to another origin (the daemon's reqwest
+ *   backend does both), so a Hub LFS file's task is keyed on its `resolve` URL and filled from the CDN.
  * - One origin fetch per task id however many requests wait for it (a "fill"). Fills are cut-through, like the
  *   real daemon that serves pieces while it downloads them: the plain GET that starts a fill gets the bytes as they
  *   arrive while they are written to the cache file; its body completes only once the task is committed. Requests

@@ -1,0 +1,174 @@
+/**
+ * `peerload fetch hf://namespace/name[@revision] DEST`: a Hugging Face repository placed as a model directory.
+ * The revision is resolved to its commit sha through the Hub API, the files at that sha listed (include/exclude,
+ * caps, a listing time-out), then downloaded through the node's peer proxy by the agent's own downloader (the
+ * same placement, hard links included), each LFS file checked against its sha256, into DEST/<repo>/<sha>.
+ * The token comes from $HF_TOKEN or --token-file and goes only to an allowed Hub host (--token-hosts).
+ */
+import { readFile } from 'node:fs/promises';
+import { pino } from 'pino';
+import { parseDuration } from '../api/index.ts';
+import { DEFAULT_MAX_FILES, MAX_DIRECTORY_FILES } from '../api/fileset.ts';
+import { ModelVersionSpecSchema, specProblems, type ModelVersionSpec } from '../agent/spec.ts';
+import { HubClient } from '../huggingface/client.ts';
+import { DEFAULT_HUB_ENDPOINT, DEFAULT_HUB_TOKEN_HOSTS, hubEndpoint } from '../huggingface/endpoint.ts';
+import { HubError } from '../huggingface/errors.ts';
+import { DEFAULT_LISTING_LIMITS, listRepoFiles } from '../huggingface/files.ts';
+import { parseHubURI } from '../huggingface/reference.ts';
+import { lfsLocations } from '../huggingface/locations.ts';
+import { hubVersionSpec } from '../huggingface/version-spec.ts';
+import { redact, rememberSecret } from '../redact.ts';
+import { createLogger } from '../runtime/logger.ts';
+import { DOWNLOAD_OPTIONS, DOWNLOAD_OPTIONS_USAGE, downloaderConfig } from './agent.ts';
+import { parseCommandArgs } from './args.ts';
+import { CliError } from './errors.ts';
+import { placeVersion, type FetchLines } from './fetch-place.ts';
+
+export const HUB_USAGE = `Usage: peerload fetch hf://NAMESPACE/NAME[@REVISION] DEST [options]
+
+Resolves REVISION (a branch, tag or commit sha; default main) to its commit through the Hugging Face Hub API, lists
+the repository's files at that commit and downloads them through the node's peer proxy into DEST/NAMESPACE/NAME/<sha>
+(whole or not at all), each LFS file checked against its sha256. Every file is one P2P task: a git file keyed on
+its resolve URL at the commit, an LFS file on the CDN URL it redirects to, without the signature. Prints one line
+with the commit.
+--endpoint         the Hub (default $HF_ENDPOINT, else ${DEFAULT_HUB_ENDPOINT}): a mirror or an Enterprise Hub
+--token-file       a file holding the Hub token (default $HF_TOKEN); needed for gated and private repositories
+--token-hosts      hosts the token may be sent to, comma-separated (default ${DEFAULT_HUB_TOKEN_HOSTS}; *.domain,
+                   IPs, ranges and :port allowed)
+--include          glob of the files to keep (repeatable; default every file)
+--exclude          glob of the files to leave out (repeatable)
+--max-files        most files after include/exclude (default ${DEFAULT_MAX_FILES}, at most ${MAX_DIRECTORY_FILES})
+--listing-timeout  how long resolving and listing may take (default ${DEFAULT_LISTING_LIMITS.timeoutMs / 1000}s)
+${DOWNLOAD_OPTIONS_USAGE.replace(/^--root[^\n]*\n/, '')}
+Exit status: 0 in place, 1 download failed, 2 bad input, refused, or the Hub's refusal (token, revision...).`;
+
+const HUB_OPTIONS = {
+  ...DOWNLOAD_OPTIONS,
+  endpoint: { type: 'string' },
+  'token-file': { type: 'string' },
+  'token-hosts': { type: 'string', default: DEFAULT_HUB_TOKEN_HOSTS },
+  include: { type: 'string', multiple: true },
+  exclude: { type: 'string', multiple: true },
+  'max-files': { type: 'string' },
+  'listing-timeout': { type: 'string', default: `${DEFAULT_LISTING_LIMITS.timeoutMs / 1000}s` },
+} as const;
+
+async function readToken(file: string | undefined, env: NodeJS.ProcessEnv): Promise<string | undefined> {
+  let token = env.HF_TOKEN;
+  if (file !== undefined) {
+    try {
+      token = await readFile(file, 'utf8');
+    } catch (e) {
+      throw new CliError(
+        `--token-file: cannot read ${file}: ${(e as NodeJS.ErrnoException).code ?? 'error'}`,
+      );
+    }
+  }
+  token = token?.trim();
+  if (token === '') return undefined;
+  rememberSecret(token);
+  return token;
+}
+
+/** The command line, checked: the repository, the Hub, the selection and the downloader's configuration. */
+async function parseHubArgs(argv: string[], env: NodeJS.ProcessEnv) {
+  const { values, positionals } = parseCommandArgs(argv, HUB_OPTIONS, true, HUB_USAGE);
+  if (values.help) return undefined;
+  if (positionals.length !== 2)
+    throw new CliError(
+      `give the repository and the destination: peerload fetch hf://namespace/name[@revision] DEST`,
+    );
+  let ref;
+  try {
+    ref = parseHubURI(positionals[0]!);
+  } catch (e) {
+    throw new CliError((e as Error).message);
+  }
+  let endpoint;
+  try {
+    endpoint = hubEndpoint(values.endpoint ?? env.HF_ENDPOINT ?? DEFAULT_HUB_ENDPOINT, values['token-hosts']);
+  } catch (e) {
+    throw new CliError(`--endpoint/--token-hosts: ${(e as Error).message}`);
+  }
+  const maxFiles = values['max-files'] === undefined ? undefined : Number(values['max-files']);
+  if (
+    maxFiles !== undefined &&
+    !(Number.isInteger(maxFiles) && maxFiles >= 1 && maxFiles <= MAX_DIRECTORY_FILES)
+  )
+    throw new CliError(
+      `--max-files: must be an integer from 1 to ${MAX_DIRECTORY_FILES}, got "${values['max-files']}"`,
+    );
+  let listingMs: number;
+  try {
+    listingMs = parseDuration(values['listing-timeout']);
+  } catch {
+    listingMs = 0;
+  }
+  if (!(listingMs > 0))
+    throw new CliError(
+      `--listing-timeout: must be a positive duration such as 30s or 2m, got "${values['listing-timeout']}"`,
+    );
+  const token = await readToken(values['token-file'], env);
+  const config = downloaderConfig({ ...values, root: positionals[1] });
+  const selection = {
+    include: values.include,
+    exclude: values.exclude,
+    maxFiles,
+    maxBytes: config.limits.maxBytes,
+  };
+  return { ref, endpoint, token, config, selection, listingMs };
+}
+
+/** The repository listed at its commit as the agent's version; a Hub refusal is a line and an exit status. */
+async function hubSpec(
+  args: NonNullable<Awaited<ReturnType<typeof parseHubArgs>>>,
+  io: FetchLines,
+): Promise<ModelVersionSpec | number> {
+  const { ref, endpoint, token, config, selection, listingMs } = args;
+  try {
+    const client = new HubClient({ endpoint, dispatcher: config.dispatcher, token });
+    const listing = await listRepoFiles(client, ref.repo, ref.revision, selection, {
+      ...DEFAULT_LISTING_LIMITS,
+      timeoutMs: listingMs,
+    });
+    const locations = await lfsLocations(client, listing);
+    const spec = ModelVersionSpecSchema.safeParse(
+      hubVersionSpec(endpoint, listing, locations, { headers: client.authHeaders() }),
+    );
+    if (!spec.success) throw new CliError(`hf://${ref.repo}: ${redact(specProblems(spec.error))}`);
+    return spec.data;
+  } catch (e) {
+    if (!(e instanceof HubError)) throw e;
+    io.err(`peerload fetch: ${e.reason}: ${redact(e.message)}`);
+    return e.retryable ? 1 : 2;
+  }
+}
+
+export async function runHub(
+  argv: string[],
+  io: FetchLines,
+  env: NodeJS.ProcessEnv = process.env,
+): Promise<number> {
+  const args = await parseHubArgs(argv, env);
+  if (args === undefined) {
+    io.out(HUB_USAGE);
+    return 0;
+  }
+  const { ref, config } = args;
+  const logger = createLogger(config.logLevel as 'info', pino.destination({ fd: 2, sync: true }));
+  try {
+    const spec = await hubSpec(args, io);
+    if (typeof spec === 'number') return spec;
+    return await placeVersion(
+      ref.repo.split('/')[1]!,
+      spec,
+      config,
+      logger,
+      `hf://${ref.repo}@${ref.revision} (commit ${spec.version})`,
+      io,
+    );
+  } finally {
+    await config.dispatcher.close();
+    logger.flush();
+  }
+}

@@ -1,0 +1,57 @@
+/**
+ * What both forms of `peerload fetch` do once they hold a version's spec: the agent's preflight and download into
+ * place, and the one line (stdout) or the failure (stderr) with the exit status.
+ */
+import type { Logger } from 'pino';
+import {
+  DownloadRefused,
+  downloadVersion,
+  newProgress,
+  preflight,
+  versionPath,
+  type DownloaderConfig,
+} from '../agent/download.ts';
+import type { ModelVersionSpec } from '../agent/spec.ts';
+import { redact } from '../redact.ts';
+import { CliError } from './errors.ts';
+
+export interface FetchLines {
+  out: (line: string) => void;
+  err: (line: string) => void;
+}
+
+/**
+ * Places `spec` as model `name`; `what` names the version in the lines (`m version 3`, `hf://org/m@main (commit
+ * <sha>)`). Returns the exit status; a refusal before any byte is a {@link CliError}.
+ */
+export async function placeVersion(
+  name: string,
+  spec: ModelVersionSpec,
+  config: DownloaderConfig,
+  logger: Logger,
+  what: string,
+  io: FetchLines,
+): Promise<number> {
+  const started = Date.now();
+  let target: string | undefined;
+  try {
+    target = await preflight(name, spec, config);
+  } catch (e) {
+    if (e instanceof DownloadRefused) throw new CliError(`${e.reason}: ${redact(e.message)}`);
+    throw e;
+  }
+  if (target === undefined) {
+    io.out(`${what} is already in ${versionPath(config.root, name, spec)}`);
+    return 0;
+  }
+  const p = await downloadVersion(name, spec, { ...config, logger }, newProgress(name, spec, config.rule));
+  const seconds = ((Date.now() - started) / 1000).toFixed(1);
+  if (p.state === 'Ready') {
+    io.out(
+      `fetched ${what}: ${p.filesDone} files, ${p.bytesDone} bytes into ${target} in ${seconds} s (${p.localHits} local hits, ${p.hardLinks} hard links)`,
+    );
+    return 0;
+  }
+  io.err(`peerload fetch: ${p.reason}: ${p.error}`);
+  return 1;
+}

@@ -1,0 +1,65 @@
+/**
+ * Where the Hub is and who may receive a token: the endpoint (the public Hub, a mirror or an Enterprise Hub) and
+ * the admin's allow-list of hosts a Hub token may be sent to (the rule syntax of src/policy/reach.ts). A token is
+ * sent to the endpoint only when its host is allowed, whatever a spec or a command line names; the URLs of the
+ * Hub's API and of its `resolve` route are built here, so every caller builds them alike.
+ */
+import { hostAllowed, parseHostRules, type HostRule } from '../policy/reach.ts';
+
+export const DEFAULT_HUB_ENDPOINT = 'https://huggingface.co';
+/** The default allow-list of the token: the public Hub only. */
+export const DEFAULT_HUB_TOKEN_HOSTS = 'huggingface.co';
+
+export interface HubEndpoint {
+  /** `https://host[:port]`, no trailing `/`. */
+  url: string;
+  /** Hosts a token may go to. */
+  tokenHosts: readonly HostRule[];
+}
+
+/** Why `url` cannot be a Hub endpoint, or undefined. */
+export function endpointProblem(url: string): string | undefined {
+  let u: URL;
+  try {
+    u = new URL(url);
+  } catch {
+    return 'is not a URL';
+  }
+  if (u.protocol !== 'https:' && u.protocol !== 'http:') return 'must be an http(s) URL';
+  if (u.username || u.password) return 'must not hold credentials';
+  if (u.search || u.hash) return 'must not have a query or fragment';
+  if (u.pathname !== '/' && u.pathname !== '')
+    return "must be the Hub's root URL (no path), e.g. https://huggingface.co";
+  return undefined;
+}
+
+/** The endpoint of `url` (default the public Hub) under the token allow-list `tokenHosts` (comma-separated). */
+export function hubEndpoint(url = DEFAULT_HUB_ENDPOINT, tokenHosts = DEFAULT_HUB_TOKEN_HOSTS): HubEndpoint {
+  const problem = endpointProblem(url);
+  if (problem) throw new Error(`the Hub endpoint "${url}" ${problem}`);
+  return { url: new URL(url).origin, tokenHosts: parseHostRules(tokenHosts) };
+}
+
+/** Whether a token may be sent to the endpoint. */
+export function tokenAllowed(endpoint: HubEndpoint): boolean {
+  return hostAllowed(endpoint.url, endpoint.tokenHosts);
+}
+
+/** A revision or path as one URL segment each (huggingface_hub quotes the revision with `safe=''`). */
+const segment = (s: string) => encodeURIComponent(s);
+const filePath = (p: string) => p.split('/').map(segment).join('/');
+
+/** `/api/models/{repo}/revision/{revision}`. */
+export function repoInfoPath(repo: string, revision: string): string {
+  return `/api/models/${repo}/revision/${segment(revision)}`;
+}
+
+/** `/api/models/{repo}/tree/{revision}?recursive=true`. */
+export function treePath(repo: string, revision: string): string {
+  return `/api/models/${repo}/tree/${segment(revision)}?recursive=true`;
+}
+
+/** The `resolve` URL of a file at a revision: what huggingface_hub downloads and what a P2P task is keyed on. */
+export function resolveURL(endpoint: HubEndpoint, repo: string, revision: string, path: string): string {
+  return `${endpoint.url}/${repo}/resolve/${segment(revision)}/${filePath(path)}`;
+}
