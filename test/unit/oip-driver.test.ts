@@ -4,7 +4,6 @@
  * emulator into the emulator's model repository: registration (files placed, then load), progress and local hits,
  * versions and rollout, worker counts, unregistration, and how every failure reads.
  */
-import { AgentError } from '../../src/servers/agent-client.ts';
 import { mkdir, mkdtemp, rm, stat, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -15,7 +14,7 @@ import { startAgentServer, type AgentServer } from '../../src/agent/server.ts';
 import type { ModelFiles, ReplicaAccess, ReplicaServer } from '../../src/servers/driver.ts';
 import { modelServerDrivers } from '../../src/servers/index.ts';
 import { MLSERVER, OipDriver, TRITON, type OipFlavour } from '../../src/servers/oip/driver.ts';
-import { OipError } from '../../src/servers/oip/errors.ts';
+import { ReplicaError } from '../../src/servers/endpoint.ts';
 import { startOipEmulator, type OipEmulator } from '../support/oip-emulator.ts';
 import { ECHO_MODEL_PY, echoConfig } from '../support/oip-exchanges.ts';
 import { startOrigin, type Origin } from '../support/origin.ts';
@@ -113,8 +112,8 @@ async function failureOf(driver: OipDriver, p: Promise<unknown>) {
     () => undefined,
     (e: unknown) => e,
   );
-  // The server's errors are OipErrors, the agent's come from the agent client every directory driver shares.
-  expect(err instanceof OipError || err instanceof AgentError).toBe(true);
+  // The server's errors and the agent's are the replica endpoint's, as every directory driver's.
+  expect(err).toBeInstanceOf(ReplicaError);
   return driver.failure(err)!;
 }
 

@@ -4,7 +4,7 @@
  * (non-default versions first, as TorchServe refuses to drop a default that has siblings).
  */
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
-import { createModelServerAgent } from '../../src/servers/torchserve/client.ts';
+import { createModelServerPool } from '../../src/servers/pools.ts';
 import { TorchServeDriver } from '../../src/servers/torchserve/driver.ts';
 import {
   startModelServerEmulator,
@@ -12,7 +12,7 @@ import {
   type ModelServerEmulatorOptions,
 } from '../support/modelserver-emulator.ts';
 
-const agent = createModelServerAgent({ connections: 2 });
+const agent = createModelServerPool({ connections: 2 });
 const started: ModelServerEmulator[] = [];
 afterEach(async () => {
   await Promise.all(started.splice(0).map((s) => s.close()));

@@ -268,29 +268,29 @@ describe('a LoRA adapter placed by the agent and loaded', () => {
     await server.unregisterAll('sql', call); // gone already: fine
   });
 
-  it('keeps the worker counts asked for and reports them ready while the model is there', async () => {
+  it('has one worker, read from the server alone: a new driver (an operator restart) reports the same', async () => {
     const { server, driver } = replica();
     await server.register(
       { fileName: 'x', modelName: 'sql', version: 'v1', files: files('v1'), options: {} },
       call,
     );
-    await server.scale('sql', 'v1', { min: 2, max: 3 }, call);
-    expect(await server.describe('sql', 'v1', call)).toEqual({
-      version: 'v1',
-      minWorkers: 2,
-      maxWorkers: 3,
-      readyWorkers: 2,
+    const one = { version: 'v1', minWorkers: 1, maxWorkers: 1, readyWorkers: 1 };
+    expect(await server.describe('sql', 'v1', call)).toEqual(one);
+    await server.scale('sql', 'v1', { min: 1, max: 1 }, call); // the one count: nothing to do
+    const refused = await server.scale('sql', 'v1', { min: 2, max: 3 }, call).catch((e: unknown) => e);
+    expect(driver.failure(refused)).toMatchObject({
+      kind: 'terminal',
+      message: expect.stringContaining('set spec.workers.min and max to 1'),
     });
     vllm.healthy = false;
     expect((await server.describe('sql', 'v1', call))?.readyWorkers).toBe(0);
-    driver.prune('u1', new Set());
     vllm.healthy = true;
-    const again = driver.replica(
+    const restarted = new VllmDriver({ secret: async () => AGENT_TOKEN, dispatcher }).replica(
       { uid: 'u1', namespace: 'ns' },
       { agent: { port: agent.port, tokenSecretRef: { name: 'agent', key: 'token' }, root } },
       { endpoint: vllm.url },
     );
-    expect((await again.describe('sql', 'v1', call))?.minWorkers).toBe(1);
+    expect(await restarted.describe('sql', 'v1', call)).toEqual(one);
   });
 });
 

@@ -25,8 +25,11 @@ import {
   type ModelServerClient,
   type RegisterRequest,
 } from './client.ts';
+import { DRIVERS } from '../../api/drivers.ts';
+import { failureOf } from '../failure.ts';
+import type { SecretValue } from '../secrets.ts';
 import { ModelServerError } from './errors.ts';
-import { ReplicaClients, type SecretValue } from './replica-clients.ts';
+import { ReplicaClients } from './replica-clients.ts';
 
 export const TORCHSERVE = 'torchserve';
 
@@ -43,7 +46,8 @@ export interface TorchServeDriverOptions {
 export class TorchServeDriver implements ModelServerDriver {
   readonly name = TORCHSERVE;
   /** TorchServe registers model archives (.mar, .tar.gz), which the endpoint plugin downloads: never a directory. */
-  readonly layouts = ['archive'] as const;
+  readonly layouts = DRIVERS.torchserve.layouts;
+  readonly scaling = DRIVERS.torchserve.scaling;
   private readonly clients: ReplicaClients;
 
   constructor(opts: TorchServeDriverOptions) {
@@ -63,8 +67,7 @@ export class TorchServeDriver implements ModelServerDriver {
   }
 
   failure(err: unknown): Failure | undefined {
-    if (!(err instanceof ModelServerError)) return undefined;
-    return { kind: err.kind, retryable: err.retryable, message: err.message };
+    return failureOf(err, ModelServerError);
   }
 }
 
