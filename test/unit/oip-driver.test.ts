@@ -18,6 +18,7 @@ import { ReplicaError } from '../../src/servers/endpoint.ts';
 import { startOipEmulator, type OipEmulator } from '../support/oip-emulator.ts';
 import { ECHO_MODEL_PY, echoConfig } from '../support/oip-exchanges.ts';
 import { startOrigin, type Origin } from '../support/origin.ts';
+import { acrossRestart, expectNoFlip } from '../support/restart.ts';
 import { startPeerProxy, type PeerProxy } from '../support/peer-proxy.ts';
 
 const TOKEN = 'oip-agent-token-0123456789abcdef';
@@ -331,4 +332,44 @@ it('loads directories only, and says what to set instead of an archive', () => {
   const driver = new OipDriver(TRITON, { secret: () => Promise.resolve('') });
   expect(driver.layouts).toEqual(['directory']);
   expect(driver.refuseLayout()).toMatch(/^Triton loads a model directory .* set spec\.files/);
+});
+
+describe('an operator restart', () => {
+  const restart = (
+    flavour: OipFlavour,
+    modelName: string,
+    version: string,
+    paths: string[],
+    workers: number,
+  ) =>
+    acrossRestart(replica(flavour).driver, replica(flavour).driver, {
+      owner: { uid: 'uid-1', namespace: 'ml' },
+      access: { agent: { port: agent.port, tokenSecretRef: { name: 'agent-token', key: '{pod}' } } },
+      replica: { endpoint: emulator.url, pod: 'triton-0' },
+      goal: {
+        modelName,
+        version,
+        fileName: `m/${modelName}/${version}/`,
+        files: files(modelName, version, paths),
+        minWorkers: workers,
+        maxWorkers: workers,
+        options: {},
+      },
+    });
+
+  it('keeps a Ready Triton replica Ready: its instance count is read back from the loaded config', async () => {
+    await setUp(TRITON);
+    await mkdir(join(root, 'echo'), { recursive: true });
+    await writeFile(join(root, 'echo/config.pbtxt'), 'instance_group [ { count: 1, kind: KIND_CPU } ]\n');
+    const r = await restart(TRITON, 'echo', '1', ECHO, 2);
+    expectNoFlip(r);
+    expect(r.outcome.status.readyWorkers).toBe(2);
+    expect(emulator.configOf('echo')).toMatchObject({ instance_group: [{ count: 2 }] });
+  });
+
+  it('keeps a Ready MLServer replica Ready', async () => {
+    await setUp(MLSERVER);
+    const r = await restart(MLSERVER, 'iris', 'v1', IRIS, 1);
+    expectNoFlip(r);
+  });
 });

@@ -11,6 +11,7 @@ import {
   type ModelServerEmulator,
   type ModelServerEmulatorOptions,
 } from '../support/modelserver-emulator.ts';
+import { acrossRestart, expectNoFlip } from '../support/restart.ts';
 
 const agent = createModelServerPool({ connections: 2 });
 const started: ModelServerEmulator[] = [];
@@ -66,5 +67,21 @@ describe('TorchServeDriver', () => {
     expect(await server.versions('bert', call)).toEqual([]);
     expect(emu.stats.unregistrations).toBe(2);
     await server.unregisterAll('bert', call);
+  });
+});
+
+describe('an operator restart', () => {
+  it('keeps a Ready replica Ready: no Event, no registration again (the counts are read from TorchServe)', async () => {
+    const { emu } = await replica();
+    const driver = () => new TorchServeDriver({ secret: async () => 'unused', dispatcher: agent });
+    const r = await acrossRestart(driver(), driver(), {
+      owner: { uid: 'u', namespace: 'ns' },
+      access: { pluginPath: 'p2p' },
+      replica: { endpoint: emu.url },
+      goal: { modelName: 'bert', fileName: 'bert.mar', minWorkers: 2, maxWorkers: 3, options: {} },
+    });
+    expectNoFlip(r);
+    expect(r.outcome.status.readyWorkers).toBe(2);
+    expect(emu.stats.registrations).toBe(1);
   });
 });

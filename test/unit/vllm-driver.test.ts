@@ -20,6 +20,7 @@ import { modelServerDrivers } from '../../src/servers/index.ts';
 import { VllmDriver, versionOf } from '../../src/servers/vllm/driver.ts';
 import { startOrigin, type Origin } from '../support/origin.ts';
 import { startPeerProxy, type PeerProxy } from '../support/peer-proxy.ts';
+import { acrossRestart, expectNoFlip } from '../support/restart.ts';
 
 const AGENT_TOKEN = 'agent-token-for-the-vllm-test-0123';
 const API_KEY = 'vllm-api-key-that-must-not-leak-77';
@@ -164,8 +165,8 @@ const files = (v: string): ModelFiles => ({
   })),
 });
 
-function replica(over: Partial<ReplicaAccess> = {}): { server: ReplicaServer; driver: VllmDriver } {
-  const driver = new VllmDriver({
+const newDriver = () =>
+  new VllmDriver({
     secret: async (_ns, ref) => {
       const v = secrets[`${ref.name}/${ref.key}`];
       if (v === undefined) throw new Error(`no key ${ref.key} in Secret ${ref.name}`);
@@ -174,6 +175,9 @@ function replica(over: Partial<ReplicaAccess> = {}): { server: ReplicaServer; dr
     dispatcher,
     agentPollMs: 20,
   });
+
+function replica(over: Partial<ReplicaAccess> = {}): { server: ReplicaServer; driver: VllmDriver } {
+  const driver = newDriver();
   const access: ReplicaAccess = {
     agent: { port: agent.port, tokenSecretRef: { name: 'agent', key: 'token' }, root },
     ...over,
@@ -445,4 +449,34 @@ it('is registered beside TorchServe, and a version is the last segment of the di
   expect(drivers.defaultName).toBe('torchserve');
   expect(versionOf({ id: 'a', root: '/models/a/v3/' })).toBe('v3');
   expect(versionOf({ id: 'a' })).toBe('a');
+});
+
+describe('an operator restart', () => {
+  const owner = { uid: 'u1', namespace: 'ns' };
+  const access = () => ({
+    agent: { port: agent.port, tokenSecretRef: { name: 'agent', key: 'token' }, root },
+  });
+  const goal = { modelName: 'sql', fileName: 'lora/', minWorkers: 1, maxWorkers: 1, options: {} };
+
+  it('keeps a Ready adapter Ready: no Event, no placement or load again (all read from vLLM and the agent)', async () => {
+    const r = await acrossRestart(newDriver(), newDriver(), {
+      owner,
+      access: access(),
+      replica: { endpoint: vllm.url, pod: 'p-0' },
+      goal: { ...goal, version: 'v1', files: files('v1') },
+    });
+    expectNoFlip(r);
+    expect(vllm.calls.filter((c) => c.path === '/v1/load_lora_adapter')).toHaveLength(1);
+  });
+
+  it('keeps a Ready base model Ready', async () => {
+    const r = await acrossRestart(newDriver(), newDriver(), {
+      owner,
+      access: access(),
+      replica: { endpoint: vllm.url, pod: 'p-0' },
+      goal: { ...goal, modelName: 'llama', fileName: BASE },
+    });
+    expectNoFlip(r);
+    expect(r.outcome.status.version).toBe('base-1');
+  });
 });
