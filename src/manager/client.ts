@@ -63,8 +63,6 @@ export interface ManagerClientOptions {
   userAgent?: string;
 }
 
-export type { RetryOptions } from '../http/retry.ts';
-
 type Method = 'GET' | 'POST' | 'PATCH' | 'DELETE';
 
 export interface CallOptions {

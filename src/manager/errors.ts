@@ -9,7 +9,6 @@
 import type { StatusException } from '../http/classify.ts';
 import { HttpError, boundDetail, type HttpErrorInit, type HttpErrorKind } from '../http/errors.ts';
 
-export { HTTP_ERROR_KINDS as MANAGER_ERROR_KINDS } from '../http/errors.ts';
 export type ManagerErrorKind = HttpErrorKind;
 
 export interface ManagerErrorInit extends Omit<HttpErrorInit, 'detail'> {

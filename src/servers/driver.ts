@@ -7,7 +7,7 @@
 import type { ModelVersionSpec } from '../agent/spec.ts';
 import type { ModelLayout, Scaling } from '../api/drivers.ts';
 
-export type { ModelLayout, Scaling } from '../api/drivers.ts';
+export type { ModelLayout } from '../api/drivers.ts';
 
 /** One model-server replica as the controller found it. */
 export interface ReplicaRef {

@@ -4,13 +4,9 @@ import { request } from 'undici';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { createModelServerPool } from '../../src/servers/pools.ts';
 import { parseInstant, parseKeyFile, secretToken } from '../../src/servers/torchserve/auth.ts';
-import {
-  ModelServerClient,
-  extractPluginStatus,
-  parseRegisteredMessage,
-  readyWorkers,
-  workerCounts,
-} from '../../src/servers/torchserve/client.ts';
+import { ModelServerClient } from '../../src/servers/torchserve/client.ts';
+import { extractPluginStatus, parseRegisteredMessage } from '../../src/servers/torchserve/wire.ts';
+import { readyWorkers, workerCounts } from '../../src/servers/torchserve/workers.ts';
 import { kindForStatus as httpKind } from '../../src/http/classify.ts';
 import {
   ModelServerError,

@@ -3,7 +3,8 @@ import type { AddressInfo } from 'node:net';
 import { request } from 'undici';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { createModelServerPool } from '../../src/servers/pools.ts';
-import { ModelServerClient, readyWorkers } from '../../src/servers/torchserve/client.ts';
+import { ModelServerClient } from '../../src/servers/torchserve/client.ts';
+import { readyWorkers } from '../../src/servers/torchserve/workers.ts';
 import { type PeerProxy, startPeerProxy } from '../support/peer-proxy.ts';
 import {
   type ModelServerEmulator,

@@ -47,22 +47,8 @@ import { boundDetail, type HttpErrorInit } from '../../http/errors.ts';
 import { headerValue, queryString, sendRequest, type HttpResponse } from '../../http/request.ts';
 import { parseRetryAfter } from '../../http/retry.ts';
 
-// The module's public face: callers import the client and what it takes and gives from here.
-export * from './types.ts';
-export * from './workers.ts';
-export {
-  DOWNLOAD_IN_PROGRESS,
-  ModelDescription,
-  ModelSummary,
-  WorkerDescription,
-  extractPluginStatus,
-  parseRegisteredMessage,
-} from './wire.ts';
-
 /** Path of the peerload endpoint plugin. */
 export const DEFAULT_PLUGIN_PATH = 'p2p';
-/** Path of the older third-party plugin (answers 200 on failures, body may be invalid JSON). */
-export const LEGACY_PLUGIN_PATH = 'dragonfly';
 
 interface Exchange {
   operation: string;

@@ -19,12 +19,10 @@ import type {
   ReplicaRef,
   ReplicaServer,
 } from '../driver.ts';
-import {
-  readyWorkers,
-  type ModelDescription,
-  type ModelServerClient,
-  type RegisterRequest,
-} from './client.ts';
+import type { ModelServerClient } from './client.ts';
+import type { RegisterRequest } from './types.ts';
+import type { ModelDescription } from './wire.ts';
+import { readyWorkers } from './workers.ts';
 import { DRIVERS } from '../../api/drivers.ts';
 import { failureOf } from '../failure.ts';
 import type { SecretValue } from '../secrets.ts';
