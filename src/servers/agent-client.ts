@@ -80,6 +80,7 @@ export class AgentClient {
    */
   async place(name: string, version: string, files: ModelFiles, call: RegisterCall): Promise<Placed> {
     const operation = `place ${name} ${version}`;
+    call.progress?.(`the agent places ${name} ${version}`);
     const res = await this.agent.send(operation, 'PUT', modelPath(name), { ...files, version }, call);
     if (res.status !== 200 && res.status !== 202) throw this.agent.failure(operation, res);
     for (;;) {

@@ -141,6 +141,8 @@ describe('Triton', () => {
       version: '1',
       localHit: false,
     });
+    // The first words are the layout's: the agent places a directory (no archive to download).
+    expect(progress[0]).toBe('the agent places echo 1');
     expect(progress.at(-1)).toBe('loading echo 1');
     expect((await stat(join(root, 'echo/1/model.py'))).isFile()).toBe(true);
     expect(await server.describe('echo', undefined, {})).toEqual({

@@ -35,7 +35,12 @@ describe('TorchServeDriver', () => {
     const { server } = await replica();
     expect(await server.describe('bert', undefined, call)).toBeUndefined();
     expect(await server.versions('bert', call)).toEqual([]);
-    expect(await server.register(reg('bert.mar'), call)).toEqual({ version: '1.0', localHit: undefined });
+    const progress: string[] = [];
+    expect(await server.register(reg('bert.mar'), { ...call, progress: (m) => progress.push(m) })).toEqual({
+      version: '1.0',
+      localHit: undefined,
+    });
+    expect(progress).toEqual(["the model server's plugin downloads bert.mar"]);
     expect(await server.describe('bert', '1.0', call)).toEqual({
       version: '1.0',
       minWorkers: 0,

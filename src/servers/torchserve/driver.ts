@@ -109,6 +109,7 @@ export class TorchServeReplica implements ReplicaServer {
       ...defined(reg.options),
     };
     const signal = call.signal;
+    call.progress?.(`the model server's plugin downloads ${reg.fileName}`);
     for (;;) {
       const result = await this.client.register(req, { signal });
       if (!result.inProgress) return { version: result.version, localHit: result.localHit };
