@@ -412,7 +412,10 @@ export const NodePreheatStatus = z.object({
   batches: z.int().meta({
     description: 'Owned ModelPreheats (<name>-preheat, <name>-preheat-1, ...), each at most 100 nodes.',
   }),
-  nodes: z.int().meta({ description: 'Node IPs targeted.' }),
+  nodes: z.int().meta({
+    description:
+      "Node IPs the owned ModelPreheats target. A node whose replicas went stays counted (and targeted by its batch) until its batch takes a new node: dropping it alone would change nothing on the peers but start a new job. So this may exceed the replicas' nodes, and preheated, fetching and failed count such nodes too.",
+  }),
   preheated: z.int().meta({ description: 'Nodes whose peer holds the model.' }),
   fetching: z.int().meta({
     description: "Nodes whose peer runs the preheat's job now (their replicas' downloads join it).",
