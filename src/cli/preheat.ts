@@ -5,7 +5,7 @@
 import { dump } from 'js-yaml';
 import { API_VERSION, ModelPreheatSpec, OBJECT_STORAGE_TYPES, PREHEAT_SCOPES, GVR } from '../api/index.ts';
 import { ApiError, type KubeObject } from '../runtime/kube.ts';
-import { parseCommandArgs } from './args.ts';
+import { OBJECT_STORAGE_FLAGS, parseCommandArgs } from './args.ts';
 import { CliError } from './errors.ts';
 import { durationFlag, kubeClientFor, waitForResource, type WaitIO } from './wait.ts';
 
@@ -31,12 +31,7 @@ Exit status: 0 created (with --wait: Ready), 1 Stalled, 2 bad input, refused or 
 
 const PREHEAT_FLAGS = {
   url: { type: 'string', multiple: true },
-  'object-storage': { type: 'string' },
-  bucket: { type: 'string' },
-  container: { type: 'string' },
-  'account-name': { type: 'string' },
-  region: { type: 'string' },
-  endpoint: { type: 'string' },
+  ...OBJECT_STORAGE_FLAGS,
   'credentials-secret': { type: 'string' },
   key: { type: 'string', multiple: true },
   scope: { type: 'string', default: 'single_seed_peer' },
