@@ -112,7 +112,6 @@ export const ModelVersionSpecSchema = z
   });
 
 export type ModelVersionSpec = z.output<typeof ModelVersionSpecSchema>;
-export type ModelVersionFile = ModelVersionSpec['files'][number];
 
 /** The storage location of a spec's keys. */
 export function specLocation(spec: ModelVersionSpec): StorageLocation | undefined {

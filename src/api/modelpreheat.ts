@@ -22,7 +22,7 @@ import { FilteredQueryParams, ObjectStorageSource } from './objectstorage.ts';
 import { JOB_STATES, PREHEAT_SCOPES } from '../manager/types.ts';
 
 // The manager's job API defines the job states and preheat scopes; the CRD shows and takes them as they are.
-export { JOB_STATES, PREHEAT_SCOPES, type JobState } from '../manager/types.ts';
+export { PREHEAT_SCOPES, type JobState } from '../manager/types.ts';
 /** JOB_STATES and what stands between a resource and its job (see status.phase). */
 export const PREHEAT_PHASES = [...JOB_STATES, 'RETRYING', 'UNREACHABLE', 'BLOCKED'] as const;
 

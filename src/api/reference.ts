@@ -1,5 +1,6 @@
 /** Renders the API reference (Markdown) from the same JSON Schema the CRDs are made of. */
 import { KINDS, openAPISchema } from './crd.ts';
+import { driverTable } from './drivers.ts';
 
 // JSON Schema is read loosely here: every keyword is optional and of its own type.
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
@@ -56,5 +57,13 @@ export function apiReference(): string {
       out.push('');
     }
   }
+  out.push(
+    '## Model-server drivers',
+    '',
+    'What each `spec.modelServer.driver` needs, which layouts it loads (`archive`: `spec.fileName`, `directory`: `spec.files`) and what `spec.workers` means for it. A ServedModel whose layout its driver does not load is Stalled before any replica is asked.',
+    '',
+    driverTable(),
+    '',
+  );
   return out.join('\n');
 }

@@ -1,6 +1,7 @@
 /**
- * ServedModel: a model registered, scaled and ready on EVERY replica of a model server, through the endpoint
- * plugin's peer-proxied download (the model server's management API and the plugin's are src/modelserver/).
+ * ServedModel: a model registered, scaled and ready on EVERY replica of a model server, downloaded through the
+ * node's peer by the server's endpoint plugin or the peerload agent beside it. What each server needs and takes is
+ * the drivers' declarations (drivers.ts); the servers' APIs are src/servers/.
  */
 import { z } from 'zod';
 import {
@@ -21,9 +22,31 @@ import { ManagerRef } from './manager.ts';
 import { ObjectKey } from './objectkey.ts';
 import { ObjectStorageLocation } from './objectstorage.ts';
 import { CacheStatus, PREHEAT_SCOPES, PeerDaemonVersion } from './modelpreheat.ts';
+import {
+  DEFAULT_DRIVER,
+  DRIVERS,
+  DRIVER_NAMES,
+  celDriver,
+  celList,
+  driversWhere,
+  listed,
+} from './drivers.ts';
 
-/** The drivers of the operator's that place models through the peerload agent (src/servers). */
-export const AGENT_DRIVERS = ['triton', 'mlserver'] as const;
+/** The drivers that need the peerload agent, and those whose server has no per-model worker count. */
+const AGENT_DRIVERS = driversWhere((d) => d.agent === 'required');
+const FIXED_DRIVERS = driversWhere((d) => d.scaling === 'fixed');
+const REGISTRATION_DRIVERS = driversWhere((d) => d.options.includes('registration'));
+const SCALING_WORDS = (
+  [
+    ['workers', 'worker processes'],
+    ['instances', 'instances set by a reload'],
+    ['fixed', 'fixed at 1'],
+  ] as const
+)
+  .map(([scaling, words]) => `${words} (${driversWhere((d) => d.scaling === scaling).join(', ')})`)
+  .join(', ');
+const has = (names: readonly string[], driver: string | undefined) =>
+  names.includes(driver ?? DEFAULT_DRIVER);
 
 export const AgentRef = z.object({
   port: z.int().min(1).max(65535).meta({ description: "The agent's port on each replica's address." }),
@@ -39,7 +62,7 @@ export const AgentRef = z.object({
     .optional()
     .meta({
       description:
-        "Where the model server's container mounts the agent's --root, for servers told a directory's path (vllm); default /models.",
+        "Where the model server's container mounts the agent's --root, for servers the driver tells a directory's path to load (rather than a repository they scan); default /models.",
     }),
 });
 
@@ -86,25 +109,21 @@ export const ModelServer = withRules(
       .string()
       .max(63)
       .regex(/^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/, 'must be a driver name (lower-case letters, digits, -)')
-      .default('torchserve')
+      .default(DEFAULT_DRIVER)
       .meta({
-        description:
-          'Which model server the replicas run: torchserve (archives, through the endpoint plugin), triton or mlserver (directories placed by the peerload agent, then loaded through the Open Inference Protocol repository API), vllm (LoRA adapters placed by the agent and loaded at run time; a base model is only checked ready). A name the operator has no driver for is Stalled (UnknownDriver).',
+        description: `Which model server the replicas run: ${DRIVER_NAMES.map((n) => `${n} (${DRIVERS[n].summary})`).join('; ')}. A name the operator has no driver for is Stalled (UnknownDriver).`,
       }),
     agent: AgentRef.optional().meta({
-      description:
-        "The peerload agent beside each replica, for drivers that load directories (triton, mlserver): reached on the replica's address at this port.",
+      description: `The peerload agent beside each replica, for drivers that load directories (${listed(driversWhere((d) => d.agent !== 'unused'))}): reached on the replica's address at this port.`,
     }),
   }),
   [
     {
-      rule: "!(has(self.driver) && self.driver in ['triton', 'mlserver']) || has(self.agent)",
-      message:
-        'the triton and mlserver drivers load what the peerload agent placed: set agent (its port and token)',
+      rule: `!(${celDriver('self.driver')} in ${celList(AGENT_DRIVERS)}) || has(self.agent)`,
+      message: `the ${listed(AGENT_DRIVERS)} drivers load what the peerload agent placed: set agent (its port and token)`,
       fieldPath: '.agent',
       reason: 'FieldValueRequired',
-      check: (m) =>
-        !(AGENT_DRIVERS as readonly string[]).includes(m.driver ?? 'torchserve') || m.agent !== undefined,
+      check: (m) => !has(AGENT_DRIVERS, m.driver) || m.agent !== undefined,
     },
     {
       rule: '[has(self.service), has(self.endpoints)].filter(x, x).size() == 1',
@@ -280,11 +299,11 @@ export const ServedModelSpec = withRules(
       description: 'Where the model-server replicas are: a Service (every ready endpoint) or static URLs.',
     }),
     workers: Workers.default({ min: 1 }).meta({
-      description:
-        'Worker counts on every replica; the model is ready on a replica once min workers are READY.',
+      description: `Worker counts on every replica; the model is ready on a replica once min workers are READY. What a count is depends on the driver: ${SCALING_WORDS}.`,
     }),
     registration: Registration.optional().meta({
-      description: 'Registration parameters passed to the model server; unset ones come from the archive.',
+      description:
+        'Registration parameters passed to the model server (drivers whose options include registration); unset ones come from the archive.',
     }),
     preheat: PreheatGate.optional().meta({
       description:
@@ -330,6 +349,22 @@ export const ServedModelSpec = withRules(
       fieldPath: '.files',
       reason: 'FieldValueRequired',
       check: (s) => s.files === undefined || s.preheat?.objectStorage !== undefined,
+    },
+    {
+      rule: `!(${celDriver('self.modelServer.driver')} in ${celList(FIXED_DRIVERS)}) || !has(self.workers) || (self.workers.min == 1 && (!has(self.workers.max) || self.workers.max == 1))`,
+      message: `the ${listed(FIXED_DRIVERS)} servers have no per-model worker count: leave workers unset or set min (and max) to 1`,
+      fieldPath: '.workers',
+      reason: 'FieldValueInvalid',
+      check: (s) =>
+        !has(FIXED_DRIVERS, s.modelServer.driver) ||
+        (s.workers.min === 1 && (s.workers.max === undefined || s.workers.max === 1)),
+    },
+    {
+      rule: `!has(self.registration) || ${celDriver('self.modelServer.driver')} in ${celList(REGISTRATION_DRIVERS)}`,
+      message: `registration is read by the ${listed(REGISTRATION_DRIVERS)} driver only: remove it`,
+      fieldPath: '.registration',
+      reason: 'FieldValueForbidden',
+      check: (s) => s.registration === undefined || has(REGISTRATION_DRIVERS, s.modelServer.driver),
     },
   ],
 );
@@ -377,7 +412,10 @@ export const NodePreheatStatus = z.object({
   batches: z.int().meta({
     description: 'Owned ModelPreheats (<name>-preheat, <name>-preheat-1, ...), each at most 100 nodes.',
   }),
-  nodes: z.int().meta({ description: 'Node IPs targeted.' }),
+  nodes: z.int().meta({
+    description:
+      "Node IPs the owned ModelPreheats target. A node whose replicas went stays counted (and targeted by its batch) until its batch takes a new node: dropping it alone would change nothing on the peers but start a new job. So this may exceed the replicas' nodes, and preheated, fetching and failed count such nodes too.",
+  }),
   preheated: z.int().meta({ description: 'Nodes whose peer holds the model.' }),
   fetching: z.int().meta({
     description: "Nodes whose peer runs the preheat's job now (their replicas' downloads join it).",

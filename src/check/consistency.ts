@@ -45,10 +45,10 @@ import { pluginDownload } from './side.ts';
 import { decodeSegments } from './url-location.ts';
 
 export { CheckInputError, readText } from './input.ts';
-export type { CheckResult, Reason, SideReport } from './compare.ts';
+export type { CheckResult } from './compare.ts';
 export { readManifests, type Documents } from './manifests.ts';
-export { parsePluginConfig, type PluginConfig } from './plugin-config.ts';
-export { PLUGIN_SIGNED_URL_EXPIRY_SECONDS, pluginSide, type PluginSide } from './plugin-side.ts';
+export { parsePluginConfig } from './plugin-config.ts';
+export { pluginSide, type PluginSide } from './plugin-side.ts';
 export { SIGNATURE_PARAMS } from './signatures.ts';
 export { locationFromURL } from './url-location.ts';
 

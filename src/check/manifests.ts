@@ -112,6 +112,62 @@ export function preheatItems(spec: ModelPreheatSpec, plugin: PluginSide): Prehea
 const docName = (m: { name: string; namespace?: string | undefined }) =>
   `${m.namespace ?? 'default'}/${m.name}`;
 
+/** The documents of one YAML text, `kind: List` documents expanded. */
+function documentsOf(path: string, text: string): unknown[] {
+  let docs: unknown[];
+  try {
+    docs = loadAll(text);
+  } catch (err) {
+    if (err instanceof YAMLException) {
+      // Only the reason and position: the file may also hold a Secret.
+      const mark = err.mark ? ` at line ${err.mark.line + 1}, column ${err.mark.column + 1}` : '';
+      throw new CheckInputError(`${path}: not valid YAML${mark}: ${err.reason}`);
+    }
+    throw err;
+  }
+  return docs.flatMap((d) => {
+    const list = d as { kind?: unknown; items?: unknown } | null;
+    return typeof list?.kind === 'string' && list.kind.endsWith('List') && Array.isArray(list.items)
+      ? list.items
+      : [d];
+  });
+}
+
+/** Adds a ModelPreheat document (`what` names it in errors) to `out`, or a note when it cannot be checked. */
+function addPreheat(out: Documents, doc: unknown, what: string, plugin: PluginSide): void {
+  const parsed = ModelPreheat.safeParse(doc);
+  if (!parsed.success) throw new CheckInputError(`${what}: ${describeIssues(parsed.error)}`);
+  const mp = parsed.data;
+  const source = `ModelPreheat ${docName(mp.metadata)}`;
+  if (mp.spec.type === 'image') {
+    out.notes.push(`${source}: type image is not checked (its blobs are known once the manifest is read)`);
+    return;
+  }
+  if (mp.spec.objectStorage?.prefix !== undefined)
+    out.notes.push(
+      `${source}: a directory (objectStorage.prefix) is not checked from manifests (its files are known by listing): use \`peerload taskid --prefix\` or \`peerload check --agent-spec\``,
+    );
+  out.preheats.push({
+    name: mp.metadata.name,
+    namespace: mp.metadata.namespace ?? 'default',
+    source,
+    items: preheatItems(mp.spec, plugin),
+    used: new Set(),
+  });
+}
+
+/** Adds a ServedModel document to `out`. */
+function addServedModel(out: Documents, doc: unknown, what: string): void {
+  const parsed = ServedModel.safeParse(doc);
+  if (!parsed.success) throw new CheckInputError(`${what}: ${describeIssues(parsed.error)}`);
+  const source = `ServedModel ${docName(parsed.data.metadata)}`;
+  if (parsed.data.spec.files)
+    out.notes.push(
+      `${source}: a directory (spec.files) is placed by the agent, not downloaded by the plugin: use \`peerload check --agent-spec\``,
+    );
+  out.servedModels.push({ doc: parsed.data, source });
+}
+
 /**
  * Reads the ModelPreheat and ServedModel documents of `paths` (`-`: stdin) and of `texts` (already read, e.g. from
  * the cluster). `kind: List` documents (`kubectl get -o yaml`) are expanded.
@@ -127,24 +183,7 @@ export async function readManifests(
     ...texts,
   ];
   for (const { name: path, text } of sources) {
-    let docs: unknown[];
-    try {
-      docs = loadAll(text);
-    } catch (err) {
-      if (err instanceof YAMLException) {
-        // Only the reason and position: the file may also hold a Secret.
-        const mark = err.mark ? ` at line ${err.mark.line + 1}, column ${err.mark.column + 1}` : '';
-        throw new CheckInputError(`${path}: not valid YAML${mark}: ${err.reason}`);
-      }
-      throw err;
-    }
-    docs = docs.flatMap((d) => {
-      const list = d as { kind?: unknown; items?: unknown } | null;
-      return typeof list?.kind === 'string' && list.kind.endsWith('List') && Array.isArray(list.items)
-        ? list.items
-        : [d];
-    });
-    docs.forEach((doc, i) => {
+    documentsOf(path, text).forEach((doc, i) => {
       if (doc === null || doc === undefined) return;
       const where = `${path}: document ${i + 1}`;
       if (typeof doc !== 'object' || Array.isArray(doc))
@@ -160,38 +199,8 @@ export async function readManifests(
       if (apiVersion !== API_VERSION) {
         throw new CheckInputError(`${what}: apiVersion must be ${API_VERSION}`);
       }
-      if (kind === 'ModelPreheat') {
-        const parsed = ModelPreheat.safeParse(doc);
-        if (!parsed.success) throw new CheckInputError(`${what}: ${describeIssues(parsed.error)}`);
-        const mp = parsed.data;
-        const source = `ModelPreheat ${docName(mp.metadata)}`;
-        if (mp.spec.type === 'image') {
-          out.notes.push(
-            `${source}: type image is not checked (its blobs are known once the manifest is read)`,
-          );
-          return;
-        }
-        if (mp.spec.objectStorage?.prefix !== undefined)
-          out.notes.push(
-            `${source}: a directory (objectStorage.prefix) is not checked from manifests (its files are known by listing): use \`peerload taskid --prefix\` or \`peerload check --agent-spec\``,
-          );
-        out.preheats.push({
-          name: mp.metadata.name,
-          namespace: mp.metadata.namespace ?? 'default',
-          source,
-          items: preheatItems(mp.spec, plugin),
-          used: new Set(),
-        });
-      } else {
-        const parsed = ServedModel.safeParse(doc);
-        if (!parsed.success) throw new CheckInputError(`${what}: ${describeIssues(parsed.error)}`);
-        const source = `ServedModel ${docName(parsed.data.metadata)}`;
-        if (parsed.data.spec.files)
-          out.notes.push(
-            `${source}: a directory (spec.files) is placed by the agent, not downloaded by the plugin: use \`peerload check --agent-spec\``,
-          );
-        out.servedModels.push({ doc: parsed.data, source });
-      }
+      if (kind === 'ModelPreheat') addPreheat(out, doc, what, plugin);
+      else addServedModel(out, doc, what);
     });
   }
   if (out.preheats.length === 0 && out.servedModels.length === 0 && out.notes.length === 0) {

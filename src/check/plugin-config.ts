@@ -133,20 +133,7 @@ export function parsePluginConfig(text: string, source: string): PluginConfig {
 
   const headers = given(root, 'header') ? parseHeaders(root.header, str, fail) : {};
 
-  let filter: string[] | undefined;
-  if (given(root, 'filter')) {
-    if (!Array.isArray(root.filter)) fail('field "filter" must be an array of query parameter names');
-    filter = [];
-    (root.filter as unknown[]).forEach((item, i) => {
-      const name = str(item, `filter[${i}]`);
-      if (name === '' || /[&,\p{Cc}]/u.test(name) || javaTrim(name).length !== name.length) {
-        fail(
-          `field "filter[${i}]" must be a non-empty query parameter name without '&', ',', control characters or surrounding spaces`,
-        );
-      }
-      if (!filter!.includes(name)) filter!.push(name);
-    });
-  }
+  const filter = given(root, 'filter') ? parseFilter(root.filter, str, fail) : undefined;
 
   let rule = DEFAULT_TASK_ID_RULE;
   if (given(root, 'daemon_version')) {
@@ -155,21 +142,7 @@ export function parsePluginConfig(text: string, source: string): PluginConfig {
       fail(`field "daemon_version" ${DAEMON_VERSION_HINT}`);
   }
 
-  if (given(root, 'hard_link_dir')) {
-    // The plugin fills ${NAME} from TorchServe's environment, which a check does not have: the rest is checked.
-    const dir = str(root.hard_link_dir, 'hard_link_dir').replace(ENV_REF, 'x');
-    if (dir.includes('${'))
-      fail(
-        'field "hard_link_dir": only ${NAME} (letters, digits, \'_\') can be replaced from the environment',
-      );
-    if (!dir.startsWith('/'))
-      fail(
-        'field "hard_link_dir" must be an absolute path: the model store\'s directory as the peer daemon sees it (the same path when both pods mount the node volume at the same place)',
-      );
-    if (/\p{Cc}/u.test(dir)) fail('field "hard_link_dir" must not contain control characters');
-    if (dir.split('/').some((seg) => seg === '.' || seg === '..'))
-      fail("field \"hard_link_dir\" must not contain '.' or '..' segments");
-  }
+  if (given(root, 'hard_link_dir')) checkHardLinkDir(str(root.hard_link_dir, 'hard_link_dir'), fail);
 
   const maxBytes = given(root, 'max_bytes') ? byteSize(root.max_bytes, 'max_bytes', fail) : DEFAULT_MAX_BYTES;
   const downloadTimeoutMs = given(root, 'download_timeout')
@@ -191,6 +164,41 @@ export function parsePluginConfig(text: string, source: string): PluginConfig {
     maxBytes,
     downloadTimeoutMs,
   };
+}
+
+/** The `filter` array: query parameter names, each once. */
+function parseFilter(
+  value: unknown,
+  str: (value: unknown, field: string) => string,
+  fail: (message: string) => never,
+): string[] {
+  if (!Array.isArray(value)) fail('field "filter" must be an array of query parameter names');
+  const filter: string[] = [];
+  (value as unknown[]).forEach((item, i) => {
+    const name = str(item, `filter[${i}]`);
+    if (name === '' || /[&,\p{Cc}]/u.test(name) || javaTrim(name).length !== name.length) {
+      fail(
+        `field "filter[${i}]" must be a non-empty query parameter name without '&', ',', control characters or surrounding spaces`,
+      );
+    }
+    if (!filter.includes(name)) filter.push(name);
+  });
+  return filter;
+}
+
+/** `hard_link_dir`: an absolute path without `.` or `..` segments once `${NAME}` is filled. */
+function checkHardLinkDir(value: string, fail: (message: string) => never): void {
+  // The plugin fills ${NAME} from TorchServe's environment, which a check does not have: the rest is checked.
+  const dir = value.replace(ENV_REF, 'x');
+  if (dir.includes('${'))
+    fail('field "hard_link_dir": only ${NAME} (letters, digits, \'_\') can be replaced from the environment');
+  if (!dir.startsWith('/'))
+    fail(
+      'field "hard_link_dir" must be an absolute path: the model store\'s directory as the peer daemon sees it (the same path when both pods mount the node volume at the same place)',
+    );
+  if (/\p{Cc}/u.test(dir)) fail('field "hard_link_dir" must not contain control characters');
+  if (dir.split('/').some((seg) => seg === '.' || seg === '..'))
+    fail("field \"hard_link_dir\" must not contain '.' or '..' segments");
 }
 
 /** The `header` object: names the plugin may send, each with a value the daemon reads as the plugin means it. */
@@ -314,38 +322,23 @@ function parseStorage(
   for (const k of fields.optional) {
     if (Object.hasOwn(s, k) && s[k] !== null) v[k] = javaTrim(str(s[k], `object_storage.${k}`));
   }
+  return storageLocation(type, v, fail);
+}
+
+/** The object storage of one type's fields (trimmed, the required ones present). */
+function storageLocation(
+  type: string,
+  v: Record<string, string>,
+  fail: (message: string) => never,
+): { location: StorageLocation; sessionToken: boolean } {
   const checkName = (k: string) => {
     if (!NAME.test(v[k]!)) fail(`field "object_storage.${k}" is not a valid bucket/container name`);
   };
   if (v.bucket_name !== undefined) checkName('bucket_name');
   const endpoint = (e: string | undefined) => (e ? baseURL(e, 'object_storage.endpoint', fail) : undefined);
   switch (type) {
-    case 's3': {
-      const ep = endpoint(v.endpoint);
-      let pathStyle = false;
-      if (v.path_style !== undefined) {
-        const p = v.path_style.toLowerCase();
-        if (p !== 'true' && p !== 'false') fail('field "object_storage.path_style" must be true or false');
-        pathStyle = p === 'true';
-        if (pathStyle && ep === undefined) {
-          fail('field "object_storage.path_style" needs object_storage.endpoint');
-        }
-      }
-      const region = v.region ?? '';
-      if (region !== '' && !/^[a-z0-9-]{1,64}$/.test(region)) {
-        fail('field "object_storage.region" must look like us-east-1');
-      }
-      return {
-        location: {
-          type: 's3',
-          bucket: v.bucket_name,
-          region: region || undefined,
-          endpoint: ep,
-          pathStyle,
-        },
-        sessionToken: Boolean(v.session_token),
-      };
-    }
+    case 's3':
+      return s3Location(v, endpoint(v.endpoint), fail);
     case 'oss': {
       const e = v.endpoint!;
       return {
@@ -381,6 +374,31 @@ function parseStorage(
       };
     }
   }
+}
+
+/** An s3 store: path style only with an endpoint, a region of AWS's form. */
+function s3Location(
+  v: Record<string, string>,
+  ep: string | undefined,
+  fail: (message: string) => never,
+): { location: StorageLocation; sessionToken: boolean } {
+  let pathStyle = false;
+  if (v.path_style !== undefined) {
+    const p = v.path_style.toLowerCase();
+    if (p !== 'true' && p !== 'false') fail('field "object_storage.path_style" must be true or false');
+    pathStyle = p === 'true';
+    if (pathStyle && ep === undefined) {
+      fail('field "object_storage.path_style" needs object_storage.endpoint');
+    }
+  }
+  const region = v.region ?? '';
+  if (region !== '' && !/^[a-z0-9-]{1,64}$/.test(region)) {
+    fail('field "object_storage.region" must look like us-east-1');
+  }
+  return {
+    location: { type: 's3', bucket: v.bucket_name, region: region || undefined, endpoint: ep, pathStyle },
+    sessionToken: Boolean(v.session_token),
+  };
 }
 
 /**

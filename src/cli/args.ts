@@ -18,3 +18,13 @@ export function parseCommandArgs<T extends NonNullable<ParseArgsConfig['options'
     throw new CliError(argsErrorMessage(err, usage));
   }
 }
+
+/** The flags naming a bucket's location, shared by the subcommands that take one (`--object-storage` and its fields). */
+export const OBJECT_STORAGE_FLAGS = {
+  'object-storage': { type: 'string' },
+  bucket: { type: 'string' },
+  container: { type: 'string' },
+  'account-name': { type: 'string' },
+  region: { type: 'string' },
+  endpoint: { type: 'string' },
+} as const;

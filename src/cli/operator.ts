@@ -8,6 +8,7 @@ import { KubeClient } from '../runtime/kube.ts';
 import { loadKubeConfig } from '../runtime/kubeconfig.ts';
 import { createLogger } from '../runtime/logger.ts';
 import { Manager } from '../runtime/manager.ts';
+import { closeModelServerPools } from '../servers/pools.ts';
 import { CliError } from './errors.ts';
 
 export async function run(argv: string[]): Promise<number> {
@@ -67,5 +68,7 @@ export async function run(argv: string[]): Promise<number> {
   // Abandoned reconciles may still hold sockets or timers: do not let them keep the process alive. The timer
   // is unref'd, so a process with nothing left exits by itself first.
   setTimeout(() => process.exit(code), 2_000).unref();
+  // The replicas' keep-alive sockets: closed once the reconciles that used them are done or abandoned.
+  await closeModelServerPools();
   return code;
 }

@@ -5,7 +5,7 @@
 import { dump } from 'js-yaml';
 import { API_VERSION, ModelPreheatSpec, OBJECT_STORAGE_TYPES, PREHEAT_SCOPES, GVR } from '../api/index.ts';
 import { ApiError, type KubeObject } from '../runtime/kube.ts';
-import { parseCommandArgs } from './args.ts';
+import { OBJECT_STORAGE_FLAGS, parseCommandArgs } from './args.ts';
 import { CliError } from './errors.ts';
 import { durationFlag, kubeClientFor, waitForResource, type WaitIO } from './wait.ts';
 
@@ -29,39 +29,70 @@ Creates a ModelPreheat (the operator runs the preheat job on the P2P manager).
   --kubeconfig         kubeconfig file (default $KUBECONFIG, ~/.kube/config, or in-cluster)
 Exit status: 0 created (with --wait: Ready), 1 Stalled, 2 bad input, refused or time-out.`;
 
+const PREHEAT_FLAGS = {
+  url: { type: 'string', multiple: true },
+  ...OBJECT_STORAGE_FLAGS,
+  'credentials-secret': { type: 'string' },
+  key: { type: 'string', multiple: true },
+  scope: { type: 'string', default: 'single_seed_peer' },
+  name: { type: 'string' },
+  namespace: { type: 'string', short: 'n', default: 'default' },
+  'dry-run': { type: 'boolean' },
+  wait: { type: 'boolean' },
+  timeout: { type: 'string', default: '10m' },
+  interval: { type: 'string', default: '2s' },
+  kubeconfig: { type: 'string' },
+  help: { type: 'boolean', short: 'h' },
+} as const;
+
+type PreheatValues = ReturnType<typeof parsePreheatArgs>;
+
+function parsePreheatArgs(argv: string[]) {
+  return parseCommandArgs(argv, PREHEAT_FLAGS, false, PREHEAT_USAGE).values;
+}
+
 export async function run(
   argv: string[],
   io: WaitIO = { out: console.log, err: console.error },
 ): Promise<number> {
-  const { values } = parseCommandArgs(
-    argv,
-    {
-      url: { type: 'string', multiple: true },
-      'object-storage': { type: 'string' },
-      bucket: { type: 'string' },
-      container: { type: 'string' },
-      'account-name': { type: 'string' },
-      region: { type: 'string' },
-      endpoint: { type: 'string' },
-      'credentials-secret': { type: 'string' },
-      key: { type: 'string', multiple: true },
-      scope: { type: 'string', default: 'single_seed_peer' },
-      name: { type: 'string' },
-      namespace: { type: 'string', short: 'n', default: 'default' },
-      'dry-run': { type: 'boolean' },
-      wait: { type: 'boolean' },
-      timeout: { type: 'string', default: '10m' },
-      interval: { type: 'string', default: '2s' },
-      kubeconfig: { type: 'string' },
-      help: { type: 'boolean', short: 'h' },
-    },
-    false,
-    PREHEAT_USAGE,
-  );
+  const values = parsePreheatArgs(argv);
   if (values.help) {
     io.out(PREHEAT_USAGE);
     return 0;
   }
+  const spec = preheatSpec(values);
+  const timeoutMs = durationFlag('timeout', values.timeout);
+  const intervalMs = durationFlag('interval', values.interval);
+  const obj = {
+    apiVersion: API_VERSION,
+    kind: 'ModelPreheat',
+    metadata: {
+      ...(values.name ? { name: values.name } : { generateName: 'preheat-' }),
+      namespace: values.namespace,
+      labels: { 'app.kubernetes.io/created-by': 'peerload-cli' },
+    },
+    spec,
+  };
+  if (values['dry-run']) {
+    io.out(dump(obj, { lineWidth: 120 }).trimEnd());
+    return 0;
+  }
+  const kube = await kubeClientFor(values.kubeconfig);
+  let created: KubeObject;
+  try {
+    created = await kube.resource<KubeObject>(GVR.modelPreheats).create(obj as unknown as KubeObject);
+  } catch (err) {
+    if (err instanceof ApiError) throw new CliError(`cannot create the ModelPreheat: ${err.message}`);
+    throw err;
+  }
+  const name = created.metadata.name;
+  io.out(`modelpreheat.peerload.io/${name} created in namespace ${values.namespace}`);
+  if (!values.wait) return 0;
+  return waitForResource(kube, GVR.modelPreheats, values.namespace, name, { timeoutMs, intervalMs, io });
+}
+
+/** The ModelPreheat's spec the flags describe, validated with the flag named in the message. */
+function preheatSpec(values: PreheatValues): Record<string, unknown> {
   const urls = values.url ?? [];
   const storage = values['object-storage'];
   if (urls.length > 0 === (storage !== undefined))
@@ -99,35 +130,7 @@ export async function run(
     const issue = parsed.error.issues[0]!;
     throw new CliError(`${flagOf(issue.path.map(String))}: ${issue.message}`);
   }
-  const timeoutMs = durationFlag('timeout', values.timeout);
-  const intervalMs = durationFlag('interval', values.interval);
-
-  const obj = {
-    apiVersion: API_VERSION,
-    kind: 'ModelPreheat',
-    metadata: {
-      ...(values.name ? { name: values.name } : { generateName: 'preheat-' }),
-      namespace: values.namespace,
-      labels: { 'app.kubernetes.io/created-by': 'peerload-cli' },
-    },
-    spec,
-  };
-  if (values['dry-run']) {
-    io.out(dump(obj, { lineWidth: 120 }).trimEnd());
-    return 0;
-  }
-  const kube = await kubeClientFor(values.kubeconfig);
-  let created: KubeObject;
-  try {
-    created = await kube.resource<KubeObject>(GVR.modelPreheats).create(obj as unknown as KubeObject);
-  } catch (err) {
-    if (err instanceof ApiError) throw new CliError(`cannot create the ModelPreheat: ${err.message}`);
-    throw err;
-  }
-  const name = created.metadata.name;
-  io.out(`modelpreheat.peerload.io/${name} created in namespace ${values.namespace}`);
-  if (!values.wait) return 0;
-  return waitForResource(kube, GVR.modelPreheats, values.namespace, name, { timeoutMs, intervalMs, io });
+  return spec;
 }
 
 /** The flag behind a spec path, for error messages. */

@@ -14,7 +14,7 @@ import {
   taskIdRule,
 } from '../storage/taskid.ts';
 import { redactURL } from '../redact.ts';
-import { parseCommandArgs } from './args.ts';
+import { OBJECT_STORAGE_FLAGS, parseCommandArgs } from './args.ts';
 import { CliError } from './errors.ts';
 
 const USAGE = `Usage: peerload taskid <url>... [--filter a,b] [--tag T] [--application A] [--piece-length N]
@@ -54,12 +54,7 @@ export async function run(argv: string[]): Promise<number> {
       'piece-length': { type: 'string' },
       'daemon-version': { type: 'string', default: DEFAULT_TASK_ID_RULE },
       canonical: { type: 'boolean' },
-      'object-storage': { type: 'string' },
-      bucket: { type: 'string' },
-      container: { type: 'string' },
-      'account-name': { type: 'string' },
-      region: { type: 'string' },
-      endpoint: { type: 'string' },
+      ...OBJECT_STORAGE_FLAGS,
       'path-style': { type: 'boolean' },
       prefix: { type: 'string' },
       file: { type: 'string', multiple: true },

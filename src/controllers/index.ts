@@ -9,11 +9,7 @@ import { METRICS_NAMESPACE } from './metrics.ts';
 import { modelPreheatController } from './modelpreheat/index.ts';
 import { servedModelController } from './servedmodel/index.ts';
 
-export {
-  createServedModelController,
-  servedModelController,
-  type ServedModelControllerOptions,
-} from './servedmodel/index.ts';
+export { createServedModelController, servedModelController } from './servedmodel/index.ts';
 
 export const controllers: ControllerFactory[] = [modelPreheatController, servedModelController];
 

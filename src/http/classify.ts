@@ -20,7 +20,30 @@
  */
 import type { HttpErrorKind } from './errors.ts';
 
-export function kindForStatus(status: number): HttpErrorKind {
+/**
+ * A server's documented exception to the table: an answer of `status` (`5xx`: any of them; absent: any status)
+ * whose text (the message or the exception type the client passes) matches `text` is of `kind`.
+ */
+export interface StatusException {
+  status?: number | '5xx' | undefined;
+  text?: RegExp | undefined;
+  kind: HttpErrorKind;
+}
+
+function applies(e: StatusException, status: number, text: string): boolean {
+  const statusMatches =
+    e.status === undefined || (e.status === '5xx' ? status >= 500 && status < 600 : e.status === status);
+  return statusMatches && (e.text === undefined || e.text.test(text));
+}
+
+/** The kind of an answer of `status`: the table above, unless one of the server's `exceptions` applies. */
+export function kindForStatus(
+  status: number,
+  text = '',
+  exceptions: readonly StatusException[] = [],
+): HttpErrorKind {
+  const exception = exceptions.find((e) => applies(e, status, text));
+  if (exception) return exception.kind;
   if (status === 401) return 'auth';
   if (status === 404) return 'notFound';
   if (status === 409) return 'conflict';

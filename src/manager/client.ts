@@ -14,7 +14,8 @@ import { USER_AGENT } from '../version.ts';
 import { Pool, type Dispatcher } from 'undici';
 import { z } from 'zod';
 import { AuthProvider, parseExpire, type AuthProviderOptions, type ManagerAuth } from './auth.ts';
-import { ManagerError, extractManagerMessage, kindForStatus } from './errors.ts';
+import { kindForStatus } from '../http/classify.ts';
+import { MANAGER_STATUS_EXCEPTIONS, ManagerError, extractManagerMessage } from './errors.ts';
 import { parseBody } from '../http/body.ts';
 import { INVALID_RESPONSE, UNUSABLE_RESPONSE_KIND } from '../http/classify.ts';
 import { InFlightLimit } from '../http/limit.ts';
@@ -61,8 +62,6 @@ export interface ManagerClientOptions {
   dispatcher?: Dispatcher;
   userAgent?: string;
 }
-
-export type { RetryOptions } from '../http/retry.ts';
 
 type Method = 'GET' | 'POST' | 'PATCH' | 'DELETE';
 
@@ -367,7 +366,7 @@ export class ManagerClient {
       }
       const message = extractManagerMessage(res.text, secrets) || `HTTP ${res.status}`;
       throw new ManagerError({
-        kind: kindForStatus(res.status, message),
+        kind: kindForStatus(res.status, message, MANAGER_STATUS_EXCEPTIONS),
         status: res.status,
         operation: op,
         managerMessage: message,

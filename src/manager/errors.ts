@@ -6,10 +6,9 @@
  * Messages carry the manager's own text (`{"message"}`, `{"errors"}` or a text body) and never a credential:
  * request bodies and headers are never quoted, and whatever the manager says passes the redaction boundary.
  */
-import { kindForStatus as httpKindForStatus } from '../http/classify.ts';
+import type { StatusException } from '../http/classify.ts';
 import { HttpError, boundDetail, type HttpErrorInit, type HttpErrorKind } from '../http/errors.ts';
 
-export { HTTP_ERROR_KINDS as MANAGER_ERROR_KINDS } from '../http/errors.ts';
 export type ManagerErrorKind = HttpErrorKind;
 
 export interface ManagerErrorInit extends Omit<HttpErrorInit, 'detail'> {
@@ -32,19 +31,15 @@ export class ManagerError extends HttpError {
   }
 }
 
-/** The manager's service errors that are caused by the request itself (`invalid params: url is required`). */
-const INVALID_PARAMS = /^invalid params\b/i;
-
 /**
- * The shared classification (src/http/classify.ts) with the manager contract's two exceptions: 403 is an auth
- * failure (a token without the scope, an expired one), and a 5xx whose message is `invalid params` is the
- * request's fault, so terminal.
+ * The manager contract's two exceptions to the shared classification (src/http/classify.ts), read with its
+ * message: 403 is an auth failure (a token without the scope, an expired one), and a 5xx whose message is
+ * `invalid params` (`invalid params: url is required`) is the request's fault, so terminal.
  */
-export function kindForStatus(status: number, message: string): ManagerErrorKind {
-  if (status === 403) return 'auth';
-  if (status >= 500 && INVALID_PARAMS.test(message.trim())) return 'terminal';
-  return httpKindForStatus(status);
-}
+export const MANAGER_STATUS_EXCEPTIONS: readonly StatusException[] = [
+  { status: 403, kind: 'auth' },
+  { status: '5xx', text: /^\s*invalid params\b/i, kind: 'terminal' },
+];
 
 /**
  * The first of several JSON objects written back to back: the real manager's create middleware (v2.5.1) answers a

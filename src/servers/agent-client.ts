@@ -3,29 +3,17 @@
  * (PUT the version spec, then read its progress until the files are in place), list the versions it holds, remove
  * one. Shared by the drivers whose servers load a directory the agent placed beside them.
  *
- * Errors are {@link AgentError}s of the shared HTTP layer, classified as everywhere (src/http/classify.ts) with
- * one exception: the agent answers a wrong token with 403, which is an `auth` failure as 401 is. A version whose
- * download failed is `terminal` only when a retry cannot help (over the byte cap, a spec the agent refuses).
+ * Errors are the endpoint's {@link ReplicaError}s (endpoint.ts), classified as everywhere (src/http/classify.ts)
+ * with one exception: the agent answers a wrong token with 403, which is an `auth` failure as 401 is. A version
+ * whose download failed is `terminal` only when a retry cannot help (over the byte cap, a spec the agent refuses).
  */
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Dispatcher } from 'undici';
 import { z } from 'zod';
 import { parseBody } from '../http/body.ts';
-import { kindForStatus } from '../http/classify.ts';
-import { HttpError, boundDetail, type HttpErrorInit, type HttpErrorKind } from '../http/errors.ts';
-import { jsonEndpoint, sendJSON, type HttpResponse, type JsonEndpoint } from '../http/request.ts';
-import type { Call, ModelFiles, RegisterCall } from './driver.ts';
-
-export class AgentError extends HttpError {
-  /** The agent's reason word (`InvalidSpec`, `DiskBudgetExceeded`, `DownloadFailed`...), when it gave one. */
-  readonly reason: string | undefined;
-
-  constructor(subject: string, init: HttpErrorInit & { reason?: string | undefined }) {
-    super(subject, init, init.reason ? `${init.reason}: ${init.detail}` : init.detail);
-    this.name = 'AgentError';
-    this.reason = init.reason;
-  }
-}
+import type { Call, ModelFiles, RegisterCall, ReplicaAccess, ReplicaOwner, ReplicaRef } from './driver.ts';
+import { ReplicaEndpoint } from './endpoint.ts';
+import { replicaSecret, type SecretValue } from './secrets.ts';
 
 const AgentVersion = z.looseObject({
   version: z.string(),
@@ -70,21 +58,20 @@ const modelPath = (name: string) => `/v1/models/${encodeURIComponent(name)}`;
 
 export class AgentClient {
   private readonly opts: AgentClientOptions;
-  private readonly origin: string;
-  private readonly secrets: string[] = [];
-  private readonly endpoint: JsonEndpoint;
+  private readonly agent: ReplicaEndpoint;
 
   constructor(opts: AgentClientOptions) {
-    const url = new URL(opts.baseURL);
-    if (url.protocol !== 'http:' && url.protocol !== 'https:')
-      throw new TypeError(`the agent's URL must be http(s), got ${url.protocol}`);
-    this.origin = url.origin;
-    this.endpoint = jsonEndpoint(this.origin, opts, this.secrets, 30_000);
+    this.agent = new ReplicaEndpoint({
+      ...opts,
+      role: 'agent',
+      defaultTimeoutMs: 30_000,
+      exceptions: [{ status: 403, kind: 'auth' }],
+    });
     this.opts = opts;
   }
 
   get subject(): string {
-    return `agent ${this.origin}`;
+    return this.agent.subject;
   }
 
   /**
@@ -93,17 +80,22 @@ export class AgentClient {
    */
   async place(name: string, version: string, files: ModelFiles, call: RegisterCall): Promise<Placed> {
     const operation = `place ${name} ${version}`;
-    const res = await this.send(operation, 'PUT', modelPath(name), { ...files, version }, call);
-    if (res.status !== 200 && res.status !== 202) throw this.failure(operation, res);
+    call.progress?.(`the agent places ${name} ${version}`);
+    const res = await this.agent.send(operation, 'PUT', modelPath(name), { ...files, version }, call);
+    if (res.status !== 200 && res.status !== 202) throw this.agent.failure(operation, res);
     for (;;) {
       const v = (await this.versions(name, call)).find((p) => p.version === version);
       if (!v)
-        throw this.error(operation, 'retryable', `the agent lost version ${version} of ${name} (restarted?)`);
+        throw this.agent.error(
+          operation,
+          'retryable',
+          `the agent lost version ${version} of ${name} (restarted?)`,
+        );
       if (v.state === 'Ready')
         return { directory: v.directory ?? files.directory ?? name, localHit: allLocal(v) };
       if (v.state === 'Failed') {
         const kind = v.reason && TERMINAL_REASONS.has(v.reason) ? 'terminal' : 'retryable';
-        throw this.error(operation, kind, v.error ?? 'the download failed', v.reason);
+        throw this.agent.error(operation, kind, v.error ?? 'the download failed', { reason: v.reason });
       }
       call.progress?.(progressLine(name, v));
       await sleep(this.opts.pollMs ?? 1_000, undefined, { signal: call.signal });
@@ -113,12 +105,11 @@ export class AgentClient {
   /** Every version the agent knows of `name`, running, failed or on disk (empty when none). */
   async versions(name: string, call: Call): Promise<AgentVersion[]> {
     const operation = `list versions of ${name}`;
-    const res = await this.send(operation, 'GET', modelPath(name), undefined, call);
+    const res = await this.agent.send(operation, 'GET', modelPath(name), undefined, call);
     if (res.status === 404) return [];
-    if (res.status !== 200) throw this.failure(operation, res);
+    if (res.status !== 200) throw this.agent.failure(operation, res);
     const parsed = parseBody(res.text, ModelAnswer);
-    if (!parsed.ok)
-      throw this.error(operation, 'retryable', parsed.problem, undefined, res.status, 'INVALID_RESPONSE');
+    if (!parsed.ok) throw this.agent.unusable(operation, res, parsed.problem);
     return parsed.data.versions;
   }
 
@@ -126,59 +117,31 @@ export class AgentClient {
   async remove(name: string, version: string, call: Call): Promise<void> {
     const operation = `remove ${name} ${version}`;
     const path = `${modelPath(name)}/versions/${encodeURIComponent(version)}`;
-    const res = await this.send(operation, 'DELETE', path, undefined, call);
-    if (res.status !== 200 && res.status !== 404) throw this.failure(operation, res);
+    const res = await this.agent.send(operation, 'DELETE', path, undefined, call);
+    if (res.status !== 200 && res.status !== 404) throw this.agent.failure(operation, res);
   }
+}
 
-  private async send(
-    operation: string,
-    method: Dispatcher.HttpMethod,
-    path: string,
-    body: unknown,
-    call: Call,
-  ): Promise<HttpResponse> {
-    return sendJSON(
-      this.endpoint,
-      { operation, method, path, body, timeoutMs: call.timeoutMs, signal: call.signal },
-      {
-        toError: (init) => new AgentError(this.subject, init),
-        noToken: (m) => this.error(operation, 'auth', `no token for the agent: ${m}`),
-      },
-    );
-  }
-
-  /** The error of an answer the caller does not accept: the agent's `{"error": {"reason", "message"}}`. */
-  private failure(operation: string, res: HttpResponse): AgentError {
-    let reason: string | undefined;
-    let message = res.text;
-    try {
-      const e = (JSON.parse(res.text) as { error?: { reason?: unknown; message?: unknown } }).error;
-      if (typeof e?.reason === 'string') reason = e.reason;
-      if (typeof e?.message === 'string') message = e.message;
-    } catch {
-      // not JSON: the text itself
-    }
-    const kind: HttpErrorKind = res.status === 403 ? 'auth' : kindForStatus(res.status);
-    return this.error(operation, kind, message || `HTTP ${res.status} without a message`, reason, res.status);
-  }
-
-  private error(
-    operation: string,
-    kind: HttpErrorKind,
-    detail: string,
-    reason?: string,
-    status = 0,
-    code?: string,
-  ): AgentError {
-    return new AgentError(this.subject, {
-      kind,
-      status,
-      operation,
-      detail: boundDetail(detail, this.secrets),
-      reason,
-      code,
-    });
-  }
+/**
+ * The client of the agent beside `replica` (on the replica's host at `access.agent.port`, its token from the
+ * Secret `access.agent` names), or undefined when the access names no agent.
+ */
+export function agentClient(
+  secret: SecretValue,
+  owner: ReplicaOwner,
+  access: ReplicaAccess,
+  replica: ReplicaRef,
+  dispatcher: Dispatcher,
+  pollMs?: number,
+): AgentClient | undefined {
+  const agent = access.agent;
+  if (!agent) return undefined;
+  return new AgentClient({
+    baseURL: `${agent.scheme ?? 'http'}://${new URL(replica.endpoint).hostname}:${agent.port}`,
+    dispatcher,
+    token: replicaSecret(secret, owner, replica, agent.tokenSecretRef),
+    pollMs,
+  });
 }
 
 /** Every file a local hit of the node's peer; undefined without file detail. */

@@ -5,6 +5,9 @@
  * new folder with a driver, registered in {@link ModelServerDrivers}: no controller changes.
  */
 import type { ModelVersionSpec } from '../agent/spec.ts';
+import type { ModelLayout, Scaling } from '../api/drivers.ts';
+
+export type { ModelLayout } from '../api/drivers.ts';
 
 /** One model-server replica as the controller found it. */
 export interface ReplicaRef {
@@ -131,9 +134,6 @@ export interface ReplicaServer {
   unregisterAll(model: string, call: Call): Promise<void>;
 }
 
-/** How a model reaches a server: one archive object (`fileName`), or a directory of files (`files`). */
-export type ModelLayout = 'archive' | 'directory';
-
 export interface ModelServerDriver {
   /** The name it is registered under. */
   readonly name: string;
@@ -142,6 +142,9 @@ export interface ModelServerDriver {
    * Stalled with {@link layoutRefusal}'s words, before any replica is asked.
    */
   readonly layouts?: readonly ModelLayout[] | undefined;
+  /** What `spec.workers` means for its servers (absent: `workers`); a shipped driver's is its row of the
+   *  declarations table (src/api/drivers.ts), as its layouts are. */
+  readonly scaling?: Scaling | undefined;
   /** Why a layout it does not load is refused, in the server's own terms (default: {@link layoutRefusal}'s). */
   refuseLayout?(layout: ModelLayout): string;
   /** A client of one replica. Per-replica state it keeps (token sources) lives until {@link prune}. */

@@ -3,13 +3,12 @@
  * {@link ModelServerDriver}, added here; the controllers know only the driver interface.
  */
 import type { Dispatcher } from 'undici';
+import { DEFAULT_DRIVER } from '../api/drivers.ts';
 import { ModelServerDrivers } from './driver.ts';
 import { MLSERVER, OipDriver, TRITON } from './oip/driver.ts';
 import { TorchServeDriver } from './torchserve/driver.ts';
 import { VllmDriver } from './vllm/driver.ts';
-import type { SecretValue } from './torchserve/replica-clients.ts';
-
-export type { SecretValue } from './torchserve/replica-clients.ts';
+import type { SecretValue } from './secrets.ts';
 
 export interface DriverOptions {
   /** Reads a key of a Secret (the model servers' credentials). */
@@ -23,10 +22,13 @@ export interface DriverOptions {
  * LoRA adapters the agent places (vllm/).
  */
 export function modelServerDrivers(opts: DriverOptions): ModelServerDrivers {
-  return new ModelServerDrivers([
-    new TorchServeDriver(opts),
-    new OipDriver(TRITON, opts),
-    new OipDriver(MLSERVER, opts),
-    new VllmDriver(opts),
-  ]);
+  return new ModelServerDrivers(
+    [
+      new TorchServeDriver(opts),
+      new OipDriver(TRITON, opts),
+      new OipDriver(MLSERVER, opts),
+      new VllmDriver(opts),
+    ],
+    DEFAULT_DRIVER,
+  );
 }

@@ -16,9 +16,14 @@ import { InFlightLimit } from '../../src/http/limit.ts';
 import { sendRequest, type HttpRequest } from '../../src/http/request.ts';
 import { NO_RETRIES, parseRetryAfter, withRetries } from '../../src/http/retry.ts';
 import { ManagerClient } from '../../src/manager/client.ts';
-import { ManagerError, kindForStatus as managerKind } from '../../src/manager/errors.ts';
+import { MANAGER_STATUS_EXCEPTIONS, ManagerError } from '../../src/manager/errors.ts';
 import { ModelServerClient } from '../../src/servers/torchserve/client.ts';
-import { ModelServerError, kindForStatus as modelServerKind } from '../../src/servers/torchserve/errors.ts';
+import { ModelServerError, TORCHSERVE_STATUS_EXCEPTIONS } from '../../src/servers/torchserve/errors.ts';
+
+const managerKind = (status: number, message: string) =>
+  kindForStatus(status, message, MANAGER_STATUS_EXCEPTIONS);
+const modelServerKind = (status: number, type?: string) =>
+  kindForStatus(status, type, TORCHSERVE_STATUS_EXCEPTIONS);
 
 type Handler = (req: IncomingMessage, res: ServerResponse) => void;
 const routes = new Map<string, Handler>();

@@ -2,7 +2,11 @@ import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { ManagerClient, type ManagerClientOptions } from '../../src/manager/client.ts';
-import { ManagerError, extractManagerMessage, kindForStatus } from '../../src/manager/errors.ts';
+import { kindForStatus as httpKind } from '../../src/http/classify.ts';
+import { MANAGER_STATUS_EXCEPTIONS, ManagerError, extractManagerMessage } from '../../src/manager/errors.ts';
+
+const kindForStatus = (status: number, message: string) =>
+  httpKind(status, message, MANAGER_STATUS_EXCEPTIONS);
 import { parseRetryAfter } from '../../src/http/retry.ts';
 import {
   JobSchema,

@@ -2,23 +2,26 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { request } from 'undici';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { createModelServerPool } from '../../src/servers/pools.ts';
 import { parseInstant, parseKeyFile, secretToken } from '../../src/servers/torchserve/auth.ts';
+import { ModelServerClient } from '../../src/servers/torchserve/client.ts';
+import { extractPluginStatus, parseRegisteredMessage } from '../../src/servers/torchserve/wire.ts';
+import { readyWorkers, workerCounts } from '../../src/servers/torchserve/workers.ts';
+import { kindForStatus as httpKind } from '../../src/http/classify.ts';
 import {
-  ModelServerClient,
-  createModelServerAgent,
-  extractPluginStatus,
-  parseRegisteredMessage,
-  readyWorkers,
-  workerCounts,
-} from '../../src/servers/torchserve/client.ts';
-import { ModelServerError, isModelServerError, kindForStatus } from '../../src/servers/torchserve/errors.ts';
+  ModelServerError,
+  TORCHSERVE_STATUS_EXCEPTIONS,
+  isModelServerError,
+} from '../../src/servers/torchserve/errors.ts';
+
+const kindForStatus = (status: number, type?: string) => httpKind(status, type, TORCHSERVE_STATUS_EXCEPTIONS);
 import {
   type ModelServerEmulator,
   type ModelServerEmulatorOptions,
   startModelServerEmulator,
 } from '../support/modelserver-emulator.ts';
 
-const agent = createModelServerAgent();
+const agent = createModelServerPool();
 const started: Array<{ close(): Promise<void> }> = [];
 
 async function emulator(opts: ModelServerEmulatorOptions = {}): Promise<ModelServerEmulator> {

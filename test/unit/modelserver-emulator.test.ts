@@ -2,11 +2,9 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { request } from 'undici';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import {
-  ModelServerClient,
-  createModelServerAgent,
-  readyWorkers,
-} from '../../src/servers/torchserve/client.ts';
+import { createModelServerPool } from '../../src/servers/pools.ts';
+import { ModelServerClient } from '../../src/servers/torchserve/client.ts';
+import { readyWorkers } from '../../src/servers/torchserve/workers.ts';
 import { type PeerProxy, startPeerProxy } from '../support/peer-proxy.ts';
 import {
   type ModelServerEmulator,
@@ -15,7 +13,7 @@ import {
   startModelServerFleet,
 } from '../support/modelserver-emulator.ts';
 
-const agent = createModelServerAgent({ connections: 2 });
+const agent = createModelServerPool({ connections: 2 });
 const started: Array<{ close(): Promise<void> }> = [];
 
 async function emulator(opts: ModelServerEmulatorOptions = {}): Promise<ModelServerEmulator> {

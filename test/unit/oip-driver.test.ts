@@ -4,7 +4,6 @@
  * emulator into the emulator's model repository: registration (files placed, then load), progress and local hits,
  * versions and rollout, worker counts, unregistration, and how every failure reads.
  */
-import { AgentError } from '../../src/servers/agent-client.ts';
 import { mkdir, mkdtemp, rm, stat, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -15,10 +14,11 @@ import { startAgentServer, type AgentServer } from '../../src/agent/server.ts';
 import type { ModelFiles, ReplicaAccess, ReplicaServer } from '../../src/servers/driver.ts';
 import { modelServerDrivers } from '../../src/servers/index.ts';
 import { MLSERVER, OipDriver, TRITON, type OipFlavour } from '../../src/servers/oip/driver.ts';
-import { OipError } from '../../src/servers/oip/errors.ts';
+import { ReplicaError } from '../../src/servers/endpoint.ts';
 import { startOipEmulator, type OipEmulator } from '../support/oip-emulator.ts';
 import { ECHO_MODEL_PY, echoConfig } from '../support/oip-exchanges.ts';
 import { startOrigin, type Origin } from '../support/origin.ts';
+import { acrossRestart, expectNoFlip } from '../support/restart.ts';
 import { startPeerProxy, type PeerProxy } from '../support/peer-proxy.ts';
 
 const TOKEN = 'oip-agent-token-0123456789abcdef';
@@ -113,8 +113,8 @@ async function failureOf(driver: OipDriver, p: Promise<unknown>) {
     () => undefined,
     (e: unknown) => e,
   );
-  // The server's errors are OipErrors, the agent's come from the agent client every directory driver shares.
-  expect(err instanceof OipError || err instanceof AgentError).toBe(true);
+  // The server's errors and the agent's are the replica endpoint's, as every directory driver's.
+  expect(err).toBeInstanceOf(ReplicaError);
   return driver.failure(err)!;
 }
 
@@ -141,6 +141,8 @@ describe('Triton', () => {
       version: '1',
       localHit: false,
     });
+    // The first words are the layout's: the agent places a directory (no archive to download).
+    expect(progress[0]).toBe('the agent places echo 1');
     expect(progress.at(-1)).toBe('loading echo 1');
     expect((await stat(join(root, 'echo/1/model.py'))).isFile()).toBe(true);
     expect(await server.describe('echo', undefined, {})).toEqual({
@@ -332,4 +334,44 @@ it('loads directories only, and says what to set instead of an archive', () => {
   const driver = new OipDriver(TRITON, { secret: () => Promise.resolve('') });
   expect(driver.layouts).toEqual(['directory']);
   expect(driver.refuseLayout()).toMatch(/^Triton loads a model directory .* set spec\.files/);
+});
+
+describe('an operator restart', () => {
+  const restart = (
+    flavour: OipFlavour,
+    modelName: string,
+    version: string,
+    paths: string[],
+    workers: number,
+  ) =>
+    acrossRestart(replica(flavour).driver, replica(flavour).driver, {
+      owner: { uid: 'uid-1', namespace: 'ml' },
+      access: { agent: { port: agent.port, tokenSecretRef: { name: 'agent-token', key: '{pod}' } } },
+      replica: { endpoint: emulator.url, pod: 'triton-0' },
+      goal: {
+        modelName,
+        version,
+        fileName: `m/${modelName}/${version}/`,
+        files: files(modelName, version, paths),
+        minWorkers: workers,
+        maxWorkers: workers,
+        options: {},
+      },
+    });
+
+  it('keeps a Ready Triton replica Ready: its instance count is read back from the loaded config', async () => {
+    await setUp(TRITON);
+    await mkdir(join(root, 'echo'), { recursive: true });
+    await writeFile(join(root, 'echo/config.pbtxt'), 'instance_group [ { count: 1, kind: KIND_CPU } ]\n');
+    const r = await restart(TRITON, 'echo', '1', ECHO, 2);
+    expectNoFlip(r);
+    expect(r.outcome.status.readyWorkers).toBe(2);
+    expect(emulator.configOf('echo')).toMatchObject({ instance_group: [{ count: 2 }] });
+  });
+
+  it('keeps a Ready MLServer replica Ready', async () => {
+    await setUp(MLSERVER);
+    const r = await restart(MLSERVER, 'iris', 'v1', IRIS, 1);
+    expectNoFlip(r);
+  });
 });

@@ -4,15 +4,16 @@
  * (non-default versions first, as TorchServe refuses to drop a default that has siblings).
  */
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
-import { createModelServerAgent } from '../../src/servers/torchserve/client.ts';
+import { createModelServerPool } from '../../src/servers/pools.ts';
 import { TorchServeDriver } from '../../src/servers/torchserve/driver.ts';
 import {
   startModelServerEmulator,
   type ModelServerEmulator,
   type ModelServerEmulatorOptions,
 } from '../support/modelserver-emulator.ts';
+import { acrossRestart, expectNoFlip } from '../support/restart.ts';
 
-const agent = createModelServerAgent({ connections: 2 });
+const agent = createModelServerPool({ connections: 2 });
 const started: ModelServerEmulator[] = [];
 afterEach(async () => {
   await Promise.all(started.splice(0).map((s) => s.close()));
@@ -34,7 +35,12 @@ describe('TorchServeDriver', () => {
     const { server } = await replica();
     expect(await server.describe('bert', undefined, call)).toBeUndefined();
     expect(await server.versions('bert', call)).toEqual([]);
-    expect(await server.register(reg('bert.mar'), call)).toEqual({ version: '1.0', localHit: undefined });
+    const progress: string[] = [];
+    expect(await server.register(reg('bert.mar'), { ...call, progress: (m) => progress.push(m) })).toEqual({
+      version: '1.0',
+      localHit: undefined,
+    });
+    expect(progress).toEqual(["the model server's plugin downloads bert.mar"]);
     expect(await server.describe('bert', '1.0', call)).toEqual({
       version: '1.0',
       minWorkers: 0,
@@ -66,5 +72,21 @@ describe('TorchServeDriver', () => {
     expect(await server.versions('bert', call)).toEqual([]);
     expect(emu.stats.unregistrations).toBe(2);
     await server.unregisterAll('bert', call);
+  });
+});
+
+describe('an operator restart', () => {
+  it('keeps a Ready replica Ready: no Event, no registration again (the counts are read from TorchServe)', async () => {
+    const { emu } = await replica();
+    const driver = () => new TorchServeDriver({ secret: async () => 'unused', dispatcher: agent });
+    const r = await acrossRestart(driver(), driver(), {
+      owner: { uid: 'u', namespace: 'ns' },
+      access: { pluginPath: 'p2p' },
+      replica: { endpoint: emu.url },
+      goal: { modelName: 'bert', fileName: 'bert.mar', minWorkers: 2, maxWorkers: 3, options: {} },
+    });
+    expectNoFlip(r);
+    expect(r.outcome.status.readyWorkers).toBe(2);
+    expect(emu.stats.registrations).toBe(1);
   });
 });

@@ -20,6 +20,7 @@ import { modelServerDrivers } from '../../src/servers/index.ts';
 import { VllmDriver, versionOf } from '../../src/servers/vllm/driver.ts';
 import { startOrigin, type Origin } from '../support/origin.ts';
 import { startPeerProxy, type PeerProxy } from '../support/peer-proxy.ts';
+import { acrossRestart, expectNoFlip } from '../support/restart.ts';
 
 const AGENT_TOKEN = 'agent-token-for-the-vllm-test-0123';
 const API_KEY = 'vllm-api-key-that-must-not-leak-77';
@@ -164,8 +165,8 @@ const files = (v: string): ModelFiles => ({
   })),
 });
 
-function replica(over: Partial<ReplicaAccess> = {}): { server: ReplicaServer; driver: VllmDriver } {
-  const driver = new VllmDriver({
+const newDriver = () =>
+  new VllmDriver({
     secret: async (_ns, ref) => {
       const v = secrets[`${ref.name}/${ref.key}`];
       if (v === undefined) throw new Error(`no key ${ref.key} in Secret ${ref.name}`);
@@ -174,6 +175,9 @@ function replica(over: Partial<ReplicaAccess> = {}): { server: ReplicaServer; dr
     dispatcher,
     agentPollMs: 20,
   });
+
+function replica(over: Partial<ReplicaAccess> = {}): { server: ReplicaServer; driver: VllmDriver } {
+  const driver = newDriver();
   const access: ReplicaAccess = {
     agent: { port: agent.port, tokenSecretRef: { name: 'agent', key: 'token' }, root },
     ...over,
@@ -268,29 +272,29 @@ describe('a LoRA adapter placed by the agent and loaded', () => {
     await server.unregisterAll('sql', call); // gone already: fine
   });
 
-  it('keeps the worker counts asked for and reports them ready while the model is there', async () => {
+  it('has one worker, read from the server alone: a new driver (an operator restart) reports the same', async () => {
     const { server, driver } = replica();
     await server.register(
       { fileName: 'x', modelName: 'sql', version: 'v1', files: files('v1'), options: {} },
       call,
     );
-    await server.scale('sql', 'v1', { min: 2, max: 3 }, call);
-    expect(await server.describe('sql', 'v1', call)).toEqual({
-      version: 'v1',
-      minWorkers: 2,
-      maxWorkers: 3,
-      readyWorkers: 2,
+    const one = { version: 'v1', minWorkers: 1, maxWorkers: 1, readyWorkers: 1 };
+    expect(await server.describe('sql', 'v1', call)).toEqual(one);
+    await server.scale('sql', 'v1', { min: 1, max: 1 }, call); // the one count: nothing to do
+    const refused = await server.scale('sql', 'v1', { min: 2, max: 3 }, call).catch((e: unknown) => e);
+    expect(driver.failure(refused)).toMatchObject({
+      kind: 'terminal',
+      message: expect.stringContaining('set spec.workers.min and max to 1'),
     });
     vllm.healthy = false;
     expect((await server.describe('sql', 'v1', call))?.readyWorkers).toBe(0);
-    driver.prune('u1', new Set());
     vllm.healthy = true;
-    const again = driver.replica(
+    const restarted = new VllmDriver({ secret: async () => AGENT_TOKEN, dispatcher }).replica(
       { uid: 'u1', namespace: 'ns' },
       { agent: { port: agent.port, tokenSecretRef: { name: 'agent', key: 'token' }, root } },
       { endpoint: vllm.url },
     );
-    expect((await again.describe('sql', 'v1', call))?.minWorkers).toBe(1);
+    expect(await restarted.describe('sql', 'v1', call)).toEqual(one);
   });
 });
 
@@ -445,4 +449,34 @@ it('is registered beside TorchServe, and a version is the last segment of the di
   expect(drivers.defaultName).toBe('torchserve');
   expect(versionOf({ id: 'a', root: '/models/a/v3/' })).toBe('v3');
   expect(versionOf({ id: 'a' })).toBe('a');
+});
+
+describe('an operator restart', () => {
+  const owner = { uid: 'u1', namespace: 'ns' };
+  const access = () => ({
+    agent: { port: agent.port, tokenSecretRef: { name: 'agent', key: 'token' }, root },
+  });
+  const goal = { modelName: 'sql', fileName: 'lora/', minWorkers: 1, maxWorkers: 1, options: {} };
+
+  it('keeps a Ready adapter Ready: no Event, no placement or load again (all read from vLLM and the agent)', async () => {
+    const r = await acrossRestart(newDriver(), newDriver(), {
+      owner,
+      access: access(),
+      replica: { endpoint: vllm.url, pod: 'p-0' },
+      goal: { ...goal, version: 'v1', files: files('v1') },
+    });
+    expectNoFlip(r);
+    expect(vllm.calls.filter((c) => c.path === '/v1/load_lora_adapter')).toHaveLength(1);
+  });
+
+  it('keeps a Ready base model Ready', async () => {
+    const r = await acrossRestart(newDriver(), newDriver(), {
+      owner,
+      access: access(),
+      replica: { endpoint: vllm.url, pod: 'p-0' },
+      goal: { ...goal, modelName: 'llama', fileName: BASE },
+    });
+    expectNoFlip(r);
+    expect(r.outcome.status.version).toBe('base-1');
+  });
 });

@@ -34,8 +34,6 @@ import { ServedModelReconciler } from './reconciler.ts';
 import { RegistrationRunner } from './registrations.ts';
 import { SERVICE_NAME_LABEL, type EndpointSlice } from './replicas.ts';
 
-export { FINALIZER } from './cleanup.ts';
-
 /** Nodes scheduled within this window share one node-targeted preheat job. */
 const TARGET_BATCH_WINDOW_MS = 2_000;
 

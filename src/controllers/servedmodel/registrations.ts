@@ -184,7 +184,8 @@ export class RegistrationRunner<R> {
       state: 'running',
       phase: 'Downloading',
       since,
-      message: 'the model server downloads the archive',
+      // The driver's first progress report says who downloads what (the server's plugin, the agent).
+      message: 'the model is being downloaded',
     };
     // Not reported: a slot frees when another registration ends, which is reported already.
     const progress: Progress = (message) => {

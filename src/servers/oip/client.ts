@@ -6,7 +6,7 @@
 import { z } from 'zod';
 import { parseBody } from '../../http/body.ts';
 import type { Call } from '../driver.ts';
-import type { Endpoint } from './http.ts';
+import type { ReplicaEndpoint } from '../endpoint.ts';
 
 /** One entry of `POST /v2/repository/index`: a model without `version` is known but was never loaded (Triton). */
 export const IndexEntry = z.object({
@@ -34,9 +34,9 @@ export const LOAD_TIMEOUT_MS = 15 * 60_000;
 const modelPath = (model: string) => `/v2/repository/models/${encodeURIComponent(model)}`;
 
 export class OipClient {
-  readonly server: Endpoint;
+  readonly server: ReplicaEndpoint;
 
-  constructor(server: Endpoint) {
+  constructor(server: ReplicaEndpoint) {
     this.server = server;
   }
 

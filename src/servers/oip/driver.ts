@@ -9,6 +9,7 @@
  * the token of `agent.tokenSecretRef` (`{pod}` in its key: a per-pod token).
  */
 import type { Dispatcher } from 'undici';
+import { DRIVERS } from '../../api/drivers.ts';
 import type {
   Failure,
   ModelServerDriver,
@@ -17,12 +18,13 @@ import type {
   ReplicaRef,
   ReplicaServer,
 } from '../driver.ts';
-import { sharedModelServerAgent } from '../torchserve/agent.ts';
-import type { SecretValue } from '../torchserve/replica-clients.ts';
-import { AgentClient, AgentError } from '../agent-client.ts';
+import { agentClient } from '../agent-client.ts';
+import { ReplicaEndpoint, ReplicaError } from '../endpoint.ts';
+import { failureOf } from '../failure.ts';
+import { sharedModelServerPool } from '../pools.ts';
+import { replicaSecret, type SecretValue } from '../secrets.ts';
 import { OipClient } from './client.ts';
-import { OipError, serverKind } from './errors.ts';
-import { Endpoint } from './http.ts';
+import { OIP_STATUS_EXCEPTIONS } from './errors.ts';
 import { MLServerReplica } from './mlserver.ts';
 import { TritonReplica } from './triton.ts';
 
@@ -41,44 +43,34 @@ export interface OipDriverOptions {
 export class OipDriver implements ModelServerDriver {
   readonly name: OipFlavour;
   /** Both load model directories that the agent places: never one archive. */
-  readonly layouts = ['directory'] as const;
+  readonly layouts: ModelServerDriver['layouts'];
+  readonly scaling: ModelServerDriver['scaling'];
   private readonly opts: OipDriverOptions;
 
   constructor(flavour: OipFlavour, opts: OipDriverOptions) {
     this.name = flavour;
+    this.layouts = DRIVERS[flavour].layouts;
+    this.scaling = DRIVERS[flavour].scaling;
     this.opts = opts;
   }
 
   replica(owner: ReplicaOwner, access: ReplicaAccess, replica: ReplicaRef): ReplicaServer {
-    const dispatcher = this.opts.dispatcher ?? sharedModelServerAgent();
-    const tokenOf = (ref: { name: string; key: string } | undefined) => {
-      if (!ref) return undefined;
-      const key = ref.key.replaceAll('{pod}', replica.pod ?? '');
-      return () => this.opts.secret(owner.namespace, { name: ref.name, key });
-    };
-    const server = new Endpoint({
+    const dispatcher = this.opts.dispatcher ?? sharedModelServerPool();
+    const server = new ReplicaEndpoint({
       baseURL: replica.endpoint,
       role: 'model server',
       dispatcher,
-      token: tokenOf(access.tokenSecretRef),
-      kind: serverKind,
+      token: replicaSecret(this.opts.secret, owner, replica, access.tokenSecretRef),
+      defaultTimeoutMs: 30_000,
+      exceptions: OIP_STATUS_EXCEPTIONS,
     });
-    let agent: AgentClient | undefined;
-    if (access.agent) {
-      const url = new URL(replica.endpoint);
-      agent = new AgentClient({
-        baseURL: `${access.agent.scheme ?? 'http'}://${url.hostname}:${access.agent.port}`,
-        dispatcher,
-        token: tokenOf(access.agent.tokenSecretRef)!,
-        pollMs: this.opts.placePollMs,
-      });
-    }
+    const agent = agentClient(this.opts.secret, owner, access, replica, dispatcher, this.opts.placePollMs);
     const client = new OipClient(server);
     return this.name === TRITON ? new TritonReplica(client, agent) : new MLServerReplica(client, agent);
   }
 
   refuseLayout(): string {
-    const server = this.name === TRITON ? 'Triton' : 'MLServer';
+    const server = DRIVERS[this.name].server;
     return `${server} loads a model directory that the peerload agent beside it places, not one archive: set spec.files (the version's directory) instead of spec.fileName`;
   }
 
@@ -86,7 +78,6 @@ export class OipDriver implements ModelServerDriver {
   prune(): void {}
 
   failure(err: unknown): Failure | undefined {
-    if (!(err instanceof OipError || err instanceof AgentError)) return undefined;
-    return { kind: err.kind, retryable: err.retryable, message: err.message };
+    return failureOf(err, ReplicaError);
   }
 }

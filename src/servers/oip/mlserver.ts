@@ -7,17 +7,16 @@
  * every later load of the model.
  *
  * Workers: MLServer runs every model in its server-wide pool of `parallel_workers` and its repository API has no
- * per-model count. A served version reports one worker; asking for any other count is refused with that reason
- * rather than reported as done.
+ * per-model count (its scaling is `fixed`, src/api/drivers.ts). A served version reports one worker; asking for any
+ * other count is refused with that reason rather than reported as done.
  */
 import type { Call, ModelVersion } from '../driver.ts';
+import { FIXED_WORKERS, fixedScale } from '../fixed-scale.ts';
 import { OipReplica } from './replica.ts';
 
 export class MLServerReplica extends OipReplica {
   protected describeAll(_model: string, ready: readonly string[]): Promise<ModelVersion[]> {
-    return Promise.resolve(
-      ready.map((version) => ({ version, minWorkers: 1, maxWorkers: 1, readyWorkers: 1 })),
-    );
+    return Promise.resolve(ready.map((version) => ({ version, ...FIXED_WORKERS, readyWorkers: 1 })));
   }
 
   protected versionProblem(): string | undefined {
@@ -33,15 +32,8 @@ export class MLServerReplica extends OipReplica {
   }
 
   scale(model: string, _version: string, workers: { min: number; max: number }): Promise<void> {
-    if (workers.min === 1 && workers.max === 1) return Promise.resolve();
-    return Promise.reject(
-      this.error(
-        'terminal',
-        `scale ${model}`,
-        "MLServer has no per-model worker count (its models share the server's parallel_workers): set " +
-          'spec.workers.min and max to 1',
-      ),
-    );
+    const refused = fixedScale("MLServer (its models share the server's parallel_workers)", workers);
+    return refused ? Promise.reject(this.error('terminal', `scale ${model}`, refused)) : Promise.resolve();
   }
 
   async unregister(model: string, version: string, call: Call): Promise<void> {

@@ -7,7 +7,8 @@
 import type { Call, ModelVersion, RegisterCall, Registered, Registration, ReplicaServer } from '../driver.ts';
 import type { AgentClient } from '../agent-client.ts';
 import type { IndexEntry, OipClient } from './client.ts';
-import { OipError } from './errors.ts';
+import type { HttpErrorKind } from '../../http/errors.ts';
+import type { ReplicaError } from '../endpoint.ts';
 import { newest } from './triton-config.ts';
 
 export abstract class OipReplica implements ReplicaServer {
@@ -120,13 +121,7 @@ export abstract class OipReplica implements ReplicaServer {
     for (const v of await this.agent.versions(model, call)) await this.agent.remove(model, v.version, call);
   }
 
-  protected error(kind: OipError['kind'], operation: string, message: string): OipError {
-    return new OipError({
-      kind,
-      status: 0,
-      operation,
-      subject: this.client.server.subject,
-      serverMessage: message,
-    });
+  protected error(kind: HttpErrorKind, operation: string, message: string): ReplicaError {
+    return this.client.server.error(operation, kind, message);
   }
 }

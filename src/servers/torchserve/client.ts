@@ -2,7 +2,7 @@
  * Client of one model-server replica's management API (TorchServe), plus the
  * endpoint plugin's register call (`POST /p2p/models`). Knows nothing of Kubernetes: a replica is a base URL and a token.
  *
- * Many replicas share one pooled undici dispatcher ({@link sharedModelServerAgent} unless one is given). The
+ * Many replicas share one pooled undici dispatcher ({@link sharedModelServerPool} unless one is given). The
  * exchange itself is the shared HTTP layer's (src/http/: time-out composed with the caller's AbortSignal, bounded
  * body reads, one retry classification). Every response is validated (zod, wire.ts) and every failure is a typed
  * {@link ModelServerError}.
@@ -14,9 +14,14 @@ import { redactBounded } from '../../redact.ts';
 import { USER_AGENT } from '../../version.ts';
 import type { Dispatcher } from 'undici';
 import type { z } from 'zod';
-import { sharedModelServerAgent, sharedRegistrationAgent } from './agent.ts';
+import { sharedModelServerPool, sharedRegistrationPool } from '../pools.ts';
 import { type TokenContext, type TokenSource, TokenUnavailableError, staticToken } from './auth.ts';
-import { INVALID_KEY_EXCEPTION, ModelServerError, isModelServerError, kindForStatus } from './errors.ts';
+import {
+  INVALID_KEY_EXCEPTION,
+  ModelServerError,
+  TORCHSERVE_STATUS_EXCEPTIONS,
+  isModelServerError,
+} from './errors.ts';
 import { isRejection, readRegisterAnswer, registerQuery } from './register.ts';
 import type {
   CallOptions,
@@ -37,28 +42,13 @@ import {
   type ModelSummary,
 } from './wire.ts';
 import { DEFAULT_MAX_RESPONSE_BYTES, parseBody } from '../../http/body.ts';
-import { INVALID_RESPONSE, UNUSABLE_RESPONSE_KIND } from '../../http/classify.ts';
+import { INVALID_RESPONSE, UNUSABLE_RESPONSE_KIND, kindForStatus } from '../../http/classify.ts';
 import { boundDetail, type HttpErrorInit } from '../../http/errors.ts';
 import { headerValue, queryString, sendRequest, type HttpResponse } from '../../http/request.ts';
 import { parseRetryAfter } from '../../http/retry.ts';
 
-// The module's public face: callers import the client and what it takes and gives from here.
-export * from './agent.ts';
-export * from './types.ts';
-export * from './workers.ts';
-export {
-  DOWNLOAD_IN_PROGRESS,
-  ModelDescription,
-  ModelSummary,
-  WorkerDescription,
-  extractPluginStatus,
-  parseRegisteredMessage,
-} from './wire.ts';
-
 /** Path of the peerload endpoint plugin. */
 export const DEFAULT_PLUGIN_PATH = 'p2p';
-/** Path of the older third-party plugin (answers 200 on failures, body may be invalid JSON). */
-export const LEGACY_PLUGIN_PATH = 'dragonfly';
 
 interface Exchange {
   operation: string;
@@ -102,8 +92,8 @@ export class ModelServerClient {
     }
     this.pluginPath = pluginPath;
     this.token = typeof opts.token === 'string' ? staticToken(opts.token) : opts.token;
-    this.dispatcher = opts.dispatcher ?? sharedModelServerAgent();
-    this.registrationDispatcher = opts.dispatcher ?? sharedRegistrationAgent();
+    this.dispatcher = opts.dispatcher ?? sharedModelServerPool();
+    this.registrationDispatcher = opts.dispatcher ?? sharedRegistrationPool();
     this.timeoutMs = opts.timeoutMs ?? 30_000;
     this.registerTimeoutMs = opts.registerTimeoutMs ?? 30 * 60_000;
     this.maxResponseBytes = opts.maxResponseBytes ?? DEFAULT_MAX_RESPONSE_BYTES;
@@ -393,7 +383,7 @@ export class ModelServerClient {
   private errorFrom(operation: string, res: HttpResponse): ModelServerError {
     const { type, message } = errorFields(res.text);
     return new ModelServerError({
-      kind: kindForStatus(res.status, type),
+      kind: kindForStatus(res.status, type, TORCHSERVE_STATUS_EXCEPTIONS),
       status: res.status,
       serverType: type,
       serverMessage: boundDetail(message || `HTTP ${res.status} without a message`, this.secrets()),

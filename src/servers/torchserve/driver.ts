@@ -19,14 +19,15 @@ import type {
   ReplicaRef,
   ReplicaServer,
 } from '../driver.ts';
-import {
-  readyWorkers,
-  type ModelDescription,
-  type ModelServerClient,
-  type RegisterRequest,
-} from './client.ts';
+import type { ModelServerClient } from './client.ts';
+import type { RegisterRequest } from './types.ts';
+import type { ModelDescription } from './wire.ts';
+import { readyWorkers } from './workers.ts';
+import { DRIVERS } from '../../api/drivers.ts';
+import { failureOf } from '../failure.ts';
+import type { SecretValue } from '../secrets.ts';
 import { ModelServerError } from './errors.ts';
-import { ReplicaClients, type SecretValue } from './replica-clients.ts';
+import { ReplicaClients } from './replica-clients.ts';
 
 export const TORCHSERVE = 'torchserve';
 
@@ -43,7 +44,8 @@ export interface TorchServeDriverOptions {
 export class TorchServeDriver implements ModelServerDriver {
   readonly name = TORCHSERVE;
   /** TorchServe registers model archives (.mar, .tar.gz), which the endpoint plugin downloads: never a directory. */
-  readonly layouts = ['archive'] as const;
+  readonly layouts = DRIVERS.torchserve.layouts;
+  readonly scaling = DRIVERS.torchserve.scaling;
   private readonly clients: ReplicaClients;
 
   constructor(opts: TorchServeDriverOptions) {
@@ -63,8 +65,7 @@ export class TorchServeDriver implements ModelServerDriver {
   }
 
   failure(err: unknown): Failure | undefined {
-    if (!(err instanceof ModelServerError)) return undefined;
-    return { kind: err.kind, retryable: err.retryable, message: err.message };
+    return failureOf(err, ModelServerError);
   }
 }
 
@@ -108,6 +109,7 @@ export class TorchServeReplica implements ReplicaServer {
       ...defined(reg.options),
     };
     const signal = call.signal;
+    call.progress?.(`the model server's plugin downloads ${reg.fileName}`);
     for (;;) {
       const result = await this.client.register(req, { signal });
       if (!result.inProgress) return { version: result.version, localHit: result.localHit };

@@ -7,7 +7,7 @@
  * `{"Status"}`) and never a credential: headers are never quoted and known keys are redacted from whatever the
  * server says (through the redaction boundary, src/redact.ts).
  */
-import { kindForStatus as httpKindForStatus } from '../../http/classify.ts';
+import type { StatusException } from '../../http/classify.ts';
 import { HttpError, type HttpErrorInit, type HttpErrorKind } from '../../http/errors.ts';
 import { redact } from '../../redact.ts';
 
@@ -47,13 +47,12 @@ export function isModelServerError(e: unknown): e is ModelServerError {
 export const INVALID_KEY_EXCEPTION = 'InvalidKeyException';
 
 /**
- * The shared classification (src/http/classify.ts) with the contract's one exception: TorchServe answers a rejected
- * key with 400 InvalidKeyException, an auth failure. So: 400 InvalidKeyException, 401 → auth; 404 → notFound;
- * 409 → conflict; 408, 429, 5xx (500, 503, 507, ...) → retryable; every other 4xx (400, 403 default-version
- * removal, 405 model API disabled, ...) → terminal. 429 is not sent by TorchServe itself; a proxy in front of it
- * may, and it means "later".
+ * The contract's one exception to the shared classification (src/http/classify.ts), read with the server's
+ * exception type: TorchServe answers a rejected key with 400 InvalidKeyException, an auth failure. So: 400
+ * InvalidKeyException, 401 → auth; 404 → notFound; 409 → conflict; 408, 429, 5xx (500, 503, 507, ...) → retryable;
+ * every other 4xx (400, 403 default-version removal, 405 model API disabled, ...) → terminal. 429 is not sent by
+ * TorchServe itself; a proxy in front of it may, and it means "later".
  */
-export function kindForStatus(status: number, serverType?: string): ModelServerErrorKind {
-  if (serverType === INVALID_KEY_EXCEPTION) return 'auth';
-  return httpKindForStatus(status);
-}
+export const TORCHSERVE_STATUS_EXCEPTIONS: readonly StatusException[] = [
+  { text: new RegExp(`^${INVALID_KEY_EXCEPTION}$`), kind: 'auth' },
+];

@@ -5,11 +5,9 @@
  */
 import type { Dispatcher } from 'undici';
 import type { ReplicaAccess, ReplicaOwner, ReplicaRef } from '../driver.ts';
+import { podKey, type SecretValue } from '../secrets.ts';
 import { secretToken, type TokenSource } from './auth.ts';
 import { ModelServerClient } from './client.ts';
-
-/** Reads one key of a Secret (cached for a few seconds by the caller, as every request asks for the token). */
-export type SecretValue = (namespace: string, ref: { name: string; key: string }) => Promise<string>;
 
 export class ReplicaClients {
   private readonly secret: SecretValue;
@@ -26,8 +24,7 @@ export class ReplicaClients {
     const ref = access.tokenSecretRef;
     let token: TokenSource | undefined;
     if (ref) {
-      // `{pod}` in the key selects a per-pod key: every TorchServe process draws its own keys.
-      const key = ref.key.replaceAll('{pod}', replica.pod ?? '');
+      const { key } = podKey(ref, replica);
       let mine = this.tokens.get(owner.uid);
       if (!mine) this.tokens.set(owner.uid, (mine = new Map()));
       const id = `${replica.endpoint}|${ref.name}|${key}`;

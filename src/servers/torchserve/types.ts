@@ -78,7 +78,7 @@ export interface ModelServerClientOptions {
   pluginPath?: string;
   /** Management key: a fixed key or a {@link TokenSource}. None: no Authorization header. */
   token?: string | TokenSource;
-  /** Shared connection pool. Default: {@link sharedModelServerAgent}. */
+  /** Shared connection pool. Default: {@link sharedModelServerPool}. */
   dispatcher?: Dispatcher;
   /** Per-request time-out. Default 30 s. */
   timeoutMs?: number;

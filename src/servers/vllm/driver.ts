@@ -8,12 +8,13 @@
  *
  * A version is the last segment of the directory vLLM loaded the model from (`<root>/<name>/<version>`, where the
  * agent and `peerload fetch` place it), so `/v1/models` alone says which version a replica holds after any restart
- * of the operator. vLLM has no workers per model: the counts the controller asks for are kept here per replica,
- * and a model present and healthy has all of them ready.
+ * of the operator. vLLM has no workers per model (its scaling is `fixed`, src/api/drivers.ts): a model present
+ * and healthy has its one worker ready, whatever the operator knew before a restart.
  */
 import { posix } from 'node:path';
-import { Agent, type Dispatcher } from 'undici';
-import { AgentClient, AgentError, allLocal } from '../agent-client.ts';
+import type { Dispatcher } from 'undici';
+import { DRIVERS } from '../../api/drivers.ts';
+import { AgentClient, agentClient, allLocal } from '../agent-client.ts';
 import {
   DEFAULT_MODEL_ROOT,
   type Call,
@@ -28,78 +29,51 @@ import {
   type ReplicaRef,
   type ReplicaServer,
 } from '../driver.ts';
-import type { SecretValue } from '../torchserve/replica-clients.ts';
-import { VllmClient, VllmError, type ModelCard } from './client.ts';
+import { ReplicaError } from '../endpoint.ts';
+import { failureOf } from '../failure.ts';
+import { FIXED_WORKERS, fixedScale } from '../fixed-scale.ts';
+import { sharedModelServerPool } from '../pools.ts';
+import { replicaSecret, type SecretValue } from '../secrets.ts';
+import { VllmClient, type ModelCard } from './client.ts';
 
 export const VLLM = 'vllm';
 
 export interface VllmDriverOptions {
   /** Reads the Secrets of the server's API key and of the agent's token. */
   secret: SecretValue;
-  /** Connection pool toward the replicas and their agents (default: one of the driver's own). */
+  /** Connection pool toward the replicas and their agents (default: the shared one, src/servers/pools.ts). */
   dispatcher?: Dispatcher | undefined;
   /** How often a placement's progress is read, ms (tests). */
   agentPollMs?: number | undefined;
 }
 
-interface Workers {
-  min: number;
-  max: number;
-}
-const ONE_WORKER: Workers = { min: 1, max: 1 };
-
 export class VllmDriver implements ModelServerDriver {
   readonly name = VLLM;
   /** Adapters are directories the agent places; a base model's directory is the one `peerload fetch` placed. */
-  readonly layouts = ['directory'] as const;
+  readonly layouts = DRIVERS.vllm.layouts;
+  readonly scaling = DRIVERS.vllm.scaling;
   private readonly opts: VllmDriverOptions;
-  private readonly dispatcher: Dispatcher;
-  /** By owner uid, then replica endpoint, then model: the worker counts last asked for. */
-  private readonly workers = new Map<string, Map<string, Map<string, Workers>>>();
 
   constructor(opts: VllmDriverOptions) {
     this.opts = opts;
-    this.dispatcher = opts.dispatcher ?? new Agent({ connections: 16 });
   }
 
   replica(owner: ReplicaOwner, access: ReplicaAccess, replica: ReplicaRef): ReplicaServer {
-    const secretOf = (ref: { name: string; key: string }) => () =>
-      this.opts.secret(owner.namespace, {
-        name: ref.name,
-        key: ref.key.replaceAll('{pod}', replica.pod ?? ''),
-      });
+    const dispatcher = this.opts.dispatcher ?? sharedModelServerPool();
     const vllm = new VllmClient({
       baseURL: replica.endpoint,
-      dispatcher: this.dispatcher,
-      token: access.tokenSecretRef && secretOf(access.tokenSecretRef),
+      dispatcher,
+      token: replicaSecret(this.opts.secret, owner, replica, access.tokenSecretRef),
     });
-    let agent: AgentClient | undefined;
-    if (access.agent) {
-      const url = new URL(replica.endpoint);
-      agent = new AgentClient({
-        baseURL: `${access.agent.scheme ?? 'http'}://${url.hostname}:${access.agent.port}`,
-        dispatcher: this.dispatcher,
-        token: secretOf(access.agent.tokenSecretRef),
-        pollMs: this.opts.agentPollMs,
-      });
-    }
-    let mine = this.workers.get(owner.uid);
-    if (!mine) this.workers.set(owner.uid, (mine = new Map()));
-    let counts = mine.get(replica.endpoint);
-    if (!counts) mine.set(replica.endpoint, (counts = new Map()));
-    return new VllmReplica(vllm, agent, access.agent?.root ?? DEFAULT_MODEL_ROOT, counts);
+    const agent = agentClient(this.opts.secret, owner, access, replica, dispatcher, this.opts.agentPollMs);
+    return new VllmReplica(vllm, agent, access.agent?.root ?? DEFAULT_MODEL_ROOT);
   }
 
-  prune(uid: string, keep?: ReadonlySet<string>): void {
-    const mine = this.workers.get(uid);
-    if (!mine) return;
-    if (keep) for (const endpoint of mine.keys()) if (!keep.has(endpoint)) mine.delete(endpoint);
-    if (!keep || mine.size === 0) this.workers.delete(uid);
-  }
+  /** Nothing is kept per replica: what a replica holds is read from it every time. */
+  prune(): void {}
 
   failure(err: unknown): Failure | undefined {
-    if (!(err instanceof VllmError || err instanceof AgentError)) return undefined;
-    return { kind: err.kind, retryable: err.retryable, message: err.message };
+    return failureOf(err, ReplicaError);
   }
 }
 
@@ -114,19 +88,17 @@ export class VllmReplica implements ReplicaServer {
   private readonly vllm: VllmClient;
   private readonly agent: AgentClient | undefined;
   private readonly root: string;
-  private readonly counts: Map<string, Workers>;
 
-  constructor(vllm: VllmClient, agent: AgentClient | undefined, root: string, counts: Map<string, Workers>) {
+  constructor(vllm: VllmClient, agent: AgentClient | undefined, root: string) {
     this.vllm = vllm;
     this.agent = agent;
     this.root = root;
-    this.counts = counts;
   }
 
   async describe(model: string, version: string | undefined, call: Call): Promise<ModelVersion | undefined> {
     const card = await this.card(model, call);
     if (!card || (version !== undefined && versionOf(card) !== version)) return undefined;
-    const held = this.held(model, versionOf(card), await this.vllm.healthy(call));
+    const held = this.held(versionOf(card), await this.vllm.healthy(call));
     if (card.parent) return held;
     // The base model is never registered (it is there from the start): how its files came is what fetch recorded.
     const localHit = await this.fetchedLocally(model, held.version, call);
@@ -136,11 +108,11 @@ export class VllmReplica implements ReplicaServer {
   /** The version loaded, and for an adapter the other versions the agent holds (a rollout removes them). */
   async versions(model: string, call: Call): Promise<ModelVersion[]> {
     const card = await this.card(model, call);
-    const loaded = card && this.held(model, versionOf(card), await this.vllm.healthy(call));
+    const loaded = card && this.held(versionOf(card), await this.vllm.healthy(call));
     const all = loaded ? [loaded] : [];
     if (this.agent && !(card && !card.parent))
       for (const v of await this.agent.versions(model, call))
-        if (v.version !== loaded?.version) all.push(this.held(model, v.version, false));
+        if (v.version !== loaded?.version) all.push(this.held(v.version, false));
     return all;
   }
 
@@ -183,15 +155,17 @@ export class VllmReplica implements ReplicaServer {
         await this.vllm.load(name, path, card !== undefined, call);
       } catch (err) {
         // Loaded by another call since the look above: replace it, as a version change does.
-        if (!(err instanceof VllmError && err.kind === 'conflict')) throw err;
+        if (!(err instanceof ReplicaError && err.kind === 'conflict')) throw err;
         await this.vllm.load(name, path, true, call);
       }
     }
     return { version: reg.version, localHit: placed.localHit };
   }
 
+  /** vLLM has one engine for every model it serves: one worker, always (refused otherwise, as admission does). */
   async scale(model: string, _version: string, workers: { min: number; max: number }): Promise<void> {
-    this.counts.set(model, { min: workers.min, max: workers.max });
+    const refused = fixedScale(DRIVERS.vllm.server, workers);
+    if (refused) throw this.problem(`scale ${model}`, 'terminal', refused);
   }
 
   async unregister(model: string, version: string, call: Call): Promise<void> {
@@ -207,11 +181,10 @@ export class VllmReplica implements ReplicaServer {
     if (card) await this.vllm.unload(model, call);
     if (this.agent)
       for (const v of await this.agent.versions(model, call)) await this.agent.remove(model, v.version, call);
-    this.counts.delete(model);
   }
 
   /** A name vLLM does not serve, registered without files: neither its base model nor an adapter to load. */
-  private notServed(name: string, cards: ModelCard[]): VllmError {
+  private notServed(name: string, cards: ModelCard[]): ReplicaError {
     const served = cards.map((c) => c.id).join(', ') || 'none';
     return this.problem(
       `serve ${name}`,
@@ -239,12 +212,11 @@ export class VllmReplica implements ReplicaServer {
     return (await this.vllm.models(call)).find((c) => c.id === model);
   }
 
-  private held(model: string, version: string, ready: boolean): ModelVersion {
-    const w = this.counts.get(model) ?? ONE_WORKER;
-    return { version, minWorkers: w.min, maxWorkers: w.max, readyWorkers: ready ? Math.max(w.min, 1) : 0 };
+  private held(version: string, ready: boolean): ModelVersion {
+    return { version, ...FIXED_WORKERS, readyWorkers: ready ? 1 : 0 };
   }
 
-  private problem(operation: string, kind: 'terminal' | 'notFound', detail: string): VllmError {
-    return new VllmError(this.vllm.subject, { kind, status: 0, operation, detail });
+  private problem(operation: string, kind: 'terminal' | 'notFound', detail: string): ReplicaError {
+    return this.vllm.problem(operation, kind, detail);
   }
 }
