@@ -80,6 +80,7 @@ export async function extractLayer(
 ): Promise<{ files: number; bytes: number }> {
   const start = { files: state.files, bytes: state.bytes };
   const writes: Promise<unknown>[] = [];
+  const written = new Map<string, Promise<unknown>>();
   let refusal: OciError | undefined;
   const parser = new Parser({
     strict: true,
@@ -147,14 +148,17 @@ export async function extractLayer(
           mode: (entry.mode ?? 0o644) & 0o100 ? 0o755 : 0o644,
         });
         state.regular.add(p.path);
-        return pipeline(entry, out);
+        const write = pipeline(entry, out);
+        written.set(p.path, write);
+        return write;
       }
       case 'SymbolicLink': {
         const to = entry.linkpath ?? '';
         if (to === '' || to.startsWith('/'))
           throw unsafe(name, `its link target "${to}" is absolute or empty`);
         const resolved = posix.normalize(posix.join(posix.dirname(p.path), to));
-        const why = pathProblem(resolved, state);
+        // A link to the directory itself is inside; writing under it is what is refused.
+        const why = resolved === '.' ? undefined : pathProblem(resolved, state);
         if (why) throw unsafe(name, `its link target "${to}" ${why.replace(/^it /, '')}`);
         mkdirSync(dirname(target), { recursive: true, mode: 0o755 });
         state.symlinks.add(p.path);
@@ -172,7 +176,8 @@ export async function extractLayer(
           throw unsafe(name, `its hard-link target "${raw}" is not a regular file extracted before it`);
         mkdirSync(dirname(target), { recursive: true, mode: 0o755 });
         entry.resume();
-        return link(join(dir, to.path), target);
+        // The target's own write may still be running (files are streamed as the archive is read).
+        return (written.get(to.path) ?? Promise.resolve()).then(() => link(join(dir, to.path), target));
       }
       default:
         throw unsafe(
