@@ -178,7 +178,7 @@ export class RegistryClient {
       this.authorizations.set(repository, authorization);
       return res;
     }
-    throw this.failure(res, what, object, authorization !== undefined);
+    throw this.failure(res, what, object, this.opts.credentials !== undefined);
   }
 
   /** Answers a 401's challenge: the Authorization to send, or throws Unauthorized. */
@@ -280,7 +280,7 @@ export class RegistryClient {
 
   private failure(res: Answer, what: string, object: string, authorized: boolean): OciError {
     const code = registryErrorCode(res.body);
-    const detail = code ? ` (${code})` : '';
+    const detail = code ? `, ${code}` : '';
     const status = res.status;
     if (status === 401)
       return new OciError(

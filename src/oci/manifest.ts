@@ -48,6 +48,8 @@ export interface ModelLayer {
   mediaType: string;
   kind: LayerKind;
   format: LayerFormat;
+  /** A `vnd.cnai.model.*` type (modctl's default). */
+  legacy: boolean;
   /** The annotated file path: the file itself for `raw`, what the archive holds for a tar. */
   filepath: string | undefined;
   /** How messages name it: `layer 2 (sha256:ab12cd34ef56, weights/model.bin)`. */
