@@ -16,7 +16,7 @@ import { dockerConfigCredentials, secretCredentials, type RegistryCredentials } 
 import { OciError, OciReason } from '../oci/errors.ts';
 import { DEFAULT_PLACE_LIMITS, placeArtifact, type PlaceResult } from '../oci/place.ts';
 import { parseReference } from '../oci/reference.ts';
-import { DOWNLOAD_OPTIONS, downloaderConfig } from './agent.ts';
+import { downloaderConfig } from './agent.ts';
 import { CliError } from './errors.ts';
 import type { FetchIO } from './fetch.ts';
 

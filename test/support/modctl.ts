@@ -32,7 +32,7 @@ export async function modctl(storageDir: string): Promise<Modctl> {
         .filter((l) => !l.includes('Building'))
         .slice(-15)
         .join('\n');
-      throw new Error(`modctl ${args[0]} failed: ${err.message.split('\n')[0]}\n${tail}`);
+      throw new Error(`modctl ${args[0]} failed: ${err.message.split('\n')[0]}\n${tail}`, { cause: e });
     }
   };
 }
