@@ -553,3 +553,37 @@ describe('placing an artifact through the peer proxy', () => {
     await nothingPlaced();
   });
 });
+
+describe('peerload fetch oci://', () => {
+  const run = async (argv: string[], env: Record<string, string> = {}) => {
+    const { run: fetchCommand } = await import('../../src/cli/fetch.ts');
+    const saved = { ...process.env };
+    Object.assign(process.env, env);
+    try {
+      return await fetchCommand(argv, { out: () => undefined, err: () => undefined });
+    } finally {
+      process.env = saved;
+    }
+  };
+  it('refuses a bad reference, flags of the other form, and credentials without an allow-list, naming the fix', async () => {
+    await expect(run(['oci://models/m:v1', '/tmp/peerload-never'])).rejects.toThrow(
+      /InvalidReference|not a registry host/,
+    );
+    await expect(run(['oci://r.example.com/m:v1'])).rejects.toThrow(/give the directory/);
+    await expect(run(['oci://r.example.com/m:v1', '/tmp/x', '--root', '/tmp'])).rejects.toThrow(
+      /not --name, --spec or --root/,
+    );
+    await expect(run(['--name', 'm', '--spec', 'x', '--root', '/tmp', '--plain-http'])).rejects.toThrow(
+      /--plain-http is for an oci:\/\/ reference/,
+    );
+    await expect(
+      run(['oci://r.example.com/m:v1', '/tmp/peerload-never/x', '--min-free-bytes', '0'], {
+        PEERLOAD_REGISTRY_USERNAME: 'u',
+        PEERLOAD_REGISTRY_PASSWORD: 'env-password-123',
+      }),
+    ).rejects.toThrow(/RegistryNotAllowed: registry credentials are given but no registry allow-list/);
+    await expect(
+      run(['oci://r.example.com/m:v1', '/tmp/x', '--allowed-registry-hosts', 'bad host!']),
+    ).rejects.toThrow(/--allowed-registry-hosts: "bad host!"/);
+  });
+});
