@@ -18,7 +18,12 @@ import { DEFAULT_PLACE_LIMITS, placeArtifact, type PlaceResult } from '../oci/pl
 import { parseReference } from '../oci/reference.ts';
 import { downloaderConfig } from './agent.ts';
 import { CliError } from './errors.ts';
-import type { FetchIO } from './fetch.ts';
+
+/** Where `peerload fetch` writes its lines. */
+export interface FetchIO {
+  out: (line: string) => void;
+  err: (line: string) => void;
+}
 
 export const OCI_OPTIONS = {
   'registry-credentials': { type: 'string' },

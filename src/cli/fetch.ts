@@ -14,7 +14,7 @@ import { redact } from '../redact.ts';
 import { DOWNLOAD_OPTIONS, DOWNLOAD_OPTIONS_USAGE, downloaderConfig } from './agent.ts';
 import { parseCommandArgs } from './args.ts';
 import { CliError } from './errors.ts';
-import { OCI_OPTIONS, OCI_USAGE, runOci } from './fetch-oci.ts';
+import { OCI_OPTIONS, OCI_USAGE, runOci, type FetchIO } from './fetch-oci.ts';
 
 const USAGE = `Usage: peerload fetch --name MODEL --spec FILE --root DIR [options]
 
@@ -28,10 +28,7 @@ Exit status: 0 in place, 1 download failed, 2 bad input or refused.
 
 ${OCI_USAGE}`;
 
-export interface FetchIO {
-  out: (line: string) => void;
-  err: (line: string) => void;
-}
+export type { FetchIO };
 
 export async function run(
   argv: string[],

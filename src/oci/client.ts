@@ -155,17 +155,8 @@ export class RegistryClient {
     signal: AbortSignal | undefined,
   ): Promise<Answer> {
     let authorization = this.authorizations.get(repository);
-    let res = await this.exchange(
-      this.baseURL,
-      path,
-      { ...headers, ...(authorization ? { authorization } : {}) },
-      maxBytes,
-      what,
-      signal,
-    );
-    if (res.status === 401 && !this.authorizations.has(repository)) {
-      authorization = await this.authorize(repository, res, what, signal);
-      res = await this.exchange(
+    const send = () =>
+      this.exchange(
         this.baseURL,
         path,
         { ...headers, ...(authorization ? { authorization } : {}) },
@@ -173,6 +164,10 @@ export class RegistryClient {
         what,
         signal,
       );
+    let res = await send();
+    if (res.status === 401 && !this.authorizations.has(repository)) {
+      authorization = await this.authorize(repository, res, what, signal);
+      res = await send();
     }
     if (res.status === 200) {
       this.authorizations.set(repository, authorization);

@@ -108,142 +108,200 @@ function fetchFailure(e: FetchError, layer: ModelLayer): OciError {
   });
 }
 
+/** One placement as it runs: what fetching and extracting share. */
+interface Run {
+  req: PlaceRequest;
+  manifest: ModelManifest;
+  what: string;
+  /** The temporary directory that becomes `dest`. */
+  tmp: string;
+  /** Where tar blobs wait for their extraction (beside `tmp`, so no archive entry can collide with them). */
+  blobs: string;
+  headers: Record<string, string>;
+  reports: LayerReport[];
+  /** Layers of distinct blobs: a tar blob listed twice is fetched once. */
+  distinct: ModelLayer[];
+  received: number;
+  signal: AbortSignal;
+  log: Logger | undefined;
+}
+
+/** The caps that can be checked from the manifest: bytes, and free space for them. */
+async function checkSpace(
+  manifest: ModelManifest,
+  limits: PlaceLimits,
+  parent: string,
+  what: string,
+): Promise<void> {
+  if (manifest.bytes > limits.maxBytes)
+    throw new OciError(
+      OciReason.LimitExceeded,
+      `${what} holds ${manifest.bytes} bytes of layers, above the cap of ${limits.maxBytes} bytes: raise the byte cap or make the model smaller`,
+    );
+  const fs = await statfs(parent);
+  // A hard link takes no blocks, but a refused one is streamed, and a tar layer is the blob plus what it unpacks.
+  const needed =
+    manifest.bytes + manifest.layers.filter((l) => l.format !== 'raw').reduce((s, l) => s + l.size, 0);
+  const free = fs.bavail * fs.bsize;
+  if (free - needed < limits.minFreeBytes)
+    throw new OciError(
+      OciReason.LimitExceeded,
+      `${what} needs up to ${needed} bytes; ${free} are free and ${limits.minFreeBytes} must stay free: free space on the volume`,
+    );
+}
+
+const blobPath = (run: Run, l: ModelLayer) =>
+  l.format === 'raw' ? join(run.tmp, l.filepath!) : join(run.blobs, l.digest.slice(7));
+
+/** One blob through the peer proxy onto its path, then checked against its digest. */
+async function fetchLayer(run: Run, l: ModelLayer): Promise<void> {
+  const { req } = run;
+  const local = l.format === 'raw' ? run.tmp : run.blobs;
+  const target = blobPath(run, l);
+  let r;
+  try {
+    r = await fetchFile({
+      dispatcher: req.dispatcher,
+      proxy: req.proxy,
+      url: req.client.blobURL(req.ref.repository, l.digest),
+      headers: run.headers,
+      target,
+      expectedSize: l.size,
+      hardLink:
+        req.hardLinkRoot !== undefined
+          ? { local, daemon: join(req.hardLinkRoot, basename(local)) }
+          : undefined,
+      signal: run.signal,
+      what: l.name,
+      onBytes: (n) => {
+        run.received += n;
+        if (run.received > req.limits.maxBytes)
+          throw new OciError(
+            OciReason.LimitExceeded,
+            `${l.name} takes ${run.what} past the cap of ${req.limits.maxBytes} bytes`,
+            {
+              layer: l.name,
+            },
+          );
+      },
+    });
+  } catch (e) {
+    if (e instanceof FetchError) throw fetchFailure(e, l);
+    const code = (e as { code?: string }).code;
+    if (code === 'EEXIST' || code === 'ENOTDIR')
+      throw new OciError(OciReason.InvalidLayer, `${l.name}: its path collides with another layer's file`, {
+        layer: l.name,
+      });
+    throw e;
+  }
+  await verifyBlob(target, l.digest, l.name, run.signal);
+  Object.assign(run.reports[l.index]!, {
+    bytes: r.bytes,
+    files: l.format === 'raw' ? 1 : 0,
+    taskID: r.taskID,
+    localHit: r.localHit,
+    hardLink: r.hardLink,
+    hardLinkFallback: r.hardLinkFallback,
+  });
+  run.log?.debug(
+    { layer: l.index, bytes: r.bytes, localHit: r.localHit, hardLink: r.hardLink },
+    'blob verified',
+  );
+}
+
+/** Every distinct blob, `concurrency` at a time; the first failure stops the rest and is thrown. */
+async function fetchBlobs(run: Run): Promise<void> {
+  let next = 0;
+  let failed: unknown;
+  const worker = async () => {
+    while (failed === undefined && next < run.distinct.length) {
+      const l = run.distinct[next++]!;
+      try {
+        await fetchLayer(run, l);
+      } catch (e) {
+        failed ??= e;
+      }
+    }
+  };
+  await Promise.all(
+    Array.from({ length: Math.min(run.req.limits.concurrency, run.distinct.length) }, () => worker()),
+  );
+  if (failed !== undefined) throw failed;
+}
+
+/** The tar layers, in manifest order, over the raw files (whose paths an archive may not take). */
+async function extractArchives(run: Run): Promise<void> {
+  const layers = run.manifest.layers;
+  const raw = layers.filter((l) => l.format === 'raw');
+  const state = newExtractState();
+  for (const l of raw) state.regular.add(l.filepath!);
+  state.files = raw.length;
+  state.bytes = raw.reduce((s, l) => s + l.size, 0);
+  for (const l of layers) {
+    if (l.format === 'raw') continue;
+    const r = await extractLayer(blobPath(run, l), l.format, run.tmp, l.name, run.req.limits, state);
+    const report = run.reports[l.index]!;
+    const first = run.distinct.find((d) => d.digest === l.digest)!;
+    // A second layer of the same blob reports the fetch of the first.
+    if (first.index !== l.index) Object.assign(report, { ...run.reports[first.index]!, index: l.index });
+    report.files = r.files;
+  }
+}
+
+function summary(run: Run): PlaceResult {
+  const { reports } = run;
+  return {
+    reference: run.what,
+    digest: run.manifest.digest,
+    dest: run.req.dest,
+    layers: reports,
+    files: reports.reduce((s, r) => s + r.files, 0),
+    bytes: reports.reduce((s, r) => s + r.bytes, 0),
+    localHits: reports.filter((r) => r.localHit).length,
+    hardLinks: reports.filter((r) => r.hardLink).length,
+  };
+}
+
 export async function placeArtifact(req: PlaceRequest): Promise<PlaceResult> {
   const { client, ref, limits } = req;
   const deadline = AbortSignal.timeout(limits.deadlineMs);
   const signal = req.signal ? AbortSignal.any([req.signal, deadline]) : deadline;
   const what = formatReference(ref);
   const manifest = await readModelManifest(client, ref, signal);
-  if (manifest.bytes > limits.maxBytes)
-    throw new OciError(
-      OciReason.LimitExceeded,
-      `${what} holds ${manifest.bytes} bytes of layers, above the cap of ${limits.maxBytes} bytes: raise the byte cap or make the model smaller`,
-    );
   const parent = dirname(req.dest);
   await mkdir(parent, { recursive: true });
-  const fs = await statfs(parent);
-  // A hard link takes no blocks, but a refused one is streamed, and a tar layer is the blob plus what it unpacks.
-  const needed =
-    manifest.bytes + manifest.layers.filter((l) => l.format !== 'raw').reduce((s, l) => s + l.size, 0);
-  if (fs.bavail * fs.bsize - needed < limits.minFreeBytes)
-    throw new OciError(
-      OciReason.LimitExceeded,
-      `${what} needs up to ${needed} bytes; ${fs.bavail * fs.bsize} are free and ${limits.minFreeBytes} must stay free: free space on the volume`,
-    );
+  await checkSpace(manifest, limits, parent, what);
   const authorization = await client.pullAuthorization(ref.repository, signal);
-  const headers: Record<string, string> = {
-    ...(req.headers ?? {}),
-    ...(authorization ? { authorization } : {}),
-  };
-  const nonce = randomBytes(4).toString('hex');
-  const tmp = join(parent, `${TEMP_PREFIX}${basename(req.dest)}-${nonce}`);
-  const blobs = join(parent, `${TEMP_PREFIX}${basename(req.dest)}-${nonce}.blobs`);
-  const log = req.logger?.child({ reference: what, digest: manifest.digest });
-  const reports: LayerReport[] = manifest.layers.map((l) => ({
-    index: l.index,
-    digest: l.digest,
-    mediaType: l.mediaType,
-    filepath: l.filepath,
-    bytes: 0,
-    files: 0,
-  }));
-  let received = 0;
-  try {
-    await mkdir(tmp);
-    await mkdir(blobs);
-    const blobPath = (l: ModelLayer) =>
-      l.format === 'raw' ? join(tmp, l.filepath!) : join(blobs, l.digest.slice(7));
-
-    const fetchLayer = async (l: ModelLayer) => {
-      const local = l.format === 'raw' ? tmp : blobs;
-      const target = blobPath(l);
-      let r;
-      try {
-        r = await fetchFile({
-          dispatcher: req.dispatcher,
-          proxy: req.proxy,
-          url: client.blobURL(ref.repository, l.digest),
-          headers,
-          target,
-          expectedSize: l.size,
-          hardLink:
-            req.hardLinkRoot !== undefined
-              ? { local, daemon: join(req.hardLinkRoot, basename(local)) }
-              : undefined,
-          signal,
-          what: l.name,
-          onBytes: (n) => {
-            received += n;
-            if (received > limits.maxBytes)
-              throw new OciError(
-                OciReason.LimitExceeded,
-                `${l.name} takes ${what} past the cap of ${limits.maxBytes} bytes`,
-                {
-                  layer: l.name,
-                },
-              );
-          },
-        });
-      } catch (e) {
-        if (e instanceof FetchError) throw fetchFailure(e, l);
-        if ((e as { code?: string }).code === 'EEXIST' || (e as { code?: string }).code === 'ENOTDIR')
-          throw new OciError(
-            OciReason.InvalidLayer,
-            `${l.name}: its path collides with another layer's file`,
-            { layer: l.name },
-          );
-        throw e;
-      }
-      await verifyBlob(target, l.digest, l.name, signal);
-      Object.assign(reports[l.index]!, {
-        bytes: r.bytes,
-        files: l.format === 'raw' ? 1 : 0,
-        taskID: r.taskID,
-        localHit: r.localHit,
-        hardLink: r.hardLink,
-        hardLinkFallback: r.hardLinkFallback,
-      });
-      log?.debug(
-        { layer: l.index, bytes: r.bytes, localHit: r.localHit, hardLink: r.hardLink },
-        'blob verified',
-      );
-    };
-
-    // Tar blobs are shared by digest: two layers of one digest are fetched once.
-    const distinct = manifest.layers.filter(
+  const nonce = `${TEMP_PREFIX}${basename(req.dest)}-${randomBytes(4).toString('hex')}`;
+  const run: Run = {
+    req,
+    manifest,
+    what,
+    tmp: join(parent, nonce),
+    blobs: join(parent, `${nonce}.blobs`),
+    headers: { ...(req.headers ?? {}), ...(authorization ? { authorization } : {}) },
+    reports: manifest.layers.map((l) => ({
+      index: l.index,
+      digest: l.digest,
+      mediaType: l.mediaType,
+      filepath: l.filepath,
+      bytes: 0,
+      files: 0,
+    })),
+    distinct: manifest.layers.filter(
       (l, i) =>
         l.format === 'raw' ||
         manifest.layers.findIndex((o) => o.format !== 'raw' && o.digest === l.digest) === i,
-    );
-    let next = 0;
-    let failed: unknown;
-    const worker = async () => {
-      while (failed === undefined && next < distinct.length) {
-        const l = distinct[next++]!;
-        try {
-          await fetchLayer(l);
-        } catch (e) {
-          failed ??= e;
-        }
-      }
-    };
-    await Promise.all(Array.from({ length: Math.min(limits.concurrency, distinct.length) }, () => worker()));
-    if (failed !== undefined) throw failed;
-
-    // Every blob is in and verified: now the archives, in manifest order, over the raw files.
-    const state = newExtractState();
-    for (const l of manifest.layers) if (l.format === 'raw') state.regular.add(l.filepath!);
-    state.files = manifest.layers.filter((l) => l.format === 'raw').length;
-    state.bytes = manifest.layers.filter((l) => l.format === 'raw').reduce((s, l) => s + l.size, 0);
-    for (const l of manifest.layers) {
-      if (l.format === 'raw') continue;
-      const r = await extractLayer(blobPath(l), l.format, tmp, l.name, limits, state);
-      const report = reports[l.index]!;
-      const first = distinct.find((d) => d.digest === l.digest)!;
-      // A second layer of the same blob reports the fetch of the first.
-      if (first.index !== l.index) Object.assign(report, { ...reports[first.index]!, index: l.index });
-      report.files = r.files;
-    }
+    ),
+    received: 0,
+    signal,
+    log: req.logger?.child({ reference: what, digest: manifest.digest }),
+  };
+  try {
+    await mkdir(run.tmp);
+    await mkdir(run.blobs);
+    await fetchBlobs(run);
+    await extractArchives(run);
     if (
       await stat(req.dest).then(
         () => true,
@@ -251,9 +309,9 @@ export async function placeArtifact(req: PlaceRequest): Promise<PlaceResult> {
       )
     )
       throw new OciError(OciReason.InvalidLayer, `${req.dest} appeared while placing ${what}`);
-    await rename(tmp, req.dest);
+    await rename(run.tmp, req.dest);
   } catch (e) {
-    await rm(tmp, { recursive: true, force: true }).catch(() => undefined);
+    await rm(run.tmp, { recursive: true, force: true }).catch(() => undefined);
     if (signal.aborted && !(e instanceof OciError)) {
       if (deadline.aborted)
         throw new OciError(
@@ -264,28 +322,10 @@ export async function placeArtifact(req: PlaceRequest): Promise<PlaceResult> {
     }
     throw e;
   } finally {
-    await rm(blobs, { recursive: true, force: true }).catch(() => undefined);
+    await rm(run.blobs, { recursive: true, force: true }).catch(() => undefined);
   }
-  const files = reports.reduce((s, r) => s + r.files, 0);
-  const result: PlaceResult = {
-    reference: what,
-    digest: manifest.digest,
-    dest: req.dest,
-    layers: reports,
-    files,
-    bytes: reports.reduce((s, r) => s + r.bytes, 0),
-    localHits: reports.filter((r) => r.localHit).length,
-    hardLinks: reports.filter((r) => r.hardLink).length,
-  };
-  log?.info(
-    {
-      layers: reports.length,
-      files,
-      bytes: result.bytes,
-      localHits: result.localHits,
-      hardLinks: result.hardLinks,
-    },
-    'artifact placed',
-  );
+  const result = summary(run);
+  const { files, bytes, localHits, hardLinks } = result;
+  run.log?.info({ layers: result.layers.length, files, bytes, localHits, hardLinks }, 'artifact placed');
   return result;
 }

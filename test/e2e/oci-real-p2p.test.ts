@@ -13,12 +13,11 @@ import { mkdir, mkdtemp, readFile, rm, stat } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { run as fetchCommand } from '../../src/cli/fetch.ts';
 import { ManagerClient } from '../../src/manager/client.ts';
 import type { PlaceResult } from '../../src/oci/place.ts';
 import { startCountingProxy, type CountingProxy } from '../support/counting-proxy.ts';
 import { ROOT_USER, startDragonfly, type Dragonfly } from '../support/dragonfly.ts';
-import { modctl, pushTritonModel } from '../support/modctl.ts';
+import { modctl, peerloadFetch, pushTritonModel } from '../support/modctl.ts';
 import { waitFor } from '../support/process.ts';
 import { startRegistry, type Registry } from '../support/registry.ts';
 
@@ -65,23 +64,18 @@ describe('ModelPack artifacts on the real Dragonfly network', () => {
   async function fetchOn(peer: number): Promise<PlaceResult> {
     const root = join(dir, `node${peer}`, 'simple');
     await mkdir(root, { recursive: true });
-    const out: string[] = [];
-    const err: string[] = [];
-    const code = await fetchCommand(
-      [
-        `oci://${reference}`,
-        join(root, '1'),
-        '--proxy',
-        network.peers[peer]!.proxyURL,
-        '--plain-http',
-        '--hard-link-root',
-        root,
-        '--min-free-bytes',
-        '0',
-        '--json',
-      ],
-      { out: (l) => out.push(l), err: (l) => err.push(l) },
-    );
+    const { code, out, err } = await peerloadFetch([
+      `oci://${reference}`,
+      join(root, '1'),
+      '--proxy',
+      network.peers[peer]!.proxyURL,
+      '--plain-http',
+      '--hard-link-root',
+      root,
+      '--min-free-bytes',
+      '0',
+      '--json',
+    ]);
     expect(err).toEqual([]);
     expect(code).toBe(0);
     return JSON.parse(out[0]!) as PlaceResult;

@@ -12,13 +12,12 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Agent } from 'undici';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { run as fetchCommand } from '../../src/cli/fetch.ts';
 import { RegistryClient } from '../../src/oci/client.ts';
 import { OciError, OciReason } from '../../src/oci/errors.ts';
 import { readModelManifest } from '../../src/oci/place.ts';
 import { parseReference } from '../../src/oci/reference.ts';
 import { parseHostRules } from '../../src/policy/reach.ts';
-import { modctl, pushTritonModel } from '../support/modctl.ts';
+import { modctl, peerloadFetch, pushTritonModel } from '../support/modctl.ts';
 import { startPeerProxy, type PeerProxy } from '../support/peer-proxy.ts';
 import { startTokenServer, type TokenServer } from '../support/registry-token.ts';
 import { startRegistry, type Registry } from '../support/registry.ts';
@@ -119,29 +118,19 @@ describe('the real registry with token auth', () => {
     );
     const root = join(dir, 'models', 'simple');
     await mkdir(root, { recursive: true });
-    const run = async (extra: string[]) => {
-      const out: string[] = [];
-      const err: string[] = [];
-      const code = await fetchCommand(
-        [
-          `oci://${reference}`,
-          join(root, '1'),
-          '--proxy',
-          peer.url,
-          '--plain-http',
-          '--min-free-bytes',
-          '0',
-          '--registry-credentials',
-          config,
-          ...extra,
-        ],
-        { out: (l) => out.push(l), err: (l) => err.push(l) },
-      ).catch((e: Error) => {
-        err.push(e.message);
-        return 2;
-      });
-      return { code, out, err };
-    };
+    const run = (extra: string[]) =>
+      peerloadFetch([
+        `oci://${reference}`,
+        join(root, '1'),
+        '--proxy',
+        peer.url,
+        '--plain-http',
+        '--min-free-bytes',
+        '0',
+        '--registry-credentials',
+        config,
+        ...extra,
+      ]);
     const refused = await run(['--allowed-registry-hosts', 'registry.example.com']);
     expect(refused.code).toBe(2);
     expect(refused.err.join('\n')).toMatch(/RegistryNotAllowed: .*not in the allowed registry hosts/);

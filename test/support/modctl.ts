@@ -86,3 +86,15 @@ export async function pushTritonModel(
     dir,
   );
 }
+
+/** `peerload fetch` in process: its exit status and its lines (a CLI error as a line of `err`, exit 2). */
+export async function peerloadFetch(argv: string[]): Promise<{ code: number; out: string[]; err: string[] }> {
+  const { run } = await import('../../src/cli/fetch.ts');
+  const out: string[] = [];
+  const err: string[] = [];
+  const code = await run(argv, { out: (l) => out.push(l), err: (l) => err.push(l) }).catch((e: Error) => {
+    err.push(e.message);
+    return 2;
+  });
+  return { code, out, err };
+}
