@@ -277,6 +277,15 @@ export class RegistryClient {
     const code = registryErrorCode(res.body);
     const detail = code ? `, ${code}` : '';
     const status = res.status;
+    const scope = parseChallenges(header(res.headers, 'www-authenticate') ?? '').find(
+      (c) => c.params['error'] === 'insufficient_scope',
+    );
+    if (status === 401 && scope && authorized)
+      return new OciError(
+        OciReason.Unauthorized,
+        `the registry ${this.registry} refused the credentials of ${what} (401, insufficient_scope): they lack pull permission on the repository`,
+        { status },
+      );
     if (status === 401)
       return new OciError(
         OciReason.Unauthorized,

@@ -94,7 +94,7 @@ describe('the real registry with token auth', () => {
       [
         { username: 'mallory', password: 'mallory-password-99' },
         OciReason.Unauthorized,
-        /refused the credentials of .*401/,
+        /401, insufficient_scope\): they lack pull permission/,
       ],
     ];
     for (const [credentials, reason, why] of cases) {
