@@ -8,8 +8,8 @@
 #   scripts/setup.sh --demo --real-p2p   the same plus the real Dragonfly network (`npm run demo -- --real-p2p`)
 #   scripts/setup.sh --demo --no-torchserve   without TorchServe and the plugin (`npm run demo -- --no-torchserve`)
 #   scripts/setup.sh --all               everything `npm test` needs: the above, the real Dragonfly network, Triton
-#                                        and MLServer, the image tools and bases (the plugin's JUnit suite is
-#                                        scripts/test.sh's)
+#                                        and MLServer, the image tools and bases, the OCI registry and modctl (the
+#                                        plugin's JUnit suite is scripts/test.sh's)
 # Independent steps run side by side (most are downloads or one-core-bound phases); a failed step is named at the
 # end, with its script, and the set-up exits non-zero.
 source "$(dirname "$0")/lib.sh"
@@ -96,6 +96,10 @@ tools() { # what reads resource health and metrics as users' tools do; the contr
   step "kstatus" "promtool" setup-kstatus.sh
   step "promtool" "$then_" setup-promtool.sh
 }
+oci_tools() { # the OCI tests' real registry (Distribution) and modctl, two Go builds
+  step "the OCI registry" "modctl" setup-registry.sh
+  step "modctl" "$then_" setup-modctl.sh
+}
 minio_then_e2e() {
   step "MinIO" "the plugin" setup-minio.sh
   e2e
@@ -128,6 +132,7 @@ case $mode in
     lane "TorchServe" torchserve
     lane "Triton and MLServer" oip_servers
     lane "MinIO, the plugin and the image tools" minio_then_e2e
+    lane "the OCI registry and modctl" oci_tools
     wait_lanes
     ;;
 esac

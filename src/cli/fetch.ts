@@ -1,7 +1,8 @@
 /**
  * `peerload fetch`: the agent's download once, for an init container (a server without a load API starts on a
  * complete directory). Prints one line; exit 0 when the version is in place, 1 when the download failed, 2 on bad
- * input or a refusal (byte cap, free space, credentials).
+ * input or a refusal (byte cap, free space, credentials). Given an `oci://` reference it places a ModelPack
+ * artifact instead (fetch-oci.ts).
  */
 import { readFile } from 'node:fs/promises';
 import { pino } from 'pino';
@@ -12,6 +13,7 @@ import { redact } from '../redact.ts';
 import { DOWNLOAD_OPTIONS, DOWNLOAD_OPTIONS_USAGE, downloaderConfig } from './agent.ts';
 import { parseCommandArgs } from './args.ts';
 import { CliError } from './errors.ts';
+import { OCI_OPTIONS, OCI_USAGE, runOci } from './fetch-oci.ts';
 import { placeVersion, type FetchLines } from './fetch-place.ts';
 
 const USAGE = `Usage: peerload fetch --name MODEL --spec FILE --root DIR [options]
@@ -23,7 +25,9 @@ the download (local hits, hard links) under <root>/.peerload-records/, which an 
 --name             the model's name
 --spec             the version spec, JSON (the body of the agent's PUT /v1/models/{name}); - reads stdin
 ${DOWNLOAD_OPTIONS_USAGE}
-Exit status: 0 in place, 1 download failed, 2 bad input or refused.`;
+Exit status: 0 in place, 1 download failed, 2 bad input or refused.
+
+${OCI_USAGE}`;
 
 export type FetchIO = FetchLines;
 
@@ -32,16 +36,29 @@ export async function run(
   io: FetchIO = { out: console.log, err: console.error },
 ): Promise<number> {
   if (argv[0]?.startsWith('hf://')) return (await import('./fetch-hub.ts')).runHub(argv, io);
-  const { values } = parseCommandArgs(
+  const { values, positionals } = parseCommandArgs(
     argv,
-    { ...DOWNLOAD_OPTIONS, name: { type: 'string' }, spec: { type: 'string' } },
-    false,
+    { ...DOWNLOAD_OPTIONS, ...OCI_OPTIONS, name: { type: 'string' }, spec: { type: 'string' } },
+    true,
     USAGE,
   );
   if (values.help) {
     io.out(USAGE);
     return 0;
   }
+  if (positionals[0]?.startsWith('oci://')) {
+    if (positionals.length > 2) throw new CliError(`unexpected argument "${positionals[2]}"`);
+    if (values.name !== undefined || values.spec !== undefined || values.root !== undefined)
+      throw new CliError('an oci:// reference takes a directory, not --name, --spec or --root');
+    return runOci(positionals[0], positionals[1], values, io);
+  }
+  if (positionals.length > 0)
+    throw new CliError(
+      `unexpected argument "${positionals[0]}": a model directory takes --name, --spec and --root; an artifact oci://registry/repository:tag DIR`,
+    );
+  for (const flag of Object.keys(OCI_OPTIONS))
+    if (values[flag as keyof typeof OCI_OPTIONS] !== undefined && flag !== 'max-files')
+      throw new CliError(`--${flag} is for an oci:// reference`);
   const name = values.name;
   if (!name || !SEGMENT.test(name))
     throw new CliError(

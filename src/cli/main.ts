@@ -42,7 +42,8 @@ const COMMANDS: Record<string, Command> = {
     run: async (argv) => (await import('./agent.ts')).run(argv),
   },
   fetch: {
-    summary: 'Download one version of a model directory through the peer proxy (init container)',
+    summary:
+      'Download one version of a model directory, or a ModelPack artifact (oci://), through the peer proxy (init container)',
     run: async (argv) => (await import('./fetch.ts')).run(argv),
   },
   crds: {

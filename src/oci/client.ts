@@ -1,0 +1,383 @@
+/**
+ * The read side of the OCI distribution API that placing a model needs: a manifest by tag or digest (bounded, its
+ * digest computed from the bytes and checked against the one asked for and the one the registry announces), and
+ * the `Authorization` a blob GET needs, which the peer proxy then carries to the registry.
+ *
+ * Authentication as registries do it: anonymous first; on a 401 the `WWW-Authenticate` challenge decides —
+ * `Basic` sends the credentials, `Bearer realm=…,service=…,scope=…` asks the realm for a token (with the
+ * credentials as Basic when there are some, anonymously otherwise) and sends `Bearer <token>`. Credentials go only
+ * to a registry, and a token realm, that the allow-list admits.
+ */
+import { createHash } from 'node:crypto';
+import type { Dispatcher } from 'undici';
+import { z } from 'zod';
+import { hostAllowed, type HostRule } from '../policy/reach.ts';
+import { USER_AGENT } from '../version.ts';
+import { parseChallenges, type Challenge } from './challenge.ts';
+import type { RegistryCredentials } from './credentials.ts';
+import { OciError, OciReason } from './errors.ts';
+import { MANIFEST_ACCEPT } from './media-types.ts';
+import { formatReference, type OciReference } from './reference.ts';
+
+/** Far above any model manifest (a thousand layers is ~300 KiB). */
+export const DEFAULT_MAX_MANIFEST_BYTES = 4 * 1024 * 1024;
+const MAX_TOKEN_RESPONSE_BYTES = 1024 * 1024;
+const MAX_ERROR_BODY_BYTES = 64 * 1024;
+
+export interface RegistryClientOptions {
+  dispatcher: Dispatcher;
+  /** http:// instead of https:// (a registry on loopback or inside the cluster without TLS). */
+  plainHTTP?: boolean | undefined;
+  credentials?: RegistryCredentials | undefined;
+  /**
+   * The hosts the admin allows. Given: every request must go to one of them, token realms included. Absent: only
+   * anonymous pulls (credentials are refused, since nothing says where they may go).
+   */
+  allowedHosts?: readonly HostRule[] | undefined;
+  maxManifestBytes?: number | undefined;
+  /** Each exchange, ms (default 60 s). */
+  timeoutMs?: number | undefined;
+}
+
+export interface FetchedManifest {
+  /** sha256 of the bytes. */
+  digest: string;
+  body: Buffer;
+  contentType: string | undefined;
+}
+
+interface Answer {
+  status: number;
+  headers: Record<string, string | string[] | undefined>;
+  body: Buffer;
+}
+
+const TokenResponse = z.object({
+  token: z.string().min(1).optional(),
+  access_token: z.string().min(1).optional(),
+});
+
+const header = (h: Answer['headers'], name: string) => {
+  const v = h[name];
+  return Array.isArray(v) ? v.join(', ') : v;
+};
+
+export class RegistryClient {
+  readonly registry: string;
+  readonly baseURL: string;
+  private readonly opts: RegistryClientOptions;
+  /** The Authorization that worked, per repository. */
+  private readonly authorizations = new Map<string, string | undefined>();
+
+  constructor(registry: string, opts: RegistryClientOptions) {
+    this.registry = registry;
+    this.baseURL = `${opts.plainHTTP ? 'http' : 'https'}://${registry}`;
+    this.opts = opts;
+    if (opts.allowedHosts !== undefined && !hostAllowed(this.baseURL, opts.allowedHosts))
+      throw new OciError(
+        OciReason.RegistryNotAllowed,
+        `the registry ${registry} is not in the allowed registry hosts (${opts.allowedHosts.map((r) => r.text).join(', ') || 'none'}): an admin adds it to the allow-list`,
+      );
+    if (opts.credentials !== undefined && opts.allowedHosts === undefined)
+      throw new OciError(
+        OciReason.RegistryNotAllowed,
+        `registry credentials are given but no registry allow-list: list ${registry} in the allowed registry hosts so the credentials may go there`,
+      );
+  }
+
+  private get secrets(): string[] {
+    const c = this.opts.credentials;
+    return c ? [c.password, Buffer.from(`${c.username}:${c.password}`).toString('base64')] : [];
+  }
+
+  /** `<base>/v2/<repository>/blobs/<digest>`: the URL the peer proxy fetches (and the daemon's task id is of). */
+  blobURL(repository: string, digest: string): string {
+    return `${this.baseURL}/v2/${repository}/blobs/${digest}`;
+  }
+
+  /**
+   * The manifest of `ref`, checked: its bytes hash to the digest the reference names, and to the
+   * `Docker-Content-Digest` the registry announces (a tag resolves to that digest).
+   */
+  async manifest(ref: OciReference, signal?: AbortSignal): Promise<FetchedManifest> {
+    const what = formatReference(ref);
+    const path = `/v2/${ref.repository}/manifests/${ref.digest ?? ref.tag!}`;
+    const max = this.opts.maxManifestBytes ?? DEFAULT_MAX_MANIFEST_BYTES;
+    const res = await this.get(
+      ref.repository,
+      path,
+      { accept: MANIFEST_ACCEPT },
+      max,
+      what,
+      'manifest',
+      signal,
+    );
+    const digest = `sha256:${createHash('sha256').update(res.body).digest('hex')}`;
+    if (ref.digest !== undefined && digest !== ref.digest)
+      throw new OciError(
+        OciReason.DigestMismatch,
+        `the registry served a manifest for ${what} whose bytes hash to ${digest}: the registry (or something between) changed it`,
+      );
+    const announced = header(res.headers, 'docker-content-digest');
+    if (announced !== undefined && announced.startsWith('sha256:') && announced !== digest)
+      throw new OciError(
+        OciReason.DigestMismatch,
+        `the registry announced ${announced} for the manifest of ${what}, but its bytes hash to ${digest}`,
+      );
+    return { digest, body: res.body, contentType: header(res.headers, 'content-type') };
+  }
+
+  /**
+   * The Authorization header a GET of `repository`'s blobs needs (undefined: anonymous). Known once a manifest of
+   * the repository was read; else found by asking the registry.
+   */
+  async pullAuthorization(repository: string, signal?: AbortSignal): Promise<string | undefined> {
+    if (!this.authorizations.has(repository))
+      await this.get(
+        repository,
+        `/v2/${repository}/tags/list?n=1`,
+        {},
+        MAX_ERROR_BODY_BYTES,
+        repository,
+        'tags',
+        signal,
+      );
+    return this.authorizations.get(repository);
+  }
+
+  private async get(
+    repository: string,
+    path: string,
+    headers: Record<string, string>,
+    maxBytes: number,
+    what: string,
+    object: 'manifest' | 'tags',
+    signal: AbortSignal | undefined,
+  ): Promise<Answer> {
+    let authorization = this.authorizations.get(repository);
+    const send = () =>
+      this.exchange(
+        this.baseURL,
+        path,
+        { ...headers, ...(authorization ? { authorization } : {}) },
+        maxBytes,
+        what,
+        signal,
+      );
+    let res = await send();
+    if (res.status === 401 && !this.authorizations.has(repository)) {
+      authorization = await this.authorize(repository, res, what, signal);
+      res = await send();
+    }
+    if (res.status === 200) {
+      this.authorizations.set(repository, authorization);
+      return res;
+    }
+    throw this.failure(res, what, object, this.opts.credentials !== undefined);
+  }
+
+  /** Answers a 401's challenge: the Authorization to send, or throws Unauthorized. */
+  private async authorize(
+    repository: string,
+    res: Answer,
+    what: string,
+    signal?: AbortSignal,
+  ): Promise<string> {
+    const challenges = parseChallenges(header(res.headers, 'www-authenticate') ?? '');
+    const creds = this.opts.credentials;
+    const bearer = challenges.find((c) => c.scheme === 'bearer');
+    if (bearer) return `Bearer ${await this.token(bearer, repository, what, signal)}`;
+    if (challenges.some((c) => c.scheme === 'basic')) {
+      if (!creds)
+        throw new OciError(
+          OciReason.Unauthorized,
+          `the registry ${this.registry} requires credentials for ${what} (401, Basic): give registry credentials`,
+          { status: 401 },
+        );
+      return `Basic ${Buffer.from(`${creds.username}:${creds.password}`).toString('base64')}`;
+    }
+    throw new OciError(
+      OciReason.Unauthorized,
+      `the registry ${this.registry} answered 401 for ${what} without a Basic or Bearer challenge`,
+      { status: 401 },
+    );
+  }
+
+  /** The bearer token flow: GET realm?service=…&scope=…, Basic credentials when there are some. */
+  private async token(
+    challenge: Challenge,
+    repository: string,
+    what: string,
+    signal?: AbortSignal,
+  ): Promise<string> {
+    const realm = challenge.params['realm'];
+    let url: URL;
+    try {
+      url = new URL(realm ?? '');
+    } catch {
+      throw new OciError(
+        OciReason.RegistryError,
+        `the registry ${this.registry} sent a Bearer challenge without a usable realm`,
+      );
+    }
+    if (url.protocol !== 'https:' && url.protocol !== 'http:')
+      throw new OciError(
+        OciReason.RegistryError,
+        `the registry ${this.registry} sent a token realm that is not http(s)`,
+      );
+    const creds = this.opts.credentials;
+    const allowed = this.opts.allowedHosts;
+    if (allowed !== undefined && !hostAllowed(url.origin, allowed))
+      throw new OciError(
+        OciReason.RegistryNotAllowed,
+        `the token service ${url.host} of the registry ${this.registry} is not in the allowed registry hosts: an admin adds it to the allow-list`,
+      );
+    if (challenge.params['service'] !== undefined)
+      url.searchParams.set('service', challenge.params['service']);
+    url.searchParams.set('scope', challenge.params['scope'] ?? `repository:${repository}:pull`);
+    const headers: Record<string, string> = creds
+      ? { authorization: `Basic ${Buffer.from(`${creds.username}:${creds.password}`).toString('base64')}` }
+      : {};
+    const res = await this.exchange(
+      url.origin,
+      `${url.pathname}${url.search}`,
+      headers,
+      MAX_TOKEN_RESPONSE_BYTES,
+      what,
+      signal,
+    );
+    if (res.status === 401 || res.status === 403)
+      throw new OciError(
+        res.status === 401 ? OciReason.Unauthorized : OciReason.Forbidden,
+        `the token service of ${this.registry} refused ${creds ? 'the credentials' : 'an anonymous token'} for ${what} (${res.status}): ${creds ? 'check the registry credentials and their pull permission' : 'give registry credentials'}`,
+        { status: res.status, secrets: this.secrets },
+      );
+    if (res.status !== 200)
+      throw new OciError(
+        OciReason.RegistryError,
+        `the token service of ${this.registry} answered ${res.status} for ${what}`,
+        { status: res.status },
+      );
+    let token: string | undefined;
+    try {
+      const t = TokenResponse.parse(JSON.parse(res.body.toString('utf8')));
+      token = t.token ?? t.access_token;
+    } catch {
+      token = undefined;
+    }
+    if (!token)
+      throw new OciError(
+        OciReason.RegistryError,
+        `the token service of ${this.registry} sent no token for ${what}`,
+      );
+    return token;
+  }
+
+  private failure(res: Answer, what: string, object: string, authorized: boolean): OciError {
+    const code = registryErrorCode(res.body);
+    const detail = code ? `, ${code}` : '';
+    const status = res.status;
+    const scope = parseChallenges(header(res.headers, 'www-authenticate') ?? '').find(
+      (c) => c.params['error'] === 'insufficient_scope',
+    );
+    if (status === 401 && scope && authorized)
+      return new OciError(
+        OciReason.Unauthorized,
+        `the registry ${this.registry} refused the credentials of ${what} (401, insufficient_scope): they lack pull permission on the repository`,
+        { status },
+      );
+    if (status === 401)
+      return new OciError(
+        OciReason.Unauthorized,
+        `the registry ${this.registry} refused ${authorized ? 'the credentials' : 'an anonymous pull'} of ${what} (401${detail}): ${authorized ? 'check the registry credentials' : 'give registry credentials'}`,
+        { status },
+      );
+    if (status === 403)
+      return new OciError(
+        OciReason.Forbidden,
+        `the registry ${this.registry} forbids pulling ${what} (403${detail}): the credentials lack pull permission on the repository`,
+        { status },
+      );
+    if (status === 404)
+      return new OciError(
+        OciReason.NotFound,
+        `the registry ${this.registry} has no ${object} ${what} (404${detail}): check the repository and the tag or digest`,
+        { status },
+      );
+    return new OciError(
+      OciReason.RegistryError,
+      `the registry ${this.registry} answered ${status}${detail} for ${what}`,
+      { status },
+    );
+  }
+
+  private async exchange(
+    origin: string,
+    path: string,
+    headers: Record<string, string>,
+    maxBytes: number,
+    what: string,
+    signal: AbortSignal | undefined,
+  ): Promise<Answer> {
+    const timeout = AbortSignal.timeout(this.opts.timeoutMs ?? 60_000);
+    const s = signal ? AbortSignal.any([signal, timeout]) : timeout;
+    try {
+      const res = await this.opts.dispatcher.request({
+        origin,
+        path,
+        method: 'GET',
+        headers: { 'user-agent': USER_AGENT, ...headers },
+        signal: s,
+      });
+      const length = Number(header(res.headers, 'content-length') ?? NaN);
+      const tooLarge = () =>
+        new OciError(
+          OciReason.ManifestTooLarge,
+          `the ${origin === this.baseURL ? 'registry' : 'token service'} answer for ${what} is larger than ${maxBytes} bytes: a model manifest is far smaller (raise the manifest cap if it is right)`,
+          { status: res.statusCode },
+        );
+      if (length > maxBytes) {
+        res.body.on('error', () => undefined);
+        res.body.destroy();
+        throw tooLarge();
+      }
+      const chunks: Buffer[] = [];
+      let size = 0;
+      for await (const chunk of res.body) {
+        size += (chunk as Buffer).length;
+        if (size > maxBytes) {
+          res.body.destroy();
+          throw tooLarge();
+        }
+        chunks.push(chunk as Buffer);
+      }
+      return { status: res.statusCode, headers: res.headers, body: Buffer.concat(chunks) };
+    } catch (e) {
+      if (e instanceof OciError) throw e;
+      if (signal?.aborted) throw signal.reason ?? e;
+      const why = timeout.aborted
+        ? 'no answer in time'
+        : ((e as { code?: string }).code ?? (e as Error).message);
+      throw new OciError(
+        OciReason.RegistryError,
+        `cannot reach ${new URL(origin).host} for ${what}: ${why}`,
+        {
+          secrets: this.secrets,
+        },
+      );
+    }
+  }
+}
+
+/** The first `errors[].code` of a distribution error body (MANIFEST_UNKNOWN, DENIED...), if it is one. */
+function registryErrorCode(body: Buffer): string | undefined {
+  try {
+    const j = JSON.parse(body.subarray(0, MAX_ERROR_BODY_BYTES).toString('utf8')) as {
+      errors?: { code?: unknown }[];
+    };
+    const code = j.errors?.[0]?.code;
+    return typeof code === 'string' && /^[A-Z_]{1,64}$/.test(code) ? code : undefined;
+  } catch {
+    return undefined;
+  }
+}

@@ -1,0 +1,61 @@
+/**
+ * What can go wrong with an OCI model artifact, as one typed error: a reason word (for a condition or an exit
+ * status), the layer it concerns when there is one (`layer 2 (sha256:ab12…, weights/model.bin)`), and a message
+ * that says what to fix. Messages never hold credentials or a URL's query: they pass {@link redact}.
+ */
+import { redact } from '../redact.ts';
+
+export const OciReason = {
+  /** The reference is not `registry/repository[:tag][@sha256:…]`. */
+  InvalidReference: 'InvalidReference',
+  /** The registry host is not in the allow-list, so no credential (and no request) goes there. */
+  RegistryNotAllowed: 'RegistryNotAllowed',
+  /** The credentials given are unusable (a dockerconfigjson without this registry, a malformed auth). */
+  InvalidCredentials: 'InvalidCredentials',
+  /** 401 from the registry (or its token service). */
+  Unauthorized: 'Unauthorized',
+  /** 403 from the registry (or its token service). */
+  Forbidden: 'Forbidden',
+  /** 404: no such repository, tag, manifest or blob. */
+  NotFound: 'NotFound',
+  /** The manifest is larger than the cap. */
+  ManifestTooLarge: 'ManifestTooLarge',
+  /** The manifest is not a ModelPack model manifest (an image, an index, something else). */
+  NotModelPack: 'NotModelPack',
+  /** A layer (or the artifact) has a media type this reader does not know. */
+  UnknownMediaType: 'UnknownMediaType',
+  /** A layer's annotations are unusable (no file path, an unsafe one, two layers on one path). */
+  InvalidLayer: 'InvalidLayer',
+  /** The bytes served do not hash to the digest asked for. */
+  DigestMismatch: 'DigestMismatch',
+  /** A tar entry would land outside the directory, or is a device, or a link leaving it. */
+  UnsafeTarEntry: 'UnsafeTarEntry',
+  /** A layer is not a readable tar (or not the compression its media type says). */
+  InvalidArchive: 'InvalidArchive',
+  /** The artifact is over a byte or file-count cap. */
+  LimitExceeded: 'LimitExceeded',
+  /** The registry answered with something else (5xx, a body that does not parse). */
+  RegistryError: 'RegistryError',
+  /** A blob could not be downloaded through the peer proxy. */
+  DownloadFailed: 'DownloadFailed',
+} as const;
+export type OciReason = (typeof OciReason)[keyof typeof OciReason];
+
+export class OciError extends Error {
+  readonly reason: OciReason;
+  /** How the layer is named in the message, when the error is about one. */
+  readonly layer: string | undefined;
+  /** The HTTP status of the answer that caused it, when there was one. */
+  readonly status: number | undefined;
+  constructor(
+    reason: OciReason,
+    message: string,
+    opts: { layer?: string | undefined; status?: number | undefined; secrets?: (string | undefined)[] } = {},
+  ) {
+    super(redact(message, opts.secrets ?? []));
+    this.name = 'OciError';
+    this.reason = reason;
+    this.layer = opts.layer;
+    this.status = opts.status;
+  }
+}

@@ -1,0 +1,27 @@
+/** A placed blob checked against its digest by reading it back (a hard link of the daemon's file was never streamed here). */
+import { createHash } from 'node:crypto';
+import { createReadStream } from 'node:fs';
+import { pipeline } from 'node:stream/promises';
+import { OciError, OciReason } from './errors.ts';
+
+export async function sha256File(path: string, signal?: AbortSignal): Promise<string> {
+  const hash = createHash('sha256');
+  await pipeline(createReadStream(path), hash, { signal });
+  return `sha256:${hash.digest('hex')}`;
+}
+
+/** Throws DigestMismatch naming `layer` when `path` does not hash to `digest`. */
+export async function verifyBlob(
+  path: string,
+  digest: string,
+  layer: string,
+  signal?: AbortSignal,
+): Promise<void> {
+  const got = await sha256File(path, signal);
+  if (got !== digest)
+    throw new OciError(
+      OciReason.DigestMismatch,
+      `${layer}: the bytes received hash to ${got}, not to the layer's digest: the registry (or a cache between) served other content; nothing was placed`,
+      { layer },
+    );
+}

@@ -1,0 +1,100 @@
+/**
+ * modctl (github.com/modelpack/modctl, built by scripts/setup-modctl.sh) as a test drives it: log in, build a
+ * ModelPack artifact from a directory and its Modelfile straight into a registry, attach one more file as a tar
+ * layer. Each call has its own storage directory, so nothing of the user's is read or written.
+ */
+import { execFile } from 'node:child_process';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import { modctlBinDir } from './registry.ts';
+
+const run = promisify(execFile);
+
+export interface Modctl {
+  /** Runs modctl with `args` in `cwd`; throws with its output's end on failure. */
+  (args: string[], cwd: string): Promise<string>;
+}
+
+export async function modctl(storageDir: string): Promise<Modctl> {
+  const bin = join(await modctlBinDir(), 'modctl');
+  return async (args, cwd) => {
+    try {
+      const { stdout, stderr } = await run(bin, ['--storage-dir', storageDir, ...args], {
+        cwd,
+        maxBuffer: 64 << 20,
+        timeout: 300_000,
+      });
+      return `${stdout}${stderr}`;
+    } catch (e) {
+      const err = e as { stdout?: string; stderr?: string; message: string };
+      const tail = `${err.stdout ?? ''}${err.stderr ?? ''}`
+        .split('\n')
+        .filter((l) => !l.includes('Building'))
+        .slice(-15)
+        .join('\n');
+      throw new Error(`modctl ${args[0]} failed: ${err.message.split('\n')[0]}\n${tail}`, { cause: e });
+    }
+  };
+}
+
+/**
+ * A Triton-style model directory pushed by modctl as `reference` (a plain-HTTP registry): `config.pbtxt` and
+ * `1/weights.bin` as raw layers (modctl's default, the older vnd.cnai types), then `1/model.py` attached as a tar
+ * layer (`--raw=false`, a vnd.cncf type). Returns what was pushed, by path.
+ */
+export async function pushTritonModel(
+  m: Modctl,
+  dir: string,
+  reference: string,
+  files: { config: string; weights: Buffer; code: string },
+): Promise<void> {
+  const { mkdir, writeFile } = await import('node:fs/promises');
+  await mkdir(join(dir, '1'), { recursive: true });
+  await writeFile(join(dir, 'config.pbtxt'), files.config);
+  await writeFile(join(dir, '1/weights.bin'), files.weights);
+  await writeFile(join(dir, '1/model.py'), files.code);
+  await writeFile(
+    join(dir, 'Modelfile'),
+    'NAME simple\nARCH transformer\nFAMILY test\nFORMAT pytorch\nCONFIG config.pbtxt\nMODEL 1/weights.bin\n',
+  );
+  await m(
+    [
+      'build',
+      '-f',
+      'Modelfile',
+      '-t',
+      reference,
+      '--plain-http',
+      '--output-remote',
+      '--no-creation-time',
+      '.',
+    ],
+    dir,
+  );
+  await m(
+    [
+      'attach',
+      '1/model.py',
+      '-s',
+      reference,
+      '-t',
+      reference,
+      '--plain-http',
+      '--output-remote',
+      '--raw=false',
+    ],
+    dir,
+  );
+}
+
+/** `peerload fetch` in process: its exit status and its lines (a CLI error as a line of `err`, exit 2). */
+export async function peerloadFetch(argv: string[]): Promise<{ code: number; out: string[]; err: string[] }> {
+  const { run } = await import('../../src/cli/fetch.ts');
+  const out: string[] = [];
+  const err: string[] = [];
+  const code = await run(argv, { out: (l) => out.push(l), err: (l) => err.push(l) }).catch((e: Error) => {
+    err.push(e.message);
+    return 2;
+  });
+  return { code, out, err };
+}
