@@ -223,6 +223,7 @@ describe('replica status', () => {
       previous: new Map(),
       nodeIPs: new Map(),
       gate: { state: 'none' },
+      wasReady: false,
       now: new Date(NOW),
     });
     expect(summary).toMatchObject({ ready: 1, desired: 2, allReady: false });

@@ -2,10 +2,14 @@
  * What a ServedModel's conditions say, from what one reconcile pass observed (the preheat gate, the replicas
  * found and how each one fared). Pure, so every case is unit-tested.
  *
- * - `Ready`: True when the model is READY on every replica; when not, its reason names the cause.
- * - `Reconciling` (True while the rollout progresses or retries by itself) and `Stalled` (True when nothing will
- *   progress without a change: preheat failed for good, the Service or its port missing, credentials refused,
- *   an archive the model server rejects) follow kstatus; both are removed, not set False, when they do not apply.
+ * - `Ready`: True when the model is READY on every replica; when not, its reason names the cause. Once True for the
+ *   generation, it stays True while replicas are added (a scale-out, reason `ScalingOut`): every replica that had
+ *   the model READY still has it, none fails, and the new ones are on their way. A replica that lost the model or
+ *   fails turns it False. (Like a Deployment's `Available` during a scale-out: what served still serves.)
+ * - `Reconciling` (True while the rollout progresses or retries by itself, a scale-out included) and `Stalled` (True
+ *   when nothing will progress without a change: preheat failed for good, the Service or its port missing,
+ *   credentials refused, an archive the model server rejects) follow kstatus; both are removed, not set False,
+ *   when they do not apply.
  * - `Degraded` (which replicas fail and why) and `Preheated` (the gate) are peerload's own.
  */
 import type { ConditionChange } from '../../runtime/index.ts';
@@ -24,6 +28,8 @@ export const ServedModelReason = {
   InvalidSpec: 'InvalidSpec',
   AllReplicasReady: 'AllReplicasReady',
   Progressing: 'Progressing',
+  /** Replicas are being added while every replica that had the model still has it (Ready stays True). */
+  ScalingOut: 'ScalingOut',
   WaitingForPreheat: 'WaitingForPreheat',
   PreheatSucceeded: 'PreheatSucceeded',
   ServiceNotFound: 'ServiceNotFound',
@@ -98,6 +104,10 @@ export interface ServedModelObservation {
   ready: number;
   desired: number;
   failures: readonly ReplicaFailure[];
+  /** Whether the object's Ready condition was True for this generation before the pass (default false). */
+  wasReady?: boolean | undefined;
+  /** Replicas READY in the last reported status that are not READY now: they lost the model (default 0). */
+  lost?: number | undefined;
 }
 
 /** How many failing replicas a message names. */
@@ -214,6 +224,15 @@ export function servedModelConditions(o: ServedModelObservation): ServedModelCon
     const where = o.serviceName !== undefined ? `Service ${o.serviceName}` : 'spec.modelServer.endpoints';
     return [...out, ...notReady(R.NoReadyReplicas, `no ready endpoint behind ${where}`, false)];
   }
+  if (scalingOut(o, failing !== undefined)) {
+    const message = `${progress}; ${desired - ready} replica(s) being added`;
+    return [
+      ...out,
+      { type: Ready, status: 'True', reason: R.ScalingOut, message },
+      { type: Reconciling, status: 'True', reason: R.ScalingOut, message },
+      { type: Stalled, absent: true },
+    ];
+  }
   if (gate.state === 'closed') {
     const stalled = STALLING_GATES.has(gate.reason);
     return [...out, ...notReady(stalled ? gate.reason : R.WaitingForPreheat, gate.message, stalled)];
@@ -231,4 +250,15 @@ export function servedModelConditions(o: ServedModelObservation): ServedModelCon
       { type: Stalled, absent: true },
     ];
   return [...out, ...notReady(R.Progressing, progress, false)];
+}
+
+/**
+ * A scale-out: Ready was True for this generation, every replica that had the model READY still has it, none fails,
+ * and the replicas not READY yet are new ones on their way (waiting for their node's preheat included, not a preheat
+ * that failed for good).
+ */
+function scalingOut(o: ServedModelObservation, failing: boolean): boolean {
+  if (!o.wasReady || failing || (o.lost ?? 0) > 0) return false;
+  if (o.ready === 0 || o.ready >= o.desired) return false;
+  return !(o.gate.state === 'closed' && STALLING_GATES.has(o.gate.reason));
 }
