@@ -170,33 +170,16 @@ export function deletingConditions(message: string): ServedModelConditionChange[
 }
 
 export function servedModelConditions(o: ServedModelObservation): ServedModelConditionChange[] {
-  const { Ready, Reconciling, Stalled, Degraded, Preheated } = ServedModelCondition;
+  const { Ready, Reconciling, Stalled, Degraded } = ServedModelCondition;
   const R = ServedModelReason;
-  const out: ServedModelConditionChange[] = [];
   const { gate, failures, ready, desired } = o;
-
-  if (gate.state === 'open')
-    out.push({ type: Preheated, status: 'True', reason: R.PreheatSucceeded, message: gate.message });
-  if (gate.state === 'closed')
-    out.push({
-      type: Preheated,
-      status: gate.final ? 'False' : 'Unknown',
-      reason: gate.reason,
-      message: gate.message,
-    });
-
-  let failing: { reason: ServedModelConditionReason; message: string } | undefined;
-  if (failures.length > 0) {
-    const sample = failures.slice(0, MAX_MESSAGE_REPLICAS).map((f) => `${f.replica}: ${f.message}`);
-    const reasons = [...new Set(failures.map((f) => f.reason))];
-    failing = {
-      reason: reasons.length === 1 ? reasons[0]! : R.ReplicaFailures,
-      message: `${failures.length} of ${desired} replica(s) failing: ${sample.join('; ')}`,
-    };
-    out.push({ type: Degraded, status: 'True', ...failing });
-  } else {
-    out.push({ type: Degraded, status: 'False', reason: R.NoFailures, message: 'no replica is failing' });
-  }
+  const out = preheatedCondition(gate);
+  const failing = failingReplicas(failures, desired);
+  out.push(
+    failing
+      ? { type: Degraded, status: 'True', ...failing }
+      : { type: Degraded, status: 'False', reason: R.NoFailures, message: 'no replica is failing' },
+  );
 
   // Not ready: why, and whether it will get there by itself (Reconciling) or needs a change (Stalled).
   const notReady = (
@@ -250,6 +233,30 @@ export function servedModelConditions(o: ServedModelObservation): ServedModelCon
       { type: Stalled, absent: true },
     ];
   return [...out, ...notReady(R.Progressing, progress, false)];
+}
+
+/** The `Preheated` condition of the gate (none without one). */
+function preheatedCondition(gate: Gate): ServedModelConditionChange[] {
+  const type = ServedModelCondition.Preheated;
+  if (gate.state === 'open')
+    return [{ type, status: 'True', reason: ServedModelReason.PreheatSucceeded, message: gate.message }];
+  if (gate.state === 'closed')
+    return [{ type, status: gate.final ? 'False' : 'Unknown', reason: gate.reason, message: gate.message }];
+  return [];
+}
+
+/** What `Degraded` (and a Ready that is not True) say of failing replicas: their one reason, and up to 3 named. */
+function failingReplicas(
+  failures: readonly ReplicaFailure[],
+  desired: number,
+): { reason: ServedModelConditionReason; message: string } | undefined {
+  if (failures.length === 0) return undefined;
+  const sample = failures.slice(0, MAX_MESSAGE_REPLICAS).map((f) => `${f.replica}: ${f.message}`);
+  const reasons = [...new Set(failures.map((f) => f.reason))];
+  return {
+    reason: reasons.length === 1 ? reasons[0]! : ServedModelReason.ReplicaFailures,
+    message: `${failures.length} of ${desired} replica(s) failing: ${sample.join('; ')}`,
+  };
 }
 
 /**
