@@ -360,16 +360,17 @@ async function converge(t: ReturnType<typeof setup>) {
 }
 
 describe('ServedModelReconciler with a model that is a directory (spec.files)', () => {
-  it('lists the prefix once with preheat.objectStorage, and every replica registers with Registration.files', async () => {
-    const d = directories();
-    const t = setup({
-      spec: DIRECTORY_SPEC,
-      layouts: ['directory'],
-      preheat: succeededPreheat,
-      directories: d.dirs,
-    });
+  /** A directory ServedModel on a driver of directories, converged to Ready on `objects` (mutable: later listings). */
+  async function convergedDirectory(objects: ListedObject[] = LISTED, preheat = succeededPreheat) {
+    const d = directories(objects);
+    const t = setup({ spec: DIRECTORY_SPEC, layouts: ['directory'], preheat, directories: d.dirs });
     await converge(t);
     expect(t.ready()).toBe(true);
+    return { d, t };
+  }
+
+  it('lists the prefix once with preheat.objectStorage, and every replica registers with Registration.files', async () => {
+    const { d, t } = await convergedDirectory();
     expect(d.lists).toEqual(['models/llama']);
     expect(d.secretReads).toEqual(['ns/s3']);
     for (const server of t.driver.servers.values()) {
@@ -405,14 +406,7 @@ describe('ServedModelReconciler with a model that is a directory (spec.files)', 
 
   it('a listing made again (the operator restarted) is checked against status.files.digest: other content is Stalled', async () => {
     const objects = [...LISTED];
-    const d = directories(objects);
-    const t = setup({
-      spec: DIRECTORY_SPEC,
-      layouts: ['directory'],
-      preheat: succeededPreheat,
-      directories: d.dirs,
-    });
-    await converge(t);
+    const { d, t } = await convergedDirectory(objects);
     const recorded = t.api.stored.status!.files!;
     expect(recorded.count).toBe(2);
     // The memory of the listing is gone (a restart) and a third file arrived under the prefix.
@@ -439,10 +433,8 @@ describe('ServedModelReconciler with a model that is a directory (spec.files)', 
 
   it("a listing made again that differs from status.files.digest but is the preheat's listing is taken", async () => {
     const objects = [...LISTED];
-    const d = directories(objects);
     const preheat = structuredClone(succeededPreheat);
-    const t = setup({ spec: DIRECTORY_SPEC, layouts: ['directory'], preheat, directories: d.dirs });
-    await converge(t);
+    const { d, t } = await convergedDirectory(objects, preheat);
     d.dirs.forget(KEY);
     objects.push({ key: 'models/llama/model-00002.safetensors', size: 4000 });
     const three = [
