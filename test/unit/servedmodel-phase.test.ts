@@ -37,7 +37,7 @@ function sm(spec: object, meta: Partial<ServedModel['metadata']> = {}): ServedMo
   } as unknown as ServedModel;
 }
 
-const nothingDone = { gating: false, listing: false, converging: false };
+const nothingDone = { finalizing: false, gating: false, listing: false, converging: false };
 const input = (over: Partial<PhaseInput>): PhaseInput => ({
   object: sm(ARCHIVE),
   behind: false,
@@ -112,19 +112,25 @@ describe('servedModelPhase: the steps of a pass that serves the model', () => {
   it('finalizing: our finalizer is not on the object yet', () => {
     expect(kind({ object: sm(ARCHIVE, { finalizers: [] }) })).toBe('finalizing');
     expect(kind({ object: sm(ARCHIVE, { finalizers: ['someone.else/f'] }) })).toBe('finalizing');
+    // Once a pass: an answer to the patch without the finalizer does not loop.
+    expect(
+      kind({ object: sm(ARCHIVE, { finalizers: [] }), done: { ...nothingDone, finalizing: true } }),
+    ).toBe('gating');
   });
 
   it('an archive: gating, converging, reporting (no listing)', () => {
     expect(kind({})).toBe('gating');
     expect(kind({ done: { ...nothingDone, gating: true } })).toBe('converging');
-    expect(kind({ done: { gating: true, listing: false, converging: true } })).toBe('reporting');
+    expect(kind({ done: { ...nothingDone, gating: true, converging: true } })).toBe('reporting');
   });
 
   it('a directory: gating, listing, converging, reporting', () => {
     const object = sm(DIRECTORY);
     expect(kind({ object })).toBe('gating');
     expect(kind({ object, done: { ...nothingDone, gating: true } })).toBe('listing');
-    expect(kind({ object, done: { gating: true, listing: true, converging: false } })).toBe('converging');
-    expect(kind({ object, done: { gating: true, listing: true, converging: true } })).toBe('reporting');
+    expect(kind({ object, done: { ...nothingDone, gating: true, listing: true } })).toBe('converging');
+    expect(kind({ object, done: { ...nothingDone, gating: true, listing: true, converging: true } })).toBe(
+      'reporting',
+    );
   });
 });

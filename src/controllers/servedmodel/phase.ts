@@ -50,8 +50,8 @@ export interface PhaseInput {
   /** Where the admin lets the operator send requests. */
   policy: ReachPolicy;
   drivers: Pick<ModelServerDrivers, 'find' | 'names'>;
-  /** The steps of this pass done so far. */
-  done: { gating: boolean; listing: boolean; converging: boolean };
+  /** The steps of this pass done so far (each runs at most once a pass). */
+  done: { finalizing: boolean; gating: boolean; listing: boolean; converging: boolean };
 }
 
 export function servedModelPhase(p: PhaseInput): ServedModelPhase {
@@ -74,7 +74,7 @@ export function servedModelPhase(p: PhaseInput): ServedModelPhase {
   if (isBeingDeleted(sm)) return { kind: 'deleting', spec };
   const refused = layoutRefusal(driver, spec.files ? 'directory' : 'archive');
   if (refused) return { kind: 'unsupportedLayout', message: refused };
-  if (!hasFinalizer(sm, FINALIZER)) return { kind: 'finalizing', spec };
+  if (!p.done.finalizing && !hasFinalizer(sm, FINALIZER)) return { kind: 'finalizing', spec };
   if (!p.done.gating) return { kind: 'gating', spec };
   if (spec.files && !p.done.listing) return { kind: 'listing', spec };
   if (!p.done.converging) return { kind: 'converging', spec };

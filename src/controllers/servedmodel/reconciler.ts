@@ -93,6 +93,7 @@ interface Pass {
   key: string;
   object: Obj | undefined;
   behind: boolean;
+  finalized?: boolean;
   discovery?: Discovery & { serviceFound: boolean };
   gating?: ReplicaGating;
   dir?: ListedDirectory;
@@ -146,6 +147,7 @@ export class ServedModelReconciler {
           return this.deps.cleanUp(sm, phase.spec, this.discover(pass, phase.spec).replicas, rc);
         case 'finalizing':
           pass.object = await this.addFinalizer(sm, rc);
+          pass.finalized = true;
           break;
         case 'gating':
           pass.gating = await this.gate(pass, phase.spec, rc);
@@ -306,6 +308,7 @@ export class ServedModelReconciler {
 
 /** Which steps of the serving phases the pass has done. */
 const done = (pass: Pass) => ({
+  finalizing: pass.finalized === true,
   gating: pass.gating !== undefined,
   listing: pass.dir !== undefined,
   converging: pass.outcomes !== undefined,
