@@ -214,6 +214,26 @@ export function healthFixtures(): unknown[] {
       ),
     },
     {
+      name: 'ServedModel scaling out (Ready on the replicas that had it, new ones on their way)',
+      argocd: 'Progressing',
+      kstatus: 'InProgress',
+      object: sm(
+        'scaling-out',
+        { ready: '3/5', readyReplicas: 3, desiredReplicas: 5, servedVersion: '1.0' },
+        { ready: 3, desired: 5, wasReady: true },
+      ),
+    },
+    {
+      name: 'ServedModel that lost the model on a replica',
+      argocd: 'Progressing',
+      kstatus: 'InProgress',
+      object: sm(
+        'lost-replica',
+        { ready: '2/3', readyReplicas: 2, desiredReplicas: 3, servedVersion: '1.0' },
+        { ready: 2, wasReady: true, lost: 1 },
+      ),
+    },
+    {
       name: 'ServedModel rolling out',
       argocd: 'Progressing',
       kstatus: 'InProgress',

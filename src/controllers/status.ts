@@ -1,8 +1,9 @@
 /**
- * What both controllers do with status in the same way: the write (a function of the current status; after a
- * conflict the runtime's StatusWriter calls it again on a fresh copy, or throws when the controller asks it to so
- * that the whole reconcile runs again), conditions applied with the generation they are about (typed
- * per kind), and an invalid spec (reported, or let go of when the object is being deleted).
+ * What both controllers do with status in the same way: the one answer to "the cache is behind our own write"
+ * (the pass waits for the watch), the write (a function of the current status; after a conflict the runtime's
+ * StatusWriter calls it again on a fresh copy, or throws when the controller asks it to so that the whole reconcile
+ * runs again), conditions applied with the generation they are about (typed per kind), and an invalid spec
+ * (reported, or let go of when the object is being deleted).
  */
 import type { ZodError } from 'zod';
 import type { Condition } from '../api/index.ts';
@@ -17,7 +18,22 @@ import {
   type KubeObject,
   type StatusResult,
   type StatusUpdateOptions,
+  type StatusWriter,
 } from '../runtime/index.ts';
+
+/** How soon a pass that found the cache behind our last write looks again (the watch is about that far behind). */
+export const CACHE_BEHIND_RETRY_MS = 50;
+
+/**
+ * Whether `cached` is a version our last write of it (status or finalizer) replaced: the watch has not delivered that
+ * write yet. A pass acting on it would build on what the write replaced (a ModelPreheat would create a second job;
+ * a ServedModel would describe every replica only to lose its write to a conflict), so both controllers return
+ * `{ requeueAfter: CACHE_BEHIND_RETRY_MS }` instead: status is read from the object, never from what we remember
+ * having written.
+ */
+export function cacheBehind(writes: Pick<StatusWriter, 'behind'>, cached: KubeObject): boolean {
+  return writes.behind(cached);
+}
 
 /** Writes `change(current status)` as the status of `obj`. */
 export type StatusWrite<O, S> = (

@@ -31,51 +31,23 @@
  *   }
  */
 export { Controller, TerminalError, specChanged } from './controller.ts';
-export type {
-  ControllerOptions,
-  EventKind,
-  Predicate,
-  ReconcileContext,
-  ReconcileResult,
-  Reconciler,
-  WatchSource,
-} from './controller.ts';
-export { applyConditions, getCondition, isTrue, removeCondition, setCondition } from './conditions.ts';
-export type { Condition, ConditionChange, ConditionInput, ConditionStatus } from './conditions.ts';
+export type { ReconcileContext, ReconcileResult, WatchSource } from './controller.ts';
+export { applyConditions, getCondition, setCondition } from './conditions.ts';
+export type { ConditionChange } from './conditions.ts';
 export { EventRecorder } from './events.ts';
-export type { EventType } from './events.ts';
 export { addFinalizer, hasFinalizer, isBeingDeleted, removeFinalizer } from './finalizers.ts';
 export { DelegatedAuth } from './authz.ts';
-export type { AccessDecision, Authorize, DelegatedAuthOptions } from './authz.ts';
 export { HealthServer } from './health.ts';
-export type { HealthServerOptions } from './health.ts';
-export { loadCertificate, selfSignedCertificate } from './tls.ts';
-export type { CertificateKeyPair } from './tls.ts';
+export { selfSignedCertificate } from './tls.ts';
 export { Informer } from './informer.ts';
-export type { EventHandler, IndexFunc, InformerOptions } from './informer.ts';
-export {
-  ApiError,
-  GVR,
-  KubeClient,
-  ResourceClient,
-  isConflict,
-  isAlreadyExists,
-  isNotFound,
-  objectKey,
-  splitKey,
-} from './kube.ts';
-export type { Gvr, KubeList, KubeObject, PatchType, RequestRecord, WatchEvent } from './kube.ts';
-export { inClusterConfig, kubeconfigFromFile, loadKubeConfig } from './kubeconfig.ts';
-export type { KubeCluster, KubeConfigLike, KubeUser } from './kubeconfig.ts';
-export { LeaderElector } from './leader.ts';
+export { ApiError, GVR, KubeClient, ResourceClient, isAlreadyExists } from './kube.ts';
+export type { Gvr, KubeObject, RequestRecord, WatchEvent } from './kube.ts';
 export { createLogger } from './logger.ts';
 export type { Logger } from './logger.ts';
-export { InformerFactory, Manager } from './manager.ts';
-export type { ControllerContext, ControllerFactory, ManagerOptions } from './manager.ts';
+export { Manager } from './manager.ts';
+export type { ControllerContext, ControllerFactory } from './manager.ts';
 export { Metrics } from './metrics.ts';
-export { StatusConflict, StatusWriter, mergePatch, type StatusUpdateOptions } from './status.ts';
+export { StatusConflict, StatusWriter, type StatusUpdateOptions } from './status.ts';
 export type { StatusResult } from './status.ts';
-export { MAX_TIMER_MS, clampDelay, timeoutSignal, timerDelay } from './timers.ts';
-export { RateLimiter, WorkQueue } from './workqueue.ts';
-export type { QueueMetrics, RateLimiterOptions } from './workqueue.ts';
-export { FairQueue, defaultMaxPerTenant, namespaceOf, type FairQueueOptions } from './fair.ts';
+export type { RateLimiterOptions } from './workqueue.ts';
+export { FairQueue, namespaceOf } from './fair.ts';

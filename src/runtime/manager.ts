@@ -327,35 +327,8 @@ export class Manager {
       const synced = await this.informers.waitForSync(stop);
       if (synced) log.info({ informers: this.informers.all().length }, 'informers synced');
 
-      let election: Promise<'stopped' | 'lost'> | undefined;
       const electionAbort = new AbortController();
-      if (synced && !stop.aborted) {
-        if (this.config.leaderElect) {
-          const leader = this.metrics.leader.labels(this.config.leaderElectionId);
-          leader.set(0);
-          this.elector = new LeaderElector({
-            kube: this.kube,
-            namespace: this.config.leaderElectionNamespace,
-            name: this.config.leaderElectionId,
-            identity: this.config.identity,
-            leaseDurationMs: this.config.leaseDuration,
-            renewDeadlineMs: this.config.renewDeadline,
-            retryPeriodMs: this.config.retryPeriod,
-            logger: log.child({ component: 'leader-election' }),
-            onStartedLeading: () => {
-              leader.set(1);
-              if (!stop.aborted) this.startControllers();
-            },
-            onStoppedLeading: () => leader.set(0),
-          });
-          election = this.elector.run(electionAbort.signal).then((r) => {
-            if (r === 'lost') this.stop(1);
-            return r;
-          });
-        } else {
-          this.startControllers();
-        }
-      }
+      const election = synced && !stop.aborted ? this.lead(electionAbort.signal) : undefined;
 
       await new Promise<void>((resolve) => {
         if (stop.aborted) resolve();
@@ -377,6 +350,39 @@ export class Manager {
         process.off('SIGINT', onSignal);
       }
     }
+  }
+
+  /**
+   * The controllers started: at once without leader election; with it, once this replica leads (losing the lease
+   * stops the manager with exit code 1). Returns the election's end, or undefined without one.
+   */
+  private lead(signal: AbortSignal): Promise<'stopped' | 'lost'> | undefined {
+    if (!this.config.leaderElect) {
+      this.startControllers();
+      return undefined;
+    }
+    const stop = this.stopRequested.signal;
+    const leader = this.metrics.leader.labels(this.config.leaderElectionId);
+    leader.set(0);
+    this.elector = new LeaderElector({
+      kube: this.kube,
+      namespace: this.config.leaderElectionNamespace,
+      name: this.config.leaderElectionId,
+      identity: this.config.identity,
+      leaseDurationMs: this.config.leaseDuration,
+      renewDeadlineMs: this.config.renewDeadline,
+      retryPeriodMs: this.config.retryPeriod,
+      logger: this.logger.child({ component: 'leader-election' }),
+      onStartedLeading: () => {
+        leader.set(1);
+        if (!stop.aborted) this.startControllers();
+      },
+      onStoppedLeading: () => leader.set(0),
+    });
+    return this.elector.run(signal).then((r) => {
+      if (r === 'lost') this.stop(1);
+      return r;
+    });
   }
 
   private startControllers(): void {

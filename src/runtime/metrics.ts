@@ -86,39 +86,12 @@ export class Metrics {
       labelNames: ['controller'],
       registers,
     });
-    const queueLabels = ['controller', 'name'] as const;
-    this.queueDepth = new Gauge({
-      name: 'workqueue_depth',
-      help: 'Current depth of workqueue.',
-      labelNames: queueLabels,
-      registers,
-    });
-    this.queueLatency = new Histogram({
-      name: 'workqueue_queue_duration_seconds',
-      help: 'How long in seconds an item stays in workqueue before being requested.',
-      labelNames: queueLabels,
-      buckets: QUEUE_BUCKETS,
-      registers,
-    });
-    this.queueWork = new Histogram({
-      name: 'workqueue_work_duration_seconds',
-      help: 'How long in seconds processing an item from workqueue takes.',
-      labelNames: queueLabels,
-      buckets: QUEUE_BUCKETS,
-      registers,
-    });
-    this.queueAdds = new Counter({
-      name: 'workqueue_adds_total',
-      help: 'Total number of adds handled by workqueue.',
-      labelNames: queueLabels,
-      registers,
-    });
-    this.queueRetries = new Counter({
-      name: 'workqueue_retries_total',
-      help: 'Total number of retries handled by workqueue.',
-      labelNames: queueLabels,
-      registers,
-    });
+    const queue = workqueueMetrics(registers);
+    this.queueDepth = queue.depth;
+    this.queueLatency = queue.latency;
+    this.queueWork = queue.work;
+    this.queueAdds = queue.adds;
+    this.queueRetries = queue.retries;
     this.inFlightGauges(registers);
     this.leader = new Gauge({
       name: 'leader_election_master_status',
@@ -215,4 +188,42 @@ export class Metrics {
       if (!r.watch) this.kubeRequests.labels(String(r.status), host, r.method).inc();
     });
   }
+}
+
+/** client-go's workqueue metrics, by controller and queue. */
+function workqueueMetrics(registers: Registry[]) {
+  const queueLabels = ['controller', 'name'] as const;
+  const depth = new Gauge({
+    name: 'workqueue_depth',
+    help: 'Current depth of workqueue.',
+    labelNames: queueLabels,
+    registers,
+  });
+  const latency = new Histogram({
+    name: 'workqueue_queue_duration_seconds',
+    help: 'How long in seconds an item stays in workqueue before being requested.',
+    labelNames: queueLabels,
+    buckets: QUEUE_BUCKETS,
+    registers,
+  });
+  const work = new Histogram({
+    name: 'workqueue_work_duration_seconds',
+    help: 'How long in seconds processing an item from workqueue takes.',
+    labelNames: queueLabels,
+    buckets: QUEUE_BUCKETS,
+    registers,
+  });
+  const adds = new Counter({
+    name: 'workqueue_adds_total',
+    help: 'Total number of adds handled by workqueue.',
+    labelNames: queueLabels,
+    registers,
+  });
+  const retries = new Counter({
+    name: 'workqueue_retries_total',
+    help: 'Total number of retries handled by workqueue.',
+    labelNames: queueLabels,
+    registers,
+  });
+  return { depth, latency, work, adds, retries };
 }

@@ -2,14 +2,15 @@
  * The status writer: JSON merge patch of the `/status` subresource.
  * - The patch carries only `status` (and `metadata.resourceVersion` as a precondition), so spec, and with it
  *   `metadata.generation`, are never touched.
- * - Nothing is sent when the desired status deep-equals the current one. "Current" is the cached object,
- *   unless this writer patched the object more recently than the cache has caught up with (the cached
- *   resourceVersion is still the one the patch started from): then it is what we wrote.
+ * - Nothing is sent when the desired status deep-equals the current one, the object's own.
+ * - The cache may be behind our own last write (the watch has not delivered it yet). The writer remembers only
+ *   which resourceVersions its writes replaced, never what it wrote: {@link StatusWriter.behind} tells a reconciler
+ *   that the object it read is such a version (it then waits for the watch), and a write asked on such a version
+ *   re-reads the object from the apiserver first (or, with `{ conflict: 'fail' }`, loses to a conflict).
  * - A 409 (stale resourceVersion): by default the writer re-reads the object from the apiserver and computes the
  *   status again, which is right when `desired` is a function of the object alone. A reconciler whose status
  *   holds what one pass observed asks for `{ conflict: 'fail' }`: the 409 is thrown (a {@link StatusConflict})
- *   and the whole reconcile runs again on fresh data, controller-runtime's way; it reads the cache unmodified and
- *   asks {@link StatusWriter.behind} whether the cache has delivered its last write yet.
+ *   and the whole reconcile runs again on fresh data, controller-runtime's way.
  */
 import { isDeepStrictEqual } from 'node:util';
 import type { Logger } from 'pino';
@@ -43,11 +44,11 @@ export class StatusWriter {
   private readonly kube: KubeClient;
   private readonly log: Logger | undefined;
   /**
-   * uid -> what we last wrote (its status and resourceVersion) and the resourceVersions it supersedes: the one it
-   * was based on and, when it was based on an earlier write of ours, that write's own and its superseded ones. The
-   * watch delivers our writes in order, so while the cache holds any of them it has not caught up with the last.
+   * uid -> the resourceVersion of our last write and the ones it supersedes: the one it was based on and, when it
+   * was based on an earlier write of ours, that write's own and its superseded ones. The watch delivers our writes
+   * in order, so while the cache holds any of them it has not caught up with the last.
    */
-  private readonly recent = new Map<string, { superseded: string[]; rv: string; status: unknown }>();
+  private readonly recent = new Map<string, { superseded: string[]; rv: string }>();
 
   constructor(kube: KubeClient, logger?: Logger) {
     this.kube = kube;
@@ -68,30 +69,24 @@ export class StatusWriter {
   ): Promise<StatusResult<T>> {
     const client = this.kube.resource<T>(gvr);
     const retry = opts.conflict !== 'fail';
-    let current = obj;
+    // A version our last write replaced: computing on it would undo that write, so the object is read again
+    // (without retries it is taken as it is, and the patch's precondition makes it a conflict).
+    let current =
+      retry && this.behind(obj) ? await client.get(obj.metadata.namespace, obj.metadata.name, signal) : obj;
     for (let attempt = 1; ; attempt++) {
       const uid = current.metadata.uid ?? objectKey(current);
       const rv = current.metadata.resourceVersion ?? '';
-      // Base the write on what we wrote last while the cache has not caught up with it (`current` is the cached
-      // object, or already the view latest() gave); otherwise on the cache itself. Without retries the object is
-      // taken as it is: a cache behind our write makes the patch a conflict, which the caller re-runs.
       const mine = this.recent.get(uid);
-      let view = current;
       let superseded = [rv];
       if (mine && mine.rv === rv) superseded = [...mine.superseded, mine.rv];
-      else if (retry && mine && mine.superseded.includes(rv)) {
-        // `current` is the cache behind our last write, or already the view latest() gave: build on that write.
-        view = this.latest(current);
-        superseded = [...mine.superseded, mine.rv];
-      } else if (mine && !mine.superseded.includes(rv)) this.recent.delete(uid);
+      else if (mine && !mine.superseded.includes(rv)) this.recent.delete(uid);
       // The redaction boundary for status and conditions: what controllers copy from outside never leaves unredacted.
-      const next = redactDeep(desired(view));
-      const base: unknown = view.status;
-      const baseRV = view.metadata.resourceVersion ?? '';
-      if (isDeepStrictEqual(normalize(base), normalize(next))) return { object: view, written: false };
+      const next = redactDeep(desired(current));
+      const base: unknown = current.status;
+      if (isDeepStrictEqual(normalize(base), normalize(next))) return { object: current, written: false };
       try {
         const patch = {
-          ...(baseRV ? { metadata: { resourceVersion: baseRV } } : {}),
+          ...(rv ? { metadata: { resourceVersion: rv } } : {}),
           status: mergePatch(base, next) ?? {},
         };
         const written = await client.patchStatus(
@@ -100,7 +95,7 @@ export class StatusWriter {
           patch,
           signal,
         );
-        this.remember(uid, superseded, written.metadata.resourceVersion ?? '', written.status);
+        this.remember(uid, superseded, written.metadata.resourceVersion ?? '');
         return { object: written, written: true };
       } catch (err) {
         if (!(err instanceof ApiError) || err.code !== 409) throw err;
@@ -111,22 +106,6 @@ export class StatusWriter {
         current = await client.get(current.metadata.namespace, current.metadata.name, signal);
       }
     }
-  }
-
-  /**
-   * `obj` (normally from the cache) as this writer last left it: with the status it wrote, while the watch has not
-   * delivered that write yet. A reconciler with retried writes reads its object through it, so a requeue that
-   * outruns the watch does not act on a status that is already out of date (the ModelPreheat reconciler: it would
-   * create a second job; test/unit/runtime-status-latest.test.ts). One with `{ conflict: 'fail' }` (the ServedModel
-   * reconciler) reads the cache as it is and asks {@link behind} instead.
-   */
-  latest<T extends KubeObject>(obj: T): T;
-  latest<T extends KubeObject>(obj: T | undefined): T | undefined;
-  latest<T extends KubeObject>(obj: T | undefined): T | undefined {
-    if (!obj) return obj;
-    const mine = this.recent.get(obj.metadata.uid ?? objectKey(obj));
-    if (!mine || !mine.superseded.includes(obj.metadata.resourceVersion ?? '')) return obj;
-    return { ...obj, status: mine.status, metadata: { ...obj.metadata, resourceVersion: mine.rv } };
   }
 
   /**
@@ -148,13 +127,13 @@ export class StatusWriter {
     const mine = this.recent.get(uid);
     const chain =
       mine && (mine.rv === rv || mine.superseded.includes(rv)) ? [...mine.superseded, mine.rv] : [rv];
-    this.remember(uid, chain, after.metadata.resourceVersion ?? '', (after as { status?: unknown }).status);
+    this.remember(uid, chain, after.metadata.resourceVersion ?? '');
   }
 
-  private remember(uid: string, superseded: string[], rv: string, status: unknown): void {
+  private remember(uid: string, superseded: string[], rv: string): void {
     this.recent.delete(uid);
     // A burst of writes the watch has not delivered yet is short; the bound only keeps a stuck watch from growing it.
-    this.recent.set(uid, { superseded: superseded.slice(-MAX_SUPERSEDED), rv, status });
+    this.recent.set(uid, { superseded: superseded.slice(-MAX_SUPERSEDED), rv });
     if (this.recent.size > MAX_RECENT) this.recent.delete(this.recent.keys().next().value!);
   }
 }

@@ -29,7 +29,9 @@ beforeAll(async () => {
   ns = await createNamespace(kc, 'smrace');
   operator = await startManager(
     kc,
-    ['--no-leader-elect', '--poll-backoff-start', '200ms', '--poll-backoff-max', '2s'],
+    // Its own namespace only: objects other files leave behind (whose EndpointSlices may name ports this file's
+    // emulators reuse) are not this operator's to reconcile.
+    ['--namespace', ns, '--no-leader-elect', '--poll-backoff-start', '200ms', '--poll-backoff-max', '2s'],
     [(ctx) => createServedModelController(ctx, { dispatcher: loopbackDispatcher() })],
   );
 });

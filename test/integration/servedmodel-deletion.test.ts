@@ -29,6 +29,10 @@ beforeAll(async () => {
   operator = await startManager(
     kc,
     [
+      // Its own namespace only: objects other files leave behind (whose EndpointSlices may name ports this file's
+      // emulators reuse) are not this operator's to reconcile.
+      '--namespace',
+      ns,
       '--no-leader-elect',
       '--poll-backoff-start',
       '200ms',

@@ -59,9 +59,18 @@ async function fleet(
   return f;
 }
 
+/**
+ * The replicas of a Service; gone from its EndpointSlices when the test's clean-up runs (before its fleet's ports
+ * are free), so that no operator of a later test or file, whose own emulators may get those ports, registers this
+ * file's models there.
+ */
 async function service(name: string, urls: string[]): Promise<void> {
   const svc = new ServiceEndpoints(kc, ns, name);
-  for (const [i, url] of urls.entries()) await svc.add(`${name}-${i}`, url);
+  const pods = urls.map((_, i) => `${name}-${i}`);
+  for (const [i, url] of urls.entries()) await svc.add(pods[i]!, url);
+  cleanups.push(async () => {
+    for (const pod of pods) await svc.remove(pod);
+  });
 }
 
 async function create(name: string, svc: string, extra: Record<string, unknown> = {}): Promise<void> {

@@ -1,6 +1,6 @@
 /**
  * What the ServedModel reconciler decides, case by case: the seed replica, writing now or coalescing, the next
- * look, and keeping an ended registration (policy.ts); each replica's status from its outcome and the object,
+ * look, keeping an ended registration and the Events of a status write (policy.ts); each replica's status from its outcome and the object,
  * localHit included (replica-status.ts).
  */
 import { describe, expect, it } from 'vitest';
@@ -13,6 +13,7 @@ import {
   keepRegistration,
   needsSeed,
   nextLook,
+  statusEvents,
   withWake,
   writeNow,
   type LookInput,
@@ -223,6 +224,7 @@ describe('replica status', () => {
       previous: new Map(),
       nodeIPs: new Map(),
       gate: { state: 'none' },
+      wasReady: false,
       now: new Date(NOW),
     });
     expect(summary).toMatchObject({ ready: 1, desired: 2, allReady: false });
@@ -231,5 +233,48 @@ describe('replica status', () => {
       status: 'True',
       reason: 'RegistrationRejected',
     });
+  });
+
+  it('summarize: a replica READY in the last status and not now has lost the model (no scale-out)', () => {
+    const other = 'http://198.18.0.2:8080';
+    const input = (previousReady: boolean) => ({
+      modelName: 'resnet',
+      serviceName: undefined,
+      serviceFound: false,
+      discovery: { replicas: [{ endpoint: E }, { endpoint: other }], startingNodes: [] },
+      outcomes: [outcome(), outcome({ status: rs({ endpoint: other, ready: false, phase: 'Scaling' }) })],
+      previous: new Map([[other, rs({ endpoint: other, ready: previousReady })]]),
+      nodeIPs: new Map(),
+      gate: { state: 'none' } as const,
+      wasReady: true,
+      now: new Date(NOW),
+    });
+    const ready = (i: ReturnType<typeof input>) => summarize(i).conditions.find((c) => c.type === 'Ready');
+    expect(ready(input(false))).toMatchObject({ status: 'True', reason: 'ScalingOut' });
+    expect(ready(input(true))).toMatchObject({ status: 'False', reason: 'Progressing' });
+  });
+});
+
+describe('statusEvents', () => {
+  const events = (before: Condition[], after: Condition[]) =>
+    statusEvents(before, after).map((e) => `${e.type}/${e.reason}`);
+  const ready = cond('Ready', 'True', 'AllReplicasReady');
+  const scaling = [cond('Ready', 'True', 'ScalingOut'), cond('Reconciling', 'True', 'ScalingOut')];
+  const progressing = [cond('Ready', 'False', 'Progressing'), cond('Reconciling', 'True', 'Progressing')];
+
+  it('Ready turning True: Normal Ready; turning False: Warning NotReady; staying: nothing', () => {
+    expect(events(progressing, [ready])).toEqual(['Normal/Ready']);
+    expect(events([], [ready])).toEqual(['Normal/Ready']);
+    expect(events([ready], progressing)).toEqual(['Warning/NotReady']);
+    expect(events([ready], [ready])).toEqual([]);
+    expect(events(progressing, progressing)).toEqual([]);
+  });
+
+  it('a scale-out: Normal ScalingOut when it starts, Normal ScaledOut when it ends, never a Warning', () => {
+    expect(events([ready], scaling)).toEqual(['Normal/ScalingOut']);
+    expect(events(scaling, scaling)).toEqual([]);
+    expect(events(scaling, [ready])).toEqual(['Normal/ScaledOut']);
+    // A replica lost meanwhile: the Warning.
+    expect(events(scaling, progressing)).toEqual(['Warning/NotReady']);
   });
 });

@@ -2,11 +2,19 @@
  * The ServedModel reconciler with a second model-server driver, a fake one registered in the driver registry (no
  * controller code knows it), against an in-memory apiserver whose watch the test delivers by hand: the
  * ServedModel reaches Ready through the fake driver; a cache behind our own last write is not acted on; a status
- * write lost to a conflict loses no registration outcome (localHit) and records no Event twice.
+ * write lost to a conflict loses no registration outcome (localHit) and records no Event twice; a directory listed
+ * again is checked against the digest its status recorded.
  */
 import { describe, expect, it, vi } from 'vitest';
-import { GVR, type ModelPreheat, type ServedModel, type ServedModelStatus } from '../../src/api/index.ts';
+import {
+  GVR,
+  ServedModelSpec,
+  type ModelPreheat,
+  type ServedModel,
+  type ServedModelStatus,
+} from '../../src/api/index.ts';
 import { ModelDirectories } from '../../src/controllers/servedmodel/files.ts';
+import { listingDigest } from '../../src/controllers/modelpreheat/directory.ts';
 import type { ListedObject } from '../../src/storage/fileset.ts';
 import { ServedModelReconciler } from '../../src/controllers/servedmodel/reconciler.ts';
 import { ReplicaGates } from '../../src/controllers/servedmodel/gates.ts';
@@ -352,16 +360,17 @@ async function converge(t: ReturnType<typeof setup>) {
 }
 
 describe('ServedModelReconciler with a model that is a directory (spec.files)', () => {
-  it('lists the prefix once with preheat.objectStorage, and every replica registers with Registration.files', async () => {
-    const d = directories();
-    const t = setup({
-      spec: DIRECTORY_SPEC,
-      layouts: ['directory'],
-      preheat: succeededPreheat,
-      directories: d.dirs,
-    });
+  /** A directory ServedModel on a driver of directories, converged to Ready on `objects` (mutable: later listings). */
+  async function convergedDirectory(objects: ListedObject[] = LISTED, preheat = succeededPreheat) {
+    const d = directories(objects);
+    const t = setup({ spec: DIRECTORY_SPEC, layouts: ['directory'], preheat, directories: d.dirs });
     await converge(t);
     expect(t.ready()).toBe(true);
+    return { d, t };
+  }
+
+  it('lists the prefix once with preheat.objectStorage, and every replica registers with Registration.files', async () => {
+    const { d, t } = await convergedDirectory();
     expect(d.lists).toEqual(['models/llama']);
     expect(d.secretReads).toEqual(['ns/s3']);
     for (const server of t.driver.servers.values()) {
@@ -393,6 +402,59 @@ describe('ServedModelReconciler with a model that is a directory (spec.files)', 
       bytes: 3020,
       digest: expect.stringMatching(/^[0-9a-f]{16}$/),
     });
+  });
+
+  it('a listing made again (the operator restarted) is checked against status.files.digest: other content is Stalled', async () => {
+    const objects = [...LISTED];
+    const { d, t } = await convergedDirectory(objects);
+    const recorded = t.api.stored.status!.files!;
+    expect(recorded.count).toBe(2);
+    // The memory of the listing is gone (a restart) and a third file arrived under the prefix.
+    d.dirs.forget(KEY);
+    objects.push({ key: 'models/llama/model-00002.safetensors', size: 4000 });
+    const registered = [...t.driver.servers.values()].map((s) => s.registered.length);
+    await t.pass();
+    t.api.deliver();
+    const stalled = t.api.stored.status!.conditions!.find((c) => c.type === 'Stalled')!;
+    expect(stalled).toMatchObject({ status: 'True', reason: 'DirectoryNotListed' });
+    expect(stalled.message).toMatch(
+      /^spec\.files: the objects under prefix "models\/llama" changed since this generation listed them /,
+    );
+    expect(stalled.message).toMatch(
+      new RegExp(
+        `\\(2 files, digest ${recorded.digest}; now 3 files, digest [0-9a-f]{16}\\): a directory's content is fixed per generation, edit the spec to place the new content$`,
+      ),
+    );
+    // Nothing was placed from the changed listing, and the recorded listing stays.
+    expect([...t.driver.servers.values()].map((s) => s.registered.length)).toEqual(registered);
+    expect(t.api.stored.status!.files).toEqual(recorded);
+    expect(d.lists).toHaveLength(2);
+  });
+
+  it("a listing made again that differs from status.files.digest but is the preheat's listing is taken", async () => {
+    const objects = [...LISTED];
+    const preheat = structuredClone(succeededPreheat);
+    const { d, t } = await convergedDirectory(objects, preheat);
+    d.dirs.forget(KEY);
+    objects.push({ key: 'models/llama/model-00002.safetensors', size: 4000 });
+    const three = [
+      { key: 'models/llama/config.json', path: 'config.json', size: 20 },
+      { key: 'models/llama/model-00001.safetensors', path: 'model-00001.safetensors', size: 3000 },
+      { key: 'models/llama/model-00002.safetensors', path: 'model-00002.safetensors', size: 4000 },
+    ];
+    (preheat.status as Record<string, unknown>).files = {
+      generation: 1,
+      count: 3,
+      bytes: 7020,
+      digest: listingDigest(three),
+    };
+    await t.pass();
+    t.api.deliver();
+    expect(t.api.stored.status!.conditions!.find((c) => c.type === 'Stalled')).toBeUndefined();
+    // The pass took the new listing (kept for the generation: not listed a third time).
+    const kept = await d.dirs.of(KEY, t.api.stored, ServedModelSpec.parse(DIRECTORY_SPEC), preheat);
+    expect(kept).toMatchObject({ ok: true, count: 3, digest: listingDigest(three) });
+    expect(d.lists).toHaveLength(2);
   });
 
   it('a driver that loads archives only: Stalled (ModelLayoutUnsupported) before any replica is asked', async () => {

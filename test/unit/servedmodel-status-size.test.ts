@@ -47,6 +47,7 @@ function statusOf(rows: Row[]): ServedModelStatus {
     previous: new Map(rows.map((r) => [r.endpoint, r])),
     nodeIPs: new Map(rows.map((r) => [r.node!, r.nodeIP!])),
     gate,
+    wasReady: false,
     now,
   });
   const nodePreheat = {

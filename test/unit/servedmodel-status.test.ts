@@ -39,6 +39,64 @@ describe('ServedModel conditions', () => {
     expect(cs.every((c) => c.observedGeneration === 4)).toBe(true);
   });
 
+  describe('a scale-out (Ready was True for the generation, replicas added)', () => {
+    it('Ready stays True and Reconciling says ScalingOut while every replica that had the model has it', () => {
+      const cs = conditions({ ready: 250, desired: 270, wasReady: true });
+      expect(health(cs)).toBe('Ready=True/ScalingOut Reconciling=True/ScalingOut Stalled=-');
+      expect(get(cs, 'Ready')!.message).toBe(
+        'resnet is ready on 250/270 replica(s); 20 replica(s) being added',
+      );
+      expect(get(cs, 'Degraded')).toMatchObject({ status: 'False', reason: 'NoFailures' });
+    });
+
+    it("new replicas waiting for their node's preheat are on their way too", () => {
+      const gate = {
+        state: 'closed',
+        preheatName: 'resnet-preheat',
+        reason: 'PreheatInProgress',
+        message: "20 of 270 replica(s) waiting for their node's preheat",
+        final: false,
+      } as const;
+      const cs = conditions({ ready: 250, desired: 270, wasReady: true, gate });
+      expect(health(cs)).toBe('Ready=True/ScalingOut Reconciling=True/ScalingOut Stalled=-');
+      expect(get(cs, 'Preheated')).toMatchObject({ status: 'Unknown', reason: 'PreheatInProgress' });
+    });
+
+    it('a replica that lost the model turns Ready False', () => {
+      const cs = conditions({ ready: 249, desired: 270, wasReady: true, lost: 1 });
+      expect(health(cs)).toBe('Ready=False/Progressing Reconciling=True/Progressing Stalled=-');
+    });
+
+    it('a failing replica (a new one included) turns Ready False, naming it', () => {
+      const failures = [
+        { replica: 'ts-270', reason: 'ModelServerUnavailable', message: 'refused', retryable: true },
+      ] as const;
+      const cs = conditions({ ready: 250, desired: 270, wasReady: true, failures: [...failures] });
+      expect(health(cs)).toBe(
+        'Ready=False/ModelServerUnavailable Reconciling=True/ModelServerUnavailable Stalled=-',
+      );
+    });
+
+    it('not a scale-out: the first rollout, none ready, or a preheat that failed for good', () => {
+      expect(health(conditions({ ready: 250, desired: 270 }))).toBe(
+        'Ready=False/Progressing Reconciling=True/Progressing Stalled=-',
+      );
+      expect(health(conditions({ ready: 0, desired: 3, wasReady: true }))).toBe(
+        'Ready=False/Progressing Reconciling=True/Progressing Stalled=-',
+      );
+      const failed = {
+        state: 'closed',
+        preheatName: 'p',
+        reason: 'PreheatFailed',
+        message: 'ModelPreheat p failed',
+        final: true,
+      } as const;
+      expect(health(conditions({ ready: 2, desired: 3, wasReady: true, gate: failed }))).toBe(
+        'Ready=False/PreheatFailed Reconciling=- Stalled=True/PreheatFailed',
+      );
+    });
+  });
+
   it('rolling out without failures: Reconciling/Progressing', () => {
     expect(health(conditions({ ready: 1 }))).toBe(
       'Ready=False/Progressing Reconciling=True/Progressing Stalled=-',

@@ -19,11 +19,17 @@ import {
 const src = sourceFiles('src');
 
 /**
- * Functions still over the bound, by file and name: the ServedModel controller, being split into a folder of small
- * reconcilers on another branch. Each entry must still be long (so the list only shrinks); when that branch lands,
- * this list is empty and must stay so.
+ * TEMPORARY, for the lead to empty after merging: functions still over the bound of 80 lines (lowered from 100), by
+ * file and name, outside src/controllers and src/runtime (whose functions were split with the change). Each entry
+ * must still be long (so the list only shrinks); once they are split, this list is empty and must stay so.
  */
-const NOT_YET_SPLIT: string[] = [];
+const NOT_YET_SPLIT: string[] = [
+  'src/agent/proxy-fetch.ts once',
+  'src/check/manifests.ts readManifests',
+  'src/check/plugin-config.ts parsePluginConfig',
+  'src/check/plugin-config.ts parseStorage',
+  'src/cli/preheat.ts run',
+];
 
 /** Files whose comments still point outside the repository: rewritten on the ServedModel / model-server branch. */
 const NOT_YET_REWORDED: string[] = [];

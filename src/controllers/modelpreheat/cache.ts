@@ -110,32 +110,7 @@ export async function cacheStep(
     if (cache?.refreshing?.length) {
       const done = await finished(client, cache.refreshing, rc.signal);
       if (!done) return { requeueAfter: pollBackoffStart };
-      const errors = done.flatMap((d) =>
-        d.error
-          ? [d.error]
-          : d.job!.state === 'FAILURE'
-            ? [`get_task job ${d.job!.id} failed: ${failureWords(d.job!)}`]
-            : [],
-      );
-      await write((c) => ({
-        observedAt: new Date().toISOString(),
-        jobID: done.at(-1)?.job?.id,
-        tasks: done.map((d) => {
-          const peers = d.job?.state === 'SUCCESS' ? jobTaskPeers(d.job) : [];
-          return {
-            taskID: d.taskID,
-            peerCount: peers.filter((p) => p.finished).length,
-            peers: peers.slice(0, MAX_LISTED_TASKS).map((p) => ({
-              ip: p.ip,
-              ...(p.hostname ? { hostname: p.hostname } : {}),
-              ...(p.hostType ? { hostType: p.hostType } : {}),
-              finished: p.finished,
-            })),
-          };
-        }),
-        ...(errors.length ? { message: redact(errors.join('; ')).slice(0, 1024) } : {}),
-        ...(c?.requested !== undefined ? { requested: c.requested } : {}),
-      }));
+      await write((c) => observedCache(done, c));
       const holders = done.reduce(
         (n, d) => n + (d.job ? jobTaskPeers(d.job).filter((p) => p.finished).length : 0),
         0,
@@ -162,6 +137,39 @@ export async function cacheStep(
     await write((c) => ({ ...(c ?? { tasks: [] }), refreshing: undefined, message }));
     return { requeueAfter: REFRESH_RETRY_MS };
   }
+}
+
+/** status.cache from the get_task jobs that ended: which peers hold each task, and why a job told nothing. */
+function observedCache(
+  done: { taskID: string; job?: ManagerJob; error?: string }[],
+  c: CacheStatus | undefined,
+): CacheStatus {
+  const errors = done.flatMap((d) =>
+    d.error
+      ? [d.error]
+      : d.job!.state === 'FAILURE'
+        ? [`get_task job ${d.job!.id} failed: ${failureWords(d.job!)}`]
+        : [],
+  );
+  return {
+    observedAt: new Date().toISOString(),
+    jobID: done.at(-1)?.job?.id,
+    tasks: done.map((d) => {
+      const peers = d.job?.state === 'SUCCESS' ? jobTaskPeers(d.job) : [];
+      return {
+        taskID: d.taskID,
+        peerCount: peers.filter((p) => p.finished).length,
+        peers: peers.slice(0, MAX_LISTED_TASKS).map((p) => ({
+          ip: p.ip,
+          ...(p.hostname ? { hostname: p.hostname } : {}),
+          ...(p.hostType ? { hostType: p.hostType } : {}),
+          finished: p.finished,
+        })),
+      };
+    }),
+    ...(errors.length ? { message: redact(errors.join('; ')).slice(0, 1024) } : {}),
+    ...(c?.requested !== undefined ? { requested: c.requested } : {}),
+  };
 }
 
 /** delete_task jobs at once: a directory's tasks are evicted in batches of this many (status.evictedTasks). */

@@ -139,54 +139,47 @@ export function describeFailure(err: unknown, action: string): FailureView {
       blocked: true,
     };
   }
-  if (err instanceof ManagerError) {
-    const text = `${action}: ${err.message}`;
-    switch (err.kind) {
-      case 'auth':
-        return {
-          reason: 'ManagerAuthFailed',
-          message: `${text} (check the manager token or user Secret)`,
-          retry: { kind: 'backoff' },
-          final: false,
-          blocked: true,
-        };
-      case 'notFound':
-        return {
-          reason: /scheduler cluster/i.test(err.message) ? 'SchedulerClusterNotFound' : 'ManagerNotFound',
-          message: text,
-          retry: { kind: 'none' },
-          final: true,
-        };
-      case 'terminal':
-        return { reason: 'InvalidJobArgs', message: text, retry: { kind: 'none' }, final: true };
-      case 'retryable':
-      case 'conflict':
-        if (err.status === 429)
-          return {
-            reason: 'ManagerRateLimited',
-            message: `${text} (the manager's job rate limit: waiting for its turn)`,
-            retry:
-              err.retryAfterMs !== undefined
-                ? { kind: 'after', ms: err.retryAfterMs, fromServer: true }
-                : { kind: 'after', ms: RATE_LIMITED_RETRY_MS },
-            final: false,
-            quiet: true,
-          };
-        return {
-          reason: 'ManagerUnavailable',
-          message: text,
-          retry:
-            err.retryAfterMs !== undefined
-              ? { kind: 'after', ms: err.retryAfterMs, fromServer: true }
-              : { kind: 'backoff' },
-          final: false,
-        };
-    }
-  }
+  if (err instanceof ManagerError) return managerFailure(err, `${action}: ${err.message}`);
   return {
     reason: 'ReconcileError',
     message: `${action}: ${(err as Error)?.message ?? String(err)}`,
     retry: { kind: 'backoff' },
     final: false,
   };
+}
+
+/** How a manager's answer reads: its kind decides the reason and whether (and when) the step is tried again. */
+function managerFailure(err: ManagerError, text: string): FailureView {
+  const after = (fallback: FailureView['retry']): FailureView['retry'] =>
+    err.retryAfterMs !== undefined ? { kind: 'after', ms: err.retryAfterMs, fromServer: true } : fallback;
+  switch (err.kind) {
+    case 'auth':
+      return {
+        reason: 'ManagerAuthFailed',
+        message: `${text} (check the manager token or user Secret)`,
+        retry: { kind: 'backoff' },
+        final: false,
+        blocked: true,
+      };
+    case 'notFound':
+      return {
+        reason: /scheduler cluster/i.test(err.message) ? 'SchedulerClusterNotFound' : 'ManagerNotFound',
+        message: text,
+        retry: { kind: 'none' },
+        final: true,
+      };
+    case 'terminal':
+      return { reason: 'InvalidJobArgs', message: text, retry: { kind: 'none' }, final: true };
+    case 'retryable':
+    case 'conflict':
+      if (err.status === 429)
+        return {
+          reason: 'ManagerRateLimited',
+          message: `${text} (the manager's job rate limit: waiting for its turn)`,
+          retry: after({ kind: 'after', ms: RATE_LIMITED_RETRY_MS }),
+          final: false,
+          quiet: true,
+        };
+      return { reason: 'ManagerUnavailable', message: text, retry: after({ kind: 'backoff' }), final: false };
+  }
 }

@@ -32,7 +32,14 @@ import {
 } from '../managers.ts';
 import { operatorMetrics, type OperatorMetrics } from '../metrics.ts';
 import { SecretReader } from '../secrets.ts';
-import { invalidSpec, specProblem, statusWriter, type StatusWrite } from '../status.ts';
+import {
+  CACHE_BEHIND_RETRY_MS,
+  cacheBehind,
+  invalidSpec,
+  specProblem,
+  statusWriter,
+  type StatusWrite,
+} from '../status.ts';
 import { cacheStep, type CacheDeps } from './cache.ts';
 import { FINALIZER, cleanUp } from './cleanup.ts';
 import { PreheatReason } from './conditions.ts';
@@ -118,18 +125,19 @@ export class ModelPreheatReconciler {
   }
 
   async reconcile(key: string, rc: ReconcileContext): Result {
-    // Through the status writer: a requeue may come before the watch has delivered our last status write.
-    const obj = this.ctx.status.latest(this.informer.get(key));
-    if (!obj) return this.cacheDeps.listings.forget(key); // deleted: nothing else is kept per resource
+    const cached = this.informer.get(key);
+    if (!cached) return this.cacheDeps.listings.forget(key); // deleted: nothing else is kept per resource
+    // A requeue that outran the watch of our last write waits for it (it would create a second job).
+    if (cacheBehind(this.ctx.status, cached)) return { requeueAfter: CACHE_BEHIND_RETRY_MS };
 
-    const parsed = ModelPreheatSpec.safeParse(obj.spec);
-    if (!parsed.success) return this.reportInvalidSpec(obj, specProblem(parsed.error), rc);
+    const parsed = ModelPreheatSpec.safeParse(cached.spec);
+    if (!parsed.success) return this.reportInvalidSpec(cached, specProblem(parsed.error), rc);
     const spec = parsed.data;
-    const denied = await this.reachDenied(obj, spec, rc);
+    const denied = await this.reachDenied(cached, spec, rc);
     if (denied) return denied.result;
 
-    if (isBeingDeleted(obj)) return cleanUp(this.cacheDeps, obj, spec, rc);
-    await this.keepFinalizer(obj, spec, rc);
+    if (isBeingDeleted(cached)) return cleanUp(this.cacheDeps, cached, spec, rc);
+    const obj = await this.keepFinalizer(cached, spec, rc);
 
     // Where this generation stands, from status alone (decide.ts).
     const step = nextStep(obj, spec, Date.now());
@@ -205,11 +213,20 @@ export class ModelPreheatReconciler {
     return invalidSpec(this.ctx, GVR.modelPreheats, obj, problem, report, rc.signal);
   }
 
-  private async keepFinalizer(obj: Obj, spec: ModelPreheatSpec, rc: ReconcileContext): Promise<void> {
+  /**
+   * The object as the finalizer patch left it: the pass's status write is based on it (on the older one it would be
+   * a conflict), and the status writer knows of the patch, so the cache holding the older object counts as behind.
+   */
+  private async keepFinalizer(obj: Obj, spec: ModelPreheatSpec, rc: ReconcileContext): Promise<Obj> {
+    const { kube, status } = this.ctx;
     const change = finalizerChange(spec, hasFinalizer(obj, FINALIZER));
-    if (change === 'add') await addFinalizer(this.ctx.kube, GVR.modelPreheats, obj, FINALIZER, rc.signal);
-    if (change === 'remove')
-      await removeFinalizer(this.ctx.kube, GVR.modelPreheats, obj, FINALIZER, rc.signal);
+    if (change === undefined) return obj;
+    const patched =
+      change === 'add'
+        ? await addFinalizer(kube, GVR.modelPreheats, obj, FINALIZER, rc.signal)
+        : await removeFinalizer(kube, GVR.modelPreheats, obj, FINALIZER, rc.signal);
+    if (patched !== obj) status.wrote(obj, patched);
+    return patched;
   }
 
   private write(obj: Obj, change: (s: Status) => Status, rc: ReconcileContext) {

@@ -52,102 +52,120 @@ export interface CleanupDeps {
  * object is released right after it.
  */
 export function servedModelCleanup(deps: CleanupDeps) {
-  const { ctx, registrations, serverFor, writeStatus, graceMs, forget } = deps;
-  const { pollBackoffStart, pollBackoffMax } = ctx.config;
-  return async function cleanUp(
-    sm: ServedModel,
-    spec: ServedModelSpec,
-    discovered: Replica[],
-    rc: ReconcileContext,
-  ): Promise<ReconcileResult | void> {
-    if (!hasFinalizer(sm, FINALIZER)) return;
-    const grace = spec.deletion?.gracePeriod ? parseDuration(spec.deletion.gracePeriod) : graceMs;
-    const started = Date.parse(sm.metadata.deletionTimestamp!);
-    const deadline = started + grace;
-    const elapsed = Date.now() - started;
-    const retryIn = () =>
-      Math.max(
-        0,
-        Math.min(Math.min(pollBackoffMax, Math.max(pollBackoffStart, elapsed / 4)), deadline - Date.now()),
-      );
-    const deleting = (message: string) =>
-      writeStatus(
-        sm,
-        (s) => withServedModelConditions(s, sm.metadata.generation, deletingConditions(message)),
-        rc.signal,
-      );
+  return (sm: ServedModel, spec: ServedModelSpec, discovered: Replica[], rc: ReconcileContext) =>
+    cleanUp(deps, sm, spec, discovered, rc);
+}
 
-    // Registrations the model server took would land after the unregister pass: those not sent yet are dropped,
-    // the ones in flight are waited for (their end enqueues the object) until the grace deadline, then let go of.
-    const inFlight = registrations.drain(sm.metadata.uid!);
-    if (inFlight > 0 && Date.now() < deadline) {
-      await deleting(
-        `deleting: waiting for ${inFlight} registration(s) of ${spec.modelName} under way to end before ` +
-          `unregistering it (until ${new Date(deadline).toISOString()})`,
-      );
-      return { requeueAfter: retryIn() };
-    }
-    registrations.prune(sm.metadata.uid!);
-    const left = deadline - Date.now();
-    // Replicas that do not answer must not hold the pass past the deadline by much: each call is bounded by the time
-    // left, and the whole pass (many replicas, `maxConcurrent` at a time) ends soon after the deadline; the replicas
-    // it did not get to then count as unreachable.
-    const timeoutMs = Math.min(CLEANUP_CALL_TIMEOUT_MS, Math.max(MIN_CLEANUP_CALL_TIMEOUT_MS, left));
-    const passSignal = AbortSignal.any([
-      rc.signal,
-      AbortSignal.timeout(Math.max(left, 0) + CLEANUP_PASS_OVERRUN_MS),
-    ]);
-    const known = new Map<string, Replica>();
-    for (const r of [...(sm.status?.replicas ?? []), ...discovered]) known.set(r.endpoint, r);
-    const failures: { replica: Replica; why: string }[] = [];
-    await pool([...known.values()], spec.rollout.maxConcurrent, async (r) => {
-      try {
-        if (passSignal.aborted) throw new Error('not reached before the grace deadline');
-        await serverFor(sm, spec, r).unregisterAll(spec.modelName, { signal: passSignal, timeoutMs });
-      } catch (err) {
-        failures.push({ replica: r, why: (err as Error).message });
-      }
-    });
-    const names = failures.map((f) => f.replica.pod ?? f.replica.endpoint).sort();
-    if (failures.length > 0 && Date.now() < deadline) {
-      const at = new Date(deadline).toISOString();
-      const message =
-        `deleting: ${spec.modelName} is still registered on ${failures.length} of ${known.size} replica(s) that ` +
-        `cannot be reached: ${listed(names)}; retrying until ${at}, then letting go of them`;
-      await writeStatus(
-        sm,
-        (s) => withServedModelConditions(s, sm.metadata.generation, deletingConditions(message)),
-        rc.signal,
-      );
-      ctx.events.record(
-        sm,
-        'Warning',
-        'CleanupPending',
-        `unregistering ${spec.modelName} failed on ${listed(names)}; retrying until ${at}: ${failures[0]!.why}`,
-      );
-      const elapsed = Date.now() - started;
-      const interval = Math.min(pollBackoffMax, Math.max(pollBackoffStart, elapsed / 4));
-      return { requeueAfter: Math.max(0, Math.min(interval, deadline - Date.now())) };
-    }
-    if (failures.length > 0) {
-      ctx.events.record(
-        sm,
-        'Warning',
-        'CleanupAbandoned',
-        `gave up unregistering ${spec.modelName} after ${grace / 1000}s from ${failures.length} replica(s): ` +
-          `${listed(names)} (first error: ${failures[0]!.why})`,
-      );
-    } else {
-      ctx.events.record(
-        sm,
-        'Normal',
-        'Unregistered',
-        `unregistered ${spec.modelName} from ${known.size} replica(s)`,
-      );
-    }
-    await removeFinalizer(ctx.kube, GVR.servedModels, sm, FINALIZER, rc.signal);
-    forget(`${sm.metadata.namespace}/${sm.metadata.name}`, sm.metadata.uid);
+/** The grace deadline of a deletion, and when to look again before it. */
+interface Deadline {
+  grace: number;
+  at: number;
+  /** The next look: a quarter of the time since the deletion, within the poll bounds, never past the deadline. */
+  retryIn(): number;
+}
+
+function deadlineOf(deps: CleanupDeps, sm: ServedModel, spec: ServedModelSpec): Deadline {
+  const { pollBackoffStart, pollBackoffMax } = deps.ctx.config;
+  const grace = spec.deletion?.gracePeriod ? parseDuration(spec.deletion.gracePeriod) : deps.graceMs;
+  const started = Date.parse(sm.metadata.deletionTimestamp!);
+  const at = started + grace;
+  const retryIn = () => {
+    const interval = Math.min(pollBackoffMax, Math.max(pollBackoffStart, (Date.now() - started) / 4));
+    return Math.max(0, Math.min(interval, at - Date.now()));
   };
+  return { grace, at, retryIn };
+}
+
+async function cleanUp(
+  deps: CleanupDeps,
+  sm: ServedModel,
+  spec: ServedModelSpec,
+  discovered: Replica[],
+  rc: ReconcileContext,
+): Promise<ReconcileResult | void> {
+  if (!hasFinalizer(sm, FINALIZER)) return;
+  const { ctx, registrations } = deps;
+  const deadline = deadlineOf(deps, sm, spec);
+  const until = new Date(deadline.at).toISOString();
+  const deleting = (message: string) =>
+    deps.writeStatus(
+      sm,
+      (s) => withServedModelConditions(s, sm.metadata.generation, deletingConditions(message)),
+      rc.signal,
+    );
+  // Registrations the model server took would land after the unregister pass: those not sent yet are dropped,
+  // the ones in flight are waited for (their end enqueues the object) until the grace deadline, then let go of.
+  const inFlight = registrations.drain(sm.metadata.uid!);
+  if (inFlight > 0 && Date.now() < deadline.at) {
+    await deleting(
+      `deleting: waiting for ${inFlight} registration(s) of ${spec.modelName} under way to end before ` +
+        `unregistering it (until ${until})`,
+    );
+    return { requeueAfter: deadline.retryIn() };
+  }
+  registrations.prune(sm.metadata.uid!);
+  const { known, failures } = await unregisterEverywhere(deps, sm, spec, discovered, deadline.at, rc);
+  const names = listed(failures.map((f) => f.replica.pod ?? f.replica.endpoint).sort());
+  if (failures.length > 0 && Date.now() < deadline.at) {
+    await deleting(
+      `deleting: ${spec.modelName} is still registered on ${failures.length} of ${known} replica(s) that ` +
+        `cannot be reached: ${names}; retrying until ${until}, then letting go of them`,
+    );
+    const note = `unregistering ${spec.modelName} failed on ${names}; retrying until ${until}: ${failures[0]!.why}`;
+    ctx.events.record(sm, 'Warning', 'CleanupPending', note);
+    return { requeueAfter: deadline.retryIn() };
+  }
+  if (failures.length > 0)
+    ctx.events.record(
+      sm,
+      'Warning',
+      'CleanupAbandoned',
+      `gave up unregistering ${spec.modelName} after ${deadline.grace / 1000}s from ${failures.length} replica(s): ` +
+        `${names} (first error: ${failures[0]!.why})`,
+    );
+  else
+    ctx.events.record(
+      sm,
+      'Normal',
+      'Unregistered',
+      `unregistered ${spec.modelName} from ${known} replica(s)`,
+    );
+  await removeFinalizer(ctx.kube, GVR.servedModels, sm, FINALIZER, rc.signal);
+  deps.forget(`${sm.metadata.namespace}/${sm.metadata.name}`, sm.metadata.uid);
+}
+
+/**
+ * The model unregistered from every replica it may be on (those status names and those found now). Replicas that
+ * do not answer must not hold the pass past the deadline by much: each call is bounded by the time left, and the
+ * whole pass (many replicas, `maxConcurrent` at a time) ends soon after the deadline; the replicas it did not get to
+ * then count as unreachable.
+ */
+async function unregisterEverywhere(
+  deps: CleanupDeps,
+  sm: ServedModel,
+  spec: ServedModelSpec,
+  discovered: Replica[],
+  deadline: number,
+  rc: ReconcileContext,
+): Promise<{ known: number; failures: { replica: Replica; why: string }[] }> {
+  const left = deadline - Date.now();
+  const timeoutMs = Math.min(CLEANUP_CALL_TIMEOUT_MS, Math.max(MIN_CLEANUP_CALL_TIMEOUT_MS, left));
+  const passSignal = AbortSignal.any([
+    rc.signal,
+    AbortSignal.timeout(Math.max(left, 0) + CLEANUP_PASS_OVERRUN_MS),
+  ]);
+  const known = new Map<string, Replica>();
+  for (const r of [...(sm.status?.replicas ?? []), ...discovered]) known.set(r.endpoint, r);
+  const failures: { replica: Replica; why: string }[] = [];
+  await pool([...known.values()], spec.rollout.maxConcurrent, async (r) => {
+    try {
+      if (passSignal.aborted) throw new Error('not reached before the grace deadline');
+      await deps.serverFor(sm, spec, r).unregisterAll(spec.modelName, { signal: passSignal, timeoutMs });
+    } catch (err) {
+      failures.push({ replica: r, why: (err as Error).message });
+    }
+  });
+  return { known: known.size, failures };
 }
 
 /** Names, as many as fit in the room of a note, then how many more. */

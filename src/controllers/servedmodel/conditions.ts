@@ -2,10 +2,14 @@
  * What a ServedModel's conditions say, from what one reconcile pass observed (the preheat gate, the replicas
  * found and how each one fared). Pure, so every case is unit-tested.
  *
- * - `Ready`: True when the model is READY on every replica; when not, its reason names the cause.
- * - `Reconciling` (True while the rollout progresses or retries by itself) and `Stalled` (True when nothing will
- *   progress without a change: preheat failed for good, the Service or its port missing, credentials refused,
- *   an archive the model server rejects) follow kstatus; both are removed, not set False, when they do not apply.
+ * - `Ready`: True when the model is READY on every replica; when not, its reason names the cause. Once True for the
+ *   generation, it stays True while replicas are added (a scale-out, reason `ScalingOut`): every replica that had
+ *   the model READY still has it, none fails, and the new ones are on their way. A replica that lost the model or
+ *   fails turns it False. (Like a Deployment's `Available` during a scale-out: what served still serves.)
+ * - `Reconciling` (True while the rollout progresses or retries by itself, a scale-out included) and `Stalled` (True
+ *   when nothing will progress without a change: preheat failed for good, the Service or its port missing,
+ *   credentials refused, an archive the model server rejects) follow kstatus; both are removed, not set False,
+ *   when they do not apply.
  * - `Degraded` (which replicas fail and why) and `Preheated` (the gate) are peerload's own.
  */
 import type { ConditionChange } from '../../runtime/index.ts';
@@ -24,6 +28,8 @@ export const ServedModelReason = {
   InvalidSpec: 'InvalidSpec',
   AllReplicasReady: 'AllReplicasReady',
   Progressing: 'Progressing',
+  /** Replicas are being added while every replica that had the model still has it (Ready stays True). */
+  ScalingOut: 'ScalingOut',
   WaitingForPreheat: 'WaitingForPreheat',
   PreheatSucceeded: 'PreheatSucceeded',
   ServiceNotFound: 'ServiceNotFound',
@@ -98,6 +104,10 @@ export interface ServedModelObservation {
   ready: number;
   desired: number;
   failures: readonly ReplicaFailure[];
+  /** Whether the object's Ready condition was True for this generation before the pass (default false). */
+  wasReady?: boolean | undefined;
+  /** Replicas READY in the last reported status that are not READY now: they lost the model (default 0). */
+  lost?: number | undefined;
 }
 
 /** How many failing replicas a message names. */
@@ -160,33 +170,16 @@ export function deletingConditions(message: string): ServedModelConditionChange[
 }
 
 export function servedModelConditions(o: ServedModelObservation): ServedModelConditionChange[] {
-  const { Ready, Reconciling, Stalled, Degraded, Preheated } = ServedModelCondition;
+  const { Ready, Reconciling, Stalled, Degraded } = ServedModelCondition;
   const R = ServedModelReason;
-  const out: ServedModelConditionChange[] = [];
   const { gate, failures, ready, desired } = o;
-
-  if (gate.state === 'open')
-    out.push({ type: Preheated, status: 'True', reason: R.PreheatSucceeded, message: gate.message });
-  if (gate.state === 'closed')
-    out.push({
-      type: Preheated,
-      status: gate.final ? 'False' : 'Unknown',
-      reason: gate.reason,
-      message: gate.message,
-    });
-
-  let failing: { reason: ServedModelConditionReason; message: string } | undefined;
-  if (failures.length > 0) {
-    const sample = failures.slice(0, MAX_MESSAGE_REPLICAS).map((f) => `${f.replica}: ${f.message}`);
-    const reasons = [...new Set(failures.map((f) => f.reason))];
-    failing = {
-      reason: reasons.length === 1 ? reasons[0]! : R.ReplicaFailures,
-      message: `${failures.length} of ${desired} replica(s) failing: ${sample.join('; ')}`,
-    };
-    out.push({ type: Degraded, status: 'True', ...failing });
-  } else {
-    out.push({ type: Degraded, status: 'False', reason: R.NoFailures, message: 'no replica is failing' });
-  }
+  const out = preheatedCondition(gate);
+  const failing = failingReplicas(failures, desired);
+  out.push(
+    failing
+      ? { type: Degraded, status: 'True', ...failing }
+      : { type: Degraded, status: 'False', reason: R.NoFailures, message: 'no replica is failing' },
+  );
 
   // Not ready: why, and whether it will get there by itself (Reconciling) or needs a change (Stalled).
   const notReady = (
@@ -214,6 +207,15 @@ export function servedModelConditions(o: ServedModelObservation): ServedModelCon
     const where = o.serviceName !== undefined ? `Service ${o.serviceName}` : 'spec.modelServer.endpoints';
     return [...out, ...notReady(R.NoReadyReplicas, `no ready endpoint behind ${where}`, false)];
   }
+  if (scalingOut(o, failing !== undefined)) {
+    const message = `${progress}; ${desired - ready} replica(s) being added`;
+    return [
+      ...out,
+      { type: Ready, status: 'True', reason: R.ScalingOut, message },
+      { type: Reconciling, status: 'True', reason: R.ScalingOut, message },
+      { type: Stalled, absent: true },
+    ];
+  }
   if (gate.state === 'closed') {
     const stalled = STALLING_GATES.has(gate.reason);
     return [...out, ...notReady(stalled ? gate.reason : R.WaitingForPreheat, gate.message, stalled)];
@@ -231,4 +233,39 @@ export function servedModelConditions(o: ServedModelObservation): ServedModelCon
       { type: Stalled, absent: true },
     ];
   return [...out, ...notReady(R.Progressing, progress, false)];
+}
+
+/** The `Preheated` condition of the gate (none without one). */
+function preheatedCondition(gate: Gate): ServedModelConditionChange[] {
+  const type = ServedModelCondition.Preheated;
+  if (gate.state === 'open')
+    return [{ type, status: 'True', reason: ServedModelReason.PreheatSucceeded, message: gate.message }];
+  if (gate.state === 'closed')
+    return [{ type, status: gate.final ? 'False' : 'Unknown', reason: gate.reason, message: gate.message }];
+  return [];
+}
+
+/** What `Degraded` (and a Ready that is not True) say of failing replicas: their one reason, and up to 3 named. */
+function failingReplicas(
+  failures: readonly ReplicaFailure[],
+  desired: number,
+): { reason: ServedModelConditionReason; message: string } | undefined {
+  if (failures.length === 0) return undefined;
+  const sample = failures.slice(0, MAX_MESSAGE_REPLICAS).map((f) => `${f.replica}: ${f.message}`);
+  const reasons = [...new Set(failures.map((f) => f.reason))];
+  return {
+    reason: reasons.length === 1 ? reasons[0]! : ServedModelReason.ReplicaFailures,
+    message: `${failures.length} of ${desired} replica(s) failing: ${sample.join('; ')}`,
+  };
+}
+
+/**
+ * A scale-out: Ready was True for this generation, every replica that had the model READY still has it, none fails,
+ * and the replicas not READY yet are new ones on their way (waiting for their node's preheat included, not a preheat
+ * that failed for good).
+ */
+function scalingOut(o: ServedModelObservation, failing: boolean): boolean {
+  if (!o.wasReady || failing || (o.lost ?? 0) > 0) return false;
+  if (o.ready === 0 || o.ready >= o.desired) return false;
+  return !(o.gate.state === 'closed' && STALLING_GATES.has(o.gate.reason));
 }

@@ -8,6 +8,11 @@
  * lists the same prefix with the same rules for its jobs; both statuses show the listing's digest, so a
  * difference (objects changed between the two listings) is visible, and the ServedModel lists again when the
  * preheat's digest differs from its own.
+ *
+ * A directory's content is fixed per generation, as for the ModelPreheat: a new listing (after an operator restart,
+ * or made again) is compared with the digest the object's status recorded for its generation. One that differs is
+ * taken only when it is the preheat's listing (the content the preheat warmed); otherwise the objects changed under
+ * the generation, and the ServedModel is Stalled until the spec is edited.
  */
 import {
   directoryOf,
@@ -82,7 +87,8 @@ export class ModelDirectories {
       theirs.digest !== kept.result.digest &&
       theirs.digest !== kept.relistedFor;
     if (same && !differs) return kept.result;
-    const result = await this.list(sm, spec, preheat, signal);
+    const preheatDigest = theirs?.generation === preheat?.metadata.generation ? theirs?.digest : undefined;
+    const result = againstRecorded(sm, spec, await this.list(sm, spec, preheat, signal), preheatDigest);
     // A failed listing call is tried again on the next pass; what the listing found stands for the generation.
     if (result.ok || result.final)
       this.byKey.set(key, {
@@ -146,6 +152,29 @@ export class ModelDirectories {
       digest: listingDigest(chosen),
     };
   }
+}
+
+/**
+ * `listed` checked against the listing the object's status recorded for its generation (status.files is written
+ * with the conditions of the generation it was listed for): the same digest, or the preheat's, or a final refusal.
+ */
+export function againstRecorded(
+  sm: ServedModel,
+  spec: ServedModelSpec,
+  listed: DirectoryFiles,
+  preheatDigest: string | undefined,
+): DirectoryFiles {
+  const recorded = sm.status?.observedGeneration === sm.metadata.generation ? sm.status?.files : undefined;
+  if (!listed.ok || !recorded || listed.digest === recorded.digest || listed.digest === preheatDigest)
+    return listed;
+  return {
+    ok: false,
+    final: true,
+    message:
+      `spec.files: the objects under prefix "${spec.files!.prefix}" changed since this generation listed them ` +
+      `(${recorded.count} files, digest ${recorded.digest}; now ${listed.count} files, digest ${listed.digest}): ` +
+      "a directory's content is fixed per generation, edit the spec to place the new content",
+  };
 }
 
 /**

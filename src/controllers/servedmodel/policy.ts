@@ -1,12 +1,13 @@
 /**
  * What the ServedModel reconciler decides beyond status: whether the rollout starts with a seed replica, whether
- * the status is written now or coalesced, when to look again, and how long an ended registration is kept. Pure
+ * the status is written now or coalesced, when to look again, how long an ended registration is kept, and the
+ * Events of a change of Ready or of a scale-out. Pure
  * (time and jitter are arguments), so every case is unit-tested.
  */
 import type { Condition, ServedModelSpec } from '../../api/index.ts';
 import type { ReconcileResult } from '../../runtime/index.ts';
 import type { Gate } from './preheat.ts';
-import type { EndedRegistration, ReplicaOutcome } from './replica.ts';
+import type { EndedRegistration, ReplicaEvent, ReplicaOutcome } from './replica.ts';
 import type { ReplicaStatus } from './replica-status.ts';
 
 /** Static endpoints send no events: look at them this often once everything is ready (jittered ±20 %, so 1,000
@@ -139,4 +140,28 @@ export function withWake(look: ReconcileResult | undefined, wakeInMs: number): R
  */
 export function keepRegistration(outcome: ReplicaOutcome, ended: EndedRegistration, now: number): boolean {
   return needsChange(outcome) && now - ended.since < STALLED_RECHECK_MS;
+}
+
+const find = (conditions: readonly Condition[], type: string) => conditions.find((c) => c.type === type);
+
+/**
+ * The Events of what a status write changed. Ready turning True: Normal `Ready`; turning False: Warning `NotReady`
+ * (a replica lost the model or fails: someone may need to look). Replicas being added while Ready stays True:
+ * Normal `ScalingOut` when it starts and Normal `ScaledOut` when every replica is READY, so an autoscaler's steps
+ * raise no Warning.
+ */
+export function statusEvents(before: readonly Condition[], after: readonly Condition[]): ReplicaEvent[] {
+  const [was, now] = [find(before, 'Ready'), find(after, 'Ready')];
+  const scaling = (cs: readonly Condition[]) => find(cs, 'Reconciling')?.reason === 'ScalingOut';
+  if (now?.status === 'True' && was?.status !== 'True')
+    return [{ type: 'Normal', reason: 'Ready', note: now.message ?? '' }];
+  if (now?.status !== 'True' && was?.status === 'True')
+    return [{ type: 'Warning', reason: 'NotReady', note: now?.message ?? '' }];
+  if (now?.status !== 'True') return [];
+  const reconciling = find(after, 'Reconciling');
+  if (scaling(after) && !scaling(before))
+    return [{ type: 'Normal', reason: 'ScalingOut', note: reconciling?.message ?? '' }];
+  if (!scaling(after) && scaling(before))
+    return [{ type: 'Normal', reason: 'ScaledOut', note: now.message ?? '' }];
+  return [];
 }

@@ -2,80 +2,60 @@
  * The ServedModel reconciler: the model registered, scaled and READY on every replica of a model server, kept so
  * as pods come, go and restart, and unregistered everywhere on delete.
  *
- * One reconcile = one pass over the replicas (at most `rollout.maxConcurrent` at a time), each replica moved one
- * step by convergeReplica() through its model server's driver, then one status write. Registrations (the plugin
- * downloads the archive first, minutes for a large model) never run inside a reconcile: they run in the background
- * (registrations.ts), the pass starts them and reads their phase, and each change of phase enqueues the ServedModel
- * again. An ended registration's Event is recorded once, when a pass first sees it; the registration is settled
- * only once a status write holds its outcome, so a pass whose write is lost to a conflict (thrown: the whole
- * reconcile runs again on fresh data) or coalesced leaves it for the next. Status writes that
- * only report progress are coalesced to one per STATUS_COALESCE_MS per object.
+ * `reconcile` is the state machine: phase.ts says, from the object and what the pass has done, which phase the pass
+ * is in; the `switch` runs that phase's step. A pass that serves the model goes through the finalizer, the preheat
+ * gates, a directory's listing, one step on every replica (at most `rollout.maxConcurrent` at a time, each moved
+ * by convergeReplica() through its model server's driver) and the report (report.ts: one status write, Ready and
+ * its Events). Registrations (the plugin downloads the archive first, minutes for a large model) never run inside
+ * a reconcile: they run in the background (registrations.ts), the pass starts them and reads their phase, and each
+ * change of phase enqueues the ServedModel again.
  */
 import {
   GVR,
-  ServedModelSpec,
   replicaAccess,
-  staticAddresses,
   type ModelPreheat,
   type ServedModel,
+  type ServedModelSpec,
   type ServedModelStatus,
 } from '../../api/index.ts';
-import { layoutRefusal, type ModelServerDrivers } from '../../servers/driver.ts';
-import type { Registered } from '../../servers/driver.ts';
+import type { ModelServerDrivers, Registered } from '../../servers/driver.ts';
 import {
   addFinalizer,
-  getCondition,
-  isBeingDeleted,
   type ControllerContext,
   type StatusWriter,
   type ReconcileContext,
   type ReconcileResult,
 } from '../../runtime/index.ts';
-import type { ZodError } from 'zod';
+import type { ReachPolicy } from '../../policy/reach.ts';
 import type { OperatorMetrics } from '../metrics.ts';
-import { invalidSpec, specProblem, type StatusWrite } from '../status.ts';
+import { CACHE_BEHIND_RETRY_MS, cacheBehind, invalidSpec, type StatusWrite } from '../status.ts';
 import { FINALIZER } from './cleanup.ts';
-import { directoryName, type DirectoryFiles, type ModelDirectories } from './files.ts';
+import type { ModelDirectories } from './files.ts';
 import {
-  ServedModelCondition,
   directoryConditions,
   endpointNotAllowedConditions,
   unknownDriverConditions,
   unsupportedModelConditions,
   invalidSpecConditions,
   withServedModelConditions,
+  type ServedModelConditionChange,
 } from './conditions.ts';
-import { endpointsReach } from '../../policy/reach.ts';
 import type { ReplicaGates, ReplicaGating } from './gates.ts';
+import { goalOf, registrationId, registrationVersion, type ListedDirectory } from './goal.ts';
+import { servedModelPhase } from './phase.ts';
 import { pool } from './pool.ts';
-import { coalescedLook, keepRegistration, needsSeed, nextLook, withWake, writeNow } from './policy.ts';
-import type { RegistrationId, RegistrationRunner } from './registrations.ts';
-import {
-  convergeReplica,
-  registerAndStart,
-  registeredEvent,
-  waiting,
-  type ReplicaGoal,
-  type ReplicaOutcome,
-} from './replica.ts';
-import {
-  previousReplicas,
-  summarize,
-  withReplicas,
-  type PassSummary,
-  type ReplicaStatus,
-} from './replica-status.ts';
+import { needsSeed } from './policy.ts';
+import type { RegistrationRunner } from './registrations.ts';
+import { ServedModelReport, type PassFindings } from './report.ts';
+import { convergeReplica, registerAndStart, waiting, type ReplicaOutcome } from './replica.ts';
+import { previousReplicas } from './replica-status.ts';
 import { discoverReplicas, type Discovery, type EndpointSlice, type Replica } from './replicas.ts';
 
 /** How soon a directory whose listing failed is listed again. */
 const DIRECTORY_RETRY_MS = 30_000;
 
-/** How soon a pass that found the cache behind our last status write looks again (the watch is that far behind). */
-const CACHE_BEHIND_RETRY_MS = 50;
-
 type Obj = ServedModel;
 type Status = ServedModelStatus;
-type ListedDirectory = Extract<DirectoryFiles, { ok: true }>;
 
 /** What the reconciler works with (controller-runtime's Reconciler struct): built once by the controller. */
 export interface ServedModelDeps {
@@ -108,122 +88,88 @@ export interface ServedModelDeps {
   random?: () => number;
 }
 
+/** What a pass knows so far: the object (as its finalizer patch left it) and what its steps found. */
+interface Pass {
+  key: string;
+  object: Obj | undefined;
+  behind: boolean;
+  finalized?: boolean;
+  discovery?: Discovery & { serviceFound: boolean };
+  gating?: ReplicaGating;
+  dir?: ListedDirectory;
+  outcomes?: ReplicaOutcome[];
+}
+
 export class ServedModelReconciler {
   private readonly deps: ServedModelDeps;
-  private readonly now: () => number;
-  private readonly random: () => number;
-  /** When each object's status was last written (for coalescing). */
-  private readonly lastWrite = new Map<string, number>();
+  private readonly reporting: ServedModelReport;
   /** The uid of each object seen, so that one gone without our finalizer's pass is forgotten all the same. */
   private readonly uids = new Map<string, string>();
 
   constructor(deps: ServedModelDeps) {
     this.deps = deps;
-    this.now = deps.now ?? Date.now;
-    this.random = deps.random ?? Math.random;
+    this.reporting = new ServedModelReport({
+      ...deps,
+      now: deps.now ?? Date.now,
+      random: deps.random ?? Math.random,
+    });
   }
 
   async reconcile(key: string, rc: ReconcileContext): Promise<ReconcileResult | void> {
-    const { deps } = this;
-    const cached = deps.model(key);
-    if (!cached) return this.gone(key);
-    // The cache holds a version our last write replaced (the watch is behind our own write): a pass would build on
-    // the status that write replaced and, writes being conditional, only lose its own write to a conflict after
-    // describing every replica. Not overlaid with what we wrote: the write's watch event is moments away, so the
-    // pass waits for it. Without this guard test/unit/servedmodel-reconciler.test.ts "a cache behind our last
-    // write" fails (and every pass that outruns the watch ends in a conflict).
-    if (deps.writes.behind(cached)) return { requeueAfter: CACHE_BEHIND_RETRY_MS };
-    if (cached.metadata.uid) this.uids.set(key, cached.metadata.uid);
-    const parsed = ServedModelSpec.safeParse(cached.spec);
-    if (!parsed.success) return this.invalid(cached, parsed.error, rc);
-    const spec = parsed.data;
-    if (!this.mayReach(spec)) return this.endpointsRefused(cached, spec, rc);
-    const service = spec.modelServer.service?.name;
-    const found = service ? deps.slices(cached.metadata.namespace!, service) : [];
-    const discovery = discoverReplicas(spec, found);
-    // A driver the operator does not have: nothing can be asked of the replicas, deletion included.
-    const driver = deps.drivers.find(spec.modelServer.driver);
-    if (!driver) return this.unknownDriver(cached, spec, rc);
-    if (isBeingDeleted(cached)) return deps.cleanUp(cached, spec, discovery.replicas, rc);
-    // A model the server's driver cannot load (a directory for TorchServe): said before any replica is asked.
-    const refused = layoutRefusal(driver, spec.files ? 'directory' : 'archive');
-    if (refused) return this.stalled(cached, refused, unsupportedModelConditions(refused), rc);
-    // Status is written on the object as the finalizer patch left it (on the older one it would be a conflict),
-    // and the guard above knows of the patch (the same test fails without it: the first pass adds the finalizer).
-    const sm = await addFinalizer(deps.kube, GVR.servedModels, cached, FINALIZER, rc.signal);
-    if (sm !== cached) deps.writes.wrote(cached, sm);
-
-    // 1. The preheat gate of each replica (creating the owned ModelPreheat when asked to, targeting the peers of
-    //    the replicas' nodes when node targeting is on).
-    const previous = previousReplicas(sm.status);
-    const gating = await deps.gates.of(key, sm, spec, discovery, previous, rc.signal);
-    // 1b. A directory's files (spec.files), listed once per generation; none, too many or unlistable: Stalled.
-    let dir: ListedDirectory | undefined;
-    if (spec.files) {
-      const listed = await this.directory(key, sm, spec, gating.preheat, rc);
-      if (!listed.ok) return listed.result;
-      dir = listed;
+    const object = this.deps.model(key);
+    // The cache holds a version our last write replaced: a pass would build on the status that write replaced
+    // and, writes being conditional, lose its own write to a conflict after describing every replica. The
+    // write's watch event is moments away, so the pass waits for it (controllers/status.ts).
+    const pass: Pass = { key, object, behind: object !== undefined && cacheBehind(this.deps.writes, object) };
+    if (object?.metadata.uid && !pass.behind) this.uids.set(key, object.metadata.uid);
+    for (;;) {
+      const phase = servedModelPhase({
+        ...pass,
+        policy: this.policy(),
+        drivers: this.deps.drivers,
+        done: done(pass),
+      });
+      const sm = pass.object!;
+      switch (phase.kind) {
+        case 'gone':
+          return this.gone(key);
+        case 'cacheBehind':
+          return { requeueAfter: CACHE_BEHIND_RETRY_MS };
+        case 'invalid':
+          return this.stalled(sm, phase.message, invalidSpecConditions(phase.message), rc);
+        case 'refused':
+          return this.stalled(sm, phase.message, endpointNotAllowedConditions(phase.message), rc);
+        case 'unknownDriver':
+          return this.stalled(sm, phase.message, unknownDriverConditions(phase.message), rc);
+        case 'unsupportedLayout':
+          return this.stalled(sm, phase.message, unsupportedModelConditions(phase.message), rc);
+        case 'deleting':
+          return this.deps.cleanUp(sm, phase.spec, this.discover(pass, phase.spec).replicas, rc);
+        case 'finalizing':
+          pass.object = await this.addFinalizer(sm, rc);
+          pass.finalized = true;
+          break;
+        case 'gating':
+          pass.gating = await this.gate(pass, phase.spec, rc);
+          break;
+        case 'listing': {
+          const listed = await this.directory(key, sm, phase.spec, pass.gating!.preheat, rc);
+          if (!listed.ok) return listed.result;
+          pass.dir = listed;
+          break;
+        }
+        case 'converging':
+          pass.outcomes = await this.converge(pass, phase.spec, rc);
+          break;
+        case 'reporting':
+          return this.reporting.report(findings(pass, phase.spec), rc);
+      }
     }
-    const goal = goalOf(spec, dir);
-    // 2. Every replica one step closer (the seed first, alone, when the network does not hold the model yet).
-    const outcomes = await this.converge(key, sm, spec, goal, discovery, gating, previous, rc);
-    const newLocalHits = outcomes.filter(
-      (o) => o.ended?.state === 'done' && !o.ended.reported && o.ended.result.localHit !== undefined,
-    ).length;
-    this.record(key, sm, goal, discovery, outcomes);
-    // 3. Status from the object and what the pass saw.
-    const summary = summarize({
-      modelName: spec.modelName,
-      serviceName: service,
-      serviceFound: found.length > 0,
-      discovery,
-      outcomes,
-      previous,
-      nodeIPs: gating.nodeIPs,
-      gate: gating.conditionGate,
-      now: new Date(this.now()),
-    });
-    this.observe(sm, summary);
-    const before = getCondition(sm.status?.conditions, ServedModelCondition.Ready);
-    const look = (readySince: string | undefined) => this.nextLook(spec, summary, gating, readySince);
-    const sinceWriteMs = this.now() - (this.lastWrite.get(key) ?? 0);
-    const next = withServedModelConditions(sm.status ?? {}, sm.metadata.generation, summary.conditions);
-    const now = writeNow({
-      generation: sm.metadata.generation,
-      observedGeneration: sm.status?.observedGeneration,
-      conditionsBefore: sm.status?.conditions ?? [],
-      conditionsAfter: next.conditions ?? [],
-      newLocalHits,
-      sinceWriteMs,
-    });
-    if (!now) return coalescedLook(look(before?.lastTransitionTime), sinceWriteMs, gating.wakeInMs);
-    // 4. The write (a conflict throws: the reconcile runs again on fresh data, registrations not yet settled).
-    const written = await deps.writeStatus(
-      sm,
-      (s) =>
-        withServedModelConditions(
-          {
-            ...withReplicas(s, summary, gating.gate, gating.preheat?.status?.cache, gating.nodePreheat),
-            files: dir && { count: dir.count, bytes: dir.bytes, digest: dir.digest },
-          },
-          sm.metadata.generation,
-          summary.conditions,
-        ),
-      rc.signal,
-    );
-    if (written.written) this.lastWrite.set(key, this.now());
-    this.settle(key, sm, goal, discovery, outcomes);
-    const after = getCondition(written.object.status?.conditions, ServedModelCondition.Ready);
-    if (after?.status === 'True' && before?.status !== 'True')
-      deps.events.record(sm, 'Normal', 'Ready', after.message);
-    if (after?.status !== 'True' && before?.status === 'True')
-      deps.events.record(sm, 'Warning', 'NotReady', after?.message ?? '');
-    return withWake(look(after?.lastTransitionTime), gating.wakeInMs);
   }
 
   /** Drops what is kept for an object that is gone: its coalescing clock, gates, registrations and clients. */
   forget(key: string, uid = this.uids.get(key)): void {
-    this.lastWrite.delete(key);
+    this.reporting.forget(key);
     this.deps.gates.forget(key);
     this.deps.directories?.forget(key);
     this.uids.delete(key);
@@ -238,51 +184,56 @@ export class ServedModelReconciler {
     this.deps.metrics.servedModelReplicas(ns!, name!);
   }
 
-  private invalid(sm: Obj, error: ZodError, rc: ReconcileContext): Promise<void> {
-    const message = specProblem(error);
-    return this.stalled(sm, message, invalidSpecConditions(message), rc);
-  }
-
-  /** Static endpoints outside the admin's --allowed-endpoint-hosts (policy/reach.ts) get no request at all. */
-  private unknownDriver(sm: Obj, spec: ServedModelSpec, rc: ReconcileContext): Promise<void> {
-    const message =
-      `spec.modelServer.driver: the operator has no model-server driver named ${spec.modelServer.driver}; ` +
-      `use one of ${this.deps.drivers.names().join(', ')}`;
-    return this.stalled(sm, message, unknownDriverConditions(message), rc);
-  }
-
-  private mayReach(spec: ServedModelSpec): boolean {
-    return this.reach(spec).allowed;
-  }
-
-  private reach(spec: ServedModelSpec) {
+  private policy(): ReachPolicy {
     const { config } = this.deps;
-    return endpointsReach(staticAddresses(spec), 'spec.modelServer.endpoints', {
+    return {
       managerHosts: config.allowedManagerHosts ?? [],
       endpointHosts: config.allowedEndpointHosts ?? [],
-    });
+    };
   }
 
-  /** No management key, no registration, no unregistration on delete (the finalizer goes with a CleanupSkipped
-   *  Event); the object is Stalled, reason EndpointNotAllowed. */
-  private endpointsRefused(sm: Obj, spec: ServedModelSpec, rc: ReconcileContext): Promise<void> {
-    const reach = this.reach(spec);
-    const message = reach.allowed ? '' : reach.message;
-    return this.stalled(sm, message, endpointNotAllowedConditions(message), rc);
+  /** The replicas behind the Service's EndpointSlices or the static endpoints, found once per pass. */
+  private discover(pass: Pass, spec: ServedModelSpec): Discovery & { serviceFound: boolean } {
+    if (pass.discovery) return pass.discovery;
+    const service = spec.modelServer.service?.name;
+    const found = service ? this.deps.slices(pass.object!.metadata.namespace!, service) : [];
+    pass.discovery = { ...discoverReplicas(spec, found), serviceFound: found.length > 0 };
+    return pass.discovery;
+  }
+
+  /**
+   * Status is written on the object as the finalizer patch left it (on the older one it would be a conflict), and
+   * the status writer knows of the patch, so that the cache holding the older object counts as behind.
+   */
+  private async addFinalizer(sm: Obj, rc: ReconcileContext): Promise<Obj> {
+    const patched = await addFinalizer(this.deps.kube, GVR.servedModels, sm, FINALIZER, rc.signal);
+    if (patched !== sm) this.deps.writes.wrote(sm, patched);
+    return patched;
+  }
+
+  /** The preheat gate of each replica (creating the owned ModelPreheat when asked to, targeting the peers of the
+   *  replicas' nodes when node targeting is on). */
+  private gate(pass: Pass, spec: ServedModelSpec, rc: ReconcileContext): Promise<ReplicaGating> {
+    const sm = pass.object!;
+    const previous = previousReplicas(sm.status);
+    return this.deps.gates.of(pass.key, sm, spec, this.discover(pass, spec), previous, rc.signal);
   }
 
   /** A spec the operator will not act on: its conditions written, or, being deleted, the finalizer let go. */
   private stalled(
     sm: Obj,
     message: string,
-    conditions: ReturnType<typeof invalidSpecConditions>,
+    conditions: ServedModelConditionChange[],
     rc: ReconcileContext,
   ): Promise<void> {
     const problem = { finalizer: FINALIZER, message, skipped: 'model not unregistered' };
+    const gen = sm.metadata.generation;
+    // status.files is the listing of status.observedGeneration: a new generation's conditions leave the old one's.
+    const files = (s: Status) => (s.observedGeneration === gen ? s.files : undefined);
     const report = () =>
       this.deps.writeStatus(
         sm,
-        (s) => withServedModelConditions(s, sm.metadata.generation, conditions),
+        (s) => withServedModelConditions({ ...s, files: files(s) }, gen, conditions),
         rc.signal,
       );
     return invalidSpec(this.deps, GVR.servedModels, sm, problem, report, rc.signal);
@@ -308,24 +259,19 @@ export class ServedModelReconciler {
   }
 
   /** One step on every replica the gate lets through; the seed first, alone, when the rollout needs one. */
-  private async converge(
-    key: string,
-    sm: Obj,
-    spec: ServedModelSpec,
-    goal: ReplicaGoal,
-    discovery: Discovery,
-    gating: ReplicaGating,
-    previous: ReadonlyMap<string, ReplicaStatus>,
-    rc: ReconcileContext,
-  ): Promise<ReplicaOutcome[]> {
+  private async converge(pass: Pass, spec: ServedModelSpec, rc: ReconcileContext): Promise<ReplicaOutcome[]> {
     const { registrations, drivers } = this.deps;
+    const { key, gating } = pass;
+    const sm = pass.object!;
+    const goal = goalOf(spec, pass.dir);
     const driver = drivers.get(spec.modelServer.driver);
     const uid = sm.metadata.uid ?? key;
-    const endpoints = new Set(discovery.replicas.map((r) => r.endpoint));
+    const replicas = this.discover(pass, spec).replicas;
+    const endpoints = new Set(replicas.map((r) => r.endpoint));
     registrations.prune(uid, endpoints, registrationVersion(goal));
     driver.prune(uid, endpoints);
-    const { gate, gates, closed } = gating;
-    const replicas = discovery.replicas;
+    const { gate, gates, closed } = gating!;
+    const previous = previousReplicas(sm.status);
     if (gate.state === 'closed' && closed.length === replicas.length)
       return replicas.map((r) => waiting(r, previous.get(r.endpoint), gates.get(r.endpoint)!.message));
     const owner = { uid, namespace: sm.metadata.namespace! };
@@ -351,101 +297,36 @@ export class ServedModelReconciler {
       });
     };
     const [seed, ...rest] = replicas;
-    if (seed && needsSeed(spec, gate, gating.nodeTargeting, previous)) {
+    if (seed && needsSeed(spec, gate, gating!.nodeTargeting, previous)) {
       const first = await step(seed, true);
       const others = await pool(rest, spec.rollout.maxConcurrent, (r) => step(r, first.status.registered));
       return [first, ...others];
     }
     return pool(replicas, spec.rollout.maxConcurrent, (r) => step(r, true));
   }
-
-  /**
-   * What the pass did, as Events: each step's, and once per registration the one of a registration that ended
-   * (marked reported, so a pass run again after a conflict does not repeat it).
-   */
-  private record(
-    key: string,
-    sm: Obj,
-    goal: ReplicaGoal,
-    discovery: Discovery,
-    outcomes: readonly ReplicaOutcome[],
-  ): void {
-    const { registrations, events } = this.deps;
-    const uid = sm.metadata.uid ?? key;
-    for (const [i, o] of outcomes.entries()) {
-      for (const e of o.events) events.record(sm, e.type, e.reason, e.note);
-      if (o.ended?.state !== 'done' || o.ended.reported) continue;
-      const r = discovery.replicas[i]!;
-      const e = registeredEvent(goal, r, o.ended.result);
-      events.record(sm, e.type, e.reason, e.note);
-      registrations.report(registrationId(key, uid, goal, r));
-    }
-  }
-
-  /**
-   * After a status write held them: each ended registration settled (a later pass may register again), or kept as
-   * it ended when its outcome needs a change.
-   */
-  private settle(
-    key: string,
-    sm: Obj,
-    goal: ReplicaGoal,
-    discovery: Discovery,
-    outcomes: readonly ReplicaOutcome[],
-  ): void {
-    const uid = sm.metadata.uid ?? key;
-    for (const [i, o] of outcomes.entries()) {
-      if (!o.ended || keepRegistration(o, o.ended, this.now())) continue;
-      this.deps.registrations.settle(registrationId(key, uid, goal, discovery.replicas[i]!));
-    }
-  }
-
-  private observe(sm: Obj, summary: PassSummary): void {
-    const { metrics } = this.deps;
-    metrics.servedModelReplicas(sm.metadata.namespace!, sm.metadata.name, summary.ready, summary.desired);
-    for (const o of summary.failed)
-      if (o.failure!.kind) metrics.modelServerErrors.labels(o.failure!.kind).inc();
-  }
-
-  private nextLook(
-    spec: ServedModelSpec,
-    summary: PassSummary,
-    gating: ReplicaGating,
-    readySince: string | undefined,
-  ): ReconcileResult | undefined {
-    return nextLook({
-      replicas: summary.replicas,
-      allReady: summary.allReady,
-      failed: summary.failed,
-      staticEndpoints: spec.modelServer.endpoints !== undefined,
-      gate: gating.conditionGate,
-      readySince,
-      pollBackoffStart: this.deps.config.pollBackoffStart,
-      pollBackoffMax: this.deps.config.pollBackoffMax,
-      now: this.now(),
-      random: this.random(),
-    });
-  }
 }
 
-/** What a registration is of: the wanted version and archive or directory listing (a new one starts a new
- *  registration). */
-const registrationVersion = (goal: ReplicaGoal) =>
-  `${goal.version ?? ''}|${goal.fileName}${goal.files ? `|${goal.filesDigest}` : ''}`;
+/** Which steps of the serving phases the pass has done. */
+const done = (pass: Pass) => ({
+  finalizing: pass.finalized === true,
+  gating: pass.gating !== undefined,
+  listing: pass.dir !== undefined,
+  converging: pass.outcomes !== undefined,
+});
 
-function registrationId(key: string, uid: string, goal: ReplicaGoal, r: Replica): RegistrationId {
-  return { uid, owner: key, replica: r.endpoint, version: registrationVersion(goal) };
-}
-
-/** What every replica converges to; `dir`: the directory's files of this generation (spec.files). */
-export function goalOf(spec: ServedModelSpec, dir?: ListedDirectory): ReplicaGoal {
+/** What the pass found, for the report (every serving step has run by then). */
+function findings(pass: Pass, spec: ServedModelSpec): PassFindings {
+  const sm = pass.object!;
   return {
-    modelName: spec.modelName,
-    version: spec.version,
-    fileName: spec.fileName ?? directoryName(spec),
-    ...(dir ? { files: dir.files, filesDigest: dir.digest } : {}),
-    minWorkers: spec.workers.min,
-    maxWorkers: spec.workers.max ?? spec.workers.min,
-    options: { ...spec.registration },
+    key: pass.key,
+    sm,
+    spec,
+    goal: goalOf(spec, pass.dir),
+    discovery: pass.discovery!,
+    serviceFound: pass.discovery!.serviceFound,
+    gating: pass.gating!,
+    dir: pass.dir,
+    previous: previousReplicas(sm.status),
+    outcomes: pass.outcomes!,
   };
 }

@@ -85,6 +85,8 @@ export interface PassObservation {
   nodeIPs: ReadonlyMap<string, string>;
   /** The gate the conditions speak of. */
   gate: Gate;
+  /** Whether the object's Ready condition was True for this generation (a scale-out keeps it). */
+  wasReady: boolean;
   now: Date;
 }
 
@@ -98,6 +100,7 @@ export function summarize(o: PassObservation): PassSummary {
   const failed = o.outcomes.filter((x) => x.failure);
   const ready = replicas.filter((r) => r.ready).length;
   const desired = replicas.length;
+  const lost = replicas.filter((r) => !r.ready && o.previous.get(r.endpoint)?.ready === true).length;
   const conditions = servedModelConditions({
     modelName: o.modelName,
     serviceName: o.serviceName,
@@ -106,6 +109,8 @@ export function summarize(o: PassObservation): PassSummary {
     gate: o.gate,
     ready,
     desired,
+    wasReady: o.wasReady,
+    lost,
     failures: failed.map((x) => ({
       replica: x.status.pod ?? x.status.endpoint,
       message: x.status.message ?? '',

@@ -1,0 +1,82 @@
+/**
+ * Which phase a ServedModel's reconcile pass is in: a pure function of the object, whether the cache is behind our
+ * own last write, the admin's reach policy, the drivers the operator has, and what the pass has done so far. The
+ * reconciler runs the phase's step in a `switch` and asks again, until a step ends the pass; every case is
+ * unit-tested (test/unit/servedmodel-phase.test.ts).
+ *
+ * The order is the order of the questions that can stop a pass: an object that is gone or not yet ours to read,
+ * a spec the operator will not act on (invalid, endpoints it may not reach, a driver it does not have), deletion,
+ * a layout the driver cannot load; then the steps of a pass that serves the model: the finalizer, the preheat
+ * gates, a directory's listing, one step on every replica, and the report (status, Ready, Events).
+ */
+import { staticAddresses, ServedModelSpec, type ServedModel } from '../../api/index.ts';
+import { endpointsReach, type ReachPolicy } from '../../policy/reach.ts';
+import { hasFinalizer, isBeingDeleted } from '../../runtime/index.ts';
+import { layoutRefusal, type ModelServerDrivers } from '../../servers/driver.ts';
+import { specProblem } from '../status.ts';
+import { FINALIZER } from './cleanup.ts';
+
+export type ServedModelPhase =
+  /** The object is gone from the cache: what is kept for it is dropped. */
+  | { kind: 'gone' }
+  /** The cache holds a version our last write replaced: the pass waits for the watch to deliver that write. */
+  | { kind: 'cacheBehind' }
+  /** The spec does not parse: Stalled, naming the field. */
+  | { kind: 'invalid'; message: string }
+  /** Static endpoints outside the admin's --allowed-endpoint-hosts: no request at all. */
+  | { kind: 'refused'; message: string }
+  /** spec.modelServer.driver names no driver the operator has: nothing can be asked of the replicas. */
+  | { kind: 'unknownDriver'; message: string }
+  /** Being deleted: unregister everywhere, then let the finalizer go. */
+  | { kind: 'deleting'; spec: ServedModelSpec }
+  /** A model the driver cannot load (a directory for TorchServe): said before any replica is asked. */
+  | { kind: 'unsupportedLayout'; message: string }
+  /** Our finalizer is not on the object yet. */
+  | { kind: 'finalizing'; spec: ServedModelSpec }
+  /** The preheat gate of each replica is not known yet. */
+  | { kind: 'gating'; spec: ServedModelSpec }
+  /** A directory (spec.files) whose files this pass has not listed (or looked up) yet. */
+  | { kind: 'listing'; spec: ServedModelSpec }
+  /** Every replica one step closer. */
+  | { kind: 'converging'; spec: ServedModelSpec }
+  /** Status from the object and what the pass saw; Ready transitions and Events. */
+  | { kind: 'reporting'; spec: ServedModelSpec };
+
+export interface PhaseInput {
+  /** The object from the cache (then as the pass's finalizer patch left it); undefined once it is gone. */
+  object: ServedModel | undefined;
+  /** Whether the cache holds a version our last write replaced. */
+  behind: boolean;
+  /** Where the admin lets the operator send requests. */
+  policy: ReachPolicy;
+  drivers: Pick<ModelServerDrivers, 'find' | 'names'>;
+  /** The steps of this pass done so far (each runs at most once a pass). */
+  done: { finalizing: boolean; gating: boolean; listing: boolean; converging: boolean };
+}
+
+export function servedModelPhase(p: PhaseInput): ServedModelPhase {
+  const sm = p.object;
+  if (!sm) return { kind: 'gone' };
+  if (p.behind) return { kind: 'cacheBehind' };
+  const parsed = ServedModelSpec.safeParse(sm.spec);
+  if (!parsed.success) return { kind: 'invalid', message: specProblem(parsed.error) };
+  const spec = parsed.data;
+  const reach = endpointsReach(staticAddresses(spec), 'spec.modelServer.endpoints', p.policy);
+  if (!reach.allowed) return { kind: 'refused', message: reach.message };
+  const driver = p.drivers.find(spec.modelServer.driver);
+  if (!driver)
+    return {
+      kind: 'unknownDriver',
+      message:
+        `spec.modelServer.driver: the operator has no model-server driver named ${spec.modelServer.driver}; ` +
+        `use one of ${p.drivers.names().join(', ')}`,
+    };
+  if (isBeingDeleted(sm)) return { kind: 'deleting', spec };
+  const refused = layoutRefusal(driver, spec.files ? 'directory' : 'archive');
+  if (refused) return { kind: 'unsupportedLayout', message: refused };
+  if (!p.done.finalizing && !hasFinalizer(sm, FINALIZER)) return { kind: 'finalizing', spec };
+  if (!p.done.gating) return { kind: 'gating', spec };
+  if (spec.files && !p.done.listing) return { kind: 'listing', spec };
+  if (!p.done.converging) return { kind: 'converging', spec };
+  return { kind: 'reporting', spec };
+}

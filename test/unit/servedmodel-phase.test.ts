@@ -1,0 +1,136 @@
+/**
+ * Which phase a ServedModel's pass is in (phase.ts), case by case: the questions that stop a pass, in their order,
+ * then the serving steps as the pass does them.
+ */
+import { describe, expect, it } from 'vitest';
+import type { ServedModel } from '../../src/api/index.ts';
+import { servedModelPhase, type PhaseInput } from '../../src/controllers/servedmodel/phase.ts';
+import { FINALIZER } from '../../src/controllers/servedmodel/cleanup.ts';
+import { parseHostRules } from '../../src/policy/reach.ts';
+import { ModelServerDrivers, type ModelLayout, type ModelServerDriver } from '../../src/servers/driver.ts';
+
+const driver = (name: string, layouts: ModelLayout[]): ModelServerDriver =>
+  ({ name, layouts, replica: () => undefined, prune: () => undefined, failure: () => undefined }) as never;
+const drivers = new ModelServerDrivers([driver('archives', ['archive']), driver('dirs', ['directory'])]);
+
+const ARCHIVE = {
+  modelName: 'resnet',
+  fileName: 'models/resnet.mar',
+  modelServer: { service: { name: 'ts' }, driver: 'archives' },
+};
+const DIRECTORY = {
+  modelName: 'llama',
+  files: { prefix: 'models/llama/' },
+  modelServer: { service: { name: 'ts' }, driver: 'dirs' },
+  preheat: {
+    name: 'llama-preheat',
+    objectStorage: { type: 's3', bucket: 'w', credentialsSecretRef: { name: 's3' } },
+  },
+};
+
+function sm(spec: object, meta: Partial<ServedModel['metadata']> = {}): ServedModel {
+  return {
+    apiVersion: 'peerload.io/v1alpha1',
+    kind: 'ServedModel',
+    metadata: { name: 'm', namespace: 'ns', uid: 'u', generation: 1, finalizers: [FINALIZER], ...meta },
+    spec,
+  } as unknown as ServedModel;
+}
+
+const nothingDone = { finalizing: false, gating: false, listing: false, converging: false };
+const input = (over: Partial<PhaseInput>): PhaseInput => ({
+  object: sm(ARCHIVE),
+  behind: false,
+  policy: { managerHosts: [], endpointHosts: parseHostRules('198.18.0.0/16') },
+  drivers,
+  done: nothingDone,
+  ...over,
+});
+const kind = (over: Partial<PhaseInput>) => servedModelPhase(input(over)).kind;
+const deleted = { deletionTimestamp: '2026-11-27T12:00:00Z' };
+
+describe('servedModelPhase: what stops a pass', () => {
+  it('gone: no object in the cache', () => {
+    expect(kind({ object: undefined })).toBe('gone');
+  });
+
+  it('cacheBehind: the cache holds a version our last write replaced, whatever the object says', () => {
+    expect(kind({ behind: true })).toBe('cacheBehind');
+    expect(kind({ behind: true, object: sm({ modelName: 1 }) })).toBe('cacheBehind');
+  });
+
+  it('invalid: the spec does not parse, naming the field (deleted or not)', () => {
+    const phase = servedModelPhase(input({ object: sm({ ...ARCHIVE, modelName: undefined }) }));
+    expect(phase).toMatchObject({ kind: 'invalid', message: expect.stringMatching(/^spec\.modelName: /) });
+    expect(kind({ object: sm({ ...ARCHIVE, modelName: undefined }, deleted) })).toBe('invalid');
+  });
+
+  it('refused: static endpoints outside the allowed hosts, before any driver or deletion', () => {
+    const spec = { ...ARCHIVE, modelServer: { endpoints: ['http://10.1.2.3:8081'], driver: 'archives' } };
+    const phase = servedModelPhase(input({ object: sm(spec, deleted) }));
+    expect(phase).toMatchObject({ kind: 'refused', message: expect.stringContaining('10.1.2.3') });
+    const allowed = { ...spec, modelServer: { ...spec.modelServer, endpoints: ['http://198.18.0.1:8081'] } };
+    expect(kind({ object: sm(allowed) })).toBe('gating');
+  });
+
+  it('unknownDriver: naming the field and the drivers the operator has (deleted or not)', () => {
+    const spec = { ...ARCHIVE, modelServer: { service: { name: 'ts' }, driver: 'tritonn' } };
+    expect(servedModelPhase(input({ object: sm(spec) }))).toEqual({
+      kind: 'unknownDriver',
+      message:
+        'spec.modelServer.driver: the operator has no model-server driver named tritonn; use one of archives, dirs',
+    });
+    expect(kind({ object: sm(spec, deleted) })).toBe('unknownDriver');
+  });
+
+  it('deleting: a valid spec with a driver, being deleted (even a layout the driver cannot load)', () => {
+    expect(servedModelPhase(input({ object: sm(ARCHIVE, deleted) }))).toMatchObject({
+      kind: 'deleting',
+      spec: { modelName: 'resnet' },
+    });
+    expect(
+      kind({
+        object: sm({ ...DIRECTORY, modelServer: { service: { name: 'ts' }, driver: 'archives' } }, deleted),
+      }),
+    ).toBe('deleting');
+  });
+
+  it('unsupportedLayout: a directory for a driver of archives, and an archive for one of directories', () => {
+    const dir = servedModelPhase(
+      input({ object: sm({ ...DIRECTORY, modelServer: { service: { name: 'ts' }, driver: 'archives' } }) }),
+    );
+    expect(dir).toMatchObject({
+      kind: 'unsupportedLayout',
+      message: expect.stringContaining('not a directory'),
+    });
+    const archive = { ...ARCHIVE, modelServer: { service: { name: 'ts' }, driver: 'dirs' } };
+    expect(kind({ object: sm(archive) })).toBe('unsupportedLayout');
+  });
+});
+
+describe('servedModelPhase: the steps of a pass that serves the model', () => {
+  it('finalizing: our finalizer is not on the object yet', () => {
+    expect(kind({ object: sm(ARCHIVE, { finalizers: [] }) })).toBe('finalizing');
+    expect(kind({ object: sm(ARCHIVE, { finalizers: ['someone.else/f'] }) })).toBe('finalizing');
+    // Once a pass: an answer to the patch without the finalizer does not loop.
+    expect(
+      kind({ object: sm(ARCHIVE, { finalizers: [] }), done: { ...nothingDone, finalizing: true } }),
+    ).toBe('gating');
+  });
+
+  it('an archive: gating, converging, reporting (no listing)', () => {
+    expect(kind({})).toBe('gating');
+    expect(kind({ done: { ...nothingDone, gating: true } })).toBe('converging');
+    expect(kind({ done: { ...nothingDone, gating: true, converging: true } })).toBe('reporting');
+  });
+
+  it('a directory: gating, listing, converging, reporting', () => {
+    const object = sm(DIRECTORY);
+    expect(kind({ object })).toBe('gating');
+    expect(kind({ object, done: { ...nothingDone, gating: true } })).toBe('listing');
+    expect(kind({ object, done: { ...nothingDone, gating: true, listing: true } })).toBe('converging');
+    expect(kind({ object, done: { ...nothingDone, gating: true, listing: true, converging: true } })).toBe(
+      'reporting',
+    );
+  });
+});
