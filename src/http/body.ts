@@ -25,6 +25,14 @@ export class ResponseTooLargeError extends Error {
  * chunked answer does not have and a broken one may understate).
  */
 export async function readBounded(body: Dispatcher.ResponseData['body'], maxBytes: number): Promise<string> {
+  return (await readBoundedBytes(body, maxBytes)).toString('utf8');
+}
+
+/** {@link readBounded} as bytes: an SDK that parses its own answers (XML) takes them so. */
+export async function readBoundedBytes(
+  body: AsyncIterable<unknown> & { destroy(): unknown },
+  maxBytes: number,
+): Promise<Buffer> {
   const chunks: Buffer[] = [];
   let size = 0;
   for await (const chunk of body) {
@@ -36,7 +44,29 @@ export async function readBounded(body: Dispatcher.ResponseData['body'], maxByte
     }
     chunks.push(buf);
   }
-  return Buffer.concat(chunks).toString('utf8');
+  return Buffer.concat(chunks);
+}
+
+/**
+ * The first `maxBytes` of a body, the rest left unread (the stream destroyed): for an error answer, whose text only
+ * ever feeds a message, so a server cannot make the reader hold more than that however much it sends.
+ */
+export async function readPrefix(
+  body: AsyncIterable<unknown> & { destroy(): unknown },
+  maxBytes: number,
+): Promise<Buffer> {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of body) {
+    const buf = Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk as Uint8Array);
+    chunks.push(buf.subarray(0, maxBytes - size));
+    size += Math.min(buf.length, maxBytes - size);
+    if (size >= maxBytes) {
+      body.destroy();
+      break;
+    }
+  }
+  return Buffer.concat(chunks);
 }
 
 export type ParsedBody<T> = { ok: true; data: T } | { ok: false; problem: string };
