@@ -26,7 +26,7 @@ import {
   operatorLister,
   pathsByURL,
 } from '../../src/controllers/modelpreheat/directory.ts';
-import { describeFailure } from '../../src/controllers/modelpreheat/failures.ts';
+import { describeFailure, LISTING_TIMED_OUT_RETRY_MS } from '../../src/controllers/modelpreheat/failures.ts';
 import { ModelDirectories, modelFiles } from '../../src/controllers/servedmodel/files.ts';
 import { ModelVersionSpecSchema } from '../../src/agent/spec.ts';
 import { effectiveFilter } from '../../src/storage/objecturl.ts';
@@ -404,6 +404,25 @@ describe('how a directory failure reads', () => {
       blocked: true,
       retry: { kind: 'backoff' },
     });
+    const tooLarge = describeFailure(
+      new ListError('cannot list s3 b prefix "p/": a page of the listing was larger than 4194304 bytes', {
+        failure: 'tooLarge',
+      }),
+      'list',
+    );
+    expect(tooLarge).toMatchObject({ reason: 'ListingTooLarge', final: true, retry: { kind: 'none' } });
+    expect(tooLarge.message).toMatch(
+      /^spec\.objectStorage\.prefix: cannot list .* listed again when the spec changes\)$/,
+    );
+    const timedOut = describeFailure(
+      new ListError('cannot list s3 b prefix "p/": no complete answer', { failure: 'timedOut' }),
+      'list',
+    );
+    // Stalled, and not tried again before minutes have passed.
+    expect(timedOut).toMatchObject({ reason: 'ListingTimedOut', final: false, blocked: true });
+    expect(timedOut.retry).toEqual({ kind: 'after', ms: LISTING_TIMED_OUT_RETRY_MS });
+    expect(LISTING_TIMED_OUT_RETRY_MS).toBeGreaterThanOrEqual(5 * 60_000);
+    expect(timedOut.message).toMatch(/^spec\.objectStorage\.endpoint: /);
   });
 });
 
