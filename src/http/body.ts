@@ -9,6 +9,12 @@ import { RESPONSE_TOO_LARGE } from './classify.ts';
 /** Default bound of a response body: far above any answer of either API (a job with its task lists, a page). */
 export const DEFAULT_MAX_RESPONSE_BYTES = 16 * 1024 * 1024;
 
+/**
+ * How much of an error answer (any status but 2xx) is read: its text only ever feeds a message that keeps 1 KiB, so
+ * a server cannot make a client hold, parse or redact more than this however much it sends.
+ */
+export const MAX_ERROR_BODY_BYTES = 64 * 1024;
+
 /** A body over its bound. The stream is destroyed when this is thrown, so the connection is not reused. */
 export class ResponseTooLargeError extends Error {
   readonly code = RESPONSE_TOO_LARGE;

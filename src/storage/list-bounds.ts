@@ -23,8 +23,7 @@ export const DEFAULT_MAX_PAGES = 1_000;
 export const DEFAULT_LIST_REQUEST_TIMEOUT_MS = 30_000;
 /** The whole listing at most, ms. */
 export const DEFAULT_LIST_TIMEOUT_MS = 120_000;
-/** An error answer's body read at most: it only feeds a message. */
-export const MAX_ERROR_BODY_BYTES = 64 * 1024;
+export { MAX_ERROR_BODY_BYTES } from '../http/body.ts';
 
 /** The bounds of one listing; every field has its default. */
 export interface ListBounds {

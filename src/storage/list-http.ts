@@ -10,9 +10,9 @@
  * failed requests, and a page over its cap or a server that does not answer gains nothing from that.
  */
 import { request } from 'undici';
-import { ResponseTooLargeError, readBoundedBytes, readPrefix } from '../http/body.ts';
+import { MAX_ERROR_BODY_BYTES, ResponseTooLargeError, readBoundedBytes, readPrefix } from '../http/body.ts';
 import { timerDelay } from '../runtime/timers.ts';
-import { ListBoundHit, MAX_ERROR_BODY_BYTES, type ListBounds } from './list-bounds.ts';
+import { ListBoundHit, type ListBounds } from './list-bounds.ts';
 
 /** One listing in progress: its bounds, its signal (the caller's, the whole-listing time-out, a bound hit). */
 export class ListRun {
