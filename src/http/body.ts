@@ -34,46 +34,39 @@ export async function readBounded(body: Dispatcher.ResponseData['body'], maxByte
   return (await readBoundedBytes(body, maxBytes)).toString('utf8');
 }
 
-/** {@link readBounded} as bytes: an SDK that parses its own answers (XML) takes them so. */
-export async function readBoundedBytes(
-  body: AsyncIterable<unknown> & { destroy(): unknown },
-  maxBytes: number,
-): Promise<Buffer> {
+type BodyStream = AsyncIterable<unknown> & { destroy(): unknown };
+
+/**
+ * At most `maxBytes` of a body; past them, `refuse` throws {@link ResponseTooLargeError} and `cut` keeps the first
+ * `maxBytes`. Either way the rest is never read: the stream is destroyed.
+ */
+async function collect(body: BodyStream, maxBytes: number, past: 'refuse' | 'cut'): Promise<Buffer> {
   const chunks: Buffer[] = [];
   let size = 0;
   for await (const chunk of body) {
     const buf = Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk as Uint8Array);
-    size += buf.length;
-    if (size > maxBytes) {
+    if (size + buf.length > maxBytes) {
       body.destroy();
-      throw new ResponseTooLargeError(maxBytes);
+      if (past === 'refuse') throw new ResponseTooLargeError(maxBytes);
+      chunks.push(buf.subarray(0, maxBytes - size));
+      break;
     }
+    size += buf.length;
     chunks.push(buf);
   }
   return Buffer.concat(chunks);
 }
 
+/** {@link readBounded} as bytes: an SDK that parses its own answers (XML) takes them so. */
+export const readBoundedBytes = (body: BodyStream, maxBytes: number): Promise<Buffer> =>
+  collect(body, maxBytes, 'refuse');
+
 /**
- * The first `maxBytes` of a body, the rest left unread (the stream destroyed): for an error answer, whose text only
- * ever feeds a message, so a server cannot make the reader hold more than that however much it sends.
+ * The first `maxBytes` of a body, the rest left unread: for an error answer, whose text only ever feeds a message,
+ * so a server cannot make the reader hold more than that however much it sends.
  */
-export async function readPrefix(
-  body: AsyncIterable<unknown> & { destroy(): unknown },
-  maxBytes: number,
-): Promise<Buffer> {
-  const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const chunk of body) {
-    const buf = Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk as Uint8Array);
-    chunks.push(buf.subarray(0, maxBytes - size));
-    size += Math.min(buf.length, maxBytes - size);
-    if (size >= maxBytes) {
-      body.destroy();
-      break;
-    }
-  }
-  return Buffer.concat(chunks);
-}
+export const readPrefix = (body: BodyStream, maxBytes: number): Promise<Buffer> =>
+  collect(body, maxBytes, 'cut');
 
 export type ParsedBody<T> = { ok: true; data: T } | { ok: false; problem: string };
 

@@ -10,22 +10,19 @@
 import { readFile } from 'node:fs/promises';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import * as k8s from '@kubernetes/client-node';
-import { createNamespace, kubeConfig, waitFor } from '../support/kube.ts';
+import { createNamespace, kubeConfig, peerloadResources, waitFor } from '../support/kube.ts';
 import { startManagerEmulator, type ManagerEmulator } from '../support/manager-emulator.ts';
 import { startPeerProxy, type PeerProxy } from '../support/peer-proxy.ts';
 import { startOperatorProcess, type OperatorProcess } from '../support/operator-process.ts';
 import { startHostileStorage, type HostileStorage } from '../support/hostile-storage.ts';
 import type { Condition, ModelPreheat } from '../../src/api/index.ts';
 
-const GROUP = 'peerload.io';
-const VERSION = 'v1alpha1';
 /** The Deployment's (deploy/base/deployment.yaml). */
 const NODE_OPTIONS = '--max-old-space-size=160 --max-semi-space-size=4';
 /** The Deployment's memory limit is 512 MiB: the operator must stay well below it. */
 const RSS_BOUND = 320 * 1024 * 1024;
 
 let kc: k8s.KubeConfig;
-let custom: k8s.CustomObjectsApi;
 let core: k8s.CoreV1Api;
 let nsA: string;
 let nsB: string;
@@ -43,30 +40,13 @@ async function rssOf(p: number): Promise<number> {
   return Number(/VmRSS:\s+(\d+) kB/.exec(status)?.[1] ?? 0) * 1024;
 }
 
-async function create(ns: string, name: string, objectStorage: Record<string, unknown>): Promise<void> {
-  await custom.createNamespacedCustomObject({
-    group: GROUP,
-    version: VERSION,
-    namespace: ns,
-    plural: 'modelpreheats',
-    body: {
-      apiVersion: `${GROUP}/${VERSION}`,
-      kind: 'ModelPreheat',
-      metadata: { name },
-      spec: { objectStorage: { credentialsSecretRef: { name: 'store' }, prefix: 'm/', ...objectStorage } },
-    },
-  });
-}
+let preheats: ReturnType<typeof peerloadResources<ModelPreheat>>;
 
-async function get(ns: string, name: string): Promise<ModelPreheat> {
-  return (await custom.getNamespacedCustomObject({
-    group: GROUP,
-    version: VERSION,
-    namespace: ns,
-    plural: 'modelpreheats',
-    name,
-  })) as ModelPreheat;
-}
+const create = (ns: string, name: string, objectStorage: Record<string, unknown>) =>
+  preheats.create(ns, name, {
+    objectStorage: { credentialsSecretRef: { name: 'store' }, prefix: 'm/', ...objectStorage },
+  });
+const get = (ns: string, name: string) => preheats.get(ns, name);
 
 function until(
   ns: string,
@@ -101,41 +81,32 @@ async function tenantB(name: string): Promise<number> {
 beforeAll(async () => {
   const kubeconfigPath = inject('kubeconfigPath');
   kc = kubeConfig(kubeconfigPath);
-  custom = kc.makeApiClient(k8s.CustomObjectsApi);
+  preheats = peerloadResources<ModelPreheat>(kc, 'ModelPreheat', 'modelpreheats');
   core = kc.makeApiClient(k8s.CoreV1Api);
   nsA = await createNamespace(kc, 'hostile-a');
   nsB = await createNamespace(kc, 'hostile-b');
   opNs = await createNamespace(kc, 'hostile-operator');
-  for (const ns of [nsA, nsB])
-    await core.createNamespacedSecret({
-      namespace: ns,
-      body: {
-        metadata: { name: 'store' },
-        stringData: {
-          access_key: 'AKIAHOSTILETEST0001',
-          secret_key: 'hostile-test-secret-key-0123456789abcdef',
-          account_key: Buffer.from('hostile-test-account-key-0123456789').toString('base64'),
-        },
-      },
-    });
+  // The same storage Secret in both namespaces: the stores are told apart by their buckets.
+  const store = {
+    access_key: 'AKIAHOSTILETEST0001',
+    secret_key: 'hostile-test-secret-key-0123456789abcdef',
+    account_key: Buffer.from('hostile-test-account-key-0123456789').toString('base64'),
+  };
+  await Promise.all(
+    [nsA, nsB].map((namespace) =>
+      core.createNamespacedSecret({ namespace, body: { metadata: { name: 'store' }, stringData: store } }),
+    ),
+  );
   storage = await startHostileStorage();
   peer = await startPeerProxy();
   manager = await startManagerEmulator({ peer });
-  operator = await startOperatorProcess(
-    kubeconfigPath,
-    [
-      '--no-leader-elect',
-      '--leader-election-namespace',
-      opNs,
-      '--manager-url',
-      manager.url,
-      '--poll-backoff-start',
-      '200ms',
-      '--poll-backoff-max',
-      '1s',
-    ],
-    { name: 'hostile-operator', env: { NODE_OPTIONS } },
-  );
+  // The operator as the Deployment runs it (its heap bound), polling the manager briskly for the test's pace.
+  const flags = ['--no-leader-elect', '--leader-election-namespace', opNs, '--manager-url', manager.url];
+  const polls = ['--poll-backoff-start', '200ms', '--poll-backoff-max', '1s'];
+  operator = await startOperatorProcess(kubeconfigPath, [...flags, ...polls], {
+    name: 'hostile-operator',
+    env: { NODE_OPTIONS },
+  });
   pid = operator.process.child.pid!;
   sampler = setInterval(() => {
     void rssOf(pid)
