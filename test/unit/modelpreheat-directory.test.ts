@@ -363,6 +363,26 @@ describe("a ServedModel's listing (spec.files)", () => {
     await dirs.of('ns/llama', sm(2), spec, undefined);
     expect(lists).toBe(4);
   });
+
+  it('stands for the generation when a size bound was hit; a time bound is tried again', async () => {
+    let lists = 0;
+    let failure: 'tooLarge' | 'timedOut' = 'tooLarge';
+    const dirs = new ModelDirectories({
+      secretData: async () => ({ access_key: b64('AK'), secret_key: b64('SK') }),
+      lister: async () => {
+        lists++;
+        throw new ListError(`cannot list s3 b prefix "m/": bound (${failure})`, { failure });
+      },
+    });
+    const first = await dirs.of('ns/big', sm(1), spec, undefined);
+    expect(first).toMatchObject({ ok: false, final: true });
+    await dirs.of('ns/big', sm(1), spec, undefined);
+    expect(lists).toBe(1);
+    failure = 'timedOut';
+    expect(await dirs.of('ns/big', sm(2), spec, undefined)).toMatchObject({ ok: false, final: false });
+    await dirs.of('ns/big', sm(2), spec, undefined);
+    expect(lists).toBe(3);
+  });
 });
 
 describe("the operator's listing", () => {
