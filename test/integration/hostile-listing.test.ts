@@ -138,9 +138,15 @@ describe("a tenant's hostile object storage", () => {
     // A's listings are under way: the store got requests for each of its buckets.
     await waitFor(
       "A's listings started",
-      async () =>
-        ['endless', 'huge', 'silent', 'errorbody'].every((b) => (storage.requests.get(b) ?? 0) > 0) ||
-        undefined,
+      async () => {
+        // Before bounded listings, the operator died here: "JavaScript heap out of memory".
+        if (operator.process.child.exitCode !== null || operator.process.child.signalCode !== null)
+          throw new Error(`the operator exited:\n${(await operator.logs()).slice(-2_000)}`);
+        return (
+          ['endless', 'huge', 'silent', 'errorbody'].every((b) => (storage.requests.get(b) ?? 0) > 0) ||
+          undefined
+        );
+      },
       { timeoutMs: 30_000, intervalMs: 20 },
     );
 
