@@ -10,7 +10,8 @@
  * - every value of a Secret the operator has read ({@link rememberSecretData}), and every secret a caller names
  *   (tokens it holds), is replaced by `***` wherever it appears, as is or JSON-escaped, `\u0026`-escaped or
  *   percent-encoded ({@link secretForms}); a Secret's values are remembered while it exists and as it is now;
- * - redaction comes before any cut to length ({@link redactBounded}), so no secret's first characters survive.
+ * - redaction comes before any cut to length ({@link redactBounded}), so no secret's first characters survive;
+ *   text longer than {@link MAX_REDACTED_INPUT} is cut first, at a point where no secret, URL or token is split.
  *
  * URLs are found and rewritten as text, not parsed and re-serialized: a URL with nothing to drop stays byte for
  * byte what it was (endpoints are the identity of replicas in status), and a malformed one is still redacted.
@@ -153,8 +154,106 @@ function forEachSecretField(v: unknown, secret: boolean, f: (s: string) => void)
     for (const [k, x] of Object.entries(v)) forEachSecretField(x, secret || SECRET_FIELD.test(k), f);
 }
 
-/** Anything that looks like `scheme://...` up to white space or a quote. Brackets stay inside: IPv6 hosts. */
-const URL_IN_TEXT = /[A-Za-z][A-Za-z0-9+.-]*:\/\/[^\s"'<>`]+/g;
+/**
+ * A URL in text is `scheme://...` up to white space, a quote or an angle bracket (brackets stay inside: IPv6
+ * hosts). It used to be found by one regular expression, whose backtracking made text like `aaaa...a://` cost the
+ * square of its length; {@link redactURLs} finds the same URLs in one pass: from each `://` back over the scheme's
+ * characters (never past the previous URL) and forward to the first stop.
+ */
+/** White space as `\s` has it, a quote, an angle bracket or a backquote: where a URL in text ends. */
+function isURLStop(c: number): boolean {
+  if (c <= 32) return c === 32 || (c >= 9 && c <= 13);
+  if (c < 127) return c === 34 || c === 39 || c === 60 || c === 62 || c === 96;
+  return (
+    c === 0xa0 ||
+    c === 0x1680 ||
+    (c >= 0x2000 && c <= 0x200a) ||
+    c === 0x2028 ||
+    c === 0x2029 ||
+    c === 0x202f ||
+    c === 0x205f ||
+    c === 0x3000 ||
+    c === 0xfeff
+  );
+}
+
+const isLetter = (c: number) => (c >= 65 && c <= 90) || (c >= 97 && c <= 122);
+const isSchemeChar = (c: number) => isLetter(c) || (c >= 48 && c <= 57) || c === 43 || c === 45 || c === 46;
+
+/**
+ * Text with every URL in it redacted ({@link redactURL}), in time linear in its length: each character is looked
+ * at a bounded number of times (scheme runs before two `://` never overlap; a URL's end is searched for only once
+ * its scheme is there, and the search resumes after it). `reads` counts the characters looked at, for a test.
+ */
+export function redactURLs(text: string, reads?: { count: number }): string {
+  let out = '';
+  let last = 0;
+  let from = 0;
+  let read = 0;
+  for (;;) {
+    const sep = text.indexOf('://', from);
+    read += (sep < 0 ? text.length : sep + 3) - from;
+    if (sep < 0) break;
+    let start = sep;
+    while (start > last && isSchemeChar(text.charCodeAt(start - 1))) start--;
+    read += sep - start;
+    while (start < sep && !isLetter(text.charCodeAt(start))) start++;
+    if (start === sep) {
+      from = sep + 1;
+      continue;
+    }
+    // By hand, not a sticky expression: V8's exec costs more than the characters it reads on long text.
+    let end = sep + 3;
+    while (end < text.length && !isURLStop(text.charCodeAt(end))) end++;
+    read += end - sep;
+    if (end === sep + 3) {
+      from = sep + 1;
+      continue;
+    }
+    out += text.slice(last, start) + redactURL(text.slice(start, end));
+    last = from = end;
+  }
+  if (reads) reads.count += read;
+  return last === 0 ? text : out + text.slice(last);
+}
+
+/**
+ * Longest text redaction reads. What lies beyond is cut off first ({@link safePrefix}): a body of up to 16 MiB from
+ * a model server or an agent would otherwise cost its full length for each remembered secret, for a message that
+ * keeps 1 KiB of it.
+ */
+export const MAX_REDACTED_INPUT = 64 * 1024;
+/** Marks text that redaction cut. */
+const CUT = '…';
+/** Characters that end a token: a URL or an unbroken secret never holds one. */
+const TOKEN_END = /[\s"'<>`,;]/;
+
+/**
+ * The first `max` characters of `text`, shortened so that nothing cut in half survives: a secret that begins before
+ * the cut and ends after it is left out from its first character, and so is the trailing token (up to white space
+ * or a quote), so a URL's userinfo or query value, or an unknown token, is never kept in part.
+ */
+function safePrefix(text: string, max: number, secrets: readonly Secret[]): string {
+  let end = max;
+  const code = text.charCodeAt(end - 1);
+  if (code >= 0xd800 && code <= 0xdbff) end--; // a surrogate pair is never split
+  for (let changed = true, rounds = 0; changed && rounds < 8; rounds++) {
+    changed = false;
+    for (const s of secrets)
+      for (const f of s.forms) {
+        if (f.length < 2) continue;
+        const from = Math.max(0, end - f.length + 1);
+        const at = text.slice(from, end + f.length - 1).indexOf(f);
+        if (at >= 0 && from + at < end) {
+          end = from + at;
+          changed = true;
+        }
+      }
+  }
+  let cut = end;
+  while (cut > 0 && !TOKEN_END.test(text[cut - 1]!)) cut--;
+  return text.slice(0, cut);
+}
 
 /** One URL: userinfo and fragment dropped, query values replaced, the rest kept as written. */
 export function redactURL(url: string): string {
@@ -182,10 +281,10 @@ export function redactURL(url: string): string {
 
 /**
  * Text with every URL redacted and every remembered or given secret replaced by `***`, in any of its forms
- * ({@link secretForms}).
+ * ({@link secretForms}). Text longer than {@link MAX_REDACTED_INPUT} is cut first, safely ({@link safePrefix}), and
+ * ends with `…`: the work is linear in the text and bounded whatever its length.
  */
 export function redact(text: string, secrets: readonly (string | undefined)[] = []): string {
-  let out = text.includes('://') ? text.replace(URL_IN_TEXT, redactURL) : text;
   longestFirst ??= [...loose.values(), ...[...bySecret.values()].flat()].sort(
     (a, b) => b.forms[0]!.length - a.forms[0]!.length,
   );
@@ -193,14 +292,18 @@ export function redact(text: string, secrets: readonly (string | undefined)[] = 
     .filter((s): s is string => s !== undefined && s.length >= MIN_SECRET_LENGTH)
     .sort((a, b) => b.length - a.length)
     .map((s) => ({ forms: secretForms(s) }) as Secret);
-  for (const s of [...given, ...longestFirst]) {
+  const all = [...given, ...longestFirst];
+  const cut = text.length > MAX_REDACTED_INPUT;
+  let out = cut ? safePrefix(text, MAX_REDACTED_INPUT, all) : text;
+  if (out.includes('://')) out = redactURLs(out);
+  for (const s of all) {
     if (s.alone) {
       if (s.forms.some((f) => out.includes(f))) out = out.replace(s.alone, REDACTED);
       continue;
     }
     for (const f of s.forms) if (out.includes(f)) out = out.split(f).join(REDACTED);
   }
-  return out;
+  return cut ? out + CUT : out;
 }
 
 /**

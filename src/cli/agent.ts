@@ -18,6 +18,12 @@ import {
 import { parseCommandArgs } from './args.ts';
 import { CliError } from './errors.ts';
 
+/**
+ * The longest `--deadline`: a version's download must end (a deadline beyond a timer's range, 2^31-1 ms, would
+ * even fire at once), and a day is what a spec's `deadlineSeconds` may ask.
+ */
+export const MAX_DEADLINE_MS = 24 * 3_600_000;
+
 export const DOWNLOAD_OPTIONS_USAGE = `--root             the model root (a volume the model server reads): a version lands in <root>/<model>/<version>
 --proxy            the node's peer proxy (default http://127.0.0.1:4001; in a pod: http://$(NODE_IP):4001)
 --credentials-dir  a mounted storage Secret (one file per key) to sign object keys with; without it only signed
@@ -27,7 +33,7 @@ export const DOWNLOAD_OPTIONS_USAGE = `--root             the model root (a volu
                    daemon fills them during the download)
 --max-bytes        bytes one version may take (default 1Ti; suffixes k, Ki, M, Mi, G, Gi, T, Ti)
 --min-free-bytes   free bytes the model volume must keep (default 1Gi)
---deadline         how long one version may take (default 1h)
+--deadline         how long one version may take (default 1h, at most 24h)
 --concurrency      files downloaded at once (default ${DEFAULT_LIMITS.concurrency})
 --daemon-version   the peer daemon's version, for the expected task ids (default ${DEFAULT_TASK_ID_RULE})
 --log-level        debug, info, warn, error (default info)`;
@@ -83,6 +89,10 @@ export function downloaderConfig(values: DownloadFlags): DownloaderConfig & { lo
   if (!(deadlineMs > 0))
     throw new CliError(
       `--deadline: must be a positive duration such as 30m or 2h, got "${String(values.deadline)}"`,
+    );
+  if (deadlineMs > MAX_DEADLINE_MS)
+    throw new CliError(
+      `--deadline: at most ${MAX_DEADLINE_MS / 3_600_000}h (a version that takes longer holds the agent's slots and disk for nothing; a spec's deadlineSeconds has the same bound), got "${String(values.deadline)}"`,
     );
   const concurrency = Number(values.concurrency);
   if (!Number.isInteger(concurrency) || concurrency < 1 || concurrency > 64)

@@ -9,6 +9,12 @@ import { RESPONSE_TOO_LARGE } from './classify.ts';
 /** Default bound of a response body: far above any answer of either API (a job with its task lists, a page). */
 export const DEFAULT_MAX_RESPONSE_BYTES = 16 * 1024 * 1024;
 
+/**
+ * How much of an error answer (any status but 2xx) is read: its text only ever feeds a message that keeps 1 KiB, so
+ * a server cannot make a client hold, parse or redact more than this however much it sends.
+ */
+export const MAX_ERROR_BODY_BYTES = 64 * 1024;
+
 /** A body over its bound. The stream is destroyed when this is thrown, so the connection is not reused. */
 export class ResponseTooLargeError extends Error {
   readonly code = RESPONSE_TOO_LARGE;
@@ -25,19 +31,42 @@ export class ResponseTooLargeError extends Error {
  * chunked answer does not have and a broken one may understate).
  */
 export async function readBounded(body: Dispatcher.ResponseData['body'], maxBytes: number): Promise<string> {
+  return (await readBoundedBytes(body, maxBytes)).toString('utf8');
+}
+
+type BodyStream = AsyncIterable<unknown> & { destroy(): unknown };
+
+/**
+ * At most `maxBytes` of a body; past them, `refuse` throws {@link ResponseTooLargeError} and `cut` keeps the first
+ * `maxBytes`. Either way the rest is never read: the stream is destroyed.
+ */
+async function collect(body: BodyStream, maxBytes: number, past: 'refuse' | 'cut'): Promise<Buffer> {
   const chunks: Buffer[] = [];
   let size = 0;
   for await (const chunk of body) {
     const buf = Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk as Uint8Array);
-    size += buf.length;
-    if (size > maxBytes) {
+    if (size + buf.length > maxBytes) {
       body.destroy();
-      throw new ResponseTooLargeError(maxBytes);
+      if (past === 'refuse') throw new ResponseTooLargeError(maxBytes);
+      chunks.push(buf.subarray(0, maxBytes - size));
+      break;
     }
+    size += buf.length;
     chunks.push(buf);
   }
-  return Buffer.concat(chunks).toString('utf8');
+  return Buffer.concat(chunks);
 }
+
+/** {@link readBounded} as bytes: an SDK that parses its own answers (XML) takes them so. */
+export const readBoundedBytes = (body: BodyStream, maxBytes: number): Promise<Buffer> =>
+  collect(body, maxBytes, 'refuse');
+
+/**
+ * The first `maxBytes` of a body, the rest left unread: for an error answer, whose text only ever feeds a message,
+ * so a server cannot make the reader hold more than that however much it sends.
+ */
+export const readPrefix = (body: BodyStream, maxBytes: number): Promise<Buffer> =>
+  collect(body, maxBytes, 'cut');
 
 export type ParsedBody<T> = { ok: true; data: T } | { ok: false; problem: string };
 

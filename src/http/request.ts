@@ -1,13 +1,20 @@
 /**
  * One HTTP exchange on undici, the same way for both clients: a time-out over the whole exchange (connect,
- * headers and body) composed with the caller's AbortSignal, the body read with a size bound, and every transport
+ * headers and body) composed with the caller's AbortSignal, the body read with a size bound (an error answer's cut
+ * to its first {@link MAX_ERROR_BODY_BYTES}), and every transport
  * failure turned into the client's own {@link HttpError} (retryable: the request may succeed later as it is).
  *
  * A caller's abort is not a failure of the server: its reason is thrown as it is, so a caller that stops work
  * (shutdown, a deleted object) sees its own reason and no condition is written from it.
  */
 import type { Dispatcher } from 'undici';
-import { DEFAULT_MAX_RESPONSE_BYTES, ResponseTooLargeError, readBounded } from './body.ts';
+import {
+  DEFAULT_MAX_RESPONSE_BYTES,
+  MAX_ERROR_BODY_BYTES,
+  ResponseTooLargeError,
+  readBounded,
+  readPrefix,
+} from './body.ts';
 import { TIMEOUT, UNUSABLE_RESPONSE_KIND, transportCode } from './classify.ts';
 import { boundDetail, type HttpError, type HttpErrorInit } from './errors.ts';
 import { timerDelay } from '../runtime/timers.ts';
@@ -73,7 +80,11 @@ export async function sendRequest(req: HttpRequest, toError: ErrorFactory): Prom
       bodyTimeout: timeoutMs,
     });
     status = res.statusCode;
-    const text = await readBounded(res.body, maxBytes);
+    // An error answer is cut, not refused: its first bytes still say what went wrong.
+    const text =
+      status >= 200 && status < 300
+        ? await readBounded(res.body, maxBytes)
+        : (await readPrefix(res.body, Math.min(maxBytes, MAX_ERROR_BODY_BYTES))).toString('utf8');
     return { status: res.statusCode, headers: res.headers, text };
   } catch (e) {
     if (req.signal?.aborted) throw req.signal.reason ?? e;

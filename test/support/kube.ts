@@ -51,3 +51,19 @@ export async function createNamespace(kc: k8s.KubeConfig, prefix: string): Promi
 }
 
 export { waitFor };
+
+/** peerload's resources of one plural (`modelpreheats`, `servedmodels`) as plain JSON: create and read. */
+export function peerloadResources<T>(kc: k8s.KubeConfig, kind: string, plural: string) {
+  const custom = kc.makeApiClient(k8s.CustomObjectsApi);
+  const at = { group: 'peerload.io', version: 'v1alpha1', plural };
+  return {
+    create: (namespace: string, name: string, spec: object) =>
+      custom.createNamespacedCustomObject({
+        ...at,
+        namespace,
+        body: { apiVersion: `${at.group}/${at.version}`, kind, metadata: { name }, spec },
+      }),
+    get: async (namespace: string, name: string): Promise<T> =>
+      (await custom.getNamespacedCustomObject({ ...at, namespace, name })) as T,
+  };
+}

@@ -166,3 +166,22 @@ describe('peerload agent', () => {
     expect(out).not.toContain(SIGNATURE);
   });
 });
+
+describe('--deadline of the agent and fetch', () => {
+  it('is bounded: beyond 24h, or beyond what a timer can hold, is refused naming the flag and the bound', async () => {
+    const { downloaderConfig, MAX_DEADLINE_MS } = await import('../../src/cli/agent.ts');
+    const base = {
+      root: '/tmp/x',
+      proxy: 'http://127.0.0.1:4001',
+      concurrency: '4',
+      'daemon-version': 'v1.4.2',
+    };
+    const flags = { ...base, 'max-bytes': '1Ti', 'min-free-bytes': '1Gi', 'log-level': 'info' };
+    expect(downloaderConfig({ ...flags, deadline: '24h' }).limits.deadlineMs).toBe(MAX_DEADLINE_MS);
+    for (const deadline of ['25h', '10000h', '1000000000h'])
+      expect(() => downloaderConfig({ ...flags, deadline })).toThrow(
+        new RegExp(`^--deadline: at most 24h .*got "${deadline}"$`),
+      );
+    expect(() => downloaderConfig({ ...flags, deadline: '0s' })).toThrow(/must be a positive duration/);
+  });
+});

@@ -3,7 +3,7 @@ import type { AddressInfo } from 'node:net';
 import { Agent } from 'undici';
 import { z } from 'zod';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ResponseTooLargeError, parseBody } from '../../src/http/body.ts';
+import { MAX_ERROR_BODY_BYTES, ResponseTooLargeError, parseBody } from '../../src/http/body.ts';
 import {
   INVALID_RESPONSE,
   UNUSABLE_RESPONSE_KIND,
@@ -94,6 +94,21 @@ describe('sendRequest', () => {
     expect((err as Error).cause).toBeInstanceOf(ResponseTooLargeError);
     const ok = await sendRequest(req('/big', { maxResponseBytes: 64 * 1024 }), toError);
     expect(ok.text).toHaveLength(64 * 1024);
+  });
+
+  it('an error answer is cut to its first 64 KiB: a 1 MB body of a and :// reaches a short message, fast', async () => {
+    const body = 'a'.repeat(1e6) + '://';
+    routes.set('/error-body', (_q, s) => s.writeHead(500, { 'content-type': 'text/plain' }).end(body));
+    const res = await sendRequest(req('/error-body'), toError);
+    expect(res.status).toBe(500);
+    expect(res.text).toBe(body.slice(0, MAX_ERROR_BODY_BYTES));
+    // What a client makes of it: the detail every error keeps, redacted and bounded.
+    const started = performance.now();
+    const detail = boundDetail(res.text);
+    expect(detail.length).toBeLessThanOrEqual(MAX_DETAIL + 1);
+    const err = new TestError('test server', { kind: 'retryable', status: 500, operation: 'get', detail });
+    expect(err.message.length).toBeLessThan(MAX_DETAIL + 100);
+    expect(performance.now() - started).toBeLessThan(1_000);
   });
 
   it('no headers within the time-out is a retryable TIMEOUT, and it does not wait for the server', async () => {

@@ -26,7 +26,7 @@ import {
   operatorLister,
   pathsByURL,
 } from '../../src/controllers/modelpreheat/directory.ts';
-import { describeFailure } from '../../src/controllers/modelpreheat/failures.ts';
+import { describeFailure, LISTING_TIMED_OUT_RETRY_MS } from '../../src/controllers/modelpreheat/failures.ts';
 import { ModelDirectories, modelFiles } from '../../src/controllers/servedmodel/files.ts';
 import { ModelVersionSpecSchema } from '../../src/agent/spec.ts';
 import { effectiveFilter } from '../../src/storage/objecturl.ts';
@@ -363,6 +363,26 @@ describe("a ServedModel's listing (spec.files)", () => {
     await dirs.of('ns/llama', sm(2), spec, undefined);
     expect(lists).toBe(4);
   });
+
+  it('stands for the generation when a size bound was hit; a time bound is tried again', async () => {
+    let lists = 0;
+    let failure: 'tooLarge' | 'timedOut' = 'tooLarge';
+    const dirs = new ModelDirectories({
+      secretData: async () => ({ access_key: b64('AK'), secret_key: b64('SK') }),
+      lister: async () => {
+        lists++;
+        throw new ListError(`cannot list s3 b prefix "m/": bound (${failure})`, { failure });
+      },
+    });
+    const first = await dirs.of('ns/big', sm(1), spec, undefined);
+    expect(first).toMatchObject({ ok: false, final: true });
+    await dirs.of('ns/big', sm(1), spec, undefined);
+    expect(lists).toBe(1);
+    failure = 'timedOut';
+    expect(await dirs.of('ns/big', sm(2), spec, undefined)).toMatchObject({ ok: false, final: false });
+    await dirs.of('ns/big', sm(2), spec, undefined);
+    expect(lists).toBe(3);
+  });
 });
 
 describe("the operator's listing", () => {
@@ -404,6 +424,25 @@ describe('how a directory failure reads', () => {
       blocked: true,
       retry: { kind: 'backoff' },
     });
+    const tooLarge = describeFailure(
+      new ListError('cannot list s3 b prefix "p/": a page of the listing was larger than 4194304 bytes', {
+        failure: 'tooLarge',
+      }),
+      'list',
+    );
+    expect(tooLarge).toMatchObject({ reason: 'ListingTooLarge', final: true, retry: { kind: 'none' } });
+    expect(tooLarge.message).toMatch(
+      /^spec\.objectStorage\.prefix: cannot list .* listed again when the spec changes\)$/,
+    );
+    const timedOut = describeFailure(
+      new ListError('cannot list s3 b prefix "p/": no complete answer', { failure: 'timedOut' }),
+      'list',
+    );
+    // Stalled, and not tried again before minutes have passed.
+    expect(timedOut).toMatchObject({ reason: 'ListingTimedOut', final: false, blocked: true });
+    expect(timedOut.retry).toEqual({ kind: 'after', ms: LISTING_TIMED_OUT_RETRY_MS });
+    expect(LISTING_TIMED_OUT_RETRY_MS).toBeGreaterThanOrEqual(5 * 60_000);
+    expect(timedOut.message).toMatch(/^spec\.objectStorage\.endpoint: /);
   });
 });
 

@@ -6,6 +6,8 @@ import {
   redactBounded,
   redactDeep,
   redactURL,
+  redactURLs,
+  MAX_REDACTED_INPUT,
   rememberSecret,
   rememberSecretData,
 } from '../../src/redact.ts';
@@ -198,5 +200,117 @@ describe('redaction closes its gaps', () => {
     expect(all).not.toContain('URLSIG1');
     expect(all).toContain('server said ***');
     expect(all).toContain('inner ***');
+  });
+});
+
+/** The least time of `runs` calls of `f`, ms: the least is the one least disturbed by other work on the machine. */
+function leastTime(f: () => unknown, runs = 15): number {
+  let least = Infinity;
+  for (let i = 0; i < runs; i++) {
+    const t = performance.now();
+    f();
+    least = Math.min(least, performance.now() - t);
+  }
+  return least;
+}
+
+/** How many times longer `large` takes than `small`, each at its least over 7 runs (a floor of 0.05 ms). */
+const timeRatio = (large: () => unknown, small: () => unknown) =>
+  leastTime(large, 7) / Math.max(leastTime(small, 7), 0.05);
+
+describe('redaction is linear in its input and reads a bounded prefix', () => {
+  const pathological = (n: number) => [
+    'a'.repeat(n) + '://',
+    '://'.repeat(Math.floor(n / 3)),
+    ('a'.repeat(97) + '://').repeat(Math.floor(n / 100)),
+    'a:/'.repeat(Math.floor(n / 3)),
+    'http://' + 'a'.repeat(n),
+    ('1+.-' + '://x ').repeat(Math.floor(n / 10)),
+  ];
+
+  it('finds URLs reading each character a bounded number of times: ten times the text, ten times the reads', () => {
+    // The old expression read the square: 100 times as much for ten times `a…a://`.
+    const smalls = pathological(100_000);
+    const larges = pathological(1_000_000);
+    for (const [i, small] of smalls.entries()) {
+      const large = larges[i]!;
+      const s = { count: 0 };
+      const l = { count: 0 };
+      redactURLs(small, s);
+      redactURLs(large, l);
+      expect(l.count, `input ${i}`).toBeLessThanOrEqual(3 * large.length);
+      expect(l.count / s.count, `input ${i}`).toBeLessThan(12);
+    }
+  });
+
+  it('finds URLs in time that grows about linearly (generous bound: the machine is shared)', () => {
+    const small = 'a'.repeat(100_000) + '://';
+    const large = 'a'.repeat(1_000_000) + '://';
+    redactURLs(small); // compiled before it is timed
+    redactURLs(large);
+    const ratio = timeRatio(
+      () => redactURLs(large),
+      () => redactURLs(small),
+    );
+    // Linear is about 10; the old expression's square was 100.
+    expect(ratio).toBeLessThan(50);
+  });
+
+  it('finds the same URLs as before', () => {
+    expect(redactURLs('see http://u:p@h/x?a=1 and 1abc://h?t=2 not ://x nor a:// ')).toBe(
+      'see http://h/x?a=*** and 1abc://h?t=*** not ://x nor a:// ',
+    );
+    expect(redactURLs('x<https://h/?s=1>"s3://b/k?sig=2"')).toBe('x<https://h/?s=***>"s3://b/k?sig=***"');
+    expect(redactURLs('http://a/?q=1http://b/?r=2')).toBe('http://a/?q=***');
+  });
+
+  it('redacts a 1 MB body of a and :// no slower than its bounded prefix, and says it cut', () => {
+    const body = 'a'.repeat(1e6) + '://';
+    const r = redact(body);
+    // One token with no end inside the prefix: nothing of it is kept.
+    expect(r).toBe('…');
+    const prefix = body.slice(0, 100_000);
+    expect(
+      timeRatio(
+        () => redact(body),
+        () => redact(prefix),
+      ),
+    ).toBeLessThan(5);
+    for (const text of pathological(1_000_000)) {
+      const out = redact(text);
+      expect(out.length).toBeLessThanOrEqual(MAX_REDACTED_INPUT + 1);
+    }
+  });
+
+  it('cuts before a secret, a URL or a token that the bound would split', () => {
+    const secret = 'S3cr3tKeyWith Space-and-more-0123456789';
+    const filler = 'x '.repeat(MAX_REDACTED_INPUT / 2 - 10);
+    // The secret straddles the bound: none of it is kept, not even the part before its space.
+    const text = filler + secret + ' tail '.repeat(100);
+    const out = redact(text, [secret]);
+    expect(out.endsWith('…')).toBe(true);
+    expect(out).not.toContain('S3cr3t');
+    expect(out.length).toBeLessThan(MAX_REDACTED_INPUT);
+    // A URL cut by the bound would keep its userinfo: it goes whole.
+    const url = 'http://user:password@h/p?sig=' + 'z'.repeat(100);
+    const out2 = redact(filler + url + ' after'.repeat(100));
+    expect(out2).not.toContain('user');
+    expect(out2).not.toContain('password');
+    expect(out2).not.toContain('zzz');
+    // Text within the bound is redacted as it was, not cut.
+    expect(redact('a'.repeat(1000) + ' http://u:p@h/')).toBe('a'.repeat(1000) + ' http://h/');
+    // A remembered PEM key, cut in its middle by the bound, leaves none of its lines.
+    const pem =
+      '-----BEGIN PRIVATE KEY-----\n' +
+      'MIIEvQIBADANBgkqhkiG9w0BAQEFAASC\n'.repeat(40) +
+      '-----END PRIVATE KEY-----';
+    rememberSecret(pem);
+    const out3 = redact('y '.repeat(MAX_REDACTED_INPUT / 2 - 500) + pem + '\n'.repeat(2000));
+    expect(out3).not.toContain('MIIEvQ');
+  });
+
+  it('redactBounded on a huge body: redacted, bounded, fast', () => {
+    const r = redactBounded('token=' + 'a'.repeat(1e6) + '://' + ' http://h/?s=1'.repeat(1e5), 1024);
+    expect(r.length).toBeLessThanOrEqual(1025);
   });
 });

@@ -35,8 +35,15 @@ export type DirectoryReason =
   | 'InvalidDirectory'
   /** The list API failed (credentials, bucket, network). */
   | 'ListFailed'
+  /** The listing passed a size bound (a page's bytes, pages, keys): the store, or what answers as it, sends too much. */
+  | 'ListingTooLarge'
+  /** The listing passed a time bound: the endpoint did not answer, or not in time. */
+  | 'ListingTimedOut'
   /** A listing made again in the same generation differs from the first one. */
   | 'DirectoryChanged';
+
+/** When a listing that timed out is tried again. */
+export const LISTING_TIMED_OUT_RETRY_MS = 10 * 60_000;
 
 /** A listing made again for a generation (the operator restarted) found other content than the first one. */
 export class DirectoryChangedError extends Error {
@@ -47,6 +54,24 @@ export class DirectoryChangedError extends Error {
 }
 
 function directoryFailure(err: FileSetError | ListError | DirectoryChangedError): FailureView {
+  if (err instanceof ListError && err.failure === 'tooLarge')
+    // Final for the generation: the same endpoint and prefix will send as much again.
+    return {
+      reason: 'ListingTooLarge',
+      message: `spec.objectStorage.prefix: ${err.message} (the prefix is listed again when the spec changes)`,
+      retry: { kind: 'none' },
+      final: true,
+    };
+  if (err instanceof ListError && err.failure === 'timedOut')
+    // Blocked, and tried again only after a long while: a listing that timed out held a worker for minutes, and
+    // an endpoint that never answers must not hold one again and again.
+    return {
+      reason: 'ListingTimedOut',
+      message: `spec.objectStorage.endpoint: ${err.message} (listed again in ${LISTING_TIMED_OUT_RETRY_MS / 60_000} minutes, or when the spec changes)`,
+      retry: { kind: 'after', ms: LISTING_TIMED_OUT_RETRY_MS },
+      final: false,
+      blocked: true,
+    };
   if (err instanceof ListError)
     // Blocked, retried with backoff: a network error passes by itself, a refused key needs a fixed Secret.
     return {

@@ -28,6 +28,7 @@ import { redact } from '../../redact.ts';
 import { effectiveFilter } from '../../storage/objecturl.ts';
 import { DEFAULT_FILTERED_QUERY_PARAMS } from '../../storage/taskid.ts';
 import { listingDigest, operatorLister, type Lister } from '../modelpreheat/directory.ts';
+import { ListError } from '../../storage/list-bounds.ts';
 
 /** A directory's files for one generation, or why there are none. */
 export type DirectoryFiles =
@@ -141,8 +142,10 @@ export class ModelDirectories {
           final: true,
           message: `spec.files.${err.field}: ${err.message} (the prefix is listed again when the spec changes)`,
         };
-      // ListError and CredentialsError are redacted already; a missing Secret names itself.
-      return { ok: false, final: false, message: redact((err as Error).message) };
+      // ListError and CredentialsError are redacted already; a missing Secret names itself. A listing over a size
+      // bound stands for the generation: the same store would send as much again.
+      const final = err instanceof ListError && err.failure === 'tooLarge';
+      return { ok: false, final, message: redact((err as Error).message) };
     }
     return {
       ok: true,
