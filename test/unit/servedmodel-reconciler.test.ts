@@ -158,6 +158,8 @@ interface SetupOptions {
   /** The ModelPreheat the gate reads (by any name). */
   preheat?: ModelPreheat;
   directories?: ModelDirectories;
+  /** The admin's --allowed-storage-hosts. */
+  storageHosts?: string;
 }
 
 function setup(opts: SetupOptions = {}) {
@@ -184,6 +186,8 @@ function setup(opts: SetupOptions = {}) {
       pollBackoffMax: 10_000,
       // Static endpoints are contacted only where the admin allows them.
       allowedEndpointHosts: parseHostRules('198.18.0.0/16'),
+      // Its store on loopback, as the admin's list names it.
+      allowedStorageHosts: parseHostRules(opts.storageHosts ?? '127.0.0.1:9000'),
     },
     model: () => api.cached,
     slices: () => [],
@@ -393,6 +397,25 @@ describe('ServedModelReconciler with a model that is a directory (spec.files)', 
       bytes: 3020,
       digest: expect.stringMatching(/^[0-9a-f]{16}$/),
     });
+  });
+
+  it('a store outside --allowed-storage-hosts: Stalled (StorageEndpointNotAllowed), no Secret read, no listing, no replica asked', async () => {
+    const d = directories();
+    const t = setup({
+      spec: DIRECTORY_SPEC,
+      layouts: ['directory'],
+      preheat: succeededPreheat,
+      directories: d.dirs,
+      storageHosts: '*.s3.*.amazonaws.com',
+    });
+    await converge(t);
+    const stalled = t.api.stored.status!.conditions!.find((c) => c.type === 'Stalled')!;
+    expect(stalled).toMatchObject({ status: 'True', reason: 'StorageEndpointNotAllowed' });
+    expect(stalled.message).toContain('spec.preheat.objectStorage.endpoint: host 127.0.0.1:9000');
+    expect(stalled.message).toContain('--allowed-storage-hosts (*.s3.*.amazonaws.com)');
+    expect(d.secretReads).toEqual([]);
+    expect(d.lists).toEqual([]);
+    expect(t.driver.calls).toBe(0);
   });
 
   it('a driver that loads archives only: Stalled (ModelLayoutUnsupported) before any replica is asked', async () => {

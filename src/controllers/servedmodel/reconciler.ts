@@ -46,6 +46,7 @@ import {
   withServedModelConditions,
 } from './conditions.ts';
 import { endpointsReach } from '../../policy/reach.ts';
+import { defaultStorageHosts, storageReach } from '../../policy/storage-reach.ts';
 import type { ReplicaGates, ReplicaGating } from './gates.ts';
 import { pool } from './pool.ts';
 import { coalescedLook, keepRegistration, needsSeed, nextLook, withWake, writeNow } from './policy.ts';
@@ -82,7 +83,12 @@ export interface ServedModelDeps {
   kube: ControllerContext['kube'];
   events: Pick<ControllerContext['events'], 'record'>;
   config: Pick<ControllerContext['config'], 'pollBackoffStart' | 'pollBackoffMax'> &
-    Partial<Pick<ControllerContext['config'], 'allowedManagerHosts' | 'allowedEndpointHosts'>>;
+    Partial<
+      Pick<
+        ControllerContext['config'],
+        'allowedManagerHosts' | 'allowedEndpointHosts' | 'allowedStorageHosts'
+      >
+    >;
   /** The ServedModel of a key, from the cache. */
   model(key: string): Obj | undefined;
   /** The EndpointSlices of a Service, from the cache. */
@@ -257,18 +263,24 @@ export class ServedModelReconciler {
 
   private reach(spec: ServedModelSpec) {
     const { config } = this.deps;
-    return endpointsReach(staticAddresses(spec), 'spec.modelServer.endpoints', {
+    const storage = spec.preheat?.objectStorage;
+    const endpoints = endpointsReach(staticAddresses(spec), 'spec.modelServer.endpoints', {
       managerHosts: config.allowedManagerHosts ?? [],
       endpointHosts: config.allowedEndpointHosts ?? [],
     });
+    if (!endpoints.allowed || !storage) return endpoints;
+    const storageHosts = config.allowedStorageHosts ?? defaultStorageHosts();
+    return storageReach(storage, 'spec.preheat.objectStorage', { storageHosts });
   }
 
   /** No management key, no registration, no unregistration on delete (the finalizer goes with a CleanupSkipped
-   *  Event); the object is Stalled, reason EndpointNotAllowed. */
+   *  Event); the object is Stalled, reason EndpointNotAllowed (or StorageEndpointNotAllowed: no listing, and no
+   *  location handed to an agent). */
   private endpointsRefused(sm: Obj, spec: ServedModelSpec, rc: ReconcileContext): Promise<void> {
     const reach = this.reach(spec);
-    const message = reach.allowed ? '' : reach.message;
-    return this.stalled(sm, message, endpointNotAllowedConditions(message), rc);
+    if (reach.allowed) return Promise.resolve();
+    const reason = reach.reason === 'StorageEndpointNotAllowed' ? reach.reason : 'EndpointNotAllowed';
+    return this.stalled(sm, reach.message, endpointNotAllowedConditions(reach.message, reason), rc);
   }
 
   /** A spec the operator will not act on: its conditions written, or, being deleted, the finalizer let go. */
