@@ -99,7 +99,7 @@ const ALL = {
   },
   allowedStorageHosts: {
     flag: 'allowed-storage-hosts',
-    help: "Hosts an objectStorage location's credentials may go to (its endpoint, its signed URLs, its listings), same syntax; `*` inside a label matches within it. Default: the storage services' own hosts",
+    help: "Hosts an objectStorage location's credentials may go to (its endpoint, its signed URLs, its listings), same syntax; `*` inside a label matches within it. Default: the storage services' own hosts; empty: none",
   },
   allowedRegistryHosts: {
     flag: 'allowed-registry-hosts',
@@ -117,6 +117,13 @@ const ALL = {
   },
 } as const satisfies Record<string, { flag: string; help: string; boolean?: boolean }>;
 type Key = keyof typeof ALL;
+
+const HOST_LISTS = new Set<Key>([
+  'allowedManagerHosts',
+  'allowedEndpointHosts',
+  'allowedStorageHosts',
+  'allowedRegistryHosts',
+]);
 
 const envName = (flag: string): string => `PEERLOAD_${flag.toUpperCase().replace(/-/g, '_')}`;
 
@@ -282,7 +289,8 @@ export function loadConfig(
   for (const [key, o] of Object.entries(ALL) as [Key, (typeof ALL)[Key]][]) {
     const v = values[o.flag] ?? env[envName(o.flag)];
     if (v !== undefined && v !== '') raw[key] = v;
-    else if (v === '' && key === 'namespace') raw[key] = '';
+    // An empty host list is "none", not "the default" (for --allowed-storage-hosts they differ).
+    else if (v === '' && (key === 'namespace' || HOST_LISTS.has(key))) raw[key] = '';
   }
   const parsed = OperatorConfigSchema.safeParse(raw);
   if (!parsed.success) {

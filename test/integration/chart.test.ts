@@ -9,6 +9,7 @@ import { GVR, KubeClient } from '../../src/runtime/index.ts';
 import { CHART, helm, helmTemplate } from '../support/helm.ts';
 import { createNamespace, kubeConfig, REPO_ROOT } from '../support/kube.ts';
 import { gvrOf, kustomize, type Manifest } from '../support/runtime-deploy.ts';
+import { DEFAULT_STORAGE_HOSTS } from '../../src/policy/storage-reach.ts';
 
 const kc = kubeConfig(inject('kubeconfigPath'));
 const kube = new KubeClient(kc);
@@ -265,7 +266,20 @@ describe('charts/peerload', () => {
       one(helmTemplate('models', 'ml', set), 'Deployment').spec.template.spec.containers[0].args;
     // Default: both empty, as deploy/base says.
     expect(args({})).toEqual(
-      expect.arrayContaining(['--allowed-manager-hosts=', '--allowed-endpoint-hosts=']),
+      expect.arrayContaining([
+        '--allowed-manager-hosts=',
+        '--allowed-endpoint-hosts=',
+        `--allowed-storage-hosts=${DEFAULT_STORAGE_HOSTS}`,
+        '--allowed-registry-hosts=',
+      ]),
+    );
+    expect(
+      args({ allowedStorageHosts: '{minio.storage.svc:9000}', allowedRegistryHosts: '{ghcr.io}' }),
+    ).toEqual(
+      expect.arrayContaining([
+        '--allowed-storage-hosts=minio.storage.svc:9000',
+        '--allowed-registry-hosts=ghcr.io',
+      ]),
     );
     expect(
       args({

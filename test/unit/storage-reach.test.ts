@@ -3,6 +3,9 @@
  * storage services' own hosts and nothing else of their domains, a refusal names the field, the host, the list and
  * the fix, and the ModelPreheat controller asks before it reads the Secret.
  */
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { load } from 'js-yaml';
 import { describe, expect, it } from 'vitest';
 import { loadConfig, usage, type OperatorConfig } from '../../src/config.ts';
 import { hostAllowed, parseHostRule, parseHostRules } from '../../src/policy/reach.ts';
@@ -16,6 +19,7 @@ import {
 } from '../../src/policy/storage-reach.ts';
 import { ModelPreheatSpec } from '../../src/api/index.ts';
 
+const ROOT = join(import.meta.dirname, '../..');
 const defaults = { storageHosts: defaultStorageHosts() };
 const allowed = (location: Record<string, unknown>, policy = defaults) =>
   storageReach(location as never, 'spec.objectStorage', policy).allowed;
@@ -216,6 +220,23 @@ describe('operator flags', () => {
     expect(c.allowedStorageHosts.map((r) => r.text).join(',')).toBe(DEFAULT_STORAGE_HOSTS);
     expect(c.allowedRegistryHosts).toEqual([]);
     expect(usage()).toContain(`(default ${DEFAULT_STORAGE_HOSTS}) [PEERLOAD_ALLOWED_STORAGE_HOSTS]`);
+  });
+
+  it('an empty value is none, not the default', () => {
+    expect(config(['--allowed-storage-hosts=']).allowedStorageHosts).toEqual([]);
+    expect(config(['--allowed-manager-hosts=']).allowedManagerHosts).toEqual([]);
+  });
+
+  it('deploy/base and the chart write the default out, as the operator has it', () => {
+    const deployment = readFileSync(join(ROOT, 'deploy/base/deployment.yaml'), 'utf8');
+    expect(deployment).toContain(`- --allowed-storage-hosts=${DEFAULT_STORAGE_HOSTS}\n`);
+    expect(deployment).toContain('- --allowed-registry-hosts=\n');
+    const values = load(readFileSync(join(ROOT, 'charts/peerload/values.yaml'), 'utf8')) as Record<
+      string,
+      string[]
+    >;
+    expect(values.allowedStorageHosts!.join(',')).toBe(DEFAULT_STORAGE_HOSTS);
+    expect(values.allowedRegistryHosts).toEqual([]);
   });
 
   it('flag and environment replace the default; a bad entry names the flag', () => {
