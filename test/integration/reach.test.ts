@@ -189,6 +189,111 @@ interface Case {
   field: string;
 }
 
+/**
+ * The paths of the first round: a manager URL with a token or a sign-in user, a ClusterManager made for another
+ * namespace or none, a model server's management key, an agent's token and vLLM's API key at static endpoints.
+ */
+function managerAndEndpointCases(origin: string): Case[] {
+  return [
+    {
+      kind: 'ModelPreheat',
+      name: 'pat',
+      spec: {
+        url: origin,
+        manager: { url: tenant.url, apiPath: '/oapi/v1', tokenSecretRef: { name: 'pat', key: 'token' } },
+      },
+      reason: 'ManagerNotAllowed',
+      field: 'spec.manager.url',
+    },
+    {
+      kind: 'ModelPreheat',
+      name: 'signin',
+      spec: { url: origin, manager: { url: tenant.url, signInSecretRef: { name: 'user' } } },
+      reason: 'ManagerNotAllowed',
+      field: 'spec.manager.url',
+    },
+    {
+      kind: 'ModelPreheat',
+      name: 'storage',
+      spec: {
+        objectStorage: {
+          type: 's3',
+          bucket: 'models',
+          endpoint: tenant.url,
+          pathStyle: true,
+          credentialsSecretRef: { name: 'store' },
+          keys: ['m.mar'],
+        },
+        manager: { url: tenant.url },
+        // Its finalizer's deletion path is exercised below: it must not contact the manager either.
+        evictOnDelete: true,
+        deleteJobOnCleanup: true,
+      },
+      reason: 'ManagerNotAllowed',
+      field: 'spec.manager.url',
+    },
+    imagePreheat('image', { url: tenant.url }, 'ManagerNotAllowed', 'spec.manager.url'),
+    {
+      kind: 'ModelPreheat',
+      name: 'not-my-cluster-manager',
+      spec: { url: origin, manager: { clusterManagerRef: { name: `${ns}-other-team` } } },
+      reason: 'ClusterManagerNotAllowed',
+      field: 'spec.manager.clusterManagerRef',
+    },
+    {
+      kind: 'ModelPreheat',
+      name: 'no-such-cluster-manager',
+      spec: { url: origin, manager: { clusterManagerRef: { name: `${ns}-nope` } } },
+      reason: 'ClusterManagerNotFound',
+      field: 'spec.manager.clusterManagerRef',
+    },
+    {
+      kind: 'ServedModel',
+      name: 'static',
+      spec: {
+        modelName: 'm',
+        fileName: 'm.mar',
+        modelServer: { endpoints: [tenant.url], managementTokenSecretRef: { name: 'ts', key: 'key' } },
+      },
+      reason: 'EndpointNotAllowed',
+      field: 'spec.modelServer.endpoints',
+    },
+    agentServedModel('agent', 'triton', {}),
+    agentServedModel('vllm', 'vllm', { managementTokenSecretRef: { name: 'vllm', key: 'key' } }),
+  ];
+}
+
+/** An image preheat whose registry is the listener, with the namespace's registry credentials. */
+function imagePreheat(name: string, manager: Record<string, unknown>, reason: string, field: string): Case {
+  const url = `${tenant.url}/v2/library/model/manifests/latest`;
+  const spec = { type: 'image', url, imageCredentialsSecretRef: { name: 'registry' }, manager };
+  return { kind: 'ModelPreheat', name, spec, reason, field };
+}
+
+/** A directory ServedModel on static endpoints at the listener, its agent there too (the listener's port). */
+function agentServedModel(name: string, driver: string, modelServer: Record<string, unknown>): Case {
+  return {
+    kind: 'ServedModel',
+    name,
+    spec: {
+      modelName: name,
+      files: { prefix: `${name}/` },
+      preheat: {
+        create: true,
+        objectStorage: { type: 's3', bucket: 'models', credentialsSecretRef: { name: 'store' } },
+      },
+      modelServer: {
+        driver,
+        endpoints: [tenant.url],
+        agent: { port: Number(new URL(tenant.url).port), tokenSecretRef: { name: 'agent', key: 'token' } },
+        ...modelServer,
+      },
+    },
+    reason: 'EndpointNotAllowed',
+    field: 'spec.modelServer.endpoints',
+  };
+}
+
 /** Deletes the cases' objects and waits until they are gone (their finalizers released). */
 async function removeAll(cases: readonly Case[], namespace = ns): Promise<void> {
   for (const c of cases)
@@ -270,127 +375,7 @@ describe('a namespaced resource cannot send a Secret where the admin did not all
       tokenSecretRef: { name: 'cluster-manager-token', key: 'token' },
       namespaces: ['someone-else'],
     });
-    const cases: Case[] = [
-      {
-        kind: 'ModelPreheat',
-        name: 'pat',
-        spec: {
-          url: origin,
-          manager: { url: tenant.url, apiPath: '/oapi/v1', tokenSecretRef: { name: 'pat', key: 'token' } },
-        },
-        reason: 'ManagerNotAllowed',
-        field: 'spec.manager.url',
-      },
-      {
-        kind: 'ModelPreheat',
-        name: 'signin',
-        spec: { url: origin, manager: { url: tenant.url, signInSecretRef: { name: 'user' } } },
-        reason: 'ManagerNotAllowed',
-        field: 'spec.manager.url',
-      },
-      {
-        kind: 'ModelPreheat',
-        name: 'storage',
-        spec: {
-          objectStorage: {
-            type: 's3',
-            bucket: 'models',
-            endpoint: tenant.url,
-            pathStyle: true,
-            credentialsSecretRef: { name: 'store' },
-            keys: ['m.mar'],
-          },
-          manager: { url: tenant.url },
-          // Its finalizer's deletion path is exercised below: it must not contact the manager either.
-          evictOnDelete: true,
-          deleteJobOnCleanup: true,
-        },
-        reason: 'ManagerNotAllowed',
-        field: 'spec.manager.url',
-      },
-      {
-        kind: 'ModelPreheat',
-        name: 'image',
-        spec: {
-          type: 'image',
-          url: `${tenant.url}/v2/library/model/manifests/latest`,
-          imageCredentialsSecretRef: { name: 'registry' },
-          manager: { url: tenant.url },
-        },
-        reason: 'ManagerNotAllowed',
-        field: 'spec.manager.url',
-      },
-      {
-        kind: 'ModelPreheat',
-        name: 'not-my-cluster-manager',
-        spec: { url: origin, manager: { clusterManagerRef: { name: `${ns}-other-team` } } },
-        reason: 'ClusterManagerNotAllowed',
-        field: 'spec.manager.clusterManagerRef',
-      },
-      {
-        kind: 'ModelPreheat',
-        name: 'no-such-cluster-manager',
-        spec: { url: origin, manager: { clusterManagerRef: { name: `${ns}-nope` } } },
-        reason: 'ClusterManagerNotFound',
-        field: 'spec.manager.clusterManagerRef',
-      },
-      {
-        kind: 'ServedModel',
-        name: 'static',
-        spec: {
-          modelName: 'm',
-          fileName: 'm.mar',
-          modelServer: { endpoints: [tenant.url], managementTokenSecretRef: { name: 'ts', key: 'key' } },
-        },
-        reason: 'EndpointNotAllowed',
-        field: 'spec.modelServer.endpoints',
-      },
-      {
-        kind: 'ServedModel',
-        name: 'agent',
-        spec: {
-          modelName: 'm',
-          files: { prefix: 'm/' },
-          preheat: {
-            create: true,
-            objectStorage: { type: 's3', bucket: 'models', credentialsSecretRef: { name: 'store' } },
-          },
-          modelServer: {
-            driver: 'triton',
-            endpoints: [tenant.url],
-            agent: {
-              port: Number(new URL(tenant.url).port),
-              tokenSecretRef: { name: 'agent', key: 'token' },
-            },
-          },
-        },
-        reason: 'EndpointNotAllowed',
-        field: 'spec.modelServer.endpoints',
-      },
-      {
-        kind: 'ServedModel',
-        name: 'vllm',
-        spec: {
-          modelName: 'base',
-          files: { prefix: 'base/' },
-          preheat: {
-            create: true,
-            objectStorage: { type: 's3', bucket: 'models', credentialsSecretRef: { name: 'store' } },
-          },
-          modelServer: {
-            driver: 'vllm',
-            endpoints: [tenant.url],
-            managementTokenSecretRef: { name: 'vllm', key: 'key' },
-            agent: {
-              port: Number(new URL(tenant.url).port),
-              tokenSecretRef: { name: 'agent', key: 'token' },
-            },
-          },
-        },
-        reason: 'EndpointNotAllowed',
-        field: 'spec.modelServer.endpoints',
-      },
-    ];
+    const cases = managerAndEndpointCases(origin);
     for (const c of cases) await create(c.kind, c.name, c.spec);
 
     for (const c of cases) {
@@ -407,29 +392,7 @@ describe('a namespaced resource cannot send a Secret where the admin did not all
     expect(tenant.requests.map((r) => `${r.method} ${r.url}`)).toEqual([]);
 
     // Deleting them contacts nobody: the finalizers go without a request to the refused hosts.
-    for (const c of cases)
-      await custom.deleteNamespacedCustomObject({
-        group: GROUP,
-        version: VERSION,
-        namespace: ns,
-        plural: PLURAL[c.kind],
-        name: c.name,
-      });
-    await waitFor(
-      'all deleted',
-      async () => {
-        const left = await Promise.all(
-          cases.map((c) =>
-            get(c.kind, c.name).then(
-              () => c.name,
-              () => undefined,
-            ),
-          ),
-        );
-        return left.every((l) => l === undefined) || undefined;
-      },
-      { timeoutMs: 30_000, intervalMs: 200 },
-    );
+    await removeAll(cases);
     expect(tenant.requests.map((r) => `${r.method} ${r.url}`)).toEqual([]);
     // Nothing went to the operator's default manager either: every object named a manager of its own.
     expect(defaultManager.requests).toEqual([]);
@@ -501,18 +464,7 @@ function credentialCases(clusterManager: string): Case[] {
         field,
       },
     ]),
-    {
-      kind: 'ModelPreheat',
-      name: 'registry',
-      spec: {
-        type: 'image',
-        url: `${tenant.url}/v2/library/model/manifests/latest`,
-        imageCredentialsSecretRef: { name: 'registry' },
-        manager,
-      },
-      reason: 'RegistryNotAllowed',
-      field: 'spec.url',
-    },
+    imagePreheat('registry', manager, 'RegistryNotAllowed', 'spec.url'),
     {
       kind: 'ServedModel',
       name: 'directory',
@@ -690,37 +642,9 @@ describe('opening the allow-lists sends the credentials to the tenant (the test 
     await clusterManager(`${open}-p2p`, { url: p2p.url, namespaces: [open] });
     const cases: Case[] = [
       ...credentialCases(`${open}-p2p`),
-      {
-        kind: 'ModelPreheat',
-        name: 'pat',
-        spec: {
-          url: 'http://origin.example.com/m.mar',
-          manager: { url: tenant.url, tokenSecretRef: { name: 'pat', key: 'token' } },
-        },
-        reason: '',
-        field: '',
-      },
-      {
-        kind: 'ModelPreheat',
-        name: 'signin',
-        spec: {
-          url: 'http://origin.example.com/m.mar',
-          manager: { url: tenant.url, signInSecretRef: { name: 'user' } },
-        },
-        reason: '',
-        field: '',
-      },
-      {
-        kind: 'ServedModel',
-        name: 'static',
-        spec: {
-          modelName: 'm',
-          fileName: 'm.mar',
-          modelServer: { endpoints: [tenant.url], managementTokenSecretRef: { name: 'ts', key: 'key' } },
-        },
-        reason: '',
-        field: '',
-      },
+      ...managerAndEndpointCases('http://origin.example.com/m.mar').filter((c) =>
+        ['pat', 'signin', 'static'].includes(c.name),
+      ),
     ];
     for (const c of cases) await create(c.kind, c.name, c.spec, open);
     // Received by the listener itself: the manager's token and sign-in, the model server's key, the s3 keys of the

@@ -347,6 +347,14 @@ function directories(listed: ListedObject[] = LISTED) {
   return { dirs, lists, secretReads };
 }
 
+/** The directory model on a driver that loads directories, its preheat succeeded. */
+const directoryModel = (d: ReturnType<typeof directories>): SetupOptions => ({
+  spec: DIRECTORY_SPEC,
+  layouts: ['directory'],
+  preheat: succeededPreheat,
+  directories: d.dirs,
+});
+
 async function converge(t: ReturnType<typeof setup>) {
   for (let i = 0; i < 10 && !t.ready(); i++) {
     await t.pass();
@@ -358,12 +366,7 @@ async function converge(t: ReturnType<typeof setup>) {
 describe('ServedModelReconciler with a model that is a directory (spec.files)', () => {
   it('lists the prefix once with preheat.objectStorage, and every replica registers with Registration.files', async () => {
     const d = directories();
-    const t = setup({
-      spec: DIRECTORY_SPEC,
-      layouts: ['directory'],
-      preheat: succeededPreheat,
-      directories: d.dirs,
-    });
+    const t = setup(directoryModel(d));
     await converge(t);
     expect(t.ready()).toBe(true);
     expect(d.lists).toEqual(['models/llama']);
@@ -401,13 +404,7 @@ describe('ServedModelReconciler with a model that is a directory (spec.files)', 
 
   it('a store outside --allowed-storage-hosts: Stalled (StorageEndpointNotAllowed), no Secret read, no listing, no replica asked', async () => {
     const d = directories();
-    const t = setup({
-      spec: DIRECTORY_SPEC,
-      layouts: ['directory'],
-      preheat: succeededPreheat,
-      directories: d.dirs,
-      storageHosts: '*.s3.*.amazonaws.com',
-    });
+    const t = setup({ ...directoryModel(d), storageHosts: '*.s3.*.amazonaws.com' });
     await converge(t);
     const stalled = t.api.stored.status!.conditions!.find((c) => c.type === 'Stalled')!;
     expect(stalled).toMatchObject({ status: 'True', reason: 'StorageEndpointNotAllowed' });
