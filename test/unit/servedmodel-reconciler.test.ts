@@ -160,13 +160,23 @@ interface SetupOptions {
   directories?: ModelDirectories;
   /** The admin's --allowed-storage-hosts. */
   storageHosts?: string;
+  /** The object is being deleted. */
+  deleting?: boolean;
 }
 
 function setup(opts: SetupOptions = {}) {
   const api = new FakeApi({
     apiVersion: 'peerload.io/v1alpha1',
     kind: 'ServedModel',
-    metadata: { name: 'resnet', namespace: 'ns', uid: 'uid-1', generation: 1 },
+    metadata: {
+      name: 'resnet',
+      namespace: 'ns',
+      uid: 'uid-1',
+      generation: 1,
+      ...(opts.deleting
+        ? { deletionTimestamp: '2026-01-01T00:00:00Z', finalizers: ['peerload.io/unregister-model'] }
+        : {}),
+    },
     spec: opts.spec ?? {
       modelName: 'resnet',
       fileName: 'models/resnet.mar',
@@ -175,6 +185,7 @@ function setup(opts: SetupOptions = {}) {
   } as unknown as ServedModel);
   const driver = new FakeDriver(opts.layouts);
   const events: string[] = [];
+  const cleanUps: string[] = [];
   const enqueued: string[] = [];
   const writer = new StatusWriter(api.kube);
   const registrations = new RegistrationRunner<Registered>({ global: 8, onChange: (k) => enqueued.push(k) });
@@ -204,7 +215,7 @@ function setup(opts: SetupOptions = {}) {
       conflict: 'fail',
     }),
     writes: writer,
-    cleanUp: async () => undefined,
+    cleanUp: async () => void cleanUps.push(KEY),
     metrics: {
       servedModelReplicas: () => undefined,
       modelServerErrors: { labels: () => ({ inc: () => undefined }) } as never,
@@ -214,7 +225,7 @@ function setup(opts: SetupOptions = {}) {
   const idle = () => vi.waitFor(() => expect(registrations.inFlight).toBe(0));
   const pass = () => reconciler.reconcile(KEY, rc);
   const ready = () => api.stored.status?.conditions?.find((c) => c.type === 'Ready')?.status === 'True';
-  return { api, driver, events, registrations, pass, idle, ready };
+  return { api, driver, events, registrations, pass, idle, ready, cleanUps };
 }
 
 const registeredEvents = (events: string[]) => events.filter((e) => e.includes('/ModelRegistered'));
@@ -413,6 +424,15 @@ describe('ServedModelReconciler with a model that is a directory (spec.files)', 
     expect(d.secretReads).toEqual([]);
     expect(d.lists).toEqual([]);
     expect(t.driver.calls).toBe(0);
+  });
+
+  it('being deleted, a store outside the list still lets the model be unregistered (deletion reads no storage Secret)', async () => {
+    const d = directories();
+    const t = setup({ ...directoryModel(d), storageHosts: '*.s3.*.amazonaws.com', deleting: true });
+    await t.pass();
+    expect(t.cleanUps).toEqual([KEY]);
+    expect(d.secretReads).toEqual([]);
+    expect(t.events.filter((e) => e.includes('CleanupSkipped'))).toEqual([]);
   });
 
   it('a driver that loads archives only: Stalled (ModelLayoutUnsupported) before any replica is asked', async () => {

@@ -143,7 +143,10 @@ export class ServedModelReconciler {
     const parsed = ServedModelSpec.safeParse(cached.spec);
     if (!parsed.success) return this.invalid(cached, parsed.error, rc);
     const spec = parsed.data;
-    if (!this.mayReach(spec)) return this.endpointsRefused(cached, spec, rc);
+    const reach = this.reach(spec);
+    // Deleting needs no storage credentials: a store outside the list still lets the model be unregistered.
+    const storeOnly = !reach.allowed && reach.reason === 'StorageEndpointNotAllowed' && isBeingDeleted(cached);
+    if (!reach.allowed && !storeOnly) return this.endpointsRefused(cached, spec, rc);
     const service = spec.modelServer.service?.name;
     const found = service ? deps.slices(cached.metadata.namespace!, service) : [];
     const discovery = discoverReplicas(spec, found);
@@ -255,10 +258,6 @@ export class ServedModelReconciler {
       `spec.modelServer.driver: the operator has no model-server driver named ${spec.modelServer.driver}; ` +
       `use one of ${this.deps.drivers.names().join(', ')}`;
     return this.stalled(sm, message, unknownDriverConditions(message), rc);
-  }
-
-  private mayReach(spec: ServedModelSpec): boolean {
-    return this.reach(spec).allowed;
   }
 
   private reach(spec: ServedModelSpec) {
