@@ -145,7 +145,8 @@ export class ServedModelReconciler {
     const spec = parsed.data;
     const reach = this.reach(spec);
     // Deleting needs no storage credentials: a store outside the list still lets the model be unregistered.
-    const storeOnly = !reach.allowed && reach.reason === 'StorageEndpointNotAllowed' && isBeingDeleted(cached);
+    const storeOnly =
+      !reach.allowed && reach.reason === 'StorageEndpointNotAllowed' && isBeingDeleted(cached);
     if (!reach.allowed && !storeOnly) return this.endpointsRefused(cached, spec, rc);
     const service = spec.modelServer.service?.name;
     const found = service ? deps.slices(cached.metadata.namespace!, service) : [];
