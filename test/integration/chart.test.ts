@@ -275,7 +275,12 @@ describe('charts/peerload', () => {
       endpoints: [{ addresses: ['198.18.0.9'] }],
       ports: [{ name: 'https', port: 6443, protocol: 'TCP' }],
     };
-    await apply(slice as unknown as Manifest, false);
+    const slices = kube.resource(GVR.endpointSlices);
+    await slices.patch('default', slice.metadata.name, slice, {
+      type: 'apply',
+      fieldManager: 'peerload-chart-test',
+      force: true,
+    });
     try {
       // --dry-run=server: the chart's lookup reads the cluster, as helm install does.
       const np = one(
@@ -292,10 +297,7 @@ describe('charts/peerload', () => {
         offline.egress.find((r: { ports: { port: number }[] }) => r.ports.some((p) => p.port === 6443)).to,
       ).toBeUndefined();
     } finally {
-      await kube
-        .resource(gvrOf(slice as unknown as Manifest))
-        .delete('default', slice.metadata.name)
-        .catch(() => undefined);
+      await slices.delete('default', slice.metadata.name).catch(() => undefined);
     }
   });
 
