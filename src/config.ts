@@ -12,6 +12,7 @@ import { z } from 'zod';
 import { DURATION_PATTERN, parseDuration } from './api/index.ts';
 import { DAEMON_VERSION_HINT, DEFAULT_TASK_ID_RULE, taskIdRule } from './storage/taskid.ts';
 import { parseHostRules, type HostRule } from './policy/reach.ts';
+import { defaultStorageHosts } from './policy/storage-reach.ts';
 
 /** A comma-separated host allow-list (src/policy/reach.ts); a bad entry fails naming it. */
 const hostRules = z.string().transform((list, ctx): HostRule[] => {
@@ -96,6 +97,14 @@ const ALL = {
     flag: 'allowed-endpoint-hosts',
     help: 'Hosts a ServedModel spec.modelServer.endpoints may name, same syntax (empty: none, only Service discovery)',
   },
+  allowedStorageHosts: {
+    flag: 'allowed-storage-hosts',
+    help: "Hosts an objectStorage location's credentials may go to (its endpoint, its signed URLs, its listings), same syntax; `*` inside a label matches within it. Default: the storage services' own hosts; empty: none",
+  },
+  allowedRegistryHosts: {
+    flag: 'allowed-registry-hosts',
+    help: 'Registries an image ModelPreheat with imageCredentialsSecretRef may name, same syntax (empty: none; images without credentials go anywhere)',
+  },
   pollBackoffStart: { flag: 'poll-backoff-start', help: 'First interval when polling external jobs' },
   pollBackoffMax: { flag: 'poll-backoff-max', help: 'Longest interval when polling external jobs' },
   cleanupGracePeriod: {
@@ -108,6 +117,13 @@ const ALL = {
   },
 } as const satisfies Record<string, { flag: string; help: string; boolean?: boolean }>;
 type Key = keyof typeof ALL;
+
+const HOST_LISTS = new Set<Key>([
+  'allowedManagerHosts',
+  'allowedEndpointHosts',
+  'allowedStorageHosts',
+  'allowedRegistryHosts',
+]);
 
 const envName = (flag: string): string => `PEERLOAD_${flag.toUpperCase().replace(/-/g, '_')}`;
 
@@ -180,6 +196,10 @@ const OperatorConfigSchema = z
     // Default empty: a namespaced spec sends the operator nowhere an admin did not choose (docs/security.md).
     allowedManagerHosts: hostRules.default([]),
     allowedEndpointHosts: hostRules.default([]),
+    // The storage services' hosts only (storage-reach.ts says why not their whole domains); registries: none, the
+    // admin names them, since no domain is one registry operator's and a registry names its token realm itself.
+    allowedStorageHosts: hostRules.default(defaultStorageHosts()),
+    allowedRegistryHosts: hostRules.default([]),
     pollBackoffStart: duration('poll backoff start').default(2_000),
     pollBackoffMax: duration('poll backoff max').default(60_000),
     cleanupGracePeriod: duration('cleanup grace period').default(120_000),
@@ -269,7 +289,8 @@ export function loadConfig(
   for (const [key, o] of Object.entries(ALL) as [Key, (typeof ALL)[Key]][]) {
     const v = values[o.flag] ?? env[envName(o.flag)];
     if (v !== undefined && v !== '') raw[key] = v;
-    else if (v === '' && key === 'namespace') raw[key] = '';
+    // An empty host list is "none", not "the default" (for --allowed-storage-hosts they differ).
+    else if (v === '' && (key === 'namespace' || HOST_LISTS.has(key))) raw[key] = '';
   }
   const parsed = OperatorConfigSchema.safeParse(raw);
   if (!parsed.success) {
@@ -314,6 +335,7 @@ const DURATIONS = new Set<Key>([
 function defaultText(key: Key): string {
   const v = (OperatorConfigSchema.safeParse({}).data as Record<string, unknown> | undefined)?.[key];
   if (v === undefined || v === '' || (Array.isArray(v) && v.length === 0)) return '';
+  if (Array.isArray(v)) return ` (default ${(v as HostRule[]).map((r) => r.text).join(',')})`;
   if (DURATIONS.has(key) && typeof v === 'number')
     return ` (default ${v % 60_000 === 0 ? `${v / 60_000}m` : `${v / 1000}s`})`;
   return ` (default ${String(v)})`;

@@ -13,6 +13,8 @@ import { join } from 'node:path';
 import type { Dispatcher } from 'undici';
 import type { Logger } from 'pino';
 import { redact } from '../redact.ts';
+import type { HostRule } from '../policy/reach.ts';
+import { defaultStorageHosts, storageReach } from '../policy/storage-reach.ts';
 import type { ObjectStorageType } from '../api/objectstorage.ts';
 import type { StorageCredentials } from '../storage/credentials.ts';
 import { effectiveFilter, objectURL as objectURLOf } from '../storage/objecturl.ts';
@@ -63,6 +65,9 @@ export interface DownloaderConfig {
   limits: AgentLimits;
   /** The credentials that sign a spec's keys (the mounted Secret); absent: only URLs are accepted. */
   credentials?: ((type: ObjectStorageType) => Promise<StorageCredentials>) | undefined;
+  /** Hosts a spec's storage location may name for keys the agent signs (--allowed-storage-hosts); default the
+   *  storage services' own. The spec comes from whoever holds the agent's token, the credentials from the pod. */
+  storageHosts?: readonly HostRule[] | undefined;
   /** The peer daemon's task id rule, for the expected ids. */
   rule?: TaskIdRule | undefined;
   logger?: Logger | undefined;
@@ -204,6 +209,12 @@ export async function preflight(
       'NoCredentials',
       'files give object keys but the agent has no credentials to sign them: mount the storage Secret and pass --credentials-dir, or send signed URLs',
     );
+  const location = specLocation(spec);
+  if (location && spec.files.some((f) => f.key !== undefined)) {
+    const storageHosts = config.storageHosts ?? defaultStorageHosts();
+    const reach = storageReach(location, 'storage', { storageHosts }, "the agent's");
+    if (!reach.allowed) throw new DownloadRefused(422, reach.reason, reach.message);
+  }
   const maxBytes = Math.min(config.limits.maxBytes, spec.maxBytes ?? Infinity);
   const known = spec.files.reduce((s, f) => s + (f.size ?? 0), 0);
   if (known > maxBytes)

@@ -15,6 +15,8 @@ import {
   parsePieceLength,
   taskIdRule,
 } from '../storage/taskid.ts';
+import { parseHostRules, type HostRule } from '../policy/reach.ts';
+import { DEFAULT_STORAGE_HOSTS } from '../policy/storage-reach.ts';
 import { parseCommandArgs } from './args.ts';
 import { CliError } from './errors.ts';
 
@@ -28,6 +30,10 @@ export const DOWNLOAD_OPTIONS_USAGE = `--root             the model root (a volu
 --proxy            the node's peer proxy (default http://127.0.0.1:4001; in a pod: http://$(NODE_IP):4001)
 --credentials-dir  a mounted storage Secret (one file per key) to sign object keys with; without it only signed
                    URLs are accepted
+--allowed-storage-hosts
+                   hosts a request's storage location may name for the keys the agent signs, comma-separated:
+                   name, *.domain (a * inside a label matches within it), IP or CIDR, each with an optional :port
+                   (default: the storage services' own hosts; docs/security.md)
 --hard-link-root   the model root as the peer daemon sees it (the same volume mounted into the daemon): files are
                    hard links of the daemon's own copies instead of copies (checked against the body when the
                    daemon fills them during the download)
@@ -42,6 +48,7 @@ export const DOWNLOAD_OPTIONS = {
   root: { type: 'string' },
   proxy: { type: 'string', default: 'http://127.0.0.1:4001' },
   'credentials-dir': { type: 'string' },
+  'allowed-storage-hosts': { type: 'string', default: DEFAULT_STORAGE_HOSTS },
   'hard-link-root': { type: 'string' },
   'max-bytes': { type: 'string', default: '1Ti' },
   'min-free-bytes': { type: 'string', default: '1Gi' },
@@ -104,6 +111,12 @@ export function downloaderConfig(values: DownloadFlags): DownloaderConfig & { lo
   if (!['debug', 'info', 'warn', 'error'].includes(level))
     throw new CliError(`--log-level: must be debug, info, warn or error, got "${level}"`);
   const credentials = values['credentials-dir'] as string | undefined;
+  let storageHosts: HostRule[];
+  try {
+    storageHosts = parseHostRules(String(values['allowed-storage-hosts']));
+  } catch (err) {
+    throw new CliError(`--allowed-storage-hosts: ${(err as Error).message}`);
+  }
   return {
     root,
     proxy: proxyURL.origin,
@@ -116,6 +129,7 @@ export function downloaderConfig(values: DownloadFlags): DownloaderConfig & { lo
       concurrency,
     },
     credentials: credentials ? credentialsDir(credentials) : undefined,
+    storageHosts,
     rule,
     logLevel: level,
   };

@@ -51,6 +51,8 @@ export async function run(argv: string[]): Promise<number> {
   for (const [flag, rules] of [
     ['--allowed-manager-hosts', config.allowedManagerHosts],
     ['--allowed-endpoint-hosts', config.allowedEndpointHosts],
+    ['--allowed-storage-hosts', config.allowedStorageHosts],
+    ['--allowed-registry-hosts', config.allowedRegistryHosts],
   ] as const)
     if (rules.some((r) => r.name === '*'))
       logger.warn(

@@ -18,10 +18,15 @@
 import { BlockList, isIP } from 'node:net';
 import type { ClusterManagerSpec, LabelSelector } from '../api/index.ts';
 
-/** One allow-list entry: a host name (`*.` matches any sub-domain), an IP or an IP range, with an optional port. */
+/**
+ * One allow-list entry: a host name (`*.` first matches any sub-domain, `*` inside a label any run of characters of
+ * that one label), an IP or an IP range, with an optional port.
+ */
 export interface HostRule {
   /** Lower-case host name, `*.suffix`, or undefined for an IP rule. */
   name?: string;
+  /** For names with a `*` after the leading `*.`: the whole name as a pattern. */
+  glob?: RegExp;
   /** For IP and range rules. */
   ips?: BlockList;
   /** Undefined: any port. */
@@ -40,6 +45,10 @@ export const ReachReason = {
   ClusterManagerNotAllowed: 'ClusterManagerNotAllowed',
   /** A static spec.modelServer.endpoints entry's host is not in --allowed-endpoint-hosts. */
   EndpointNotAllowed: 'EndpointNotAllowed',
+  /** An object-storage endpoint (or object host) is not in --allowed-storage-hosts (storage-reach.ts). */
+  StorageEndpointNotAllowed: 'StorageEndpointNotAllowed',
+  /** An image preheat with registry credentials names a registry outside --allowed-registry-hosts. */
+  RegistryNotAllowed: 'RegistryNotAllowed',
 } as const;
 export type ReachReason = (typeof ReachReason)[keyof typeof ReachReason];
 
@@ -52,6 +61,22 @@ export interface ReachPolicy {
 }
 
 const HOST_NAME = /^(\*\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
+/** A name with `*` inside labels (`*.s3.*.amazonaws.com`, `oss-*.aliyuncs.com`): letters, digits, `-`, `*` per label. */
+const GLOB_NAME = /^(\*\.)?[a-z0-9*][-a-z0-9*]*(\.[a-z0-9*][-a-z0-9*]*)*$/;
+
+/**
+ * The pattern of a glob name: a leading `*.` is one or more labels (as for a plain `*.suffix` rule), any other `*`
+ * stays inside its label. Hand-written: the syntax is these two forms, and no glob library keeps a `*` in its label
+ * the way DNS names need.
+ */
+function globPattern(name: string): RegExp {
+  const sub = name.startsWith('*.');
+  const body = (sub ? name.slice(2) : name)
+    .split('.')
+    .map((label) => (label === '*' ? '[a-z0-9-]+' : label.split('*').join('[a-z0-9-]*')))
+    .join('\\.');
+  return new RegExp(`^${sub ? '(?:[a-z0-9-]+\\.)+' : ''}${body}$`);
+}
 
 /**
  * Parses one allow-list entry: `name`, `*.domain`, an IPv4/IPv6 address (IPv6 in brackets when a port follows),
@@ -95,9 +120,11 @@ export function parseHostRule(entry: string): HostRule {
     return { ips, ...(port !== undefined ? { port } : {}), text };
   }
   const name = host.toLowerCase().replace(/\.$/, '');
-  if (!HOST_NAME.test(name))
-    throw bad('must be a host name, *.domain, an IP address or a range, with an optional :port');
-  return { name, ...(port !== undefined ? { port } : {}), text };
+  const portPart = port !== undefined ? { port } : {};
+  if (HOST_NAME.test(name)) return { name, ...portPart, text };
+  if (GLOB_NAME.test(name) && !name.split('.').every((l) => l === '*') && !/\*\*/.test(name))
+    return { name, glob: globPattern(name), ...portPart, text };
+  throw bad('must be a host name, *.domain, an IP address or a range, with an optional :port');
 }
 
 /** Parses a comma-separated allow-list (empty: nothing allowed). */
@@ -129,6 +156,7 @@ export function hostAllowed(url: string, rules: readonly HostRule[]): boolean {
     if (r.name === '*') return true;
     if (r.ips) return family !== 0 && r.ips.check(host, family === 4 ? 'ipv4' : 'ipv6');
     if (family !== 0 || !r.name) return false;
+    if (r.glob) return r.glob.test(host);
     return r.name.startsWith('*.') ? host.endsWith(r.name.slice(1)) : host === r.name;
   });
 }

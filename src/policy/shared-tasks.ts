@@ -22,7 +22,11 @@ export interface ServedModelRef {
 export interface EvictionPlan<T> {
   /** Tasks nobody else uses: evict them. */
   evict: T[];
-  /** Tasks kept, each with the first other resource (`Kind namespace/name`) that still uses it. */
+  /**
+   * Tasks kept, each with the first other resource that still uses it: `Kind namespace/name` in `self`'s namespace,
+   * `a Kind in another namespace` elsewhere (this goes into an Event of `self`'s namespace, which must not name
+   * another tenant's resources).
+   */
   kept: { task: T; usedBy: string }[];
 }
 
@@ -44,19 +48,23 @@ export function planEviction<T extends { url: string; taskID: string }>(
   const use = (key: string, who: string) => {
     if (!users.has(key)) users.set(key, who);
   };
+  const who = (kind: string, o: { metadata: { name: string; namespace?: string } }) =>
+    o.metadata.namespace === self.metadata.namespace
+      ? `${kind} ${idOf(o)}`
+      : `a ${kind} in another namespace`;
   const isSelf = (o: PreheatRef) =>
     self.metadata.uid !== undefined ? o.metadata.uid === self.metadata.uid : idOf(o) === idOf(self);
   for (const p of others.preheats) {
     if (isSelf(p) || !alive(p)) continue;
     for (const t of p.status?.tasks ?? []) {
-      use(`id:${t.taskID}`, `ModelPreheat ${idOf(p)}`);
-      use(`url:${t.url}`, `ModelPreheat ${idOf(p)}`);
+      use(`id:${t.taskID}`, who('ModelPreheat', p));
+      use(`url:${t.url}`, who('ModelPreheat', p));
     }
   }
   let gatedBy: string | undefined;
   for (const sm of others.servedModels) {
     if (!alive(sm)) continue;
-    for (const t of sm.status?.cache?.tasks ?? []) use(`id:${t.taskID}`, `ServedModel ${idOf(sm)}`);
+    for (const t of sm.status?.cache?.tasks ?? []) use(`id:${t.taskID}`, who('ServedModel', sm));
     const gate = sm.spec?.preheat?.name ?? sm.status?.preheatName;
     if (
       gatedBy === undefined &&

@@ -21,6 +21,7 @@ import { effectiveFilter, type StorageLocation } from '../../src/storage/objectu
 import { signObjectURL } from '../../src/storage/sign.ts';
 import { startMinIO, type MinIO } from '../support/minio.ts';
 import { startPeerProxy, type PeerProxy } from '../support/peer-proxy.ts';
+import { parseHostRules } from '../../src/policy/reach.ts';
 
 const TOKEN = 'e2e-agent-token-0123456789';
 const SHARDS = {
@@ -61,6 +62,8 @@ describe('the agent places a MinIO directory through the peer proxy', () => {
       limits: { ...DEFAULT_LIMITS, minFreeBytes: 0 },
       token: tokenFile(join(dir, 'token')),
       credentials: credentialsDir(join(dir, 'creds')),
+      // MinIO listens on loopback: the pod owner's list names it.
+      storageHosts: parseHostRules('127.0.0.0/8'),
     });
   });
   afterAll(async () => {

@@ -9,6 +9,7 @@ import { GVR, KubeClient } from '../../src/runtime/index.ts';
 import { CHART, helm, helmTemplate } from '../support/helm.ts';
 import { createNamespace, kubeConfig, REPO_ROOT } from '../support/kube.ts';
 import { gvrOf, kustomize, type Manifest } from '../support/runtime-deploy.ts';
+import { DEFAULT_STORAGE_HOSTS } from '../../src/policy/storage-reach.ts';
 
 const kc = kubeConfig(inject('kubeconfigPath'));
 const kube = new KubeClient(kc);
@@ -260,12 +261,65 @@ describe('charts/peerload', () => {
     ).not.toContain('NetworkPolicy');
   });
 
+  it("narrows the apiserver rule to the `kubernetes` Service's addresses when it can read them (install, upgrade)", async () => {
+    // A slice of the `kubernetes` Service as the apiserver's endpoint reconciler writes one (a test address).
+    const slice = {
+      apiVersion: 'discovery.k8s.io/v1',
+      kind: 'EndpointSlice',
+      metadata: {
+        name: 'kubernetes-chart-test',
+        namespace: 'default',
+        labels: { 'kubernetes.io/service-name': 'kubernetes' },
+      },
+      addressType: 'IPv4',
+      endpoints: [{ addresses: ['198.18.0.9'] }],
+      ports: [{ name: 'https', port: 6443, protocol: 'TCP' }],
+    };
+    const slices = kube.resource(GVR.endpointSlices);
+    await slices.patch('default', slice.metadata.name, slice, {
+      type: 'apply',
+      fieldManager: 'peerload-chart-test',
+      force: true,
+    });
+    try {
+      // --dry-run=server: the chart's lookup reads the cluster, as helm install does.
+      const np = one(
+        helmTemplate('models', 'ml', {}, ['--dry-run=server', '--kubeconfig', inject('kubeconfigPath')]),
+        'NetworkPolicy',
+      ).spec;
+      const apiServer = np.egress.find((r: { ports: { port: number }[] }) =>
+        r.ports.some((p) => p.port === 6443),
+      );
+      expect(apiServer.to).toContainEqual({ ipBlock: { cidr: '198.18.0.9/32' } });
+      // Offline (helm template), it cannot read them: any address on 443/6443, as deploy/base.
+      const offline = one(helmTemplate('models', 'ml'), 'NetworkPolicy').spec;
+      expect(
+        offline.egress.find((r: { ports: { port: number }[] }) => r.ports.some((p) => p.port === 6443)).to,
+      ).toBeUndefined();
+    } finally {
+      await slices.delete('default', slice.metadata.name).catch(() => undefined);
+    }
+  });
+
   it('sets the reach allow-lists from values, and reads ClusterManagers in namespace scope when asked', () => {
     const args = (set: Record<string, string>) =>
       one(helmTemplate('models', 'ml', set), 'Deployment').spec.template.spec.containers[0].args;
     // Default: both empty, as deploy/base says.
     expect(args({})).toEqual(
-      expect.arrayContaining(['--allowed-manager-hosts=', '--allowed-endpoint-hosts=']),
+      expect.arrayContaining([
+        '--allowed-manager-hosts=',
+        '--allowed-endpoint-hosts=',
+        `--allowed-storage-hosts=${DEFAULT_STORAGE_HOSTS}`,
+        '--allowed-registry-hosts=',
+      ]),
+    );
+    expect(
+      args({ allowedStorageHosts: '{minio.storage.svc:9000}', allowedRegistryHosts: '{ghcr.io}' }),
+    ).toEqual(
+      expect.arrayContaining([
+        '--allowed-storage-hosts=minio.storage.svc:9000',
+        '--allowed-registry-hosts=ghcr.io',
+      ]),
     );
     expect(
       args({

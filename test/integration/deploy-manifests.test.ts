@@ -109,7 +109,8 @@ describe('deploy/default', () => {
       ['UDP/53', 'TCP/53'],
       ['TCP/443', 'TCP/6443'],
       ['TCP/8080'],
-      ['TCP/8081'],
+      // The examples' model servers: TorchServe's management API, Triton's and vLLM's HTTP API, the agent.
+      ['TCP/8081', 'TCP/8000', 'TCP/8095'],
     ]);
     // Only the apiserver rule has no peers (its address is no pod's); every other rule names in-cluster pods.
     expect(egress.filter((r) => !r.to).map(ports)).toEqual([['TCP/443', 'TCP/6443']]);

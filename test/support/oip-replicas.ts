@@ -15,6 +15,7 @@ import { startAgentServer, type AgentServer } from '../../src/agent/server.ts';
 import type { DragonflyPeer } from './dragonfly.ts';
 import type { OipServer, OipServerOptions } from './oip-servers.ts';
 import { freePort } from './ports.ts';
+import { parseHostRules } from '../../src/policy/reach.ts';
 
 export interface AgentReplica {
   peer: DragonflyPeer;
@@ -60,6 +61,8 @@ export async function startAgentReplica(opts: AgentReplicaOptions): Promise<Agen
     limits: { ...DEFAULT_LIMITS, minFreeBytes: 0 },
     token: tokenFile(join(dir, 'token')),
     credentials: credentialsDir(join(dir, 'creds')),
+    // The test's store listens on loopback: the pod owner's list names it.
+    storageHosts: parseHostRules('127.0.0.0/8'),
   });
   const server = await opts.start({ host: peer.ip, repository: root }).catch(async (err: unknown) => {
     await agent.close();

@@ -1,6 +1,7 @@
 /** In-process managers for runtime integration tests: config, request recording, start/stop. */
 import { loadConfig, type OperatorConfig } from '../../src/config.ts';
 import { OPERATOR_IDENTITY } from '../../src/controllers/index.ts';
+import { DEFAULT_STORAGE_HOSTS } from '../../src/policy/storage-reach.ts';
 import {
   KubeClient,
   Manager,
@@ -23,6 +24,9 @@ export function testConfig(flags: string[]): OperatorConfig {
       '--no-metrics-secure',
       '--log-level',
       process.env.TEST_LOG_LEVEL ?? 'silent',
+      // The tests' object stores (MinIO, Azurite, origins) listen on loopback: the admin's list names them.
+      '--allowed-storage-hosts',
+      `${DEFAULT_STORAGE_HOSTS},127.0.0.0/8`,
       ...flags,
     ],
     {},

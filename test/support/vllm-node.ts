@@ -128,7 +128,8 @@ async function startReplica(
   const root = join(ctx.work, `node-${i}`, 'models'); // the daemon's file system: hard links work
   await mkdir(root, { recursive: true });
   const shared = ['--root', root, '--proxy', ctx.proxyURL, '--hard-link-root', root];
-  shared.push('--credentials-dir', ctx.creds);
+  // The node's store (MinIO behind its origin proxy) listens on loopback: the pod owner's list names it.
+  shared.push('--credentials-dir', ctx.creds, '--allowed-storage-hosts', '127.0.0.0/8');
   const fetchLine = await cli([
     'fetch',
     ...['--name', BASE_NAME, '--spec', ctx.baseSpec, '--min-free-bytes', '0'],

@@ -19,6 +19,7 @@ import { startAgentServer, type AgentServer } from '../../src/agent/server.ts';
 import { createLogger } from '../../src/runtime/logger.ts';
 import { tokenFile } from '../../src/agent/auth.ts';
 import { taskID } from '../../src/storage/taskid.ts';
+import { parseHostRules } from '../../src/policy/reach.ts';
 import { startOrigin, type Origin } from '../support/origin.ts';
 import { startPeerProxy, type PeerProxy } from '../support/peer-proxy.ts';
 
@@ -63,8 +64,10 @@ afterEach(async () => {
   await rm(dir, { recursive: true, force: true });
 });
 
+let credentialReads = 0;
+
 async function start(
-  opts: { limits?: Partial<AgentLimits>; proxy?: string; hardLinkRoot?: string } = {},
+  opts: { limits?: Partial<AgentLimits>; proxy?: string; hardLinkRoot?: string; storageHosts?: string } = {},
 ): Promise<AgentServer> {
   const sink = new Writable({
     write(chunk: Buffer, _enc, cb) {
@@ -79,11 +82,16 @@ async function start(
     hardLinkRoot: opts.hardLinkRoot,
     limits: { ...DEFAULT_LIMITS, minFreeBytes: 0, ...opts.limits },
     token: tokenFile(join(dir, 'token')),
-    credentials: async () => ({
-      type: 's3',
-      accessKeyID: 'AKIAEXAMPLE',
-      secretAccessKey: 'secret-key-example-1',
-    }),
+    // The default list (the storage services' hosts) unless the test names the origin's.
+    ...(opts.storageHosts !== undefined ? { storageHosts: parseHostRules(opts.storageHosts) } : {}),
+    credentials: async () => {
+      credentialReads++;
+      return {
+        type: 's3',
+        accessKeyID: 'AKIAEXAMPLE',
+        secretAccessKey: 'secret-key-example-1',
+      };
+    },
     logger: createLogger('debug', sink),
   });
   return agent;
@@ -218,14 +226,29 @@ describe('downloading a version', () => {
     expect(origin.stats.requests).toBe(originRequests);
   });
 
-  it('signs object keys itself with the mounted credentials', async () => {
-    await start();
+  it('signs object keys itself with the mounted credentials, for a store in its --allowed-storage-hosts only', async () => {
     const body = {
       version: '2',
       storage: { type: 's3', bucket: 'weights', endpoint: origin.url, pathStyle: true },
       files: [{ path: 'config.json', key: 'm/config.json' }],
     };
+    // By default only the storage services' hosts: the origin on loopback is refused before a credential is read.
+    await start();
+    credentialReads = 0;
+    const refused = await call('PUT', '/v1/models/m', body);
+    expect(refused.status).toBe(422);
+    expect(refused.body.error.reason).toBe('StorageEndpointNotAllowed');
+    expect(refused.body.error.message).toContain(`storage.endpoint: host ${new URL(origin.url).host}`);
+    expect(refused.body.error.message).toContain(
+      "not in the agent's --allowed-storage-hosts (s3.amazonaws.com",
+    );
+    expect(credentialReads).toBe(0);
+    expect(peer.requests).toEqual([]);
+    await agent!.close();
+
+    await start({ storageHosts: '127.0.0.0/8' });
     expect((await call('PUT', '/v1/models/m', body)).status).toBe(202);
+    expect(credentialReads).toBe(1);
     await agent!.idle();
     expect(await readFile(join(root, 'm', '2', 'config.json'), 'utf8')).toBe('{"layers":2}');
     const [r] = peer.requests;

@@ -41,7 +41,7 @@ const nothingDone = { finalizing: false, gating: false, listing: false, convergi
 const input = (over: Partial<PhaseInput>): PhaseInput => ({
   object: sm(ARCHIVE),
   behind: false,
-  policy: { managerHosts: [], endpointHosts: parseHostRules('198.18.0.0/16') },
+  policy: { managerHosts: [], endpointHosts: parseHostRules('198.18.0.0/16'), storageHosts: [] },
   drivers,
   done: nothingDone,
   ...over,

@@ -166,13 +166,25 @@ interface SetupOptions {
   /** The ModelPreheat the gate reads (by any name). */
   preheat?: ModelPreheat;
   directories?: ModelDirectories;
+  /** The admin's --allowed-storage-hosts. */
+  storageHosts?: string;
+  /** The object is being deleted. */
+  deleting?: boolean;
 }
 
 function setup(opts: SetupOptions = {}) {
   const api = new FakeApi({
     apiVersion: 'peerload.io/v1alpha1',
     kind: 'ServedModel',
-    metadata: { name: 'resnet', namespace: 'ns', uid: 'uid-1', generation: 1 },
+    metadata: {
+      name: 'resnet',
+      namespace: 'ns',
+      uid: 'uid-1',
+      generation: 1,
+      ...(opts.deleting
+        ? { deletionTimestamp: '2026-01-01T00:00:00Z', finalizers: ['peerload.io/unregister-model'] }
+        : {}),
+    },
     spec: opts.spec ?? {
       modelName: 'resnet',
       fileName: 'models/resnet.mar',
@@ -181,6 +193,7 @@ function setup(opts: SetupOptions = {}) {
   } as unknown as ServedModel);
   const driver = new FakeDriver(opts.layouts);
   const events: string[] = [];
+  const cleanUps: string[] = [];
   const enqueued: string[] = [];
   const writer = new StatusWriter(api.kube);
   const registrations = new RegistrationRunner<Registered>({ global: 8, onChange: (k) => enqueued.push(k) });
@@ -192,6 +205,8 @@ function setup(opts: SetupOptions = {}) {
       pollBackoffMax: 10_000,
       // Static endpoints are contacted only where the admin allows them.
       allowedEndpointHosts: parseHostRules('198.18.0.0/16'),
+      // Its store on loopback, as the admin's list names it.
+      allowedStorageHosts: parseHostRules(opts.storageHosts ?? '127.0.0.1:9000'),
     },
     model: () => api.cached,
     slices: () => [],
@@ -208,7 +223,7 @@ function setup(opts: SetupOptions = {}) {
       conflict: 'fail',
     }),
     writes: writer,
-    cleanUp: async () => undefined,
+    cleanUp: async () => void cleanUps.push(KEY),
     metrics: {
       servedModelReplicas: () => undefined,
       modelServerErrors: { labels: () => ({ inc: () => undefined }) } as never,
@@ -218,7 +233,7 @@ function setup(opts: SetupOptions = {}) {
   const idle = () => vi.waitFor(() => expect(registrations.inFlight).toBe(0));
   const pass = () => reconciler.reconcile(KEY, rc);
   const ready = () => api.stored.status?.conditions?.find((c) => c.type === 'Ready')?.status === 'True';
-  return { api, driver, events, registrations, pass, idle, ready };
+  return { api, driver, events, registrations, pass, idle, ready, cleanUps };
 }
 
 const registeredEvents = (events: string[]) => events.filter((e) => e.includes('/ModelRegistered'));
@@ -402,6 +417,41 @@ describe('ServedModelReconciler with a model that is a directory (spec.files)', 
       bytes: 3020,
       digest: expect.stringMatching(/^[0-9a-f]{16}$/),
     });
+  });
+
+  it('a store outside --allowed-storage-hosts: Stalled (StorageEndpointNotAllowed), no Secret read, no listing, no replica asked', async () => {
+    const d = directories();
+    const t = setup({
+      spec: DIRECTORY_SPEC,
+      layouts: ['directory'],
+      preheat: succeededPreheat,
+      directories: d.dirs,
+      storageHosts: '*.s3.*.amazonaws.com',
+    });
+    await converge(t);
+    const stalled = t.api.stored.status!.conditions!.find((c) => c.type === 'Stalled')!;
+    expect(stalled).toMatchObject({ status: 'True', reason: 'StorageEndpointNotAllowed' });
+    expect(stalled.message).toContain('spec.preheat.objectStorage.endpoint: host 127.0.0.1:9000');
+    expect(stalled.message).toContain('--allowed-storage-hosts (*.s3.*.amazonaws.com)');
+    expect(d.secretReads).toEqual([]);
+    expect(d.lists).toEqual([]);
+    expect(t.driver.calls).toBe(0);
+  });
+
+  it('being deleted, a store outside the list still lets the model be unregistered (deletion reads no storage Secret)', async () => {
+    const d = directories();
+    const t = setup({
+      spec: DIRECTORY_SPEC,
+      layouts: ['directory'],
+      preheat: succeededPreheat,
+      directories: d.dirs,
+      storageHosts: '*.s3.*.amazonaws.com',
+      deleting: true,
+    });
+    await t.pass();
+    expect(t.cleanUps).toEqual([KEY]);
+    expect(d.secretReads).toEqual([]);
+    expect(t.events.filter((e) => e.includes('CleanupSkipped'))).toEqual([]);
   });
 
   it('a listing made again (the operator restarted) is checked against status.files.digest: other content is Stalled', async () => {

@@ -26,7 +26,12 @@ describe('planEviction', () => {
     const other = preheat('team-b', 'theirs', [task(2)]);
     const plan = planEviction(self, self.status!.tasks!, { preheats: [self, other], servedModels: [] });
     expect(plan.evict).toEqual([task(1), task(3)]);
-    expect(plan.kept).toEqual([{ task: task(2), usedBy: 'ModelPreheat team-b/theirs' }]);
+    // Named only as "in another namespace": the Event goes to team-a, which must not learn team-b's names.
+    expect(plan.kept).toEqual([{ task: task(2), usedBy: 'a ModelPreheat in another namespace' }]);
+    const neighbour = preheat('team-a', 'neighbour', [task(2)]);
+    expect(planEviction(self, [task(2)], { preheats: [neighbour], servedModels: [] }).kept).toEqual([
+      { task: task(2), usedBy: 'ModelPreheat team-a/neighbour' },
+    ]);
   });
 
   it('the same URL under another task id (another tag) keeps it too', () => {
@@ -48,7 +53,7 @@ describe('planEviction', () => {
       status: { cache: { tasks: [{ taskID: 't1' }] } },
     };
     expect(planEviction(self, self.status!.tasks!, { preheats: [], servedModels: [cached] }).kept).toEqual([
-      { task: task(1), usedBy: 'ServedModel team-c/sm' },
+      { task: task(1), usedBy: 'a ServedModel in another namespace' },
     ]);
     const gated: ServedModelRef = {
       metadata: { namespace: 'team-a', name: 'app' },

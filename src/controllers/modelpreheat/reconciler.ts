@@ -30,6 +30,7 @@ import {
   resolveManager,
   useClusterManagers,
 } from '../managers.ts';
+import { preheatCredentialReach } from '../../policy/storage-reach.ts';
 import { operatorMetrics, type OperatorMetrics } from '../metrics.ts';
 import { SecretReader } from '../secrets.ts';
 import {
@@ -181,7 +182,7 @@ export class ModelPreheatReconciler {
   }
 
   /**
-   * A manager the admin did not allow (policy/reach.ts) is never contacted, not even to clean up on delete: the
+   * A manager, storage host or registry the admin did not allow (policy/) is never contacted, not even to clean up on delete: the
    * finalizer goes with a CleanupSkipped Event, and the object is Stalled naming the rule.
    */
   private async reachDenied(
@@ -189,7 +190,8 @@ export class ModelPreheatReconciler {
     spec: ModelPreheatSpec,
     rc: ReconcileContext,
   ): Promise<{ result: ReconcileResult | void } | undefined> {
-    const reach = await managerReach(spec.manager, obj.metadata.namespace!, this.ctx.config, 'spec.manager');
+    const managerAllowed = await managerReach(spec.manager, obj.metadata.namespace!, this.ctx.config);
+    const reach = managerAllowed.allowed ? preheatCredentialReach(spec, this.ctx.config) : managerAllowed;
     if (reach.allowed) return undefined;
     const denied = new ReachDeniedError(reach.reason, reach.message);
     const problem = { finalizer: FINALIZER, message: reach.message, skipped: 'manager not contacted' };

@@ -39,6 +39,8 @@ export const ServedModelReason = {
   NoFailures: 'NoFailures',
   /** A static spec.modelServer.endpoints host is not in the operator's --allowed-endpoint-hosts (src/policy/reach.ts). */
   EndpointNotAllowed: 'EndpointNotAllowed',
+  /** A spec.preheat.objectStorage host is not in the operator's --allowed-storage-hosts (src/policy/storage-reach.ts). */
+  StorageEndpointNotAllowed: 'StorageEndpointNotAllowed',
   /** spec.modelServer.driver names no driver the operator has. */
   UnknownDriver: 'UnknownDriver',
   /** The model server's driver does not load the model's layout (a directory for TorchServe). */
@@ -125,8 +127,10 @@ export function invalidSpecConditions(message: string): ServedModelConditionChan
 
 /** The condition changes for endpoints the reach policy refuses: no replica is contacted until an admin or the spec
  *  changes. */
-export function endpointNotAllowedConditions(message: string): ServedModelConditionChange[] {
-  const reason = ServedModelReason.EndpointNotAllowed;
+export function endpointNotAllowedConditions(
+  message: string,
+  reason: 'EndpointNotAllowed' | 'StorageEndpointNotAllowed' = ServedModelReason.EndpointNotAllowed,
+): ServedModelConditionChange[] {
   return [
     { type: ServedModelCondition.Ready, status: 'False', reason, message },
     { type: ServedModelCondition.Reconciling, absent: true },

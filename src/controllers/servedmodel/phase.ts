@@ -11,6 +11,7 @@
  */
 import { staticAddresses, ServedModelSpec, type ServedModel } from '../../api/index.ts';
 import { endpointsReach, type ReachPolicy } from '../../policy/reach.ts';
+import { storageReach, type CredentialHostPolicy } from '../../policy/storage-reach.ts';
 import { hasFinalizer, isBeingDeleted } from '../../runtime/index.ts';
 import { layoutRefusal, type ModelServerDrivers } from '../../servers/driver.ts';
 import { specProblem } from '../status.ts';
@@ -23,8 +24,9 @@ export type ServedModelPhase =
   | { kind: 'cacheBehind' }
   /** The spec does not parse: Stalled, naming the field. */
   | { kind: 'invalid'; message: string }
-  /** Static endpoints outside the admin's --allowed-endpoint-hosts: no request at all. */
-  | { kind: 'refused'; message: string }
+  /** Static endpoints outside the admin's --allowed-endpoint-hosts (no request at all), or a preheat store outside
+   *  --allowed-storage-hosts (no Secret read, no listing, no location handed to an agent). */
+  | { kind: 'refused'; message: string; reason: 'EndpointNotAllowed' | 'StorageEndpointNotAllowed' }
   /** spec.modelServer.driver names no driver the operator has: nothing can be asked of the replicas. */
   | { kind: 'unknownDriver'; message: string }
   /** Being deleted: unregister everywhere, then let the finalizer go. */
@@ -47,8 +49,8 @@ export interface PhaseInput {
   object: ServedModel | undefined;
   /** Whether the cache holds a version our last write replaced. */
   behind: boolean;
-  /** Where the admin lets the operator send requests. */
-  policy: ReachPolicy;
+  /** Where the admin lets the operator send requests, and storage credentials. */
+  policy: ReachPolicy & Pick<CredentialHostPolicy, 'storageHosts'>;
   drivers: Pick<ModelServerDrivers, 'find' | 'names'>;
   /** The steps of this pass done so far (each runs at most once a pass). */
   done: { finalizing: boolean; gating: boolean; listing: boolean; converging: boolean };
@@ -62,7 +64,12 @@ export function servedModelPhase(p: PhaseInput): ServedModelPhase {
   if (!parsed.success) return { kind: 'invalid', message: specProblem(parsed.error) };
   const spec = parsed.data;
   const reach = endpointsReach(staticAddresses(spec), 'spec.modelServer.endpoints', p.policy);
-  if (!reach.allowed) return { kind: 'refused', message: reach.message };
+  if (!reach.allowed) return { kind: 'refused', message: reach.message, reason: 'EndpointNotAllowed' };
+  const storage = spec.preheat?.objectStorage;
+  const store = storage && storageReach(storage, 'spec.preheat.objectStorage', p.policy);
+  // Deleting needs no storage credentials: a store outside the list still lets the model be unregistered.
+  if (store && !store.allowed && !isBeingDeleted(sm))
+    return { kind: 'refused', message: store.message, reason: 'StorageEndpointNotAllowed' };
   const driver = p.drivers.find(spec.modelServer.driver);
   if (!driver)
     return {

@@ -26,7 +26,7 @@ import {
   type ReconcileContext,
   type ReconcileResult,
 } from '../../runtime/index.ts';
-import type { ReachPolicy } from '../../policy/reach.ts';
+import { defaultStorageHosts } from '../../policy/storage-reach.ts';
 import type { OperatorMetrics } from '../metrics.ts';
 import { CACHE_BEHIND_RETRY_MS, cacheBehind, invalidSpec, type StatusWrite } from '../status.ts';
 import { FINALIZER } from './cleanup.ts';
@@ -42,7 +42,7 @@ import {
 } from './conditions.ts';
 import type { ReplicaGates, ReplicaGating } from './gates.ts';
 import { goalOf, registrationId, registrationVersion, type ListedDirectory } from './goal.ts';
-import { servedModelPhase } from './phase.ts';
+import { servedModelPhase, type PhaseInput } from './phase.ts';
 import { pool } from './pool.ts';
 import { needsSeed } from './policy.ts';
 import type { RegistrationRunner } from './registrations.ts';
@@ -62,7 +62,12 @@ export interface ServedModelDeps {
   kube: ControllerContext['kube'];
   events: Pick<ControllerContext['events'], 'record'>;
   config: Pick<ControllerContext['config'], 'pollBackoffStart' | 'pollBackoffMax'> &
-    Partial<Pick<ControllerContext['config'], 'allowedManagerHosts' | 'allowedEndpointHosts'>>;
+    Partial<
+      Pick<
+        ControllerContext['config'],
+        'allowedManagerHosts' | 'allowedEndpointHosts' | 'allowedStorageHosts'
+      >
+    >;
   /** The ServedModel of a key, from the cache. */
   model(key: string): Obj | undefined;
   /** The EndpointSlices of a Service, from the cache. */
@@ -138,7 +143,7 @@ export class ServedModelReconciler {
         case 'invalid':
           return this.stalled(sm, phase.message, invalidSpecConditions(phase.message), rc);
         case 'refused':
-          return this.stalled(sm, phase.message, endpointNotAllowedConditions(phase.message), rc);
+          return this.stalled(sm, phase.message, endpointNotAllowedConditions(phase.message, phase.reason), rc);
         case 'unknownDriver':
           return this.stalled(sm, phase.message, unknownDriverConditions(phase.message), rc);
         case 'unsupportedLayout':
@@ -184,11 +189,12 @@ export class ServedModelReconciler {
     this.deps.metrics.servedModelReplicas(ns!, name!);
   }
 
-  private policy(): ReachPolicy {
+  private policy(): PhaseInput['policy'] {
     const { config } = this.deps;
     return {
       managerHosts: config.allowedManagerHosts ?? [],
       endpointHosts: config.allowedEndpointHosts ?? [],
+      storageHosts: config.allowedStorageHosts ?? defaultStorageHosts(),
     };
   }
 
