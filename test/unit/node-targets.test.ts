@@ -230,6 +230,29 @@ describe('ServedModel: node targets and per-replica gates', () => {
     ).toBe(true);
   });
 
+  it('a replica whose node is unknown registers once the preheat’s job is underway', () => {
+    const closed: Gate = {
+      state: 'closed',
+      preheatName: 'p',
+      reason: 'PreheatInProgress',
+      message: 'waiting',
+      final: false,
+    };
+    const job = (state: string, jobGeneration = 1) =>
+      ({
+        metadata: { generation: 1 },
+        spec,
+        status: { contentKey: contentKey(spec), jobID: 3, jobGeneration, state },
+      }) as unknown as ModelPreheat;
+    expect(replicaGate(closed, job('STARTED'), undefined, 0, 60_000, 1000)).toMatchObject({
+      open: true,
+      message: expect.stringMatching(/job 3 .*joins its task/),
+    });
+    expect(replicaGate(closed, job('FAILURE'), undefined, 0, 60_000, 1000)).toMatchObject({ open: false });
+    expect(replicaGate(closed, job('STARTED', 0), undefined, 0, 60_000, 1000)).toMatchObject({ open: false });
+    expect(replicaGate(closed, undefined, undefined, 0, 60_000, 1000)).toMatchObject({ open: false });
+  });
+
   describe('a version change: the previous content’s preheat opens no gate', () => {
     const v2 = ServedModelSpec.parse({ ...sm, fileName: 'm-2.mar' });
     const ips = ['10.0.0.1'];

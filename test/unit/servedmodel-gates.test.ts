@@ -118,3 +118,65 @@ describe('ServedModel gates across a spec change of the owned preheat', () => {
     expect(openOf(r)).toEqual([true, true]);
   });
 });
+
+describe('ServedModel gates without node targeting: open once the preheat’s job is underway', () => {
+  const seedSpec = (version: string) =>
+    ServedModelSpec.parse({
+      ...servedSpec(version),
+      preheat: { ...servedSpec(version).preheat, scope: 'single_seed_peer' },
+    });
+  /** The owned seed-peer preheat of `version` whose job for generation `jobGeneration` is in `state`. */
+  function running(version: string, state: string, jobGeneration = 1, generation = 1): ModelPreheat {
+    const spec = ModelPreheatSpec.parse(ownedPreheatSpec(seedSpec(version)));
+    return {
+      metadata: {
+        name: 'echo-preheat',
+        namespace: 'ns',
+        generation,
+        ownerReferences: [{ controller: true, uid: 'uid-1' }],
+      },
+      spec,
+      status: {
+        contentKey: contentKey(spec),
+        jobID: 7,
+        jobGeneration,
+        state,
+        conditions: [{ type: 'Succeeded', status: 'Unknown', observedGeneration: generation, message: '' }],
+      },
+    } as unknown as ModelPreheat;
+  }
+  const staticReplicas: Discovery = {
+    replicas: [{ endpoint: 'http://198.18.0.1:8000' }, { endpoint: 'http://198.18.0.2:8000' }],
+    startingNodes: [],
+  };
+  const pass = (cached: ModelPreheat | undefined, version = '1') =>
+    gates(() => cached).g.of('ns/echo', sm, seedSpec(version), staticReplicas, new Map(), signal);
+
+  it('a job the manager accepted and has not ended opens every replica, before its SUCCESS', async () => {
+    for (const state of ['PENDING', 'RECEIVED', 'STARTED']) {
+      const r = await pass(running('1', state));
+      expect(r.nodeTargeting).toBe(false);
+      expect(r.gate).toMatchObject({ state: 'open', message: expect.stringMatching(/job 7 is fetching/) });
+      expect(openOf(r)).toEqual([true, true]);
+      expect(r.closed).toEqual([]);
+    }
+  });
+
+  it('no job yet, a failed job, or a job of an earlier generation keeps them waiting', async () => {
+    const noJob = running('1', 'PENDING');
+    delete (noJob.status as Record<string, unknown>)['jobID'];
+    for (const cached of [noJob, running('1', 'FAILURE'), running('1', 'PENDING', 1, 2)]) {
+      const r = await pass(cached);
+      expect(r.gate).toMatchObject({ state: 'closed', reason: 'PreheatInProgress' });
+      expect(openOf(r)).toEqual([false, false]);
+    }
+    // Not created yet: the pass creates it.
+    expect(openOf(await pass(undefined))).toEqual([false, false]);
+  });
+
+  it('a job of the previous version’s content opens nothing for the new version', async () => {
+    const r = await pass(running('1', 'STARTED'), '2');
+    expect(r.gate).toMatchObject({ state: 'closed', reason: 'PreheatInProgress' });
+    expect(openOf(r)).toEqual([false, false]);
+  });
+});
