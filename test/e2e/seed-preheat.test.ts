@@ -13,15 +13,13 @@ import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createNamespace, kubeConfig, waitFor } from '../support/kube.ts';
-import { loopbackDispatcher } from '../support/endpointslices.ts';
 import { startCountingProxy, type CountingProxy } from '../support/counting-proxy.ts';
 import { ROOT_USER, startDragonfly, type Dragonfly } from '../support/dragonfly.ts';
 import { startMinIO, type MinIO } from '../support/minio.ts';
 import { buildLargeModelArchive, buildModelArchive } from '../support/model-archive.ts';
 import { startModelServerFleet, type ModelServerFleet } from '../support/modelserver-emulator.ts';
-import { startManager, type RunningManager } from '../support/runtime-harness.ts';
-import { modelPreheatController } from '../../src/controllers/modelpreheat/index.ts';
-import { createServedModelController } from '../../src/controllers/index.ts';
+import { startRealNetworkOperator } from '../support/real-operator.ts';
+import type { RunningManager } from '../support/runtime-harness.ts';
 import { signObjectURL } from '../../src/storage/sign.ts';
 import type { ModelPreheat, ServedModel } from '../../src/api/index.ts';
 
@@ -88,24 +86,11 @@ beforeAll(async () => {
   for (const [name, stringData] of Object.entries(secrets))
     await core.createNamespacedSecret({ namespace: ns, body: { metadata: { name }, stringData } });
 
-  operator = await startManager(
-    kc,
-    [
-      '--no-leader-elect',
-      '--manager-url',
-      network.managerURL,
-      '--allowed-manager-hosts',
-      '127.0.0.1',
-      // Static endpoints on this machine (refused unless allowed).
-      '--allowed-endpoint-hosts',
-      '127.0.0.1',
-      '--poll-backoff-start',
-      '1s',
-      '--poll-backoff-max',
-      '5s',
-    ],
-    [modelPreheatController, (ctx) => createServedModelController(ctx, { dispatcher: loopbackDispatcher() })],
-  );
+  // Static endpoints on this machine (refused unless allowed).
+  operator = await startRealNetworkOperator(kc, network.managerURL, [
+    '--allowed-endpoint-hosts',
+    '127.0.0.1',
+  ]);
 }, 1_800_000);
 
 afterAll(async () => {

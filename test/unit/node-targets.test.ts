@@ -46,6 +46,15 @@ const job = (results: object[], state = 'SUCCESS'): ManagerJob =>
     }),
   );
 
+/** A preheat gate that waits (not final). */
+const closed: Gate = {
+  state: 'closed',
+  preheatName: 'p',
+  reason: 'PreheatInProgress',
+  message: 'waiting',
+  final: false,
+};
+
 describe('node-targeted preheat: which peers still need the content', () => {
   it('the content key ignores where and how, not what', () => {
     const moved = ModelPreheatSpec.parse({ ...spec, targets: { ips: ['10.0.0.9'] }, retry: { limit: 0 } });
@@ -198,13 +207,6 @@ describe('ServedModel: node targets and per-replica gates', () => {
   });
 
   it('a replica’s gate opens on its own node’s outcome, on the whole preheat, or after the wait bound', () => {
-    const closed: Gate = {
-      state: 'closed',
-      preheatName: 'p',
-      reason: 'PreheatInProgress',
-      message: 'waiting',
-      final: false,
-    };
     const preheat = {
       spec,
       status: {
@@ -231,13 +233,6 @@ describe('ServedModel: node targets and per-replica gates', () => {
   });
 
   it('a replica whose node is unknown registers once the preheat’s job is underway', () => {
-    const closed: Gate = {
-      state: 'closed',
-      preheatName: 'p',
-      reason: 'PreheatInProgress',
-      message: 'waiting',
-      final: false,
-    };
     const job = (state: string, jobGeneration = 1) =>
       ({
         metadata: { generation: 1 },
@@ -335,13 +330,6 @@ describe('ServedModel: node targets and per-replica gates', () => {
   });
 
   it('a replica’s gate ignores peers that hold the content before a spec change (an earlier version)', () => {
-    const closed: Gate = {
-      state: 'closed',
-      preheatName: 'p',
-      reason: 'PreheatInProgress',
-      message: 'waiting',
-      final: false,
-    };
     const other = ModelPreheatSpec.parse({
       ...spec,
       objectStorage: { ...spec.objectStorage!, keys: ['v2.mar'] },

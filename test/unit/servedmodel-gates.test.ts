@@ -40,9 +40,9 @@ const sm = {
   metadata: { name: 'echo', namespace: 'ns', uid: 'uid-1', generation: 2 },
 } as unknown as ServedModel;
 
-/** The owned ModelPreheat of `version` on `ips`, succeeded at its generation, every targeted peer preheated. */
-function succeeded(version: string, ips: string[], generation = 1): ModelPreheat {
-  const spec = ModelPreheatSpec.parse(ownedPreheatSpec(servedSpec(version), ips));
+/** The owned ModelPreheat of `spec` at `generation`, with `status` and the content key of its spec. */
+function owned(spec: ServedModelSpec, ips: string[], generation: number, status: object): ModelPreheat {
+  const stored = ModelPreheatSpec.parse(ownedPreheatSpec(spec, ips));
   return {
     metadata: {
       name: 'echo-preheat',
@@ -50,14 +50,17 @@ function succeeded(version: string, ips: string[], generation = 1): ModelPreheat
       generation,
       ownerReferences: [{ controller: true, uid: 'uid-1' }],
     },
-    spec,
-    status: {
-      contentKey: contentKey(spec),
-      peers: ips.map((ip) => ({ ip, state: 'Preheated' })),
-      conditions: [{ type: 'Succeeded', status: 'True', observedGeneration: generation, message: 'ok' }],
-    },
+    spec: stored,
+    status: { contentKey: contentKey(stored), ...status },
   } as unknown as ModelPreheat;
 }
+
+/** The owned ModelPreheat of `version` on `ips`, succeeded at its generation, every targeted peer preheated. */
+const succeeded = (version: string, ips: string[], generation = 1): ModelPreheat =>
+  owned(servedSpec(version), ips, generation, {
+    peers: ips.map((ip) => ({ ip, state: 'Preheated' })),
+    conditions: [{ type: 'Succeeded', status: 'True', observedGeneration: generation, message: 'ok' }],
+  });
 
 function gates(cached: () => ModelPreheat | undefined) {
   const updates: ModelPreheat[] = [];
@@ -126,25 +129,13 @@ describe('ServedModel gates without node targeting: open once the preheat’s jo
       preheat: { ...servedSpec(version).preheat, scope: 'single_seed_peer' },
     });
   /** The owned seed-peer preheat of `version` whose job for generation `jobGeneration` is in `state`. */
-  function running(version: string, state: string, jobGeneration = 1, generation = 1): ModelPreheat {
-    const spec = ModelPreheatSpec.parse(ownedPreheatSpec(seedSpec(version)));
-    return {
-      metadata: {
-        name: 'echo-preheat',
-        namespace: 'ns',
-        generation,
-        ownerReferences: [{ controller: true, uid: 'uid-1' }],
-      },
-      spec,
-      status: {
-        contentKey: contentKey(spec),
-        jobID: 7,
-        jobGeneration,
-        state,
-        conditions: [{ type: 'Succeeded', status: 'Unknown', observedGeneration: generation, message: '' }],
-      },
-    } as unknown as ModelPreheat;
-  }
+  const running = (version: string, state: string, jobGeneration = 1, generation = 1): ModelPreheat =>
+    owned(seedSpec(version), [], generation, {
+      jobID: 7,
+      jobGeneration,
+      state,
+      conditions: [{ type: 'Succeeded', status: 'Unknown', observedGeneration: generation, message: '' }],
+    });
   const staticReplicas: Discovery = {
     replicas: [{ endpoint: 'http://198.18.0.1:8000' }, { endpoint: 'http://198.18.0.2:8000' }],
     startingNodes: [],
