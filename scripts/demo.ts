@@ -5,12 +5,19 @@
  *   Azurite (Azure Blob Storage, npm; verifies SAS signatures) holding a small model archive
  *   the P2P network: emulators (a manager, a seed peer, and a node peer that asks the seed peer before the
  *   origin), or with `--real-p2p` the real Dragonfly network built from source (test/support/dragonfly.ts:
- *   manager and scheduler v2.5.1, dfdaemon 1.4.2 as seed peer and node peer, MariaDB, Redis)
+ *   manager and scheduler v2.5.1, dfdaemon 1.4.2 as seed peer and two node peers, MariaDB, Redis)
  *   model servers: 3 emulated replicas and 1 real TorchServe 0.12.0 with the peerload plugin
  *
  * It applies a ServedModel that preheats its archive (`preheat.create`) and registers it on the four replicas,
- * plus a ModelPreheat of a plain URL, waits for Succeeded and Ready, prints what `kubectl get` and
- * `kubectl describe` show, and ends with the origin-bytes and cache-hit counters. `--keep` leaves it running.
+ * plus a ModelPreheat of a plain URL, waits for Ready and Succeeded, prints the time from apply to Ready next to
+ * one direct download of the archive, what `kubectl get` and `kubectl describe` show, and ends with the
+ * origin-bytes and cache-hit counters. `--keep` leaves it running.
+ *
+ * With `--real-p2p` the replicas are found as in a cluster: a Service whose EndpointSlices name each replica's Node,
+ * whose InternalIP is the address of the node peer the replica downloads through (two Nodes, two replicas each), so
+ * the owned preheat targets those nodes' peers. Slices may not hold loopback addresses: they carry 198.18.x.y, and
+ * the operator runs in this process with a dispatcher that connects to 127.0.0.1 instead (as the e2e tests do);
+ * a child process could not be given one. Its log goes to a file all the same.
  */
 import * as k8s from '@kubernetes/client-node';
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
@@ -22,6 +29,13 @@ import { createNamespace, installCRDs, kubeConfig, REPO_ROOT, waitFor } from '..
 import { startCountingProxy } from '../test/support/counting-proxy.ts';
 import { startAzurite } from '../test/support/azurite.ts';
 import { startDragonfly } from '../test/support/dragonfly.ts';
+import { ServiceEndpoints, loopbackDispatcher } from '../test/support/endpointslices.ts';
+import { startManager } from '../test/support/runtime-harness.ts';
+import { modelPreheatController } from '../src/controllers/modelpreheat/index.ts';
+import { createServedModelController } from '../src/controllers/index.ts';
+import { createLogger } from '../src/runtime/index.ts';
+import { createWriteStream } from 'node:fs';
+import { request } from 'undici';
 import { startManagerEmulator } from '../test/support/manager-emulator.ts';
 import { buildLargeModelArchive, buildModelArchive } from '../test/support/model-archive.ts';
 import { startModelServerFleet } from '../test/support/modelserver-emulator.ts';
@@ -74,12 +88,15 @@ try {
   console.log(
     `Azurite ${storage.endpoint} (abs ${storage.accountName}/${CONTAINER}/${KEY}, ${archiveBytes.length} bytes)`,
   );
-  console.log(`manager ${p2p.managerURL}, node peer ${p2p.nodePeerURL}${p2p.description}`);
+  console.log(`manager ${p2p.managerURL}, node peers ${p2p.nodePeerURLs.join(', ')}${p2p.description}`);
 
   async function emulatedNetwork() {
     const seedPeer = await startPeerProxy();
     const nodePeer = await startPeerProxy({ parent: seedPeer.url });
-    const manager = await startManagerEmulator({ peer: seedPeer, jobLatencyMs: 1500, runningStates: true });
+    // No job latency: the emulated job fetches at its end, where the real seed peer starts within a second of the
+    // create (and the real scheduler has it fetch whatever a node peer asks first), so replicas that register once
+    // the job exists would miss on a seed peer that has not started yet, which the real network does not do.
+    const manager = await startManagerEmulator({ peer: seedPeer });
     stops.push(
       () => manager.close(),
       () => nodePeer.close(),
@@ -87,7 +104,9 @@ try {
     );
     return {
       managerURL: manager.url,
-      nodePeerURL: nodePeer.url,
+      /** The node peers, one per node: replica i downloads through `nodePeerURLs[nodeOf(i)]`. */
+      nodePeerURLs: [nodePeer.url],
+      nodeIPs: [] as string[],
       storageEndpoint: storage.endpoint,
       description: ` (emulators; seed peer ${seedPeer.url})`,
       operatorFlags: [] as string[],
@@ -99,7 +118,7 @@ try {
   }
 
   async function realNetwork() {
-    const network = await startDragonfly({ nodePeers: 1 });
+    const network = await startDragonfly({ nodePeers: 2 });
     stops.push(() => network.stop());
     // Azurite behind a counting proxy (a SAS signs no host): what the origin served, counted.
     const counted = await startCountingProxy(storage.endpoint);
@@ -111,7 +130,8 @@ try {
     });
     return {
       managerURL: network.managerURL,
-      nodePeerURL: network.peers[0]!.proxyURL,
+      nodePeerURLs: network.peers.map((p) => p.proxyURL),
+      nodeIPs: network.peers.map((p) => p.ip),
       storageEndpoint: counted.url,
       description: ` (real Dragonfly v2.5.1; seed peer ${network.seedPeer!.proxyURL}, logs in ${network.dir})`,
       operatorFlags: ['--manager-api-path', '/oapi/v1', '--manager-token-secret', `${ns}/manager-token`],
@@ -125,19 +145,21 @@ try {
   const location = { ...storage.location(CONTAINER), endpoint: p2p.storageEndpoint };
   const credentials = storage.credentials();
   const signed = await signObjectURL(location, KEY, credentials, { expiresSeconds: 3600 });
-  const fleet = await startModelServerFleet(3, {
-    proxyURL: p2p.nodePeerURL,
+  // Replicas 0 and 1 on the first node, 2 and TorchServe on the last (one node on the emulated network).
+  const nodeOf = (i: number) => Math.min(Math.floor(i / 2), p2p.nodePeerURLs.length - 1);
+  const fleet = await startModelServerFleet(3, (i) => ({
+    proxyURL: p2p.nodePeerURLs[nodeOf(i)]!,
     objectURL: () => signed.url,
     filter: [...effectiveFilter(location)],
     workerStartMs: 500,
-  });
+  }));
   stops.push(() => fleet.close());
   const endpoints = [...fleet.urls];
   let ts: TorchServe | undefined;
   if (!values['no-torchserve']) {
     const jar = await pluginJar();
     const config = join(work, 'p2p-endpoint.json');
-    const pluginConfig = azuritePluginConfig(storage, CONTAINER, p2p.nodePeerURL);
+    const pluginConfig = azuritePluginConfig(storage, CONTAINER, p2p.nodePeerURLs[nodeOf(3)]!);
     await writePluginConfig(config, {
       ...pluginConfig,
       object_storage: { ...(pluginConfig['object_storage'] as object), endpoint: p2p.storageEndpoint },
@@ -151,34 +173,74 @@ try {
     `${fleet.urls.length} emulated replicas${ts ? ` + TorchServe 0.12.0 at ${ts.managementURL}` : ''}`,
   );
 
+  // On the real network the replicas are a Service's endpoints on Nodes whose InternalIPs are the node peers.
+  let modelServer: { endpoints: string[] } | { service: { name: string } } = { endpoints };
+  if (real) {
+    const svc = new ServiceEndpoints(kc, ns, 'models');
+    for (const [i, ip] of p2p.nodeIPs.entries()) await ServiceEndpoints.createNode(kc, `${ns}-node-${i}`, ip);
+    for (const [i, url] of endpoints.entries())
+      await svc.add(`models-${i}`, url, true, `${ns}-node-${nodeOf(i)}`);
+    modelServer = { service: { name: 'models' } };
+    console.log(
+      `Service models: ${endpoints.length} endpoints on ${p2p.nodeIPs.length} Nodes (InternalIPs ${p2p.nodeIPs.join(', ')}: the node peers)`,
+    );
+  }
+
   step('peerload operator');
   const operatorLog = join(work, 'operator.log');
-  const operator = startProcess(
-    'peerload operator',
-    process.execPath,
-    [
-      join(REPO_ROOT, 'bin/peerload.js'),
-      'operator',
-      '--kubeconfig',
-      cp.kubeconfigPath,
-      '--manager-url',
-      p2p.managerURL,
-      ...p2p.operatorFlags,
-      '--no-leader-elect',
-      '--metrics-address',
-      '127.0.0.1:0',
-      '--poll-backoff-start',
-      '500ms',
-      '--poll-backoff-max',
-      '5s',
-      // The demo's ServedModel names its model servers on this machine as static endpoints (refused unless allowed).
-      '--allowed-endpoint-hosts',
-      '127.0.0.1',
-    ],
-    operatorLog,
-  );
-  stops.unshift(() => operator.stop());
-  console.log(`running (log: ${operatorLog})`);
+  const operatorArgs = [
+    '--manager-url',
+    p2p.managerURL,
+    ...p2p.operatorFlags,
+    '--no-leader-elect',
+    '--poll-backoff-start',
+    '500ms',
+    '--poll-backoff-max',
+    '5s',
+    // The demo's ServedModel names its model servers on this machine as static endpoints (refused unless allowed).
+    '--allowed-endpoint-hosts',
+    '127.0.0.1',
+  ];
+  if (real) {
+    const log = createWriteStream(operatorLog);
+    const operator = await startManager(
+      kc,
+      [...operatorArgs, '--log-level', 'info'],
+      [
+        modelPreheatController,
+        (ctx) => createServedModelController(ctx, { dispatcher: loopbackDispatcher() }),
+      ],
+      { logger: createLogger('info', log) },
+    );
+    stops.unshift(
+      () => operator.stop(),
+      () => new Promise((resolve) => log.end(resolve)),
+    );
+    console.log(`running in this process (log: ${operatorLog})`);
+  } else {
+    const operator = startProcess(
+      'peerload operator',
+      process.execPath,
+      [
+        join(REPO_ROOT, 'bin/peerload.js'),
+        'operator',
+        '--kubeconfig',
+        cp.kubeconfigPath,
+        '--metrics-address',
+        '127.0.0.1:0',
+        ...operatorArgs,
+      ],
+      operatorLog,
+    );
+    stops.unshift(() => operator.stop());
+    console.log(`running (log: ${operatorLog})`);
+  }
+
+  // The reference for the time to Ready: one direct download of the archive from the origin (no peer).
+  const direct = await signObjectURL(storage.location(CONTAINER), KEY, credentials, { expiresSeconds: 3600 });
+  const directStarted = performance.now();
+  const directBytes = (await (await request(direct.url)).body.arrayBuffer()).byteLength;
+  const directMs = performance.now() - directStarted;
 
   step('kubectl apply');
   const core = kc.makeApiClient(k8s.CoreV1Api);
@@ -203,10 +265,11 @@ try {
     url: `${files.url}/llm/shard-00001.safetensors?Expires=1&Signature=abc`,
     filteredQueryParams: ['Expires', 'Signature'],
   });
+  const applied = performance.now();
   await apply('ServedModel', 'tiny', {
     modelName: 'tiny',
     fileName: KEY,
-    modelServer: { endpoints },
+    modelServer,
     workers: { min: 1 },
     preheat: {
       create: true,
@@ -214,7 +277,7 @@ try {
     },
   });
 
-  step('waiting for Succeeded and Ready');
+  step('waiting for Ready and Succeeded');
   const custom = kc.makeApiClient(k8s.CustomObjectsApi);
   const get = (plural: string, name: string) =>
     custom.getNamespacedCustomObject({
@@ -228,12 +291,17 @@ try {
     }>;
   const isTrue = async (plural: string, name: string, type: string) =>
     (await get(plural, name)).status?.conditions?.some((c) => c.type === type && c.status === 'True');
-  await waitFor('ModelPreheat llm-shard Succeeded', () => isTrue('modelpreheats', 'llm-shard', 'Succeeded'), {
-    timeoutMs: 120_000,
-    intervalMs: 500,
-  });
   await waitFor('ServedModel tiny Ready', () => isTrue('servedmodels', 'tiny', 'Ready'), {
     timeoutMs: 300_000,
+    intervalMs: 100,
+  });
+  const readyMs = performance.now() - applied;
+  console.log(
+    `ServedModel tiny Ready ${(readyMs / 1000).toFixed(1)} s after apply, on ${endpoints.length} replicas` +
+      `; one direct download of its ${directBytes}-byte archive from the origin: ${(directMs / 1000).toFixed(2)} s`,
+  );
+  await waitFor('ModelPreheat llm-shard Succeeded', () => isTrue('modelpreheats', 'llm-shard', 'Succeeded'), {
+    timeoutMs: 120_000,
     intervalMs: 500,
   });
 

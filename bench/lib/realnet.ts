@@ -1,5 +1,5 @@
 /**
- * What the real-network rows (8, 11) share: the REAL Dragonfly network (manager and scheduler v2.5.1, dfdaemon 1.4.2
+ * What the real-network rows (8, 11, 13) share: the REAL Dragonfly network (manager and scheduler v2.5.1, dfdaemon 1.4.2
  * as a seed peer and node peers on their own 127.0.0.x addresses), MinIO behind a counting proxy (the origin's
  * bytes), a Node per node peer (its InternalIP the peer's address), the operator's ModelPreheat and ServedModel
  * controllers in-process, and a watch that notes when each ServedModel is Ready and each ModelPreheat succeeds.
@@ -75,6 +75,7 @@ export async function startOperator(
   ns: string,
   net: RealNet,
   dispatcher: Agent,
+  extraFlags: string[] = [],
 ): Promise<void> {
   const operator = await startManager(
     kc,
@@ -82,7 +83,7 @@ export async function startOperator(
       managerURL: net.network.managerURL,
       backoffStart: '500ms',
       // The ServedModels' preheat.manager names the manager by URL, with its sign-in Secret (refused unless allowed).
-      extra: ['--allowed-manager-hosts', '127.0.0.1'],
+      extra: ['--allowed-manager-hosts', '127.0.0.1', ...extraFlags],
     }),
     [modelPreheatController, (ctx) => createServedModelController(ctx, { dispatcher })],
   );

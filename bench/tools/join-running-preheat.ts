@@ -7,8 +7,11 @@
  * time from the create and its answer headers, the origin's bytes for the object, the job's end and per-peer
  * results, and what each daemon's log says of the task (pieces from a parent, back-to-source). The reference is
  * one direct download of an object of the same size from the origin (the floor, t1).
+ * `--scope single_seed_peer` or `all_seed_peers`: the job preheats the seed peer only and the N node peers, which
+ * it does not touch, download `--delay-ms` after its create (0: at once), as replicas do whose gate opens on the job.
  *
  *   node_modules/.bin/node bench/tools/join-running-preheat.ts --size-mib 1024 --delay-ms 300 --reps 2
+ *   node_modules/.bin/node bench/tools/join-running-preheat.ts --scope single_seed_peer --delay-ms 0 --ns 1,2,4
  */
 import { createWriteStream } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
@@ -30,12 +33,16 @@ const { values } = parseArgs({
     'delay-ms': { type: 'string' },
     reps: { type: 'string' },
     ns: { type: 'string' },
+    scope: { type: 'string' },
   },
 });
 const size = Number(values['size-mib'] ?? 1024) * 2 ** 20;
 const delayMs = Number(values['delay-ms'] ?? 300);
 const reps = Number(values.reps ?? 1);
 const ns = (values.ns ?? '4,2,1').split(',').map(Number);
+// all_peers targets the downloading peers themselves; a seed-peer scope preheats the seed peer only, and the
+// downloads through node peers that the job does not touch must join the seed peer's task.
+const scope = (values.scope ?? 'all_peers') as 'all_peers' | 'single_seed_peer' | 'all_seed_peers';
 const BUCKET = 'join';
 const log = (s: string) => process.stderr.write(`[join ${new Date().toISOString().slice(11, 19)}] ${s}\n`);
 
@@ -151,8 +158,8 @@ async function main() {
           type: 'file',
           urls: [pre.url],
           filteredQueryParams: pre.filter,
-          scope: 'all_peers',
-          ips: peers.map((p) => p.ip),
+          scope,
+          ...(scope === 'all_peers' ? { ips: peers.map((p) => p.ip) } : {}),
           bio: 'join-running-preheat',
         });
         const createdMs = performance.now() - t0;
@@ -183,6 +190,7 @@ async function main() {
         const r = {
           rep,
           mode: 'join',
+          scope,
           n,
           delayMs,
           createdMs,
@@ -200,7 +208,7 @@ async function main() {
           logs,
         };
         log(
-          `rep ${rep} N=${n}: all done ${allDoneMs.toFixed(0)} ms after the create (create answered in ${createdMs.toFixed(0)} ms), ` +
+          `rep ${rep} ${scope} N=${n}: all done ${allDoneMs.toFixed(0)} ms after the create (create answered in ${createdMs.toFixed(0)} ms), ` +
             `origin ${r.originBytes} of ${size}, job ${ended?.state} at ${ended?.ms.toFixed(0)} ms, finished headers ${got.map((g) => g.finished).join(',')}`,
         );
         results.push(r);

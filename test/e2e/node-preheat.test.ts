@@ -18,15 +18,14 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ProxyAgent, request } from 'undici';
 import { createNamespace, kubeConfig, waitFor } from '../support/kube.ts';
-import { ServiceEndpoints, loopbackDispatcher } from '../support/endpointslices.ts';
+import { ServiceEndpoints } from '../support/endpointslices.ts';
 import { startCountingProxy, type CountingProxy } from '../support/counting-proxy.ts';
 import { ROOT_USER, startDragonfly, type Dragonfly, type DragonflyPeer } from '../support/dragonfly.ts';
 import { startMinIO, type MinIO } from '../support/minio.ts';
 import { buildLargeModelArchive, buildModelArchive } from '../support/model-archive.ts';
 import { startModelServerFleet, type ModelServerFleet } from '../support/modelserver-emulator.ts';
-import { startManager, type RunningManager } from '../support/runtime-harness.ts';
-import { modelPreheatController } from '../../src/controllers/modelpreheat/index.ts';
-import { createServedModelController } from '../../src/controllers/index.ts';
+import { startRealNetworkOperator } from '../support/real-operator.ts';
+import type { RunningManager } from '../support/runtime-harness.ts';
 import { signObjectURL } from '../../src/storage/sign.ts';
 import type { ModelPreheat, ServedModel } from '../../src/api/index.ts';
 
@@ -107,22 +106,7 @@ beforeAll(async () => {
   await svc.add('pod-0', fleets[0]!.urls[0]!, true, `${ns}-node-0`);
   await svc.add('pod-1', fleets[1]!.urls[0]!, true, `${ns}-node-1`);
 
-  operator = await startManager(
-    kc,
-    [
-      '--no-leader-elect',
-      '--manager-url',
-      network.managerURL,
-      // The resources name the real manager on loopback: the admin allows it.
-      '--allowed-manager-hosts',
-      '127.0.0.1',
-      '--poll-backoff-start',
-      '1s',
-      '--poll-backoff-max',
-      '5s',
-    ],
-    [modelPreheatController, (ctx) => createServedModelController(ctx, { dispatcher: loopbackDispatcher() })],
-  );
+  operator = await startRealNetworkOperator(kc, network.managerURL);
 }, 1_800_000);
 
 afterAll(async () => {

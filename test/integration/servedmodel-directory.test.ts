@@ -176,7 +176,15 @@ describe('a ServedModel that is a directory', () => {
       },
       { timeoutMs: 60_000, intervalMs: 200 },
     );
-    const preheat = await get<ModelPreheat>('modelpreheats', 'tiny-preheat');
+    // The replicas registered once the preheat's job was underway; the job ends on its own.
+    const preheat = await waitFor(
+      'tiny-preheat succeeded',
+      async () => {
+        const o = await get<ModelPreheat>('modelpreheats', 'tiny-preheat');
+        return o.status?.files?.jobsSucceeded === 1 ? o : undefined;
+      },
+      { timeoutMs: 60_000, intervalMs: 200 },
+    );
     expect(preheat.spec.objectStorage).toMatchObject({ prefix: 'llm/tiny/', exclude: ['*.md'] });
     expect(preheat.status!.files).toMatchObject({ count: 4, jobsTotal: 1, jobsSucceeded: 1 });
     // Both listed the same content.

@@ -105,14 +105,15 @@ export async function startDragonfly(opts: DragonflyOptions = {}): Promise<Drago
     if (!process.env['PEERLOAD_KEEP_DRAGONFLY']) await rm(dir, { recursive: true, force: true });
   };
   try {
-    const [mysql, redis] = await Promise.all([
-      startMariaDB(join(dir, 'mariadb')),
-      startRedis(join(dir, 'redis')),
-    ]);
-    processes.push(mysql.process, redis.process);
+    // Each starter owns its process to `processes` as soon as it spawns it, before it waits for it: a start that
+    // fails further on (the other store, the manager's health) still stops everything already running.
+    const own = (p: ManagedProcess) => void processes.push(p);
+    const stores = [startMariaDB(join(dir, 'mariadb'), own), startRedis(join(dir, 'redis'), own)] as const;
+    // Both settle before a failure of one is thrown, so the other's process is owned by then and stopped too.
+    await Promise.allSettled(stores);
+    const [db, store] = await Promise.all(stores);
 
-    const manager = await startManagerProcess(bin, join(dir, 'manager'), mysql, redis.port);
-    processes.push(manager.process);
+    const manager = await startManagerProcess(bin, join(dir, 'manager'), db, store.port, own);
 
     const token = await signIn(manager.url, ROOT_USER);
     const network = {
@@ -129,8 +130,7 @@ export async function startDragonfly(opts: DragonflyOptions = {}): Promise<Drago
     };
     if (opts.managerOnly) return { ...network, seedPeer: undefined, peers };
 
-    const scheduler = await startScheduler(bin, join(dir, 'scheduler'), manager.grpcAddr, redis.port);
-    processes.push(scheduler);
+    own(await startScheduler(bin, join(dir, 'scheduler'), manager.grpcAddr, store.port));
     await waitFor(
       'the scheduler to be active in the manager',
       async () => {
@@ -252,18 +252,20 @@ interface MariaDB {
   user: string;
   password: string;
   database: string;
-  process: ManagedProcess;
 }
 
 /** MariaDB on a free loopback port with its own data directory; a database and user for the manager. */
-async function startMariaDB(dir: string): Promise<MariaDB> {
-  await mkdir(dir, { recursive: true });
+async function startMariaDB(dir: string, own: (p: ManagedProcess) => void): Promise<MariaDB> {
+  // Its own tmpdir: two instances bootstrapping at once in the system's collided on their `#sql-temptable-*` files.
+  const tmp = join(dir, 'tmp');
+  await mkdir(tmp, { recursive: true });
   const data = join(dir, 'data');
   const socket = join(dir, 'mysqld.sock');
   const port = await freePort();
   await run('mariadb-install-db', [
     '--no-defaults',
     `--datadir=${data}`,
+    `--tmpdir=${tmp}`,
     '--user=root',
     '--auth-root-authentication-method=socket',
     '--skip-test-db',
@@ -274,6 +276,7 @@ async function startMariaDB(dir: string): Promise<MariaDB> {
     [
       '--no-defaults',
       `--datadir=${data}`,
+      `--tmpdir=${tmp}`,
       `--socket=${socket}`,
       `--port=${port}`,
       '--bind-address=127.0.0.1',
@@ -286,6 +289,7 @@ async function startMariaDB(dir: string): Promise<MariaDB> {
     ],
     join(dir, 'mariadb.log'),
   );
+  own(proc);
   const db = { port, user: 'dragonfly', password: randomBytes(12).toString('hex'), database: 'manager' };
   await waitFor(
     'MariaDB to accept connections',
@@ -305,11 +309,11 @@ async function startMariaDB(dir: string): Promise<MariaDB> {
       `CREATE USER '${db.user}'@'127.0.0.1' IDENTIFIED BY '${db.password}';` +
       `GRANT ALL PRIVILEGES ON ${db.database}.* TO '${db.user}'@'127.0.0.1';`,
   ]);
-  return { ...db, process: proc };
+  return db;
 }
 
 /** Redis on a free loopback port, nothing persisted. */
-async function startRedis(dir: string): Promise<{ port: number; process: ManagedProcess }> {
+async function startRedis(dir: string, own: (p: ManagedProcess) => void): Promise<{ port: number }> {
   await mkdir(dir, { recursive: true });
   const port = await freePort();
   const proc = startProcess(
@@ -318,6 +322,7 @@ async function startRedis(dir: string): Promise<{ port: number; process: Managed
     ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir],
     join(dir, 'redis.log'),
   );
+  own(proc);
   await waitFor(
     'Redis to accept connections',
     async () => {
@@ -326,7 +331,7 @@ async function startRedis(dir: string): Promise<{ port: number; process: Managed
     },
     { timeoutMs: 30_000, intervalMs: 200 },
   );
-  return { port, process: proc };
+  return { port };
 }
 
 async function startManagerProcess(
@@ -334,7 +339,8 @@ async function startManagerProcess(
   dir: string,
   db: MariaDB,
   redisPort: number,
-): Promise<{ url: string; grpcAddr: string; process: ManagedProcess }> {
+  own: (p: ManagedProcess) => void,
+): Promise<{ url: string; grpcAddr: string }> {
   await mkdir(join(dir, 'log'), { recursive: true });
   const [restPort, grpcPort] = [await freePort(), await freePort()];
   const config = {
@@ -377,12 +383,13 @@ async function startManagerProcess(
     ['--config', configPath, '--console'],
     join(dir, 'manager.log'),
   );
+  own(proc);
   const url = `http://127.0.0.1:${restPort}`;
   await waitFor('the manager REST API', async () => (await fetch(`${url}/healthy`)).ok, {
     timeoutMs: 90_000,
     intervalMs: 300,
   });
-  return { url, grpcAddr: `127.0.0.1:${grpcPort}`, process: proc };
+  return { url, grpcAddr: `127.0.0.1:${grpcPort}` };
 }
 
 async function startScheduler(

@@ -46,6 +46,15 @@ const job = (results: object[], state = 'SUCCESS'): ManagerJob =>
     }),
   );
 
+/** A preheat gate that waits (not final). */
+const closed: Gate = {
+  state: 'closed',
+  preheatName: 'p',
+  reason: 'PreheatInProgress',
+  message: 'waiting',
+  final: false,
+};
+
 describe('node-targeted preheat: which peers still need the content', () => {
   it('the content key ignores where and how, not what', () => {
     const moved = ModelPreheatSpec.parse({ ...spec, targets: { ips: ['10.0.0.9'] }, retry: { limit: 0 } });
@@ -198,13 +207,6 @@ describe('ServedModel: node targets and per-replica gates', () => {
   });
 
   it('a replica’s gate opens on its own node’s outcome, on the whole preheat, or after the wait bound', () => {
-    const closed: Gate = {
-      state: 'closed',
-      preheatName: 'p',
-      reason: 'PreheatInProgress',
-      message: 'waiting',
-      final: false,
-    };
     const preheat = {
       spec,
       status: {
@@ -228,6 +230,22 @@ describe('ServedModel: node targets and per-replica gates', () => {
     expect(
       replicaGate({ state: 'open', preheatName: 'p', message: 'ok' }, preheat, undefined, 0, 1, 0).open,
     ).toBe(true);
+  });
+
+  it('a replica whose node is unknown registers once the preheat’s job is underway', () => {
+    const job = (state: string, jobGeneration = 1) =>
+      ({
+        metadata: { generation: 1 },
+        spec,
+        status: { contentKey: contentKey(spec), jobID: 3, jobGeneration, state },
+      }) as unknown as ModelPreheat;
+    expect(replicaGate(closed, job('STARTED'), undefined, 0, 60_000, 1000)).toMatchObject({
+      open: true,
+      message: expect.stringMatching(/job 3 .*joins its task/),
+    });
+    expect(replicaGate(closed, job('FAILURE'), undefined, 0, 60_000, 1000)).toMatchObject({ open: false });
+    expect(replicaGate(closed, job('STARTED', 0), undefined, 0, 60_000, 1000)).toMatchObject({ open: false });
+    expect(replicaGate(closed, undefined, undefined, 0, 60_000, 1000)).toMatchObject({ open: false });
   });
 
   describe('a version change: the previous content’s preheat opens no gate', () => {
@@ -312,13 +330,6 @@ describe('ServedModel: node targets and per-replica gates', () => {
   });
 
   it('a replica’s gate ignores peers that hold the content before a spec change (an earlier version)', () => {
-    const closed: Gate = {
-      state: 'closed',
-      preheatName: 'p',
-      reason: 'PreheatInProgress',
-      message: 'waiting',
-      final: false,
-    };
     const other = ModelPreheatSpec.parse({
       ...spec,
       objectStorage: { ...spec.objectStorage!, keys: ['v2.mar'] },

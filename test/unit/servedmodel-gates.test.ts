@@ -40,9 +40,9 @@ const sm = {
   metadata: { name: 'echo', namespace: 'ns', uid: 'uid-1', generation: 2 },
 } as unknown as ServedModel;
 
-/** The owned ModelPreheat of `version` on `ips`, succeeded at its generation, every targeted peer preheated. */
-function succeeded(version: string, ips: string[], generation = 1): ModelPreheat {
-  const spec = ModelPreheatSpec.parse(ownedPreheatSpec(servedSpec(version), ips));
+/** The owned ModelPreheat of `spec` at `generation`, with `status` and the content key of its spec. */
+function owned(spec: ServedModelSpec, ips: string[], generation: number, status: object): ModelPreheat {
+  const stored = ModelPreheatSpec.parse(ownedPreheatSpec(spec, ips));
   return {
     metadata: {
       name: 'echo-preheat',
@@ -50,14 +50,17 @@ function succeeded(version: string, ips: string[], generation = 1): ModelPreheat
       generation,
       ownerReferences: [{ controller: true, uid: 'uid-1' }],
     },
-    spec,
-    status: {
-      contentKey: contentKey(spec),
-      peers: ips.map((ip) => ({ ip, state: 'Preheated' })),
-      conditions: [{ type: 'Succeeded', status: 'True', observedGeneration: generation, message: 'ok' }],
-    },
+    spec: stored,
+    status: { contentKey: contentKey(stored), ...status },
   } as unknown as ModelPreheat;
 }
+
+/** The owned ModelPreheat of `version` on `ips`, succeeded at its generation, every targeted peer preheated. */
+const succeeded = (version: string, ips: string[], generation = 1): ModelPreheat =>
+  owned(servedSpec(version), ips, generation, {
+    peers: ips.map((ip) => ({ ip, state: 'Preheated' })),
+    conditions: [{ type: 'Succeeded', status: 'True', observedGeneration: generation, message: 'ok' }],
+  });
 
 function gates(cached: () => ModelPreheat | undefined) {
   const updates: ModelPreheat[] = [];
@@ -116,5 +119,55 @@ describe('ServedModel gates across a spec change of the owned preheat', () => {
     const r = await g.of('ns/echo', sm, servedSpec('1'), discovery(['node-a', 'node-b']), new Map(), signal);
     expect(updates.map((u) => u.spec.targets?.ips)).toEqual([['10.0.0.1', '10.0.0.2']]);
     expect(openOf(r)).toEqual([true, true]);
+  });
+});
+
+describe('ServedModel gates without node targeting: open once the preheat’s job is underway', () => {
+  const seedSpec = (version: string) =>
+    ServedModelSpec.parse({
+      ...servedSpec(version),
+      preheat: { ...servedSpec(version).preheat, scope: 'single_seed_peer' },
+    });
+  /** The owned seed-peer preheat of `version` whose job for generation `jobGeneration` is in `state`. */
+  const running = (version: string, state: string, jobGeneration = 1, generation = 1): ModelPreheat =>
+    owned(seedSpec(version), [], generation, {
+      jobID: 7,
+      jobGeneration,
+      state,
+      conditions: [{ type: 'Succeeded', status: 'Unknown', observedGeneration: generation, message: '' }],
+    });
+  const staticReplicas: Discovery = {
+    replicas: [{ endpoint: 'http://198.18.0.1:8000' }, { endpoint: 'http://198.18.0.2:8000' }],
+    startingNodes: [],
+  };
+  const pass = (cached: ModelPreheat | undefined, version = '1') =>
+    gates(() => cached).g.of('ns/echo', sm, seedSpec(version), staticReplicas, new Map(), signal);
+
+  it('a job the manager accepted and has not ended opens every replica, before its SUCCESS', async () => {
+    for (const state of ['PENDING', 'RECEIVED', 'STARTED']) {
+      const r = await pass(running('1', state));
+      expect(r.nodeTargeting).toBe(false);
+      expect(r.gate).toMatchObject({ state: 'open', message: expect.stringMatching(/job 7 is fetching/) });
+      expect(openOf(r)).toEqual([true, true]);
+      expect(r.closed).toEqual([]);
+    }
+  });
+
+  it('no job yet, a failed job, or a job of an earlier generation keeps them waiting', async () => {
+    const noJob = running('1', 'PENDING');
+    delete (noJob.status as Record<string, unknown>)['jobID'];
+    for (const cached of [noJob, running('1', 'FAILURE'), running('1', 'PENDING', 1, 2)]) {
+      const r = await pass(cached);
+      expect(r.gate).toMatchObject({ state: 'closed', reason: 'PreheatInProgress' });
+      expect(openOf(r)).toEqual([false, false]);
+    }
+    // Not created yet: the pass creates it.
+    expect(openOf(await pass(undefined))).toEqual([false, false]);
+  });
+
+  it('a job of the previous version’s content opens nothing for the new version', async () => {
+    const r = await pass(running('1', 'STARTED'), '2');
+    expect(r.gate).toMatchObject({ state: 'closed', reason: 'PreheatInProgress' });
+    expect(openOf(r)).toEqual([false, false]);
   });
 });

@@ -23,6 +23,7 @@ import {
   ensureOwnedPreheat,
   gateOf,
   GateReason,
+  jobUnderway,
   preheatNameOf,
   preheatsOtherContent,
   replicaGate,
@@ -149,7 +150,10 @@ export class ReplicaGates {
     this.untargetedSince.delete(key);
   }
 
-  /** Without node targeting: one gate for every replica, the named or owned ModelPreheat's. */
+  /**
+   * Without node targeting: one gate for every replica, the named or owned ModelPreheat's, open once its job for
+   * this content is underway (or it succeeded).
+   */
   private async whole(
     sm: ServedModel,
     spec: ServedModelSpec,
@@ -159,13 +163,18 @@ export class ReplicaGates {
     const { kube, preheats } = this.deps;
     const namespace = sm.metadata.namespace!;
     let gate = gateOf(preheatNameOf(sm, spec), namespace, preheats);
+    let otherContent = false;
     if (spec.preheat?.create) {
       const existing = preheats.getByName(namespace, ownedPreheatName(sm));
       const ensured = await ensureOwnedPreheat(kube, sm, spec, existing, [], signal);
+      otherContent =
+        'contentChanged' in ensured &&
+        (!existing || ensured.contentChanged || preheatsOtherContent(existing, ownedPreheatSpec(spec)));
       if ('blocked' in ensured) gate = conflictGate(ownedPreheatName(sm), ensured.blocked);
-      else if (existing && (ensured.contentChanged || preheatsOtherContent(existing, ownedPreheatSpec(spec))))
-        gate = updatedGate(ownedPreheatName(sm));
+      else if (existing && otherContent) gate = updatedGate(ownedPreheatName(sm));
     }
+    if (gate.state !== 'none')
+      gate = underwayGate(gate, otherContent, preheats.getByName(namespace, gate.preheatName));
     // The content before's preheat says nothing of this one: neither its success nor its preheated peers count.
     const stale =
       gate.state === 'closed' && gate.reason === GateReason.PreheatInProgress && spec.preheat?.create;
@@ -240,6 +249,22 @@ export class ReplicaGates {
     }
     return { batches, targets, conflict, changed, wakeInMs };
   }
+}
+
+/**
+ * A preheat in progress whose job for this content is underway opens the gate: downloads join the job's task, and
+ * the origin is still read once (jobUnderway says why), without waiting the manager's next state sync for SUCCESS.
+ */
+function underwayGate(gate: Gate, otherContent: boolean, preheat: ModelPreheat | undefined): Gate {
+  if (gate.state !== 'closed' || gate.reason !== GateReason.PreheatInProgress || otherContent || !preheat)
+    return gate;
+  const job = jobUnderway(preheat);
+  if (job === undefined) return gate;
+  return {
+    state: 'open',
+    preheatName: gate.preheatName,
+    message: `ModelPreheat ${gate.preheatName}'s job ${job} is fetching the model: downloads join its task`,
+  };
 }
 
 function conflictGate(preheatName: string, message: string): Gate {

@@ -221,7 +221,7 @@ export type ReplicaGate = { open: true; message: string } | { open: false; messa
  * runs the preheat's job (jobRunningOn), or its preheat failed, or the whole preheat succeeded, or once it has
  * waited `maxWaitMs`; then it downloads anyway,
  * from the seed peers or the origin, which is never worse than without the preheat. A replica whose node is unknown
- * (static endpoints, a Node without addresses) waits for the preheat as a whole, within the same bound.
+ * (a Node without addresses) registers once the preheat's job is underway (jobUnderway), or as above.
  */
 export function replicaGate(
   gate: Gate,
@@ -240,6 +240,13 @@ export function replicaGate(
     return {
       open: true,
       message: `node ${nodeIP}'s peer is fetching the model (preheat job ${job}): the download joins it`,
+    };
+  // A node the preheat cannot target: its peer joins the task the job's peers run (see jobUnderway).
+  const anywhere = !nodeIP && preheat ? jobUnderway(preheat) : undefined;
+  if (anywhere !== undefined)
+    return {
+      open: true,
+      message: `preheat job ${anywhere} is fetching the model: the download joins its task`,
     };
   if (peer?.state === 'Failed')
     return {
@@ -268,10 +275,25 @@ export function replicaGate(
  * manager's (which ends a job at its next poll only, 30 s after the create on v2.5.1).
  */
 export function jobRunningOn(preheat: ModelPreheat, nodeIP: string): number | undefined {
+  const job = jobUnderway(preheat);
+  return job !== undefined && preheat.spec?.targets?.ips?.includes(nodeIP) ? job : undefined;
+}
+
+/**
+ * The job of `preheat` that the manager has accepted for its current generation and not ended, if any. A download
+ * of its content through any peer may start then, whatever the scope, and the origin is still read once (as the
+ * real scheduler v2.5.1 and dfdaemon 1.4.2 do it): a peer that registers the task while the job's peers run it gets
+ * them as parents (a seed peer is a parent as soon as it registered); one that registers first makes the scheduler
+ * trigger the seed peer that the task id hashes to, which is the very seed peer a `single_seed_peer` job picks (the
+ * same hash ring), and is among `all_seed_peers`; and a daemon given the same task twice downloads each piece once
+ * (the second download waits for the piece the first one claimed). Waiting for the job's SUCCESS instead would wait
+ * for the manager's next state sync, 30 s after the create on v2.5.1.
+ */
+export function jobUnderway(preheat: ModelPreheat): number | undefined {
   const s = preheat.status;
   if (s?.jobID === undefined || s.jobGeneration !== preheat.metadata.generation) return undefined;
   if (s.state === undefined || isTerminalState(s.state)) return undefined;
-  return preheat.spec?.targets?.ips?.includes(nodeIP) ? s.jobID : undefined;
+  return s.jobID;
 }
 
 /**
