@@ -5,6 +5,7 @@ import { planPreheat } from '../../src/controllers/modelpreheat/request.ts';
 import type { SecretReader } from '../../src/controllers/secrets.ts';
 import { DEFAULT_FILTERED_QUERY_PARAMS, taskID } from '../../src/storage/taskid.ts';
 import { objectURL } from '../../src/storage/objecturl.ts';
+import { credentialTag } from '../../src/storage/credential-tag.ts';
 
 const b64 = (s: string) => Buffer.from(s).toString('base64');
 const secrets = {
@@ -35,10 +36,21 @@ describe('planPreheat', () => {
       objectURL(location, 'a/one.mar'),
       objectURL(location, 'two.mar'),
     ]);
-    // The id a later download of the bare object URL (re-signed at any time) will have.
+    // The spec's tag with the credentials': only holders of the same secret name these tasks.
+    const credential = credentialTag(location, {
+      type: 's3',
+      accessKeyID: 'AKIDEXAMPLE',
+      secretAccessKey: 'wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY',
+    });
+    expect(request.tag).toBe(`v1/${credential}`);
+    // The id a later download of the bare object URL (re-signed at any time, with the same credentials) will have.
     expect(tasks[0]!.taskID).toBe(
+      taskID({ url: objectURL(location, 'a/one.mar'), filter: request.filteredQueryParams, tag: `v1/${credential}` }),
+    );
+    expect(tasks[0]!.taskID).not.toBe(
       taskID({ url: objectURL(location, 'a/one.mar'), filter: request.filteredQueryParams, tag: 'v1' }),
     );
+    expect(JSON.stringify(request)).not.toContain('wJalrXUtnFEMI');
     expect(JSON.stringify(tasks)).not.toContain('Signature=');
   });
 
