@@ -13,6 +13,7 @@ import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import { Agent } from 'undici';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { credentialTag } from '../../src/storage/credential-tag.ts';
 import { tokenMatches } from '../../src/agent/auth.ts';
 import { DEFAULT_LIMITS, type AgentLimits } from '../../src/agent/download.ts';
 import { startAgentServer, type AgentServer } from '../../src/agent/server.ts';
@@ -232,8 +233,19 @@ describe('downloading a version', () => {
     expect(r!.url).toContain('X-Amz-Signature=');
     // The s3 default filter goes with it, so the id is the preheat's of the bare object URL.
     expect(r!.headers['x-dragonfly-filtered-query-params']).toContain('X-Amz-Credential');
+    // The credentials' tag, as the operator's preheat signed with the same secret sends it.
+    const tag = credentialTag(
+      { type: 's3', bucket: 'weights' },
+      { type: 's3', accessKeyID: 'AKIAEXAMPLE', secretAccessKey: 'secret-key-example-1' },
+    );
+    expect(r!.headers['x-dragonfly-tag']).toBe(tag);
     const [v] = (await call('GET', '/v1/models/m')).body.versions;
     expect(v.files[0].taskID).toBe(v.files[0].expectedTaskID);
+    // With the spec's own tag, both.
+    peer.requests.length = 0;
+    expect((await call('PUT', '/v1/models/m', { ...body, version: '3', tag: 'llama' })).status).toBe(202);
+    await agent!.idle();
+    expect(peer.requests[0]!.headers['x-dragonfly-tag']).toBe(`llama/${tag}`);
   });
 
   it('starts one download for two PUTs that arrive together', async () => {
