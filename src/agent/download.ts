@@ -60,6 +60,11 @@ export interface DownloaderConfig {
   dispatcher: Dispatcher;
   /** The model root as the peer daemon sees it: set, files are first asked for as hard links of its cache. */
   hardLinkRoot?: string | undefined;
+  /**
+   * The uid the model server runs as (its container's runAsUser): a hard link is kept only when that uid can
+   * neither write the daemon's file nor make it writable (read-only-link.ts); unknown or 0, files are copied.
+   */
+  serverUid?: number | undefined;
   limits: AgentLimits;
   /** The credentials that sign a spec's keys (the mounted Secret); absent: only URLs are accepted. */
   credentials?: ((type: ObjectStorageType) => Promise<StorageCredentials>) | undefined;
@@ -316,7 +321,11 @@ async function downloadFile(run: Run, i: number): Promise<void> {
       expectedSize: file.size,
       hardLink:
         config.hardLinkRoot !== undefined
-          ? { local: run.tmp, daemon: join(config.hardLinkRoot, spec.directory ?? name, run.tmpName) }
+          ? {
+              local: run.tmp,
+              daemon: join(config.hardLinkRoot, spec.directory ?? name, run.tmpName),
+              serverUid: config.serverUid,
+            }
           : undefined,
       signal: run.signal,
       what: `${name}/${spec.version}/${file.path}`,

@@ -24,7 +24,11 @@ export const DOWNLOAD_OPTIONS_USAGE = `--root             the model root (a volu
                    URLs are accepted
 --hard-link-root   the model root as the peer daemon sees it (the same volume mounted into the daemon): files are
                    hard links of the daemon's own copies instead of copies (checked against the body when the
-                   daemon fills them during the download)
+                   daemon fills them during the download), when --server-uid says the model server cannot write them
+--server-uid       the uid the model server runs as (its container's runAsUser): a hard link is kept only when that
+                   uid is not root, does not own the daemon's file and the file has no group or others write bit;
+                   without it every file is copied (a link is the daemon's file: a server writing it would change
+                   what the network serves)
 --max-bytes        bytes one version may take (default 1Ti; suffixes k, Ki, M, Mi, G, Gi, T, Ti)
 --min-free-bytes   free bytes the model volume must keep (default 1Gi)
 --deadline         how long one version may take (default 1h)
@@ -37,6 +41,7 @@ export const DOWNLOAD_OPTIONS = {
   proxy: { type: 'string', default: 'http://127.0.0.1:4001' },
   'credentials-dir': { type: 'string' },
   'hard-link-root': { type: 'string' },
+  'server-uid': { type: 'string' },
   'max-bytes': { type: 'string', default: '1Ti' },
   'min-free-bytes': { type: 'string', default: '1Gi' },
   deadline: { type: 'string', default: '1h' },
@@ -94,11 +99,15 @@ export function downloaderConfig(values: DownloadFlags): DownloaderConfig & { lo
   if (!['debug', 'info', 'warn', 'error'].includes(level))
     throw new CliError(`--log-level: must be debug, info, warn or error, got "${level}"`);
   const credentials = values['credentials-dir'] as string | undefined;
+  const uid = values['server-uid'] as string | undefined;
+  if (uid !== undefined && !/^\d{1,10}$/.test(uid))
+    throw new CliError(`--server-uid: must be a uid such as 1000 (the model server's runAsUser), got "${uid}"`);
   return {
     root,
     proxy: proxyURL.origin,
     dispatcher: new Agent({ connections: concurrency * 2 }),
     hardLinkRoot: values['hard-link-root'] as string | undefined,
+    serverUid: uid !== undefined ? Number(uid) : undefined,
     limits: {
       maxBytes: bytesFlag('max-bytes', String(values['max-bytes'])),
       minFreeBytes: bytesFlag('min-free-bytes', String(values['min-free-bytes'])),

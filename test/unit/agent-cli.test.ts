@@ -111,6 +111,9 @@ describe('peerload fetch', () => {
     expect((await run(['fetch', '--name', 'm', '--spec', spec])).stderr).toContain('--root is required');
     const cap = await run(['fetch', '--name', 'm', '--spec', spec, '--root', dir, '--max-bytes', 'lots']);
     expect(cap.stderr).toContain('--max-bytes: must be a byte count such as 500Gi or 1Ti, got "lots"');
+    const uid = await run(['fetch', '--name', 'm', '--spec', spec, '--root', dir, '--server-uid', 'triton']);
+    expect(uid.code).toBe(2);
+    expect(uid.stderr).toContain(`--server-uid: must be a uid such as 1000 (the model server's runAsUser), got "triton"`);
   });
 });
 

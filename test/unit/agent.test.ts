@@ -7,7 +7,7 @@
 import { randomBytes } from 'node:crypto';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { link, mkdir, mkdtemp, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
+import { chmod, chown, link, mkdir, mkdtemp, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
@@ -65,7 +65,7 @@ afterEach(async () => {
 });
 
 async function start(
-  opts: { limits?: Partial<AgentLimits>; proxy?: string; hardLinkRoot?: string } = {},
+  opts: { limits?: Partial<AgentLimits>; proxy?: string; hardLinkRoot?: string; serverUid?: number } = {},
 ): Promise<AgentServer> {
   const sink = new Writable({
     write(chunk: Buffer, _enc, cb) {
@@ -78,6 +78,7 @@ async function start(
     proxy: opts.proxy ?? peer.url,
     dispatcher,
     hardLinkRoot: opts.hardLinkRoot,
+    serverUid: opts.serverUid,
     limits: { ...DEFAULT_LIMITS, minFreeBytes: 0, ...opts.limits },
     token: tokenFile(join(dir, 'token')),
     credentials: async () => ({
@@ -423,7 +424,106 @@ describe('a version placed by an earlier process', () => {
   });
 });
 
+/** A model server's uid other than the daemon's (these tests' files are root's, as the daemon's are). */
+const SERVER_UID = 1000;
+
 describe('hard links from the daemon cache', () => {
+  it("copies every file, asking the daemon for no link, when the model server's uid is unknown or root", async () => {
+    const cache = join(dir, 'cache');
+    await mkdir(cache);
+    const content = randomBytes(5000);
+    await writeFile(join(cache, 'task'), content);
+    const daemon = await fakeDaemon(async (outputPath) => {
+      await link(join(cache, 'task'), outputPath);
+      return { body: content, finished: true };
+    });
+    try {
+      for (const [version, serverUid, why] of [
+        ['1', undefined, "the model server's uid is not known"],
+        ['2', 0, 'the model server runs as root'],
+      ] as const) {
+        await agent?.close();
+        await start({ proxy: daemon.url, hardLinkRoot: root, serverUid });
+        await call(
+          'PUT',
+          '/v1/models/m',
+          spec({
+            version,
+            files: [{ path: 'w.bin', url: `http://storage.invalid/w.bin?X-Amz-Signature=${SIGNATURE}` }],
+          }),
+        );
+        await agent!.idle();
+        const v = (await call('GET', '/v1/models/m')).body.versions.find(
+          (x: { version: string }) => x.version === version,
+        );
+        expect(v).toMatchObject({ state: 'Ready', hardLinks: 0 });
+        expect(v.files[0].hardLinkFallback).toContain(why);
+        expect((await stat(join(root, 'm', version, 'w.bin'))).nlink).toBe(1);
+      }
+      expect(daemon.outputPaths).toEqual([]);
+      expect((await stat(join(cache, 'task'))).nlink).toBe(1);
+    } finally {
+      await daemon.close();
+    }
+  });
+
+  it("removes a link the model server could write or not read, and copies the file", async () => {
+    const cache = join(dir, 'cache');
+    await mkdir(cache);
+    const content = randomBytes(5000);
+    const task = join(cache, 'task');
+    await writeFile(task, content);
+    const daemon = await fakeDaemon(async (outputPath) => {
+      await link(task, outputPath);
+      return { body: content, finished: true };
+    });
+    try {
+      await start({ proxy: daemon.url, hardLinkRoot: root, serverUid: SERVER_UID });
+      const cases: [string, () => Promise<void>, string][] = [
+        ['1', () => chown(task, SERVER_UID, 0), `runs as uid ${SERVER_UID}, the owner of the peer daemon's file`],
+        ['2', async () => (await chown(task, 0, 0), chmod(task, 0o664)), 'mode 664) is writable by its group or others'],
+        ['3', () => chmod(task, 0o646), 'mode 646) is writable by its group or others'],
+        ['4', () => chmod(task, 0o640), 'mode 640) is not readable by others'],
+      ];
+      for (const [version, make, why] of cases) {
+        await make();
+        await call(
+          'PUT',
+          '/v1/models/m',
+          spec({
+            version,
+            files: [{ path: 'w.bin', url: `http://storage.invalid/w.bin?X-Amz-Signature=${SIGNATURE}` }],
+          }),
+        );
+        await agent!.idle();
+        const v = (await call('GET', '/v1/models/m')).body.versions.find(
+          (x: { version: string }) => x.version === version,
+        );
+        expect(v, version).toMatchObject({ state: 'Ready', hardLinks: 0 });
+        expect(v.files[0].hardLinkFallback).toContain(why);
+        const placed = join(root, 'm', version, 'w.bin');
+        expect((await stat(placed)).ino).not.toBe((await stat(task)).ino);
+        expect(await readFile(placed)).toEqual(content);
+        // The daemon's link was removed: its file has one name again.
+        expect((await stat(task)).nlink).toBe(1);
+      }
+      // Read-only for the server (root's, 0644): the link is kept.
+      await chmod(task, 0o644);
+      await call(
+        'PUT',
+        '/v1/models/m',
+        spec({
+          version: '5',
+          files: [{ path: 'w.bin', url: `http://storage.invalid/w.bin?X-Amz-Signature=${SIGNATURE}` }],
+        }),
+      );
+      await agent!.idle();
+      expect((await stat(join(root, 'm', '5', 'w.bin'))).ino).toBe((await stat(task)).ino);
+    } finally {
+      await daemon.close();
+    }
+  });
+
   it('uses the daemon link on a local hit, and streams when the daemon refuses', async () => {
     const cache = join(dir, 'cache');
     await mkdir(cache);
@@ -437,7 +537,7 @@ describe('hard links from the daemon cache', () => {
     });
     try {
       // The daemon sees the model root under the same path here (one mount).
-      await start({ proxy: daemon.url, hardLinkRoot: root });
+      await start({ proxy: daemon.url, hardLinkRoot: root, serverUid: SERVER_UID });
       const body = spec({
         files: [{ path: 'w.bin', url: `http://storage.invalid/w.bin?X-Amz-Signature=${SIGNATURE}` }],
       });
@@ -496,7 +596,7 @@ describe('hard links from the daemon cache', () => {
         return { body: content, finished: false };
       });
       try {
-        await start({ proxy: daemon.url, hardLinkRoot: root });
+        await start({ proxy: daemon.url, hardLinkRoot: root, serverUid: SERVER_UID });
         const v = await place('1');
         expect(v).toMatchObject({ state: 'Ready', hardLinks: 1, localHits: 0, bytesDone: content.length });
         expect(v.files[0]).toMatchObject({ hardLink: true, localHit: false });
@@ -516,7 +616,7 @@ describe('hard links from the daemon cache', () => {
         return { body: content, finished: false };
       });
       try {
-        await start({ proxy: daemon.url, hardLinkRoot: root });
+        await start({ proxy: daemon.url, hardLinkRoot: root, serverUid: SERVER_UID });
         const v = await place('1');
         // Counted once: the bytes received for the removed link were given back.
         expect(v).toMatchObject({ state: 'Ready', hardLinks: 0, bytesDone: content.length });
@@ -537,7 +637,7 @@ describe('hard links from the daemon cache', () => {
         return { body: content, finished: false, truncateAt: 5000 };
       });
       try {
-        await start({ proxy: daemon.url, hardLinkRoot: root });
+        await start({ proxy: daemon.url, hardLinkRoot: root, serverUid: SERVER_UID });
         const v = await place('1');
         expect(v).toMatchObject({ state: 'Failed', reason: 'DownloadFailed' });
         expect(v.error).toMatch(/w\.bin/);
