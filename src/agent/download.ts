@@ -276,8 +276,7 @@ async function urlOf(run: Run, i: number): Promise<{ url: string; tag: string | 
 /** The task id file `i` should have, with the tag its download sends. */
 function expectedID(run: Run, url: string, tag: string | undefined): string | undefined {
   const location = specLocation(run.spec);
-  const filter =
-    run.spec.filter ?? (location ? effectiveFilter(location) : DEFAULT_FILTERED_QUERY_PARAMS);
+  const filter = run.spec.filter ?? (location ? effectiveFilter(location) : DEFAULT_FILTERED_QUERY_PARAMS);
   return taskID({
     url,
     filter,

@@ -113,7 +113,11 @@ export async function fetchFile(req: FetchFileRequest): Promise<FetchFileResult>
   // A server that could write any link: no link is asked for, so none ever appears where it could write it.
   const unsafe = serverProblem(req.hardLink.serverUid);
   if (unsafe !== undefined)
-    return { ...((await once(req, undefined)) as FetchFileResult), hardLink: false, hardLinkFallback: unsafe };
+    return {
+      ...((await once(req, undefined)) as FetchFileResult),
+      hardLink: false,
+      hardLinkFallback: unsafe,
+    };
   const link = {
     local: join(req.hardLink.local, `.p2p-${randomUUID()}.link`),
     daemon: '',

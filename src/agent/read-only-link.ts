@@ -25,7 +25,7 @@ import type { Stats } from 'node:fs';
 /** Why the agent will not ask for links at all with this server uid, or undefined when it may. */
 export function serverProblem(serverUid: number | undefined): string | undefined {
   const advice =
-    'run the model server as a non-root user (runAsUser) other than the peer daemon\'s, and pass that uid as --server-uid, to use hard links';
+    "run the model server as a non-root user (runAsUser) other than the peer daemon's, and pass that uid as --server-uid, to use hard links";
   if (serverUid === undefined)
     return `the model server's uid is not known, so a hard link of the daemon's file could be writable by it: ${advice}`;
   if (serverUid === 0)
@@ -34,7 +34,10 @@ export function serverProblem(serverUid: number | undefined): string | undefined
 }
 
 /** Why the model server (uid `serverUid`) could write the linked file `st` or not read it, or undefined. */
-export function linkProblem(serverUid: number | undefined, st: Pick<Stats, 'uid' | 'mode'>): string | undefined {
+export function linkProblem(
+  serverUid: number | undefined,
+  st: Pick<Stats, 'uid' | 'mode'>,
+): string | undefined {
   const server = serverProblem(serverUid);
   if (server) return server;
   const mode = (st.mode & 0o777).toString(8).padStart(3, '0');

@@ -101,7 +101,9 @@ export function downloaderConfig(values: DownloadFlags): DownloaderConfig & { lo
   const credentials = values['credentials-dir'] as string | undefined;
   const uid = values['server-uid'] as string | undefined;
   if (uid !== undefined && !/^\d{1,10}$/.test(uid))
-    throw new CliError(`--server-uid: must be a uid such as 1000 (the model server's runAsUser), got "${uid}"`);
+    throw new CliError(
+      `--server-uid: must be a uid such as 1000 (the model server's runAsUser), got "${uid}"`,
+    );
   return {
     root,
     proxy: proxyURL.origin,

@@ -28,6 +28,7 @@ import { startManager, type RunningManager } from '../support/runtime-harness.ts
 import { modelPreheatController } from '../../src/controllers/modelpreheat/index.ts';
 import { createServedModelController } from '../../src/controllers/index.ts';
 import { signObjectURL } from '../../src/storage/sign.ts';
+import { credentialTag } from '../../src/storage/credential-tag.ts';
 import type { ModelPreheat, ServedModel } from '../../src/api/index.ts';
 
 const GROUP = 'peerload.io';
@@ -82,6 +83,8 @@ beforeAll(async () => {
       startModelServerFleet(1, {
         proxyURL: peer.proxyURL,
         objectURL: () => url,
+        // As the plugin: the tag the storage credentials give (the preheat's, signed with the same Secret).
+        tag: credentialTag(location, minio.credentials()),
         workerStartMs: 50,
         modelVersion: '1.0',
       }),

@@ -260,8 +260,7 @@ async function registerPreheated(
   // The servers run as root here, which could write a hard link of the daemon's file: both agents copied it (one
   // name for its inode), whether the daemon held it (A) or filled it during the download (B). Links for a non-root
   // server: test/e2e/agent-real-p2p.test.ts.
-  for (const r of [a, b])
-    expect((await stat(join(r.root, s.model, version, WEIGHTS))).nlink, r.root).toBe(1);
+  for (const r of [a, b]) expect((await stat(join(r.root, s.model, version, WEIGHTS))).nlink, r.root).toBe(1);
   return afterB;
 }
 

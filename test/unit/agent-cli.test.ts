@@ -113,7 +113,9 @@ describe('peerload fetch', () => {
     expect(cap.stderr).toContain('--max-bytes: must be a byte count such as 500Gi or 1Ti, got "lots"');
     const uid = await run(['fetch', '--name', 'm', '--spec', spec, '--root', dir, '--server-uid', 'triton']);
     expect(uid.code).toBe(2);
-    expect(uid.stderr).toContain(`--server-uid: must be a uid such as 1000 (the model server's runAsUser), got "triton"`);
+    expect(uid.stderr).toContain(
+      `--server-uid: must be a uid such as 1000 (the model server's runAsUser), got "triton"`,
+    );
   });
 });
 

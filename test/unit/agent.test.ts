@@ -467,7 +467,7 @@ describe('hard links from the daemon cache', () => {
     }
   });
 
-  it("removes a link the model server could write or not read, and copies the file", async () => {
+  it('removes a link the model server could write or not read, and copies the file', async () => {
     const cache = join(dir, 'cache');
     await mkdir(cache);
     const content = randomBytes(5000);
@@ -480,8 +480,16 @@ describe('hard links from the daemon cache', () => {
     try {
       await start({ proxy: daemon.url, hardLinkRoot: root, serverUid: SERVER_UID });
       const cases: [string, () => Promise<void>, string][] = [
-        ['1', () => chown(task, SERVER_UID, 0), `runs as uid ${SERVER_UID}, the owner of the peer daemon's file`],
-        ['2', async () => (await chown(task, 0, 0), chmod(task, 0o664)), 'mode 664) is writable by its group or others'],
+        [
+          '1',
+          () => chown(task, SERVER_UID, 0),
+          `runs as uid ${SERVER_UID}, the owner of the peer daemon's file`,
+        ],
+        [
+          '2',
+          async () => (await chown(task, 0, 0), chmod(task, 0o664)),
+          'mode 664) is writable by its group or others',
+        ],
         ['3', () => chmod(task, 0o646), 'mode 646) is writable by its group or others'],
         ['4', () => chmod(task, 0o640), 'mode 640) is not readable by others'],
       ];

@@ -34,16 +34,16 @@ describe('the credential tag of a private object', () => {
     const s3 = creds('s3', 's3') as Extract<StorageCredentials, { type: 's3' }>;
     const tag = credentialTag({ type: 's3', bucket: 'models' }, s3);
     expect(credentialTag({ type: 's3', bucket: 'models' }, { ...s3, accessKeyID: 'OTHER' })).toBe(tag);
-    expect(credentialTag({ type: 's3', bucket: 'models' }, { ...s3, secretAccessKey: 'x' + s3.secretAccessKey })).not.toBe(
-      tag,
-    );
+    expect(
+      credentialTag({ type: 's3', bucket: 'models' }, { ...s3, secretAccessKey: 'x' + s3.secretAccessKey }),
+    ).not.toBe(tag);
     expect(credentialTag({ type: 's3', bucket: 'models2' }, s3)).not.toBe(tag);
     // Nothing of the secret shows in it.
     expect(tag).toMatch(/^peerload-[0-9a-f]{32}$/);
     expect(tag).not.toContain(s3.secretAccessKey.slice(0, 6));
   });
 
-  it("is one tag for a GCS key however its PEM is written (PKCS#8 or PKCS#1)", () => {
+  it('is one tag for a GCS key however its PEM is written (PKCS#8 or PKCS#1)', () => {
     const gcs = creds('gcs', 'gcs') as Extract<StorageCredentials, { type: 'gcs' }>;
     const pkcs1 = createPrivateKey(gcs.privateKey).export({ format: 'pem', type: 'pkcs1' }) as string;
     expect(pkcs1).toContain('BEGIN RSA PRIVATE KEY');

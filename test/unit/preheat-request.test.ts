@@ -45,7 +45,11 @@ describe('planPreheat', () => {
     expect(request.tag).toBe(`v1/${credential}`);
     // The id a later download of the bare object URL (re-signed at any time, with the same credentials) will have.
     expect(tasks[0]!.taskID).toBe(
-      taskID({ url: objectURL(location, 'a/one.mar'), filter: request.filteredQueryParams, tag: `v1/${credential}` }),
+      taskID({
+        url: objectURL(location, 'a/one.mar'),
+        filter: request.filteredQueryParams,
+        tag: `v1/${credential}`,
+      }),
     );
     expect(tasks[0]!.taskID).not.toBe(
       taskID({ url: objectURL(location, 'a/one.mar'), filter: request.filteredQueryParams, tag: 'v1' }),

@@ -60,7 +60,10 @@ export interface PlanContext {
  * The tag of an object-storage preheat's tasks: the spec's own with the credentials' (storage/credential-tag.ts),
  * so that only holders of the credentials can name the tasks of what they read.
  */
-export function objectStorageTag(spec: ModelPreheatSpec, credentials: StorageCredentials): string | undefined {
+export function objectStorageTag(
+  spec: ModelPreheatSpec,
+  credentials: StorageCredentials,
+): string | undefined {
   return taskTag(spec.tag, credentialTag(spec.objectStorage!, credentials));
 }
 
