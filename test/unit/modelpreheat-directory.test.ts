@@ -178,7 +178,9 @@ describe('a directory in jobs', () => {
       objectStorage: { ...LOCATION, prefix: 'models/big/', filteredQueryParams: [] },
     });
     const barePlan = await planObjects(bare, [all[0]!.key], S3, { bio: 't' });
-    expect(directoryTasks(bare, [all[0]!], DEFAULT_TASK_ID_RULE, S3)[0]!.taskID).toBe(barePlan.tasks[0]!.taskID);
+    expect(directoryTasks(bare, [all[0]!], DEFAULT_TASK_ID_RULE, S3)[0]!.taskID).toBe(
+      barePlan.tasks[0]!.taskID,
+    );
     // A signed URL of a file names it.
     expect(pathsByURL(spec.objectStorage!, all)(plan.request.urls![1]!)).toBe(all[1]!.path);
   });
