@@ -427,6 +427,22 @@ describe('a version placed by an earlier process', () => {
 /** A model server's uid other than the daemon's (these tests' files are root's, as the daemon's are). */
 const SERVER_UID = 1000;
 
+/** PUTs `version` of one file, w.bin, and returns its progress once placed. */
+async function placeOne(version: string) {
+  await call(
+    'PUT',
+    '/v1/models/m',
+    spec({
+      version,
+      files: [{ path: 'w.bin', url: `http://storage.invalid/w.bin?X-Amz-Signature=${SIGNATURE}` }],
+    }),
+  );
+  await agent!.idle();
+  return (await call('GET', '/v1/models/m')).body.versions.find(
+    (x: { version: string }) => x.version === version,
+  );
+}
+
 describe('hard links from the daemon cache', () => {
   it("copies every file, asking the daemon for no link, when the model server's uid is unknown or root", async () => {
     const cache = join(dir, 'cache');
@@ -444,18 +460,7 @@ describe('hard links from the daemon cache', () => {
       ] as const) {
         await agent?.close();
         await start({ proxy: daemon.url, hardLinkRoot: root, serverUid });
-        await call(
-          'PUT',
-          '/v1/models/m',
-          spec({
-            version,
-            files: [{ path: 'w.bin', url: `http://storage.invalid/w.bin?X-Amz-Signature=${SIGNATURE}` }],
-          }),
-        );
-        await agent!.idle();
-        const v = (await call('GET', '/v1/models/m')).body.versions.find(
-          (x: { version: string }) => x.version === version,
-        );
+        const v = await placeOne(version);
         expect(v).toMatchObject({ state: 'Ready', hardLinks: 0 });
         expect(v.files[0].hardLinkFallback).toContain(why);
         expect((await stat(join(root, 'm', version, 'w.bin'))).nlink).toBe(1);
@@ -495,18 +500,7 @@ describe('hard links from the daemon cache', () => {
       ];
       for (const [version, make, why] of cases) {
         await make();
-        await call(
-          'PUT',
-          '/v1/models/m',
-          spec({
-            version,
-            files: [{ path: 'w.bin', url: `http://storage.invalid/w.bin?X-Amz-Signature=${SIGNATURE}` }],
-          }),
-        );
-        await agent!.idle();
-        const v = (await call('GET', '/v1/models/m')).body.versions.find(
-          (x: { version: string }) => x.version === version,
-        );
+        const v = await placeOne(version);
         expect(v, version).toMatchObject({ state: 'Ready', hardLinks: 0 });
         expect(v.files[0].hardLinkFallback).toContain(why);
         const placed = join(root, 'm', version, 'w.bin');
@@ -517,15 +511,7 @@ describe('hard links from the daemon cache', () => {
       }
       // Read-only for the server (root's, 0644): the link is kept.
       await chmod(task, 0o644);
-      await call(
-        'PUT',
-        '/v1/models/m',
-        spec({
-          version: '5',
-          files: [{ path: 'w.bin', url: `http://storage.invalid/w.bin?X-Amz-Signature=${SIGNATURE}` }],
-        }),
-      );
-      await agent!.idle();
+      expect(await placeOne('5')).toMatchObject({ state: 'Ready', hardLinks: 1 });
       expect((await stat(join(root, 'm', '5', 'w.bin'))).ino).toBe((await stat(task)).ino);
     } finally {
       await daemon.close();
