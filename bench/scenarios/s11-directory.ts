@@ -155,7 +155,17 @@ async function repetition(
     cleanup.push(() => dispatcher.close());
     const agentPort = await portOnAll(network.peers.map((p) => p.ip));
     const replicas: AgentReplica[] = [];
-    const common = { port: agentPort, token: TOKEN, credentials: minio, dispatcher, start: startTriton };
+    // serverUid: the uid a production Triton runs as (deploy/examples/triton-hardlink), so the agents keep their
+    // hard links as they would there. This bench measures placement time; the Tritons here run as root, and the
+    // safety of links against a writing server is tested in test/e2e/agent-real-p2p.test.ts.
+    const common = {
+      port: agentPort,
+      token: TOKEN,
+      credentials: minio,
+      dispatcher,
+      start: startTriton,
+      serverUid: 1000,
+    };
     for (const [i, peer] of network.peers.entries()) {
       const replica = await startAgentReplica({ ...common, peer, dir: join(work, `replica-${i}`) });
       cleanup.push(() => replica.stop());

@@ -21,6 +21,7 @@ import { createServedModelController } from '../../src/controllers/index.ts';
 import type { KubeObject } from '../../src/runtime/index.ts';
 import { effectiveFilter } from '../../src/storage/objecturl.ts';
 import { signObjectURL } from '../../src/storage/sign.ts';
+import { credentialTag } from '../../src/storage/credential-tag.ts';
 import { startThrottle } from '../../test/support/bench-throttle.ts';
 import type { ControlPlane } from '../../test/support/controlplane.ts';
 import { ServiceEndpoints, loopbackDispatcher } from '../../test/support/endpointslices.ts';
@@ -117,6 +118,8 @@ export async function scenario4(cp: ControlPlane, o: S4Options): Promise<{ rows:
       proxyURL: node.url,
       objectURL: () => replicaURL,
       filter,
+      // As the plugin: the tag the storage credentials give (the preheat's, signed with the same Secret).
+      tag: credentialTag(location, creds),
     });
     closers.push(() => fleet.close());
 

@@ -17,7 +17,8 @@ import type { HostRule } from '../policy/reach.ts';
 import { defaultStorageHosts, storageReach } from '../policy/storage-reach.ts';
 import type { ObjectStorageType } from '../api/objectstorage.ts';
 import type { StorageCredentials } from '../storage/credentials.ts';
-import { effectiveFilter, objectURL as objectURLOf } from '../storage/objecturl.ts';
+import { effectiveFilter } from '../storage/objecturl.ts';
+import { credentialTag, taskTag } from '../storage/credential-tag.ts';
 import { signObjectURL } from '../storage/sign.ts';
 import {
   APPLICATION_HEADER,
@@ -62,6 +63,11 @@ export interface DownloaderConfig {
   dispatcher: Dispatcher;
   /** The model root as the peer daemon sees it: set, files are first asked for as hard links of its cache. */
   hardLinkRoot?: string | undefined;
+  /**
+   * The uid the model server runs as (its container's runAsUser): a hard link is kept only when that uid can
+   * neither write the daemon's file nor make it writable (read-only-link.ts); unknown or 0, files are copied.
+   */
+  serverUid?: number | undefined;
   limits: AgentLimits;
   /** The credentials that sign a spec's keys (the mounted Secret); absent: only URLs are accepted. */
   credentials?: ((type: ObjectStorageType) => Promise<StorageCredentials>) | undefined;
@@ -140,7 +146,8 @@ export function newProgress(name: string, spec: ModelVersionSpec, rule: TaskIdRu
   const files: FileProgress[] = spec.files.map((f) => {
     let expectedTaskID: string | undefined;
     try {
-      const url = f.url ?? (location ? objectURLOf(location, f.key!) : undefined);
+      // A key's id depends on the credentials' tag: known once the agent signs it (downloadFile).
+      const url = f.url;
       if (url !== undefined && filter !== undefined)
         expectedTaskID = taskID({
           url,
@@ -262,16 +269,34 @@ function fail(run: Run, reason: string, message: string): void {
   run.progress.error = redact(message);
 }
 
-/** The signed URL of file `i`: as given, or signed now with the mounted credentials. */
-async function urlOf(run: Run, i: number): Promise<string> {
+/**
+ * The signed URL of file `i` and its tag: a URL as given with the spec's tag, or a key signed now with the mounted
+ * credentials, with the tag those credentials give (storage/credential-tag.ts: the preheat's, made with the same
+ * credentials), so that only holders of the credentials share the task.
+ */
+async function urlOf(run: Run, i: number): Promise<{ url: string; tag: string | undefined }> {
   const file = run.spec.files[i]!;
-  if (file.url !== undefined) return file.url;
+  if (file.url !== undefined) return { url: file.url, tag: run.spec.tag || undefined };
   const location = specLocation(run.spec)!;
   const credentials = await run.config.credentials!(location.type);
   const signed = await signObjectURL(location, file.key!, credentials, {
     expiresSeconds: run.spec.storage!.expiresSeconds,
   });
-  return signed.url;
+  return { url: signed.url, tag: taskTag(run.spec.tag, credentialTag(location, credentials)) };
+}
+
+/** The task id file `i` should have, with the tag its download sends. */
+function expectedID(run: Run, url: string, tag: string | undefined): string | undefined {
+  const location = specLocation(run.spec);
+  const filter = run.spec.filter ?? (location ? effectiveFilter(location) : DEFAULT_FILTERED_QUERY_PARAMS);
+  return taskID({
+    url,
+    filter,
+    tag,
+    application: run.spec.application,
+    pieceLength: run.spec.pieceLength,
+    rule: run.config.rule ?? DEFAULT_TASK_ID_RULE,
+  });
 }
 
 /** Counts `n` more bytes of file `i`; throws past the byte cap (which stops that download). */
@@ -294,16 +319,24 @@ async function downloadFile(run: Run, i: number): Promise<void> {
   const fp = progress.files[i]!;
   fp.state = 'Downloading';
   try {
+    const { url, tag } = await urlOf(run, i);
+    fp.expectedTaskID = expectedID(run, url, tag);
+    const headers = { ...run.headers, ...file.headers };
+    if (tag) headers[TAG_HEADER] = tag;
     const r = await fetchFile({
       dispatcher: config.dispatcher,
       proxy: config.proxy,
-      url: await urlOf(run, i),
-      headers: file.headers ? { ...run.headers, ...file.headers } : run.headers,
+      url,
+      headers,
       target: join(run.tmp, file.path),
       expectedSize: file.size,
       hardLink:
         config.hardLinkRoot !== undefined
-          ? { local: run.tmp, daemon: join(config.hardLinkRoot, spec.directory ?? name, run.tmpName) }
+          ? {
+              local: run.tmp,
+              daemon: join(config.hardLinkRoot, spec.directory ?? name, run.tmpName),
+              serverUid: config.serverUid,
+            }
           : undefined,
       signal: run.signal,
       what: `${name}/${spec.version}/${file.path}`,

@@ -12,7 +12,8 @@
  *     goes: the body is read whole without being written ({@link LinkedBody}), and the link is the file when the
  *     body's sampled blocks match it; otherwise the link is removed and the file downloaded again without one.
  * A refusal of the daemon's own (500 with an error type other than `backend`: a cross-device link, say) is followed
- * by the plain download.
+ * by the plain download. A link the model server could write (read-only-link.ts) is never kept, nor asked for
+ * when the server's uid already rules it out: the file is copied instead.
  */
 import { randomUUID } from 'node:crypto';
 import { createWriteStream } from 'node:fs';
@@ -23,6 +24,7 @@ import { pipeline } from 'node:stream/promises';
 import type { Dispatcher } from 'undici';
 import { redact } from '../redact.ts';
 import { LinkedBody } from './linked-body.ts';
+import { linkProblem, serverProblem } from './read-only-link.ts';
 import {
   DOWNLOAD_FINISHED_HEADER,
   ERROR_TYPE_HEADER,
@@ -46,8 +48,11 @@ export interface FetchFileRequest {
   target: string;
   /** The size the caller expects, when known. */
   expectedSize?: number | undefined;
-  /** Ask the daemon for a hard link: `local` is where it appears here, `daemon` the same directory as it sees it. */
-  hardLink?: { local: string; daemon: string } | undefined;
+  /**
+   * Ask the daemon for a hard link: `local` is where it appears here, `daemon` the same directory as it sees it,
+   * `serverUid` the uid the model server runs as (read-only-link.ts: a link it could write is never kept).
+   */
+  hardLink?: { local: string; daemon: string; serverUid: number | undefined } | undefined;
   signal: AbortSignal;
   /** Called for every chunk received; throwing stops the download (a byte budget). Negative: bytes given back
    *  (a daemon's file received through a link that was then removed). */
@@ -105,9 +110,18 @@ function explain(status: number, errorType: string | undefined): string {
 /** GETs `req.url` through the proxy into `req.target`. */
 export async function fetchFile(req: FetchFileRequest): Promise<FetchFileResult> {
   if (!req.hardLink) return (await once(req, undefined)) as FetchFileResult; // without a link, never 'refused'
+  // A server that could write any link: no link is asked for, so none ever appears where it could write it.
+  const unsafe = serverProblem(req.hardLink.serverUid);
+  if (unsafe !== undefined)
+    return {
+      ...((await once(req, undefined)) as FetchFileResult),
+      hardLink: false,
+      hardLinkFallback: unsafe,
+    };
   const link = {
     local: join(req.hardLink.local, `.p2p-${randomUUID()}.link`),
     daemon: '',
+    serverUid: req.hardLink.serverUid,
   };
   link.daemon = join(req.hardLink.daemon, link.local.slice(req.hardLink.local.length + 1));
   let fallback: string;
@@ -130,7 +144,7 @@ interface Retry {
 
 async function once(
   req: FetchFileRequest,
-  link: { local: string; daemon: string } | undefined,
+  link: { local: string; daemon: string; serverUid: number | undefined } | undefined,
 ): Promise<FetchFileResult | 'refused' | Retry> {
   const target = new URL(req.url);
   const headers: Record<string, string> = {
@@ -186,7 +200,7 @@ async function once(
 
   let fallback: string | undefined;
   if (link) {
-    const use = await linkUse(link.local, localHit, announced);
+    const use = await linkUse(link.local, localHit, announced, link.serverUid);
     if (use === 'now') {
       // The body is not read: closing the connection ends it (client 1.4.2 only logs the failed send; the task
       // stays finished).
@@ -277,6 +291,7 @@ async function linkUse(
   path: string,
   localHit: boolean | undefined,
   announced: number | undefined,
+  serverUid: number | undefined,
 ): Promise<'now' | 'after-body' | { problem: string }> {
   if (localHit === undefined) return { problem: 'the peer proxy did not serve it through P2P' };
   if (announced === undefined)
@@ -286,6 +301,8 @@ async function linkUse(
     if (!st.isFile()) return { problem: `the daemon made no regular file at ${path}` };
     if (st.size !== announced)
       return { problem: `the daemon's file has ${st.size} bytes, the response announced ${announced}` };
+    const problem = linkProblem(serverUid, st);
+    if (problem !== undefined) return { problem };
   } catch {
     return {
       problem: `the daemon made no file at ${path} (a daemon that ignores ${OUTPUT_PATH_HEADER}, or the hard-link directory is not this model root)`,

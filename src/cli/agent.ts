@@ -36,7 +36,11 @@ export const DOWNLOAD_OPTIONS_USAGE = `--root             the model root (a volu
                    (default: the storage services' own hosts; docs/security.md)
 --hard-link-root   the model root as the peer daemon sees it (the same volume mounted into the daemon): files are
                    hard links of the daemon's own copies instead of copies (checked against the body when the
-                   daemon fills them during the download)
+                   daemon fills them during the download), when --server-uid says the model server cannot write them
+--server-uid       the uid the model server runs as (its container's runAsUser): a hard link is kept only when that
+                   uid is not root, does not own the daemon's file and the file has no group or others write bit;
+                   without it every file is copied (a link is the daemon's file: a server writing it would change
+                   what the network serves)
 --max-bytes        bytes one version may take (default 1Ti; suffixes k, Ki, M, Mi, G, Gi, T, Ti)
 --min-free-bytes   free bytes the model volume must keep (default 1Gi)
 --deadline         how long one version may take (default 1h, at most 24h)
@@ -50,6 +54,7 @@ export const DOWNLOAD_OPTIONS = {
   'credentials-dir': { type: 'string' },
   'allowed-storage-hosts': { type: 'string', default: DEFAULT_STORAGE_HOSTS },
   'hard-link-root': { type: 'string' },
+  'server-uid': { type: 'string' },
   'max-bytes': { type: 'string', default: '1Ti' },
   'min-free-bytes': { type: 'string', default: '1Gi' },
   deadline: { type: 'string', default: '1h' },
@@ -117,11 +122,17 @@ export function downloaderConfig(values: DownloadFlags): DownloaderConfig & { lo
   } catch (err) {
     throw new CliError(`--allowed-storage-hosts: ${(err as Error).message}`);
   }
+  const uid = values['server-uid'] as string | undefined;
+  if (uid !== undefined && !/^\d{1,10}$/.test(uid))
+    throw new CliError(
+      `--server-uid: must be a uid such as 1000 (the model server's runAsUser), got "${uid}"`,
+    );
   return {
     root,
     proxy: proxyURL.origin,
     dispatcher: new Agent({ connections: concurrency * 2 }),
     hardLinkRoot: values['hard-link-root'] as string | undefined,
+    serverUid: uid !== undefined ? Number(uid) : undefined,
     limits: {
       maxBytes: bytesFlag('max-bytes', String(values['max-bytes'])),
       minFreeBytes: bytesFlag('min-free-bytes', String(values['min-free-bytes'])),

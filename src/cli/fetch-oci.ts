@@ -152,6 +152,7 @@ export async function runOci(
         proxy: config.proxy,
         dispatcher: config.dispatcher,
         hardLinkRoot: config.hardLinkRoot,
+        serverUid: config.serverUid,
         limits: { ...config.limits, maxFiles },
         logger,
       });

@@ -1,6 +1,7 @@
 import { readFile } from 'node:fs/promises';
 import { load } from 'js-yaml';
 import { OBJECT_STORAGE_TYPES, type ObjectStorageType } from '../api/objectstorage.ts';
+import { credentialTag, taskTag } from '../storage/credential-tag.ts';
 import { CredentialsError, credentialsFromSecretData } from '../storage/credentials.ts';
 import { FileSetError, fileSetEntries, selectFiles, type ListedObject } from '../storage/fileset.ts';
 import { ListError, listPrefix } from '../storage/list.ts';
@@ -39,9 +40,12 @@ A model directory (the files under a prefix of a bucket):
 --object-storage  s3, oss, gcs or abs, with --bucket (s3, oss, gcs) or --container and --account-name (abs),
                   --region (s3), --endpoint (oss, S3-compatible stores, Azurite), --path-style (s3 with an endpoint)
 --prefix          the directory's key prefix, e.g. models/llama/
---file            a file's path under the prefix; repeat for several (no listing, no credentials needed)
---credentials     without --file: list the prefix with these credentials, a YAML/JSON map of the Secret's keys with
-                  plain values (as in stringData), e.g. {access_key: ..., secret_key: ...}
+--file            a file's path under the prefix; repeat for several (no listing)
+--credentials     the storage credentials, a YAML/JSON map of the Secret's keys with plain values (as in stringData),
+                  e.g. {access_key: ..., secret_key: ...}: the ids then carry the tag these credentials give every
+                  object the operator, the plugin and the agent sign (their HMAC, never the secret), as a preheat's
+                  status.tasks do; without --file the prefix is listed with them. Without --credentials the ids are
+                  those of the same objects fetched without credentials (public objects)
 --include/--exclude  glob patterns on the paths under the prefix (repeatable)`;
 
 export async function run(argv: string[]): Promise<number> {
@@ -154,27 +158,29 @@ async function directory(
     pathStyle: values['path-style'],
   };
   const files = values.file;
-  if ((files === undefined) === (values.credentials === undefined))
-    throw new CliError('give either --file (the paths under --prefix) or --credentials (to list --prefix)');
+  if (files === undefined && values.credentials === undefined)
+    throw new CliError('give --file (the paths under --prefix) or --credentials (to list --prefix), or both');
   try {
     let listed: ListedObject[] | undefined;
-    if (files === undefined) {
+    let tag = identity?.tag;
+    if (values.credentials !== undefined) {
       const credentials = credentialsFromSecretData(
         location.type,
-        await readCredentials(values.credentials!),
+        await readCredentials(values.credentials),
         {
           encoding: 'utf8',
-          secretName: values.credentials!,
+          secretName: values.credentials,
         },
       );
-      listed = await listPrefix(location, credentials, values.prefix);
+      tag = taskTag(tag, credentialTag(location, credentials));
+      if (files === undefined) listed = await listPrefix(location, credentials, values.prefix);
     }
     const selected = selectFiles(
       { prefix: values.prefix, files, include: values.include, exclude: values.exclude },
       listed,
     );
     const effective = filter ?? effectiveFilter(location);
-    const entries = fileSetEntries(location, selected, { ...identity, filter: effective });
+    const entries = fileSetEntries(location, selected, { ...identity, tag, filter: effective });
     return entries.map((e) =>
       values.canonical
         ? `${canonicalURL(e.url, effective, identity?.rule)}  ${e.path}`

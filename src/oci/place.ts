@@ -47,6 +47,8 @@ export interface PlaceRequest {
   dispatcher: Dispatcher;
   /** `dirname(dest)` as the peer daemon sees it: set, blobs are first asked for as hard links of its cache. */
   hardLinkRoot?: string | undefined;
+  /** The model server's uid: a link stays only where that uid can neither write nor chmod the daemon's file. */
+  serverUid?: number | undefined;
   limits: PlaceLimits;
   /** Extra headers for the proxy (a preheat's tag or application, so its tasks are joined). */
   headers?: Record<string, string> | undefined;
@@ -169,7 +171,7 @@ async function fetchLayer(run: Run, l: ModelLayer): Promise<void> {
       expectedSize: l.size,
       hardLink:
         req.hardLinkRoot !== undefined
-          ? { local, daemon: join(req.hardLinkRoot, basename(local)) }
+          ? { local, daemon: join(req.hardLinkRoot, basename(local)), serverUid: req.serverUid }
           : undefined,
       signal: run.signal,
       what: l.name,

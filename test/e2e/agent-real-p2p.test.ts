@@ -49,6 +49,9 @@ describe('the agent on the real Dragonfly network', () => {
       dispatcher,
       // One file system and one path for both: the daemon runs on this host.
       hardLinkRoot: root,
+      // A model server's uid other than the daemon's (root here): the links, root's and 0644, are read-only for it.
+      // A server that writes its model file: test/e2e/private-cache-real-p2p.test.ts.
+      serverUid: 1000,
       limits: { ...DEFAULT_LIMITS, minFreeBytes: 0 },
       token: tokenFile(join(dir, 'token')),
     });

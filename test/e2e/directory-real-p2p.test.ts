@@ -16,6 +16,7 @@ import { startMinIO, type MinIO } from '../support/minio.ts';
 import { startManager, type RunningManager } from '../support/runtime-harness.ts';
 import { modelPreheatController } from '../../src/controllers/modelpreheat/index.ts';
 import { signObjectURL } from '../../src/storage/sign.ts';
+import { credentialTag } from '../../src/storage/credential-tag.ts';
 import type { ModelPreheat } from '../../src/api/index.ts';
 
 const GROUP = 'peerload.io';
@@ -92,10 +93,18 @@ async function holds(peer: DragonflyPeer, taskID: string): Promise<boolean> {
 }
 
 /** A download through a peer's proxy, as a model server's agent or plugin makes it: the daemon's task id. */
-async function download(peer: DragonflyPeer, url: string): Promise<{ taskID: string; bytes: number }> {
+async function download(
+  peer: DragonflyPeer,
+  url: string,
+  tag: string,
+): Promise<{ taskID: string; bytes: number }> {
   const agent = new ProxyAgent(peer.proxyURL);
   try {
-    const res = await request(url, { dispatcher: agent, headers: { 'X-Dragonfly-Use-P2P': 'true' } });
+    // With the tag the credentials give, as the agent and the plugin send it.
+    const res = await request(url, {
+      dispatcher: agent,
+      headers: { 'X-Dragonfly-Use-P2P': 'true', 'X-Dragonfly-Tag': tag },
+    });
     const body = Buffer.from(await res.body.arrayBuffer());
     expect(res.statusCode).toBe(200);
     return { taskID: String(res.headers['x-dragonfly-task-id']), bytes: body.length };
@@ -172,7 +181,7 @@ describe('a directory preheated on the real Dragonfly network', () => {
         now: new Date(Date.now() - 90_000),
         expiresSeconds: 3600,
       });
-      const got = await download(network.peers[0]!, url);
+      const got = await download(network.peers[0]!, url, credentialTag(location, minio.credentials()));
       expect(got.taskID, paths[i]).toBe(t.taskID);
       expect(got.bytes).toBe(FILES[paths[i]!]!.length);
     }

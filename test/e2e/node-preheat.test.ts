@@ -27,6 +27,7 @@ import { startModelServerFleet, type ModelServerFleet } from '../support/modelse
 import { startRealNetworkOperator } from '../support/real-operator.ts';
 import type { RunningManager } from '../support/runtime-harness.ts';
 import { signObjectURL } from '../../src/storage/sign.ts';
+import { credentialTag } from '../../src/storage/credential-tag.ts';
 import type { ModelPreheat, ServedModel } from '../../src/api/index.ts';
 
 const GROUP = 'peerload.io';
@@ -81,6 +82,8 @@ beforeAll(async () => {
       startModelServerFleet(1, {
         proxyURL: peer.proxyURL,
         objectURL: () => url,
+        // As the plugin: the tag the storage credentials give (the preheat's, signed with the same Secret).
+        tag: credentialTag(location, minio.credentials()),
         workerStartMs: 50,
         modelVersion: '1.0',
       }),

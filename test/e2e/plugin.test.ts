@@ -10,6 +10,7 @@ import { PutObjectCommand } from '@aws-sdk/client-s3';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DEFAULT_FILTERS, effectiveFilter, objectURL } from '../../src/storage/objecturl.ts';
 import { taskID } from '../../src/storage/taskid.ts';
+import { credentialTag } from '../../src/storage/credential-tag.ts';
 import { startAzurite, type Azurite } from '../support/azurite.ts';
 import { startMinIO, type MinIO } from '../support/minio.ts';
 import {
@@ -145,7 +146,16 @@ describe('p2p endpoint plugin in TorchServe 0.12.0', () => {
       pathStyle: true,
     };
     const unsigned = objectURL(location, 'team a/tiny.mar');
-    expect(body.TaskID).toBe(taskID({ url: unsigned, filter: effectiveFilter(location), rule: '1.4' }));
+    // With the tag the credentials give (the plugin signs with them): only their holders share this task.
+    expect(body.TaskID).toBe(
+      taskID({
+        url: unsigned,
+        filter: effectiveFilter(location),
+        tag: credentialTag(location, minio.credentials()),
+        rule: '1.4',
+      }),
+    );
+    expect(req.headers['x-dragonfly-tag']).toBe(credentialTag(location, minio.credentials()));
 
     // The archive is in the model store under the key's last segment; no temporary file is left.
     const files = await readdir(ts.modelStore);

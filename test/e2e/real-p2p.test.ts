@@ -29,6 +29,7 @@ import { minioPluginConfig, pluginJar, writePluginConfig } from '../support/plug
 import { modelPreheatController } from '../../src/controllers/modelpreheat/index.ts';
 import { createServedModelController } from '../../src/controllers/index.ts';
 import { signObjectURL } from '../../src/storage/sign.ts';
+import { credentialTag } from '../../src/storage/credential-tag.ts';
 import { taskID } from '../../src/storage/taskid.ts';
 import type { ModelPreheat, ServedModel } from '../../src/api/index.ts';
 
@@ -95,6 +96,8 @@ beforeAll(async () => {
   fleet = await startModelServerFleet(1, {
     proxyURL: peer2!.proxyURL,
     objectURL: (fileName) => signedEarlier.get(fileName)!,
+    // As the plugin: the tag the storage credentials give (the preheat's, signed with the same Secret).
+    tag: credentialTag(location, minio.credentials()),
     workerStartMs: 50,
     modelVersion: '1.0',
   });

@@ -25,6 +25,7 @@ import { minioPluginConfig, pluginJar, writePluginConfig } from '../support/plug
 import { modelPreheatController } from '../../src/controllers/modelpreheat/index.ts';
 import { createServedModelController } from '../../src/controllers/index.ts';
 import { signObjectURL } from '../../src/storage/sign.ts';
+import { credentialTag } from '../../src/storage/credential-tag.ts';
 import type { ModelPreheat, ServedModel } from '../../src/api/index.ts';
 
 const run = promisify(execFile);
@@ -75,6 +76,8 @@ beforeAll(async () => {
   fleet = await startModelServerFleet(5, {
     proxyURL: nodePeer.url,
     objectURL: () => signed.url,
+    // As the plugin: the tag the storage credentials give (the preheat's, signed with the same Secret).
+    tag: credentialTag(location, minio.credentials()),
     workerStartMs: 50,
     modelVersion: '1.0',
   });

@@ -254,10 +254,14 @@ function expectServed(
 
 /**
  * A version preheated on both node peers and placed by both agents through them: the data file crossed once (the
- * seed peer's fetch), a smaller file once per node peer (and the seed peer's, if the scheduler sent it), and each
- * of the four downloads (two preheating peers, two placements) may have probed with one byte.
+ * seed peer's fetch), a smaller file once per node peer (and the seed peer's, if the scheduler sent it). 1-byte
+ * probes: dfdaemon 1.4.2 probes the origin when a download starts on a task whose size it does not know yet
+ * (Task::download_started; a task it holds or is filling is reused without one), and nothing serialises two
+ * starts of one task on one daemon. So the seed peer probes once, each node peer once for its preheat, and once
+ * more for its agent's placement when that arrives while the preheat's own probe is in flight (replicas are
+ * placed as soon as their node's job exists): 3 to 5.
  */
-const PREHEATED_ON_BOTH = { crossings: 1, smallCrossings: 3, downloads: 4 };
+const PREHEATED_ON_BOTH = { crossings: 1, smallCrossings: 3, downloads: 5 };
 
 /** What MinIO was asked for a version's files (method, range, status, body bytes), for the log. */
 const originRequests = (version: string) =>
@@ -339,9 +343,10 @@ async function expectServing(version: string, sm: ServedModel): Promise<void> {
     );
     const file = join(r.root, `echo/${version}/weights.bin`);
     expect(await readFile(file)).toEqual(WEIGHTS[version]);
-    // A local hit (the node's task had finished) is the daemon's copy hard-linked into the model repository.
-    const replica = sm.status!.replicas!.find((s) => s.node === nodeOf(i));
-    if (replica?.localHit) expect((await stat(file)).nlink).toBeGreaterThanOrEqual(2);
+    // Triton runs as root here, so the agent never leaves it a hard link of the daemon's file, even for a local
+    // hit (the node's task had finished): a copy, one name.
+    expect(sm.status!.replicas!.some((s) => s.node === nodeOf(i))).toBe(true);
+    expect((await stat(file)).nlink).toBe(1);
     const answer = await infer(r.server, [1, 2]);
     const offset = Number(version);
     expect(answer).toMatchObject({ model_version: version, outputs: [{ data: [1 + offset, 2 + offset] }] });

@@ -165,6 +165,16 @@ describe('deploy/examples/triton-hardlink', () => {
     expect(podSpec(hardlink).initContainers[0].name).toBe('model-root-owner');
   });
 
+  it("names Triton's uid to the agent (--server-uid), a non-root one without capabilities, so links stay read-only for it", () => {
+    const triton = container(hardlink, 'triton');
+    const uid = triton.securityContext?.runAsUser ?? podSpec(hardlink).securityContext.runAsUser;
+    expect(uid).toBeGreaterThan(0);
+    expect(flag(agent, 'server-uid')).toBe(String(uid));
+    expect(triton.securityContext.capabilities.drop).toEqual(['ALL']);
+    expect(triton.securityContext.allowPrivilegeEscalation).toBe(false);
+    expect(mountOf(triton, 'models')).toMatchObject({ readOnly: true });
+  });
+
   it('is refused by `restricted` for the node volume and the chown init container only; admitted as privileged', async () => {
     const restricted = await namespace('restricted');
     const err = await apply([podOf(hardlink, 'hl')], restricted).then(

@@ -40,6 +40,11 @@ export interface AgentReplicaOptions {
   /** Toward the daemon's proxy. */
   dispatcher: Dispatcher;
   start: (opts: OipServerOptions) => Promise<OipServer>;
+  /**
+   * The uid the agent is told the server runs as (--server-uid). Default: this process's, which the servers run
+   * as here (root on the test machines): the agent then copies every file, a hard link being writable by them.
+   */
+  serverUid?: number | undefined;
 }
 
 export async function startAgentReplica(opts: AgentReplicaOptions): Promise<AgentReplica> {
@@ -58,6 +63,7 @@ export async function startAgentReplica(opts: AgentReplicaOptions): Promise<Agen
     dispatcher: opts.dispatcher,
     // The daemon runs on this host: the model root is on its file system, at the same path.
     hardLinkRoot: root,
+    serverUid: opts.serverUid ?? process.getuid?.(),
     limits: { ...DEFAULT_LIMITS, minFreeBytes: 0 },
     token: tokenFile(join(dir, 'token')),
     credentials: credentialsDir(join(dir, 'creds')),

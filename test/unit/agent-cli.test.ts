@@ -115,6 +115,11 @@ describe('peerload fetch', () => {
     const bad = await run(['fetch', '--name', 'm', '--spec', spec, '--root', dir, ...hosts]);
     expect(bad.code).toBe(2);
     expect(bad.stderr).toContain('--allowed-storage-hosts: "http://x": the port must be a number');
+    const uid = await run(['fetch', '--name', 'm', '--spec', spec, '--root', dir, '--server-uid', 'triton']);
+    expect(uid.code).toBe(2);
+    expect(uid.stderr).toContain(
+      `--server-uid: must be a uid such as 1000 (the model server's runAsUser), got "triton"`,
+    );
   });
 });
 

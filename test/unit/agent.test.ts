@@ -7,12 +7,13 @@
 import { randomBytes } from 'node:crypto';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { link, mkdir, mkdtemp, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
+import { chmod, chown, link, mkdir, mkdtemp, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import { Agent } from 'undici';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { credentialTag } from '../../src/storage/credential-tag.ts';
 import { tokenMatches } from '../../src/agent/auth.ts';
 import { DEFAULT_LIMITS, type AgentLimits } from '../../src/agent/download.ts';
 import { startAgentServer, type AgentServer } from '../../src/agent/server.ts';
@@ -67,7 +68,13 @@ afterEach(async () => {
 let credentialReads = 0;
 
 async function start(
-  opts: { limits?: Partial<AgentLimits>; proxy?: string; hardLinkRoot?: string; storageHosts?: string } = {},
+  opts: {
+    limits?: Partial<AgentLimits>;
+    proxy?: string;
+    hardLinkRoot?: string;
+    storageHosts?: string;
+    serverUid?: number;
+  } = {},
 ): Promise<AgentServer> {
   const sink = new Writable({
     write(chunk: Buffer, _enc, cb) {
@@ -80,6 +87,7 @@ async function start(
     proxy: opts.proxy ?? peer.url,
     dispatcher,
     hardLinkRoot: opts.hardLinkRoot,
+    serverUid: opts.serverUid,
     limits: { ...DEFAULT_LIMITS, minFreeBytes: 0, ...opts.limits },
     token: tokenFile(join(dir, 'token')),
     // The default list (the storage services' hosts) unless the test names the origin's.
@@ -255,8 +263,19 @@ describe('downloading a version', () => {
     expect(r!.url).toContain('X-Amz-Signature=');
     // The s3 default filter goes with it, so the id is the preheat's of the bare object URL.
     expect(r!.headers['x-dragonfly-filtered-query-params']).toContain('X-Amz-Credential');
+    // The credentials' tag, as the operator's preheat signed with the same secret sends it.
+    const tag = credentialTag(
+      { type: 's3', bucket: 'weights' },
+      { type: 's3', accessKeyID: 'AKIAEXAMPLE', secretAccessKey: 'secret-key-example-1' },
+    );
+    expect(r!.headers['x-dragonfly-tag']).toBe(tag);
     const [v] = (await call('GET', '/v1/models/m')).body.versions;
     expect(v.files[0].taskID).toBe(v.files[0].expectedTaskID);
+    // With the spec's own tag, both.
+    peer.requests.length = 0;
+    expect((await call('PUT', '/v1/models/m', { ...body, version: '3', tag: 'llama' })).status).toBe(202);
+    await agent!.idle();
+    expect(peer.requests[0]!.headers['x-dragonfly-tag']).toBe(`llama/${tag}`);
   });
 
   it('starts one download for two PUTs that arrive together', async () => {
@@ -434,7 +453,100 @@ describe('a version placed by an earlier process', () => {
   });
 });
 
+/** A model server's uid other than the daemon's (these tests' files are root's, as the daemon's are). */
+const SERVER_UID = 1000;
+
+/** PUTs `version` of one file, w.bin, and returns its progress once placed. */
+async function placeOne(version: string) {
+  await call(
+    'PUT',
+    '/v1/models/m',
+    spec({
+      version,
+      files: [{ path: 'w.bin', url: `http://storage.invalid/w.bin?X-Amz-Signature=${SIGNATURE}` }],
+    }),
+  );
+  await agent!.idle();
+  return (await call('GET', '/v1/models/m')).body.versions.find(
+    (x: { version: string }) => x.version === version,
+  );
+}
+
 describe('hard links from the daemon cache', () => {
+  it("copies every file, asking the daemon for no link, when the model server's uid is unknown or root", async () => {
+    const cache = join(dir, 'cache');
+    await mkdir(cache);
+    const content = randomBytes(5000);
+    await writeFile(join(cache, 'task'), content);
+    const daemon = await fakeDaemon(async (outputPath) => {
+      await link(join(cache, 'task'), outputPath);
+      return { body: content, finished: true };
+    });
+    try {
+      for (const [version, serverUid, why] of [
+        ['1', undefined, "the model server's uid is not known"],
+        ['2', 0, 'the model server runs as root'],
+      ] as const) {
+        await agent?.close();
+        await start({ proxy: daemon.url, hardLinkRoot: root, serverUid });
+        const v = await placeOne(version);
+        expect(v).toMatchObject({ state: 'Ready', hardLinks: 0 });
+        expect(v.files[0].hardLinkFallback).toContain(why);
+        expect((await stat(join(root, 'm', version, 'w.bin'))).nlink).toBe(1);
+      }
+      expect(daemon.outputPaths).toEqual([]);
+      expect((await stat(join(cache, 'task'))).nlink).toBe(1);
+    } finally {
+      await daemon.close();
+    }
+  });
+
+  it('removes a link the model server could write or not read, and copies the file', async () => {
+    const cache = join(dir, 'cache');
+    await mkdir(cache);
+    const content = randomBytes(5000);
+    const task = join(cache, 'task');
+    await writeFile(task, content);
+    const daemon = await fakeDaemon(async (outputPath) => {
+      await link(task, outputPath);
+      return { body: content, finished: true };
+    });
+    try {
+      await start({ proxy: daemon.url, hardLinkRoot: root, serverUid: SERVER_UID });
+      const cases: [string, () => Promise<void>, string][] = [
+        [
+          '1',
+          () => chown(task, SERVER_UID, 0),
+          `runs as uid ${SERVER_UID}, the owner of the peer daemon's file`,
+        ],
+        [
+          '2',
+          async () => (await chown(task, 0, 0), chmod(task, 0o664)),
+          'mode 664) is writable by its group or others',
+        ],
+        ['3', () => chmod(task, 0o646), 'mode 646) is writable by its group or others'],
+        ['4', () => chmod(task, 0o640), 'mode 640) is not readable by others'],
+      ];
+      for (const [version, make, why] of cases) {
+        await make();
+        const v = await placeOne(version);
+        expect(v, version).toMatchObject({ state: 'Ready', hardLinks: 0 });
+        expect(v.files[0].hardLinkFallback).toContain(why);
+        const placed = join(root, 'm', version, 'w.bin');
+        expect((await stat(placed)).ino).not.toBe((await stat(task)).ino);
+        expect(await readFile(placed)).toEqual(content);
+        // The daemon's link was removed: its file has one name again.
+        expect((await stat(task)).nlink).toBe(1);
+      }
+      // Read-only for the server (root's, 0644): the link is kept.
+      await chmod(task, 0o644);
+      expect(await placeOne('5')).toMatchObject({ state: 'Ready', hardLinks: 1 });
+      expect((await stat(join(root, 'm', '5', 'w.bin'))).ino).toBe((await stat(task)).ino);
+    } finally {
+      await daemon.close();
+    }
+  });
+
   it('uses the daemon link on a local hit, and streams when the daemon refuses', async () => {
     const cache = join(dir, 'cache');
     await mkdir(cache);
@@ -448,7 +560,7 @@ describe('hard links from the daemon cache', () => {
     });
     try {
       // The daemon sees the model root under the same path here (one mount).
-      await start({ proxy: daemon.url, hardLinkRoot: root });
+      await start({ proxy: daemon.url, hardLinkRoot: root, serverUid: SERVER_UID });
       const body = spec({
         files: [{ path: 'w.bin', url: `http://storage.invalid/w.bin?X-Amz-Signature=${SIGNATURE}` }],
       });
@@ -507,7 +619,7 @@ describe('hard links from the daemon cache', () => {
         return { body: content, finished: false };
       });
       try {
-        await start({ proxy: daemon.url, hardLinkRoot: root });
+        await start({ proxy: daemon.url, hardLinkRoot: root, serverUid: SERVER_UID });
         const v = await place('1');
         expect(v).toMatchObject({ state: 'Ready', hardLinks: 1, localHits: 0, bytesDone: content.length });
         expect(v.files[0]).toMatchObject({ hardLink: true, localHit: false });
@@ -527,7 +639,7 @@ describe('hard links from the daemon cache', () => {
         return { body: content, finished: false };
       });
       try {
-        await start({ proxy: daemon.url, hardLinkRoot: root });
+        await start({ proxy: daemon.url, hardLinkRoot: root, serverUid: SERVER_UID });
         const v = await place('1');
         // Counted once: the bytes received for the removed link were given back.
         expect(v).toMatchObject({ state: 'Ready', hardLinks: 0, bytesDone: content.length });
@@ -548,7 +660,7 @@ describe('hard links from the daemon cache', () => {
         return { body: content, finished: false, truncateAt: 5000 };
       });
       try {
-        await start({ proxy: daemon.url, hardLinkRoot: root });
+        await start({ proxy: daemon.url, hardLinkRoot: root, serverUid: SERVER_UID });
         const v = await place('1');
         expect(v).toMatchObject({ state: 'Failed', reason: 'DownloadFailed' });
         expect(v.error).toMatch(/w\.bin/);

@@ -1,8 +1,11 @@
 import { describe, expect, it } from 'vitest';
 import { execFile } from 'node:child_process';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import vectors from '../vectors/taskid.json' with { type: 'json' };
+import { credentialTag } from '../../src/storage/credential-tag.ts';
 import { defaultFilter } from '../../src/storage/objecturl.ts';
 import { DEFAULT_FILTERED_QUERY_PARAMS, taskID } from '../../src/storage/taskid.ts';
 
@@ -106,9 +109,42 @@ describe('peerload taskid', () => {
       ].join('\n'),
     );
   });
+  it("gives a private directory's ids with the tag of --credentials, as status.tasks shows them, never the secret", async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'taskid-creds-'));
+    try {
+      const creds = join(dir, 'creds.yaml');
+      await writeFile(creds, 'access_key: AKIAEXAMPLE\nsecret_key: s3cr3t-secret-key-value\n');
+      const location = {
+        type: 's3',
+        bucket: 'weights',
+        endpoint: 'http://127.0.0.1:9000',
+        pathStyle: true,
+      } as const;
+      const r = await run(
+        'taskid',
+        ...['--object-storage', 's3', '--bucket', 'weights', '--endpoint', location.endpoint, '--path-style'],
+        ...['--prefix', 'models/llama', '--file', 'config.json', '--credentials', creds, '--tag', 'v1'],
+      );
+      expect(r.code).toBe(0);
+      const tag = credentialTag(location, {
+        type: 's3',
+        accessKeyID: 'AKIAEXAMPLE',
+        secretAccessKey: 's3cr3t-secret-key-value',
+      });
+      const url = 'http://127.0.0.1:9000/weights/models/llama/config.json';
+      expect(r.stdout).toBe(
+        `${taskID({ url, filter: defaultFilter('s3'), tag: `v1/${tag}`, rule: '1.4' })}  config.json\n`,
+      );
+      expect(r.stdout + r.stderr).not.toContain('s3cr3t');
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
   it('explains a directory it cannot use', async () => {
     const s3 = ['--object-storage', 's3', '--bucket', 'weights', '--prefix', 'm/'];
-    expect((await run('taskid', ...s3)).stderr).toContain('give either --file');
+    expect((await run('taskid', ...s3)).stderr).toContain(
+      'give --file (the paths under --prefix) or --credentials (to list --prefix), or both',
+    );
     const bad = await run('taskid', ...s3, '--file', '../etc/passwd');
     expect(bad.code).toBe(2);
     expect(bad.stderr).toContain('files[0] "../etc/passwd" is not a relative file path');

@@ -170,7 +170,7 @@ describe('a directory in jobs', () => {
       S3,
       { bio: 't' },
     );
-    const tasks = directoryTasks(spec, all, DEFAULT_TASK_ID_RULE);
+    const tasks = directoryTasks(spec, all, DEFAULT_TASK_ID_RULE, S3);
     expect(tasks.map((t) => t.taskID)).toEqual(plan.tasks.map((t) => t.taskID));
     expect(tasks.map((t) => t.url)).toEqual(plan.tasks.map((t) => t.url));
     // With an empty filter the manager applies its default, and so do the ids.
@@ -178,7 +178,9 @@ describe('a directory in jobs', () => {
       objectStorage: { ...LOCATION, prefix: 'models/big/', filteredQueryParams: [] },
     });
     const barePlan = await planObjects(bare, [all[0]!.key], S3, { bio: 't' });
-    expect(directoryTasks(bare, [all[0]!], DEFAULT_TASK_ID_RULE)[0]!.taskID).toBe(barePlan.tasks[0]!.taskID);
+    expect(directoryTasks(bare, [all[0]!], DEFAULT_TASK_ID_RULE, S3)[0]!.taskID).toBe(
+      barePlan.tasks[0]!.taskID,
+    );
     // A signed URL of a file names it.
     expect(pathsByURL(spec.objectStorage!, all)(plan.request.urls![1]!)).toBe(all[1]!.path);
   });
@@ -242,7 +244,7 @@ describe('a directory in jobs', () => {
     const chunks = directoryChunks(all);
     expect(chunks).toHaveLength(100);
     const jobs = chunks.map((_, k) => ({ id: k + 1, state: 'PENDING' as const, attempt: 1 }));
-    const tasks = directoryTasks(spec, all.slice(0, 100), DEFAULT_TASK_ID_RULE);
+    const tasks = directoryTasks(spec, all.slice(0, 100), DEFAULT_TASK_ID_RULE, S3);
     const listing = { files: all, bytes: 100_000, digest: listingDigest(all) };
     const created = jobsCreatedStatus(
       {},

@@ -1,10 +1,11 @@
 import { describe, expect, it } from 'vitest';
 import { ModelPreheatSpec, ServedModelSpec } from '../../src/api/index.ts';
 import { ownedPreheatSpec } from '../../src/api/servedmodel.ts';
-import { planPreheat } from '../../src/controllers/modelpreheat/request.ts';
+import { planObjects, planPreheat } from '../../src/controllers/modelpreheat/request.ts';
 import type { SecretReader } from '../../src/controllers/secrets.ts';
 import { DEFAULT_FILTERED_QUERY_PARAMS, taskID } from '../../src/storage/taskid.ts';
 import { objectURL } from '../../src/storage/objecturl.ts';
+import { credentialTag } from '../../src/storage/credential-tag.ts';
 
 const b64 = (s: string) => Buffer.from(s).toString('base64');
 const secrets = {
@@ -35,11 +36,59 @@ describe('planPreheat', () => {
       objectURL(location, 'a/one.mar'),
       objectURL(location, 'two.mar'),
     ]);
-    // The id a later download of the bare object URL (re-signed at any time) will have.
+    // The spec's tag with the credentials': only holders of the same secret name these tasks.
+    const credential = credentialTag(location, {
+      type: 's3',
+      accessKeyID: 'AKIDEXAMPLE',
+      secretAccessKey: 'wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY',
+    });
+    expect(request.tag).toBe(`v1/${credential}`);
+    // The id a later download of the bare object URL (re-signed at any time, with the same credentials) will have.
     expect(tasks[0]!.taskID).toBe(
+      taskID({
+        url: objectURL(location, 'a/one.mar'),
+        filter: request.filteredQueryParams,
+        tag: `v1/${credential}`,
+      }),
+    );
+    expect(tasks[0]!.taskID).not.toBe(
       taskID({ url: objectURL(location, 'a/one.mar'), filter: request.filteredQueryParams, tag: 'v1' }),
     );
+    expect(JSON.stringify(request)).not.toContain('wJalrXUtnFEMI');
     expect(JSON.stringify(tasks)).not.toContain('Signature=');
+  });
+
+  it("names a private object's task by its credentials: tenants with the same secret share it, another secret (or none) cannot name it", async () => {
+    const spec = ModelPreheatSpec.parse({
+      objectStorage: {
+        type: 's3',
+        bucket: 'models',
+        region: 'eu-west-1',
+        keys: ['m.mar'],
+        credentialsSecretRef: { name: 's3' },
+      },
+      evictOnDelete: true,
+    });
+    const creds = (secretAccessKey: string, accessKeyID = 'AKIDEXAMPLE') =>
+      ({ type: 's3', accessKeyID, secretAccessKey }) as const;
+    const idOf = async (c: ReturnType<typeof creds>) =>
+      (await planObjects(spec, ['m.mar'], c, { bio: 't' })).tasks[0]!.taskID;
+    const tenantA = await idOf(creds('secret-of-a'));
+    // Another namespace's Secret holding the same secret (even under another access key id): the same task.
+    expect(await idOf(creds('secret-of-a', 'AKIDOTHER'))).toBe(tenantA);
+    // Another tenant's secret for the same bucket and key: another task, so its eviction (delete_task by these
+    // ids) never touches tenant A's.
+    expect(await idOf(creds('secret-of-b'))).not.toBe(tenantA);
+    // The same URL preheated without credentials (spec.url): the public task, not tenant A's either.
+    const bare = await planPreheat(
+      ModelPreheatSpec.parse({
+        url: objectURL({ type: 's3', bucket: 'models', region: 'eu-west-1' }, 'm.mar'),
+      }),
+      'ns',
+      secrets,
+      { bio: 't' },
+    );
+    expect(bare.tasks[0]!.taskID).not.toBe(tenantA);
   });
 
   it('without a filter, computes task ids with the manager default list (what the manager will apply)', async () => {

@@ -79,7 +79,8 @@ afterAll(async () => {
 describe('vLLM with the base model fetched before start and adapters placed at run time', () => {
   it('starts on the base model peerload fetch placed: one origin read per file, the second node copy a local hit', async () => {
     expect(replicas[0]!.fetchLine).toMatch(/^fetched llama version v1: \d+ files/);
-    expect(replicas[1]!.fetchLine).toMatch(/\((\d+) local hits, \1 hard links\)$/);
+    // vLLM runs as root here: its files are copies, never hard links of the daemon's (a root server could write one).
+    expect(replicas[1]!.fetchLine).toMatch(/\([1-9]\d* local hits, 0 hard links\)$/);
     expect(replicas[1]!.fetchLine).toContain(`(${base.files.length} local hits`);
     expectOneOriginRead(base, replicas.length);
     for (const [i, r] of replicas.entries()) {

@@ -89,7 +89,12 @@ async function directoryEviction(
     storageCredentials(spec.objectStorage!, obj.metadata.namespace!, deps.secrets, rc.signal);
   try {
     const listing = await deps.listings.of(obj, spec, credentials, rc.signal);
-    return directoryTasks(spec, listing.files, ruleOf(spec, deps.ctx.config.peerDaemonVersion));
+    return directoryTasks(
+      spec,
+      listing.files,
+      ruleOf(spec, deps.ctx.config.peerDaemonVersion),
+      await credentials(),
+    );
   } catch (err) {
     if ((obj.status?.evictedTasks ?? 0) === 0 && !obj.status?.evictionJobs)
       deps.ctx.events.record(

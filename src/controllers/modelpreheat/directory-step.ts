@@ -10,6 +10,7 @@ import { ManagerError } from '../../manager/errors.ts';
 import { isTerminalState, type ManagerJob } from '../../manager/types.ts';
 import type { ReconcileContext, ReconcileResult } from '../../runtime/index.ts';
 import type { FileSetFile } from '../../storage/fileset.ts';
+import type { StorageCredentials } from '../../storage/credentials.ts';
 import type { TaskIdRule } from '../../storage/taskid.ts';
 import type { SecretReader } from '../secrets.ts';
 import { pollDelay, type FailedAttempt } from './decide.ts';
@@ -127,8 +128,9 @@ export class DirectoryStep {
     const ips = targetsToPreheat(spec, obj.status);
     let created = 0;
     let failure: unknown;
+    let credentials: StorageCredentials | undefined;
     try {
-      const credentials = await storageCredentials(
+      credentials = await storageCredentials(
         spec.objectStorage!,
         obj.metadata.namespace!,
         this.deps.secrets,
@@ -148,7 +150,11 @@ export class DirectoryStep {
       failure = err;
     }
     if (created > 0 || starting) {
-      const tasks = starting ? directoryTasks(spec, listing.files.slice(0, 100), rule) : undefined;
+      // Without credentials (their Secret failed) no job was created and no task id can be known yet.
+      const tasks =
+        starting && credentials
+          ? directoryTasks(spec, listing.files.slice(0, 100), rule, credentials)
+          : undefined;
       const c = {
         jobs,
         created,

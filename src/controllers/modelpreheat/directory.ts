@@ -23,6 +23,7 @@ import {
 import { ListError, listPrefix, type ListOptions } from '../../storage/list.ts';
 import { effectiveFilter, objectURL } from '../../storage/objecturl.ts';
 import { DEFAULT_FILTERED_QUERY_PARAMS, type TaskIdRule } from '../../storage/taskid.ts';
+import { objectStorageTag } from './request.ts';
 
 /** Whether a spec preheats a directory. */
 export const isDirectory = (spec: ModelPreheatSpec): boolean => spec.objectStorage?.prefix !== undefined;
@@ -132,19 +133,21 @@ export const directoryChunks = (files: readonly FileSetFile[]): FileSetFile[][] 
 
 /**
  * Every file's task id as the peers compute it for this spec's jobs: the filter the jobs carry (the location's,
- * or the manager's default when that is empty), the spec's tag, application and piece length.
+ * or the manager's default when that is empty), the spec's tag with the credentials' (objectStorageTag),
+ * application and piece length.
  */
 export function directoryTasks(
   spec: ModelPreheatSpec,
   files: readonly FileSetFile[],
   rule: TaskIdRule,
+  credentials: StorageCredentials,
 ): { url: string; taskID: string; path: string }[] {
   const os = spec.objectStorage!;
   const own = effectiveFilter(os);
   const filter = own.length > 0 ? own : [...DEFAULT_FILTERED_QUERY_PARAMS];
   return fileSetEntries(os, files, {
     filter,
-    tag: spec.tag,
+    tag: objectStorageTag(spec, credentials),
     application: spec.application,
     pieceLength: spec.pieceLength,
     rule,

@@ -5,6 +5,7 @@
 import { parseDuration, type ModelPreheatSpec, type ObjectStorageSource } from '../../api/index.ts';
 import type { PreheatJobRequest } from '../../manager/types.ts';
 import { credentialsFromSecretData, type StorageCredentials } from '../../storage/credentials.ts';
+import { credentialTag, taskTag } from '../../storage/credential-tag.ts';
 import { signObjectURL } from '../../storage/sign.ts';
 import {
   DEFAULT_FILTERED_QUERY_PARAMS,
@@ -55,6 +56,17 @@ export interface PlanContext {
   rule?: TaskIdRule | undefined;
 }
 
+/**
+ * The tag of an object-storage preheat's tasks: the spec's own with the credentials' (storage/credential-tag.ts),
+ * so that only holders of the credentials can name the tasks of what they read.
+ */
+export function objectStorageTag(
+  spec: ModelPreheatSpec,
+  credentials: StorageCredentials,
+): string | undefined {
+  return taskTag(spec.tag, credentialTag(spec.objectStorage!, credentials));
+}
+
 /** The job request for `keys` of spec.objectStorage, each signed with `credentials`, and each key's task id. */
 export async function planObjects(
   spec: ModelPreheatSpec,
@@ -70,10 +82,12 @@ export async function planObjects(
   );
   // An empty filter is not sent, and then the manager applies its default list: compute ids the same way.
   const filter = signed[0]!.filter.length > 0 ? signed[0]!.filter : DEFAULT_FILTERED_QUERY_PARAMS;
-  const idOf = identityOf(spec, c.rule ?? DEFAULT_TASK_ID_RULE);
+  const tag = objectStorageTag(spec, credentials);
+  const idOf = identityOf(spec, c.rule ?? DEFAULT_TASK_ID_RULE, tag);
   return {
     request: {
       ...commonRequest(spec, c.bio),
+      tag,
       type: 'file',
       urls: signed.map((s) => s.url),
       filteredQueryParams: signed[0]!.filter,
@@ -101,12 +115,12 @@ function commonRequest(spec: ModelPreheatSpec, bio: string): PreheatJobRequest {
 }
 
 const identityOf =
-  (spec: ModelPreheatSpec, rule: TaskIdRule) =>
+  (spec: ModelPreheatSpec, rule: TaskIdRule, tag: string | undefined = spec.tag) =>
   (url: string, filter: readonly string[]): string =>
     taskID({
       url,
       filter,
-      tag: spec.tag,
+      tag,
       application: spec.application,
       pieceLength: spec.pieceLength,
       rule,

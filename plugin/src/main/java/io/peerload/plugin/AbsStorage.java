@@ -53,6 +53,11 @@ public final class AbsStorage extends ObjectStorage {
   }
 
   @Override
+  public String credentialTag() {
+    return CredentialTag.of("abs", account + "/" + container, accountKey);
+  }
+
+  @Override
   public List<String> defaultFilter() {
     return FILTER;
   }

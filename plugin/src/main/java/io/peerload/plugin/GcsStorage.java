@@ -62,6 +62,12 @@ public final class GcsStorage extends ObjectStorage {
   }
 
   @Override
+  public String credentialTag() {
+    // PKCS#8 DER: one key whatever its PEM looked like, as the operator's side encodes it.
+    return CredentialTag.of("gcs", bucket, privateKey.getEncoded());
+  }
+
+  @Override
   public List<String> defaultFilter() {
     return FILTER;
   }

@@ -6,6 +6,7 @@ import java.nio.file.Path;
 import java.time.Clock;
 import java.util.Arrays;
 import java.util.HashSet;
+import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
@@ -149,13 +150,14 @@ public final class ModelRegistration {
   private Outcome downloadAndRegister(Registrar.Request req, String key, String what, String fileName,
       PluginConfig config, ObjectStorage storage, Path target) throws PluginException {
     String signed = storage.signedUrl(key, clock.instant(), ObjectStorage.DEFAULT_EXPIRY);
-    String expectedTaskId = TaskId.forRequest(signed, config.filter(), header(config, "X-Dragonfly-Tag"),
-        header(config, "X-Dragonfly-Application"), header(config, "X-Dragonfly-Piece-Length"), config.taskIdRule());
+    Map<String, String> headers = withCredentialTag(config.headers(), storage.credentialTag());
+    String expectedTaskId = TaskId.forRequest(signed, config.filter(), header(headers, TAG_HEADER),
+        header(headers, "X-Dragonfly-Application"), header(headers, "X-Dragonfly-Piece-Length"), config.taskIdRule());
     // Checked while this request holds the archive: no other request can create it meanwhile.
     boolean existed = Files.exists(target);
     long start = System.nanoTime();
     ProxyDownloader.Result dl =
-        downloader.download(config.addr(), signed, config.headers(), config.filter(), target, what,
+        downloader.download(config.addr(), signed, headers, config.filter(), target, what,
             config.hardLinkDir(), config.maxBytes(), config.downloadTimeoutMillis());
     long millis = (System.nanoTime() - start) / 1_000_000;
     if (dl.taskId == null) {
@@ -189,8 +191,31 @@ public final class ModelRegistration {
     return new Outcome(result.status, Json.status(result.message, dl.taskId, dl.localHit, null, dl.hardLink));
   }
 
-  private static String header(PluginConfig c, String name) {
-    for (Map.Entry<String, String> e : c.headers().entrySet()) {
+  static final String TAG_HEADER = "X-Dragonfly-Tag";
+
+  /**
+   * The configured headers with {@code X-Dragonfly-Tag} joined with the credentials' tag ({@link CredentialTag}):
+   * every object the plugin reads is signed with credentials, so its task is named only by their holders.
+   */
+  static Map<String, String> withCredentialTag(Map<String, String> configured, String credentialTag) {
+    Map<String, String> headers = new LinkedHashMap<>();
+    String tag = null;
+    for (Map.Entry<String, String> e : configured.entrySet()) {
+      if (e.getKey().equalsIgnoreCase(TAG_HEADER)) {
+        tag = e.getValue();
+      } else {
+        headers.put(e.getKey(), e.getValue());
+      }
+    }
+    String joined = CredentialTag.join(tag, credentialTag);
+    if (joined != null) {
+      headers.put(TAG_HEADER, joined);
+    }
+    return headers;
+  }
+
+  private static String header(Map<String, String> headers, String name) {
+    for (Map.Entry<String, String> e : headers.entrySet()) {
       if (e.getKey().equalsIgnoreCase(name)) {
         return e.getValue();
       }

@@ -29,6 +29,12 @@ public abstract class ObjectStorage {
   /** The object's URL signed for one GET, valid for {@code expiry} from {@code now}. */
   public abstract String signedUrl(String key, Instant now, Duration expiry) throws PluginException;
 
+  /**
+   * The tag these credentials give every object of this bucket ({@link CredentialTag}): part of the task id of each
+   * download, so that only holders of the same secret share the task.
+   */
+  public abstract String credentialTag();
+
   /** Query parameters left out of the task id when the configuration has no {@code filter} (seed 2.2). */
   public abstract List<String> defaultFilter();
 

@@ -48,6 +48,11 @@ public final class OssStorage extends ObjectStorage {
   }
 
   @Override
+  public String credentialTag() {
+    return CredentialTag.of("oss", bucket, accessKeySecret);
+  }
+
+  @Override
   public List<String> defaultFilter() {
     return FILTER;
   }

@@ -72,6 +72,11 @@ public final class S3Storage extends ObjectStorage {
     return bucket;
   }
 
+  @Override
+  public String credentialTag() {
+    return CredentialTag.of("s3", bucket, secretKey);
+  }
+
   public String region() {
     return region;
   }

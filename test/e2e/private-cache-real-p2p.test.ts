@@ -1,0 +1,316 @@
+/**
+ * A private object in the REAL Dragonfly network's caches (manager and scheduler v2.5.1, dfdaemon 1.4.2:
+ * test/support/dragonfly.ts), MinIO as the origin (a private bucket: 403 without a signature) behind a counting
+ * proxy.
+ *
+ * Confidentiality: the object is preheated with credentials onto both node peers (the operator's own request,
+ * src/controllers/modelpreheat/request.ts, sent to the real manager: scope all_peers, the peers' ips), so its task
+ * id carries the credentials' tag (src/storage/credential-tag.ts). Through a node peer's proxy that holds the task:
+ *   - a bare GET of the object's URL (no signature) is not served its bytes: another task, whose probe goes to
+ *     the origin and is refused;
+ *   - nor a GET with a wrong signature, with no tag or with the tag its wrong secret gives;
+ *   - the credentialed download (signed, the credentials' tag: what the agent and the plugin send) is the
+ *     preheated task itself, a local hit, and the origin sent the object's body once in all.
+ *
+ * Integrity: the agent places the object as a hard link of the daemon's file only for a model server that can
+ * neither write it nor make it writable (--server-uid); a real process running as that uid tries to write its model
+ * file and fails. For a root server (Triton's image runs as root) the agent copies: a root process writes its copy,
+ * and the daemon's file, the one the network serves, keeps its bytes.
+ */
+import { execFile } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { chmod, mkdir, mkdtemp, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import { ProxyAgent, request, Agent } from 'undici';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { tokenFile } from '../../src/agent/auth.ts';
+import { DEFAULT_LIMITS, type VersionProgress } from '../../src/agent/download.ts';
+import { startAgentServer, type AgentServer } from '../../src/agent/server.ts';
+import { ModelPreheatSpec } from '../../src/api/index.ts';
+import { planObjects } from '../../src/controllers/modelpreheat/request.ts';
+import { ManagerClient } from '../../src/manager/client.ts';
+import { credentialTag } from '../../src/storage/credential-tag.ts';
+import { objectURL } from '../../src/storage/objecturl.ts';
+import { signObjectURL } from '../../src/storage/sign.ts';
+import { TAG_HEADER } from '../../src/storage/taskid.ts';
+import { startCountingProxy, type CountingProxy } from '../support/counting-proxy.ts';
+import { ROOT_USER, startDragonfly, type Dragonfly, type DragonflyPeer } from '../support/dragonfly.ts';
+import { startMinIO, type MinIO } from '../support/minio.ts';
+import { waitFor } from '../support/process.ts';
+
+const BUCKET = 'private-models';
+const KEY = 'tenant-b/secret-weights.bin';
+// Above the daemon's 4 MiB minimum piece length: the content travels between peers.
+const BODY = randomBytes(6 << 20);
+const TOKEN = 'private-cache-agent-token-0123';
+/** The model server's uid for the linked case: not root, not the daemon's (root here). */
+const SERVER_UID = 1000;
+
+let network: Dragonfly;
+let minio: MinIO;
+let origin: CountingProxy;
+let manager: ManagerClient;
+let dir: string;
+let preheatedID: string;
+let tag: string;
+
+const location = () => ({ ...minio.location(BUCKET), endpoint: origin.url });
+const peer = (i: number): DragonflyPeer => network.peers[i]!;
+
+beforeAll(async () => {
+  network = await startDragonfly({ nodePeers: 2 });
+  minio = await startMinIO();
+  await minio.createBucket(BUCKET);
+  await minio.putObject(BUCKET, KEY, BODY);
+  origin = await startCountingProxy(minio.endpoint);
+  manager = new ManagerClient({
+    baseURL: network.managerURL,
+    auth: { type: 'signIn', username: ROOT_USER.name, password: ROOT_USER.password },
+  });
+  dir = await mkdtemp(join(tmpdir(), 'private-cache-'));
+  // The model server's uid must reach its model root (mkdtemp makes it 0700).
+  await chmod(dir, 0o755);
+  tag = credentialTag(location(), minio.credentials());
+}, 1_800_000);
+
+afterAll(async () => {
+  await manager?.close();
+  await origin?.close();
+  await minio?.stop();
+  await network?.stop();
+  if (dir) await rm(dir, { recursive: true, force: true });
+});
+
+/** The daemon's own copy of a task: the file named by the task id under its storage directory. */
+async function taskFile(p: DragonflyPeer, taskID: string): Promise<string | undefined> {
+  const entries = await readdir(p.storageDir, { recursive: true, withFileTypes: true });
+  const e = entries.find((x) => x.isFile() && x.name === taskID);
+  return e ? join(e.parentPath, e.name) : undefined;
+}
+
+/** A GET through a peer's proxy (absolute-form, as the agent and the plugin send it), the body read. */
+async function viaProxy(p: DragonflyPeer, url: string, headers: Record<string, string> = {}) {
+  const agent = new ProxyAgent(p.proxyURL);
+  try {
+    const res = await request(url, {
+      dispatcher: agent,
+      headers: { 'X-Dragonfly-Use-P2P': 'true', ...headers },
+    });
+    const body = Buffer.from(await res.body.arrayBuffer());
+    return {
+      status: res.statusCode,
+      taskID: res.headers['x-dragonfly-task-id'] as string | undefined,
+      localHit: res.headers['x-dragonfly-task-download-finished'] === 'true',
+      body,
+    };
+  } finally {
+    await agent.close();
+  }
+}
+
+/** Body bytes the origin sent for the object, and its answers to requests for it. */
+const originBytes = () => origin.bytesServed(`/${BUCKET}/${KEY}`);
+const originAnswers = () =>
+  origin.requests.filter((r) => r.url.startsWith(`/${BUCKET}/${KEY}`)).map((r) => r.status);
+
+describe('a private object preheated with credentials onto node peers', () => {
+  it('is a task only holders of the credentials name: a bare GET or a wrong signature gets none of its bytes', async () => {
+    // The origin refuses the object without a signature.
+    const bare = objectURL(location(), KEY);
+    expect((await fetch(bare)).status).toBe(403);
+
+    const spec = ModelPreheatSpec.parse({
+      objectStorage: { ...location(), keys: [KEY], credentialsSecretRef: { name: 'tenant-b-storage' } },
+      scope: 'all_peers',
+      targets: { ips: [peer(0).ip, peer(1).ip] },
+    });
+    const plan = await planObjects(spec, [KEY], minio.credentials(), {
+      bio: 'private-cache e2e',
+      rule: '1.4',
+    });
+    expect(plan.request).toMatchObject({ tag, scope: 'all_peers', ips: [peer(0).ip, peer(1).ip] });
+    const job = await manager.createPreheatJob(plan.request);
+    const done = await waitFor(
+      `preheat job ${job.id} ended`,
+      async () => {
+        const j = await manager.getJob(job.id);
+        return j.state === 'SUCCESS' || j.state === 'FAILURE' ? j : undefined;
+      },
+      { timeoutMs: 300_000, intervalMs: 1000 },
+    );
+    expect(done.state).toBe('SUCCESS');
+    preheatedID = plan.tasks[0]!.taskID;
+    for (const p of [peer(0), peer(1)])
+      expect(await taskFile(p, preheatedID), `${p.name} holds ${preheatedID}`).toBeDefined();
+    const preheatBytes = originBytes();
+    expect(preheatBytes).toBeGreaterThanOrEqual(BODY.length);
+
+    // A bare GET through a node peer that holds the task: not the preheated task, so the daemon asks the origin,
+    // which refuses it. None of the object's bytes come back.
+    const wrongSecret = { ...minio.credentials(), secretAccessKey: 'not-the-secret-key' };
+    const { url: wronglySigned } = await signObjectURL(location(), KEY, wrongSecret, { expiresSeconds: 600 });
+    const attempts: { what: string; url: string; headers: Record<string, string> }[] = [
+      { what: 'a bare GET', url: bare, headers: {} },
+      { what: 'a wrong signature', url: wronglySigned, headers: {} },
+      {
+        what: 'a wrong signature with the tag its wrong secret gives',
+        url: wronglySigned,
+        headers: { [TAG_HEADER]: credentialTag(location(), wrongSecret) },
+      },
+    ];
+    for (const a of attempts) {
+      const answersBefore = originAnswers().length;
+      const got = await viaProxy(peer(0), a.url, a.headers);
+      expect(got.status, a.what).not.toBe(200);
+      expect(got.body.includes(BODY.subarray(0, 64)), a.what).toBe(false);
+      expect(got.taskID ?? '', a.what).not.toBe(preheatedID);
+      // The daemon asked the origin (a task of its own), and the origin said no.
+      expect(originAnswers().slice(answersBefore), a.what).toContain(403);
+    }
+    expect(originBytes()).toBe(preheatBytes);
+
+    // The credentialed download, as the agent and the plugin make it (signed now, the credentials' tag), through
+    // the other node peer: the preheated task, a local hit; the origin sent the body once in all.
+    const { url } = await signObjectURL(location(), KEY, minio.credentials(), { expiresSeconds: 600 });
+    const mine = await viaProxy(peer(1), url, { [TAG_HEADER]: tag });
+    expect(mine).toMatchObject({ status: 200, taskID: preheatedID, localHit: true });
+    expect(mine.body.equals(BODY)).toBe(true);
+    expect(originBytes()).toBe(preheatBytes);
+    expect(originBytes()).toBeLessThan(2 * BODY.length);
+
+    // What remains (docs/security.md): the tag, not the signature, is what names the task. Whoever knows it (a
+    // holder of the secret can compute it) reads the cached object without signing anything.
+    const withTag = await viaProxy(peer(0), bare, { [TAG_HEADER]: tag });
+    expect(withTag).toMatchObject({ status: 200, taskID: preheatedID });
+    expect(withTag.body.equals(BODY)).toBe(true);
+    console.log(
+      `private object: origin sent ${originBytes()} body bytes for ${BODY.length}; origin answers ${originAnswers().join(',')}`,
+    );
+  });
+});
+
+describe("a model server's writes to its model file", () => {
+  const run = promisify(execFile);
+  const agents: AgentServer[] = [];
+  const dispatcher = new Agent();
+  afterAll(async () => {
+    for (const a of agents) await a.close();
+    await dispatcher.close();
+  });
+
+  /** An agent beside peer 0 whose model server runs as `serverUid`, placing `version` of the private object. */
+  async function place(name: string, version: string, serverUid: number | undefined) {
+    const root = join(dir, name);
+    await mkdir(root, { recursive: true });
+    await writeFile(join(dir, `${name}.token`), TOKEN);
+    const agent = await startAgentServer({
+      root,
+      proxy: peer(0).proxyURL,
+      dispatcher,
+      // The daemon runs on this host: the model root is on its file system, at the same path.
+      hardLinkRoot: root,
+      serverUid,
+      limits: { ...DEFAULT_LIMITS, minFreeBytes: 0 },
+      token: tokenFile(join(dir, `${name}.token`)),
+      credentials: async () => minio.credentials(),
+    });
+    agents.push(agent);
+    const res = await fetch(`${agent.url}/v1/models/m`, {
+      method: 'PUT',
+      headers: { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' },
+      body: JSON.stringify({
+        version,
+        storage: { ...location(), expiresSeconds: 600 },
+        files: [{ path: 'weights.bin', key: KEY, size: BODY.length }],
+      }),
+    });
+    expect(res.status).toBe(202);
+    await agent.idle();
+    const body = (await (
+      await fetch(`${agent.url}/v1/models/m`, { headers: { authorization: `Bearer ${TOKEN}` } })
+    ).json()) as { versions: VersionProgress[] };
+    const v = body.versions.find((x) => x.version === version)!;
+    expect(v.error).toBeUndefined();
+    return { v, file: join(root, 'm', version, 'weights.bin') };
+  }
+
+  /** `sh -c script file` as `uid` without any capability (a restricted container), or as root when undefined. */
+  const writer = (uid: number | undefined, script: string, file: string) => {
+    const sh = ['/bin/sh', '-c', script, 'server', file];
+    const argv =
+      uid === undefined
+        ? sh
+        : [
+            `--reuid=${uid}`,
+            `--regid=${uid}`,
+            '--clear-groups',
+            '--inh-caps=-all',
+            '--bounding-set=-all',
+            '--no-new-privs',
+            ...sh,
+          ];
+    return run(uid === undefined ? argv[0]! : 'setpriv', uid === undefined ? argv.slice(1) : argv).then(
+      (r) => ({ ok: true, out: r.stdout + r.stderr }),
+      (e: { stdout: string; stderr: string }) => ({ ok: false, out: e.stdout + e.stderr }),
+    );
+  };
+
+  it('a non-root server gets the daemon file read-only: its writes fail and the network keeps serving the object', async () => {
+    expect(process.getuid?.(), 'switching to the server uid needs root').toBe(0);
+    const daemonFile = (await taskFile(peer(0), preheatedID))!;
+    expect(daemonFile).toBeDefined();
+    const { v, file } = await place('nonroot', '1', SERVER_UID);
+    // The agent signed the key itself and sent the credentials' tag: the preheated task, a local hit, linked.
+    expect(v.files[0]).toMatchObject({
+      taskID: preheatedID,
+      expectedTaskID: preheatedID,
+      localHit: true,
+      hardLink: true,
+    });
+    expect((await stat(file)).ino).toBe((await stat(daemonFile)).ino);
+
+    // The server (uid 1000, no capabilities) reads its model file, and cannot write it, truncate it or chmod it.
+    const read = await writer(SERVER_UID, 'cmp -s "$1" "$1" && head -c 16 "$1" | od -An -tx1', file);
+    expect(read.ok, read.out).toBe(true);
+    expect(read.out.replace(/\s+/g, '')).toBe(BODY.subarray(0, 16).toString('hex'));
+    for (const script of [
+      'printf poisoned >> "$1"',
+      'printf poisoned 1<> "$1"',
+      ': > "$1"',
+      'chmod a+w "$1"',
+    ]) {
+      const w = await writer(SERVER_UID, script, file);
+      expect(w.ok, `${script}: ${w.out}`).toBe(false);
+      expect(w.out, script).toMatch(/Permission denied|Operation not permitted/);
+    }
+    expect((await readFile(daemonFile)).equals(BODY)).toBe(true);
+    const { url } = await signObjectURL(location(), KEY, minio.credentials(), { expiresSeconds: 600 });
+    const again = await viaProxy(peer(1), url, { [TAG_HEADER]: tag });
+    expect(again.body.equals(BODY)).toBe(true);
+  });
+
+  it("a root server's model file is a copy: its write changes that copy, never the daemon's file", async () => {
+    const daemonFile = (await taskFile(peer(0), preheatedID))!;
+    const linksBefore = (await stat(daemonFile)).nlink;
+    const { v, file } = await place('root', '2', undefined);
+    expect(v.files[0]).toMatchObject({ taskID: preheatedID, localHit: true, hardLink: false });
+    expect(v.files[0]!.hardLinkFallback).toContain("the model server's uid is not known");
+    expect((await stat(file)).nlink).toBe(1);
+    expect((await stat(daemonFile)).nlink).toBe(linksBefore);
+
+    // Root writes its model file (as Triton's image would): the copy changes.
+    const w = await writer(undefined, 'printf poisoned 1<> "$1"', file);
+    expect(w.ok, w.out).toBe(true);
+    expect((await readFile(file)).subarray(0, 8).toString()).toBe('poisoned');
+    // The daemon's file, and what the network serves, are the object's bytes.
+    expect((await readFile(daemonFile)).equals(BODY)).toBe(true);
+    const { url } = await signObjectURL(location(), KEY, minio.credentials(), { expiresSeconds: 600 });
+    for (const p of [peer(0), peer(1)]) {
+      const got = await viaProxy(p, url, { [TAG_HEADER]: tag });
+      expect(got).toMatchObject({ status: 200, taskID: preheatedID });
+      expect(got.body.equals(BODY), p.name).toBe(true);
+    }
+  });
+});
