@@ -20,7 +20,6 @@ import { downloaderConfig } from './agent.ts';
 import { CliError } from './errors.ts';
 import type { FetchLines } from './fetch-place.ts';
 
-
 export const OCI_OPTIONS = {
   'registry-credentials': { type: 'string' },
   'allowed-registry-hosts': { type: 'string' },
@@ -91,18 +90,22 @@ function report(r: PlaceResult, seconds: string): string[] {
   ];
 }
 
-/** Runs the OCI form; `values` were parsed with DOWNLOAD_OPTIONS and OCI_OPTIONS. */
-export async function runOci(
+/** The reference, destination and flags of an `oci://` fetch, each checked, or a CliError naming the flag. */
+function ociArgs(
   reference: string,
   destArg: string | undefined,
   values: Values,
-  io: FetchLines,
-): Promise<number> {
+): {
+  ref: ReturnType<typeof parseReference>;
+  dest: string;
+  allowedHosts: HostRule[] | undefined;
+  maxFiles: number;
+} {
   if (!destArg)
     throw new CliError('give the directory to place the artifact in: peerload fetch oci://... DIR');
   if (values['credentials-dir'] !== undefined)
     throw new CliError('--credentials-dir is for object storage; a registry takes --registry-credentials');
-  let ref;
+  let ref: ReturnType<typeof parseReference>;
   try {
     ref = parseReference(reference);
   } catch (e) {
@@ -120,6 +123,17 @@ export async function runOci(
   const maxFiles = Number(values['max-files']);
   if (!Number.isSafeInteger(maxFiles) || maxFiles < 1)
     throw new CliError(`--max-files: must be a positive integer, got "${String(values['max-files'])}"`);
+  return { ref, dest, allowedHosts, maxFiles };
+}
+
+/** Runs the OCI form; `values` were parsed with DOWNLOAD_OPTIONS and OCI_OPTIONS. */
+export async function runOci(
+  reference: string,
+  destArg: string | undefined,
+  values: Values,
+  io: FetchLines,
+): Promise<number> {
+  const { ref, dest, allowedHosts, maxFiles } = ociArgs(reference, destArg, values);
   const config = downloaderConfig({ ...values, root: dirname(dest) } as Parameters<
     typeof downloaderConfig
   >[0]);

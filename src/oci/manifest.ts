@@ -31,6 +31,8 @@ const DescriptorSchema = z.object({
 });
 
 /** The fields of an OCI image manifest peerload reads; others are allowed and ignored (the spec says so). */
+type ManifestLayer = z.infer<typeof DescriptorSchema>;
+
 const ManifestSchema = z.object({
   schemaVersion: z.literal(2),
   mediaType: z.string().optional(),
@@ -127,43 +129,7 @@ export function parseModelManifest(
   if (m.layers.length === 0)
     throw new OciError(OciReason.NotModelPack, `${what} has no layers: nothing to place`);
   const seen = new Map<string, string>();
-  const layers = m.layers.map((d, index): ModelLayer => {
-    const filepath = d.annotations?.[FILEPATH_ANNOTATION] ?? d.annotations?.[LEGACY_FILEPATH_ANNOTATION];
-    const name = layerName(index, d.digest, filepath);
-    const type = layerType(d.mediaType);
-    if (!type)
-      throw new OciError(
-        OciReason.UnknownMediaType,
-        `${name} of ${what} has media type ${d.mediaType}, which is not a ModelPack layer (application/vnd.cncf.model.{weight,weight.config,doc,code,dataset}.v1.{raw,tar,tar+gzip,tar+zstd})`,
-        { layer: name },
-      );
-    if (filepath !== undefined) {
-      const problem = pathProblem(filepath);
-      if (problem)
-        throw new OciError(
-          OciReason.InvalidLayer,
-          `${name} of ${what}: its file path annotation must be a relative path inside the model (${problem})`,
-          { layer: name },
-        );
-    }
-    if (type.format === 'raw') {
-      if (filepath === undefined)
-        throw new OciError(
-          OciReason.InvalidLayer,
-          `${name} of ${what} is a raw layer without the ${FILEPATH_ANNOTATION} annotation: nothing says where its file goes`,
-          { layer: name },
-        );
-      const other = seen.get(filepath);
-      if (other !== undefined)
-        throw new OciError(
-          OciReason.InvalidLayer,
-          `${name} of ${what} names the file ${filepath}, as ${other} does`,
-          { layer: name },
-        );
-      seen.set(filepath, name);
-    }
-    return { index, digest: d.digest, size: d.size, mediaType: d.mediaType, ...type, filepath, name };
-  });
+  const layers = m.layers.map((d, index) => modelLayer(d, index, what, seen));
   return {
     digest,
     artifactType: m.artifactType ?? m.config.mediaType,
@@ -171,4 +137,44 @@ export function parseModelManifest(
     layers,
     bytes: layers.reduce((s, l) => s + l.size, 0),
   };
+}
+
+/** Layer `index` of the manifest of `what`, checked: a ModelPack media type, a safe file path, a raw layer's path
+ *  named once (`seen`: path -> the layer that named it). */
+function modelLayer(d: ManifestLayer, index: number, what: string, seen: Map<string, string>): ModelLayer {
+  const filepath = d.annotations?.[FILEPATH_ANNOTATION] ?? d.annotations?.[LEGACY_FILEPATH_ANNOTATION];
+  const name = layerName(index, d.digest, filepath);
+  const type = layerType(d.mediaType);
+  if (!type)
+    throw new OciError(
+      OciReason.UnknownMediaType,
+      `${name} of ${what} has media type ${d.mediaType}, which is not a ModelPack layer (application/vnd.cncf.model.{weight,weight.config,doc,code,dataset}.v1.{raw,tar,tar+gzip,tar+zstd})`,
+      { layer: name },
+    );
+  if (filepath !== undefined) {
+    const problem = pathProblem(filepath);
+    if (problem)
+      throw new OciError(
+        OciReason.InvalidLayer,
+        `${name} of ${what}: its file path annotation must be a relative path inside the model (${problem})`,
+        { layer: name },
+      );
+  }
+  if (type.format === 'raw') {
+    if (filepath === undefined)
+      throw new OciError(
+        OciReason.InvalidLayer,
+        `${name} of ${what} is a raw layer without the ${FILEPATH_ANNOTATION} annotation: nothing says where its file goes`,
+        { layer: name },
+      );
+    const other = seen.get(filepath);
+    if (other !== undefined)
+      throw new OciError(
+        OciReason.InvalidLayer,
+        `${name} of ${what} names the file ${filepath}, as ${other} does`,
+        { layer: name },
+      );
+    seen.set(filepath, name);
+  }
+  return { index, digest: d.digest, size: d.size, mediaType: d.mediaType, ...type, filepath, name };
 }
