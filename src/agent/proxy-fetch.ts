@@ -142,10 +142,21 @@ interface Retry {
   retry: string;
 }
 
-async function once(
+/** The GET through the peer proxy (asking for the daemon's hard link when `link` is set), its answer checked: a
+ *  refused link, or the open body with what its headers say. */
+async function ask(
   req: FetchFileRequest,
-  link: { local: string; daemon: string; serverUid: number | undefined } | undefined,
-): Promise<FetchFileResult | 'refused' | Retry> {
+  link: { daemon: string } | undefined,
+): Promise<
+  | 'refused'
+  | {
+      res: Dispatcher.ResponseData;
+      taskID: string | undefined;
+      localHit: boolean | undefined;
+      errorType: string | undefined;
+      announced: number | undefined;
+    }
+> {
   const target = new URL(req.url);
   const headers: Record<string, string> = {
     host: target.host,
@@ -196,6 +207,16 @@ async function once(
       200,
     );
   }
+  return { res, taskID, localHit, errorType, announced };
+}
+
+async function once(
+  req: FetchFileRequest,
+  link: { local: string; daemon: string; serverUid: number | undefined } | undefined,
+): Promise<FetchFileResult | 'refused' | Retry> {
+  const asked = await ask(req, link);
+  if (asked === 'refused') return 'refused';
+  const { res, taskID, localHit, errorType, announced } = asked;
   await mkdir(dirname(req.target), { recursive: true });
 
   let fallback: string | undefined;

@@ -143,7 +143,12 @@ export class ServedModelReconciler {
         case 'invalid':
           return this.stalled(sm, phase.message, invalidSpecConditions(phase.message), rc);
         case 'refused':
-          return this.stalled(sm, phase.message, endpointNotAllowedConditions(phase.message, phase.reason), rc);
+          return this.stalled(
+            sm,
+            phase.message,
+            endpointNotAllowedConditions(phase.message, phase.reason),
+            rc,
+          );
         case 'unknownDriver':
           return this.stalled(sm, phase.message, unknownDriverConditions(phase.message), rc);
         case 'unsupportedLayout':
