@@ -2,6 +2,7 @@
  * Which phase a ServedModel's pass is in (phase.ts), case by case: the questions that stop a pass, in their order,
  * then the serving steps as the pass does them.
  */
+import { defaultStorageHosts } from '../../src/policy/storage-reach.ts';
 import { describe, expect, it } from 'vitest';
 import type { ServedModel } from '../../src/api/index.ts';
 import { servedModelPhase, type PhaseInput } from '../../src/controllers/servedmodel/phase.ts';
@@ -41,7 +42,11 @@ const nothingDone = { finalizing: false, gating: false, listing: false, convergi
 const input = (over: Partial<PhaseInput>): PhaseInput => ({
   object: sm(ARCHIVE),
   behind: false,
-  policy: { managerHosts: [], endpointHosts: parseHostRules('198.18.0.0/16'), storageHosts: [] },
+  policy: {
+    managerHosts: [],
+    endpointHosts: parseHostRules('198.18.0.0/16'),
+    storageHosts: defaultStorageHosts(),
+  },
   drivers,
   done: nothingDone,
   ...over,
@@ -71,6 +76,24 @@ describe('servedModelPhase: what stops a pass', () => {
     expect(phase).toMatchObject({ kind: 'refused', message: expect.stringContaining('10.1.2.3') });
     const allowed = { ...spec, modelServer: { ...spec.modelServer, endpoints: ['http://198.18.0.1:8081'] } };
     expect(kind({ object: sm(allowed) })).toBe('gating');
+  });
+
+  it('refused: a preheat store outside --allowed-storage-hosts, except while deleting (unregistering needs no store)', () => {
+    const storage = {
+      type: 's3',
+      bucket: 'w',
+      endpoint: 'http://evil.example:9000',
+      credentialsSecretRef: { name: 's3' },
+    };
+    const spec = { ...DIRECTORY, preheat: { ...DIRECTORY.preheat, objectStorage: storage } };
+    const phase = servedModelPhase(input({ object: sm(spec) }));
+    expect(phase).toMatchObject({
+      kind: 'refused',
+      reason: 'StorageEndpointNotAllowed',
+      message: expect.stringContaining('evil.example:9000'),
+    });
+    expect(kind({ object: sm(spec, deleted) })).toBe('deleting');
+    expect(kind({ object: sm(DIRECTORY) })).not.toBe('refused');
   });
 
   it('unknownDriver: naming the field and the drivers the operator has (deleted or not)', () => {
