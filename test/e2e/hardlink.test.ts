@@ -31,6 +31,7 @@ import { buildLargeModelArchive, buildModelArchive, type ModelArchive } from '..
 import { startTorchServe, type TorchServe } from '../support/torchserve.ts';
 import { minioPluginConfig, pluginJar, writePluginConfig } from '../support/plugin.ts';
 import { signObjectURL } from '../../src/storage/sign.ts';
+import { credentialTag } from '../../src/storage/credential-tag.ts';
 
 const BUCKET = 'models';
 const KEY = 'hl/linked.mar';
@@ -101,11 +102,12 @@ interface ProxyAnswer {
   headMs: number;
 }
 
-/** GETs an object through the node peer's proxy as the plugin does, with extra headers. */
+/** GETs an object through the node peer's proxy as the plugin does (the tag its credentials give the task
+ *  included, so a task the plugin fetched is this one), with extra headers. */
 async function throughProxy(key: string, headers: Record<string, string>): Promise<ProxyAnswer> {
-  const { url } = await signObjectURL(minio.location(BUCKET), key, minio.credentials(), {
-    expiresSeconds: 600,
-  });
+  const location = minio.location(BUCKET);
+  const { url } = await signObjectURL(location, key, minio.credentials(), { expiresSeconds: 600 });
+  const tag = credentialTag(location, minio.credentials());
   const proxy = new URL(peer.proxyURL);
   const start = performance.now();
   return new Promise((resolve, reject) => {
@@ -114,7 +116,12 @@ async function throughProxy(key: string, headers: Record<string, string>): Promi
         host: proxy.hostname,
         port: proxy.port,
         path: url,
-        headers: { host: new URL(url).host, 'X-Dragonfly-Use-P2P': 'true', ...headers },
+        headers: {
+          host: new URL(url).host,
+          'X-Dragonfly-Use-P2P': 'true',
+          'X-Dragonfly-Tag': tag,
+          ...headers,
+        },
       },
       (res) => {
         const headMs = performance.now() - start;
