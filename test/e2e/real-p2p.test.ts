@@ -262,8 +262,13 @@ describe('peerload on the real Dragonfly network', () => {
         `${(err as Error).message}: ${JSON.stringify((await get<ServedModel>('servedmodels', 'tiny-sm')).status)}`,
       );
     });
-    const preheat = await get<ModelPreheat>('modelpreheats', 'tiny-sm-preheat');
-    expect(preheat.status!.state).toBe('SUCCESS');
+    // The replicas' gate opens once the preheat's job is underway, so Ready may come before the manager reports the
+    // job's SUCCESS on its next state sync: the preheat is waited for, not assumed.
+    await waitFor(
+      'tiny-sm-preheat SUCCESS',
+      async () => (await get<ModelPreheat>('modelpreheats', 'tiny-sm-preheat')).status?.state === 'SUCCESS',
+      { timeoutMs: 120_000, intervalMs: 1000 },
+    );
     // The object once, to the seed peer, plus one 1-byte range probe per peer (the seed and both node peers).
     expect(origin.bytesServed(key)).toBeGreaterThanOrEqual(await size());
     expect(origin.bytesServed(key)).toBeLessThanOrEqual((await size()) + 3);
