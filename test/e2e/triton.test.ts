@@ -27,6 +27,7 @@ import type { ModelFiles, Registration, ReplicaServer } from '../../src/servers/
 import { MLSERVER, OipDriver, TRITON } from '../../src/servers/oip/driver.ts';
 import { effectiveFilter, type StorageLocation } from '../../src/storage/objecturl.ts';
 import { signObjectURL } from '../../src/storage/sign.ts';
+import { credentialTag } from '../../src/storage/credential-tag.ts';
 import { startCountingProxy, type CountingProxy } from '../support/counting-proxy.ts';
 import { ROOT_USER, startDragonfly, type Dragonfly, type DragonflyPeer } from '../support/dragonfly.ts';
 import { startMinIO, type MinIO } from '../support/minio.ts';
@@ -197,6 +198,8 @@ async function preheatNode(s: Subject, version: string, peer: DragonflyPeer): Pr
       type: 'file',
       urls,
       filteredQueryParams: effectiveFilter(location),
+      // The tag the storage credentials give these private objects, as the operator's preheat and the agents use.
+      tag: credentialTag(location, minio.credentials()),
       scope: 'all_peers',
       ips: [peer.ip],
     });
