@@ -12,6 +12,7 @@
  * for the task (the daemon's log); the origin's bytes are counted by a proxy.
  * Target ("one download"): all Ready ≤ max(1.5× t1, t1 + 5 s), the origin ≤ 1.05× the size.
  */
+import { credentialTag } from '../../src/storage/credential-tag.ts';
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -72,6 +73,8 @@ export async function scenario13(cp: ControlPlane, o: S13Options): Promise<{ row
     const fleet = await startModelServerFleet(network.peers.length, (i) => ({
       proxyURL: network.peers[i]!.proxyURL,
       objectURL,
+      // As the plugin: the tag the storage credentials give (the owned preheat's).
+      tag: credentialTag(location, minio.credentials()),
       workerStartMs: 50,
     }));
     cleanup.push(() => fleet.close());

@@ -16,6 +16,7 @@
  * Target ("one download"): all Ready for N = 1, 2, 4 ≤ max(1.5× t1, t1 + 5 s), N = 4 / N = 1 ≤ 1.1×, the origin ≤ 1.05× the size
  * (plus the daemons' probes), every download a P2P hit; the scaled-out pod Ready ≤ t1 + 5 s after it is up.
  */
+import { credentialTag } from '../../src/storage/credential-tag.ts';
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import { readFile } from 'node:fs/promises';
@@ -113,7 +114,14 @@ export async function scenario8(cp: ControlPlane, o: S8Options): Promise<{ rows:
     const viaPeer: ModelServerFleet[] = [];
     const direct: ModelServerFleet[] = [];
     for (const peer of network.peers) {
-      const f = await startModelServerFleet(1, { proxyURL: peer.proxyURL, objectURL, workerStartMs: 50 });
+      // As the plugin: the tag the storage credentials give (the owned preheat's).
+      const tag = credentialTag(location, minio.credentials());
+      const f = await startModelServerFleet(1, {
+        proxyURL: peer.proxyURL,
+        objectURL,
+        tag,
+        workerStartMs: 50,
+      });
       const d = await startModelServerFleet(1, { objectURL, workerStartMs: 50 });
       cleanup.push(
         () => f.close(),

@@ -21,6 +21,7 @@ import { startModelServerFleet, type ModelServerFleet } from '../support/modelse
 import { startRealNetworkOperator } from '../support/real-operator.ts';
 import type { RunningManager } from '../support/runtime-harness.ts';
 import { signObjectURL } from '../../src/storage/sign.ts';
+import { credentialTag } from '../../src/storage/credential-tag.ts';
 import type { ModelPreheat, ServedModel } from '../../src/api/index.ts';
 
 const GROUP = 'peerload.io';
@@ -77,6 +78,8 @@ beforeAll(async () => {
   fleet = await startModelServerFleet(3, (i) => ({
     proxyURL: network.peers[peerOf[i]!]!.proxyURL,
     objectURL: (fileName: string) => urls.get(fileName)!,
+    // As the plugin: the tag the storage credentials give (the owned preheat's, made with the same Secret).
+    tag: credentialTag(location, minio.credentials()),
     workerStartMs: 50,
   }));
   const secrets: Record<string, Record<string, string>> = {
