@@ -164,10 +164,13 @@ async function managerJob(id: number): Promise<{ args: { ips?: string[] | null; 
 }
 
 /** Downloads `url` through a peer's proxy as the plugin does; says whether it was a local hit. */
+/** A GET through `peer` as the plugin makes it: with the tag the storage credentials give the task. */
 async function download(peer: DragonflyPeer, url: string): Promise<{ localHit: boolean; bytes: number }> {
   const agent = new ProxyAgent(peer.proxyURL);
+  const tag = credentialTag(minio.location(BUCKET), minio.credentials());
   try {
-    const res = await request(url, { dispatcher: agent, headers: { 'X-Dragonfly-Use-P2P': 'true' } });
+    const headers = { 'X-Dragonfly-Use-P2P': 'true', 'X-Dragonfly-Tag': tag };
+    const res = await request(url, { dispatcher: agent, headers });
     const body = Buffer.from(await res.body.arrayBuffer());
     return { localHit: res.headers['x-dragonfly-task-download-finished'] === 'true', bytes: body.length };
   } finally {
