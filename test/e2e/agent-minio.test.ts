@@ -19,6 +19,7 @@ import { fileSetEntries, planPreheatJobs, selectFiles } from '../../src/storage/
 import { listPrefix } from '../../src/storage/list.ts';
 import { effectiveFilter, type StorageLocation } from '../../src/storage/objecturl.ts';
 import { signObjectURL } from '../../src/storage/sign.ts';
+import { credentialTag } from '../../src/storage/credential-tag.ts';
 import { startMinIO, type MinIO } from '../support/minio.ts';
 import { startPeerProxy, type PeerProxy } from '../support/peer-proxy.ts';
 import { parseHostRules } from '../../src/policy/reach.ts';
@@ -84,7 +85,9 @@ describe('the agent places a MinIO directory through the peer proxy', () => {
       'model-00003-of-00003.safetensors',
       'tokenizer/tokenizer.json',
     ]);
-    const entries = fileSetEntries(location, files);
+    // The tag the storage credentials give these private objects: the operator's ids, and the agent's downloads.
+    const tag = credentialTag(location, minio.credentials());
+    const entries = fileSetEntries(location, files, { tag });
     const jobs = planPreheatJobs(entries);
     expect(jobs).toHaveLength(1);
 
@@ -92,7 +95,7 @@ describe('the agent places a MinIO directory through the peer proxy', () => {
     const filter = effectiveFilter(location);
     for (const e of jobs[0]!) {
       const signed = await signObjectURL(location, e.key, minio.credentials(), { expiresSeconds: 600 });
-      const { taskID } = await peer.preheat(signed.url, { filter });
+      const { taskID } = await peer.preheat(signed.url, { filter, tag });
       expect(taskID).toBe(e.taskID);
     }
     const originBytes = peer.stats.originBytes;

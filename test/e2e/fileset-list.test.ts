@@ -73,7 +73,7 @@ describe('listing a prefix on MinIO (S3 ListObjectsV2)', () => {
 
   it('stops at maxListed, and says what failed without the secret', async () => {
     await expect(listPrefix(location, minio.credentials(), 'models/', { maxListed: 3 })).rejects.toThrow(
-      's3 weights prefix "models/" holds more than 3 objects: choose a narrower prefix',
+      'the prefix holds more than 3 objects: choose a narrower objectStorage.prefix',
     );
     const wrong = { ...minio.credentials(), secretAccessKey: 'wrong-secret-value-123' };
     const err = await listPrefix(location, wrong, 'models/').catch((e: unknown) => e);
