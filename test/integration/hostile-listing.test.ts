@@ -103,7 +103,9 @@ beforeAll(async () => {
   // The operator as the Deployment runs it (its heap bound), polling the manager briskly for the test's pace.
   const flags = ['--no-leader-elect', '--leader-election-namespace', opNs, '--manager-url', manager.url];
   const polls = ['--poll-backoff-start', '200ms', '--poll-backoff-max', '1s'];
-  operator = await startOperatorProcess(kubeconfigPath, [...flags, ...polls], {
+  // The admin allows the stores on loopback: the bounds under test apply to allowed hosts too.
+  const reach = ['--allowed-storage-hosts', '127.0.0.1'];
+  operator = await startOperatorProcess(kubeconfigPath, [...flags, ...polls, ...reach], {
     name: 'hostile-operator',
     env: { NODE_OPTIONS },
   });
