@@ -2,7 +2,8 @@
  * `peerload fetch`: the agent's download once, for an init container (a server without a load API starts on a
  * complete directory). Prints one line; exit 0 when the version is in place, 1 when the download failed, 2 on bad
  * input or a refusal (byte cap, free space, credentials). Given an `oci://` reference it places a ModelPack
- * artifact instead (fetch-oci.ts).
+ * artifact instead (fetch-oci.ts); given a KServe storage URI (or `--kserve`) it is KServe's storage initializer
+ * (fetch-kserve.ts).
  */
 import { readFile } from 'node:fs/promises';
 import { pino } from 'pino';
@@ -18,6 +19,7 @@ import { placeVersion, type FetchLines } from './fetch-place.ts';
 
 const USAGE = `Usage: peerload fetch --name MODEL --spec FILE --root DIR [options]
        peerload fetch hf://NAMESPACE/NAME[@REVISION] DEST [options]   (a Hugging Face repository; --help after it)
+       peerload fetch [--kserve] STORAGE_URI DEST [options]   (KServe's storage initializer; --kserve --help)
 
 Downloads one version of a model directory through the node's peer proxy into <root>/<model>/<version>, as
 'peerload agent' does on a PUT, and prints one line. For an init container. Like the agent it leaves a record of
@@ -35,6 +37,8 @@ export async function run(
   argv: string[],
   io: FetchIO = { out: console.log, err: console.error },
 ): Promise<number> {
+  const kserve = await import('./fetch-kserve.ts');
+  if (kserve.isKServeInvocation(argv)) return kserve.runKServe(argv, io);
   if (argv[0]?.startsWith('hf://')) return (await import('./fetch-hub.ts')).runHub(argv, io);
   const { values, positionals } = parseCommandArgs(
     argv,
