@@ -5,7 +5,8 @@
 #   setup-kserve.sh         also builds the controller manager (github.com/kserve/kserve/cmd/manager: the
 #                           InferenceService controller and its pod-mutating webhook, which puts the storage
 #                           initializer into predictor pods) into $PEERLOAD_CACHE/kserve-<version>/bin, with the
-#                           CRDs in $PEERLOAD_CACHE/kserve-<version>/crd. Heavy: the build time is in build-seconds.
+#                           CRDs in $PEERLOAD_CACHE/kserve-<version>/crd and its inferenceservice-config ConfigMap.
+#                           Heavy: the build time is in build-seconds.
 #
 # kserve's go.mod carries `replace` directives (controller-runtime, k8s.io/*, grpc...), which `go install pkg@v`
 # refuses. So the build goes through a throw-away module whose go.mod is kserve's own (same requires, same
@@ -18,7 +19,9 @@ CRDS_ONLY=0
 CRDS="$PEERLOAD_CACHE/kserve-crds-$VERSION"
 OUT="$PEERLOAD_CACHE/kserve-$VERSION"
 if (( CRDS_ONLY )) && [[ -d "$CRDS" ]]; then echo "$CRDS"; exit 0; fi
-if (( ! CRDS_ONLY )) && [[ -x "$OUT/bin/manager" && -d "$OUT/crd" ]]; then echo "$OUT"; exit 0; fi
+if (( ! CRDS_ONLY )) && [[ -x "$OUT/bin/manager" && -d "$OUT/crd" && -f "$OUT/inferenceservice-config.yaml" ]]; then
+  echo "$OUT"; exit 0
+fi
 command -v go >/dev/null || { log "go is required to fetch KServe from the Go module proxy"; exit 1; }
 work="$(mktemp -d)"; trap 'rm -rf "$work" "$CRDS.tmp" "$OUT.tmp-crd"' EXIT
 printf 'module peerload.local/kserve-build\n' >"$work/go.mod"
@@ -42,6 +45,7 @@ start=$(date +%s)
 CGO_ENABLED=0 with_progress "building the KServe controller $VERSION" "$(next_step)" build >&2
 mkdir -p "$OUT/bin"
 copy_crds "$OUT/crd" "$OUT.tmp-crd"
+cp "$src/config/configmap/inferenceservice.yaml" "$OUT/inferenceservice-config.yaml"
 mv "$work/manager" "$OUT/bin/manager"
 echo "$(( $(date +%s) - start ))" >"$OUT/build-seconds"
 echo "$OUT"

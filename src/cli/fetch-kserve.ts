@@ -246,10 +246,13 @@ async function place(
     if (plan.single && archiveKind(only) === 'tar') {
       const out = join(staging, 'extracted');
       try {
-        files = await extractArchive(join(placed, only), out, {
+        await extractArchive(join(placed, only), out, {
           maxBytes: config.limits.maxBytes,
           maxFiles: MAX_DIRECTORY_FILES,
         });
+        files = (await readdir(out, { recursive: true, withFileTypes: true })).filter((e) =>
+          e.isFile(),
+        ).length;
       } catch (e) {
         io.err(`peerload fetch: ${text}: InvalidArchive: ${redact((e as Error).message)}`);
         return 2;

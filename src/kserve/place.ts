@@ -50,7 +50,7 @@ export function archiveKind(name: string): 'tar' | 'unsupported' | undefined {
  * into `dest` and removes it, with the OCI layers' extractor: every entry stays under `dest`, unsafe entries
  * refuse the whole archive, and the caps bound what it may unpack to.
  */
-export async function extractArchive(file: string, dest: string, limits: ExtractLimits): Promise<number> {
+export async function extractArchive(file: string, dest: string, limits: ExtractLimits): Promise<void> {
   const head = Buffer.alloc(2);
   const fd = await open(file, 'r');
   try {
@@ -59,7 +59,6 @@ export async function extractArchive(file: string, dest: string, limits: Extract
     await fd.close();
   }
   const format = head[0] === 0x1f && head[1] === 0x8b ? 'tar+gzip' : 'tar';
-  const { files } = await extractLayer(file, format, dest, basename(file), limits, newExtractState());
+  await extractLayer(file, format, dest, basename(file), limits, newExtractState());
   await rm(file, { force: true });
-  return files;
 }
