@@ -219,8 +219,8 @@ async function place(
   config: DownloaderConfig,
   logger: Logger,
   io: FetchLines,
+  started: number,
 ): Promise<number> {
-  const started = Date.now();
   const staging = stagingRoot(dest);
   const cfg: DownloaderConfig = {
     ...config,
@@ -332,6 +332,8 @@ export async function runKServe(
   io: FetchLines,
   env: NodeJS.ProcessEnv = process.env,
 ): Promise<number> {
+  // The reported time covers the listing too: what the init container adds to the pod's start.
+  const started = Date.now();
   const { values, positionals } = parseCommandArgs(argv, KSERVE_OPTIONS, true, KSERVE_USAGE);
   if (values.help) {
     io.out(KSERVE_USAGE);
@@ -386,7 +388,7 @@ export async function runKServe(
       throw new CliError(
         `${text}: only .tar, .tar.gz and .tgz archives are extracted here; KServe's own initializer also extracts .zip (and other tar compressions): repack the model as .tar.gz, or leave this URI to KServe's initializer`,
       );
-    return await place(plan, text, dest, config, logger, io);
+    return await place(plan, text, dest, config, logger, io, started);
   } finally {
     await config.dispatcher.close();
     logger.flush();
