@@ -140,13 +140,14 @@ async function objectPlan(
   text: string,
   env: Env,
   values: Values,
-  maxBytes: number,
+  config: DownloaderConfig,
 ): Promise<Plan> {
+  const maxBytes = config.limits.maxBytes;
   const location: StorageLocation = locationOf(uri, env);
   const reach = storageReach(
     location,
     'storageUri',
-    { storageHosts: storageHostsOf(values) },
+    { storageHosts: config.storageHosts! },
     "the init container's",
   );
   // Checked before the credentials are read: a refused host never sees a key or a signature.
@@ -204,11 +205,6 @@ function httpPlan(uri: Extract<StorageUri, { kind: 'http' }>, text: string, env:
     text,
   );
   return { spec, single: true };
-}
-
-function storageHostsOf(values: Values) {
-  // downloaderConfig parsed the flag already; parse again for the reach check before any credential is read.
-  return downloaderConfig({ ...values, root: '/' }).storageHosts!;
 }
 
 /** Downloads the plan into the staging directory and moves it into DEST. Returns the exit status. */
@@ -375,7 +371,7 @@ export async function runKServe(
       plan =
         uri.kind === 'http'
           ? httpPlan(uri, text, effectiveEnv(env))
-          : await objectPlan(uri, text, effectiveEnv(env), values, config.limits.maxBytes);
+          : await objectPlan(uri, text, effectiveEnv(env), values, config);
     } catch (e) {
       if (e instanceof CredentialsError) throw new CliError(`${text}: ${redact(e.message)}`);
       if (e instanceof ListError) {
