@@ -23,6 +23,7 @@ import { ObjectKey } from './objectkey.ts';
 import { ObjectStorageLocation } from './objectstorage.ts';
 import { CacheStatus, PREHEAT_SCOPES, PeerDaemonVersion } from './modelpreheat.ts';
 import { OciSource } from './source-oci.ts';
+import { parseReference } from '../oci/reference.ts';
 import {
   DEFAULT_DRIVER,
   DRIVERS,
@@ -578,8 +579,8 @@ export function ownedPreheatSpec(
   const ips = targetsNodes(spec) ? [...new Set(nodeIPs)].sort().slice(0, MAX_TARGET_IPS) : [];
   return JSON.parse(
     JSON.stringify({
-      type: 'file',
-      objectStorage: { ...p.objectStorage, ...ownedPreheatObjects(spec) },
+      ...(spec.source ? ownedSourcePreheat(spec.source) : { type: 'file' }),
+      ...(spec.source ? {} : { objectStorage: { ...p.objectStorage, ...ownedPreheatObjects(spec) } }),
       ...(ips.length > 0 ? { scope: 'all_peers', targets: { ips } } : { scope: p.scope }),
       schedulerClusterIDs: p.schedulerClusterIDs,
       manager: p.manager,
@@ -588,6 +589,18 @@ export function ownedPreheatSpec(
       cacheRefreshInterval: p.cacheRefreshInterval,
     }),
   );
+}
+
+/**
+ * The owned preheat of a source: the manager's image preheat of the OCI manifest (which preheats every blob it
+ * references), with the source's registry credentials. The reconciler pins the reference to the digest it resolved
+ * first, so the manifest URL names that digest and a moved tag is never preheated.
+ */
+function ownedSourcePreheat(source: ModelSource): Record<string, unknown> {
+  const oci = source.oci!;
+  const ref = parseReference(oci.reference);
+  const url = `${oci.plainHTTP ? 'http' : 'https'}://${ref.registry}/v2/${ref.repository}/manifests/${ref.digest ?? ref.tag}`;
+  return { type: 'image', url, imageCredentialsSecretRef: oci.credentialsSecretRef };
 }
 
 /** The prefix as a directory: `''` or ending in one `/`. */
