@@ -579,7 +579,7 @@ export function ownedPreheatSpec(
   const ips = targetsNodes(spec) ? [...new Set(nodeIPs)].sort().slice(0, MAX_TARGET_IPS) : [];
   return JSON.parse(
     JSON.stringify({
-      ...(spec.source ? ownedSourcePreheat(spec.source) : { type: 'file' }),
+      ...(spec.source ? ownedSourcePreheat(spec) : { type: 'file' }),
       ...(spec.source ? {} : { objectStorage: { ...p.objectStorage, ...ownedPreheatObjects(spec) } }),
       ...(ips.length > 0 ? { scope: 'all_peers', targets: { ips } } : { scope: p.scope }),
       schedulerClusterIDs: p.schedulerClusterIDs,
@@ -592,16 +592,36 @@ export function ownedPreheatSpec(
 }
 
 /**
- * The owned preheat of a source: the manager's image preheat of the OCI manifest (which preheats every blob it
- * references), with the source's registry credentials. The reconciler pins the reference to the digest it resolved
- * first, so the manifest URL names that digest and a moved tag is never preheated.
+ * The owned preheat of a source. Anonymous: the layers' blob URLs as a file preheat (the task ids are the
+ * agents'). With registry credentials: the manager's image preheat of the manifest (it asks the registry for a
+ * token with them and preheats every blob the manifest references), since a token in the job's headers would be
+ * stored in the manager's database and shown in the ModelPreheat. The reconciler pins the reference to the digest
+ * it resolved first, so the manifest URL names that digest and a moved tag is never preheated.
  */
-function ownedSourcePreheat(source: ModelSource): Record<string, unknown> {
-  const oci = source.oci!;
+function ownedSourcePreheat(spec: ServedModelSpec): Record<string, unknown> {
+  const oci = spec.source!.oci!;
+  const blobs = (spec as ResolvedSpec)[RESOLVED_BLOBS];
+  // An anonymous artifact whose blobs the operator read from the manifest: those blobs as files (the registry is
+  // read by the peers only, and the manager's image preheat dials no loopback or link-local registry).
+  if (
+    !oci.credentialsSecretRef &&
+    blobs !== undefined &&
+    blobs.length > 0 &&
+    blobs.length <= MAX_PREHEAT_URLS
+  )
+    return { type: 'file', urls: [...blobs] };
   const ref = parseReference(oci.reference);
   const url = `${oci.plainHTTP ? 'http' : 'https'}://${ref.registry}/v2/${ref.repository}/manifests/${ref.digest ?? ref.tag}`;
   return { type: 'image', url, imageCredentialsSecretRef: oci.credentialsSecretRef };
 }
+
+/** URLs one file preheat takes (ModelPreheat spec.urls). */
+const MAX_PREHEAT_URLS = 100;
+
+/** Where a spec the operator resolved carries its source's blob URLs (in memory only: not part of the API). */
+export const RESOLVED_BLOBS = Symbol('resolvedBlobs');
+/** A spec whose source was resolved: the layers' blob URLs of the pinned artifact. */
+export type ResolvedSpec = ServedModelSpec & { [RESOLVED_BLOBS]?: readonly string[] };
 
 /** The prefix as a directory: `''` or ending in one `/`. */
 export const directoryOf = (prefix: string): string => (prefix === '' ? '' : prefix.replace(/\/*$/, '/'));

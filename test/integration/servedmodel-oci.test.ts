@@ -21,6 +21,10 @@ import { DEFAULT_LIMITS } from '../../src/agent/download.ts';
 import { startAgentServer, type AgentServer } from '../../src/agent/server.ts';
 import type { ServedModel } from '../../src/api/index.ts';
 import { createServedModelController } from '../../src/controllers/index.ts';
+import { modelPreheatController } from '../../src/controllers/modelpreheat/index.ts';
+import type { ModelPreheat } from '../../src/api/index.ts';
+import { taskID } from '../../src/storage/taskid.ts';
+import { startManagerEmulator, type ManagerEmulator } from '../support/manager-emulator.ts';
 import { RegistryClient } from '../../src/oci/client.ts';
 import { parseReference } from '../../src/oci/reference.ts';
 import { parseHostRules } from '../../src/policy/reach.ts';
@@ -60,6 +64,7 @@ let m: Modctl;
 let peer: PeerProxy;
 let dispatcher: Agent;
 let operator: RunningManager;
+let manager: ManagerEmulator;
 let agentPort: number;
 const replicas: { root: string; agent: AgentServer; server: OipEmulator }[] = [];
 
@@ -109,10 +114,13 @@ beforeAll(async () => {
     });
     replicas.push({ root, agent, server: await startOipEmulator('triton', root, ip) });
   }
+  manager = await startManagerEmulator({ peer });
   operator = await startManager(
     kc,
     [
       '--no-leader-elect',
+      '--manager-url',
+      manager.url,
       '--allowed-endpoint-hosts',
       '127.0.0.0/8',
       '--allowed-registry-hosts',
@@ -122,7 +130,7 @@ beforeAll(async () => {
       '--poll-backoff-max',
       '1s',
     ],
-    [(ctx) => createServedModelController(ctx, {})],
+    [modelPreheatController, (ctx) => createServedModelController(ctx, {})],
   );
 }, 300_000);
 
@@ -133,6 +141,7 @@ afterAll(async () => {
     await r.server.close();
   }
   await dispatcher?.close();
+  await manager?.close();
   await peer?.close();
   await fake?.close();
   await registry?.stop();
@@ -307,6 +316,40 @@ describe('a ServedModel from a modctl-pushed artifact on the real registry', () 
         (await readdir(join(r.root, 'echo'))).includes('1') ? undefined : true,
       );
     }
+  });
+});
+
+describe('preheat.create with a source', () => {
+  it("preheats the layers' blobs as files: status.tasks are the agents' task ids, every download then a local hit", async () => {
+    const weights = randomBytes(100_000);
+    const code = gzip(tarOf([{ path: 'model.py', body: CODE }]));
+    pushModel(fake, 'models/warm', 'v1', [
+      { mediaType: 'application/vnd.cncf.model.weight.v1.raw', content: weights, filepath: 'weights.bin' },
+      { mediaType: 'application/vnd.cncf.model.code.v1.tar+gzip', content: code, filepath: 'model.py' },
+    ]);
+    const blobURLs = [weights, code].map((c) => `${fake.url}/v2/models/warm/blobs/${sha256(c)}`);
+    const before = fake.requests.filter((q) => q.path.includes('/blobs/')).length;
+    await create('warm', { ...spec('warm', `${fake.host}/models/warm:v1`), preheat: { create: true } });
+    await readyAt('warm', '1');
+    const p = (await custom.getNamespacedCustomObject({
+      group: GROUP,
+      version: VERSION,
+      namespace: ns,
+      plural: 'modelpreheats',
+      name: 'warm-preheat',
+    })) as ModelPreheat;
+    expect(p.spec).toMatchObject({ type: 'file', urls: blobURLs });
+    expect(p.status?.state).toBe('SUCCESS');
+    expect(p.status?.tasks).toEqual(blobURLs.map((url) => ({ url, taskID: taskID({ url }) })));
+    for (const r of replicas) {
+      const v = r.agent.versions.get('warm')!.get('1')!;
+      expect(v.files.map((f) => f.taskID)).toEqual(p.status!.tasks!.map((t) => t.taskID));
+      expect(v.localHits).toBe(2);
+      expect(await readFile(join(r.root, 'warm', '1', 'weights.bin'))).toEqual(weights);
+      expect(await readFile(join(r.root, 'warm', '1', 'model.py'), 'utf8')).toBe(CODE);
+    }
+    // The registry served each blob once: to the preheat.
+    expect(fake.requests.filter((q) => q.path.includes('/blobs/')).length - before).toBe(2);
   });
 });
 

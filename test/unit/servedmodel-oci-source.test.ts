@@ -22,6 +22,9 @@ import {
 } from '../../src/controllers/servedmodel/oci-source.ts';
 import { goalOf, registrationVersion } from '../../src/controllers/servedmodel/goal.ts';
 import { ModelVersionSpecSchema } from '../../src/agent/spec.ts';
+import { newProgress } from '../../src/agent/download.ts';
+import { planPreheat } from '../../src/controllers/modelpreheat/request.ts';
+import type { SecretReader } from '../../src/controllers/secrets.ts';
 import { parseHostRules } from '../../src/policy/reach.ts';
 import {
   gzip,
@@ -349,5 +352,26 @@ describe('the owned preheat of a source', () => {
       targets: { ips: ['10.0.0.1', '10.0.0.2'] },
     });
     expect(owned.objectStorage).toBeUndefined();
+  });
+
+  it('anonymous: the layers as a file preheat, whose task ids are the ones the agents download', async () => {
+    pushModel(registry, 'models/preheat', 'v1', layers);
+    const s = ServedModelSpec.parse({
+      ...spec(`${registry.host}/models/preheat:v1`),
+      preheat: { create: true },
+    });
+    const r = ok(await sources().of('ns/p', sm(s), s));
+    const owned = ModelPreheatSpec.parse(ownedPreheatSpec(pinnedSpec(s, r), ['10.0.0.1']));
+    expect(owned).toMatchObject({
+      type: 'file',
+      urls: r.blobURLs,
+      scope: 'all_peers',
+      targets: { ips: ['10.0.0.1'] },
+    });
+    const plan = await planPreheat(owned, 'ns', {} as SecretReader, { bio: 't' });
+    const agentSpec = ModelVersionSpecSchema.parse({ ...r.files, version: '1' });
+    const expected = newProgress('simple', agentSpec).files.map((f) => f.expectedTaskID);
+    expect(plan.tasks.map((t) => t.taskID)).toEqual(expected);
+    expect(plan.tasks.map((t) => t.url)).toEqual(r.blobURLs);
   });
 });

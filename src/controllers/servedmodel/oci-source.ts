@@ -13,6 +13,8 @@
 import type { Dispatcher } from 'undici';
 import {
   REFRESH_SOURCE_ANNOTATION,
+  RESOLVED_BLOBS,
+  type ResolvedSpec,
   type OciSource,
   type ServedModel,
   type ServedModelSpec,
@@ -205,15 +207,17 @@ export function pinnedDigest(sm: ServedModel, oci: OciSource, refresh: string): 
 }
 
 /**
- * The spec with the source's reference pinned to the digest it resolved to (`registry/repository@sha256:…`): what
- * the owned preheat is made of, so a moved tag is never preheated instead.
+ * The spec with the source's reference pinned to the digest it resolved to (`registry/repository@sha256:…`) and
+ * the layers' blob URLs: what the owned preheat is made of, so a moved tag is never preheated instead.
  */
 export function pinnedSpec(spec: ServedModelSpec, source: ResolvedSource): ServedModelSpec {
   const oci = spec.source?.oci;
   if (!oci) return spec;
   const ref = parseReference(oci.reference);
   const reference = formatReference({ ...ref, tag: undefined, digest: source.digest });
-  return { ...spec, source: { ...spec.source, oci: { ...oci, reference } } };
+  const pinned: ResolvedSpec = { ...spec, source: { ...spec.source, oci: { ...oci, reference } } };
+  pinned[RESOLVED_BLOBS] = source.blobURLs;
+  return pinned;
 }
 
 /** What the agents place: each distinct blob once, raw layers on their path, tar layers to extract. */
