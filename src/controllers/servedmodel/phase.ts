@@ -6,7 +6,8 @@
  *
  * The order is the order of the questions that can stop a pass: an object that is gone or not yet ours to read,
  * a spec the operator will not act on (invalid, endpoints it may not reach, a driver it does not have), deletion,
- * a layout the driver cannot load; then the steps of a pass that serves the model: the finalizer, the preheat
+ * a layout the driver cannot load; then the steps of a pass that serves the model: the finalizer, a source's
+ * resolution (spec.source, before the gates, whose owned preheat is of the digest it resolved to), the preheat
  * gates, a directory's listing, one step on every replica, and the report (status, Ready, Events).
  */
 import { staticAddresses, ServedModelSpec, type ServedModel } from '../../api/index.ts';
@@ -26,7 +27,8 @@ export type ServedModelPhase =
   /** The spec does not parse: Stalled, naming the field. */
   | { kind: 'invalid'; message: string }
   /** Static endpoints outside the admin's --allowed-endpoint-hosts (no request at all), or a preheat store outside
-   *  --allowed-storage-hosts (no Secret read, no listing, no location handed to an agent). */
+   *  --allowed-storage-hosts (no Secret read, no listing, no location handed to an agent), or a source's registry
+   *  with credentials outside --allowed-registry-hosts (its Secret not read). */
   | {
       kind: 'refused';
       message: string;
