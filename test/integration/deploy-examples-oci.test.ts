@@ -3,15 +3,15 @@
  * kustomization ships, a dockerconfigjson with an entry for the reference's registry that no pod mounts, and the
  * real apiserver admits it all under Pod Security `restricted` with no warning (the ServedModel too, by its CRD).
  */
-import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
 import { afterAll, describe, expect, inject, it } from 'vitest';
 import { GVR, ServedModelSpec } from '../../src/api/index.ts';
 import { secretCredentials } from '../../src/oci/credentials.ts';
 import { parseReference } from '../../src/oci/reference.ts';
-import { KubeClient, type KubeObject } from '../../src/runtime/index.ts';
+import { KubeClient } from '../../src/runtime/index.ts';
+import { applyInto, podSecurityNamespace } from '../support/example-apply.ts';
 import { kubeConfig, readManifests, REPO_ROOT } from '../support/kube.ts';
-import { gvrOf, kustomize, type Manifest } from '../support/runtime-deploy.ts';
+import { kustomize, type Manifest } from '../support/runtime-deploy.ts';
 
 const kube = new KubeClient(kubeConfig(inject('kubeconfigPath')));
 afterAll(() => kube.close());
@@ -21,38 +21,8 @@ const [servedModel] = readManifests(join(REPO_ROOT, 'deploy/examples/triton-oci/
 const one = (kind: string, name?: string) =>
   manifests.find((m) => m.kind === kind && (!name || m.metadata.name === name)) as any;
 
-async function restrictedNamespace(): Promise<string> {
-  const name = `example-oci-${randomBytes(3).toString('hex')}`;
-  const labels = Object.fromEntries(
-    ['enforce', 'warn', 'audit'].map((mode) => [`pod-security.kubernetes.io/${mode}`, 'restricted']),
-  );
-  await kube.resource(gvrOf({ apiVersion: 'v1', kind: 'Namespace' })).create({
-    apiVersion: 'v1',
-    kind: 'Namespace',
-    metadata: { name, labels },
-  } as KubeObject);
-  return name;
-}
-
-async function apply(ms: Manifest[], ns: string, dryRun = false): Promise<string[]> {
-  const warnings: string[] = [];
-  const off = kube.onRequest((r) => warnings.push(...(r.warnings ?? [])));
-  try {
-    for (const m of ms) {
-      const body = { ...m, metadata: { ...m.metadata, namespace: ns } };
-      const r = await kube.resource(gvrOf(m)).patch(ns, m.metadata.name, body, {
-        type: 'apply',
-        fieldManager: 'peerload-tests',
-        force: true,
-        dryRun,
-      });
-      expect(r.metadata.name).toBe(m.metadata.name);
-    }
-  } finally {
-    off();
-  }
-  return warnings;
-}
+const restrictedNamespace = () => podSecurityNamespace(kube, 'example-oci', 'restricted');
+const apply = (ms: Manifest[], ns: string, dryRun = false) => applyInto(kube, ms, ns, dryRun);
 
 describe('deploy/examples/triton-oci', () => {
   it("names the registry Secret it ships: a dockerconfigjson with the reference's registry, mounted into no pod", () => {

@@ -57,34 +57,7 @@ export async function pushTritonModel(
     join(dir, 'Modelfile'),
     'NAME simple\nARCH transformer\nFAMILY test\nFORMAT pytorch\nCONFIG config.pbtxt\nMODEL 1/weights.bin\n',
   );
-  await m(
-    [
-      'build',
-      '-f',
-      'Modelfile',
-      '-t',
-      reference,
-      '--plain-http',
-      '--output-remote',
-      '--no-creation-time',
-      '.',
-    ],
-    dir,
-  );
-  await m(
-    [
-      'attach',
-      '1/model.py',
-      '-s',
-      reference,
-      '-t',
-      reference,
-      '--plain-http',
-      '--output-remote',
-      '--raw=false',
-    ],
-    dir,
-  );
+  await buildAndAttach(m, dir, reference, '1/model.py');
 }
 
 /** `peerload fetch` in process: its exit status and its lines (a CLI error as a line of `err`, exit 2). */
@@ -120,7 +93,12 @@ export async function pushTritonVersion(
     join(dir, 'Modelfile'),
     'NAME echo\nARCH transformer\nFAMILY test\nFORMAT onnx\nCONFIG offset.json\nMODEL weights.bin\n',
   );
+  await buildAndAttach(m, dir, reference, 'model.py');
+}
+
+/** `modctl build` of dir's Modelfile into the registry as `reference`, then `file` attached as a tar layer. */
+async function buildAndAttach(m: Modctl, dir: string, reference: string, file: string): Promise<void> {
   const remote = ['--plain-http', '--output-remote'];
   await m(['build', '-f', 'Modelfile', '-t', reference, ...remote, '--no-creation-time', '.'], dir);
-  await m(['attach', 'model.py', '-s', reference, '-t', reference, ...remote, '--raw=false'], dir);
+  await m(['attach', file, '-s', reference, '-t', reference, ...remote, '--raw=false'], dir);
 }
