@@ -176,7 +176,8 @@ function statusOf(s: ServedModelStatus, p: PassFindings, summary: PassSummary): 
     {
       ...withReplicas(s, summary, gating.gate, gating.preheat?.status?.cache, gating.nodePreheat),
       files: dir && { count: dir.count, bytes: dir.bytes, digest: dir.digest },
-      source: p.source ?? s.source,
+      // What this pass resolved, else the recorded resolution; none once the spec has no source.
+      source: p.spec.source ? (p.source ?? s.source) : undefined,
     },
     p.sm.metadata.generation,
     summary.conditions,
