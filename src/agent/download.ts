@@ -29,6 +29,8 @@ import {
   taskID,
   type TaskIdRule,
 } from '../storage/taskid.ts';
+import { OciError } from '../oci/errors.ts';
+import { extractLayer, newExtractState } from '../oci/extract.ts';
 import { ChecksumMismatch, checkSha256 } from './checksum.ts';
 import { FetchError, fetchFile } from './proxy-fetch.ts';
 import { writeRecord } from './record.ts';
@@ -46,7 +48,12 @@ export interface AgentLimits {
   deadlineMs: number;
   /** Files downloaded at once. */
   concurrency: number;
+  /** Files the tar layers of one version may unpack (default {@link DEFAULT_MAX_FILES}). */
+  maxFiles?: number | undefined;
 }
+
+/** Files a version's tar layers may unpack when the agent is not told otherwise. */
+export const DEFAULT_MAX_FILES = 100_000;
 
 export const DEFAULT_LIMITS: AgentLimits = {
   maxBytes: 1024 ** 4,
@@ -94,6 +101,8 @@ export interface FileProgress {
   localHit?: boolean | undefined;
   hardLink?: boolean | undefined;
   hardLinkFallback?: string | undefined;
+  /** A tar layer: the files it unpacked. */
+  extracted?: number | undefined;
   error?: string | undefined;
 }
 
@@ -251,6 +260,8 @@ interface Run {
   progress: VersionProgress;
   tmp: string;
   tmpName: string;
+  /** Where tar layers wait for their extraction: beside `tmp`, so no archive entry can meet them. */
+  blobs: string;
   signal: AbortSignal;
   deadline: AbortSignal;
   deadlineMs: number;
@@ -317,6 +328,7 @@ async function downloadFile(run: Run, i: number): Promise<void> {
   const { name, spec, config, progress } = run;
   const file = spec.files[i]!;
   const fp = progress.files[i]!;
+  const what = file.layer ?? `${name}/${spec.version}/${file.path}`;
   fp.state = 'Downloading';
   try {
     const { url, tag } = await urlOf(run, i);
@@ -328,10 +340,11 @@ async function downloadFile(run: Run, i: number): Promise<void> {
       proxy: config.proxy,
       url,
       headers,
-      target: join(run.tmp, file.path),
+      target: join(file.extract ? run.blobs : run.tmp, file.path),
       expectedSize: file.size,
+      // An archive is read once and removed: a link of the daemon's copy would save nothing.
       hardLink:
-        config.hardLinkRoot !== undefined
+        config.hardLinkRoot !== undefined && !file.extract
           ? {
               local: run.tmp,
               daemon: join(config.hardLinkRoot, spec.directory ?? name, run.tmpName),
@@ -339,11 +352,11 @@ async function downloadFile(run: Run, i: number): Promise<void> {
             }
           : undefined,
       signal: run.signal,
-      what: `${name}/${spec.version}/${file.path}`,
+      what,
       onBytes: (n) => countBytes(run, i, n),
     });
     if (file.sha256 !== undefined)
-      await checkSha256(join(run.tmp, file.path), file.sha256, `${name}/${spec.version}/${file.path}`);
+      await checkSha256(join(file.extract ? run.blobs : run.tmp, file.path), file.sha256, what);
     Object.assign(fp, {
       state: 'Done',
       taskID: r.taskID,
@@ -375,7 +388,7 @@ async function downloadFile(run: Run, i: number): Promise<void> {
       const message = e instanceof Error ? e.message : String(e);
       fp.error = redact(message);
       const reason =
-        e instanceof DownloadRefused
+        e instanceof DownloadRefused || e instanceof OciError
           ? e.reason
           : e instanceof ChecksumMismatch
             ? 'ChecksumMismatch'
@@ -383,6 +396,35 @@ async function downloadFile(run: Run, i: number): Promise<void> {
               ? 'DownloadFailed'
               : 'WriteFailed';
       fail(run, reason, message);
+    }
+  }
+}
+
+/**
+ * The tar layers, in the spec's order, unpacked over the other files (whose paths an archive may not take), with
+ * the version's byte cap and the agent's file cap over all of them. An unsafe entry, an unreadable archive or a cap
+ * fails the version, naming the layer; nothing is placed.
+ */
+async function extractArchives(run: Run): Promise<void> {
+  const { spec } = run;
+  if (!spec.files.some((f) => f.extract)) return;
+  const plain = spec.files.filter((f) => !f.extract);
+  const state = newExtractState();
+  for (const f of plain) state.regular.add(f.path);
+  state.files = plain.length;
+  state.bytes = plain.reduce((s, f) => s + (f.size ?? 0), 0);
+  const limits = { maxBytes: run.maxBytes, maxFiles: run.config.limits.maxFiles ?? DEFAULT_MAX_FILES };
+  for (const [i, f] of spec.files.entries()) {
+    if (!f.extract) continue;
+    const what = f.layer ?? `${run.name}/${spec.version}/${f.path}`;
+    try {
+      const r = await extractLayer(join(run.blobs, f.path), f.extract, run.tmp, what, limits, state);
+      run.progress.files[i]!.extracted = r.files;
+    } catch (e) {
+      run.progress.files[i]!.state = 'Failed';
+      run.progress.files[i]!.error = redact((e as Error).message);
+      fail(run, e instanceof OciError ? e.reason : 'WriteFailed', (e as Error).message);
+      return;
     }
   }
 }
@@ -410,6 +452,7 @@ export async function downloadVersion(
     progress,
     tmp: join(config.root, spec.directory ?? name, tmpName),
     tmpName,
+    blobs: join(config.root, spec.directory ?? name, `${tmpName}.blobs`),
     signal: signal ? AbortSignal.any([signal, deadline]) : deadline,
     deadline,
     deadlineMs,
@@ -421,6 +464,7 @@ export async function downloadVersion(
   };
   try {
     await mkdir(run.tmp, { recursive: true });
+    if (spec.files.some((f) => f.extract)) await mkdir(run.blobs);
     let next = 0;
     const worker = async () => {
       while (progress.state === 'Downloading' && next < spec.files.length) await downloadFile(run, next++);
@@ -428,6 +472,7 @@ export async function downloadVersion(
     await Promise.all(
       Array.from({ length: Math.min(config.limits.concurrency, spec.files.length) }, () => worker()),
     );
+    if (progress.state === 'Downloading') await extractArchives(run);
     if (progress.state === 'Downloading') {
       if (await exists(target)) throw new Error(`${target} appeared while downloading`);
       await rename(run.tmp, target);
@@ -442,6 +487,7 @@ export async function downloadVersion(
   } finally {
     if (progress.state !== 'Ready')
       await rm(run.tmp, { recursive: true, force: true }).catch(() => undefined);
+    await rm(run.blobs, { recursive: true, force: true }).catch(() => undefined);
     progress.finishedAt = new Date().toISOString();
   }
   const { filesTotal: files, bytesDone: bytes, localHits, hardLinks, reason, error } = progress;

@@ -6,6 +6,7 @@
  */
 import { z } from 'zod';
 import { OBJECT_STORAGE_TYPES } from '../api/objectstorage.ts';
+import { LAYER_FORMATS } from '../oci/media-types.ts';
 import { pathProblem } from '../storage/fileset.ts';
 import type { StorageLocation } from '../storage/objecturl.ts';
 
@@ -35,6 +36,13 @@ const FileSchema = z
       .string()
       .regex(/^[0-9a-f]{64}$/, 'must be 64 lower-case hex digits')
       .optional(),
+    /**
+     * A tar layer of an OCI artifact: the file is an archive, extracted safely into the version directory once
+     * every file is in (src/oci/extract.ts); `path` then only names the archive while it waits beside the version.
+     */
+    extract: z.enum(LAYER_FORMATS.filter((f) => f !== 'raw') as ['tar', 'tar+gzip', 'tar+zstd']).optional(),
+    /** How messages name the file (an OCI layer: `layer 2 (sha256:ab12…, model.onnx)`); default its path. */
+    layer: z.string().max(512).optional(),
   })
   .strict()
   .refine((f) => (f.url === undefined) !== (f.key === undefined), {

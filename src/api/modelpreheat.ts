@@ -158,7 +158,8 @@ export const ModelPreheatSpec = withRules(
         'HTTP headers the seed peers send to the origin: names are HTTP tokens, values have no CR, LF or other control characters.',
     }),
     imageCredentialsSecretRef: SecretRef.optional().meta({
-      description: 'type image: Secret with keys `username` and `password` for the registry.',
+      description:
+        'type image: Secret with keys `username` and `password` for the registry, or a `kubernetes.io/dockerconfigjson` Secret (its entry for the registry).',
     }),
     platform: z
       .string()

@@ -22,6 +22,8 @@ import { ManagerRef } from './manager.ts';
 import { ObjectKey } from './objectkey.ts';
 import { ObjectStorageLocation } from './objectstorage.ts';
 import { CacheStatus, PREHEAT_SCOPES, PeerDaemonVersion } from './modelpreheat.ts';
+import { OciSource } from './source-oci.ts';
+import { parseReference } from '../oci/reference.ts';
 import {
   DEFAULT_DRIVER,
   DRIVERS,
@@ -36,6 +38,8 @@ import {
 const AGENT_DRIVERS = driversWhere((d) => d.agent === 'required');
 const FIXED_DRIVERS = driversWhere((d) => d.scaling === 'fixed');
 const REGISTRATION_DRIVERS = driversWhere((d) => d.options.includes('registration'));
+/** The drivers that load a directory the agent placed: what a spec.source becomes. */
+const DIRECTORY_DRIVERS = driversWhere((d) => d.agent !== 'unused' && d.layouts.includes('directory'));
 const SCALING_WORDS = (
   [
     ['workers', 'worker processes'],
@@ -207,7 +211,7 @@ export const PreheatGate = withRules(
     name: ObjectName.optional().meta({ description: 'An existing ModelPreheat that must succeed first.' }),
     create: z.boolean().optional().meta({
       description:
-        'Create and own a ModelPreheat for fileName (or the files) in objectStorage, with the plugin filter.',
+        'Create and own a ModelPreheat for fileName (or the files) in objectStorage, with the plugin filter; with a source, of its blobs (an image preheat of the OCI manifest).',
     }),
     objectStorage: ObjectStorageLocation.optional().meta({
       description:
@@ -263,15 +267,31 @@ export const PreheatGate = withRules(
       reason: 'FieldValueInvalid',
       check: (p) => (p.name !== undefined) !== (p.create === true),
     },
+  ],
+);
+
+/**
+ * Where the model comes from when it is neither in a bucket (fileName, files): exactly one member, each placed as a
+ * directory by the agent beside each replica.
+ */
+export const ModelSource = withRules(
+  z.object({
+    oci: OciSource.optional().meta({
+      description:
+        "A ModelPack artifact in an OCI registry: every layer placed by the agent through the node's peer, checked against its digest (raw layers on their org.cncf.model.filepath, tar layers extracted).",
+    }),
+  }),
+  [
     {
-      rule: '!(has(self.create) && self.create) || has(self.objectStorage)',
-      message: 'create: true needs objectStorage',
-      fieldPath: '.objectStorage',
+      rule: '[has(self.oci)].filter(x, x).size() == 1',
+      message: 'set exactly one source: oci',
+      fieldPath: '.oci',
       reason: 'FieldValueRequired',
-      check: (p) => p.create !== true || p.objectStorage !== undefined,
+      check: (s) => countSet(s.oci) === 1,
     },
   ],
 );
+export type ModelSource = z.infer<typeof ModelSource>;
 
 export const ServedModelSpec = withRules(
   z.object({
@@ -289,11 +309,14 @@ export const ServedModelSpec = withRules(
       .meta({ description: "Model version (the archive's); changing it rolls the new version out." }),
     fileName: ObjectKey.optional().meta({
       description:
-        "Model archive object key (e.g. resnet/resnet-18.mar), sent as file_name to the endpoint plugin, which downloads it through the local peer; the plugin's object-key rules apply. Set this or files.",
+        "Model archive object key (e.g. resnet/resnet-18.mar), sent as file_name to the endpoint plugin, which downloads it through the local peer; the plugin's object-key rules apply. Set this, files or source.",
     }),
     files: ModelDirectory.optional().meta({
       description:
-        "A model that is a directory (safetensors shards, a model repository version): its files in preheat.objectStorage's bucket, placed by the model server's peerload agent with the preheat's task identity. Set this or fileName; needs preheat.objectStorage and a model server whose driver loads directories.",
+        "A model that is a directory (safetensors shards, a model repository version): its files in preheat.objectStorage's bucket, placed by the model server's peerload agent with the preheat's task identity. Set this, fileName or source; needs preheat.objectStorage and a model server whose driver loads directories.",
+    }),
+    source: ModelSource.optional().meta({
+      description: `A model from elsewhere than a bucket (an OCI registry), placed as a directory by the model server's peerload agent. Set this, fileName or files; needs a driver that loads directories (${listed(DIRECTORY_DRIVERS)}) and modelServer.agent. With preheat.create no objectStorage: the source says where the bytes are.`,
     }),
     modelServer: ModelServer.meta({
       description: 'Where the model-server replicas are: a Service (every ready endpoint) or static URLs.',
@@ -336,11 +359,37 @@ export const ServedModelSpec = withRules(
   [
     // fileName's own rules are the object-key rules (objectkey.ts), on the field itself.
     {
-      rule: 'has(self.fileName) != has(self.files)',
-      message: 'set exactly one of fileName (an archive) and files (a directory)',
+      rule: '[has(self.fileName), has(self.files), has(self.source)].filter(x, x).size() == 1',
+      message:
+        'set exactly one of fileName (an archive), files (a directory in a bucket) and source (oci or huggingface)',
       fieldPath: '.fileName',
       reason: 'FieldValueInvalid',
-      check: (s) => countSet(s.fileName, s.files) === 1,
+      check: (s) => countSet(s.fileName, s.files, s.source) === 1,
+    },
+    {
+      rule: `!has(self.source) || (${celDriver('self.modelServer.driver')} in ${celList(DIRECTORY_DRIVERS)} && has(self.modelServer.agent))`,
+      message: `source places a directory through the peerload agent: use a driver that loads directories (${listed(DIRECTORY_DRIVERS)}) and set modelServer.agent`,
+      fieldPath: '.source',
+      reason: 'FieldValueInvalid',
+      check: (s) =>
+        s.source === undefined ||
+        (has(DIRECTORY_DRIVERS, s.modelServer.driver) && s.modelServer.agent !== undefined),
+    },
+    {
+      rule: '!has(self.preheat) || !(has(self.preheat.create) && self.preheat.create) || has(self.preheat.objectStorage) || has(self.source)',
+      message: 'create: true needs objectStorage (or a source, which says where the bytes are)',
+      fieldPath: '.preheat.objectStorage',
+      reason: 'FieldValueRequired',
+      check: (s) =>
+        s.preheat?.create !== true || s.preheat.objectStorage !== undefined || s.source !== undefined,
+    },
+    {
+      rule: '!has(self.source) || !has(self.preheat) || !has(self.preheat.objectStorage)',
+      message:
+        'a source says where the bytes are: remove preheat.objectStorage (it is the bucket of fileName or files)',
+      fieldPath: '.preheat.objectStorage',
+      reason: 'FieldValueForbidden',
+      check: (s) => s.source === undefined || s.preheat?.objectStorage === undefined,
     },
     {
       rule: '!has(self.files) || (has(self.preheat) && has(self.preheat.objectStorage))',
@@ -434,6 +483,27 @@ export const NodePreheatStatus = z.object({
     .meta({ description: 'The first failed nodes.' }),
 });
 
+/** What a ServedModel's spec.source resolved to, once per generation. */
+export const SourceStatus = z.object({
+  oci: z
+    .object({
+      reference: z.string().meta({ description: 'spec.source.oci.reference as resolved.' }),
+      digest: z.string().meta({ description: 'The manifest digest the replicas place (sha256:...).' }),
+    })
+    .optional()
+    .meta({ description: 'The OCI artifact placed.' }),
+  observedGeneration: z.int().meta({ description: 'metadata.generation the source was resolved for.' }),
+  refresh: z.string().max(253).optional().meta({
+    description: 'The value of the peerload.io/refresh-source annotation the last resolution answered.',
+  }),
+  layers: z.int().optional().meta({ description: 'Layers of the artifact.' }),
+  bytes: z.int().optional().meta({ description: 'Bytes of its layers together.' }),
+});
+export type SourceStatus = z.infer<typeof SourceStatus>;
+
+/** The annotation that makes the operator resolve spec.source again (a moved tag picked up on purpose). */
+export const REFRESH_SOURCE_ANNOTATION = 'peerload.io/refresh-source';
+
 export const ServedModelStatus = z.object({
   observedGeneration: z
     .int()
@@ -462,6 +532,10 @@ export const ServedModelStatus = z.object({
     })
     .optional()
     .meta({ description: "A directory's listing for this generation (spec.files)." }),
+  source: SourceStatus.optional().meta({
+    description:
+      'What spec.source resolved to for observedGeneration (a tag to its manifest digest): resolved again only when the generation changes or the peerload.io/refresh-source annotation differs from refresh.',
+  }),
   nodePreheat: NodePreheatStatus.optional().meta({
     description:
       "With node targeting: the nodes' preheat in counts over the owned ModelPreheats (one per 100 nodes).",
@@ -505,8 +579,8 @@ export function ownedPreheatSpec(
   const ips = targetsNodes(spec) ? [...new Set(nodeIPs)].sort().slice(0, MAX_TARGET_IPS) : [];
   return JSON.parse(
     JSON.stringify({
-      type: 'file',
-      objectStorage: { ...p.objectStorage, ...ownedPreheatObjects(spec) },
+      ...(spec.source ? ownedSourcePreheat(spec) : { type: 'file' }),
+      ...(spec.source ? {} : { objectStorage: { ...p.objectStorage, ...ownedPreheatObjects(spec) } }),
       ...(ips.length > 0 ? { scope: 'all_peers', targets: { ips } } : { scope: p.scope }),
       schedulerClusterIDs: p.schedulerClusterIDs,
       manager: p.manager,
@@ -516,6 +590,38 @@ export function ownedPreheatSpec(
     }),
   );
 }
+
+/**
+ * The owned preheat of a source. Anonymous: the layers' blob URLs as a file preheat (the task ids are the
+ * agents'). With registry credentials: the manager's image preheat of the manifest (it asks the registry for a
+ * token with them and preheats every blob the manifest references), since a token in the job's headers would be
+ * stored in the manager's database and shown in the ModelPreheat. The reconciler pins the reference to the digest
+ * it resolved first, so the manifest URL names that digest and a moved tag is never preheated.
+ */
+function ownedSourcePreheat(spec: ServedModelSpec): Record<string, unknown> {
+  const oci = spec.source!.oci!;
+  const blobs = (spec as ResolvedSpec)[RESOLVED_BLOBS];
+  // An anonymous artifact whose blobs the operator read from the manifest: those blobs as files (the registry is
+  // read by the peers only, and the manager's image preheat dials no loopback or link-local registry).
+  if (
+    !oci.credentialsSecretRef &&
+    blobs !== undefined &&
+    blobs.length > 0 &&
+    blobs.length <= MAX_PREHEAT_URLS
+  )
+    return { type: 'file', urls: [...blobs] };
+  const ref = parseReference(oci.reference);
+  const url = `${oci.plainHTTP ? 'http' : 'https'}://${ref.registry}/v2/${ref.repository}/manifests/${ref.digest ?? ref.tag}`;
+  return { type: 'image', url, imageCredentialsSecretRef: oci.credentialsSecretRef };
+}
+
+/** URLs one file preheat takes (ModelPreheat spec.urls). */
+const MAX_PREHEAT_URLS = 100;
+
+/** Where a spec the operator resolved carries its source's blob URLs (in memory only: not part of the API). */
+export const RESOLVED_BLOBS = Symbol('resolvedBlobs');
+/** A spec whose source was resolved: the layers' blob URLs of the pinned artifact. */
+export type ResolvedSpec = ServedModelSpec & { [RESOLVED_BLOBS]?: readonly string[] };
 
 /** The prefix as a directory: `''` or ending in one `/`. */
 export const directoryOf = (prefix: string): string => (prefix === '' ? '' : prefix.replace(/\/*$/, '/'));

@@ -72,3 +72,19 @@ export function secretCredentials(
     'the registry Secret has neither a .dockerconfigjson key nor username and password keys',
   );
 }
+
+/**
+ * The credentials in a Secret's `data` as the Kubernetes API returns it (values base64): see
+ * {@link secretCredentials}. A trailing newline of `username` / `password` (as `--from-file` leaves) is dropped.
+ */
+export function base64SecretCredentials(
+  data: Readonly<Record<string, string>>,
+  registry: string,
+): RegistryCredentials | undefined {
+  const decoded: Record<string, string> = {};
+  for (const [k, v] of Object.entries(data)) {
+    const text = Buffer.from(v, 'base64').toString('utf8');
+    decoded[k] = k === 'username' || k === 'password' ? text.replace(/\r?\n$/, '') : text;
+  }
+  return secretCredentials(decoded, registry);
+}

@@ -115,6 +115,7 @@ export function registryReach(
   withCredentials: boolean,
   field: string,
   policy: Pick<CredentialHostPolicy, 'registryHosts'>,
+  secretField = 'spec.imageCredentialsSecretRef',
 ): Reach {
   if (!withCredentials || url === undefined || hostAllowed(url, policy.registryHosts)) return ALLOWED;
   const host = hostOf(url);
@@ -123,8 +124,8 @@ export function registryReach(
     reason: ReachReason.RegistryNotAllowed,
     message:
       `${field}: registry ${host} is not in the operator's --allowed-registry-hosts ${listed(policy.registryHosts)}, ` +
-      'so the credentials of spec.imageCredentialsSecretRef are not read nor sent; ask an admin to allow the registry, ' +
-      'or remove imageCredentialsSecretRef for a public image',
+      `so the credentials of ${secretField} are not read nor sent; ask an admin to allow the registry, ` +
+      `or remove ${secretField.split('.').at(-1)} for a public image`,
   };
 }
 

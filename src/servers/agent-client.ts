@@ -33,7 +33,15 @@ export type AgentVersion = z.infer<typeof AgentVersion>;
 const ModelAnswer = z.looseObject({ versions: z.array(AgentVersion) });
 
 /** Download failures a retry does not fix until the spec or the agent's cap changes. */
-const TERMINAL_REASONS = new Set(['DiskBudgetExceeded', 'InvalidSpec', 'NoCredentials']);
+const TERMINAL_REASONS = new Set([
+  'DiskBudgetExceeded',
+  'InvalidSpec',
+  'NoCredentials',
+  // An OCI layer's archive: the same blob (its digest is checked) fails the same way again.
+  'UnsafeTarEntry',
+  'InvalidArchive',
+  'LimitExceeded',
+]);
 
 export interface Placed {
   /** The version's directory under the agent's root. */

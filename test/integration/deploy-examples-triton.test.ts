@@ -5,13 +5,13 @@
  * Security `restricted` with no warning, the hard-link variant (a node volume) refused by `restricted` for that
  * alone.
  */
-import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
 import { afterAll, describe, expect, inject, it } from 'vitest';
 import { GVR, ServedModelSpec } from '../../src/api/index.ts';
-import { KubeClient, type KubeObject } from '../../src/runtime/index.ts';
+import { KubeClient } from '../../src/runtime/index.ts';
+import { applyInto, podSecurityNamespace } from '../support/example-apply.ts';
 import { kubeConfig, readManifests, REPO_ROOT } from '../support/kube.ts';
-import { gvrOf, kustomize, type Manifest } from '../support/runtime-deploy.ts';
+import { kustomize, type Manifest } from '../support/runtime-deploy.ts';
 
 const kube = new KubeClient(kubeConfig(inject('kubeconfigPath')));
 afterAll(() => kube.close());
@@ -31,39 +31,9 @@ const flag = (c: { args: string[] }, name: string) =>
 const mountOf = (c: { volumeMounts: { name: string; mountPath: string }[] }, volume: string) =>
   c.volumeMounts.find((m) => m.name === volume);
 
-async function namespace(level: 'restricted' | 'privileged'): Promise<string> {
-  const name = `example-triton-${randomBytes(3).toString('hex')}`;
-  const labels = Object.fromEntries(
-    ['enforce', 'warn', 'audit'].map((mode) => [`pod-security.kubernetes.io/${mode}`, level]),
-  );
-  await kube.resource(gvrOf({ apiVersion: 'v1', kind: 'Namespace' })).create({
-    apiVersion: 'v1',
-    kind: 'Namespace',
-    metadata: { name, labels },
-  } as KubeObject);
-  return name;
-}
-
+const namespace = (level: 'restricted' | 'privileged') => podSecurityNamespace(kube, 'example-triton', level);
 /** Server-side apply into `ns`; the apiserver's warnings. */
-async function apply(ms: Manifest[], ns: string, dryRun = false): Promise<string[]> {
-  const warnings: string[] = [];
-  const off = kube.onRequest((r) => warnings.push(...(r.warnings ?? [])));
-  try {
-    for (const m of ms) {
-      const body = { ...m, metadata: { ...m.metadata, namespace: ns } };
-      const r = await kube.resource(gvrOf(m)).patch(ns, m.metadata.name, body, {
-        type: 'apply',
-        fieldManager: 'peerload-tests',
-        force: true,
-        dryRun,
-      });
-      expect(r.metadata.name).toBe(m.metadata.name);
-    }
-  } finally {
-    off();
-  }
-  return warnings;
-}
+const apply = (ms: Manifest[], ns: string, dryRun = false) => applyInto(kube, ms, ns, dryRun);
 
 const podOf = (ms: Manifest[], name: string): Manifest =>
   ({

@@ -15,6 +15,7 @@ import { serviceAccountIdentity, writeServiceAccountKubeconfig } from '../suppor
 import { kubeconfigFromFile } from '../../src/runtime/kubeconfig.ts';
 import { ModelVersionSpecSchema } from '../../src/agent/spec.ts';
 import { DEFAULT_MODEL_ROOT } from '../../src/servers/driver.ts';
+import { applyInto } from '../support/example-apply.ts';
 
 const kubeconfigPath = inject('kubeconfigPath');
 const kc = kubeConfig(kubeconfigPath);
@@ -168,27 +169,7 @@ async function restrictedNamespace(prefix: string): Promise<string> {
 }
 
 /** Applies (server-side) into `ns`, returning the apiserver's warnings; cluster-scoped objects as they are. */
-async function applyAll(ms: Manifest[], ns: string, dryRun = false): Promise<string[]> {
-  const warnings: string[] = [];
-  const off = kube.onRequest((r) => warnings.push(...(r.warnings ?? [])));
-  try {
-    for (const m of ms) {
-      const gvr = gvrOf(m);
-      const namespace = gvr.namespaced ? ns : undefined;
-      const body = { ...m, metadata: { ...m.metadata, ...(namespace ? { namespace } : {}) } };
-      const r = await kube.resource(gvr).patch(namespace, m.metadata.name, body, {
-        type: 'apply',
-        fieldManager: 'peerload-tests',
-        force: true,
-        dryRun,
-      });
-      expect(r.metadata.name).toBe(m.metadata.name);
-    }
-  } finally {
-    off();
-  }
-  return warnings;
-}
+const applyAll = (ms: Manifest[], ns: string, dryRun = false) => applyInto(kube, ms, ns, dryRun);
 
 const podOf = (ms: Manifest[], name: string, ns: string): Manifest =>
   ({

@@ -57,34 +57,7 @@ export async function pushTritonModel(
     join(dir, 'Modelfile'),
     'NAME simple\nARCH transformer\nFAMILY test\nFORMAT pytorch\nCONFIG config.pbtxt\nMODEL 1/weights.bin\n',
   );
-  await m(
-    [
-      'build',
-      '-f',
-      'Modelfile',
-      '-t',
-      reference,
-      '--plain-http',
-      '--output-remote',
-      '--no-creation-time',
-      '.',
-    ],
-    dir,
-  );
-  await m(
-    [
-      'attach',
-      '1/model.py',
-      '-s',
-      reference,
-      '-t',
-      reference,
-      '--plain-http',
-      '--output-remote',
-      '--raw=false',
-    ],
-    dir,
-  );
+  await buildAndAttach(m, dir, reference, '1/model.py');
 }
 
 /** `peerload fetch` in process: its exit status and its lines (a CLI error as a line of `err`, exit 2). */
@@ -97,4 +70,35 @@ export async function peerloadFetch(argv: string[]): Promise<{ code: number; out
     return 2;
   });
   return { code, out, err };
+}
+
+/**
+ * One version of a Triton model as modctl pushes it (a plain-HTTP registry): the version directory's files at the
+ * artifact's root, as the agent places them under `<model>/<version>/` — `weights.bin` (MODEL) and `offset.json`
+ * (CONFIG) raw layers of the older vnd.cnai types, then `model.py` attached as a vnd.cncf tar layer
+ * (`--raw=false`). Each call builds in a directory of its own.
+ */
+export async function pushTritonVersion(
+  m: Modctl,
+  dir: string,
+  reference: string,
+  files: { weights: Buffer; offset: string; code: string },
+): Promise<void> {
+  const { mkdir, writeFile } = await import('node:fs/promises');
+  await mkdir(dir, { recursive: true });
+  await writeFile(join(dir, 'weights.bin'), files.weights);
+  await writeFile(join(dir, 'offset.json'), files.offset);
+  await writeFile(join(dir, 'model.py'), files.code);
+  await writeFile(
+    join(dir, 'Modelfile'),
+    'NAME echo\nARCH transformer\nFAMILY test\nFORMAT onnx\nCONFIG offset.json\nMODEL weights.bin\n',
+  );
+  await buildAndAttach(m, dir, reference, 'model.py');
+}
+
+/** `modctl build` of dir's Modelfile into the registry as `reference`, then `file` attached as a tar layer. */
+async function buildAndAttach(m: Modctl, dir: string, reference: string, file: string): Promise<void> {
+  const remote = ['--plain-http', '--output-remote'];
+  await m(['build', '-f', 'Modelfile', '-t', reference, ...remote, '--no-creation-time', '.'], dir);
+  await m(['attach', file, '-s', reference, '-t', reference, ...remote, '--raw=false'], dir);
 }

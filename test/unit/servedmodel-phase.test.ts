@@ -12,7 +12,11 @@ import { ModelServerDrivers, type ModelLayout, type ModelServerDriver } from '..
 
 const driver = (name: string, layouts: ModelLayout[]): ModelServerDriver =>
   ({ name, layouts, replica: () => undefined, prune: () => undefined, failure: () => undefined }) as never;
-const drivers = new ModelServerDrivers([driver('archives', ['archive']), driver('dirs', ['directory'])]);
+const drivers = new ModelServerDrivers([
+  driver('archives', ['archive']),
+  driver('dirs', ['directory']),
+  driver('triton', ['directory']),
+]);
 
 const ARCHIVE = {
   modelName: 'resnet',
@@ -38,7 +42,22 @@ function sm(spec: object, meta: Partial<ServedModel['metadata']> = {}): ServedMo
   } as unknown as ServedModel;
 }
 
-const nothingDone = { finalizing: false, gating: false, listing: false, converging: false };
+const SOURCE = {
+  modelName: 'simple',
+  version: '1',
+  source: { oci: { reference: 'registry.example.com/models/simple:v1' } },
+  modelServer: {
+    service: { name: 'triton' },
+    driver: 'triton',
+    agent: { port: 8200, tokenSecretRef: { name: 'agent', key: 'token' } },
+  },
+};
+const withCredentials = (reference: string) => ({
+  ...SOURCE,
+  source: { oci: { reference, credentialsSecretRef: { name: 'registry' } } },
+});
+
+const nothingDone = { finalizing: false, resolving: false, gating: false, listing: false, converging: false };
 const input = (over: Partial<PhaseInput>): PhaseInput => ({
   object: sm(ARCHIVE),
   behind: false,
@@ -46,6 +65,7 @@ const input = (over: Partial<PhaseInput>): PhaseInput => ({
     managerHosts: [],
     endpointHosts: parseHostRules('198.18.0.0/16'),
     storageHosts: defaultStorageHosts(),
+    registryHosts: parseHostRules('registry.example.com'),
   },
   drivers,
   done: nothingDone,
@@ -96,12 +116,30 @@ describe('servedModelPhase: what stops a pass', () => {
     expect(kind({ object: sm(DIRECTORY) })).not.toBe('refused');
   });
 
+  it('refused: a source with credentials whose registry is not in --allowed-registry-hosts (anonymous is not)', () => {
+    const phase = servedModelPhase(input({ object: sm(withCredentials('evil.example.com/m:v1')) }));
+    expect(phase).toMatchObject({
+      kind: 'refused',
+      reason: 'RegistryNotAllowed',
+      message: expect.stringContaining(
+        "registry evil.example.com is not in the operator's --allowed-registry-hosts (registry.example.com), so the credentials of spec.source.oci.credentialsSecretRef are not read nor sent",
+      ),
+    });
+    expect(kind({ object: sm(withCredentials('evil.example.com/m:v1'), deleted) })).toBe('deleting');
+    expect(kind({ object: sm(withCredentials('registry.example.com/m:v1')) })).toBe('resolving');
+    expect(kind({ object: sm({ ...SOURCE, source: { oci: { reference: 'evil.example.com/m:v1' } } }) })).toBe(
+      'resolving',
+    );
+    // Another host under the allowed one's domain is not the allowed host.
+    expect(kind({ object: sm(withCredentials('registry.example.com.evil.example/m:v1')) })).toBe('refused');
+  });
+
   it('unknownDriver: naming the field and the drivers the operator has (deleted or not)', () => {
     const spec = { ...ARCHIVE, modelServer: { service: { name: 'ts' }, driver: 'tritonn' } };
     expect(servedModelPhase(input({ object: sm(spec) }))).toEqual({
       kind: 'unknownDriver',
       message:
-        'spec.modelServer.driver: the operator has no model-server driver named tritonn; use one of archives, dirs',
+        'spec.modelServer.driver: the operator has no model-server driver named tritonn; use one of archives, dirs, triton',
     });
     expect(kind({ object: sm(spec, deleted) })).toBe('unknownDriver');
   });
@@ -145,6 +183,25 @@ describe('servedModelPhase: the steps of a pass that serves the model', () => {
     expect(kind({})).toBe('gating');
     expect(kind({ done: { ...nothingDone, gating: true } })).toBe('converging');
     expect(kind({ done: { ...nothingDone, gating: true, converging: true } })).toBe('reporting');
+  });
+
+  it('a source: resolving before gating (the owned preheat is of the resolved digest), no listing', () => {
+    const object = sm(SOURCE);
+    expect(kind({ object })).toBe('resolving');
+    expect(kind({ object, done: { ...nothingDone, resolving: true } })).toBe('gating');
+    expect(kind({ object, done: { ...nothingDone, resolving: true, gating: true } })).toBe('converging');
+    expect(kind({ object, done: { ...nothingDone, resolving: true, gating: true, converging: true } })).toBe(
+      'reporting',
+    );
+    expect(kind({ object: sm(SOURCE, { finalizers: [] }) })).toBe('finalizing');
+  });
+
+  it('a source for a driver of archives is an invalid spec (the schema asks for a directory driver)', () => {
+    const spec = { ...SOURCE, modelServer: { ...SOURCE.modelServer, driver: 'torchserve' } };
+    expect(servedModelPhase(input({ object: sm(spec) }))).toMatchObject({
+      kind: 'invalid',
+      message: expect.stringContaining('spec.source: source places a directory through the peerload agent'),
+    });
   });
 
   it('a directory: gating, listing, converging, reporting', () => {

@@ -2,6 +2,7 @@
  * Turns a ModelPreheat spec into the manager's preheat request, and says which P2P task id each URL will
  * have, so that `status.tasks` can be matched with peer logs and with the plugin's downloads.
  */
+import { base64SecretCredentials } from '../../oci/credentials.ts';
 import { parseDuration, type ModelPreheatSpec, type ObjectStorageSource } from '../../api/index.ts';
 import type { PreheatJobRequest } from '../../manager/types.ts';
 import { credentialsFromSecretData, type StorageCredentials } from '../../storage/credentials.ts';
@@ -152,10 +153,16 @@ export async function planPreheat(
     let credentials: { username?: string; password?: string } = {};
     if (spec.imageCredentialsSecretRef) {
       const name = spec.imageCredentialsSecretRef.name;
-      credentials = {
-        username: await secrets.value(namespace, { name, key: 'username' }, signal),
-        password: await secrets.value(namespace, { name, key: 'password' }, signal),
-      };
+      const data = await secrets.data(namespace, name, signal);
+      // A kubernetes.io/dockerconfigjson Secret (an owned preheat of a ServedModel's OCI source) gives its entry for
+      // the registry; any other Secret its username and password keys.
+      credentials =
+        data['.dockerconfigjson'] !== undefined
+          ? (base64SecretCredentials(data, new URL(spec.url!).host) ?? {})
+          : {
+              username: await secrets.value(namespace, { name, key: 'username' }, signal),
+              password: await secrets.value(namespace, { name, key: 'password' }, signal),
+            };
     }
     // The blobs, and so the task ids, are known only once the manager has read the manifest.
     return {

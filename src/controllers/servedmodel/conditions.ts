@@ -14,6 +14,7 @@
  */
 import type { ConditionChange } from '../../runtime/index.ts';
 import type { Gate, GateReason } from './preheat.ts';
+import type { SourceReason } from './oci-source.ts';
 import { withConditionsOf } from '../status.ts';
 
 export const ServedModelCondition = {
@@ -47,6 +48,8 @@ export const ServedModelReason = {
   ModelLayoutUnsupported: 'ModelLayoutUnsupported',
   /** spec.files: nothing under the prefix, more than the caps, or the list API failed. */
   DirectoryNotListed: 'DirectoryNotListed',
+  /** spec.source.oci's registry has credentials but is not in the operator's --allowed-registry-hosts. */
+  RegistryNotAllowed: 'RegistryNotAllowed',
   /** Being deleted: unregistering, or waiting for registrations under way or for unreachable replicas. */
   Deleting: 'Deleting',
 } as const;
@@ -69,7 +72,7 @@ export type ServedModelConditionType = ValueOf<typeof ServedModelCondition>;
 export type ReplicaFailureReason = ValueOf<typeof ReplicaFailureReason>;
 /** Every reason a ServedModel condition can give: the controller's own, the preheat gate's, a replica failure's. */
 export type ServedModelConditionReason =
-  ValueOf<typeof ServedModelReason> | GateReason | ReplicaFailureReason;
+  ValueOf<typeof ServedModelReason> | GateReason | ReplicaFailureReason | SourceReason;
 /** One change of a ServedModel's conditions: only its own types and reasons compile. */
 export type ServedModelConditionChange = ConditionChange<
   ServedModelConditionType,
@@ -129,7 +132,10 @@ export function invalidSpecConditions(message: string): ServedModelConditionChan
  *  changes. */
 export function endpointNotAllowedConditions(
   message: string,
-  reason: 'EndpointNotAllowed' | 'StorageEndpointNotAllowed' = ServedModelReason.EndpointNotAllowed,
+  reason:
+    | 'EndpointNotAllowed'
+    | 'StorageEndpointNotAllowed'
+    | 'RegistryNotAllowed' = ServedModelReason.EndpointNotAllowed,
 ): ServedModelConditionChange[] {
   return [
     { type: ServedModelCondition.Ready, status: 'False', reason, message },
@@ -151,6 +157,14 @@ export function unknownDriverConditions(message: string): ServedModelConditionCh
 /** The condition changes for a directory without usable files (spec.files). */
 export function directoryConditions(message: string): ServedModelConditionChange[] {
   return stalledConditions(ServedModelReason.DirectoryNotListed, message);
+}
+
+/**
+ * The condition changes for a source that did not resolve: the registry's own reason (NotModelPack,
+ * UnknownMediaType, Unauthorized, NotFound, ManifestTooLarge...), the message naming the field and the layer.
+ */
+export function sourceConditions(reason: SourceReason, message: string): ServedModelConditionChange[] {
+  return stalledConditions(reason, message);
 }
 
 function stalledConditions(

@@ -11,12 +11,13 @@ import type { Replica } from './replicas.ts';
 /** A directory's files as listed for this generation. */
 export type ListedDirectory = Extract<DirectoryFiles, { ok: true }>;
 
-/** What every replica converges to; `dir`: the directory's files of this generation (spec.files). */
+/** What every replica converges to; `dir`: the directory's files of this generation (spec.files), or the files
+ *  its source resolved to (spec.source). */
 export function goalOf(spec: ServedModelSpec, dir?: ListedDirectory): ReplicaGoal {
   return {
     modelName: spec.modelName,
     version: spec.version,
-    fileName: spec.fileName ?? directoryName(spec),
+    fileName: spec.fileName ?? spec.source?.oci?.reference ?? directoryName(spec),
     ...(dir ? { files: dir.files, filesDigest: dir.digest } : {}),
     minWorkers: spec.workers.min,
     maxWorkers: spec.workers.max ?? spec.workers.min,

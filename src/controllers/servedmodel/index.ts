@@ -15,6 +15,7 @@ import {
 import type { Dispatcher } from 'undici';
 import type { ModelServerDrivers, Registered } from '../../servers/driver.ts';
 import { modelServerDrivers } from '../../servers/index.ts';
+import { sharedModelServerPool } from '../../servers/pools.ts';
 import {
   Controller,
   specChanged,
@@ -27,6 +28,7 @@ import { SecretReader } from '../secrets.ts';
 import { statusWriter } from '../status.ts';
 import { servedModelCleanup } from './cleanup.ts';
 import { ModelDirectories } from './files.ts';
+import { ModelSources } from './oci-source.ts';
 import { ReplicaGates } from './gates.ts';
 import { NodeAddresses } from './node-addresses.ts';
 import { SERVED_MODEL_LABEL, preheatNameOf } from './preheat.ts';
@@ -48,6 +50,10 @@ export interface ServedModelControllerOptions {
   targetBatchWindowMs?: number;
   /** The model-server drivers (default: every driver the operator knows, TorchServe the default). */
   drivers?: ModelServerDrivers;
+  /** Toward OCI registries (spec.source.oci; default the shared pool). */
+  registryDispatcher?: Dispatcher;
+  /** The cap on an OCI manifest (default 4 MiB). */
+  maxManifestBytes?: number;
 }
 
 export const servedModelController: ControllerFactory = (ctx) => createServedModelController(ctx, {});
@@ -102,9 +108,7 @@ export function createServedModelController(
       nodeAddresses: new NodeAddresses(ctx.kube),
       batchWindowMs: opts.targetBatchWindowMs ?? TARGET_BATCH_WINDOW_MS,
     }),
-    directories: new ModelDirectories({
-      secretData: (namespace, name, signal) => secrets.data(namespace, name, signal),
-    }),
+    ...modelContent(ctx, secrets, opts),
     drivers,
     registrations,
     writeStatus,
@@ -127,6 +131,21 @@ export function createServedModelController(
     { logger: ctx.logger, metrics: ctx.metrics },
   );
   return controller;
+}
+
+/** Where a model's files come from: a bucket's directory (listed), or a source (resolved). */
+function modelContent(ctx: ControllerContext, secrets: SecretReader, opts: ServedModelControllerOptions) {
+  const secretData = (namespace: string, name: string, signal?: AbortSignal) =>
+    secrets.data(namespace, name, signal);
+  return {
+    directories: new ModelDirectories({ secretData }),
+    sources: new ModelSources({
+      secretData,
+      dispatcher: opts.registryDispatcher ?? sharedModelServerPool(),
+      registryHosts: ctx.config.allowedRegistryHosts,
+      maxManifestBytes: opts.maxManifestBytes,
+    }),
+  };
 }
 
 /** The informers the controller reads, indexed so that an EndpointSlice or a ModelPreheat event wakes the

@@ -6,12 +6,14 @@
  *
  * The order is the order of the questions that can stop a pass: an object that is gone or not yet ours to read,
  * a spec the operator will not act on (invalid, endpoints it may not reach, a driver it does not have), deletion,
- * a layout the driver cannot load; then the steps of a pass that serves the model: the finalizer, the preheat
+ * a layout the driver cannot load; then the steps of a pass that serves the model: the finalizer, a source's
+ * resolution (spec.source, before the gates, whose owned preheat is of the digest it resolved to), the preheat
  * gates, a directory's listing, one step on every replica, and the report (status, Ready, Events).
  */
 import { staticAddresses, ServedModelSpec, type ServedModel } from '../../api/index.ts';
 import { endpointsReach, type ReachPolicy } from '../../policy/reach.ts';
-import { storageReach, type CredentialHostPolicy } from '../../policy/storage-reach.ts';
+import { registryReach, storageReach, type CredentialHostPolicy } from '../../policy/storage-reach.ts';
+import { parseReference } from '../../oci/reference.ts';
 import { hasFinalizer, isBeingDeleted } from '../../runtime/index.ts';
 import { layoutRefusal, type ModelServerDrivers } from '../../servers/driver.ts';
 import { specProblem } from '../status.ts';
@@ -25,8 +27,13 @@ export type ServedModelPhase =
   /** The spec does not parse: Stalled, naming the field. */
   | { kind: 'invalid'; message: string }
   /** Static endpoints outside the admin's --allowed-endpoint-hosts (no request at all), or a preheat store outside
-   *  --allowed-storage-hosts (no Secret read, no listing, no location handed to an agent). */
-  | { kind: 'refused'; message: string; reason: 'EndpointNotAllowed' | 'StorageEndpointNotAllowed' }
+   *  --allowed-storage-hosts (no Secret read, no listing, no location handed to an agent), or a source's registry
+   *  with credentials outside --allowed-registry-hosts (its Secret not read). */
+  | {
+      kind: 'refused';
+      message: string;
+      reason: 'EndpointNotAllowed' | 'StorageEndpointNotAllowed' | 'RegistryNotAllowed';
+    }
   /** spec.modelServer.driver names no driver the operator has: nothing can be asked of the replicas. */
   | { kind: 'unknownDriver'; message: string }
   /** Being deleted: unregister everywhere, then let the finalizer go. */
@@ -35,6 +42,9 @@ export type ServedModelPhase =
   | { kind: 'unsupportedLayout'; message: string }
   /** Our finalizer is not on the object yet. */
   | { kind: 'finalizing'; spec: ServedModelSpec }
+  /** A source (spec.source) not resolved for this pass yet: before the gates, whose owned preheat is of the
+   *  resolved digest. */
+  | { kind: 'resolving'; spec: ServedModelSpec }
   /** The preheat gate of each replica is not known yet. */
   | { kind: 'gating'; spec: ServedModelSpec }
   /** A directory (spec.files) whose files this pass has not listed (or looked up) yet. */
@@ -50,10 +60,10 @@ export interface PhaseInput {
   /** Whether the cache holds a version our last write replaced. */
   behind: boolean;
   /** Where the admin lets the operator send requests, and storage credentials. */
-  policy: ReachPolicy & Pick<CredentialHostPolicy, 'storageHosts'>;
+  policy: ReachPolicy & CredentialHostPolicy;
   drivers: Pick<ModelServerDrivers, 'find' | 'names'>;
   /** The steps of this pass done so far (each runs at most once a pass). */
-  done: { finalizing: boolean; gating: boolean; listing: boolean; converging: boolean };
+  done: { finalizing: boolean; resolving: boolean; gating: boolean; listing: boolean; converging: boolean };
 }
 
 export function servedModelPhase(p: PhaseInput): ServedModelPhase {
@@ -70,6 +80,9 @@ export function servedModelPhase(p: PhaseInput): ServedModelPhase {
   // Deleting needs no storage credentials: a store outside the list still lets the model be unregistered.
   if (store && !store.allowed && !isBeingDeleted(sm))
     return { kind: 'refused', message: store.message, reason: 'StorageEndpointNotAllowed' };
+  const registry = registryRefusal(spec, p.policy);
+  if (registry && !isBeingDeleted(sm))
+    return { kind: 'refused', message: registry, reason: 'RegistryNotAllowed' };
   const driver = p.drivers.find(spec.modelServer.driver);
   if (!driver)
     return {
@@ -79,11 +92,34 @@ export function servedModelPhase(p: PhaseInput): ServedModelPhase {
         `use one of ${p.drivers.names().join(', ')}`,
     };
   if (isBeingDeleted(sm)) return { kind: 'deleting', spec };
-  const refused = layoutRefusal(driver, spec.files ? 'directory' : 'archive');
+  const refused = layoutRefusal(driver, spec.fileName === undefined ? 'directory' : 'archive');
   if (refused) return { kind: 'unsupportedLayout', message: refused };
   if (!p.done.finalizing && !hasFinalizer(sm, FINALIZER)) return { kind: 'finalizing', spec };
+  if (spec.source && !p.done.resolving) return { kind: 'resolving', spec };
   if (!p.done.gating) return { kind: 'gating', spec };
   if (spec.files && !p.done.listing) return { kind: 'listing', spec };
   if (!p.done.converging) return { kind: 'converging', spec };
   return { kind: 'reporting', spec };
+}
+
+/**
+ * Why spec.source.oci's credentials may not be read: its registry is not in --allowed-registry-hosts. Anonymous
+ * pulls may come from any registry, as for an image preheat.
+ */
+function registryRefusal(
+  spec: ServedModelSpec,
+  policy: Pick<CredentialHostPolicy, 'registryHosts'>,
+): string | undefined {
+  const oci = spec.source?.oci;
+  if (!oci?.credentialsSecretRef) return undefined;
+  const ref = parseReference(oci.reference);
+  const url = `${oci.plainHTTP ? 'http' : 'https'}://${ref.registry}/`;
+  const reach = registryReach(
+    url,
+    true,
+    'spec.source.oci.reference',
+    policy,
+    'spec.source.oci.credentialsSecretRef',
+  );
+  return reach.allowed ? undefined : reach.message;
 }

@@ -31,8 +31,10 @@ import type { OperatorMetrics } from '../metrics.ts';
 import { CACHE_BEHIND_RETRY_MS, cacheBehind, invalidSpec, type StatusWrite } from '../status.ts';
 import { FINALIZER } from './cleanup.ts';
 import type { ModelDirectories } from './files.ts';
+import { pinnedSpec, type ModelSources, type ResolvedSource } from './oci-source.ts';
 import {
   directoryConditions,
+  sourceConditions,
   endpointNotAllowedConditions,
   unknownDriverConditions,
   unsupportedModelConditions,
@@ -65,7 +67,7 @@ export interface ServedModelDeps {
     Partial<
       Pick<
         ControllerContext['config'],
-        'allowedManagerHosts' | 'allowedEndpointHosts' | 'allowedStorageHosts'
+        'allowedManagerHosts' | 'allowedEndpointHosts' | 'allowedStorageHosts' | 'allowedRegistryHosts'
       >
     >;
   /** The ServedModel of a key, from the cache. */
@@ -75,6 +77,8 @@ export interface ServedModelDeps {
   gates: Pick<ReplicaGates, 'of' | 'forget'>;
   /** The files of ServedModels that are directories (spec.files); required for those. */
   directories?: Pick<ModelDirectories, 'of' | 'forget'> | undefined;
+  /** The resolved sources of ServedModels with spec.source; required for those. */
+  sources?: Pick<ModelSources, 'of' | 'forget'> | undefined;
   drivers: ModelServerDrivers;
   registrations: RegistrationRunner<Registered>;
   /** The status write; a conflict is thrown (StatusConflict). */
@@ -102,6 +106,7 @@ interface Pass {
   discovery?: Discovery & { serviceFound: boolean };
   gating?: ReplicaGating;
   dir?: ListedDirectory;
+  source?: ResolvedSource;
   outcomes?: ReplicaOutcome[];
 }
 
@@ -159,6 +164,12 @@ export class ServedModelReconciler {
           pass.object = await this.addFinalizer(sm, rc);
           pass.finalized = true;
           break;
+        case 'resolving': {
+          const resolved = await this.source(key, sm, phase.spec, rc);
+          if (!resolved.ok) return resolved.result;
+          pass.source = resolved;
+          break;
+        }
         case 'gating':
           pass.gating = await this.gate(pass, phase.spec, rc);
           break;
@@ -182,6 +193,7 @@ export class ServedModelReconciler {
     this.reporting.forget(key);
     this.deps.gates.forget(key);
     this.deps.directories?.forget(key);
+    this.deps.sources?.forget(key);
     this.uids.delete(key);
     if (!uid) return;
     this.deps.registrations.prune(uid);
@@ -200,6 +212,7 @@ export class ServedModelReconciler {
       managerHosts: config.allowedManagerHosts ?? [],
       endpointHosts: config.allowedEndpointHosts ?? [],
       storageHosts: config.allowedStorageHosts ?? defaultStorageHosts(),
+      registryHosts: config.allowedRegistryHosts ?? [],
     };
   }
 
@@ -223,11 +236,12 @@ export class ServedModelReconciler {
   }
 
   /** The preheat gate of each replica (creating the owned ModelPreheat when asked to, targeting the peers of the
-   *  replicas' nodes when node targeting is on). */
+   *  replicas' nodes when node targeting is on); a source's preheat is of the digest it resolved to. */
   private gate(pass: Pass, spec: ServedModelSpec, rc: ReconcileContext): Promise<ReplicaGating> {
     const sm = pass.object!;
     const previous = previousReplicas(sm.status);
-    return this.deps.gates.of(pass.key, sm, spec, this.discover(pass, spec), previous, rc.signal);
+    const pinned = pass.source ? pinnedSpec(spec, pass.source) : spec;
+    return this.deps.gates.of(pass.key, sm, pinned, this.discover(pass, spec), previous, rc.signal);
   }
 
   /** A spec the operator will not act on: its conditions written, or, being deleted, the finalizer let go. */
@@ -269,12 +283,27 @@ export class ServedModelReconciler {
     return { ok: false, result: listed.final ? undefined : { requeueAfter: DIRECTORY_RETRY_MS } };
   }
 
+  /** The source's files for this generation, or the pass's result when it did not resolve: Stalled, and tried
+   *  again later unless only a change of the spec, the artifact or the annotation can help. */
+  private async source(
+    key: string,
+    sm: Obj,
+    spec: ServedModelSpec,
+    rc: ReconcileContext,
+  ): Promise<ResolvedSource | { ok: false; result: ReconcileResult | void }> {
+    if (!this.deps.sources) throw new Error('a ServedModel with spec.source needs the sources dependency');
+    const resolved = await this.deps.sources.of(key, sm, spec, rc.signal);
+    if (resolved.ok) return resolved;
+    await this.stalled(sm, resolved.message, sourceConditions(resolved.reason, resolved.message), rc);
+    return { ok: false, result: resolved.final ? undefined : { requeueAfter: DIRECTORY_RETRY_MS } };
+  }
+
   /** One step on every replica the gate lets through; the seed first, alone, when the rollout needs one. */
   private async converge(pass: Pass, spec: ServedModelSpec, rc: ReconcileContext): Promise<ReplicaOutcome[]> {
     const { registrations, drivers } = this.deps;
     const { key, gating } = pass;
     const sm = pass.object!;
-    const goal = goalOf(spec, pass.dir);
+    const goal = goalOf(spec, pass.dir ?? pass.source);
     const driver = drivers.get(spec.modelServer.driver);
     const uid = sm.metadata.uid ?? key;
     const replicas = this.discover(pass, spec).replicas;
@@ -320,6 +349,7 @@ export class ServedModelReconciler {
 /** Which steps of the serving phases the pass has done. */
 const done = (pass: Pass) => ({
   finalizing: pass.finalized === true,
+  resolving: pass.source !== undefined,
   gating: pass.gating !== undefined,
   listing: pass.dir !== undefined,
   converging: pass.outcomes !== undefined,
@@ -332,11 +362,12 @@ function findings(pass: Pass, spec: ServedModelSpec): PassFindings {
     key: pass.key,
     sm,
     spec,
-    goal: goalOf(spec, pass.dir),
+    goal: goalOf(spec, pass.dir ?? pass.source),
     discovery: pass.discovery!,
     serviceFound: pass.discovery!.serviceFound,
     gating: pass.gating!,
     dir: pass.dir,
+    source: pass.source?.status,
     previous: previousReplicas(sm.status),
     outcomes: pass.outcomes!,
   };

@@ -1,0 +1,289 @@
+/**
+ * A ServedModel's `spec.source.oci`, resolved: the manifest digest a tag points to (once per generation, or again
+ * when the peerload.io/refresh-source annotation takes a new value), the manifest read and checked whole
+ * (ModelPack or modctl's `vnd.cnai` types), and the files the agent beside each replica places: every blob by its
+ * registry URL through the node's peer, with its digest, its path (`org.cncf.model.filepath`) or, for a tar
+ * layer, the archive to extract, and the registry's Authorization for that registry only.
+ *
+ * The digest a generation resolved is kept in status.source: after an operator restart the manifest is read by
+ * that digest, never by the tag again, so a moved tag changes nothing that runs until the spec (or the annotation)
+ * changes. Credentials are read only for a registry of the admin's --allowed-registry-hosts (phase.ts refuses the
+ * others before this runs), and go to that registry and its token service only (src/oci/client.ts).
+ */
+import type { Dispatcher } from 'undici';
+import {
+  REFRESH_SOURCE_ANNOTATION,
+  RESOLVED_BLOBS,
+  type ResolvedSpec,
+  type OciSource,
+  type ServedModel,
+  type ServedModelSpec,
+  type SourceStatus,
+} from '../../api/index.ts';
+import { RegistryClient } from '../../oci/client.ts';
+import { base64SecretCredentials } from '../../oci/credentials.ts';
+import { OciError, OciReason } from '../../oci/errors.ts';
+import { parseModelManifest, type ModelManifest } from '../../oci/manifest.ts';
+import { formatReference, parseReference, type OciReference } from '../../oci/reference.ts';
+import type { HostRule } from '../../policy/reach.ts';
+import { redact } from '../../redact.ts';
+import type { ModelFiles } from '../../servers/driver.ts';
+
+/** What a source resolved to for this generation, or why it did not. */
+export type SourceFiles =
+  | {
+      ok: true;
+      files: ModelFiles;
+      /** Layers of the artifact. */
+      count: number;
+      bytes: number;
+      /** The manifest's digest: the registration's identity. */
+      digest: string;
+      status: SourceStatus;
+      /** The manifest's URL by digest (what an image preheat reads) and each distinct blob's URL. */
+      manifestURL: string;
+      blobURLs: string[];
+    }
+  | {
+      ok: false;
+      /** Only a spec edit (or the annotation) resolves again; else the next pass tries again. */
+      final: boolean;
+      reason: SourceReason;
+      message: string;
+    };
+
+/** A source resolved for this pass. */
+export type ResolvedSource = Extract<SourceFiles, { ok: true }>;
+
+/** The reasons a source is not resolved: the registry's (src/oci/errors.ts), or a missing Secret. */
+export type SourceReason = OciReason | 'SecretNotFound';
+
+/** Reasons a retry cannot fix until the artifact, the tag or the spec changes. */
+const FINAL_REASONS = new Set<string>([
+  OciReason.InvalidReference,
+  OciReason.InvalidCredentials,
+  OciReason.NotModelPack,
+  OciReason.UnknownMediaType,
+  OciReason.InvalidLayer,
+  OciReason.ManifestTooLarge,
+  OciReason.DigestMismatch,
+]);
+
+/** How long the registry's Authorization is handed to agents before it is asked for again (bearer tokens expire;
+ *  registries give them 5 minutes or more). */
+export const AUTHORIZATION_TTL_MS = 60_000;
+
+export interface ModelSourcesDeps {
+  /** The data of a Secret of the namespace, values base64 as the API returns them. */
+  secretData(namespace: string, name: string, signal?: AbortSignal): Promise<Record<string, string>>;
+  /** Toward the registries. */
+  dispatcher: Dispatcher;
+  /** The admin's --allowed-registry-hosts. */
+  registryHosts: readonly HostRule[];
+  maxManifestBytes?: number | undefined;
+  now?: () => number;
+}
+
+interface Kept {
+  uid: string;
+  generation: number;
+  refresh: string;
+  result: SourceFiles;
+  /** When the files' Authorization was obtained (0: none needed). */
+  authorizedAt: number;
+}
+
+/** The annotation's value (empty when absent). */
+export const refreshOf = (sm: ServedModel): string =>
+  sm.metadata.annotations?.[REFRESH_SOURCE_ANNOTATION] ?? '';
+
+/** The resolved sources of each ServedModel, per generation and refresh value. */
+export class ModelSources {
+  private readonly deps: ModelSourcesDeps;
+  private readonly byKey = new Map<string, Kept>();
+
+  constructor(deps: ModelSourcesDeps) {
+    this.deps = deps;
+  }
+
+  private now(): number {
+    return (this.deps.now ?? Date.now)();
+  }
+
+  /** The files of `sm`'s source for its generation (resolved now, or kept from an earlier pass). */
+  async of(key: string, sm: ServedModel, spec: ServedModelSpec, signal?: AbortSignal): Promise<SourceFiles> {
+    const generation = sm.metadata.generation ?? 0;
+    const refresh = refreshOf(sm);
+    const kept = this.byKey.get(key);
+    const same =
+      kept?.uid === (sm.metadata.uid ?? '') && kept.generation === generation && kept.refresh === refresh;
+    const fresh = kept?.authorizedAt === 0 || this.now() - (kept?.authorizedAt ?? 0) < AUTHORIZATION_TTL_MS;
+    if (same && (!kept.result.ok || fresh)) return kept.result;
+    // A kept resolution whose Authorization is stale is read again by its digest: the tag is never re-read.
+    const pinned = same && kept.result.ok ? kept.result.digest : pinnedDigest(sm, spec.source!.oci!, refresh);
+    const { result, authorized } = await this.resolve(sm, spec.source!.oci!, pinned, signal);
+    if (result.ok || result.final)
+      this.byKey.set(key, {
+        uid: sm.metadata.uid ?? '',
+        generation,
+        refresh,
+        result,
+        authorizedAt: authorized ? this.now() : 0,
+      });
+    return result;
+  }
+
+  forget(key: string): void {
+    this.byKey.delete(key);
+  }
+
+  private async resolve(
+    sm: ServedModel,
+    oci: OciSource,
+    pinned: string | undefined,
+    signal?: AbortSignal,
+  ): Promise<{ result: SourceFiles; authorized: boolean }> {
+    try {
+      const ref = parseReference(oci.reference);
+      const client = await this.client(sm, oci, ref, signal);
+      const at: OciReference = pinned !== undefined ? { ...ref, digest: pinned } : ref;
+      const fetched = await client.manifest(at, signal);
+      const manifest = parseModelManifest(
+        fetched.body,
+        fetched.digest,
+        fetched.contentType,
+        formatReference(ref),
+      );
+      const authorization = await client.pullAuthorization(ref.repository, signal);
+      const status: SourceStatus = {
+        oci: { reference: oci.reference, digest: manifest.digest },
+        observedGeneration: sm.metadata.generation ?? 0,
+        refresh: refreshOf(sm) || undefined,
+        layers: manifest.layers.length,
+        bytes: manifest.bytes,
+      };
+      return {
+        result: artifactFiles(client, ref, manifest, authorization, status),
+        authorized: authorization !== undefined,
+      };
+    } catch (err) {
+      if (signal?.aborted) throw err;
+      return { result: failure(err), authorized: false };
+    }
+  }
+
+  /** A registry client, with the Secret's credentials when the spec names one (the host was allowed first). */
+  private async client(
+    sm: ServedModel,
+    oci: OciSource,
+    ref: OciReference,
+    signal?: AbortSignal,
+  ): Promise<RegistryClient> {
+    const secret = oci.credentialsSecretRef?.name;
+    const credentials =
+      secret !== undefined
+        ? base64SecretCredentials(
+            await this.deps.secretData(sm.metadata.namespace!, secret, signal),
+            ref.registry,
+          )
+        : undefined;
+    return new RegistryClient(ref.registry, {
+      dispatcher: this.deps.dispatcher,
+      plainHTTP: oci.plainHTTP === true,
+      credentials,
+      // Anonymous pulls may come from any registry, as for an image preheat; credentials only from allowed ones.
+      allowedHosts: credentials ? this.deps.registryHosts : undefined,
+      maxManifestBytes: this.deps.maxManifestBytes,
+    });
+  }
+}
+
+/** The digest status.source recorded for this generation, reference and refresh value, if any. */
+export function pinnedDigest(sm: ServedModel, oci: OciSource, refresh: string): string | undefined {
+  const s = sm.status?.source;
+  if (!s?.oci || s.observedGeneration !== sm.metadata.generation) return undefined;
+  if (s.oci.reference !== oci.reference || (s.refresh ?? '') !== refresh) return undefined;
+  return s.oci.digest;
+}
+
+/**
+ * The spec with the source's reference pinned to the digest it resolved to (`registry/repository@sha256:…`) and
+ * the layers' blob URLs: what the owned preheat is made of, so a moved tag is never preheated instead.
+ */
+export function pinnedSpec(spec: ServedModelSpec, source: ResolvedSource): ServedModelSpec {
+  const oci = spec.source?.oci;
+  if (!oci) return spec;
+  const ref = parseReference(oci.reference);
+  const reference = formatReference({ ...ref, tag: undefined, digest: source.digest });
+  const pinned: ResolvedSpec = { ...spec, source: { ...spec.source, oci: { ...oci, reference } } };
+  pinned[RESOLVED_BLOBS] = source.blobURLs;
+  return pinned;
+}
+
+/** What the agents place: each distinct blob once, raw layers on their path, tar layers to extract. */
+export function artifactFiles(
+  client: Pick<RegistryClient, 'blobURL' | 'baseURL'>,
+  ref: OciReference,
+  manifest: ModelManifest,
+  authorization: string | undefined,
+  status: SourceStatus,
+): Extract<SourceFiles, { ok: true }> {
+  const headers = authorization !== undefined ? { headers: { authorization } } : {};
+  const seen = new Set<string>();
+  const files: ModelFiles['files'] = [];
+  for (const l of manifest.layers) {
+    const url = client.blobURL(ref.repository, l.digest);
+    const hex = l.digest.slice('sha256:'.length);
+    if (l.format === 'raw') {
+      files.push({ path: l.filepath!, url, size: l.size, sha256: hex, layer: l.name, ...headers });
+      continue;
+    }
+    // A tar blob listed twice is extracted once: a second extraction would collide with the first's files.
+    if (seen.has(l.digest)) continue;
+    seen.add(l.digest);
+    files.push({
+      path: `sha256-${hex}`,
+      url,
+      size: l.size,
+      sha256: hex,
+      layer: l.name,
+      extract: l.format,
+      ...headers,
+    });
+  }
+  return {
+    ok: true,
+    files: { files },
+    count: manifest.layers.length,
+    bytes: manifest.bytes,
+    digest: manifest.digest,
+    status,
+    manifestURL: `${client.baseURL}/v2/${ref.repository}/manifests/${manifest.digest}`,
+    blobURLs: [...new Set(files.map((f) => f.url!))],
+  };
+}
+
+/** A resolution's failure as the condition says it: the field, the registry's reason and what to fix. */
+function failure(err: unknown): Extract<SourceFiles, { ok: false }> {
+  if (err instanceof OciError)
+    return {
+      ok: false,
+      final: FINAL_REASONS.has(err.reason),
+      reason: err.reason,
+      message: `spec.source.oci.reference: ${err.message}`,
+    };
+  const name = (err as Error).name;
+  if (name === 'SecretNotFoundError')
+    return {
+      ok: false,
+      final: false,
+      reason: 'SecretNotFound',
+      message: `spec.source.oci.credentialsSecretRef: ${redact((err as Error).message)}`,
+    };
+  return {
+    ok: false,
+    final: false,
+    reason: OciReason.RegistryError,
+    message: redact((err as Error).message),
+  };
+}

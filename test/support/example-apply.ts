@@ -1,0 +1,54 @@
+/**
+ * What the deploy/examples tests do on the real apiserver: a namespace at a Pod Security level (enforce, warn and
+ * audit), and a server-side apply of rendered manifests into it that returns the apiserver's warnings.
+ */
+import { randomBytes } from 'node:crypto';
+import type { KubeClient, KubeObject } from '../../src/runtime/index.ts';
+import { gvrOf, type Manifest } from './runtime-deploy.ts';
+
+/** A new namespace `<prefix>-<random>` whose Pod Security enforce, warn and audit levels are `level`. */
+export async function podSecurityNamespace(
+  kube: KubeClient,
+  prefix: string,
+  level: 'restricted' | 'baseline' | 'privileged',
+): Promise<string> {
+  const name = `${prefix}-${randomBytes(3).toString('hex')}`;
+  const labels = Object.fromEntries(
+    ['enforce', 'warn', 'audit'].map((mode) => [`pod-security.kubernetes.io/${mode}`, level]),
+  );
+  await kube.resource(gvrOf({ apiVersion: 'v1', kind: 'Namespace' })).create({
+    apiVersion: 'v1',
+    kind: 'Namespace',
+    metadata: { name, labels },
+  } as KubeObject);
+  return name;
+}
+
+/** Applies (server-side) into `ns`, cluster-scoped objects as they are; the apiserver's warnings. */
+export async function applyInto(
+  kube: KubeClient,
+  ms: Manifest[],
+  ns: string,
+  dryRun = false,
+): Promise<string[]> {
+  const warnings: string[] = [];
+  const off = kube.onRequest((r) => warnings.push(...(r.warnings ?? [])));
+  try {
+    for (const m of ms) {
+      const gvr = gvrOf(m);
+      const namespace = gvr.namespaced ? ns : undefined;
+      const body = { ...m, metadata: { ...m.metadata, ...(namespace ? { namespace } : {}) } };
+      const r = await kube.resource(gvr).patch(namespace, m.metadata.name, body, {
+        type: 'apply',
+        fieldManager: 'peerload-tests',
+        force: true,
+        dryRun,
+      });
+      if (r.metadata.name !== m.metadata.name)
+        throw new Error(`applied ${m.kind} ${m.metadata.name} came back as ${r.metadata.name}`);
+    }
+  } finally {
+    off();
+  }
+  return warnings;
+}

@@ -1,0 +1,377 @@
+/**
+ * A ServedModel's spec.source.oci as the operator resolves it (oci-source.ts), against the in-process registry of
+ * test/support/oci-artifacts.ts: the files the agents get (each blob's URL, digest, path or archive, the registry's
+ * Authorization), the digest kept per generation and refresh value (a moved tag changes nothing; status pins it
+ * across a restart), every bad input as a reason and a message naming the field and the layer, and the owned
+ * preheat of a source (the manager's image preheat of the manifest by digest).
+ */
+import { Agent } from 'undici';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import {
+  ModelPreheatSpec,
+  ServedModelSpec,
+  ownedPreheatSpec,
+  type ServedModel,
+} from '../../src/api/index.ts';
+import {
+  AUTHORIZATION_TTL_MS,
+  ModelSources,
+  pinnedSpec,
+  type ResolvedSource,
+  type SourceFiles,
+} from '../../src/controllers/servedmodel/oci-source.ts';
+import { goalOf, registrationVersion } from '../../src/controllers/servedmodel/goal.ts';
+import { ModelVersionSpecSchema } from '../../src/agent/spec.ts';
+import { newProgress } from '../../src/agent/download.ts';
+import { planPreheat } from '../../src/controllers/modelpreheat/request.ts';
+import type { SecretReader } from '../../src/controllers/secrets.ts';
+import { parseHostRules } from '../../src/policy/reach.ts';
+import {
+  gzip,
+  pushModel,
+  sha256,
+  startFakeRegistry,
+  tarOf,
+  type FakeRegistry,
+} from '../support/oci-artifacts.ts';
+
+const RAW = 'application/vnd.cncf.model.weight.v1.raw';
+const b64 = (s: string) => Buffer.from(s).toString('base64');
+
+let registry: FakeRegistry;
+let dispatcher: Agent;
+beforeAll(async () => {
+  registry = await startFakeRegistry();
+  dispatcher = new Agent();
+});
+afterAll(async () => {
+  await registry.close();
+  await dispatcher.close();
+});
+beforeEach(() => {
+  registry.failPaths.clear();
+  registry.basic = undefined;
+  registry.requests.length = 0;
+});
+
+const weights = Buffer.from('weights of version 1');
+const code = gzip(tarOf([{ path: '1/model.py', body: 'x = 1\n' }]));
+const layers = [
+  { mediaType: RAW, content: weights, filepath: '1/model.onnx' },
+  {
+    mediaType: 'application/vnd.cnai.model.weight.config.v1.raw',
+    content: Buffer.from('cfg'),
+    filepath: 'config.pbtxt',
+    legacy: true,
+  },
+  { mediaType: 'application/vnd.cncf.model.code.v1.tar+gzip', content: code, filepath: '1/model.py' },
+];
+
+function spec(reference: string, extra: Record<string, unknown> = {}) {
+  return ServedModelSpec.parse({
+    modelName: 'simple',
+    version: '1',
+    source: { oci: { reference, plainHTTP: true, ...extra } },
+    modelServer: {
+      service: { name: 'triton' },
+      driver: 'triton',
+      agent: { port: 8200, tokenSecretRef: { name: 'agent', key: 'token' } },
+    },
+  });
+}
+
+function sm(s: ServedModelSpec, meta: Partial<ServedModel['metadata']> = {}, status?: ServedModel['status']) {
+  return {
+    apiVersion: 'peerload.io/v1alpha1',
+    kind: 'ServedModel',
+    metadata: { name: 'simple', namespace: 'ns', uid: 'u1', generation: 1, ...meta },
+    spec: s,
+    ...(status ? { status } : {}),
+  } as ServedModel;
+}
+
+function sources(
+  opts: {
+    secrets?: Record<string, Record<string, string>>;
+    maxManifestBytes?: number;
+    now?: () => number;
+  } = {},
+) {
+  return new ModelSources({
+    secretData: async (_ns, name) => {
+      const data = opts.secrets?.[name];
+      if (!data)
+        throw Object.assign(new Error(`Secret ns/${name} not found`), { name: 'SecretNotFoundError' });
+      return data;
+    },
+    dispatcher,
+    registryHosts: parseHostRules(registry.host),
+    maxManifestBytes: opts.maxManifestBytes,
+    now: opts.now,
+  });
+}
+
+const ok = (r: SourceFiles): ResolvedSource => {
+  if (!r.ok) throw new Error(`not resolved: ${r.reason}: ${r.message}`);
+  return r;
+};
+const refused = (r: SourceFiles) => {
+  if (r.ok) throw new Error('resolved');
+  return r;
+};
+
+describe('resolving spec.source.oci', () => {
+  it('gives the agents each blob by its registry URL with its digest: raw layers on their path, tar layers to extract', async () => {
+    const digest = pushModel(registry, 'models/simple', 'v1', layers);
+    const s = spec(`${registry.host}/models/simple:v1`);
+    const r = ok(await sources().of('ns/simple', sm(s), s));
+    expect(r.digest).toBe(digest);
+    expect(r.status).toEqual({
+      oci: { reference: s.source!.oci!.reference, digest },
+      observedGeneration: 1,
+      layers: 3,
+      bytes: weights.length + 3 + code.length,
+    });
+    const blob = (c: Buffer) => `${registry.url}/v2/models/simple/blobs/${sha256(c)}`;
+    expect(r.files.files).toEqual([
+      {
+        path: '1/model.onnx',
+        url: blob(weights),
+        size: weights.length,
+        sha256: sha256(weights).slice(7),
+        layer: `layer 0 (${sha256(weights).slice(0, 19)}, 1/model.onnx)`,
+      },
+      {
+        path: 'config.pbtxt',
+        url: blob(Buffer.from('cfg')),
+        size: 3,
+        sha256: sha256(Buffer.from('cfg')).slice(7),
+        layer: expect.stringMatching(/^layer 1 \(sha256:[0-9a-f]{12}, config\.pbtxt\)$/),
+      },
+      {
+        path: `sha256-${sha256(code).slice(7)}`,
+        url: blob(code),
+        size: code.length,
+        sha256: sha256(code).slice(7),
+        layer: expect.stringMatching(/^layer 2 /),
+        extract: 'tar+gzip',
+      },
+    ]);
+    // What the driver sends is a valid agent spec, and the manifest digest is the registration's identity.
+    expect(ModelVersionSpecSchema.safeParse({ ...r.files, version: '1' }).success).toBe(true);
+    expect(registrationVersion(goalOf(s, r))).toBe(`1|${s.source!.oci!.reference}|${digest}`);
+    expect(r.manifestURL).toBe(`${registry.url}/v2/models/simple/manifests/${digest}`);
+    expect(r.blobURLs).toHaveLength(3);
+  });
+
+  it('a moved tag changes nothing for the generation; the annotation or a new generation resolves again; status pins the digest across a restart', async () => {
+    const first = pushModel(registry, 'models/moving', 'v1', [layers[0]!]);
+    const s = spec(`${registry.host}/models/moving:v1`);
+    const src = sources();
+    const r1 = ok(await src.of('ns/m', sm(s), s));
+    expect(r1.digest).toBe(first);
+    const second = pushModel(registry, 'models/moving', 'v1', [
+      { ...layers[0]!, content: Buffer.from('version 2') },
+    ]);
+    expect(second).not.toBe(first);
+    expect(ok(await src.of('ns/m', sm(s), s)).digest).toBe(first);
+    // After a restart (nothing kept in memory) the digest status recorded for the generation is read by digest.
+    const status = { source: r1.status };
+    registry.requests.length = 0;
+    expect(ok(await sources().of('ns/m', sm(s, {}, status), s)).digest).toBe(first);
+    expect(registry.requests.filter((q) => q.path.includes('/manifests/')).map((q) => q.path)).toEqual([
+      `/v2/models/moving/manifests/${first}`,
+    ]);
+    // The annotation with a new value resolves the tag again, and so does a new generation.
+    const annotated = { annotations: { 'peerload.io/refresh-source': 'now' } };
+    const r2 = ok(await src.of('ns/m', sm(s, annotated, status), s));
+    expect(r2.digest).toBe(second);
+    expect(r2.status.refresh).toBe('now');
+    expect(ok(await sources().of('ns/m', sm(s, { generation: 2 }, status), s)).digest).toBe(second);
+    // A digest reference is used as it is.
+    const pinned = spec(`${registry.host}/models/moving@${first}`);
+    expect(ok(await sources().of('ns/p', sm(pinned), pinned)).digest).toBe(first);
+  });
+
+  it('credentials from a dockerconfigjson Secret go to the registry, and the agents get its Authorization, asked again when old', async () => {
+    pushModel(registry, 'models/private', 'v1', [layers[0]!]);
+    registry.basic = { username: 'robot', password: 'pw-registry-secret' };
+    const config = JSON.stringify({ auths: { [registry.host]: { auth: b64('robot:pw-registry-secret') } } });
+    let now = 1_000_000;
+    const src = sources({ secrets: { registry: { '.dockerconfigjson': b64(config) } }, now: () => now });
+    const s = spec(`${registry.host}/models/private:v1`, { credentialsSecretRef: { name: 'registry' } });
+    const r = ok(await src.of('ns/p', sm(s), s));
+    const basic = `Basic ${b64('robot:pw-registry-secret')}`;
+    expect(r.files.files[0]!.headers).toEqual({ authorization: basic });
+    expect(registry.requests.every((q) => q.status === 401 || q.authorization === basic)).toBe(true);
+    // Kept for the generation; once the Authorization is old, read again by digest (the tag is not read).
+    const reads = registry.requests.length;
+    await src.of('ns/p', sm(s), s);
+    expect(registry.requests.length).toBe(reads);
+    now += AUTHORIZATION_TTL_MS + 1;
+    expect(ok(await src.of('ns/p', sm(s), s)).digest).toBe(r.digest);
+    expect(registry.requests.slice(reads).some((q) => q.path.endsWith(`/manifests/${r.digest}`))).toBe(true);
+    expect(registry.requests.slice(reads).some((q) => q.path.endsWith('/manifests/v1'))).toBe(false);
+    // A username/password Secret works the same way.
+    const plain = sources({
+      secrets: { registry: { username: b64('robot\n'), password: b64('pw-registry-secret') } },
+    });
+    expect(ok(await plain.of('ns/p', sm(s), s)).files.files[0]!.headers).toEqual({ authorization: basic });
+  });
+});
+
+describe('bad input: a reason, a message naming the field and the layer, and the retry it deserves', () => {
+  it('not ModelPack, an unknown layer type, a raw layer without a path', async () => {
+    const dockerImage = Buffer.from(
+      JSON.stringify({
+        schemaVersion: 2,
+        mediaType: 'application/vnd.docker.distribution.manifest.v2+json',
+        config: {},
+        layers: [],
+      }),
+    );
+    registry.putManifest(
+      'models/image',
+      'v1',
+      dockerImage,
+      'application/vnd.docker.distribution.manifest.v2+json',
+    );
+    const image = spec(`${registry.host}/models/image:v1`);
+    expect(refused(await sources().of('k', sm(image), image))).toMatchObject({
+      reason: 'NotModelPack',
+      final: true,
+      message: expect.stringMatching(
+        /^spec\.source\.oci\.reference: .*is a Docker image manifest, not a ModelPack model manifest/,
+      ),
+    });
+    pushModel(registry, 'models/unknown', 'v1', [
+      layers[0]!,
+      { mediaType: 'application/vnd.oci.image.layer.v1.tar', content: Buffer.from('x'), filepath: 'x' },
+    ]);
+    const unknown = spec(`${registry.host}/models/unknown:v1`);
+    expect(refused(await sources().of('k', sm(unknown), unknown))).toMatchObject({
+      reason: 'UnknownMediaType',
+      final: true,
+      message: expect.stringMatching(
+        /layer 1 \(sha256:[0-9a-f]{12}, x\) of .* has media type application\/vnd\.oci\.image\.layer\.v1\.tar, which is not a ModelPack layer/,
+      ),
+    });
+    pushModel(registry, 'models/nopath', 'v1', [{ mediaType: RAW, content: Buffer.from('w') }]);
+    const nopath = spec(`${registry.host}/models/nopath:v1`);
+    expect(refused(await sources().of('k', sm(nopath), nopath))).toMatchObject({
+      reason: 'InvalidLayer',
+      message: expect.stringContaining('is a raw layer without the org.cncf.model.filepath annotation'),
+    });
+    pushModel(registry, 'models/noartifact', 'v1', [layers[0]!], {
+      artifactType: 'application/vnd.example.thing',
+      configType: 'application/vnd.oci.image.config.v1+json',
+    });
+    const other = spec(`${registry.host}/models/noartifact:v1`);
+    expect(refused(await sources().of('k', sm(other), other)).reason).toBe('NotModelPack');
+  });
+
+  it('401, 403 and 404 from the registry, tried again later; a manifest over the cap is final', async () => {
+    pushModel(registry, 'models/auth', 'v1', [layers[0]!]);
+    const s = spec(`${registry.host}/models/auth:v1`);
+    registry.basic = { username: 'robot', password: 'pw' };
+    expect(refused(await sources().of('k', sm(s), s))).toMatchObject({
+      reason: 'Unauthorized',
+      final: false,
+      message: expect.stringContaining('requires credentials'),
+    });
+    registry.basic = undefined;
+    registry.failPaths.set('/manifests/', 403);
+    expect(refused(await sources().of('k', sm(s), s))).toMatchObject({
+      reason: 'Forbidden',
+      final: false,
+      message: expect.stringContaining('403, DENIED'),
+    });
+    registry.failPaths.clear();
+    const missing = spec(`${registry.host}/models/auth:v2`);
+    expect(refused(await sources().of('k', sm(missing), missing))).toMatchObject({
+      reason: 'NotFound',
+      final: false,
+      message: expect.stringContaining('has no manifest'),
+    });
+    expect(refused(await sources({ maxManifestBytes: 100 }).of('k', sm(s), s))).toMatchObject({
+      reason: 'ManifestTooLarge',
+      final: true,
+      message: expect.stringContaining('larger than 100 bytes'),
+    });
+  });
+
+  it('a missing Secret and unusable credentials, never showing a password', async () => {
+    pushModel(registry, 'models/creds', 'v1', [layers[0]!]);
+    const s = spec(`${registry.host}/models/creds:v1`, { credentialsSecretRef: { name: 'absent' } });
+    expect(refused(await sources().of('k', sm(s), s))).toMatchObject({
+      reason: 'SecretNotFound',
+      final: false,
+      message: 'spec.source.oci.credentialsSecretRef: Secret ns/absent not found',
+    });
+    const bad = spec(`${registry.host}/models/creds:v1`, { credentialsSecretRef: { name: 'bad' } });
+    const r = refused(
+      await sources({
+        secrets: { bad: { '.dockerconfigjson': b64('{"auths": 1, "password": "hunter2"}') } },
+      }).of('k', sm(bad), bad),
+    );
+    expect(r).toMatchObject({ reason: 'InvalidCredentials', final: true });
+    expect(r.message).not.toContain('hunter2');
+  });
+
+  it('a kept failure is final for the generation: the registry is not asked again', async () => {
+    pushModel(registry, 'models/unknown2', 'v1', [
+      { mediaType: 'application/x-thing', content: Buffer.from('x'), filepath: 'x' },
+    ]);
+    const s = spec(`${registry.host}/models/unknown2:v1`);
+    const src = sources();
+    await src.of('k', sm(s), s);
+    const reads = registry.requests.length;
+    expect(refused(await src.of('k', sm(s), s)).reason).toBe('UnknownMediaType');
+    expect(registry.requests.length).toBe(reads);
+  });
+});
+
+describe('the owned preheat of a source', () => {
+  it("is the manager's image preheat of the manifest by the resolved digest, with the source's credentials", () => {
+    const digest = `sha256:${'c'.repeat(64)}`;
+    const s = ServedModelSpec.parse({
+      ...spec('registry.example.com/models/simple:v1', {
+        credentialsSecretRef: { name: 'registry' },
+        plainHTTP: false,
+      }),
+      preheat: { create: true },
+    });
+    const pinned = pinnedSpec(s, { digest } as ResolvedSource);
+    expect(pinned.source!.oci!.reference).toBe(`registry.example.com/models/simple@${digest}`);
+    const owned = ModelPreheatSpec.parse(ownedPreheatSpec(pinned, ['10.0.0.2', '10.0.0.1']));
+    expect(owned).toMatchObject({
+      type: 'image',
+      url: `https://registry.example.com/v2/models/simple/manifests/${digest}`,
+      imageCredentialsSecretRef: { name: 'registry' },
+      scope: 'all_peers',
+      targets: { ips: ['10.0.0.1', '10.0.0.2'] },
+    });
+    expect(owned.objectStorage).toBeUndefined();
+  });
+
+  it('anonymous: the layers as a file preheat, whose task ids are the ones the agents download', async () => {
+    pushModel(registry, 'models/preheat', 'v1', layers);
+    const s = ServedModelSpec.parse({
+      ...spec(`${registry.host}/models/preheat:v1`),
+      preheat: { create: true },
+    });
+    const r = ok(await sources().of('ns/p', sm(s), s));
+    const owned = ModelPreheatSpec.parse(ownedPreheatSpec(pinnedSpec(s, r), ['10.0.0.1']));
+    expect(owned).toMatchObject({
+      type: 'file',
+      urls: r.blobURLs,
+      scope: 'all_peers',
+      targets: { ips: ['10.0.0.1'] },
+    });
+    const plan = await planPreheat(owned, 'ns', {} as SecretReader, { bio: 't' });
+    const agentSpec = ModelVersionSpecSchema.parse({ ...r.files, version: '1' });
+    const expected = newProgress('simple', agentSpec).files.map((f) => f.expectedTaskID);
+    expect(plan.tasks.map((t) => t.taskID)).toEqual(expected);
+    expect(plan.tasks.map((t) => t.url)).toEqual(r.blobURLs);
+  });
+});
