@@ -19,6 +19,7 @@ import {
 } from './common.ts';
 import { DirectoryPrefix, HAS_SELECTION_CEL, hasSelection, selectionFields } from './fileset.ts';
 import { ManagerRef } from './manager.ts';
+import { HubSource } from './source-huggingface.ts';
 import { ObjectKey } from './objectkey.ts';
 import { ObjectStorageLocation } from './objectstorage.ts';
 import { CacheStatus, PREHEAT_SCOPES, PeerDaemonVersion } from './modelpreheat.ts';
@@ -202,6 +203,28 @@ export const ModelDirectory = withRules(
 );
 export type ModelDirectory = z.infer<typeof ModelDirectory>;
 
+/**
+ * Where a model's files come from when not from a bucket: one member (a Hugging Face repository, an OCI artifact).
+ * Placed by the model server's peerload agent, as a directory is.
+ */
+export const ModelSource = withRules(
+  z.object({
+    huggingface: HubSource.optional().meta({
+      description:
+        'A Hugging Face Hub repository at a revision: every file (or those include/exclude choose) placed as the model directory.',
+    }),
+  }),
+  [
+    {
+      rule: '[has(self.huggingface)].filter(x, x).size() == 1',
+      message: 'set exactly one source: huggingface',
+      reason: 'FieldValueRequired',
+      check: (s) => countSet(s.huggingface) === 1,
+    },
+  ],
+);
+export type ModelSource = z.infer<typeof ModelSource>;
+
 export const PreheatGate = withRules(
   z.object({
     name: ObjectName.optional().meta({ description: 'An existing ModelPreheat that must succeed first.' }),
@@ -258,17 +281,10 @@ export const PreheatGate = withRules(
     },
     {
       rule: 'has(self.name) != (has(self.create) && self.create)',
-      message: 'set either name (an existing ModelPreheat) or create: true with objectStorage',
+      message: 'set either name (an existing ModelPreheat) or create: true',
       fieldPath: '.name',
       reason: 'FieldValueInvalid',
       check: (p) => (p.name !== undefined) !== (p.create === true),
-    },
-    {
-      rule: '!(has(self.create) && self.create) || has(self.objectStorage)',
-      message: 'create: true needs objectStorage',
-      fieldPath: '.objectStorage',
-      reason: 'FieldValueRequired',
-      check: (p) => p.create !== true || p.objectStorage !== undefined,
     },
   ],
 );
@@ -293,7 +309,11 @@ export const ServedModelSpec = withRules(
     }),
     files: ModelDirectory.optional().meta({
       description:
-        "A model that is a directory (safetensors shards, a model repository version): its files in preheat.objectStorage's bucket, placed by the model server's peerload agent with the preheat's task identity. Set this or fileName; needs preheat.objectStorage and a model server whose driver loads directories.",
+        "A model that is a directory (safetensors shards, a model repository version): its files in preheat.objectStorage's bucket, placed by the model server's peerload agent with the preheat's task identity. Set one of fileName, files and source; needs preheat.objectStorage and a model server whose driver loads directories.",
+    }),
+    source: ModelSource.optional().meta({
+      description:
+        "A model directory from elsewhere than a bucket (a Hugging Face repository), placed by the model server's peerload agent through the node's peer. Set one of fileName, files and source; needs a model server whose driver loads directories.",
     }),
     modelServer: ModelServer.meta({
       description: 'Where the model-server replicas are: a Service (every ready endpoint) or static URLs.',
@@ -336,11 +356,21 @@ export const ServedModelSpec = withRules(
   [
     // fileName's own rules are the object-key rules (objectkey.ts), on the field itself.
     {
-      rule: 'has(self.fileName) != has(self.files)',
-      message: 'set exactly one of fileName (an archive) and files (a directory)',
+      rule: '[has(self.fileName), has(self.files), has(self.source)].filter(x, x).size() == 1',
+      message:
+        'set exactly one of fileName (an archive), files (a directory in a bucket) and source (oci or huggingface)',
       fieldPath: '.fileName',
       reason: 'FieldValueInvalid',
-      check: (s) => countSet(s.fileName, s.files) === 1,
+      check: (s) => countSet(s.fileName, s.files, s.source) === 1,
+    },
+    {
+      rule: '!has(self.preheat) || !has(self.preheat.create) || !self.preheat.create || has(self.preheat.objectStorage) || has(self.source)',
+      message:
+        'preheat.create: true needs preheat.objectStorage (the bucket of fileName or files); a source says itself where the bytes are',
+      fieldPath: '.preheat.objectStorage',
+      reason: 'FieldValueRequired',
+      check: (s) =>
+        s.preheat?.create !== true || s.preheat.objectStorage !== undefined || s.source !== undefined,
     },
     {
       rule: '!has(self.files) || (has(self.preheat) && has(self.preheat.objectStorage))',
@@ -434,6 +464,27 @@ export const NodePreheatStatus = z.object({
     .meta({ description: 'The first failed nodes.' }),
 });
 
+/** What spec.source resolved to, for one generation (or one value of the refresh annotation). */
+export const SourceStatus = z.object({
+  huggingface: z
+    .object({
+      repo: z.string().meta({ description: 'spec.source.huggingface.repo.' }),
+      revision: z.string().meta({ description: 'spec.source.huggingface.revision.' }),
+      commit: z.string().meta({ description: 'The commit sha the revision named when it was resolved.' }),
+    })
+    .optional()
+    .meta({ description: 'The Hugging Face repository and the commit its revision resolved to.' }),
+  observedGeneration: z.int().meta({ description: 'The generation the revision was resolved for.' }),
+  refresh: z.string().optional().meta({
+    description:
+      'The value of the peerload.io/refresh-source annotation the resolution answered: a new value resolves again (follows a moved branch on purpose).',
+  }),
+});
+export type SourceStatus = z.infer<typeof SourceStatus>;
+
+/** The annotation whose new value makes the operator resolve spec.source again. */
+export const REFRESH_SOURCE_ANNOTATION = 'peerload.io/refresh-source';
+
 export const ServedModelStatus = z.object({
   observedGeneration: z
     .int()
@@ -462,6 +513,10 @@ export const ServedModelStatus = z.object({
     })
     .optional()
     .meta({ description: "A directory's listing for this generation (spec.files)." }),
+  source: SourceStatus.optional().meta({
+    description:
+      "What spec.source resolved to (a Hub revision's commit), once per generation: the files placed are those at it.",
+  }),
   nodePreheat: NodePreheatStatus.optional().meta({
     description:
       "With node targeting: the nodes' preheat in counts over the owned ModelPreheats (one per 100 nodes).",

@@ -226,7 +226,9 @@ describe('a ServedModel that is a directory', () => {
         files: { prefix: 'llm/tiny/' },
         preheat: { create: true, objectStorage: objectStorage() },
       }),
-    ).rejects.toThrow(/set exactly one of fileName \(an archive\) and files \(a directory\)/);
+    ).rejects.toThrow(
+      /set exactly one of fileName \(an archive\), files \(a directory in a bucket\) and source/,
+    );
     await expect(create('nowhere', { ...base, files: { prefix: 'llm/tiny/' } })).rejects.toThrow(
       /files needs preheat.objectStorage/,
     );

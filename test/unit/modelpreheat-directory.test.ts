@@ -113,7 +113,7 @@ describe('the directory fields of the schema', () => {
       served({ files: { prefix: 'm/', keys: ['config.json', 'w/model.safetensors'] }, preheat }).success,
     ).toBe(true);
     expect(served({ preheat }).error?.issues.map((i) => i.message)).toContain(
-      'set exactly one of fileName (an archive) and files (a directory)',
+      'set exactly one of fileName (an archive), files (a directory in a bucket) and source (oci or huggingface)',
     );
     expect(served({ fileName: 'a.mar', files: { prefix: 'm/' }, preheat }).success).toBe(false);
     expect(served({ files: { prefix: 'm/' } }).error?.issues.map((i) => i.message)).toContain(
