@@ -46,6 +46,7 @@ const input = (over: Partial<PhaseInput>): PhaseInput => ({
     managerHosts: [],
     endpointHosts: parseHostRules('198.18.0.0/16'),
     storageHosts: defaultStorageHosts(),
+    hubHosts: parseHostRules('huggingface.co'),
   },
   drivers,
   done: nothingDone,

@@ -13,6 +13,7 @@
  * - `Degraded` (which replicas fail and why) and `Preheated` (the gate) are peerload's own.
  */
 import type { ConditionChange } from '../../runtime/index.ts';
+import type { HubReason } from '../../huggingface/errors.ts';
 import type { Gate, GateReason } from './preheat.ts';
 import { withConditionsOf } from '../status.ts';
 
@@ -45,6 +46,8 @@ export const ServedModelReason = {
   UnknownDriver: 'UnknownDriver',
   /** The model server's driver does not load the model's layout (a directory for TorchServe). */
   ModelLayoutUnsupported: 'ModelLayoutUnsupported',
+  /** A spec.source.huggingface with a token names a Hub outside the operator's --allowed-hub-hosts. */
+  HubNotAllowed: 'HubNotAllowed',
   /** spec.files: nothing under the prefix, more than the caps, or the list API failed. */
   DirectoryNotListed: 'DirectoryNotListed',
   /** Being deleted: unregistering, or waiting for registrations under way or for unreachable replicas. */
@@ -69,7 +72,7 @@ export type ServedModelConditionType = ValueOf<typeof ServedModelCondition>;
 export type ReplicaFailureReason = ValueOf<typeof ReplicaFailureReason>;
 /** Every reason a ServedModel condition can give: the controller's own, the preheat gate's, a replica failure's. */
 export type ServedModelConditionReason =
-  ValueOf<typeof ServedModelReason> | GateReason | ReplicaFailureReason;
+  ValueOf<typeof ServedModelReason> | GateReason | ReplicaFailureReason | HubReason;
 /** One change of a ServedModel's conditions: only its own types and reasons compile. */
 export type ServedModelConditionChange = ConditionChange<
   ServedModelConditionType,
@@ -129,7 +132,10 @@ export function invalidSpecConditions(message: string): ServedModelConditionChan
  *  changes. */
 export function endpointNotAllowedConditions(
   message: string,
-  reason: 'EndpointNotAllowed' | 'StorageEndpointNotAllowed' = ServedModelReason.EndpointNotAllowed,
+  reason:
+    | 'EndpointNotAllowed'
+    | 'StorageEndpointNotAllowed'
+    | 'HubNotAllowed' = ServedModelReason.EndpointNotAllowed,
 ): ServedModelConditionChange[] {
   return [
     { type: ServedModelCondition.Ready, status: 'False', reason, message },
@@ -146,6 +152,11 @@ export function unsupportedModelConditions(message: string): ServedModelConditio
 /** The condition changes for a spec.modelServer.driver the operator has no driver for. */
 export function unknownDriverConditions(message: string): ServedModelConditionChange[] {
   return stalledConditions(ServedModelReason.UnknownDriver, message);
+}
+
+/** The condition changes for a source whose files are not known (the Hub's reason: HubTokenRequired, ...). */
+export function sourceConditions(reason: HubReason, message: string): ServedModelConditionChange[] {
+  return stalledConditions(reason, message);
 }
 
 /** The condition changes for a directory without usable files (spec.files). */

@@ -27,6 +27,7 @@ import { SecretReader } from '../secrets.ts';
 import { statusWriter } from '../status.ts';
 import { servedModelCleanup } from './cleanup.ts';
 import { ModelDirectories } from './files.ts';
+import { HubSources } from './hub-source.ts';
 import { ReplicaGates } from './gates.ts';
 import { NodeAddresses } from './node-addresses.ts';
 import { SERVED_MODEL_LABEL, preheatNameOf } from './preheat.ts';
@@ -48,6 +49,8 @@ export interface ServedModelControllerOptions {
   targetBatchWindowMs?: number;
   /** The model-server drivers (default: every driver the operator knows, TorchServe the default). */
   drivers?: ModelServerDrivers;
+  /** Connection pool toward the Hugging Face Hub (default: undici's global one). */
+  hubDispatcher?: Dispatcher;
 }
 
 export const servedModelController: ControllerFactory = (ctx) => createServedModelController(ctx, {});
@@ -102,9 +105,7 @@ export function createServedModelController(
       nodeAddresses: new NodeAddresses(ctx.kube),
       batchWindowMs: opts.targetBatchWindowMs ?? TARGET_BATCH_WINDOW_MS,
     }),
-    directories: new ModelDirectories({
-      secretData: (namespace, name, signal) => secrets.data(namespace, name, signal),
-    }),
+    ...modelFileSources(ctx, secrets, opts),
     drivers,
     registrations,
     writeStatus,
@@ -127,6 +128,24 @@ export function createServedModelController(
     { logger: ctx.logger, metrics: ctx.metrics },
   );
   return controller;
+}
+
+/** Who lists a directory's files (spec.files) and a source's (spec.source), with the namespace's Secrets. */
+function modelFileSources(
+  ctx: ControllerContext,
+  secrets: SecretReader,
+  opts: ServedModelControllerOptions,
+) {
+  return {
+    directories: new ModelDirectories({
+      secretData: (namespace, name, signal) => secrets.data(namespace, name, signal),
+    }),
+    sources: new HubSources({
+      secretValue: (namespace, ref, signal) => secrets.value(namespace, ref, signal),
+      tokenHosts: ctx.config.allowedHubHosts,
+      dispatcher: opts.hubDispatcher,
+    }),
+  };
 }
 
 /** The informers the controller reads, indexed so that an EndpointSlice or a ModelPreheat event wakes the

@@ -11,6 +11,8 @@
  */
 import { staticAddresses, ServedModelSpec, type ServedModel } from '../../api/index.ts';
 import { endpointsReach, type ReachPolicy } from '../../policy/reach.ts';
+import { hubReach } from '../../policy/hub-reach.ts';
+import type { HostRule } from '../../policy/reach.ts';
 import { storageReach, type CredentialHostPolicy } from '../../policy/storage-reach.ts';
 import { hasFinalizer, isBeingDeleted } from '../../runtime/index.ts';
 import { layoutRefusal, type ModelServerDrivers } from '../../servers/driver.ts';
@@ -25,8 +27,13 @@ export type ServedModelPhase =
   /** The spec does not parse: Stalled, naming the field. */
   | { kind: 'invalid'; message: string }
   /** Static endpoints outside the admin's --allowed-endpoint-hosts (no request at all), or a preheat store outside
-   *  --allowed-storage-hosts (no Secret read, no listing, no location handed to an agent). */
-  | { kind: 'refused'; message: string; reason: 'EndpointNotAllowed' | 'StorageEndpointNotAllowed' }
+   *  --allowed-storage-hosts (no Secret read, no listing, no location handed to an agent), or a Hub source whose
+   *  token would go to a host outside --allowed-hub-hosts (the token not read). */
+  | {
+      kind: 'refused';
+      message: string;
+      reason: 'EndpointNotAllowed' | 'StorageEndpointNotAllowed' | 'HubNotAllowed';
+    }
   /** spec.modelServer.driver names no driver the operator has: nothing can be asked of the replicas. */
   | { kind: 'unknownDriver'; message: string }
   /** Being deleted: unregister everywhere, then let the finalizer go. */
@@ -37,7 +44,7 @@ export type ServedModelPhase =
   | { kind: 'finalizing'; spec: ServedModelSpec }
   /** The preheat gate of each replica is not known yet. */
   | { kind: 'gating'; spec: ServedModelSpec }
-  /** A directory (spec.files) whose files this pass has not listed (or looked up) yet. */
+  /** A directory (spec.files) or a source (spec.source) whose files this pass has not listed (or looked up) yet. */
   | { kind: 'listing'; spec: ServedModelSpec }
   /** Every replica one step closer. */
   | { kind: 'converging'; spec: ServedModelSpec }
@@ -50,7 +57,7 @@ export interface PhaseInput {
   /** Whether the cache holds a version our last write replaced. */
   behind: boolean;
   /** Where the admin lets the operator send requests, and storage credentials. */
-  policy: ReachPolicy & Pick<CredentialHostPolicy, 'storageHosts'>;
+  policy: ReachPolicy & Pick<CredentialHostPolicy, 'storageHosts'> & { hubHosts: readonly HostRule[] };
   drivers: Pick<ModelServerDrivers, 'find' | 'names'>;
   /** The steps of this pass done so far (each runs at most once a pass). */
   done: { finalizing: boolean; gating: boolean; listing: boolean; converging: boolean };
@@ -70,6 +77,10 @@ export function servedModelPhase(p: PhaseInput): ServedModelPhase {
   // Deleting needs no storage credentials: a store outside the list still lets the model be unregistered.
   if (store && !store.allowed && !isBeingDeleted(sm))
     return { kind: 'refused', message: store.message, reason: 'StorageEndpointNotAllowed' };
+  const hf = spec.source?.huggingface;
+  const hub = hf && hubReach(hf, 'spec.source.huggingface', p.policy.hubHosts);
+  if (hub && !hub.allowed && !isBeingDeleted(sm))
+    return { kind: 'refused', message: hub.message, reason: 'HubNotAllowed' };
   const driver = p.drivers.find(spec.modelServer.driver);
   if (!driver)
     return {
@@ -79,11 +90,11 @@ export function servedModelPhase(p: PhaseInput): ServedModelPhase {
         `use one of ${p.drivers.names().join(', ')}`,
     };
   if (isBeingDeleted(sm)) return { kind: 'deleting', spec };
-  const refused = layoutRefusal(driver, spec.files ? 'directory' : 'archive');
+  const refused = layoutRefusal(driver, spec.files || spec.source ? 'directory' : 'archive');
   if (refused) return { kind: 'unsupportedLayout', message: refused };
   if (!p.done.finalizing && !hasFinalizer(sm, FINALIZER)) return { kind: 'finalizing', spec };
   if (!p.done.gating) return { kind: 'gating', spec };
-  if (spec.files && !p.done.listing) return { kind: 'listing', spec };
+  if ((spec.files || spec.source) && !p.done.listing) return { kind: 'listing', spec };
   if (!p.done.converging) return { kind: 'converging', spec };
   return { kind: 'reporting', spec };
 }

@@ -17,6 +17,7 @@ import {
   type ServedModel,
   type ServedModelSpec,
   type ServedModelStatus,
+  type SourceStatus,
 } from '../../api/index.ts';
 import type { ModelServerDrivers, Registered } from '../../servers/driver.ts';
 import {
@@ -31,8 +32,12 @@ import type { OperatorMetrics } from '../metrics.ts';
 import { CACHE_BEHIND_RETRY_MS, cacheBehind, invalidSpec, type StatusWrite } from '../status.ts';
 import { FINALIZER } from './cleanup.ts';
 import type { ModelDirectories } from './files.ts';
+import type { HubSources, SourceFiles } from './hub-source.ts';
+import { DEFAULT_HUB_TOKEN_HOSTS } from '../../huggingface/endpoint.ts';
+import { parseHostRules } from '../../policy/reach.ts';
 import {
   directoryConditions,
+  sourceConditions,
   endpointNotAllowedConditions,
   unknownDriverConditions,
   unsupportedModelConditions,
@@ -55,6 +60,7 @@ import { discoverReplicas, type Discovery, type EndpointSlice, type Replica } fr
 const DIRECTORY_RETRY_MS = 30_000;
 
 type Obj = ServedModel;
+type ListedSource = Extract<SourceFiles, { ok: true }>;
 type Status = ServedModelStatus;
 
 /** What the reconciler works with (controller-runtime's Reconciler struct): built once by the controller. */
@@ -65,7 +71,7 @@ export interface ServedModelDeps {
     Partial<
       Pick<
         ControllerContext['config'],
-        'allowedManagerHosts' | 'allowedEndpointHosts' | 'allowedStorageHosts'
+        'allowedManagerHosts' | 'allowedEndpointHosts' | 'allowedStorageHosts' | 'allowedHubHosts'
       >
     >;
   /** The ServedModel of a key, from the cache. */
@@ -75,6 +81,8 @@ export interface ServedModelDeps {
   gates: Pick<ReplicaGates, 'of' | 'forget'>;
   /** The files of ServedModels that are directories (spec.files); required for those. */
   directories?: Pick<ModelDirectories, 'of' | 'forget'> | undefined;
+  /** The files of ServedModels from a Hugging Face repository (spec.source.huggingface); required for those. */
+  sources?: Pick<HubSources, 'of' | 'forget'> | undefined;
   drivers: ModelServerDrivers;
   registrations: RegistrationRunner<Registered>;
   /** The status write; a conflict is thrown (StatusConflict). */
@@ -102,6 +110,8 @@ interface Pass {
   discovery?: Discovery & { serviceFound: boolean };
   gating?: ReplicaGating;
   dir?: ListedDirectory;
+  /** What spec.source resolved to, for status. */
+  source?: SourceStatus;
   outcomes?: ReplicaOutcome[];
 }
 
@@ -163,6 +173,13 @@ export class ServedModelReconciler {
           pass.gating = await this.gate(pass, phase.spec, rc);
           break;
         case 'listing': {
+          if (phase.spec.source) {
+            const found = await this.source(key, sm, phase.spec, rc);
+            if (!found.ok) return found.result;
+            pass.dir = found;
+            pass.source = found.status;
+            break;
+          }
           const listed = await this.directory(key, sm, phase.spec, pass.gating!.preheat, rc);
           if (!listed.ok) return listed.result;
           pass.dir = listed;
@@ -182,6 +199,7 @@ export class ServedModelReconciler {
     this.reporting.forget(key);
     this.deps.gates.forget(key);
     this.deps.directories?.forget(key);
+    this.deps.sources?.forget(key);
     this.uids.delete(key);
     if (!uid) return;
     this.deps.registrations.prune(uid);
@@ -200,6 +218,7 @@ export class ServedModelReconciler {
       managerHosts: config.allowedManagerHosts ?? [],
       endpointHosts: config.allowedEndpointHosts ?? [],
       storageHosts: config.allowedStorageHosts ?? defaultStorageHosts(),
+      hubHosts: config.allowedHubHosts ?? parseHostRules(DEFAULT_HUB_TOKEN_HOSTS),
     };
   }
 
@@ -239,12 +258,18 @@ export class ServedModelReconciler {
   ): Promise<void> {
     const problem = { finalizer: FINALIZER, message, skipped: 'model not unregistered' };
     const gen = sm.metadata.generation;
-    // status.files is the listing of status.observedGeneration: a new generation's conditions leave the old one's.
-    const files = (s: Status) => (s.observedGeneration === gen ? s.files : undefined);
+    // status.files and status.source are of status.observedGeneration: a new generation's conditions leave the
+    // old one's.
+    const same = (s: Status) => s.observedGeneration === gen;
     const report = () =>
       this.deps.writeStatus(
         sm,
-        (s) => withServedModelConditions({ ...s, files: files(s) }, gen, conditions),
+        (s) =>
+          withServedModelConditions(
+            { ...s, files: same(s) ? s.files : undefined, source: same(s) ? s.source : undefined },
+            gen,
+            conditions,
+          ),
         rc.signal,
       );
     return invalidSpec(this.deps, GVR.servedModels, sm, problem, report, rc.signal);
@@ -267,6 +292,24 @@ export class ServedModelReconciler {
     if (listed.ok) return listed;
     await this.stalled(sm, listed.message, directoryConditions(listed.message), rc);
     return { ok: false, result: listed.final ? undefined : { requeueAfter: DIRECTORY_RETRY_MS } };
+  }
+
+  /**
+   * A source's files, or the pass's result when there are none: Stalled with the Hub's reason, and looked at again
+   * later when the Hub may answer otherwise (unavailable, slow).
+   */
+  private async source(
+    key: string,
+    sm: Obj,
+    spec: ServedModelSpec,
+    rc: ReconcileContext,
+  ): Promise<ListedSource | { ok: false; result: ReconcileResult | void }> {
+    if (!this.deps.sources)
+      throw new Error('a ServedModel with spec.source.huggingface needs the sources dependency');
+    const found = await this.deps.sources.of(key, sm, spec, rc.signal);
+    if (found.ok) return found;
+    await this.stalled(sm, found.message, sourceConditions(found.reason, found.message), rc);
+    return { ok: false, result: found.final ? undefined : { requeueAfter: DIRECTORY_RETRY_MS } };
   }
 
   /** One step on every replica the gate lets through; the seed first, alone, when the rollout needs one. */
@@ -337,6 +380,7 @@ function findings(pass: Pass, spec: ServedModelSpec): PassFindings {
     serviceFound: pass.discovery!.serviceFound,
     gating: pass.gating!,
     dir: pass.dir,
+    source: pass.source,
     previous: previousReplicas(sm.status),
     outcomes: pass.outcomes!,
   };

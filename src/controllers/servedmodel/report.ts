@@ -8,7 +8,7 @@
  * a status write holds its outcome, so a pass whose write is lost to a conflict (thrown: the whole reconcile runs
  * again on fresh data) or coalesced leaves it for the next.
  */
-import type { ServedModel, ServedModelSpec, ServedModelStatus } from '../../api/index.ts';
+import type { ServedModel, ServedModelSpec, ServedModelStatus, SourceStatus } from '../../api/index.ts';
 import type { Registered } from '../../servers/driver.ts';
 import {
   getCondition,
@@ -49,6 +49,8 @@ export interface PassFindings {
   serviceFound: boolean;
   gating: ReplicaGating;
   dir: ListedDirectory | undefined;
+  /** What spec.source resolved to (spec.source). */
+  source?: SourceStatus | undefined;
   previous: ReadonlyMap<string, ReplicaStatus>;
   outcomes: readonly ReplicaOutcome[];
 }
@@ -174,6 +176,7 @@ function statusOf(s: ServedModelStatus, p: PassFindings, summary: PassSummary): 
     {
       ...withReplicas(s, summary, gating.gate, gating.preheat?.status?.cache, gating.nodePreheat),
       files: dir && { count: dir.count, bytes: dir.bytes, digest: dir.digest },
+      source: p.source,
     },
     p.sm.metadata.generation,
     summary.conditions,
