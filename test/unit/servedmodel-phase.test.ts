@@ -97,6 +97,40 @@ describe('servedModelPhase: what stops a pass', () => {
     expect(kind({ object: sm(DIRECTORY) })).not.toBe('refused');
   });
 
+  it('refused: a Hub source whose token would go outside --allowed-hub-hosts (not a public one, not while deleting)', () => {
+    const hub = (huggingface: object) => ({
+      modelName: 'tiny',
+      source: { huggingface: { repo: 'org/tiny', ...huggingface } },
+      modelServer: { service: { name: 'ts' }, driver: 'dirs' },
+    });
+    const token = { tokenSecretRef: { name: 'hf', key: 'token' } };
+    const mirror = hub({ ...token, endpoint: 'http://mirror.example:8080' });
+    expect(servedModelPhase(input({ object: sm(mirror) }))).toEqual({
+      kind: 'refused',
+      reason: 'HubNotAllowed',
+      message:
+        "spec.source.huggingface.endpoint: host mirror.example:8080 is not in the operator's --allowed-hub-hosts (huggingface.co), so the token of tokenSecretRef is not read nor sent; remove the endpoint to use huggingface.co, remove tokenSecretRef for a public repository, or ask an admin to allow the host",
+    });
+    expect(kind({ object: sm(mirror, deleted) })).toBe('deleting');
+    expect(kind({ object: sm(hub(token)) })).toBe('gating');
+    expect(kind({ object: sm(hub({ endpoint: 'http://mirror.example:8080' })) })).toBe('gating');
+    const none = { ...input({ object: sm(hub(token)) }), policy: { ...input({}).policy, hubHosts: [] } };
+    expect(servedModelPhase(none)).toMatchObject({ kind: 'refused', reason: 'HubNotAllowed' });
+  });
+
+  it('a Hub source is a directory: listed after the gate, refused by a driver of archives', () => {
+    const spec = {
+      modelName: 'tiny',
+      source: { huggingface: { repo: 'org/tiny' } },
+      modelServer: { service: { name: 'ts' }, driver: 'dirs' },
+    };
+    const gated = { finalizing: false, gating: true, listing: false, converging: false };
+    expect(kind({ object: sm(spec), done: gated })).toBe('listing');
+    expect(kind({ object: sm(spec), done: { ...gated, listing: true } })).toBe('converging');
+    const archives = { ...spec, modelServer: { service: { name: 'ts' }, driver: 'archives' } };
+    expect(kind({ object: sm(archives) })).toBe('unsupportedLayout');
+  });
+
   it('unknownDriver: naming the field and the drivers the operator has (deleted or not)', () => {
     const spec = { ...ARCHIVE, modelServer: { service: { name: 'ts' }, driver: 'tritonn' } };
     expect(servedModelPhase(input({ object: sm(spec) }))).toEqual({
