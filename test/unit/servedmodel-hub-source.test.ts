@@ -94,7 +94,7 @@ describe('a Hugging Face source', () => {
       size: 7,
     });
     const lfs = byPath.get('1/model.onnx')!;
-    expect(lfs.url.startsWith(`${hub.cdnURL}/repos/`)).toBe(true);
+    expect(lfs.url!.startsWith(`${hub.cdnURL}/repos/`)).toBe(true);
     expect(lfs.sha256).toBe(c0!.files.get('1/model.onnx')!.sha256);
     expect(lfs.headers).toBeUndefined();
     expect(found.files.filter).toEqual(expect.arrayContaining(['X-Amz-Signature', 'X-Amz-Date']));

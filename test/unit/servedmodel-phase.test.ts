@@ -129,6 +129,12 @@ describe('servedModelPhase: what stops a pass', () => {
     expect(kind({ object: sm(spec), done: { ...gated, listing: true } })).toBe('converging');
     const archives = { ...spec, modelServer: { service: { name: 'ts' }, driver: 'archives' } };
     expect(kind({ object: sm(archives) })).toBe('unsupportedLayout');
+    expect(servedModelPhase(input({ object: sm({ ...spec, preheat: { create: true } }) }))).toMatchObject({
+      kind: 'unsupportedLayout',
+      message: expect.stringContaining(
+        'spec.preheat.create: the operator does not build the preheat of a spec.source yet',
+      ),
+    });
   });
 
   it('unknownDriver: naming the field and the drivers the operator has (deleted or not)', () => {

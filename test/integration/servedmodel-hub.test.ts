@@ -1,0 +1,319 @@
+/**
+ * A ServedModel whose model is a Hugging Face repository (spec.source.huggingface) against the real apiserver, the
+ * Hub emulator and the operator (the ServedModel controller with a model-server driver that loads directories and
+ * records each registration): the revision is resolved to a commit once per generation (status.source), each
+ * replica registers the files at that commit (nested paths, an LFS file above 4 MiB at the CDN with its sha256,
+ * small git files at their resolve URL), a moved branch changes nothing until the refresh annotation takes a new
+ * value, and a private repository works with a token (only in its git files' headers) and is Stalled, naming the
+ * field, without one.
+ */
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import * as k8s from '@kubernetes/client-node';
+import { createNamespace, kubeConfig, waitFor } from '../support/kube.ts';
+import { startHubEmulator, type HubEmulator } from '../support/hub-emulator.ts';
+import { startManager, type RunningManager } from '../support/runtime-harness.ts';
+import { createServedModelController } from '../../src/controllers/index.ts';
+import {
+  ModelServerDrivers,
+  type Failure,
+  type ModelServerDriver,
+  type ModelVersion,
+  type Registered,
+  type Registration,
+  type ReplicaRef,
+  type ReplicaServer,
+} from '../../src/servers/driver.ts';
+import type { ServedModel } from '../../src/api/index.ts';
+
+const GROUP = 'peerload.io';
+const VERSION = 'v1alpha1';
+const ENDPOINTS = ['http://198.18.9.1:8000', 'http://198.18.9.2:8000'];
+const TOKEN = 'hf_integrationHubToken0123456789abcdef';
+const WEIGHTS = Buffer.alloc(5 * 1024 * 1024 + 17, 9);
+const TREE = {
+  'config.json': '{"model_type":"tiny"}',
+  'weights/model.safetensors': { content: WEIGHTS, lfs: true },
+  'tokenizer/nested/vocab.txt': 'a b c',
+  '.gitattributes': '*.safetensors filter=lfs',
+};
+
+class DirectoryServer implements ReplicaServer {
+  readonly models = new Map<string, ModelVersion>();
+  readonly registered: Registration[] = [];
+  async describe(model: string, version?: string) {
+    const v = this.models.get(model);
+    return v && (version === undefined || v.version === version) ? v : undefined;
+  }
+  async versions(model: string) {
+    const v = this.models.get(model);
+    return v ? [v] : [];
+  }
+  async register(reg: Registration): Promise<Registered> {
+    this.registered.push(structuredClone(reg));
+    const version = reg.version ?? '1';
+    this.models.set(reg.modelName, { version, minWorkers: 1, maxWorkers: 1, readyWorkers: 1 });
+    return { version };
+  }
+  async scale() {}
+  async unregister(model: string) {
+    this.models.delete(model);
+  }
+  async unregisterAll(model: string) {
+    this.models.delete(model);
+  }
+}
+
+class DirectoryDriver implements ModelServerDriver {
+  readonly name = 'directories';
+  readonly layouts = ['directory'] as const;
+  readonly servers = new Map(ENDPOINTS.map((e) => [e, new DirectoryServer()]));
+  replica(_o: unknown, _a: unknown, r: ReplicaRef): ReplicaServer {
+    return this.servers.get(r.endpoint)!;
+  }
+  prune(): void {}
+  failure(): Failure | undefined {
+    return undefined;
+  }
+}
+
+let kc: k8s.KubeConfig;
+let custom: k8s.CustomObjectsApi;
+let ns: string;
+let hub: HubEmulator;
+let operator: RunningManager;
+const driver = new DirectoryDriver();
+
+beforeAll(async () => {
+  kc = kubeConfig(inject('kubeconfigPath'));
+  custom = kc.makeApiClient(k8s.CustomObjectsApi);
+  ns = await createNamespace(kc, 'sm-hub');
+  hub = await startHubEmulator({
+    repos: [
+      {
+        id: 'org/tiny',
+        commits: [TREE, { ...TREE, 'config.json': '{"model_type":"tiny2"}' }],
+        refs: { main: 0 },
+      },
+      { id: 'org/private', commits: [TREE], private: true },
+    ],
+    tokens: { [TOKEN]: ['org/private'] },
+  });
+  await kc.makeApiClient(k8s.CoreV1Api).createNamespacedSecret({
+    namespace: ns,
+    body: { metadata: { name: 'hf' }, stringData: { token: TOKEN } },
+  });
+  operator = await startManager(
+    kc,
+    [
+      '--no-leader-elect',
+      '--allowed-endpoint-hosts',
+      '198.18.0.0/16',
+      // The emulated Hub listens on loopback: the admin allows the token to go there.
+      '--allowed-hub-hosts',
+      '127.0.0.1',
+      '--poll-backoff-start',
+      '200ms',
+      '--poll-backoff-max',
+      '1s',
+    ],
+    [(ctx) => createServedModelController(ctx, { drivers: new ModelServerDrivers([driver]) })],
+  );
+}, 180_000);
+
+afterAll(async () => {
+  await operator?.stop();
+  await hub?.close();
+});
+
+const get = (name: string) =>
+  custom.getNamespacedCustomObject({
+    group: GROUP,
+    version: VERSION,
+    namespace: ns,
+    plural: 'servedmodels',
+    name,
+  }) as Promise<ServedModel>;
+
+const create = (name: string, huggingface: Record<string, unknown>, endpoints = ENDPOINTS) =>
+  custom.createNamespacedCustomObject({
+    group: GROUP,
+    version: VERSION,
+    namespace: ns,
+    plural: 'servedmodels',
+    body: {
+      apiVersion: `${GROUP}/${VERSION}`,
+      kind: 'ServedModel',
+      metadata: { name },
+      spec: {
+        modelName: name,
+        source: { huggingface: { endpoint: hub.url, ...huggingface } },
+        modelServer: { endpoints, driver: 'directories' },
+      },
+    },
+  });
+
+const annotate = (name: string, value: string) =>
+  custom.patchNamespacedCustomObject(
+    {
+      group: GROUP,
+      version: VERSION,
+      namespace: ns,
+      plural: 'servedmodels',
+      name,
+      body: { metadata: { annotations: { 'peerload.io/refresh-source': value } } },
+    },
+    k8s.setHeaderOptions('Content-Type', k8s.PatchStrategy.MergePatch),
+  );
+
+const condition = (o: ServedModel, type: string) => o.status?.conditions?.find((c) => c.type === type);
+
+const readyWith = (name: string, commit: string) =>
+  waitFor(
+    `${name} Ready at ${commit.slice(0, 7)}`,
+    async () => {
+      const o = await get(name);
+      return condition(o, 'Ready')?.status === 'True' && o.status?.source?.huggingface?.commit === commit
+        ? o
+        : undefined;
+    },
+    { timeoutMs: 60_000, intervalMs: 200 },
+  );
+
+describe('a ServedModel from a Hugging Face repository', () => {
+  it('is Ready with the commit in status, each replica given the files at that commit', async () => {
+    const [c0] = hub.repos.get('org/tiny')!.commits;
+    await create('tiny', { repo: 'org/tiny', exclude: ['.gitattributes'] });
+    const sm = (await readyWith('tiny', c0!.sha))!;
+    expect(sm.status!.source).toEqual({
+      huggingface: { repo: 'org/tiny', revision: 'main', commit: c0!.sha },
+      observedGeneration: sm.metadata.generation,
+    });
+    expect(sm.status!.ready).toBe('2/2');
+    for (const server of driver.servers.values()) {
+      expect(server.registered).toHaveLength(1);
+      const files = server.registered[0]!.files!;
+      expect(files.files.map((f) => f.path).sort()).toEqual([
+        'config.json',
+        'tokenizer/nested/vocab.txt',
+        'weights/model.safetensors',
+      ]);
+      const lfs = files.files.find((f) => f.path === 'weights/model.safetensors')!;
+      expect(lfs).toMatchObject({
+        size: WEIGHTS.length,
+        sha256: c0!.files.get('weights/model.safetensors')!.sha256,
+      });
+      expect(lfs.url!.startsWith(`${hub.cdnURL}/repos/`)).toBe(true);
+      expect(files.files.find((f) => f.path === 'tokenizer/nested/vocab.txt')!.url).toBe(
+        `${hub.url}/org/tiny/resolve/${c0!.sha}/tokenizer/nested/vocab.txt`,
+      );
+      expect(files.filter).toContain('X-Amz-Signature');
+    }
+  });
+
+  it('a moved branch changes nothing until the annotation takes a new value or the spec changes', async () => {
+    const [c0, c1] = hub.repos.get('org/tiny')!.commits;
+    const server = driver.servers.get(ENDPOINTS[0]!)!;
+    hub.setRef('org/tiny', 'main', 1);
+    // Whatever passes run meanwhile, the commit of the generation stays.
+    await new Promise((r) => setTimeout(r, 1500));
+    expect((await get('tiny')).status!.source!.huggingface!.commit).toBe(c0!.sha);
+    await annotate('tiny', 'a');
+    const refreshed = (await readyWith('tiny', c1!.sha))!;
+    expect(refreshed.status!.source!.refresh).toBe('a');
+    // The replicas that serve the model keep what they placed: a new version rolls a new commit out.
+    expect(server.registered).toHaveLength(1);
+    hub.setRef('org/tiny', 'main', 0);
+    await new Promise((r) => setTimeout(r, 1500));
+    expect((await get('tiny')).status!.source!.huggingface!.commit).toBe(c1!.sha);
+    await custom.patchNamespacedCustomObject(
+      {
+        group: GROUP,
+        version: VERSION,
+        namespace: ns,
+        plural: 'servedmodels',
+        name: 'tiny',
+        body: { spec: { version: '2' } },
+      },
+      k8s.setHeaderOptions('Content-Type', k8s.PatchStrategy.MergePatch),
+    );
+    await readyWith('tiny', c0!.sha);
+    await waitFor('both replicas at version 2', async () =>
+      [...driver.servers.values()].every((s) => s.registered.length === 2) ? true : undefined,
+    );
+    for (const s of driver.servers.values()) {
+      const reg = s.registered[1]!;
+      expect(reg.version).toBe('2');
+      expect(reg.files!.files.find((f) => f.path === 'config.json')!.url).toContain(`/resolve/${c0!.sha}/`);
+    }
+  });
+
+  it('a private repository is Stalled without a token, naming the field, and Ready with one', async () => {
+    await create('private-none', { repo: 'org/private' }, [ENDPOINTS[0]!]);
+    const stalled = await waitFor(
+      'private-none Stalled',
+      async () => {
+        const o = await get('private-none');
+        return condition(o, 'Stalled')?.status === 'True' ? o : undefined;
+      },
+      { timeoutMs: 60_000, intervalMs: 200 },
+    );
+    expect(condition(stalled!, 'Stalled')).toMatchObject({
+      reason: 'HubTokenRequired',
+      message: expect.stringMatching(
+        /^spec\.source\.huggingface\.tokenSecretRef: org\/private@main: .*private or does not exist/,
+      ),
+    });
+    const [c0] = hub.repos.get('org/private')!.commits;
+    await create('private-token', { repo: 'org/private', tokenSecretRef: { name: 'hf', key: 'token' } }, [
+      ENDPOINTS[1]!,
+    ]);
+    const ok = (await readyWith('private-token', c0!.sha))!;
+    expect(JSON.stringify(ok)).not.toContain(TOKEN);
+    const reg = driver.servers.get(ENDPOINTS[1]!)!.registered.find((r) => r.modelName === 'private-token')!;
+    expect(reg.files!.files.find((f) => f.path === 'config.json')!.headers).toEqual({
+      authorization: `Bearer ${TOKEN}`,
+    });
+    expect(reg.files!.files.find((f) => f.path === 'weights/model.safetensors')!.headers).toBeUndefined();
+    const events = await kc.makeApiClient(k8s.CoreV1Api).listNamespacedEvent({ namespace: ns });
+    expect(JSON.stringify(events.items)).not.toContain(TOKEN);
+  });
+
+  it('a token toward a Hub outside --allowed-hub-hosts: HubNotAllowed, the Secret not read', async () => {
+    await custom.createNamespacedCustomObject({
+      group: GROUP,
+      version: VERSION,
+      namespace: ns,
+      plural: 'servedmodels',
+      body: {
+        apiVersion: `${GROUP}/${VERSION}`,
+        kind: 'ServedModel',
+        metadata: { name: 'elsewhere' },
+        spec: {
+          modelName: 'elsewhere',
+          source: {
+            huggingface: {
+              repo: 'org/private',
+              endpoint: 'http://localhost:9',
+              tokenSecretRef: { name: 'hf', key: 'token' },
+            },
+          },
+          modelServer: { endpoints: [ENDPOINTS[0]!], driver: 'directories' },
+        },
+      },
+    });
+    const o = await waitFor(
+      'elsewhere Stalled',
+      async () => {
+        const x = await get('elsewhere');
+        return condition(x, 'Stalled')?.status === 'True' ? x : undefined;
+      },
+      { timeoutMs: 60_000, intervalMs: 200 },
+    );
+    expect(condition(o!, 'Stalled')).toMatchObject({
+      reason: 'HubNotAllowed',
+      message: expect.stringContaining(
+        "host localhost:9 is not in the operator's --allowed-hub-hosts (127.0.0.1)",
+      ),
+    });
+  });
+});
