@@ -131,11 +131,7 @@ export function createServedModelController(
 }
 
 /** Who lists a directory's files (spec.files) and a source's (spec.source), with the namespace's Secrets. */
-function modelFileSources(
-  ctx: ControllerContext,
-  secrets: SecretReader,
-  opts: ServedModelControllerOptions,
-) {
+function modelFileSources(ctx: ControllerContext, secrets: SecretReader, opts: ServedModelControllerOptions) {
   return {
     directories: new ModelDirectories({
       secretData: (namespace, name, signal) => secrets.data(namespace, name, signal),

@@ -96,7 +96,7 @@ export function servedModelPhase(p: PhaseInput): ServedModelPhase {
     return {
       kind: 'unsupportedLayout',
       message:
-        'spec.preheat.create: the operator does not build the preheat of a spec.source yet; remove preheat (each replica downloads through its node\'s peer, one task per file) or name a ModelPreheat of the files with preheat.name',
+        "spec.preheat.create: the operator does not build the preheat of a spec.source yet; remove preheat (each replica downloads through its node's peer, one task per file) or name a ModelPreheat of the files with preheat.name",
     };
   if (!p.done.finalizing && !hasFinalizer(sm, FINALIZER)) return { kind: 'finalizing', spec };
   if (!p.done.gating) return { kind: 'gating', spec };
