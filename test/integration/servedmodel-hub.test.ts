@@ -13,16 +13,8 @@ import { createNamespace, kubeConfig, waitFor } from '../support/kube.ts';
 import { startHubEmulator, type HubEmulator } from '../support/hub-emulator.ts';
 import { startManager, type RunningManager } from '../support/runtime-harness.ts';
 import { createServedModelController } from '../../src/controllers/index.ts';
-import {
-  ModelServerDrivers,
-  type Failure,
-  type ModelServerDriver,
-  type ModelVersion,
-  type Registered,
-  type Registration,
-  type ReplicaRef,
-  type ReplicaServer,
-} from '../../src/servers/driver.ts';
+import { ModelServerDrivers } from '../../src/servers/driver.ts';
+import { DirectoryDriver } from '../support/directory-driver.ts';
 import type { ServedModel } from '../../src/api/index.ts';
 
 const GROUP = 'peerload.io';
@@ -37,51 +29,12 @@ const TREE = {
   '.gitattributes': '*.safetensors filter=lfs',
 };
 
-class DirectoryServer implements ReplicaServer {
-  readonly models = new Map<string, ModelVersion>();
-  readonly registered: Registration[] = [];
-  async describe(model: string, version?: string) {
-    const v = this.models.get(model);
-    return v && (version === undefined || v.version === version) ? v : undefined;
-  }
-  async versions(model: string) {
-    const v = this.models.get(model);
-    return v ? [v] : [];
-  }
-  async register(reg: Registration): Promise<Registered> {
-    this.registered.push(structuredClone(reg));
-    const version = reg.version ?? '1';
-    this.models.set(reg.modelName, { version, minWorkers: 1, maxWorkers: 1, readyWorkers: 1 });
-    return { version };
-  }
-  async scale() {}
-  async unregister(model: string) {
-    this.models.delete(model);
-  }
-  async unregisterAll(model: string) {
-    this.models.delete(model);
-  }
-}
-
-class DirectoryDriver implements ModelServerDriver {
-  readonly name = 'directories';
-  readonly layouts = ['directory'] as const;
-  readonly servers = new Map(ENDPOINTS.map((e) => [e, new DirectoryServer()]));
-  replica(_o: unknown, _a: unknown, r: ReplicaRef): ReplicaServer {
-    return this.servers.get(r.endpoint)!;
-  }
-  prune(): void {}
-  failure(): Failure | undefined {
-    return undefined;
-  }
-}
-
 let kc: k8s.KubeConfig;
 let custom: k8s.CustomObjectsApi;
 let ns: string;
 let hub: HubEmulator;
 let operator: RunningManager;
-const driver = new DirectoryDriver();
+const driver = new DirectoryDriver(ENDPOINTS);
 
 beforeAll(async () => {
   kc = kubeConfig(inject('kubeconfigPath'));
