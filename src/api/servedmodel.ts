@@ -548,20 +548,31 @@ export const targetsNodes = (spec: ServedModelSpec): boolean =>
 /** The manager's bound on `ips` in one job. */
 export const MAX_TARGET_IPS = 100;
 
+/** What the owned preheat of a spec.source warms: the files' URLs and the query parameters left out of their ids. */
+export interface SourcePreheat {
+  urls: string[];
+  filter: string[];
+}
+
 /**
  * The spec of the ModelPreheat a ServedModel with `preheat.create` owns. With node targeting and known node IPs,
- * it preheats those nodes' peers (scope all_peers, targets.ips); without any, the seed peers (the fallback).
+ * it preheats those nodes' peers (scope all_peers, targets.ips); without any, the seed peers (the fallback). A
+ * spec.source's content is the URLs its listing found (`source`), else the bucket's objects.
  */
 export function ownedPreheatSpec(
   spec: ServedModelSpec,
   nodeIPs: readonly string[] = [],
+  source?: SourcePreheat,
 ): Record<string, unknown> {
   const p = spec.preheat!;
   const ips = targetsNodes(spec) ? [...new Set(nodeIPs)].sort().slice(0, MAX_TARGET_IPS) : [];
+  const content = source
+    ? { urls: source.urls, filteredQueryParams: source.filter.length > 0 ? source.filter : undefined }
+    : { objectStorage: { ...p.objectStorage, ...ownedPreheatObjects(spec) } };
   return JSON.parse(
     JSON.stringify({
       type: 'file',
-      objectStorage: { ...p.objectStorage, ...ownedPreheatObjects(spec) },
+      ...content,
       ...(ips.length > 0 ? { scope: 'all_peers', targets: { ips } } : { scope: p.scope }),
       schedulerClusterIDs: p.schedulerClusterIDs,
       manager: p.manager,

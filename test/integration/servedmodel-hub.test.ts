@@ -11,11 +11,15 @@ import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import * as k8s from '@kubernetes/client-node';
 import { createNamespace, kubeConfig, waitFor } from '../support/kube.ts';
 import { startHubEmulator, type HubEmulator } from '../support/hub-emulator.ts';
+import { startManagerEmulator, type ManagerEmulator } from '../support/manager-emulator.ts';
+import { startPeerProxy, type PeerProxy } from '../support/peer-proxy.ts';
+import { modelPreheatController } from '../../src/controllers/modelpreheat/index.ts';
+import { taskID } from '../../src/storage/taskid.ts';
 import { startManager, type RunningManager } from '../support/runtime-harness.ts';
 import { createServedModelController } from '../../src/controllers/index.ts';
 import { ModelServerDrivers } from '../../src/servers/driver.ts';
 import { DirectoryDriver } from '../support/directory-driver.ts';
-import type { ServedModel } from '../../src/api/index.ts';
+import type { ModelPreheat, ServedModel } from '../../src/api/index.ts';
 
 const GROUP = 'peerload.io';
 const VERSION = 'v1alpha1';
@@ -34,6 +38,8 @@ let custom: k8s.CustomObjectsApi;
 let ns: string;
 let hub: HubEmulator;
 let operator: RunningManager;
+let peer: PeerProxy;
+let manager: ManagerEmulator;
 const driver = new DirectoryDriver(ENDPOINTS);
 
 beforeAll(async () => {
@@ -55,10 +61,14 @@ beforeAll(async () => {
     namespace: ns,
     body: { metadata: { name: 'hf' }, stringData: { token: TOKEN } },
   });
+  peer = await startPeerProxy();
+  manager = await startManagerEmulator({ peer });
   operator = await startManager(
     kc,
     [
       '--no-leader-elect',
+      '--manager-url',
+      manager.url,
       '--allowed-endpoint-hosts',
       '198.18.0.0/16',
       // The emulated Hub listens on loopback: the admin allows the token to go there.
@@ -69,12 +79,16 @@ beforeAll(async () => {
       '--poll-backoff-max',
       '1s',
     ],
-    [(ctx) => createServedModelController(ctx, { drivers: new ModelServerDrivers([driver]) })],
+    [
+      modelPreheatController,
+      (ctx) => createServedModelController(ctx, { drivers: new ModelServerDrivers([driver]) }),
+    ],
   );
 }, 180_000);
 
 afterAll(async () => {
   await operator?.stop();
+  await Promise.all([manager?.close(), peer?.close()]);
   await hub?.close();
 });
 
@@ -87,7 +101,12 @@ const get = (name: string) =>
     name,
   }) as Promise<ServedModel>;
 
-const create = (name: string, huggingface: Record<string, unknown>, endpoints = ENDPOINTS) =>
+const create = (
+  name: string,
+  huggingface: Record<string, unknown>,
+  endpoints = ENDPOINTS,
+  extra: Record<string, unknown> = {},
+) =>
   custom.createNamespacedCustomObject({
     group: GROUP,
     version: VERSION,
@@ -101,6 +120,7 @@ const create = (name: string, huggingface: Record<string, unknown>, endpoints = 
         modelName: name,
         source: { huggingface: { endpoint: hub.url, ...huggingface } },
         modelServer: { endpoints, driver: 'directories' },
+        ...extra,
       },
     },
   });
@@ -229,6 +249,45 @@ describe('a ServedModel from a Hugging Face repository', () => {
     expect(reg.files!.files.find((f) => f.path === 'weights/model.safetensors')!.headers).toBeUndefined();
     const events = await kc.makeApiClient(k8s.CoreV1Api).listNamespacedEvent({ namespace: ns });
     expect(JSON.stringify(events.items)).not.toContain(TOKEN);
+  });
+
+  it("preheat.create: the owned ModelPreheat warms the files' URLs at the commit, with the agents' task ids", async () => {
+    const [c0] = hub.repos.get('org/tiny')!.commits;
+    await create('warm', { repo: 'org/tiny', revision: c0!.sha }, [ENDPOINTS[0]!], {
+      preheat: { create: true, scope: 'single_seed_peer' },
+    });
+    await readyWith('warm', c0!.sha);
+    const preheat = (await waitFor(
+      'warm-preheat SUCCESS',
+      async () => {
+        const o = (await custom.getNamespacedCustomObject({
+          group: GROUP,
+          version: VERSION,
+          namespace: ns,
+          plural: 'modelpreheats',
+          name: 'warm-preheat',
+        })) as ModelPreheat;
+        return o.status?.state === 'SUCCESS' ? o : undefined;
+      },
+      { timeoutMs: 60_000, intervalMs: 200 },
+    ))!;
+    const reg = driver.servers.get(ENDPOINTS[0]!)!.registered.find((r) => r.modelName === 'warm')!;
+    const lfs = reg.files!.files.find((f) => f.path === 'weights/model.safetensors')!;
+    // The LFS file first, then every git file (a public repository: no token in the job).
+    expect(preheat.spec.urls![0]!.split('?')[0]).toBe(lfs.url!.split('?')[0]);
+    expect(preheat.spec.urls).toHaveLength(reg.files!.files.length);
+    expect(preheat.spec.filteredQueryParams).toEqual(reg.files!.filter);
+    expect(preheat.spec.objectStorage).toBeUndefined();
+    // Each file's task in status.tasks is the one the agent's download of it names (the same filter).
+    const ids = new Map(preheat.status!.tasks!.map((t) => [t.url.split('?')[0], t.taskID]));
+    for (const f of reg.files!.files)
+      expect(ids.get(f.url!.split('?')[0]), f.path).toBe(
+        taskID({ url: f.url!, filter: reg.files!.filter, rule: '1.4' }),
+      );
+    // The job fetched the LFS object from the CDN (through the seed peer), its signature valid.
+    expect(hub.cdnBytes(c0!.files.get('weights/model.safetensors')!.sha256)).toBeGreaterThanOrEqual(
+      WEIGHTS.length,
+    );
   });
 
   it('a token toward a Hub outside --allowed-hub-hosts: HubNotAllowed, the Secret not read', async () => {

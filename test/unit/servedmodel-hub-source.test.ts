@@ -7,7 +7,12 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Agent } from 'undici';
-import { ServedModelSpec, type ServedModel } from '../../src/api/index.ts';
+import {
+  ModelPreheatSpec,
+  ownedPreheatSpec,
+  ServedModelSpec,
+  type ServedModel,
+} from '../../src/api/index.ts';
 import { HubSources, RELOCATE_AFTER_MS } from '../../src/controllers/servedmodel/hub-source.ts';
 import { parseHostRules } from '../../src/policy/reach.ts';
 import { forgetSecrets } from '../../src/redact.ts';
@@ -151,6 +156,46 @@ describe('a Hugging Face source', () => {
     expect(heads()).toBe(before + 1);
     expect(later.ok && first.ok && later.digest === first.digest).toBe(true);
     clock = 0;
+  });
+
+  it("the owned preheat's content: the LFS files' CDN URLs first, git files only without a token, fixed per generation", async () => {
+    const s = sources();
+    clock = 0;
+    const first = await of(s, served({ repo: 'org/tiny' }));
+    if (!first.ok) throw new Error(first.message);
+    const lfs = first.files.files.find((f) => f.path === '1/model.onnx')!.url!;
+    expect(first.preheat!.urls[0]).toBe(lfs);
+    expect(first.preheat!.urls).toHaveLength(3);
+    expect(first.preheat!.filter).toEqual(first.files.filter);
+    const owned = ModelPreheatSpec.parse(
+      ownedPreheatSpec(
+        ServedModelSpec.parse({ ...served({ repo: 'org/tiny' }).spec, preheat: { create: true } }),
+        ['10.0.0.7'],
+        first.preheat,
+      ),
+    );
+    expect(owned).toMatchObject({
+      urls: first.preheat!.urls,
+      filteredQueryParams: first.preheat!.filter,
+      scope: 'all_peers',
+      targets: { ips: ['10.0.0.7'] },
+    });
+    expect(owned.objectStorage).toBeUndefined();
+    // New signatures half an hour later: the agents get them, the preheat's spec stays as it was.
+    clock = RELOCATE_AFTER_MS + 1000;
+    await new Promise((r) => setTimeout(r, 1100)); // the CDN's signature names the second it was made
+    const later = await of(s, served({ repo: 'org/tiny' }));
+    if (!later.ok) throw new Error(later.message);
+    expect(later.files.files.find((f) => f.path === '1/model.onnx')!.url).not.toBe(lfs);
+    expect(later.preheat).toEqual(first.preheat);
+    clock = 0;
+    const priv = await of(
+      sources(),
+      served({ repo: 'org/private', tokenSecretRef: { name: 'hf', key: 't' } }),
+    );
+    if (!priv.ok) throw new Error(priv.message);
+    expect(priv.preheat!.urls).toEqual([priv.files.files.find((f) => f.path === '1/model.onnx')!.url]);
+    expect(JSON.stringify(priv.preheat)).not.toContain(TOKEN);
   });
 
   it('a private repository: its files with the token, each git file carrying it as its own header', async () => {

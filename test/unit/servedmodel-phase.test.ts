@@ -112,29 +112,28 @@ describe('servedModelPhase: what stops a pass', () => {
         "spec.source.huggingface.endpoint: host mirror.example:8080 is not in the operator's --allowed-hub-hosts (huggingface.co), so the token of tokenSecretRef is not read nor sent; remove the endpoint to use huggingface.co, remove tokenSecretRef for a public repository, or ask an admin to allow the host",
     });
     expect(kind({ object: sm(mirror, deleted) })).toBe('deleting');
-    expect(kind({ object: sm(hub(token)) })).toBe('gating');
-    expect(kind({ object: sm(hub({ endpoint: 'http://mirror.example:8080' })) })).toBe('gating');
+    expect(kind({ object: sm(hub(token)) })).toBe('listing');
+    expect(kind({ object: sm(hub({ endpoint: 'http://mirror.example:8080' })) })).toBe('listing');
     const none = { ...input({ object: sm(hub(token)) }), policy: { ...input({}).policy, hubHosts: [] } };
     expect(servedModelPhase(none)).toMatchObject({ kind: 'refused', reason: 'HubNotAllowed' });
   });
 
-  it('a Hub source is a directory: listed after the gate, refused by a driver of archives', () => {
+  it('a Hub source is a directory, listed before the gate (its owned preheat warms what the listing found)', () => {
     const spec = {
       modelName: 'tiny',
       source: { huggingface: { repo: 'org/tiny' } },
       modelServer: { service: { name: 'ts' }, driver: 'dirs' },
+      preheat: { create: true },
     };
-    const gated = { finalizing: false, gating: true, listing: false, converging: false };
-    expect(kind({ object: sm(spec), done: gated })).toBe('listing');
-    expect(kind({ object: sm(spec), done: { ...gated, listing: true } })).toBe('converging');
+    const none = { finalizing: false, gating: false, listing: false, converging: false };
+    expect(kind({ object: sm(spec), done: none })).toBe('listing');
+    expect(kind({ object: sm(spec), done: { ...none, listing: true } })).toBe('gating');
+    expect(kind({ object: sm(spec), done: { ...none, listing: true, gating: true } })).toBe('converging');
+    // A bucket directory is still gated first: its listing reads the preheat's task identity.
+    const gatedFirst = { ...none };
+    expect(kind({ object: sm(DIRECTORY), done: gatedFirst })).toBe('gating');
     const archives = { ...spec, modelServer: { service: { name: 'ts' }, driver: 'archives' } };
     expect(kind({ object: sm(archives) })).toBe('unsupportedLayout');
-    expect(servedModelPhase(input({ object: sm({ ...spec, preheat: { create: true } }) }))).toMatchObject({
-      kind: 'unsupportedLayout',
-      message: expect.stringContaining(
-        'spec.preheat.create: the operator does not build the preheat of a spec.source yet',
-      ),
-    });
   });
 
   it('unknownDriver: naming the field and the drivers the operator has (deleted or not)', () => {

@@ -15,6 +15,7 @@ import {
   REFRESH_SOURCE_ANNOTATION,
   type ServedModel,
   type ServedModelSpec,
+  type SourcePreheat,
   type SourceStatus,
 } from '../../api/index.ts';
 import type { HubSource } from '../../api/source-huggingface.ts';
@@ -42,8 +43,13 @@ export type SourceFiles =
       bytes: number;
       digest: string;
       status: SourceStatus;
-      /** Each file's URL and its task's filter, for the owned preheat (no header: the token stays out of it). */
       listing: HubListing;
+      /**
+       * What the owned preheat warms: the URLs of the generation's first listing (a preheat job runs once; new
+       * signatures would only rewrite its spec), LFS files first, git files only without a token (it would have
+       * to travel in the job), at most 100.
+       */
+      preheat: SourcePreheat | undefined;
     }
   | {
       ok: false;
@@ -123,6 +129,7 @@ export class HubSources {
           : await listRepoFiles(client, hf.repo, pinned(sm, hf), hf, this.limits(), signal);
       const locations = await lfsLocations(client, listing, signal);
       const result = filesOf(sm, hf, endpoint, client, listing, locations);
+      if (kept?.id === id) result.preheat = kept.result.preheat;
       this.byKey.set(key, { id, listing, locatedAt: now, result });
       return result;
     } catch (err) {
@@ -177,6 +184,7 @@ function filesOf(
     count: listing.files.length,
     bytes: listing.files.reduce((n, f) => n + f.size, 0),
     digest: sourceDigest(listing),
+    preheat: preheatOf(files.files, files.filter ?? [], hf.tokenSecretRef === undefined),
     status: {
       huggingface: { repo: hf.repo, revision: hf.revision, commit: listing.sha },
       observedGeneration: sm.metadata.generation ?? 0,
@@ -184,6 +192,21 @@ function filesOf(
     },
     listing,
   };
+}
+
+/** Most URLs of one ModelPreheat. */
+const MAX_PREHEAT_URLS = 100;
+
+/** The URLs an owned preheat warms: the LFS files' first (the bulk of a model), git files only when public. */
+export function preheatOf(
+  files: readonly { url?: string | undefined; sha256?: string | undefined; size?: number | undefined }[],
+  filter: string[],
+  withGitFiles: boolean,
+): SourcePreheat | undefined {
+  const lfs = files.filter((f) => f.sha256 !== undefined).sort((a, b) => (b.size ?? 0) - (a.size ?? 0));
+  const git = withGitFiles ? files.filter((f) => f.sha256 === undefined) : [];
+  const urls = [...lfs, ...git].slice(0, MAX_PREHEAT_URLS).map((f) => f.url!);
+  return urls.length > 0 ? { urls, filter } : undefined;
 }
 
 /** The commit and each file's path, size and content id: a new commit is a new registration. */

@@ -92,13 +92,9 @@ export function servedModelPhase(p: PhaseInput): ServedModelPhase {
   if (isBeingDeleted(sm)) return { kind: 'deleting', spec };
   const refused = layoutRefusal(driver, spec.files || spec.source ? 'directory' : 'archive');
   if (refused) return { kind: 'unsupportedLayout', message: refused };
-  if (spec.source && spec.preheat?.create)
-    return {
-      kind: 'unsupportedLayout',
-      message:
-        "spec.preheat.create: the operator does not build the preheat of a spec.source yet; remove preheat (each replica downloads through its node's peer, one task per file) or name a ModelPreheat of the files with preheat.name",
-    };
   if (!p.done.finalizing && !hasFinalizer(sm, FINALIZER)) return { kind: 'finalizing', spec };
+  // A source's owned preheat warms what its listing found: listed first.
+  if (spec.source && !p.done.listing) return { kind: 'listing', spec };
   if (!p.done.gating) return { kind: 'gating', spec };
   if ((spec.files || spec.source) && !p.done.listing) return { kind: 'listing', spec };
   if (!p.done.converging) return { kind: 'converging', spec };

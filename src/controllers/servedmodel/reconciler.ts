@@ -17,6 +17,7 @@ import {
   type ServedModel,
   type ServedModelSpec,
   type ServedModelStatus,
+  type SourcePreheat,
   type SourceStatus,
 } from '../../api/index.ts';
 import type { ModelServerDrivers, Registered } from '../../servers/driver.ts';
@@ -112,6 +113,8 @@ interface Pass {
   dir?: ListedDirectory;
   /** What spec.source resolved to, for status. */
   source?: SourceStatus;
+  /** What the owned preheat of a spec.source warms. */
+  sourcePreheat?: SourcePreheat | undefined;
   outcomes?: ReplicaOutcome[];
 }
 
@@ -178,6 +181,7 @@ export class ServedModelReconciler {
             if (!found.ok) return found.result;
             pass.dir = found;
             pass.source = found.status;
+            pass.sourcePreheat = found.preheat;
             break;
           }
           const listed = await this.directory(key, sm, phase.spec, pass.gating!.preheat, rc);
@@ -246,7 +250,8 @@ export class ServedModelReconciler {
   private gate(pass: Pass, spec: ServedModelSpec, rc: ReconcileContext): Promise<ReplicaGating> {
     const sm = pass.object!;
     const previous = previousReplicas(sm.status);
-    return this.deps.gates.of(pass.key, sm, spec, this.discover(pass, spec), previous, rc.signal);
+    const discovery = this.discover(pass, spec);
+    return this.deps.gates.of(pass.key, sm, spec, discovery, previous, rc.signal, pass.sourcePreheat);
   }
 
   /** A spec the operator will not act on: its conditions written, or, being deleted, the finalizer let go. */
@@ -307,6 +312,12 @@ export class ServedModelReconciler {
     if (!this.deps.sources)
       throw new Error('a ServedModel with spec.source.huggingface needs the sources dependency');
     const found = await this.deps.sources.of(key, sm, spec, rc.signal);
+    if (found.ok && spec.preheat?.create && !found.preheat) {
+      const message =
+        "spec.preheat.create: the repository has no LFS file, and its git files would need the token in the preheat job: remove preheat (each replica downloads through its node's peer)";
+      await this.stalled(sm, message, sourceConditions('HubNoFiles', message), rc);
+      return { ok: false, result: undefined };
+    }
     if (found.ok) return found;
     await this.stalled(sm, found.message, sourceConditions(found.reason, found.message), rc);
     return { ok: false, result: found.final ? undefined : { requeueAfter: DIRECTORY_RETRY_MS } };
