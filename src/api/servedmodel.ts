@@ -230,7 +230,7 @@ export const PreheatGate = withRules(
     name: ObjectName.optional().meta({ description: 'An existing ModelPreheat that must succeed first.' }),
     create: z.boolean().optional().meta({
       description:
-        'Create and own a ModelPreheat for fileName (or the files) in objectStorage, with the plugin filter.',
+        "Create and own a ModelPreheat for fileName (or the files) in objectStorage, with the plugin filter; for a source, of the files' URLs its listing found (no objectStorage).",
     }),
     objectStorage: ObjectStorageLocation.optional().meta({
       description:
