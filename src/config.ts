@@ -13,6 +13,7 @@ import { DURATION_PATTERN, parseDuration } from './api/index.ts';
 import { DAEMON_VERSION_HINT, DEFAULT_TASK_ID_RULE, taskIdRule } from './storage/taskid.ts';
 import { parseHostRules, type HostRule } from './policy/reach.ts';
 import { defaultStorageHosts } from './policy/storage-reach.ts';
+import { DEFAULT_HUB_TOKEN_HOSTS } from './huggingface/endpoint.ts';
 
 /** A comma-separated host allow-list (src/policy/reach.ts); a bad entry fails naming it. */
 const hostRules = z.string().transform((list, ctx): HostRule[] => {
@@ -105,6 +106,10 @@ const ALL = {
     flag: 'allowed-registry-hosts',
     help: 'Registries an image ModelPreheat with imageCredentialsSecretRef may name, same syntax (empty: none; images without credentials go anywhere)',
   },
+  allowedHubHosts: {
+    flag: 'allowed-hub-hosts',
+    help: 'Hugging Face Hub hosts a ServedModel source.huggingface token may go to (its endpoint), same syntax. Default: huggingface.co; empty: none (public repositories only)',
+  },
   pollBackoffStart: { flag: 'poll-backoff-start', help: 'First interval when polling external jobs' },
   pollBackoffMax: { flag: 'poll-backoff-max', help: 'Longest interval when polling external jobs' },
   cleanupGracePeriod: {
@@ -123,6 +128,7 @@ const HOST_LISTS = new Set<Key>([
   'allowedEndpointHosts',
   'allowedStorageHosts',
   'allowedRegistryHosts',
+  'allowedHubHosts',
 ]);
 
 const envName = (flag: string): string => `PEERLOAD_${flag.toUpperCase().replace(/-/g, '_')}`;
@@ -200,6 +206,8 @@ const OperatorConfigSchema = z
     // admin names them, since no domain is one registry operator's and a registry names its token realm itself.
     allowedStorageHosts: hostRules.default(defaultStorageHosts()),
     allowedRegistryHosts: hostRules.default([]),
+    // The public Hub only: a mirror or an Enterprise Hub is the admin's to name.
+    allowedHubHosts: hostRules.default(parseHostRules(DEFAULT_HUB_TOKEN_HOSTS)),
     pollBackoffStart: duration('poll backoff start').default(2_000),
     pollBackoffMax: duration('poll backoff max').default(60_000),
     cleanupGracePeriod: duration('cleanup grace period').default(120_000),

@@ -191,6 +191,14 @@ export const EndpointURL = withRules(z.string().max(280), [
   ),
 ]);
 
+/** A service's root address: `http(s)://host[:port]`, an optional `/` and nothing else (a Hub endpoint). */
+export const RootURL = withRules(z.string().max(280), [
+  matching(
+    `^https?://${HOST}(:${PORT})?/?$`,
+    'must be http(s)://host[:port] with nothing else: no user or password, path, query or fragment',
+  ),
+]);
+
 /** A service base address (manager, object store): `http(s)://host[:port][/path]`, no credentials in it. */
 export const BaseURL = withRules(z.string().max(2048), [
   matching(

@@ -19,11 +19,11 @@ import {
 } from './common.ts';
 import { DirectoryPrefix, HAS_SELECTION_CEL, hasSelection, selectionFields } from './fileset.ts';
 import { ManagerRef } from './manager.ts';
+import { HubSource } from './source-huggingface.ts';
 import { ObjectKey } from './objectkey.ts';
 import { ObjectStorageLocation } from './objectstorage.ts';
 import { CacheStatus, PREHEAT_SCOPES, PeerDaemonVersion } from './modelpreheat.ts';
 import { OciSource } from './source-oci.ts';
-import { parseReference } from '../oci/reference.ts';
 import {
   DEFAULT_DRIVER,
   DRIVERS,
@@ -40,6 +40,7 @@ const FIXED_DRIVERS = driversWhere((d) => d.scaling === 'fixed');
 const REGISTRATION_DRIVERS = driversWhere((d) => d.options.includes('registration'));
 /** The drivers that load a directory the agent placed: what a spec.source becomes. */
 const DIRECTORY_DRIVERS = driversWhere((d) => d.agent !== 'unused' && d.layouts.includes('directory'));
+const NO_DIRECTORY_DRIVERS = driversWhere((d) => d.agent === 'unused' || !d.layouts.includes('directory'));
 const SCALING_WORDS = (
   [
     ['workers', 'worker processes'],
@@ -206,12 +207,38 @@ export const ModelDirectory = withRules(
 );
 export type ModelDirectory = z.infer<typeof ModelDirectory>;
 
+/**
+ * Where a model's files come from when not from a bucket: one member (a Hugging Face repository, an OCI artifact).
+ * Placed by the model server's peerload agent, as a directory is.
+ */
+export const ModelSource = withRules(
+  z.object({
+    oci: OciSource.optional().meta({
+      description:
+        "A ModelPack artifact in an OCI registry: every layer placed by the agent through the node's peer, checked against its digest (raw layers on their org.cncf.model.filepath, tar layers extracted).",
+    }),
+    huggingface: HubSource.optional().meta({
+      description:
+        'A Hugging Face Hub repository at a revision: every file (or those include/exclude choose) placed as the model directory.',
+    }),
+  }),
+  [
+    {
+      rule: '[has(self.oci), has(self.huggingface)].filter(x, x).size() == 1',
+      message: 'set exactly one source: oci or huggingface',
+      reason: 'FieldValueRequired',
+      check: (s) => countSet(s.oci, s.huggingface) === 1,
+    },
+  ],
+);
+export type ModelSource = z.infer<typeof ModelSource>;
+
 export const PreheatGate = withRules(
   z.object({
     name: ObjectName.optional().meta({ description: 'An existing ModelPreheat that must succeed first.' }),
     create: z.boolean().optional().meta({
       description:
-        'Create and own a ModelPreheat for fileName (or the files) in objectStorage, with the plugin filter; with a source, of its blobs (an image preheat of the OCI manifest).',
+        "Create and own a ModelPreheat for fileName (or the files) in objectStorage, with the plugin filter; for a source, of what it resolved to: an OCI artifact's blobs, a Hub repository's files (no objectStorage).",
     }),
     objectStorage: ObjectStorageLocation.optional().meta({
       description:
@@ -262,36 +289,13 @@ export const PreheatGate = withRules(
     },
     {
       rule: 'has(self.name) != (has(self.create) && self.create)',
-      message: 'set either name (an existing ModelPreheat) or create: true with objectStorage',
+      message: 'set either name (an existing ModelPreheat) or create: true',
       fieldPath: '.name',
       reason: 'FieldValueInvalid',
       check: (p) => (p.name !== undefined) !== (p.create === true),
     },
   ],
 );
-
-/**
- * Where the model comes from when it is neither in a bucket (fileName, files): exactly one member, each placed as a
- * directory by the agent beside each replica.
- */
-export const ModelSource = withRules(
-  z.object({
-    oci: OciSource.optional().meta({
-      description:
-        "A ModelPack artifact in an OCI registry: every layer placed by the agent through the node's peer, checked against its digest (raw layers on their org.cncf.model.filepath, tar layers extracted).",
-    }),
-  }),
-  [
-    {
-      rule: '[has(self.oci)].filter(x, x).size() == 1',
-      message: 'set exactly one source: oci',
-      fieldPath: '.oci',
-      reason: 'FieldValueRequired',
-      check: (s) => countSet(s.oci) === 1,
-    },
-  ],
-);
-export type ModelSource = z.infer<typeof ModelSource>;
 
 export const ServedModelSpec = withRules(
   z.object({
@@ -316,7 +320,7 @@ export const ServedModelSpec = withRules(
         "A model that is a directory (safetensors shards, a model repository version): its files in preheat.objectStorage's bucket, placed by the model server's peerload agent with the preheat's task identity. Set this, fileName or source; needs preheat.objectStorage and a model server whose driver loads directories.",
     }),
     source: ModelSource.optional().meta({
-      description: `A model from elsewhere than a bucket (an OCI registry), placed as a directory by the model server's peerload agent. Set this, fileName or files; needs a driver that loads directories (${listed(DIRECTORY_DRIVERS)}) and modelServer.agent. With preheat.create no objectStorage: the source says where the bytes are.`,
+      description: `A model from elsewhere than a bucket (an OCI registry or a Hugging Face repository), placed as a directory by the model server's peerload agent. Set this, fileName or files; needs a driver that loads directories (${listed(DIRECTORY_DRIVERS)}) and modelServer.agent. With preheat.create no objectStorage: the source says where the bytes are.`,
     }),
     modelServer: ModelServer.meta({
       description: 'Where the model-server replicas are: a Service (every ready endpoint) or static URLs.',
@@ -367,17 +371,20 @@ export const ServedModelSpec = withRules(
       check: (s) => countSet(s.fileName, s.files, s.source) === 1,
     },
     {
-      rule: `!has(self.source) || (${celDriver('self.modelServer.driver')} in ${celList(DIRECTORY_DRIVERS)} && has(self.modelServer.agent))`,
+      // Drivers the table knows cannot load a directory are refused here; a name without a driver is the
+      // reconcile's UnknownDriver.
+      rule: `!has(self.source) || (!(${celDriver('self.modelServer.driver')} in ${celList(NO_DIRECTORY_DRIVERS)}) && has(self.modelServer.agent))`,
       message: `source places a directory through the peerload agent: use a driver that loads directories (${listed(DIRECTORY_DRIVERS)}) and set modelServer.agent`,
       fieldPath: '.source',
       reason: 'FieldValueInvalid',
       check: (s) =>
         s.source === undefined ||
-        (has(DIRECTORY_DRIVERS, s.modelServer.driver) && s.modelServer.agent !== undefined),
+        (!has(NO_DIRECTORY_DRIVERS, s.modelServer.driver) && s.modelServer.agent !== undefined),
     },
     {
-      rule: '!has(self.preheat) || !(has(self.preheat.create) && self.preheat.create) || has(self.preheat.objectStorage) || has(self.source)',
-      message: 'create: true needs objectStorage (or a source, which says where the bytes are)',
+      rule: '!has(self.preheat) || !has(self.preheat.create) || !self.preheat.create || has(self.preheat.objectStorage) || has(self.source)',
+      message:
+        'preheat.create: true needs preheat.objectStorage (the bucket of fileName or files); a source says itself where the bytes are',
       fieldPath: '.preheat.objectStorage',
       reason: 'FieldValueRequired',
       check: (s) =>
@@ -483,7 +490,7 @@ export const NodePreheatStatus = z.object({
     .meta({ description: 'The first failed nodes.' }),
 });
 
-/** What a ServedModel's spec.source resolved to, once per generation. */
+/** What spec.source resolved to, for one generation (or one value of the refresh annotation). */
 export const SourceStatus = z.object({
   oci: z
     .object({
@@ -492,16 +499,25 @@ export const SourceStatus = z.object({
     })
     .optional()
     .meta({ description: 'The OCI artifact placed.' }),
+  huggingface: z
+    .object({
+      repo: z.string().meta({ description: 'spec.source.huggingface.repo.' }),
+      revision: z.string().meta({ description: 'spec.source.huggingface.revision.' }),
+      commit: z.string().meta({ description: 'The commit sha the revision named when it was resolved.' }),
+    })
+    .optional()
+    .meta({ description: 'The Hugging Face repository and the commit its revision resolved to.' }),
   observedGeneration: z.int().meta({ description: 'metadata.generation the source was resolved for.' }),
   refresh: z.string().max(253).optional().meta({
-    description: 'The value of the peerload.io/refresh-source annotation the last resolution answered.',
+    description:
+      'The value of the peerload.io/refresh-source annotation the resolution answered: a new value resolves again (picks up a moved tag or branch on purpose).',
   }),
-  layers: z.int().optional().meta({ description: 'Layers of the artifact.' }),
+  layers: z.int().optional().meta({ description: 'Layers of an OCI artifact.' }),
   bytes: z.int().optional().meta({ description: 'Bytes of its layers together.' }),
 });
 export type SourceStatus = z.infer<typeof SourceStatus>;
 
-/** The annotation that makes the operator resolve spec.source again (a moved tag picked up on purpose). */
+/** The annotation whose new value makes the operator resolve spec.source again. */
 export const REFRESH_SOURCE_ANNOTATION = 'peerload.io/refresh-source';
 
 export const ServedModelStatus = z.object({
@@ -534,7 +550,7 @@ export const ServedModelStatus = z.object({
     .meta({ description: "A directory's listing for this generation (spec.files)." }),
   source: SourceStatus.optional().meta({
     description:
-      'What spec.source resolved to for observedGeneration (a tag to its manifest digest): resolved again only when the generation changes or the peerload.io/refresh-source annotation differs from refresh.',
+      'What spec.source resolved to for observedGeneration (an OCI tag to its manifest digest, a Hub revision to its commit): resolved again only when the generation changes or the peerload.io/refresh-source annotation differs from refresh.',
   }),
   nodePreheat: NodePreheatStatus.optional().meta({
     description:
@@ -568,19 +584,35 @@ export const targetsNodes = (spec: ServedModelSpec): boolean =>
 export const MAX_TARGET_IPS = 100;
 
 /**
+ * What the owned preheat of a spec.source warms: the files' URLs and the query parameters left out of their ids
+ * (a file preheat), or an OCI manifest the manager reads itself (an image preheat with the registry's credentials).
+ */
+export type SourcePreheat = FilePreheat | ImagePreheat;
+/** Files by URL, with the query parameters left out of their task ids. */
+export interface FilePreheat {
+  urls: string[];
+  filter: string[];
+}
+/** An OCI manifest the manager reads, with the registry Secret it asks a token with. */
+export interface ImagePreheat {
+  image: { url: string; credentialsSecretRef?: { name: string } | undefined };
+}
+
+/**
  * The spec of the ModelPreheat a ServedModel with `preheat.create` owns. With node targeting and known node IPs,
- * it preheats those nodes' peers (scope all_peers, targets.ips); without any, the seed peers (the fallback).
+ * it preheats those nodes' peers (scope all_peers, targets.ips); without any, the seed peers (the fallback). A
+ * spec.source's content is what its resolution found (`source`), else the bucket's objects.
  */
 export function ownedPreheatSpec(
   spec: ServedModelSpec,
   nodeIPs: readonly string[] = [],
+  source?: SourcePreheat,
 ): Record<string, unknown> {
   const p = spec.preheat!;
   const ips = targetsNodes(spec) ? [...new Set(nodeIPs)].sort().slice(0, MAX_TARGET_IPS) : [];
   return JSON.parse(
     JSON.stringify({
-      ...(spec.source ? ownedSourcePreheat(spec) : { type: 'file' }),
-      ...(spec.source ? {} : { objectStorage: { ...p.objectStorage, ...ownedPreheatObjects(spec) } }),
+      ...preheatContent(spec, source),
       ...(ips.length > 0 ? { scope: 'all_peers', targets: { ips } } : { scope: p.scope }),
       schedulerClusterIDs: p.schedulerClusterIDs,
       manager: p.manager,
@@ -591,37 +623,21 @@ export function ownedPreheatSpec(
   );
 }
 
-/**
- * The owned preheat of a source. Anonymous: the layers' blob URLs as a file preheat (the task ids are the
- * agents'). With registry credentials: the manager's image preheat of the manifest (it asks the registry for a
- * token with them and preheats every blob the manifest references), since a token in the job's headers would be
- * stored in the manager's database and shown in the ModelPreheat. The reconciler pins the reference to the digest
- * it resolved first, so the manifest URL names that digest and a moved tag is never preheated.
- */
-function ownedSourcePreheat(spec: ServedModelSpec): Record<string, unknown> {
-  const oci = spec.source!.oci!;
-  const blobs = (spec as ResolvedSpec)[RESOLVED_BLOBS];
-  // An anonymous artifact whose blobs the operator read from the manifest: those blobs as files (the registry is
-  // read by the peers only, and the manager's image preheat dials no loopback or link-local registry).
-  if (
-    !oci.credentialsSecretRef &&
-    blobs !== undefined &&
-    blobs.length > 0 &&
-    blobs.length <= MAX_PREHEAT_URLS
-  )
-    return { type: 'file', urls: [...blobs] };
-  const ref = parseReference(oci.reference);
-  const url = `${oci.plainHTTP ? 'http' : 'https'}://${ref.registry}/v2/${ref.repository}/manifests/${ref.digest ?? ref.tag}`;
-  return { type: 'image', url, imageCredentialsSecretRef: oci.credentialsSecretRef };
+function preheatContent(spec: ServedModelSpec, source: SourcePreheat | undefined): Record<string, unknown> {
+  if (!source)
+    return { type: 'file', objectStorage: { ...spec.preheat!.objectStorage, ...ownedPreheatObjects(spec) } };
+  if ('image' in source)
+    return {
+      type: 'image',
+      url: source.image.url,
+      imageCredentialsSecretRef: source.image.credentialsSecretRef,
+    };
+  return {
+    type: 'file',
+    urls: source.urls,
+    filteredQueryParams: source.filter.length > 0 ? source.filter : undefined,
+  };
 }
-
-/** URLs one file preheat takes (ModelPreheat spec.urls). */
-const MAX_PREHEAT_URLS = 100;
-
-/** Where a spec the operator resolved carries its source's blob URLs (in memory only: not part of the API). */
-export const RESOLVED_BLOBS = Symbol('resolvedBlobs');
-/** A spec whose source was resolved: the layers' blob URLs of the pinned artifact. */
-export type ResolvedSpec = ServedModelSpec & { [RESOLVED_BLOBS]?: readonly string[] };
 
 /** The prefix as a directory: `''` or ending in one `/`. */
 export const directoryOf = (prefix: string): string => (prefix === '' ? '' : prefix.replace(/\/*$/, '/'));

@@ -9,7 +9,7 @@ import { readFile } from 'node:fs/promises';
 import { pino } from 'pino';
 import { parseDuration } from '../api/index.ts';
 import { DEFAULT_MAX_FILES, MAX_DIRECTORY_FILES } from '../api/fileset.ts';
-import { ModelVersionSpecSchema, specProblems, type ModelVersionSpec } from '../agent/spec.ts';
+import { ModelVersionSpecSchema, SEGMENT, specProblems, type ModelVersionSpec } from '../agent/spec.ts';
 import { HubClient } from '../huggingface/client.ts';
 import { DEFAULT_HUB_ENDPOINT, DEFAULT_HUB_TOKEN_HOSTS, hubEndpoint } from '../huggingface/endpoint.ts';
 import { HubError } from '../huggingface/errors.ts';
@@ -38,6 +38,8 @@ with the commit.
 --include          glob of the files to keep (repeatable; default every file)
 --exclude          glob of the files to leave out (repeatable)
 --max-files        most files after include/exclude (default ${DEFAULT_MAX_FILES}, at most ${MAX_DIRECTORY_FILES})
+--version          the version directory's name instead of the commit sha (e.g. a fixed path a server starts on);
+                   the commit is still the one REVISION names now
 --listing-timeout  how long resolving and listing may take (default ${DEFAULT_LISTING_LIMITS.timeoutMs / 1000}s)
 ${DOWNLOAD_OPTIONS_USAGE.replace(/^--root[^\n]*\n/, '')}
 Exit status: 0 in place, 1 download failed, 2 bad input, refused, or the Hub's refusal (token, revision...).`;
@@ -50,6 +52,7 @@ const HUB_OPTIONS = {
   include: { type: 'string', multiple: true },
   exclude: { type: 'string', multiple: true },
   'max-files': { type: 'string' },
+  version: { type: 'string' },
   'listing-timeout': { type: 'string', default: `${DEFAULT_LISTING_LIMITS.timeoutMs / 1000}s` },
 } as const;
 
@@ -116,15 +119,20 @@ async function parseHubArgs(argv: string[], env: NodeJS.ProcessEnv) {
     maxFiles,
     maxBytes: config.limits.maxBytes,
   };
-  return { ref, endpoint, token, config, selection, listingMs };
+  const version = values.version;
+  if (version !== undefined && !SEGMENT.test(version))
+    throw new CliError(
+      `--version: must be one path segment of letters, digits, . _ - (not starting with .), got "${version}"`,
+    );
+  return { ref, endpoint, token, config, selection, listingMs, version };
 }
 
 /** The repository listed at its commit as the agent's version; a Hub refusal is a line and an exit status. */
 async function hubSpec(
   args: NonNullable<Awaited<ReturnType<typeof parseHubArgs>>>,
   io: FetchLines,
-): Promise<ModelVersionSpec | number> {
-  const { ref, endpoint, token, config, selection, listingMs } = args;
+): Promise<{ spec: ModelVersionSpec; commit: string } | number> {
+  const { ref, endpoint, token, config, selection, listingMs, version } = args;
   try {
     const client = new HubClient({ endpoint, dispatcher: config.dispatcher, token });
     const listing = await listRepoFiles(client, ref.repo, ref.revision, selection, {
@@ -133,10 +141,10 @@ async function hubSpec(
     });
     const locations = await lfsLocations(client, listing);
     const spec = ModelVersionSpecSchema.safeParse(
-      hubVersionSpec(endpoint, listing, locations, { headers: client.authHeaders() }),
+      hubVersionSpec(endpoint, listing, locations, { headers: client.authHeaders(), version }),
     );
     if (!spec.success) throw new CliError(`hf://${ref.repo}: ${redact(specProblems(spec.error))}`);
-    return spec.data;
+    return { spec: spec.data, commit: listing.sha };
   } catch (e) {
     if (!(e instanceof HubError)) throw e;
     io.err(`peerload fetch: ${e.reason}: ${redact(e.message)}`);
@@ -157,14 +165,14 @@ export async function runHub(
   const { ref, config } = args;
   const logger = createLogger(config.logLevel as 'info', pino.destination({ fd: 2, sync: true }));
   try {
-    const spec = await hubSpec(args, io);
-    if (typeof spec === 'number') return spec;
+    const found = await hubSpec(args, io);
+    if (typeof found === 'number') return found;
     return await placeVersion(
       ref.repo.split('/')[1]!,
-      spec,
+      found.spec,
       config,
       logger,
-      `hf://${ref.repo}@${ref.revision} (commit ${spec.version})`,
+      `hf://${ref.repo}@${ref.revision} (commit ${found.commit})`,
       io,
     );
   } finally {

@@ -49,6 +49,8 @@ export const ReachReason = {
   StorageEndpointNotAllowed: 'StorageEndpointNotAllowed',
   /** An image preheat with registry credentials names a registry outside --allowed-registry-hosts. */
   RegistryNotAllowed: 'RegistryNotAllowed',
+  /** A Hub source with a token names an endpoint outside --allowed-hub-hosts (hub-reach.ts). */
+  HubNotAllowed: 'HubNotAllowed',
 } as const;
 export type ReachReason = (typeof ReachReason)[keyof typeof ReachReason];
 

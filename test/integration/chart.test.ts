@@ -311,14 +311,20 @@ describe('charts/peerload', () => {
         '--allowed-endpoint-hosts=',
         `--allowed-storage-hosts=${DEFAULT_STORAGE_HOSTS}`,
         '--allowed-registry-hosts=',
+        '--allowed-hub-hosts=huggingface.co',
       ]),
     );
     expect(
-      args({ allowedStorageHosts: '{minio.storage.svc:9000}', allowedRegistryHosts: '{ghcr.io}' }),
+      args({
+        allowedStorageHosts: '{minio.storage.svc:9000}',
+        allowedRegistryHosts: '{ghcr.io}',
+        allowedHubHosts: '{hub.corp.example}',
+      }),
     ).toEqual(
       expect.arrayContaining([
         '--allowed-storage-hosts=minio.storage.svc:9000',
         '--allowed-registry-hosts=ghcr.io',
+        '--allowed-hub-hosts=hub.corp.example',
       ]),
     );
     expect(

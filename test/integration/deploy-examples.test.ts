@@ -14,6 +14,7 @@ import { gvrOf, kustomize, type Manifest } from '../support/runtime-deploy.ts';
 import { serviceAccountIdentity, writeServiceAccountKubeconfig } from '../support/service-account.ts';
 import { kubeconfigFromFile } from '../../src/runtime/kubeconfig.ts';
 import { ModelVersionSpecSchema } from '../../src/agent/spec.ts';
+import { parseHubURI } from '../../src/huggingface/reference.ts';
 import { DEFAULT_MODEL_ROOT } from '../../src/servers/driver.ts';
 import { applyInto } from '../support/example-apply.ts';
 
@@ -431,6 +432,42 @@ describe('deploy/examples/vllm', () => {
       },
     );
     expect(r.metadata.name).toBe('sql-adapter');
+  });
+});
+
+describe('deploy/examples/vllm-hub', () => {
+  const ms = kustomize(join(REPO_ROOT, 'deploy/examples/vllm-hub'));
+  const pod = one(ms, 'Deployment').spec.template.spec;
+  const flag = (args: string[], name: string) =>
+    args.find((a) => a.startsWith(`--${name}=`))?.slice(name.length + 3);
+
+  it('fetches the base model from the Hub through the node peer, into the directory vLLM starts on', () => {
+    const [fetch] = pod.initContainers;
+    expect(fetch.command).toEqual(['peerload', 'fetch']);
+    const [uri, dest] = fetch.args as string[];
+    const ref = parseHubURI(uri!);
+    // peerload fetch hf:// places DEST/<namespace>/<name>/<--version>: exactly vLLM's --model.
+    const vllm = pod.containers.find((c: { name: string }) => c.name === 'vllm');
+    expect(flag(vllm.args, 'model')).toBe(`${dest}/${ref.repo}/${flag(fetch.args, 'version')}`);
+    expect(flag(fetch.args, 'proxy')).toBe('http://$(NODE_IP):4001');
+    // The token file is the Secret's key, mounted into fetch only; vLLM never reaches the Hub.
+    const mount = fetch.volumeMounts.find((m: { name: string }) => m.name === 'hf-token');
+    expect(flag(fetch.args, 'token-file')).toBe(`${mount.mountPath}/token`);
+    expect(one(ms, 'Secret', 'hf-token').stringData).toHaveProperty('token');
+    expect(vllm.volumeMounts.some((m: { name: string }) => m.name === 'hf-token')).toBe(false);
+    expect(vllm.env).toContainEqual({ name: 'HF_HUB_OFFLINE', value: '1' });
+  });
+
+  it('is applied and its pod admitted under Pod Security `restricted` with no warning', async () => {
+    const ns = await restrictedNamespace('example-vllm-hub');
+    expect(await applyAll(ms, ns)).toEqual([]);
+    const podManifest = {
+      apiVersion: 'v1',
+      kind: 'Pod',
+      metadata: { name: 'vllm-hub-0', namespace: ns, labels: { 'app.kubernetes.io/name': 'vllm-hub' } },
+      spec: pod,
+    } as Manifest;
+    expect(await applyAll([podManifest], ns)).toEqual([]);
   });
 });
 

@@ -9,7 +9,7 @@
  * values is in the operator's log. The operator is `peerload operator` in a process of its own, as a cluster runs it.
  *
  * With the manager allowed, object-storage endpoints (keys and prefixes of s3, gcs, abs and oss), an image registry
- * with credentials and a ServedModel directory at the listener are refused too, before the Secret is read: no
+ * with credentials, a ServedModel directory and a Hugging Face source with a token at the listener are refused too, before the Secret is read: no
  * request, and no job on the admin's manager (whose seed peer would fetch the signed URLs). Last, the same objects
  * against an operator whose four lists admit the listener: it receives the planted values, so the refusals are what
  * kept them.
@@ -74,6 +74,7 @@ const SECRETS = {
   ts: { key: planted('management-key') },
   agent: { token: planted('agent-token') },
   vllm: { key: planted('vllm-api-key') },
+  hf: { token: planted('hf-token') },
   oss: { access_key_id: planted('oss-key-id'), access_key_secret: planted('oss-key-secret') },
   abs: { account_key: Buffer.from(planted('abs-account-key')).toString('base64') },
   gcs: {
@@ -257,6 +258,23 @@ function managerAndEndpointCases(origin: string): Case[] {
       },
       reason: 'EndpointNotAllowed',
       field: 'spec.modelServer.endpoints',
+    },
+    {
+      kind: 'ServedModel',
+      name: 'hub',
+      spec: {
+        modelName: 'm',
+        source: {
+          huggingface: { repo: 'org/m', endpoint: tenant.url, tokenSecretRef: { name: 'hf', key: 'token' } },
+        },
+        modelServer: {
+          driver: 'triton',
+          service: { name: 'triton' },
+          agent: { port: 8090, tokenSecretRef: { name: 'agent', key: 'token' } },
+        },
+      },
+      reason: 'HubNotAllowed',
+      field: 'spec.source.huggingface.endpoint',
     },
     agentServedModel('agent', 'triton', {}),
     agentServedModel('vllm', 'vllm', { managementTokenSecretRef: { name: 'vllm', key: 'key' } }),
@@ -637,6 +655,8 @@ describe('opening the allow-lists sends the credentials to the tenant (the test 
         '127.0.0.1,localhost,*.localhost',
         '--allowed-registry-hosts',
         '127.0.0.1',
+        '--allowed-hub-hosts',
+        '127.0.0.1',
       ],
     ]);
   });
@@ -650,12 +670,13 @@ describe('opening the allow-lists sends the credentials to the tenant (the test 
     const cases: Case[] = [
       ...credentialCases(`${open}-p2p`),
       ...managerAndEndpointCases('http://origin.example.com/m.mar').filter((c) =>
-        ['pat', 'signin', 'static'].includes(c.name),
+        ['pat', 'signin', 'static', 'hub'].includes(c.name),
       ),
     ];
     for (const c of cases) await create(c.kind, c.name, c.spec, open);
     // Received by the listener itself: the manager's token and sign-in, the model server's key, the s3 keys of the
     // listing and of the seed peer's fetch, the gcs service account of a signed URL, the registry's user.
+    // And the Hub token of a source whose endpoint is the listener (the listing asks it for the revision).
     const expected = [
       SECRETS.pat.token,
       SECRETS.user.username,
@@ -666,6 +687,7 @@ describe('opening the allow-lists sends the credentials to the tenant (the test 
       GCS_VALUES[0]!,
       SECRETS.registry.username,
       SECRETS.registry.password,
+      SECRETS.hf.token,
     ];
     const got = await waitFor(
       'the planted values at the listener',

@@ -14,16 +14,8 @@ import { startPeerProxy, type PeerProxy } from '../support/peer-proxy.ts';
 import { startManager, type RunningManager } from '../support/runtime-harness.ts';
 import { createServedModelController } from '../../src/controllers/index.ts';
 import { modelPreheatController } from '../../src/controllers/modelpreheat/index.ts';
-import {
-  ModelServerDrivers,
-  type Failure,
-  type ModelServerDriver,
-  type ModelVersion,
-  type Registered,
-  type Registration,
-  type ReplicaRef,
-  type ReplicaServer,
-} from '../../src/servers/driver.ts';
+import { ModelServerDrivers } from '../../src/servers/driver.ts';
+import { DirectoryDriver } from '../support/directory-driver.ts';
 import type { ModelPreheat, ServedModel } from '../../src/api/index.ts';
 
 const GROUP = 'peerload.io';
@@ -37,46 +29,6 @@ const FILES: Record<string, string> = {
   'tokenizer/tokenizer.json': '{}',
 };
 
-/** A model server that loads directories: it records each registration, and its workers start at once. */
-class DirectoryServer implements ReplicaServer {
-  readonly models = new Map<string, ModelVersion>();
-  readonly registered: Registration[] = [];
-  async describe(model: string) {
-    return this.models.get(model);
-  }
-  async versions(model: string) {
-    const v = this.models.get(model);
-    return v ? [v] : [];
-  }
-  async register(reg: Registration): Promise<Registered> {
-    this.registered.push(structuredClone(reg));
-    this.models.set(reg.modelName, { version: '1', minWorkers: 0, maxWorkers: 0, readyWorkers: 0 });
-    return { version: '1' };
-  }
-  async scale(model: string, _v: string, w: { min: number; max: number }) {
-    this.models.set(model, { version: '1', minWorkers: w.min, maxWorkers: w.max, readyWorkers: w.min });
-  }
-  async unregister(model: string) {
-    this.models.delete(model);
-  }
-  async unregisterAll(model: string) {
-    this.models.delete(model);
-  }
-}
-
-class DirectoryDriver implements ModelServerDriver {
-  readonly name = 'directories';
-  readonly layouts = ['directory'] as const;
-  readonly servers = new Map(ENDPOINTS.map((e) => [e, new DirectoryServer()]));
-  replica(_o: unknown, _a: unknown, r: ReplicaRef): ReplicaServer {
-    return this.servers.get(r.endpoint)!;
-  }
-  prune(): void {}
-  failure(): Failure | undefined {
-    return undefined;
-  }
-}
-
 let kc: k8s.KubeConfig;
 let custom: k8s.CustomObjectsApi;
 let ns: string;
@@ -84,7 +36,7 @@ let minio: MinIO;
 let peer: PeerProxy;
 let manager: ManagerEmulator;
 let operator: RunningManager;
-const driver = new DirectoryDriver();
+const driver = new DirectoryDriver(ENDPOINTS);
 
 beforeAll(async () => {
   kc = kubeConfig(inject('kubeconfigPath'));

@@ -158,6 +158,19 @@ describe('peerload fetch hf://', () => {
       /--listing-timeout/,
     );
     await expect(fetchHub(['hf://org/model', '--endpoint', 'ftp://x'])).rejects.toThrow(/http\(s\) URL/);
+    await expect(fetchHub(['hf://org/model', '--version', '../up'])).rejects.toThrow(
+      /--version: must be one path segment/,
+    );
+  });
+
+  it('--version names the directory a server starts on; the line still says the commit', async () => {
+    const sha = hub.repos.get('org/model')!.commits[0]!.sha;
+    const r = await fetchHub(['hf://org/model', '--version', 'base']);
+    expect(r.code).toBe(0);
+    expect(r.out).toContain(`(commit ${sha})`);
+    expect(
+      Buffer.compare(await readFile(join(r.dest, 'org', 'model', 'base', 'model.safetensors')), big),
+    ).toBe(0);
   });
 
   it("the peer-proxy emulator follows an LFS file's redirect to the CDN as the daemon does, leaving the token", async () => {

@@ -15,9 +15,8 @@ import {
 } from '../../src/api/index.ts';
 import {
   AUTHORIZATION_TTL_MS,
-  ModelSources,
-  pinnedSpec,
-  type ResolvedSource,
+  OciSources,
+  ociPreheat,
   type SourceFiles,
 } from '../../src/controllers/servedmodel/oci-source.ts';
 import { goalOf, registrationVersion } from '../../src/controllers/servedmodel/goal.ts';
@@ -97,7 +96,7 @@ function sources(
     now?: () => number;
   } = {},
 ) {
-  return new ModelSources({
+  return new OciSources({
     secretData: async (_ns, name) => {
       const data = opts.secrets?.[name];
       if (!data)
@@ -111,7 +110,7 @@ function sources(
   });
 }
 
-const ok = (r: SourceFiles): ResolvedSource => {
+const ok = (r: SourceFiles): Extract<SourceFiles, { ok: true }> => {
   if (!r.ok) throw new Error(`not resolved: ${r.reason}: ${r.message}`);
   return r;
 };
@@ -341,9 +340,9 @@ describe('the owned preheat of a source', () => {
       }),
       preheat: { create: true },
     });
-    const pinned = pinnedSpec(s, { digest } as ResolvedSource);
-    expect(pinned.source!.oci!.reference).toBe(`registry.example.com/models/simple@${digest}`);
-    const owned = ModelPreheatSpec.parse(ownedPreheatSpec(pinned, ['10.0.0.2', '10.0.0.1']));
+    const manifestURL = `https://registry.example.com/v2/models/simple/manifests/${digest}`;
+    const preheat = ociPreheat(s.source!.oci!, { manifestURL, blobURLs: [] });
+    const owned = ModelPreheatSpec.parse(ownedPreheatSpec(s, ['10.0.0.2', '10.0.0.1'], preheat));
     expect(owned).toMatchObject({
       type: 'image',
       url: `https://registry.example.com/v2/models/simple/manifests/${digest}`,
@@ -361,7 +360,7 @@ describe('the owned preheat of a source', () => {
       preheat: { create: true },
     });
     const r = ok(await sources().of('ns/p', sm(s), s));
-    const owned = ModelPreheatSpec.parse(ownedPreheatSpec(pinnedSpec(s, r), ['10.0.0.1']));
+    const owned = ModelPreheatSpec.parse(ownedPreheatSpec(s, ['10.0.0.1'], r.preheat));
     expect(owned).toMatchObject({
       type: 'file',
       urls: r.blobURLs,

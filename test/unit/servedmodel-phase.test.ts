@@ -66,6 +66,7 @@ const input = (over: Partial<PhaseInput>): PhaseInput => ({
     endpointHosts: parseHostRules('198.18.0.0/16'),
     storageHosts: defaultStorageHosts(),
     registryHosts: parseHostRules('registry.example.com'),
+    hubHosts: parseHostRules('huggingface.co'),
   },
   drivers,
   done: nothingDone,
@@ -132,6 +133,46 @@ describe('servedModelPhase: what stops a pass', () => {
     );
     // Another host under the allowed one's domain is not the allowed host.
     expect(kind({ object: sm(withCredentials('registry.example.com.evil.example/m:v1')) })).toBe('refused');
+  });
+
+  it('refused: a Hub source whose token would go outside --allowed-hub-hosts (not a public one, not while deleting)', () => {
+    const hub = (huggingface: object) => ({
+      modelName: 'tiny',
+      source: { huggingface: { repo: 'org/tiny', ...huggingface } },
+      modelServer: SOURCE.modelServer,
+    });
+    const token = { tokenSecretRef: { name: 'hf', key: 'token' } };
+    const mirror = hub({ ...token, endpoint: 'http://mirror.example:8080' });
+    expect(servedModelPhase(input({ object: sm(mirror) }))).toEqual({
+      kind: 'refused',
+      reason: 'HubNotAllowed',
+      message:
+        "spec.source.huggingface.endpoint: host mirror.example:8080 is not in the operator's --allowed-hub-hosts (huggingface.co), so the token of tokenSecretRef is not read nor sent; remove the endpoint to use huggingface.co, remove tokenSecretRef for a public repository, or ask an admin to allow the host",
+    });
+    expect(kind({ object: sm(mirror, deleted) })).toBe('deleting');
+    expect(kind({ object: sm(hub(token)) })).toBe('resolving');
+    expect(kind({ object: sm(hub({ endpoint: 'http://mirror.example:8080' })) })).toBe('resolving');
+    const none = { ...input({ object: sm(hub(token)) }), policy: { ...input({}).policy, hubHosts: [] } };
+    expect(servedModelPhase(none)).toMatchObject({ kind: 'refused', reason: 'HubNotAllowed' });
+  });
+
+  it('a Hub source is a directory, resolved (listed at its commit) before the gate: its owned preheat warms what the listing found', () => {
+    const spec = {
+      modelName: 'tiny',
+      source: { huggingface: { repo: 'org/tiny' } },
+      modelServer: SOURCE.modelServer,
+      preheat: { create: true },
+    };
+    const none = nothingDone;
+    expect(kind({ object: sm(spec), done: none })).toBe('resolving');
+    expect(kind({ object: sm(spec), done: { ...none, resolving: true } })).toBe('gating');
+    expect(kind({ object: sm(spec), done: { ...none, resolving: true, gating: true } })).toBe('converging');
+    // A bucket directory is still gated first: its listing reads the preheat's task identity.
+    const gatedFirst = { ...none };
+    expect(kind({ object: sm(DIRECTORY), done: gatedFirst })).toBe('gating');
+    // A driver that loads archives only cannot take a source: the spec's own rule says so.
+    const archives = { ...spec, modelServer: { service: { name: 'ts' }, driver: 'torchserve' } };
+    expect(kind({ object: sm(archives) })).toBe('invalid');
   });
 
   it('unknownDriver: naming the field and the drivers the operator has (deleted or not)', () => {

@@ -3,6 +3,7 @@
  * storage services' own hosts and nothing else of their domains, a refusal names the field, the host, the list and
  * the fix, and the ModelPreheat controller asks before it reads the Secret.
  */
+import { DEFAULT_HUB_TOKEN_HOSTS } from '../../src/huggingface/endpoint.ts';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { load } from 'js-yaml';
@@ -231,6 +232,7 @@ describe('operator flags', () => {
     const deployment = readFileSync(join(ROOT, 'deploy/base/deployment.yaml'), 'utf8');
     expect(deployment).toContain(`- --allowed-storage-hosts=${DEFAULT_STORAGE_HOSTS}\n`);
     expect(deployment).toContain('- --allowed-registry-hosts=\n');
+    expect(deployment).toContain(`- --allowed-hub-hosts=${DEFAULT_HUB_TOKEN_HOSTS}\n`);
     const values = load(readFileSync(join(ROOT, 'charts/peerload/values.yaml'), 'utf8')) as Record<
       string,
       string[]

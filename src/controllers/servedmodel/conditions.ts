@@ -13,6 +13,7 @@
  * - `Degraded` (which replicas fail and why) and `Preheated` (the gate) are peerload's own.
  */
 import type { ConditionChange } from '../../runtime/index.ts';
+import type { HubReason } from '../../huggingface/errors.ts';
 import type { Gate, GateReason } from './preheat.ts';
 import type { SourceReason } from './oci-source.ts';
 import { withConditionsOf } from '../status.ts';
@@ -46,6 +47,8 @@ export const ServedModelReason = {
   UnknownDriver: 'UnknownDriver',
   /** The model server's driver does not load the model's layout (a directory for TorchServe). */
   ModelLayoutUnsupported: 'ModelLayoutUnsupported',
+  /** A spec.source.huggingface with a token names a Hub outside the operator's --allowed-hub-hosts. */
+  HubNotAllowed: 'HubNotAllowed',
   /** spec.files: nothing under the prefix, more than the caps, or the list API failed. */
   DirectoryNotListed: 'DirectoryNotListed',
   /** spec.source.oci's registry has credentials but is not in the operator's --allowed-registry-hosts. */
@@ -72,7 +75,7 @@ export type ServedModelConditionType = ValueOf<typeof ServedModelCondition>;
 export type ReplicaFailureReason = ValueOf<typeof ReplicaFailureReason>;
 /** Every reason a ServedModel condition can give: the controller's own, the preheat gate's, a replica failure's. */
 export type ServedModelConditionReason =
-  ValueOf<typeof ServedModelReason> | GateReason | ReplicaFailureReason | SourceReason;
+  ValueOf<typeof ServedModelReason> | GateReason | ReplicaFailureReason | SourceReason | HubReason;
 /** One change of a ServedModel's conditions: only its own types and reasons compile. */
 export type ServedModelConditionChange = ConditionChange<
   ServedModelConditionType,
@@ -135,7 +138,8 @@ export function endpointNotAllowedConditions(
   reason:
     | 'EndpointNotAllowed'
     | 'StorageEndpointNotAllowed'
-    | 'RegistryNotAllowed' = ServedModelReason.EndpointNotAllowed,
+    | 'RegistryNotAllowed'
+    | 'HubNotAllowed' = ServedModelReason.EndpointNotAllowed,
 ): ServedModelConditionChange[] {
   return [
     { type: ServedModelCondition.Ready, status: 'False', reason, message },
@@ -161,9 +165,13 @@ export function directoryConditions(message: string): ServedModelConditionChange
 
 /**
  * The condition changes for a source that did not resolve: the registry's own reason (NotModelPack,
- * UnknownMediaType, Unauthorized, NotFound, ManifestTooLarge...), the message naming the field and the layer.
+ * UnknownMediaType, Unauthorized, NotFound, ManifestTooLarge...) naming the field and the layer, or the Hub's
+ * (HubTokenRequired, HubRevisionNotFound, ...).
  */
-export function sourceConditions(reason: SourceReason, message: string): ServedModelConditionChange[] {
+export function sourceConditions(
+  reason: SourceReason | HubReason,
+  message: string,
+): ServedModelConditionChange[] {
   return stalledConditions(reason, message);
 }
 

@@ -221,5 +221,8 @@ export function modelFiles(
 }
 
 /** The directory a spec names, for messages and the registration's identity. */
-export const directoryName = (spec: ServedModelSpec): string =>
-  directoryOf(spec.files?.prefix ?? '') || '(bucket root)';
+export const directoryName = (spec: ServedModelSpec): string => {
+  const hf = spec.source?.huggingface;
+  if (hf) return `hf://${hf.repo}@${hf.revision}`;
+  return directoryOf(spec.files?.prefix ?? '') || '(bucket root)';
+};

@@ -14,6 +14,7 @@ import {
   type ServedModel,
   type ServedModelSpec,
   type ServedModelStatus,
+  type SourcePreheat,
 } from '../../api/index.ts';
 import type { Informer, KubeClient } from '../../runtime/index.ts';
 import type { NodeAddresses } from './node-addresses.ts';
@@ -86,8 +87,9 @@ export class ReplicaGates {
     discovery: Discovery,
     previous: ReadonlyMap<string, ReplicaStatus>,
     signal: AbortSignal,
+    source?: SourcePreheat,
   ): Promise<ReplicaGating> {
-    if (!targetsNodes(spec)) return this.whole(sm, spec, discovery, signal);
+    if (!targetsNodes(spec)) return this.whole(sm, spec, discovery, signal, source);
     // Pods still starting count: their nodes are warmed up before their model servers ask for the model.
     const nodeIPs = await this.deps.nodeAddresses.internalIPs([
       ...discovery.replicas.flatMap((r) => (r.node ? [r.node] : [])),
@@ -99,6 +101,7 @@ export class ReplicaGates {
       spec,
       nodeIPs,
       signal,
+      source,
     );
     const namespace = sm.metadata.namespace!;
     const batchGates = targets.map((_, i) =>
@@ -159,6 +162,7 @@ export class ReplicaGates {
     spec: ServedModelSpec,
     discovery: Discovery,
     signal: AbortSignal,
+    source?: SourcePreheat,
   ): Promise<ReplicaGating> {
     const { kube, preheats } = this.deps;
     const namespace = sm.metadata.namespace!;
@@ -166,10 +170,12 @@ export class ReplicaGates {
     let otherContent = false;
     if (spec.preheat?.create) {
       const existing = preheats.getByName(namespace, ownedPreheatName(sm));
-      const ensured = await ensureOwnedPreheat(kube, sm, spec, existing, [], signal);
+      const ensured = await ensureOwnedPreheat(kube, sm, spec, existing, [], signal, undefined, source);
       otherContent =
         'contentChanged' in ensured &&
-        (!existing || ensured.contentChanged || preheatsOtherContent(existing, ownedPreheatSpec(spec)));
+        (!existing ||
+          ensured.contentChanged ||
+          preheatsOtherContent(existing, ownedPreheatSpec(spec, [], source)));
       if ('blocked' in ensured) gate = conflictGate(ownedPreheatName(sm), ensured.blocked);
       else if (existing && otherContent) gate = updatedGate(ownedPreheatName(sm));
     }
@@ -204,6 +210,7 @@ export class ReplicaGates {
     spec: ServedModelSpec,
     nodeIPs: ReadonlyMap<string, string>,
     signal: AbortSignal,
+    source?: SourcePreheat,
   ): Promise<{
     batches: (ModelPreheat | undefined)[];
     targets: (readonly string[] | undefined)[];
@@ -238,14 +245,14 @@ export class ReplicaGates {
     const changed = targets.map(() => false);
     for (const [i, ips] of targets.entries()) {
       const name = batchPreheatName(sm, i);
-      const ensured = await ensureOwnedPreheat(kube, sm, spec, batches[i], ips ?? [], signal, name);
+      const ensured = await ensureOwnedPreheat(kube, sm, spec, batches[i], ips ?? [], signal, name, source);
       if ('blocked' in ensured) conflict ??= ensured.blocked;
       // This pass replaced its content, or the cache still holds the content before (its spec, or a status the
       // preheat controller wrote of it): either way its success and peers are not this content's.
       else
         changed[i] =
           batches[i] !== undefined &&
-          (ensured.contentChanged || preheatsOtherContent(batches[i]!, ownedPreheatSpec(spec)));
+          (ensured.contentChanged || preheatsOtherContent(batches[i]!, ownedPreheatSpec(spec, [], source)));
     }
     return { batches, targets, conflict, changed, wakeInMs };
   }

@@ -28,7 +28,9 @@ import { SecretReader } from '../secrets.ts';
 import { statusWriter } from '../status.ts';
 import { servedModelCleanup } from './cleanup.ts';
 import { ModelDirectories } from './files.ts';
-import { ModelSources } from './oci-source.ts';
+import { HubSources } from './hub-source.ts';
+import { OciSources } from './oci-source.ts';
+import { ModelSources } from './sources.ts';
 import { ReplicaGates } from './gates.ts';
 import { NodeAddresses } from './node-addresses.ts';
 import { SERVED_MODEL_LABEL, preheatNameOf } from './preheat.ts';
@@ -54,6 +56,8 @@ export interface ServedModelControllerOptions {
   registryDispatcher?: Dispatcher;
   /** The cap on an OCI manifest (default 4 MiB). */
   maxManifestBytes?: number;
+  /** Connection pool toward the Hugging Face Hub (default: undici's global one). */
+  hubDispatcher?: Dispatcher;
 }
 
 export const servedModelController: ControllerFactory = (ctx) => createServedModelController(ctx, {});
@@ -133,19 +137,23 @@ export function createServedModelController(
   return controller;
 }
 
-/** Where a model's files come from: a bucket's directory (listed), or a source (resolved). */
+/** Where a model's files come from: a bucket's directory (listed), or a source (resolved), with the namespace's
+ *  Secrets. */
 function modelContent(ctx: ControllerContext, secrets: SecretReader, opts: ServedModelControllerOptions) {
   const secretData = (namespace: string, name: string, signal?: AbortSignal) =>
     secrets.data(namespace, name, signal);
-  return {
-    directories: new ModelDirectories({ secretData }),
-    sources: new ModelSources({
-      secretData,
-      dispatcher: opts.registryDispatcher ?? sharedModelServerPool(),
-      registryHosts: ctx.config.allowedRegistryHosts,
-      maxManifestBytes: opts.maxManifestBytes,
-    }),
-  };
+  const oci = new OciSources({
+    secretData,
+    dispatcher: opts.registryDispatcher ?? sharedModelServerPool(),
+    registryHosts: ctx.config.allowedRegistryHosts,
+    maxManifestBytes: opts.maxManifestBytes,
+  });
+  const hub = new HubSources({
+    secretValue: (namespace, ref, signal) => secrets.value(namespace, ref, signal),
+    tokenHosts: ctx.config.allowedHubHosts,
+    dispatcher: opts.hubDispatcher,
+  });
+  return { directories: new ModelDirectories({ secretData }), sources: new ModelSources(oci, hub) };
 }
 
 /** The informers the controller reads, indexed so that an EndpointSlice or a ModelPreheat event wakes the

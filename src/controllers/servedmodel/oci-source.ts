@@ -13,11 +13,10 @@
 import type { Dispatcher } from 'undici';
 import {
   REFRESH_SOURCE_ANNOTATION,
-  RESOLVED_BLOBS,
-  type ResolvedSpec,
   type OciSource,
   type ServedModel,
   type ServedModelSpec,
+  type SourcePreheat,
   type SourceStatus,
 } from '../../api/index.ts';
 import { RegistryClient } from '../../oci/client.ts';
@@ -43,6 +42,8 @@ export type SourceFiles =
       /** The manifest's URL by digest (what an image preheat reads) and each distinct blob's URL. */
       manifestURL: string;
       blobURLs: string[];
+      /** What the owned preheat warms (ociPreheat). */
+      preheat: SourcePreheat;
     }
   | {
       ok: false;
@@ -73,7 +74,7 @@ const FINAL_REASONS = new Set<string>([
  *  registries give them 5 minutes or more). */
 export const AUTHORIZATION_TTL_MS = 60_000;
 
-export interface ModelSourcesDeps {
+export interface OciSourcesDeps {
   /** The data of a Secret of the namespace, values base64 as the API returns them. */
   secretData(namespace: string, name: string, signal?: AbortSignal): Promise<Record<string, string>>;
   /** Toward the registries. */
@@ -98,11 +99,11 @@ export const refreshOf = (sm: ServedModel): string =>
   sm.metadata.annotations?.[REFRESH_SOURCE_ANNOTATION] ?? '';
 
 /** The resolved sources of each ServedModel, per generation and refresh value. */
-export class ModelSources {
-  private readonly deps: ModelSourcesDeps;
+export class OciSources {
+  private readonly deps: OciSourcesDeps;
   private readonly byKey = new Map<string, Kept>();
 
-  constructor(deps: ModelSourcesDeps) {
+  constructor(deps: OciSourcesDeps) {
     this.deps = deps;
   }
 
@@ -162,8 +163,9 @@ export class ModelSources {
         layers: manifest.layers.length,
         bytes: manifest.bytes,
       };
+      const files = artifactFiles(client, ref, manifest, authorization, status);
       return {
-        result: artifactFiles(client, ref, manifest, authorization, status),
+        result: { ...files, preheat: ociPreheat(oci, files) },
         authorized: authorization !== undefined,
       };
     } catch (err) {
@@ -207,18 +209,25 @@ export function pinnedDigest(sm: ServedModel, oci: OciSource, refresh: string): 
 }
 
 /**
- * The spec with the source's reference pinned to the digest it resolved to (`registry/repository@sha256:…`) and
- * the layers' blob URLs: what the owned preheat is made of, so a moved tag is never preheated instead.
+ * The owned preheat of an artifact. Anonymous: the layers' blob URLs as a file preheat (the task ids are the
+ * agents', the registry is read by the peers only, and the manager's image preheat dials no loopback or
+ * link-local registry). With registry credentials: the manager's image preheat of the manifest by its resolved
+ * digest (it asks the registry for a token with them and preheats every blob the manifest references), since a
+ * token in the job's headers would be stored in the manager's database and shown in the ModelPreheat. The URL names
+ * the digest, so a moved tag is never preheated.
  */
-export function pinnedSpec(spec: ServedModelSpec, source: ResolvedSource): ServedModelSpec {
-  const oci = spec.source?.oci;
-  if (!oci) return spec;
-  const ref = parseReference(oci.reference);
-  const reference = formatReference({ ...ref, tag: undefined, digest: source.digest });
-  const pinned: ResolvedSpec = { ...spec, source: { ...spec.source, oci: { ...oci, reference } } };
-  pinned[RESOLVED_BLOBS] = source.blobURLs;
-  return pinned;
+export function ociPreheat(
+  oci: OciSource,
+  resolved: { manifestURL: string; blobURLs: readonly string[] },
+): SourcePreheat {
+  const blobs = resolved.blobURLs;
+  if (!oci.credentialsSecretRef && blobs.length > 0 && blobs.length <= MAX_PREHEAT_URLS)
+    return { urls: [...blobs], filter: [] };
+  return { image: { url: resolved.manifestURL, credentialsSecretRef: oci.credentialsSecretRef } };
 }
+
+/** URLs one file preheat takes (ModelPreheat spec.urls). */
+const MAX_PREHEAT_URLS = 100;
 
 /** What the agents place: each distinct blob once, raw layers on their path, tar layers to extract. */
 export function artifactFiles(
@@ -227,7 +236,7 @@ export function artifactFiles(
   manifest: ModelManifest,
   authorization: string | undefined,
   status: SourceStatus,
-): Extract<SourceFiles, { ok: true }> {
+): Omit<Extract<SourceFiles, { ok: true }>, 'preheat'> {
   const headers = authorization !== undefined ? { headers: { authorization } } : {};
   const seen = new Set<string>();
   const files: ModelFiles['files'] = [];

@@ -12,6 +12,8 @@
  */
 import { staticAddresses, ServedModelSpec, type ServedModel } from '../../api/index.ts';
 import { endpointsReach, type ReachPolicy } from '../../policy/reach.ts';
+import { hubReach } from '../../policy/hub-reach.ts';
+import type { HostRule } from '../../policy/reach.ts';
 import { registryReach, storageReach, type CredentialHostPolicy } from '../../policy/storage-reach.ts';
 import { parseReference } from '../../oci/reference.ts';
 import { hasFinalizer, isBeingDeleted } from '../../runtime/index.ts';
@@ -28,11 +30,12 @@ export type ServedModelPhase =
   | { kind: 'invalid'; message: string }
   /** Static endpoints outside the admin's --allowed-endpoint-hosts (no request at all), or a preheat store outside
    *  --allowed-storage-hosts (no Secret read, no listing, no location handed to an agent), or a source's registry
-   *  with credentials outside --allowed-registry-hosts (its Secret not read). */
+   *  with credentials outside --allowed-registry-hosts (its Secret not read), or a Hub source whose token would go
+   *  to a host outside --allowed-hub-hosts (the token not read). */
   | {
       kind: 'refused';
       message: string;
-      reason: 'EndpointNotAllowed' | 'StorageEndpointNotAllowed' | 'RegistryNotAllowed';
+      reason: 'EndpointNotAllowed' | 'StorageEndpointNotAllowed' | 'RegistryNotAllowed' | 'HubNotAllowed';
     }
   /** spec.modelServer.driver names no driver the operator has: nothing can be asked of the replicas. */
   | { kind: 'unknownDriver'; message: string }
@@ -60,7 +63,7 @@ export interface PhaseInput {
   /** Whether the cache holds a version our last write replaced. */
   behind: boolean;
   /** Where the admin lets the operator send requests, and storage credentials. */
-  policy: ReachPolicy & CredentialHostPolicy;
+  policy: ReachPolicy & CredentialHostPolicy & { hubHosts: readonly HostRule[] };
   drivers: Pick<ModelServerDrivers, 'find' | 'names'>;
   /** The steps of this pass done so far (each runs at most once a pass). */
   done: { finalizing: boolean; resolving: boolean; gating: boolean; listing: boolean; converging: boolean };
@@ -83,6 +86,10 @@ export function servedModelPhase(p: PhaseInput): ServedModelPhase {
   const registry = registryRefusal(spec, p.policy);
   if (registry && !isBeingDeleted(sm))
     return { kind: 'refused', message: registry, reason: 'RegistryNotAllowed' };
+  const hf = spec.source?.huggingface;
+  const hub = hf && hubReach(hf, 'spec.source.huggingface', p.policy.hubHosts);
+  if (hub && !hub.allowed && !isBeingDeleted(sm))
+    return { kind: 'refused', message: hub.message, reason: 'HubNotAllowed' };
   const driver = p.drivers.find(spec.modelServer.driver);
   if (!driver)
     return {
@@ -95,6 +102,7 @@ export function servedModelPhase(p: PhaseInput): ServedModelPhase {
   const refused = layoutRefusal(driver, spec.fileName === undefined ? 'directory' : 'archive');
   if (refused) return { kind: 'unsupportedLayout', message: refused };
   if (!p.done.finalizing && !hasFinalizer(sm, FINALIZER)) return { kind: 'finalizing', spec };
+  // A source's owned preheat warms what it resolved to (a digest's blobs, a commit's files): resolved first.
   if (spec.source && !p.done.resolving) return { kind: 'resolving', spec };
   if (!p.done.gating) return { kind: 'gating', spec };
   if (spec.files && !p.done.listing) return { kind: 'listing', spec };

@@ -11,6 +11,7 @@ import {
   type ModelPreheat,
   type ServedModel,
   type ServedModelSpec,
+  type SourcePreheat,
   type TargetPeer,
   GVR,
 } from '../../api/index.ts';
@@ -61,8 +62,9 @@ export async function ensureOwnedPreheat(
   nodeIPs: readonly string[],
   signal?: AbortSignal,
   name: string = ownedPreheatName(sm),
+  source?: SourcePreheat,
 ): Promise<EnsuredPreheat> {
-  const desired = ownedPreheatSpec(spec, nodeIPs);
+  const desired = ownedPreheatSpec(spec, nodeIPs, source);
   const client = kube.resource<ModelPreheat>(GVR.modelPreheats);
   if (!existing) {
     await createUnlessCached(

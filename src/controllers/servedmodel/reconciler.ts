@@ -31,7 +31,9 @@ import type { OperatorMetrics } from '../metrics.ts';
 import { CACHE_BEHIND_RETRY_MS, cacheBehind, invalidSpec, type StatusWrite } from '../status.ts';
 import { FINALIZER } from './cleanup.ts';
 import type { ModelDirectories } from './files.ts';
-import { pinnedSpec, type ModelSources, type ResolvedSource } from './oci-source.ts';
+import type { ModelSources, ResolvedSource } from './sources.ts';
+import { DEFAULT_HUB_TOKEN_HOSTS } from '../../huggingface/endpoint.ts';
+import { parseHostRules } from '../../policy/reach.ts';
 import {
   directoryConditions,
   sourceConditions,
@@ -67,7 +69,11 @@ export interface ServedModelDeps {
     Partial<
       Pick<
         ControllerContext['config'],
-        'allowedManagerHosts' | 'allowedEndpointHosts' | 'allowedStorageHosts' | 'allowedRegistryHosts'
+        | 'allowedManagerHosts'
+        | 'allowedEndpointHosts'
+        | 'allowedStorageHosts'
+        | 'allowedRegistryHosts'
+        | 'allowedHubHosts'
       >
     >;
   /** The ServedModel of a key, from the cache. */
@@ -77,7 +83,8 @@ export interface ServedModelDeps {
   gates: Pick<ReplicaGates, 'of' | 'forget'>;
   /** The files of ServedModels that are directories (spec.files); required for those. */
   directories?: Pick<ModelDirectories, 'of' | 'forget'> | undefined;
-  /** The resolved sources of ServedModels with spec.source; required for those. */
+  /** The resolved sources of ServedModels with spec.source (an OCI artifact, a Hub repository); required for
+   *  those. */
   sources?: Pick<ModelSources, 'of' | 'forget'> | undefined;
   drivers: ModelServerDrivers;
   registrations: RegistrationRunner<Registered>;
@@ -213,6 +220,7 @@ export class ServedModelReconciler {
       endpointHosts: config.allowedEndpointHosts ?? [],
       storageHosts: config.allowedStorageHosts ?? defaultStorageHosts(),
       registryHosts: config.allowedRegistryHosts ?? [],
+      hubHosts: config.allowedHubHosts ?? parseHostRules(DEFAULT_HUB_TOKEN_HOSTS),
     };
   }
 
@@ -240,8 +248,8 @@ export class ServedModelReconciler {
   private gate(pass: Pass, spec: ServedModelSpec, rc: ReconcileContext): Promise<ReplicaGating> {
     const sm = pass.object!;
     const previous = previousReplicas(sm.status);
-    const pinned = pass.source ? pinnedSpec(spec, pass.source) : spec;
-    return this.deps.gates.of(pass.key, sm, pinned, this.discover(pass, spec), previous, rc.signal);
+    const discovery = this.discover(pass, spec);
+    return this.deps.gates.of(pass.key, sm, spec, discovery, previous, rc.signal, pass.source?.preheat);
   }
 
   /** A spec the operator will not act on: its conditions written, or, being deleted, the finalizer let go. */
@@ -253,12 +261,18 @@ export class ServedModelReconciler {
   ): Promise<void> {
     const problem = { finalizer: FINALIZER, message, skipped: 'model not unregistered' };
     const gen = sm.metadata.generation;
-    // status.files is the listing of status.observedGeneration: a new generation's conditions leave the old one's.
-    const files = (s: Status) => (s.observedGeneration === gen ? s.files : undefined);
+    // status.files and status.source are of status.observedGeneration: a new generation's conditions leave the
+    // old one's.
+    const same = (s: Status) => s.observedGeneration === gen;
     const report = () =>
       this.deps.writeStatus(
         sm,
-        (s) => withServedModelConditions({ ...s, files: files(s) }, gen, conditions),
+        (s) =>
+          withServedModelConditions(
+            { ...s, files: same(s) ? s.files : undefined, source: same(s) ? s.source : undefined },
+            gen,
+            conditions,
+          ),
         rc.signal,
       );
     return invalidSpec(this.deps, GVR.servedModels, sm, problem, report, rc.signal);
@@ -283,8 +297,11 @@ export class ServedModelReconciler {
     return { ok: false, result: listed.final ? undefined : { requeueAfter: DIRECTORY_RETRY_MS } };
   }
 
-  /** The source's files for this generation, or the pass's result when it did not resolve: Stalled, and tried
-   *  again later unless only a change of the spec, the artifact or the annotation can help. */
+  /**
+   * A source's files for this generation, or the pass's result when it did not resolve: Stalled with the
+   * registry's or the Hub's reason, and tried again later unless only a change of the spec, the source or the
+   * annotation can help.
+   */
   private async source(
     key: string,
     sm: Obj,
@@ -292,10 +309,16 @@ export class ServedModelReconciler {
     rc: ReconcileContext,
   ): Promise<ResolvedSource | { ok: false; result: ReconcileResult | void }> {
     if (!this.deps.sources) throw new Error('a ServedModel with spec.source needs the sources dependency');
-    const resolved = await this.deps.sources.of(key, sm, spec, rc.signal);
-    if (resolved.ok) return resolved;
-    await this.stalled(sm, resolved.message, sourceConditions(resolved.reason, resolved.message), rc);
-    return { ok: false, result: resolved.final ? undefined : { requeueAfter: DIRECTORY_RETRY_MS } };
+    const found = await this.deps.sources.of(key, sm, spec, rc.signal);
+    if (found.ok && spec.preheat?.create && !found.preheat) {
+      const message =
+        "spec.preheat.create: the repository has no LFS file, and its git files would need the token in the preheat job: remove preheat (each replica downloads through its node's peer)";
+      await this.stalled(sm, message, sourceConditions('HubNoFiles', message), rc);
+      return { ok: false, result: undefined };
+    }
+    if (found.ok) return found;
+    await this.stalled(sm, found.message, sourceConditions(found.reason, found.message), rc);
+    return { ok: false, result: found.final ? undefined : { requeueAfter: DIRECTORY_RETRY_MS } };
   }
 
   /** One step on every replica the gate lets through; the seed first, alone, when the rollout needs one. */

@@ -1,0 +1,205 @@
+/**
+ * A Triton ServedModel whose model is a Hugging Face repository (spec.source.huggingface), through the OPERATOR,
+ * on the REAL Dragonfly network (manager and scheduler v2.5.1, dfdaemon 1.4.2: a seed peer and two node peers on
+ * their own 127.0.0.x addresses), from the Hub emulator (a gated repository: the token is needed; its LFS files
+ * redirect to the signed CDN). Two real Triton 2.51.0 replicas, each with a real `peerload agent` beside it, found
+ * through the EndpointSlices of a Service: the operator resolves `main` to its commit (status.source), lists the
+ * files at it and hands each agent every file (git files at their `resolve` URL at the commit with the token, LFS
+ * files at the CDN with the CDN's query left out of the task id, and their sha256); the agents place the version
+ * through their node's peer and Triton loads it: Ready 2/2, the LFS object above 4 MiB read from the CDN once in
+ * all, every file as the Hub's sha256 says, the token never sent to the CDN.
+ */
+import * as k8s from '@kubernetes/client-node';
+import { createHash, randomBytes } from 'node:crypto';
+import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Agent } from 'undici';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import type { ServedModel } from '../../src/api/index.ts';
+import { createServedModelController } from '../../src/controllers/index.ts';
+import { forgetSecrets } from '../../src/redact.ts';
+import { startDragonfly, type Dragonfly } from '../support/dragonfly.ts';
+import { ServiceEndpoints, loopbackDispatcher } from '../support/endpointslices.ts';
+import { startHubEmulator, type HubEmulator } from '../support/hub-emulator.ts';
+import { createNamespace, kubeConfig, waitFor } from '../support/kube.ts';
+import { ECHO_CONFIG_PBTXT, ECHO_MODEL_PY } from '../support/oip-exchanges.ts';
+import { portOnAll, startAgentReplica, type AgentReplica } from '../support/oip-replicas.ts';
+import { startTriton, type OipServer } from '../support/oip-servers.ts';
+import { startManager, type RunningManager } from '../support/runtime-harness.ts';
+
+const GROUP = 'peerload.io';
+const VERSION = 'v1alpha1';
+const AGENT_TOKEN = 'hub-sm-agent-token-0123456789abcd';
+const HF_TOKEN = 'hf_hubServedModelToken0123456789abcd';
+const WEIGHTS = randomBytes(5 * 1024 * 1024 + 321);
+const TREE = {
+  'model.py': ECHO_MODEL_PY,
+  'offset.json': JSON.stringify({ offset: 3 }),
+  'weights.bin': { content: WEIGHTS, lfs: true },
+  'extra/notes/readme.txt': 'nested',
+};
+const sha256 = (b: Buffer | string) => createHash('sha256').update(b).digest('hex');
+
+let kc: k8s.KubeConfig;
+let custom: k8s.CustomObjectsApi;
+let core: k8s.CoreV1Api;
+let ns: string;
+let work: string;
+let network: Dragonfly;
+let hub: HubEmulator;
+let dispatcher: Agent;
+let svc: ServiceEndpoints;
+let operator: RunningManager;
+let agentPort: number;
+const replicas: AgentReplica[] = [];
+const nodeOf = (i: number) => `${ns}-node-${i}`;
+
+beforeAll(async () => {
+  kc = kubeConfig(inject('kubeconfigPath'));
+  custom = kc.makeApiClient(k8s.CustomObjectsApi);
+  core = kc.makeApiClient(k8s.CoreV1Api);
+  ns = await createNamespace(kc, 'hub-sm');
+  work = await mkdtemp(join(tmpdir(), 'peerload-hub-sm-'));
+  network = await startDragonfly({ nodePeers: 2 });
+  hub = await startHubEmulator({
+    repos: [{ id: 'org/echo', commits: [TREE], gated: true }],
+    tokens: { [HF_TOKEN]: ['org/echo'] },
+  });
+  dispatcher = new Agent();
+  agentPort = await portOnAll(network.peers.map((p) => p.ip));
+  for (const [i, peer] of network.peers.entries()) {
+    const replica = await startAgentReplica({
+      peer,
+      dir: join(work, `triton-${i}`),
+      port: agentPort,
+      token: AGENT_TOKEN,
+      credentials: { accessKey: 'unused', secretKey: 'unused-secret' },
+      dispatcher,
+      start: startTriton,
+    });
+    replicas.push(replica);
+    await mkdir(join(replica.root, 'echo'));
+    await writeFile(join(replica.root, 'echo/config.pbtxt'), ECHO_CONFIG_PBTXT);
+    await ServiceEndpoints.createNode(kc, nodeOf(i), peer.ip);
+  }
+  for (const [name, stringData] of Object.entries({
+    'agent-token': { token: AGENT_TOKEN },
+    hf: { token: HF_TOKEN },
+  }))
+    await core.createNamespacedSecret({ namespace: ns, body: { metadata: { name }, stringData } });
+  svc = new ServiceEndpoints(kc, ns, 'triton');
+  for (const [i, r] of replicas.entries()) await svc.add(`triton-${i}`, r.server.url, true, nodeOf(i));
+  operator = await startManager(
+    kc,
+    [
+      '--no-leader-elect',
+      // The emulated Hub listens on loopback: the admin allows the token to go there.
+      '--allowed-hub-hosts',
+      '127.0.0.1',
+      '--poll-backoff-start',
+      '1s',
+      '--poll-backoff-max',
+      '5s',
+    ],
+    [(ctx) => createServedModelController(ctx, { dispatcher: loopbackDispatcher((a) => svc.hostOf(a)) })],
+  );
+}, 1_800_000);
+
+afterAll(async () => {
+  await operator?.stop();
+  for (const i of [0, 1]) await core?.deleteNode({ name: nodeOf(i) }).catch(() => undefined);
+  for (const r of replicas) await r.stop();
+  await dispatcher?.close();
+  await hub?.close();
+  await network?.stop();
+  if (work) await rm(work, { recursive: true, force: true });
+  forgetSecrets();
+});
+
+async function infer(server: OipServer, data: number[]) {
+  const res = await fetch(`${server.url}/v2/models/echo/infer`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ inputs: [{ name: 'INPUT0', datatype: 'FP32', shape: [data.length], data }] }),
+  });
+  expect(res.status).toBe(200);
+  return (await res.json()) as { model_version: string; outputs: { data: number[] }[] };
+}
+
+describe('a Triton ServedModel from a Hugging Face repository, on the real network', () => {
+  it('is Ready on 2 replicas with the commit in status; the CDN read once for the LFS file; files as the Hub says', async () => {
+    const commit = hub.repos.get('org/echo')!.commits[0]!;
+    await custom.createNamespacedCustomObject({
+      group: GROUP,
+      version: VERSION,
+      namespace: ns,
+      plural: 'servedmodels',
+      body: {
+        apiVersion: `${GROUP}/${VERSION}`,
+        kind: 'ServedModel',
+        metadata: { name: 'echo' },
+        spec: {
+          modelName: 'echo',
+          version: '1',
+          source: {
+            huggingface: {
+              repo: 'org/echo',
+              endpoint: hub.url,
+              tokenSecretRef: { name: 'hf', key: 'token' },
+            },
+          },
+          modelServer: {
+            driver: 'triton',
+            service: { name: 'triton' },
+            agent: { port: agentPort, tokenSecretRef: { name: 'agent-token', key: 'token' } },
+          },
+        },
+      },
+    });
+    const sm = (await waitFor(
+      'echo Ready 2/2',
+      async () => {
+        const o = (await custom.getNamespacedCustomObject({
+          group: GROUP,
+          version: VERSION,
+          namespace: ns,
+          plural: 'servedmodels',
+          name: 'echo',
+        })) as ServedModel;
+        const ready = o.status?.conditions?.find((c) => c.type === 'Ready');
+        if (o.status?.conditions?.find((c) => c.type === 'Stalled')?.status === 'True')
+          throw new Error(`Stalled: ${JSON.stringify(o.status.conditions)}`);
+        return ready?.status === 'True' && o.status?.ready === '2/2' ? o : undefined;
+      },
+      { timeoutMs: 300_000, intervalMs: 1000 },
+    ))!;
+    console.log(`echo Ready: ${JSON.stringify(sm.status?.replicas)}`);
+    expect(sm.status!.source).toEqual({
+      huggingface: { repo: 'org/echo', revision: 'main', commit: commit.sha },
+      observedGeneration: sm.metadata.generation,
+    });
+    for (const r of replicas) {
+      for (const [path, file] of commit.files)
+        expect(sha256(await readFile(join(r.root, 'echo/1', path))), `${r.peer.name} ${path}`).toBe(
+          file.sha256,
+        );
+      const answer = await infer(r.server, [1, 2]);
+      expect(answer).toMatchObject({ model_version: '1', outputs: [{ data: [4, 5] }] });
+    }
+    // The LFS object above the daemon's 4 MiB minimum piece length crossed from the CDN once in all (the daemon's
+    // 1-byte probes aside): one task for both replicas though each placement had its own signature.
+    const weights = commit.files.get('weights.bin')!;
+    const reads = hub.cdnRequests.filter((r) => r.method === 'GET' && r.url.includes(`/${weights.sha256}?`));
+    expect(reads.filter((r) => r.range === 'bytes=0-0').every((r) => r.bytes <= 1)).toBe(true);
+    const body = reads.filter((r) => r.range !== 'bytes=0-0').reduce((s, r) => s + r.bytes, 0);
+    console.log(
+      `[hub-sm] weights.bin (${WEIGHTS.length} bytes): CDN body ${body} bytes in ${reads.length} GETs`,
+    );
+    expect(body).toBe(WEIGHTS.length);
+    // The token went to the Hub (the listing, the git files), never to the CDN nor into status.
+    expect(hub.hubRequests.some((r) => r.authorized && r.url.includes('/org/echo/resolve/'))).toBe(true);
+    expect(hub.cdnRequests.every((r) => !r.authorized)).toBe(true);
+    expect(JSON.stringify(sm)).not.toContain(HF_TOKEN);
+  });
+});
