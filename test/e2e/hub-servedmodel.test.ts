@@ -19,7 +19,9 @@ import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import type { ServedModel } from '../../src/api/index.ts';
 import { createServedModelController } from '../../src/controllers/index.ts';
 import { forgetSecrets } from '../../src/redact.ts';
-import { startDragonfly, type Dragonfly } from '../support/dragonfly.ts';
+import { ROOT_USER, startDragonfly, type Dragonfly } from '../support/dragonfly.ts';
+import { modelPreheatController } from '../../src/controllers/modelpreheat/index.ts';
+import type { ModelPreheat } from '../../src/api/index.ts';
 import { ServiceEndpoints, loopbackDispatcher } from '../support/endpointslices.ts';
 import { startHubEmulator, type HubEmulator } from '../support/hub-emulator.ts';
 import { createNamespace, kubeConfig, waitFor } from '../support/kube.ts';
@@ -38,6 +40,12 @@ const TREE = {
   'offset.json': JSON.stringify({ offset: 3 }),
   'weights.bin': { content: WEIGHTS, lfs: true },
   'extra/notes/readme.txt': 'nested',
+};
+const WARM = randomBytes(5 * 1024 * 1024 + 654);
+const WARM_TREE = {
+  ...TREE,
+  'offset.json': JSON.stringify({ offset: 5 }),
+  'weights.bin': { content: WARM, lfs: true },
 };
 const sha256 = (b: Buffer | string) => createHash('sha256').update(b).digest('hex');
 
@@ -63,7 +71,10 @@ beforeAll(async () => {
   work = await mkdtemp(join(tmpdir(), 'peerload-hub-sm-'));
   network = await startDragonfly({ nodePeers: 2 });
   hub = await startHubEmulator({
-    repos: [{ id: 'org/echo', commits: [TREE], gated: true }],
+    repos: [
+      { id: 'org/echo', commits: [TREE], gated: true },
+      { id: 'org/warm', commits: [WARM_TREE] },
+    ],
     tokens: { [HF_TOKEN]: ['org/echo'] },
   });
   dispatcher = new Agent();
@@ -79,14 +90,18 @@ beforeAll(async () => {
       start: startTriton,
     });
     replicas.push(replica);
-    await mkdir(join(replica.root, 'echo'));
-    await writeFile(join(replica.root, 'echo/config.pbtxt'), ECHO_CONFIG_PBTXT);
+    for (const model of ['echo', 'warm']) {
+      await mkdir(join(replica.root, model));
+      await writeFile(join(replica.root, model, 'config.pbtxt'), ECHO_CONFIG_PBTXT);
+    }
     await ServiceEndpoints.createNode(kc, nodeOf(i), peer.ip);
   }
-  for (const [name, stringData] of Object.entries({
+  const secrets = {
     'agent-token': { token: AGENT_TOKEN },
     hf: { token: HF_TOKEN },
-  }))
+    'manager-user': { username: ROOT_USER.name, password: ROOT_USER.password },
+  };
+  for (const [name, stringData] of Object.entries(secrets))
     await core.createNamespacedSecret({ namespace: ns, body: { metadata: { name }, stringData } });
   svc = new ServiceEndpoints(kc, ns, 'triton');
   for (const [i, r] of replicas.entries()) await svc.add(`triton-${i}`, r.server.url, true, nodeOf(i));
@@ -94,6 +109,10 @@ beforeAll(async () => {
     kc,
     [
       '--no-leader-elect',
+      '--manager-url',
+      network.managerURL,
+      '--allowed-manager-hosts',
+      '127.0.0.1',
       // The emulated Hub listens on loopback: the admin allows the token to go there.
       '--allowed-hub-hosts',
       '127.0.0.1',
@@ -102,7 +121,10 @@ beforeAll(async () => {
       '--poll-backoff-max',
       '5s',
     ],
-    [(ctx) => createServedModelController(ctx, { dispatcher: loopbackDispatcher((a) => svc.hostOf(a)) })],
+    [
+      modelPreheatController,
+      (ctx) => createServedModelController(ctx, { dispatcher: loopbackDispatcher((a) => svc.hostOf(a)) }),
+    ],
   );
 }, 1_800_000);
 
@@ -201,5 +223,82 @@ describe('a Triton ServedModel from a Hugging Face repository, on the real netwo
     expect(hub.hubRequests.some((r) => r.authorized && r.url.includes('/org/echo/resolve/'))).toBe(true);
     expect(hub.cdnRequests.every((r) => !r.authorized)).toBe(true);
     expect(JSON.stringify(sm)).not.toContain(HF_TOKEN);
+  });
+
+  it('preheat.create: the owned ModelPreheat warms the files on both nodes; the agents join its tasks, the CDN read once', async () => {
+    const commit = hub.repos.get('org/warm')!.commits[0]!;
+    await custom.createNamespacedCustomObject({
+      group: GROUP,
+      version: VERSION,
+      namespace: ns,
+      plural: 'servedmodels',
+      body: {
+        apiVersion: `${GROUP}/${VERSION}`,
+        kind: 'ServedModel',
+        metadata: { name: 'warm' },
+        spec: {
+          modelName: 'warm',
+          version: '1',
+          source: { huggingface: { repo: 'org/warm', endpoint: hub.url } },
+          modelServer: {
+            driver: 'triton',
+            service: { name: 'triton' },
+            agent: { port: agentPort, tokenSecretRef: { name: 'agent-token', key: 'token' } },
+          },
+          preheat: {
+            create: true,
+            manager: { url: network.managerURL, signInSecretRef: { name: 'manager-user' } },
+          },
+        },
+      },
+    });
+    const get = <T>(plural: string, name: string) =>
+      custom.getNamespacedCustomObject({
+        group: GROUP,
+        version: VERSION,
+        namespace: ns,
+        plural,
+        name,
+      }) as Promise<T>;
+    await waitFor(
+      'warm Ready 2/2',
+      async () => {
+        const o = await get<ServedModel>('servedmodels', 'warm');
+        if (o.status?.conditions?.find((c) => c.type === 'Stalled')?.status === 'True')
+          throw new Error(`Stalled: ${JSON.stringify(o.status.conditions)}`);
+        return o.status?.conditions?.find((c) => c.type === 'Ready')?.status === 'True' &&
+          o.status.ready === '2/2'
+          ? o
+          : undefined;
+      },
+      { timeoutMs: 300_000, intervalMs: 1000 },
+    );
+    const preheat = (await waitFor(
+      'warm-preheat SUCCESS',
+      async () => {
+        const o = await get<ModelPreheat>('modelpreheats', 'warm-preheat');
+        return o.status?.state === 'SUCCESS' ? o : undefined;
+      },
+      { timeoutMs: 180_000, intervalMs: 1000 },
+    ))!;
+    const weights = commit.files.get('weights.bin')!;
+    expect(preheat.spec.targets?.ips?.slice().sort()).toEqual(network.peers.map((p) => p.ip).sort());
+    const task = preheat.status!.tasks!.find((t) => t.url.includes(`/${weights.sha256}?`));
+    expect(task, JSON.stringify(preheat.status?.tasks)).toBeDefined();
+    for (const r of replicas) {
+      for (const [path, file] of commit.files)
+        expect(sha256(await readFile(join(r.root, 'warm/1', path))), `${r.peer.name} ${path}`).toBe(
+          file.sha256,
+        );
+      // The agent's download of the LFS file was the preheat's task on its node's peer.
+      const lines = (await r.peer.logs()).split('\n').filter((l) => l.includes(task!.taskID));
+      expect(lines.length, r.peer.name).toBeGreaterThan(0);
+    }
+    const reads = hub.cdnRequests.filter((r) => r.method === 'GET' && r.url.includes(`/${weights.sha256}?`));
+    const body = reads.filter((r) => r.range !== 'bytes=0-0').reduce((s, r) => s + r.bytes, 0);
+    console.log(
+      `[hub-sm] warm weights.bin (${WARM.length} bytes): CDN body ${body} bytes in ${reads.length} GETs`,
+    );
+    expect(body).toBe(WARM.length);
   });
 });
