@@ -9,7 +9,8 @@
  * --idle-seconds <n> (scenario 5; default 60), --size8-mib <n> (scenario 8, one object per run; default 256),
  * --poll-ms <n> (scenario 9: real ms per simulated minute; default 2000), --size11-mib <n> (scenario 11, the model's
  * size in 8 shards, objects of their own per run; default 2048), --size12-mib <n> (scenario 12, the same for the
- * artifact and the directory; default 2048), --size13-mib <n> (scenario 13, one object per run;
+ * artifact and the directory; default 2048), --n12 <list> (scenario 12's replica
+ * counts; default 1,2,4), --size13-mib <n> (scenario 13, one object per run;
  * default 256).
  */
 import { execFileSync } from 'node:child_process';
@@ -48,6 +49,7 @@ const { values } = parseArgs({
     'poll-ms': { type: 'string' },
     'size11-mib': { type: 'string' },
     'size12-mib': { type: 'string' },
+    n12: { type: 'string' },
     'size13-mib': { type: 'string' },
   },
   strict: true,
@@ -65,6 +67,7 @@ const size8MiB = Number(values['size8-mib'] ?? 256);
 const pollMs = Number(values['poll-ms'] ?? 2000);
 const size11MiB = Number(values['size11-mib'] ?? 2048);
 const size12MiB = Number(values['size12-mib'] ?? 2048);
+const n12 = (values.n12 ?? '1,2,4').split(',').map((s) => Number(s.trim()));
 const size13MiB = Number(values['size13-mib'] ?? 256);
 
 function machine(): Record<string, unknown> {
@@ -144,7 +147,7 @@ async function main(): Promise<number> {
     await attempt('11', () =>
       withControlPlane((cp) => scenario11(cp, { reps, sizeBytes: size11MiB * 2 ** 20 })),
     );
-  if (only.has(12)) await attempt('12', () => scenario12({ reps, sizeBytes: size12MiB * 2 ** 20 }));
+  if (only.has(12)) await attempt('12', () => scenario12({ reps, sizeBytes: size12MiB * 2 ** 20, ns: n12 }));
   if (only.has(13))
     await attempt('13', () =>
       withControlPlane((cp) => scenario13(cp, { reps, sizeBytes: size13MiB * 2 ** 20 })),

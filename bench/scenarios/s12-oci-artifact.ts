@@ -46,6 +46,8 @@ export interface S12Options {
   reps: number;
   /** The model's size: 8 shards of a 1/8th each. */
   sizeBytes: number;
+  /** The replica counts to run (default 1, 2, 4). */
+  ns?: readonly number[];
 }
 
 interface Run {
@@ -70,9 +72,10 @@ export async function scenario12(o: S12Options): Promise<{ rows: Row[]; raw: unk
   const shardBytes = Math.floor(o.sizeBytes / SHARDS);
   const shard = randomBytes(shardBytes);
   const runs: Run[] = [];
-  for (let rep = 0; rep < o.reps; rep++) runs.push(...(await repetition(rep, shard)));
+  const ns = o.ns ?? NS;
+  for (let rep = 0; rep < o.reps; rep++) runs.push(...(await repetition(rep, shard, ns)));
   return {
-    rows: rowsOf(runs, shardBytes),
+    rows: rowsOf(runs, shardBytes, ns),
     raw: {
       runs,
       sizeBytes: o.sizeBytes,
@@ -83,7 +86,7 @@ export async function scenario12(o: S12Options): Promise<{ rows: Row[]; raw: unk
 }
 
 /** One repetition on a network, a MinIO and a registry of its own; N = 4 first, when the disk holds the least. */
-async function repetition(rep: number, shard: Buffer): Promise<Run[]> {
+async function repetition(rep: number, shard: Buffer, ns: readonly number[]): Promise<Run[]> {
   const cleanup: realnet.Cleanup = [];
   const work = await mkdtemp(join(tmpdir(), 'peerload-bench12-'));
   cleanup.push(() => rm(work, { recursive: true, force: true }));
@@ -276,7 +279,7 @@ async function repetition(rep: number, shard: Buffer): Promise<Run[]> {
     }
 
     const runs: Run[] = [];
-    for (const n of [...NS].reverse())
+    for (const n of [...ns].sort((a, b) => b - a))
       for (const mode of rep % 2 === 0 ? MODES : [...MODES].reverse()) {
         const name = `${mode}-${n}-${rep}`;
         const r = mode === 's3' ? await s3(n, name) : await oci(n, name, tool);
@@ -299,9 +302,9 @@ async function repetition(rep: number, shard: Buffer): Promise<Run[]> {
 const served = (proxy: { requests: { method: string; url: string; bytes: number }[] }, part: string) =>
   proxy.requests.filter((q) => q.method === 'GET' && q.url.includes(part)).reduce((s, q) => s + q.bytes, 0);
 
-function rowsOf(runs: Run[], shardBytes: number): Row[] {
+function rowsOf(runs: Run[], shardBytes: number, ns: readonly number[]): Row[] {
   const MiB = (b: number) => `${(b / 2 ** 20).toFixed(0)} MiB`;
-  return NS.map((n, k) => {
+  return ns.map((n) => {
     const of = (mode: Mode) => runs.filter((r) => r.mode === mode && r.n === n);
     const o = of('oci');
     const s = of('s3');
@@ -317,7 +320,7 @@ function rowsOf(runs: Run[], shardBytes: number): Row[] {
     );
     const linked = o.every((r) => r.hardLinks === n * SHARDS);
     return {
-      id: `12${'abc'[k]}`,
+      id: `12${'abc'[NS.indexOf(n as 1 | 2 | 4)] ?? `-${n}`}`,
       scenario: `12 a ${MiB(shardBytes * SHARDS)} ModelPack artifact of ${SHARDS} raw layers to ${n} node(s) through the agent's fetch, real network`,
       metric:
         'preheat (file job, node-targeted) → placed on every node, vs the same files as an S3 directory',
