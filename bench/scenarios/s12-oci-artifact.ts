@@ -25,8 +25,14 @@ import { signObjectURL } from '../../src/storage/sign.ts';
 import { DEFAULT_FILTERED_QUERY_PARAMS } from '../../src/storage/taskid.ts';
 import { startCountingProxy } from '../../test/support/counting-proxy.ts';
 import { ROOT_USER } from '../../test/support/dragonfly.ts';
-import { modctl, peerloadFetch, type Modctl } from '../../test/support/modctl.ts';
-import { waitFor } from '../../test/support/process.ts';
+import {
+  modctl,
+  modctlBuild,
+  nodePlacementArgs,
+  peerloadFetch,
+  type Modctl,
+} from '../../test/support/modctl.ts';
+import { jobEnd } from '../../test/support/job-end.ts';
 import { startRegistry } from '../../test/support/registry.ts';
 import { settleDisk } from '../lib/disk.ts';
 import * as realnet from '../lib/realnet.ts';
@@ -39,8 +45,6 @@ type Mode = (typeof MODES)[number];
 const SHARDS = 8;
 const shardName = (i: number) => `shard-${String(i + 1).padStart(2, '0')}-of-${SHARDS}.bin`;
 const SHARD_NAMES = Array.from({ length: SHARDS }, (_, i) => shardName(i));
-/** The model server's uid as the agent is told (not the daemon's, root here): the daemon's files may be linked. */
-const SERVER_UID = '1000';
 
 export interface S12Options {
   reps: number;
@@ -127,29 +131,13 @@ async function repetition(rep: number, shard: Buffer, ns: readonly number[]): Pr
       });
       return {
         ended: async () => {
-          const done = await waitFor(
-            'the preheat job to end',
-            async () => {
-              const j = await manager.getJob(job.id);
-              return (j.state === 'SUCCESS' || j.state === 'FAILURE') && j;
-            },
-            { timeoutMs: 600_000, intervalMs: 500 },
-          );
+          const done = await jobEnd(manager, job.id, { timeoutMs: 600_000, intervalMs: 500 });
           if (done.state !== 'SUCCESS') throw new Error(`preheat ${job.id}: ${JSON.stringify(done.result)}`);
           return performance.now();
         },
       };
     };
-    const fetchArgs = (peer: number, root: string) => [
-      '--proxy',
-      network.peers[peer]!.proxyURL,
-      '--hard-link-root',
-      root,
-      '--server-uid',
-      SERVER_UID,
-      '--min-free-bytes',
-      '0',
-    ];
+    const fetchArgs = (peer: number, root: string) => nodePlacementArgs(network.peers[peer]!.proxyURL, root);
     const fetched = (name: string, r: Awaited<ReturnType<typeof peerloadFetch>>) => {
       if (r.code !== 0)
         throw new Error(`${name}: peerload fetch exit ${r.code}: ${[...r.out, ...r.err].join('; ')}`);
@@ -211,20 +199,7 @@ async function repetition(rep: number, shard: Buffer, ns: readonly number[]): Pr
           SHARD_NAMES.map((p) => `MODEL ${p}\n`).join(''),
       );
       const reference = `${new URL(reg.url).host}/bench/${name}:v1`;
-      await m(
-        [
-          'build',
-          '-f',
-          'Modelfile',
-          '-t',
-          reference,
-          '--plain-http',
-          '--output-remote',
-          '--no-creation-time',
-          '.',
-        ],
-        src,
-      );
+      await modctlBuild(m, src, reference);
       await rm(src, { recursive: true, force: true });
       settleDisk();
       const manifest = (await (

@@ -23,14 +23,12 @@ import type { PlaceResult } from '../../src/oci/place.ts';
 import { taskID } from '../../src/storage/taskid.ts';
 import { startCountingProxy, type CountingProxy } from '../support/counting-proxy.ts';
 import { ROOT_USER, startDragonfly, type Dragonfly } from '../support/dragonfly.ts';
-import { modctl, peerloadFetch, pushTritonModel, type Modctl } from '../support/modctl.ts';
-import { waitFor } from '../support/process.ts';
+import { modctl, nodePlacementArgs, peerloadFetch, pushTritonModel, type Modctl } from '../support/modctl.ts';
+import { jobEnd } from '../support/job-end.ts';
 import { startRegistry, type Registry } from '../support/registry.ts';
 
 /** The daemon's minimum piece length: content up to it is not shared between peers. */
 const MIN_PIECE = 4 * 1024 * 1024;
-/** The uid the model server is said to run as: not the daemon's (root here), so the daemon's file may be linked. */
-const SERVER_UID = '1000';
 const sha256 = (b: Buffer) => `sha256:${createHash('sha256').update(b).digest('hex')}`;
 const FILES = {
   config: 'name: "simple"\nbackend: "python"\nmax_batch_size: 0\n',
@@ -77,15 +75,8 @@ describe('ModelPack artifacts on the real Dragonfly network', () => {
     const { code, out, err } = await peerloadFetch([
       `oci://${ref}`,
       join(root, '1'),
-      '--proxy',
-      network.peers[peer]!.proxyURL,
+      ...nodePlacementArgs(network.peers[peer]!.proxyURL, root),
       '--plain-http',
-      '--hard-link-root',
-      root,
-      '--server-uid',
-      SERVER_UID,
-      '--min-free-bytes',
-      '0',
       '--json',
     ]);
     expect(err).toEqual([]);
@@ -192,14 +183,7 @@ describe('ModelPack artifacts on the real Dragonfly network', () => {
         urls: manifest.layers.map((l) => blobURL(l.digest)),
         scope: 'all_peers',
       });
-      const done = await waitFor(
-        'the file preheat job to end',
-        async () => {
-          const j = await manager.getJob(job.id);
-          return (j.state === 'SUCCESS' || j.state === 'FAILURE') && j;
-        },
-        { timeoutMs: 180_000, intervalMs: 1000 },
-      );
+      const done = await jobEnd(manager, job.id, { timeoutMs: 180_000, intervalMs: 1000 });
       expect(done.state, JSON.stringify(done.result)).toBe('SUCCESS');
       const preheated = counting.requests.length;
 
