@@ -4,11 +4,13 @@
  *
  *   npm run bench -- --only 1,2 --reps 5
  *
- * Options: --only <list of 1..11, 13>, --reps <n ≥ 1; default 3>, --out <json path>, --workers <n> (scenario 1),
+ * Options: --only <list of 1..13>, --reps <n ≥ 1; default 3>, --out <json path>, --workers <n> (scenario 1),
  * --size-mib <n> (scenarios 3 and 6; default 1024), --origin-mbps <MB/s> (scenario 4; default 50),
  * --idle-seconds <n> (scenario 5; default 60), --size8-mib <n> (scenario 8, one object per run; default 256),
  * --poll-ms <n> (scenario 9: real ms per simulated minute; default 2000), --size11-mib <n> (scenario 11, the model's
- * size in 8 shards, objects of their own per run; default 2048), --size13-mib <n> (scenario 13, one object per run;
+ * size in 8 shards, objects of their own per run; default 2048), --size12-mib <n> (scenario 12, the same for the
+ * artifact and the directory; default 2048), --n12 <list> (scenario 12's replica
+ * counts; default 1,2,4), --size13-mib <n> (scenario 13, one object per run;
  * default 256).
  */
 import { execFileSync } from 'node:child_process';
@@ -29,6 +31,7 @@ import { scenario8 } from './scenarios/s8-node-preheat.ts';
 import { scenario9 } from './scenarios/s9-soak.ts';
 import { scenario10 } from './scenarios/s10-fleet.ts';
 import { scenario11 } from './scenarios/s11-directory.ts';
+import { scenario12 } from './scenarios/s12-oci-artifact.ts';
 import { scenario13 } from './scenarios/s13-seed-preheat.ts';
 
 const ROOT = resolve(import.meta.dirname, '..');
@@ -45,11 +48,15 @@ const { values } = parseArgs({
     'size8-mib': { type: 'string' },
     'poll-ms': { type: 'string' },
     'size11-mib': { type: 'string' },
+    'size12-mib': { type: 'string' },
+    n12: { type: 'string' },
     'size13-mib': { type: 'string' },
   },
   strict: true,
 });
-const only = new Set((values.only ?? '1,2,3,4,5,6,7,8,9,10,11,13').split(',').map((s) => Number(s.trim())));
+const only = new Set(
+  (values.only ?? '1,2,3,4,5,6,7,8,9,10,11,12,13').split(',').map((s) => Number(s.trim())),
+);
 const reps = Math.max(1, Number(values.reps ?? 3));
 const out = resolve(values.out ?? `${ROOT}/bench/results/latest.json`);
 const workers = Number(values.workers ?? 32);
@@ -59,6 +66,8 @@ const idleSeconds = Number(values['idle-seconds'] ?? 60);
 const size8MiB = Number(values['size8-mib'] ?? 256);
 const pollMs = Number(values['poll-ms'] ?? 2000);
 const size11MiB = Number(values['size11-mib'] ?? 2048);
+const size12MiB = Number(values['size12-mib'] ?? 2048);
+const n12 = (values.n12 ?? '1,2,4').split(',').map((s) => Number(s.trim()));
 const size13MiB = Number(values['size13-mib'] ?? 256);
 
 function machine(): Record<string, unknown> {
@@ -138,6 +147,7 @@ async function main(): Promise<number> {
     await attempt('11', () =>
       withControlPlane((cp) => scenario11(cp, { reps, sizeBytes: size11MiB * 2 ** 20 })),
     );
+  if (only.has(12)) await attempt('12', () => scenario12({ reps, sizeBytes: size12MiB * 2 ** 20, ns: n12 }));
   if (only.has(13))
     await attempt('13', () =>
       withControlPlane((cp) => scenario13(cp, { reps, sizeBytes: size13MiB * 2 ** 20 })),
@@ -157,6 +167,7 @@ async function main(): Promise<number> {
       size8MiB,
       pollMs,
       size11MiB,
+      size12MiB,
       size13MiB,
     },
     machine: info,

@@ -11,4 +11,7 @@ bash scripts/setup-minio.sh >/dev/null
 bash scripts/setup-dragonfly.sh >/dev/null
 # Row 11's model servers (real Triton, cached likewise).
 bash scripts/setup-triton.sh >/dev/null
+# Row 12's registry and modctl (cached likewise).
+bash scripts/setup-registry.sh >/dev/null
+bash scripts/setup-modctl.sh >/dev/null
 exec node_modules/.bin/node bench/run.ts "$@"

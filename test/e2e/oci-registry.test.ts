@@ -2,7 +2,8 @@
  * The registry client against the REAL registry (Distribution v3) with token auth switched on: it demands Bearer
  * tokens from the token service of test/support/registry-token.ts and verifies them itself (signature, issuer,
  * audience, expiry, granted actions). modctl logs in and pushes a model there; `peerload fetch oci://…` with the
- * credentials from a dockerconfigjson file places it (through the peer-proxy emulator), and anonymous pulls, a wrong password and a user without pull access are refused
+ * credentials from a dockerconfigjson file places it (through the peer-proxy emulator: the real network is
+ * test/e2e/oci-real-p2p.test.ts), and anonymous pulls, a wrong password and a user without pull access are refused
  * in the registry's terms, with nothing placed and no password in any message.
  */
 import { randomBytes } from 'node:crypto';

@@ -37,6 +37,24 @@ export async function modctl(storageDir: string): Promise<Modctl> {
   };
 }
 
+/** `modctl build` of the Modelfile in `dir`, pushed straight to `reference` (a plain-HTTP registry). */
+export async function modctlBuild(m: Modctl, dir: string, reference: string): Promise<void> {
+  await m(
+    [
+      'build',
+      '-f',
+      'Modelfile',
+      '-t',
+      reference,
+      '--plain-http',
+      '--output-remote',
+      '--no-creation-time',
+      '.',
+    ],
+    dir,
+  );
+}
+
 /**
  * A Triton-style model directory pushed by modctl as `reference` (a plain-HTTP registry): `config.pbtxt` and
  * `1/weights.bin` as raw layers (modctl's default, the older vnd.cnai types), then `1/model.py` attached as a tar
@@ -59,6 +77,22 @@ export async function pushTritonModel(
   );
   await buildAndAttach(m, dir, reference, '1/model.py');
 }
+
+/**
+ * The flags of a placement on a node peer: through its proxy, the daemon's files hard-linked into `root` (the same
+ * path for the daemon here), the model server said to run as uid 1000 (not the daemon's, root here, so the links
+ * may stay), no free-space floor.
+ */
+export const nodePlacementArgs = (proxyURL: string, root: string): string[] => [
+  '--proxy',
+  proxyURL,
+  '--hard-link-root',
+  root,
+  '--server-uid',
+  '1000',
+  '--min-free-bytes',
+  '0',
+];
 
 /** `peerload fetch` in process: its exit status and its lines (a CLI error as a line of `err`, exit 2). */
 export async function peerloadFetch(argv: string[]): Promise<{ code: number; out: string[]; err: string[] }> {
@@ -98,7 +132,9 @@ export async function pushTritonVersion(
 
 /** `modctl build` of dir's Modelfile into the registry as `reference`, then `file` attached as a tar layer. */
 async function buildAndAttach(m: Modctl, dir: string, reference: string, file: string): Promise<void> {
-  const remote = ['--plain-http', '--output-remote'];
-  await m(['build', '-f', 'Modelfile', '-t', reference, ...remote, '--no-creation-time', '.'], dir);
-  await m(['attach', file, '-s', reference, '-t', reference, ...remote, '--raw=false'], dir);
+  await modctlBuild(m, dir, reference);
+  await m(
+    ['attach', file, '-s', reference, '-t', reference, '--plain-http', '--output-remote', '--raw=false'],
+    dir,
+  );
 }

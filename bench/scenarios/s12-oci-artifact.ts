@@ -1,0 +1,317 @@
+/**
+ * Scenario 12 (a model as a ModelPack artifact against the same files as an S3 directory, on the REAL Dragonfly
+ * network: manager and scheduler v2.5.1, dfdaemon 1.4.2 as a seed peer and 4 node peers on their own 127.0.0.x
+ * addresses): a model of `sizeBytes` in 8 shards, to N = 1, 2, 4 nodes, placed on each by the agent's own code
+ * (`peerload fetch`, in process, through the node's peer proxy, hard links of the daemon's copies). Per repetition
+ * and N, on blobs of their own (each shard's first bytes differ per run):
+ *   - s3:  the shards in MinIO (behind a counting proxy), a node-targeted `type: file` preheat of their signed URLs,
+ *          then `peerload fetch --spec` of the directory on each of the N nodes at once;
+ *   - oci: the shards pushed by the real `modctl` as 8 raw weight layers to the real registry (behind a counting
+ *          proxy), a node-targeted `type: file` preheat of their blob URLs (the manager's `type: image` preheat
+ *          refuses a registry on loopback: docs/dragonfly.md), then `peerload fetch oci://…` on each of the N nodes.
+ * Both are timed from the preheat's creation to the last node's placement, the placements starting as the job is
+ * created (as a node-targeted gate opens); the push and the upload are not timed.
+ * Target: oci within 1.1× of s3 at each N, the registry read once per blob (plus the peers' 1-byte probes), every
+ * raw layer placed as a hard link.
+ */
+import { randomBytes } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { ManagerClient } from '../../src/manager/client.ts';
+import type { PlaceResult } from '../../src/oci/place.ts';
+import { signObjectURL } from '../../src/storage/sign.ts';
+import { DEFAULT_FILTERED_QUERY_PARAMS } from '../../src/storage/taskid.ts';
+import { startCountingProxy } from '../../test/support/counting-proxy.ts';
+import { ROOT_USER } from '../../test/support/dragonfly.ts';
+import {
+  modctl,
+  modctlBuild,
+  nodePlacementArgs,
+  peerloadFetch,
+  type Modctl,
+} from '../../test/support/modctl.ts';
+import { jobEnd } from '../../test/support/job-end.ts';
+import { startRegistry } from '../../test/support/registry.ts';
+import { settleDisk } from '../lib/disk.ts';
+import * as realnet from '../lib/realnet.ts';
+import { progress, stat, type Row } from '../lib/report.ts';
+
+const BUCKET = 'bench12';
+const NS = [1, 2, 4] as const;
+const MODES = ['s3', 'oci'] as const;
+type Mode = (typeof MODES)[number];
+const SHARDS = 8;
+const shardName = (i: number) => `shard-${String(i + 1).padStart(2, '0')}-of-${SHARDS}.bin`;
+const SHARD_NAMES = Array.from({ length: SHARDS }, (_, i) => shardName(i));
+
+export interface S12Options {
+  reps: number;
+  /** The model's size: 8 shards of a 1/8th each. */
+  sizeBytes: number;
+  /** The replica counts to run (default 1, 2, 4). */
+  ns?: readonly number[];
+}
+
+interface Run {
+  mode: Mode;
+  n: number;
+  rep: number;
+  /** preheat created → the last node placed, ms. */
+  totalMs: number;
+  /** preheat created → its SUCCESS seen (the manager's poll), ms; not part of totalMs. */
+  preheatMs: number;
+  /** Body bytes the origin (MinIO or the registry) served for the shards during the run. */
+  originBytes: number;
+  /** oci: the most bytes the registry served for one blob, as a multiple of the blob's size. */
+  maxBlobReads?: number;
+  /** Shards placed as hard links, summed over the nodes (of n × 8). */
+  hardLinks: number;
+  /** Shards that were local hits, summed over the nodes (of n × 8). */
+  localHits: number;
+}
+
+export async function scenario12(o: S12Options): Promise<{ rows: Row[]; raw: unknown }> {
+  const shardBytes = Math.floor(o.sizeBytes / SHARDS);
+  const shard = randomBytes(shardBytes);
+  const runs: Run[] = [];
+  const ns = o.ns ?? NS;
+  for (let rep = 0; rep < o.reps; rep++) runs.push(...(await repetition(rep, shard, ns)));
+  return {
+    rows: rowsOf(runs, shardBytes, ns),
+    raw: {
+      runs,
+      sizeBytes: o.sizeBytes,
+      shardBytes,
+      loadavgAtEnd: readFileSync('/proc/loadavg', 'utf8').trim(),
+    },
+  };
+}
+
+/** One repetition on a network, a MinIO and a registry of its own; N = 4 first, when the disk holds the least. */
+async function repetition(rep: number, shard: Buffer, ns: readonly number[]): Promise<Run[]> {
+  const cleanup: realnet.Cleanup = [];
+  const work = await mkdtemp(join(tmpdir(), 'peerload-bench12-'));
+  cleanup.push(() => rm(work, { recursive: true, force: true }));
+  try {
+    progress('s12: starting Dragonfly (manager, scheduler, seed peer, 4 node peers), MinIO and a registry');
+    const net = await realnet.startRealNet(cleanup, BUCKET, 4);
+    const { network, minio, origin } = net;
+    const registry = await startRegistry();
+    cleanup.push(() => registry.stop());
+    const reg = await startCountingProxy(registry.url);
+    cleanup.push(() => reg.close());
+    const tool = await modctl(join(work, 'modctl'));
+    const manager = new ManagerClient({
+      baseURL: network.managerURL,
+      auth: { type: 'signIn', username: ROOT_USER.name, password: ROOT_USER.password },
+    });
+    cleanup.push(() => manager.close());
+    const location = { ...minio.location(BUCKET), endpoint: origin.url };
+    let made = 0;
+    /** The shards of a run: each different from every other run's (its first bytes). */
+    const nextShard = () => {
+      shard.writeUInt32BE(rep * 1000 + made++, 0);
+      return shard;
+    };
+
+    /**
+     * A node-targeted file preheat of `urls` on nodes 0..n-1, created now; the placements start at once, as a
+     * node-targeted replica's gate opens when its node's job is created (docs/dragonfly.md). `ended()` waits for
+     * the job's SUCCESS (the manager writes it on its own poll, tens of seconds later) and returns when it saw it.
+     */
+    const preheat = async (urls: string[], n: number) => {
+      const job = await manager.createPreheatJob({
+        type: 'file',
+        urls,
+        filteredQueryParams: [...DEFAULT_FILTERED_QUERY_PARAMS],
+        scope: 'all_peers',
+        ips: network.peers.slice(0, n).map((p) => p.ip),
+      });
+      return {
+        ended: async () => {
+          const done = await jobEnd(manager, job.id, { timeoutMs: 600_000, intervalMs: 500 });
+          if (done.state !== 'SUCCESS') throw new Error(`preheat ${job.id}: ${JSON.stringify(done.result)}`);
+          return performance.now();
+        },
+      };
+    };
+    const fetchArgs = (peer: number, root: string) => nodePlacementArgs(network.peers[peer]!.proxyURL, root);
+    const fetched = (name: string, r: Awaited<ReturnType<typeof peerloadFetch>>) => {
+      if (r.code !== 0)
+        throw new Error(`${name}: peerload fetch exit ${r.code}: ${[...r.out, ...r.err].join('; ')}`);
+      return r.out;
+    };
+
+    async function s3(n: number, name: string): Promise<Run> {
+      for (const p of SHARD_NAMES) await minio.putObject(BUCKET, `${name}/${p}`, nextShard());
+      settleDisk();
+      const files = [];
+      for (const p of SHARD_NAMES)
+        files.push({
+          path: p,
+          url: (await signObjectURL(location, `${name}/${p}`, minio.credentials(), { expiresSeconds: 3600 }))
+            .url,
+        });
+      const spec = join(work, `${name}.json`);
+      await writeFile(spec, JSON.stringify({ version: '1', files, filter: DEFAULT_FILTERED_QUERY_PARAMS }));
+      const before = served(origin, `/${BUCKET}/${name}/`);
+      const t0 = performance.now();
+      const job = await preheat(
+        files.map((f) => f.url),
+        n,
+      );
+      const lines = await Promise.all(
+        Array.from({ length: n }, async (_, i) => {
+          const root = join(work, `node-${i}`, 's3');
+          await mkdir(root, { recursive: true });
+          return fetched(
+            name,
+            await peerloadFetch(['--name', name, '--spec', spec, '--root', root, ...fetchArgs(i, root)]),
+          )[0]!;
+        }),
+      );
+      const totalMs = performance.now() - t0;
+      const preheatMs = (await job.ended()) - t0;
+      // "fetched …: 8 files, … (L local hits, H hard links)"
+      const counts = lines.map((l) => /\((\d+) local hits, (\d+) hard links\)/.exec(l));
+      if (counts.some((c) => !c)) throw new Error(`unexpected fetch output: ${lines.join('; ')}`);
+      return {
+        mode: 's3',
+        n,
+        rep,
+        totalMs,
+        preheatMs,
+        originBytes: served(origin, `/${BUCKET}/${name}/`) - before,
+        localHits: counts.reduce((s, c) => s + Number(c![1]), 0),
+        hardLinks: counts.reduce((s, c) => s + Number(c![2]), 0),
+      };
+    }
+
+    async function oci(n: number, name: string, m: Modctl): Promise<Run> {
+      const src = join(work, 'src', name);
+      await mkdir(src, { recursive: true });
+      for (const p of SHARD_NAMES) await writeFile(join(src, p), nextShard());
+      await writeFile(
+        join(src, 'Modelfile'),
+        `NAME ${name}\nARCH transformer\nFAMILY bench\nFORMAT safetensors\n` +
+          SHARD_NAMES.map((p) => `MODEL ${p}\n`).join(''),
+      );
+      const reference = `${new URL(reg.url).host}/bench/${name}:v1`;
+      await modctlBuild(m, src, reference);
+      await rm(src, { recursive: true, force: true });
+      settleDisk();
+      const manifest = (await (
+        await fetch(`${registry.url}/v2/bench/${name}/manifests/v1`, {
+          headers: { accept: 'application/vnd.oci.image.manifest.v1+json' },
+        })
+      ).json()) as { layers: { digest: string; size: number; mediaType: string }[] };
+      if (manifest.layers.length !== SHARDS || !manifest.layers.every((l) => l.mediaType.endsWith('.raw')))
+        throw new Error(`modctl pushed ${JSON.stringify(manifest.layers)}`);
+      const pushed = reg.requests.length;
+      const t0 = performance.now();
+      const job = await preheat(
+        manifest.layers.map((l) => `${reg.url}/v2/bench/${name}/blobs/${l.digest}`),
+        n,
+      );
+      const results = await Promise.all(
+        Array.from({ length: n }, async (_, i) => {
+          const root = join(work, `node-${i}`, 'oci', name);
+          await mkdir(root, { recursive: true });
+          const out = fetched(
+            name,
+            await peerloadFetch([
+              `oci://${reference}`,
+              join(root, '1'),
+              '--plain-http',
+              '--json',
+              ...fetchArgs(i, root),
+            ]),
+          );
+          return JSON.parse(out[0]!) as PlaceResult;
+        }),
+      );
+      const totalMs = performance.now() - t0;
+      const preheatMs = (await job.ended()) - t0;
+      const blobBytes = (digest: string) =>
+        reg.requests
+          .slice(pushed)
+          .filter((q) => q.method === 'GET' && q.url.includes(`/blobs/${digest}`))
+          .reduce((s, q) => s + q.bytes, 0);
+      const layers = results.flatMap((r) => r.layers);
+      return {
+        mode: 'oci',
+        n,
+        rep,
+        totalMs,
+        preheatMs,
+        originBytes: manifest.layers.reduce((s, l) => s + blobBytes(l.digest), 0),
+        maxBlobReads: Math.max(...manifest.layers.map((l) => blobBytes(l.digest) / l.size)),
+        localHits: layers.filter((l) => l.localHit === true).length,
+        hardLinks: layers.filter((l) => l.hardLink === true).length,
+      };
+    }
+
+    const runs: Run[] = [];
+    for (const n of [...ns].sort((a, b) => b - a))
+      for (const mode of rep % 2 === 0 ? MODES : [...MODES].reverse()) {
+        const name = `${mode}-${n}-${rep}`;
+        const r = mode === 's3' ? await s3(n, name) : await oci(n, name, tool);
+        runs.push(r);
+        progress(`s12 ${JSON.stringify(r)}`);
+        if (mode === 's3')
+          await realnet.dropObjects(
+            net,
+            BUCKET,
+            SHARD_NAMES.map((p) => `${name}/${p}`),
+          );
+        for (let i = 0; i < n; i++) await rm(join(work, `node-${i}`), { recursive: true, force: true });
+      }
+    return runs;
+  } finally {
+    for (const c of cleanup.reverse()) await c().catch(() => undefined);
+  }
+}
+
+const served = (proxy: { requests: { method: string; url: string; bytes: number }[] }, part: string) =>
+  proxy.requests.filter((q) => q.method === 'GET' && q.url.includes(part)).reduce((s, q) => s + q.bytes, 0);
+
+function rowsOf(runs: Run[], shardBytes: number, ns: readonly number[]): Row[] {
+  const MiB = (b: number) => `${(b / 2 ** 20).toFixed(0)} MiB`;
+  return ns.map((n) => {
+    const of = (mode: Mode) => runs.filter((r) => r.mode === mode && r.n === n);
+    const o = of('oci');
+    const s = of('s3');
+    const ratio = stat(
+      o.map((r) => {
+        const ref = s.find((x) => x.rep === r.rep);
+        return ref ? r.totalMs / ref.totalMs : NaN;
+      }),
+    );
+    // Once per blob, plus a 1-byte probe from each peer that took part (the seed peer and the N node peers).
+    const once = o.every(
+      (r) => r.maxBlobReads !== undefined && r.maxBlobReads * shardBytes <= shardBytes + n + 1,
+    );
+    const linked = o.every((r) => r.hardLinks === n * SHARDS);
+    return {
+      id: `12${'abc'[NS.indexOf(n as 1 | 2 | 4)] ?? `-${n}`}`,
+      scenario: `12 a ${MiB(shardBytes * SHARDS)} ModelPack artifact of ${SHARDS} raw layers to ${n} node(s) through the agent's fetch, real network`,
+      metric:
+        'preheat (file job, node-targeted) → placed on every node, vs the same files as an S3 directory',
+      unit: 's',
+      value: stat(o.map((r) => r.totalMs / 1000)),
+      reference: stat(s.map((r) => r.totalMs / 1000)),
+      referenceLabel: '(S3 directory, same N, same run)',
+      ratio,
+      target: '≤ 1.1× the S3 directory, the registry read once per blob, every raw layer a hard link',
+      pass: o.length > 0 && ratio.median <= 1.1 && once && linked,
+      notes:
+        `registry bytes per run ${o.map((r) => MiB(r.originBytes)).join(', ')} (max per blob ${o.map((r) => r.maxBlobReads?.toFixed(6)).join(', ')}×); ` +
+        `MinIO bytes ${s.map((r) => MiB(r.originBytes)).join(', ')}; ` +
+        `hard links oci ${o.map((r) => `${r.hardLinks}/${n * SHARDS}`).join(', ')}, s3 ${s.map((r) => `${r.hardLinks}/${n * SHARDS}`).join(', ')}; ` +
+        `local hits oci ${o.map((r) => `${r.localHits}/${n * SHARDS}`).join(', ')}, s3 ${s.map((r) => `${r.localHits}/${n * SHARDS}`).join(', ')}; ` +
+        `preheat oci ${o.map((r) => (r.preheatMs / 1000).toFixed(1)).join(', ')} s, s3 ${s.map((r) => (r.preheatMs / 1000).toFixed(1)).join(', ')} s`,
+    };
+  });
+}
