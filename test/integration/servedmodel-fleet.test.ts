@@ -8,7 +8,13 @@
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import * as k8s from '@kubernetes/client-node';
 import { createNamespace, kubeConfig } from '../support/kube.ts';
-import { GROUP, VERSION, peerloadNamespace, type PeerloadNamespace } from '../support/resources.ts';
+import {
+  GROUP,
+  VERSION,
+  emulatedManagerPreheat,
+  peerloadNamespace,
+  type PeerloadNamespace,
+} from '../support/resources.ts';
 import { ServiceEndpoints, loopbackDispatcher } from '../support/endpointslices.ts';
 import { startManagerEmulator, type ManagerEmulator } from '../support/manager-emulator.ts';
 import { startModelServerFleet, type ModelServerFleet } from '../support/modelserver-emulator.ts';
@@ -115,20 +121,7 @@ describe('node targeting on more than 100 nodes', () => {
       fileName: 'models/fleet.mar',
       modelServer: { service: { name: 'fleet' } },
       rollout: { maxConcurrent: 50 },
-      preheat: {
-        create: true,
-        objectStorage: {
-          type: 's3',
-          bucket: 'models',
-          region: 'us-east-1',
-          endpoint: 'http://127.0.0.1:9',
-          pathStyle: true,
-          credentialsSecretRef: { name: 's3' },
-        },
-        // A named cluster: the v2.5.1 manager rate-limits job creations per named scheduler cluster.
-        schedulerClusterIDs: [1],
-        manager: { url: manager.url, signInSecretRef: { name: 'manager-user' } },
-      },
+      preheat: emulatedManagerPreheat(manager.url),
     });
     const ready = await untilReady(NODES);
     // Ready without waiting for the jobs' end: each replica's gate opened once its node's job was created.

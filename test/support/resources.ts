@@ -18,6 +18,27 @@ export interface Poll {
   intervalMs?: number;
 }
 
+/**
+ * A ServedModel's `preheat` against the manager emulator in its v2.5.1 profile: a named scheduler cluster (the
+ * manager rate-limits job creations per named cluster) and an S3 bucket that nobody reads (the emulator fetches
+ * nothing), with the Secrets `s3` and `manager-user`.
+ */
+export function emulatedManagerPreheat(managerURL: string) {
+  return {
+    create: true,
+    objectStorage: {
+      type: 's3',
+      bucket: 'models',
+      region: 'us-east-1',
+      endpoint: 'http://127.0.0.1:9',
+      pathStyle: true,
+      credentialsSecretRef: { name: 's3' },
+    },
+    schedulerClusterIDs: [1],
+    manager: { url: managerURL, signInSecretRef: { name: 'manager-user' } },
+  };
+}
+
 /** The condition `type` of an object's status, if any. */
 export function conditionOf(
   o: { status?: { conditions?: Condition[] } },
