@@ -5,7 +5,8 @@
  * controllers in-process, and a watch that notes when each ServedModel is Ready and each ModelPreheat succeeds.
  */
 import { DeleteObjectCommand } from '@aws-sdk/client-s3';
-import { readdir, rm } from 'node:fs/promises';
+import { mkdtemp, readdir, readFile, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Agent } from 'undici';
 import type { ModelPreheat, ServedModel } from '../../src/api/index.ts';
@@ -17,9 +18,10 @@ import { ROOT_USER, startDragonfly, type Dragonfly } from '../../test/support/dr
 import { ServiceEndpoints } from '../../test/support/endpointslices.ts';
 import type { kubeConfig } from '../../test/support/kube.ts';
 import { startMinIO, type MinIO } from '../../test/support/minio.ts';
+import { buildLargeModelArchive, buildModelArchive } from '../../test/support/model-archive.ts';
 import { startManager } from '../../test/support/runtime-harness.ts';
 import { GVR, createSecret, isReady, operatorFlags, watchObjects } from './kube.ts';
-import { until } from './report.ts';
+import { progress, until } from './report.ts';
 
 /** Steps to undo, run last-first by the scenario's finally block. */
 export type Cleanup = (() => Promise<unknown>)[];
@@ -29,6 +31,20 @@ export interface RealNet {
   minio: MinIO;
   /** MinIO's counting proxy: the endpoint every URL names. */
   origin: CountingProxy;
+}
+
+/** One timed case of a real-network row: a ServedModel on `n` replicas in one mode, in repetition `rep`. */
+export interface RealNetRun<Mode> {
+  mode: Mode;
+  n: number;
+  rep: number;
+  /** create → all Ready, ms. */
+  readyMs: number;
+  /** create → the preheat job's end seen (its ModelPreheat SUCCESS), ms; undefined without one, or not seen by then. */
+  jobEndMs?: number;
+  /** Downloads whose node's daemon did not go back to the origin for the task (the preheated modes). */
+  p2pHits?: number;
+  originBytes: number;
 }
 
 /** Starts the network with `nodePeers` node peers and MinIO with `bucket`, behind a counting proxy. */
@@ -41,6 +57,26 @@ export async function startRealNet(cleanup: Cleanup, bucket: string, nodePeers: 
   const origin = await startCountingProxy(minio.endpoint);
   cleanup.push(() => origin.close());
   return { network, minio, origin };
+}
+
+/**
+ * Row `row`'s network as `startRealNet` starts it, with a work directory and one model archive of `sizeBytes`
+ * (its bytes, put by the row under keys of its own) and the bucket as the clients reach it (the counting proxy).
+ */
+export async function startRealNetWithArchive(
+  cleanup: Cleanup,
+  row: number,
+  nodePeers: number,
+  sizeBytes: number,
+): Promise<RealNet & { bucket: string; bytes: Buffer; location: ReturnType<MinIO['location']> }> {
+  const name = `bench${row}`;
+  const work = await mkdtemp(join(tmpdir(), `peerload-${name}-`));
+  cleanup.push(() => rm(work, { recursive: true, force: true }));
+  progress(`s${row}: starting Dragonfly (manager, scheduler, seed peer, ${nodePeers} node peers) and MinIO`);
+  const net = await startRealNet(cleanup, name, nodePeers);
+  const base = await buildModelArchive(work, { modelName: `${name}-base` });
+  const bytes = await readFile((await buildLargeModelArchive(base, work, name, sizeBytes)).path);
+  return { ...net, bucket: name, bytes, location: { ...net.minio.location(name), endpoint: net.origin.url } };
 }
 
 /**

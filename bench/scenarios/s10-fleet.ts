@@ -24,6 +24,7 @@ import { startModelServerFleet } from '../../test/support/modelserver-emulator.t
 import { GVR, benchClient, createSecret, isReady, newNamespace, watchObjects } from '../lib/kube.ts';
 import { progress, stat, until, type Row } from '../lib/report.ts';
 import { deployedNodeOptions } from './s5-idle.ts';
+import { emulatedManagerPreheat } from '../../test/support/resources.ts';
 
 const ROOT = resolve(import.meta.dirname, '../..');
 const NODES = 1000;
@@ -131,20 +132,7 @@ export async function scenario10(cp: ControlPlane): Promise<{ rows: Row[]; raw: 
           fileName: `models/${name}.mar`,
           modelServer: { service: { name: service } },
           rollout: { maxConcurrent: 100 },
-          preheat: {
-            create: true,
-            objectStorage: {
-              type: 's3',
-              bucket: 'models',
-              region: 'us-east-1',
-              endpoint: 'http://127.0.0.1:9',
-              pathStyle: true,
-              credentialsSecretRef: { name: 's3' },
-            },
-            // A named cluster: the v2.5.1 manager rate-limits job creations per named scheduler cluster.
-            schedulerClusterIDs: [1],
-            manager: { url: manager.url, signInSecretRef: { name: 'manager-user' } },
-          },
+          preheat: emulatedManagerPreheat(manager.url),
         },
       } as KubeObject);
 

@@ -13,60 +13,39 @@
  * Target ("one download"): all Ready ≤ max(1.5× t1, t1 + 5 s), the origin ≤ 1.05× the size.
  */
 import { credentialTag } from '../../src/storage/credential-tag.ts';
-import { mkdtemp, readFile, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import type { ModelPreheat, ServedModel } from '../../src/api/index.ts';
 import { signObjectURL } from '../../src/storage/sign.ts';
 import type { ControlPlane } from '../../test/support/controlplane.ts';
 import { loopbackDispatcher } from '../../test/support/endpointslices.ts';
 import { kubeConfig } from '../../test/support/kube.ts';
-import { buildLargeModelArchive, buildModelArchive } from '../../test/support/model-archive.ts';
 import { startModelServerFleet } from '../../test/support/modelserver-emulator.ts';
 import { GVR, benchClient, createServedModel, newNamespace } from '../lib/kube.ts';
 import {
   backToSource,
   createNodesAndSecrets,
   dropObjects,
+  type RealNetRun,
   startOperator,
-  startRealNet,
+  startRealNetWithArchive,
   watchReadiness,
 } from '../lib/realnet.ts';
 import { progress, stat, until, type Row } from '../lib/report.ts';
 
 const NS = [1, 2] as const;
 type Mode = 'seed' | 'peer';
-const BUCKET = 'bench13';
 
 export interface S13Options {
   reps: number;
   sizeBytes: number;
 }
 
-interface Run {
-  mode: Mode;
-  n: number;
-  rep: number;
-  /** create → all Ready, ms. */
-  readyMs: number;
-  /** create → the preheat job's end seen (its ModelPreheat SUCCESS), ms; undefined when not seen by then. */
-  jobEndMs?: number;
-  /** Downloads whose node's daemon did not go back to the origin for the task (seed mode). */
-  p2pHits?: number;
-  originBytes: number;
-}
+type Run = RealNetRun<Mode>;
 
 export async function scenario13(cp: ControlPlane, o: S13Options): Promise<{ rows: Row[]; raw: unknown }> {
   const cleanup: (() => Promise<unknown>)[] = [];
-  const work = await mkdtemp(join(tmpdir(), 'peerload-bench13-'));
-  cleanup.push(() => rm(work, { recursive: true, force: true }));
   try {
-    progress('s13: starting Dragonfly (manager, scheduler, seed peer, 2 node peers) and MinIO');
-    const net = await startRealNet(cleanup, BUCKET, 2);
-    const { network, minio, origin } = net;
-    const base = await buildModelArchive(work, { modelName: 'bench13-base' });
-    const bytes = await readFile((await buildLargeModelArchive(base, work, 'bench13', o.sizeBytes)).path);
-    const location = { ...minio.location(BUCKET), endpoint: origin.url };
+    const net = await startRealNetWithArchive(cleanup, 13, 2, o.sizeBytes);
+    const { network, minio, origin, bytes, location } = net;
     const signed = new Map<string, string>();
     const objectURL = (fileName: string) => signed.get(fileName)!;
     // One replica per node peer, named by its URL only (static endpoints).
@@ -114,7 +93,7 @@ export async function scenario13(cp: ControlPlane, o: S13Options): Promise<{ row
       for (const [mode, n] of cases) {
         const name = `${mode}-${n}-${rep}`;
         const key = `${name}.mar`;
-        await minio.putObject(BUCKET, key, bytes);
+        await minio.putObject(net.bucket, key, bytes);
         signed.set(
           key,
           (await signObjectURL(location, key, minio.credentials(), { expiresSeconds: 7200 })).url,
@@ -146,7 +125,7 @@ export async function scenario13(cp: ControlPlane, o: S13Options): Promise<{ row
         runs.push(r);
         progress(`s13 ${JSON.stringify(r)}`);
         await smClient.delete(ns, name).catch(() => undefined);
-        await dropObjects(net, BUCKET, [key]);
+        await dropObjects(net, net.bucket, [key]);
       }
     }
 

@@ -19,16 +19,13 @@
 import { credentialTag } from '../../src/storage/credential-tag.ts';
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
-import { readFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { mkdtemp, rm } from 'node:fs/promises';
+import { rm } from 'node:fs/promises';
 import type { ModelPreheat, ServedModel } from '../../src/api/index.ts';
 import { signObjectURL } from '../../src/storage/sign.ts';
 import type { ControlPlane } from '../../test/support/controlplane.ts';
 import { ServiceEndpoints, loopbackDispatcher } from '../../test/support/endpointslices.ts';
 import { kubeConfig } from '../../test/support/kube.ts';
-import { buildLargeModelArchive, buildModelArchive } from '../../test/support/model-archive.ts';
 import { startModelServerFleet, type ModelServerFleet } from '../../test/support/modelserver-emulator.ts';
 import { settleDisk } from '../lib/disk.ts';
 import { GVR, benchClient, createServedModel, newNamespace } from '../lib/kube.ts';
@@ -36,8 +33,9 @@ import {
   backToSource,
   createNodesAndSecrets,
   dropObjects,
+  type RealNetRun,
   startOperator,
-  startRealNet,
+  startRealNetWithArchive,
   untilReadyOn,
   watchReadiness,
 } from '../lib/realnet.ts';
@@ -47,7 +45,6 @@ const NS = [1, 2, 4] as const;
 const MODES = ['nodes', 'direct'] as const;
 /** `peer`: t1, one cold download through one node peer without a preheat (N = 1 only). */
 type Mode = (typeof MODES)[number] | 'peer';
-const BUCKET = 'bench8';
 const FLOOR_KEY = 'floor.mar';
 const run = promisify(execFile);
 
@@ -56,18 +53,8 @@ export interface S8Options {
   sizeBytes: number;
 }
 
-interface Run {
-  mode: Mode;
-  n: number;
-  rep: number;
-  /** create → all Ready, ms. */
-  readyMs: number;
-  /** create → the preheat job's end seen (its ModelPreheat SUCCESS), ms; undefined without a preheat. */
-  jobEndMs?: number;
+interface Run extends RealNetRun<Mode> {
   localHits: number;
-  /** Downloads whose node's daemon did not go back to the origin for the task (nodes mode). */
-  p2pHits?: number;
-  originBytes: number;
   /** Each replica's status, and the preheat's per-peer outcome. */
   replicas?: { nodeIP?: string; localHit?: boolean; phase?: string; message?: string }[];
   preheatPeers?: unknown;
@@ -83,16 +70,9 @@ interface ScaleOut {
 
 export async function scenario8(cp: ControlPlane, o: S8Options): Promise<{ rows: Row[]; raw: unknown }> {
   const cleanup: (() => Promise<unknown>)[] = [];
-  const work = await mkdtemp(join(tmpdir(), 'peerload-bench8-'));
-  cleanup.push(() => rm(work, { recursive: true, force: true }));
   try {
-    progress('s8: starting Dragonfly (manager, scheduler, seed peer, 4 node peers) and MinIO');
-    const net = await startRealNet(cleanup, BUCKET, 4);
-    const { network, minio, origin } = net;
-    const base = await buildModelArchive(work, { modelName: 'bench8-base' });
-    const archive = await buildLargeModelArchive(base, work, 'bench8', o.sizeBytes);
-    const bytes = await readFile(archive.path);
-    const location = { ...minio.location(BUCKET), endpoint: origin.url };
+    const net = await startRealNetWithArchive(cleanup, 8, 4, o.sizeBytes);
+    const { network, minio, origin, bytes, location } = net;
     const keys: string[] = [FLOOR_KEY];
     for (let rep = 0; rep < o.reps; rep++)
       for (const key of [
@@ -103,7 +83,7 @@ export async function scenario8(cp: ControlPlane, o: S8Options): Promise<{ rows:
         keys.push(`${key}.mar`);
     const signed = new Map<string, string>();
     for (const key of keys) {
-      await minio.putObject(BUCKET, key, bytes);
+      await minio.putObject(net.bucket, key, bytes);
       signed.set(
         key,
         (await signObjectURL(location, key, minio.credentials(), { expiresSeconds: 7200 })).url,
@@ -200,7 +180,7 @@ export async function scenario8(cp: ControlPlane, o: S8Options): Promise<{ rows:
     });
     const create = (name: string, service: string, mode: Mode) =>
       createServedModel(kube, ns, name, spec(name, service, mode));
-    const dropObject = (key: string) => dropObjects(net, BUCKET, [key]);
+    const dropObject = (key: string) => dropObjects(net, net.bucket, [key]);
     /** Whether node peer `i`'s daemon went back to the origin for the task of `preheatName`'s first object. */
     const wentBack = async (i: number, preheatName: string) => {
       const mph = (await kube.resource<ModelPreheat>(GVR.modelPreheats).get(ns, preheatName)) as ModelPreheat;

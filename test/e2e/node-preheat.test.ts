@@ -13,21 +13,18 @@
  */
 import { afterAll, afterEach, beforeAll, describe, expect, inject, it } from 'vitest';
 import * as k8s from '@kubernetes/client-node';
-import { mkdtemp, readFile, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { ProxyAgent, request } from 'undici';
 import { createNamespace, kubeConfig, waitFor } from '../support/kube.ts';
 import { ServiceEndpoints } from '../support/endpointslices.ts';
-import { startCountingProxy, type CountingProxy } from '../support/counting-proxy.ts';
-import { ROOT_USER, startDragonfly, type Dragonfly, type DragonflyPeer } from '../support/dragonfly.ts';
-import { startMinIO, type MinIO } from '../support/minio.ts';
-import { buildLargeModelArchive, buildModelArchive } from '../support/model-archive.ts';
+import type { CountingProxy } from '../support/counting-proxy.ts';
+import type { Dragonfly, DragonflyPeer } from '../support/dragonfly.ts';
+import type { MinIO } from '../support/minio.ts';
 import { startModelServerFleet, type ModelServerFleet } from '../support/modelserver-emulator.ts';
 import { startRealNetworkOperator } from '../support/real-operator.ts';
 import type { RunningManager } from '../support/runtime-harness.ts';
+import { startRealNetworkBed, type RealNetworkBed } from '../support/real-network-bed.ts';
+import { peerloadNamespace, type PeerloadNamespace } from '../support/resources.ts';
 import { signObjectURL } from '../../src/storage/sign.ts';
-import { credentialTag } from '../../src/storage/credential-tag.ts';
 import type { ModelPreheat, ServedModel } from '../../src/api/index.ts';
 
 const GROUP = 'peerload.io';
@@ -40,7 +37,8 @@ let kc: k8s.KubeConfig;
 let custom: k8s.CustomObjectsApi;
 let core: k8s.CoreV1Api;
 let ns: string;
-let work: string;
+let bed: RealNetworkBed;
+let peerload: PeerloadNamespace;
 let network: Dragonfly;
 let minio: MinIO;
 let origin: CountingProxy;
@@ -49,41 +47,31 @@ let svc: ServiceEndpoints;
 let operator: RunningManager;
 let size: number;
 let jwt: string;
+let tag: string;
 
 beforeAll(async () => {
   kc = kubeConfig(inject('kubeconfigPath'));
   custom = kc.makeApiClient(k8s.CustomObjectsApi);
   core = kc.makeApiClient(k8s.CoreV1Api);
   ns = await createNamespace(kc, 'node-preheat');
-  work = await mkdtemp(join(tmpdir(), 'peerload-node-preheat-'));
+  peerload = peerloadNamespace(kc, ns);
 
-  network = await startDragonfly({ nodePeers: 3 });
+  bed = await startRealNetworkBed({ prefix: 'node-preheat', bucket: BUCKET, nodePeers: 3 });
+  ({ network, minio, origin, tag } = bed);
   jwt = await network.signIn();
-  minio = await startMinIO();
-  await minio.createBucket(BUCKET);
-  origin = await startCountingProxy(minio.endpoint);
   // Larger than 4 MiB: dfdaemon 1.4 fetches smaller content straight from the origin, without the scheduler.
-  const base = await buildModelArchive(work, { modelName: 'tiny-base' });
-  const archive = await buildLargeModelArchive(base, work, 'tiny', 6 << 20);
-  const bytes = await readFile(archive.path);
-  size = bytes.length;
-  await minio.putObject(BUCKET, SM_KEY, bytes);
-  await minio.putObject(BUCKET, EVICT_KEY, bytes);
+  size = await bed.putArchive('tiny', 6 << 20, [SM_KEY, EVICT_KEY]);
 
   // One emulated replica per node, each downloading through its own node's peer, with URLs signed at another
   // moment than the preheat's (the filter makes the task ids equal).
-  const location = { ...minio.location(BUCKET), endpoint: origin.url };
-  const { url } = await signObjectURL(location, SM_KEY, minio.credentials(), {
-    now: new Date(Date.now() - 60_000),
-    expiresSeconds: 3600,
-  });
+  const url = await bed.signedEarlier(SM_KEY);
   fleets = await Promise.all(
     network.peers.map((peer) =>
       startModelServerFleet(1, {
         proxyURL: peer.proxyURL,
         objectURL: () => url,
         // As the plugin: the tag the storage credentials give (the preheat's, signed with the same Secret).
-        tag: credentialTag(location, minio.credentials()),
+        tag,
         workerStartMs: 50,
         modelVersion: '1.0',
       }),
@@ -91,20 +79,7 @@ beforeAll(async () => {
   );
   for (const [i, peer] of network.peers.entries())
     await ServiceEndpoints.createNode(kc, `${ns}-node-${i}`, peer.ip);
-  await core.createNamespacedSecret({
-    namespace: ns,
-    body: {
-      metadata: { name: 's3-credentials' },
-      stringData: { access_key: minio.accessKey, secret_key: minio.secretKey },
-    },
-  });
-  await core.createNamespacedSecret({
-    namespace: ns,
-    body: {
-      metadata: { name: 'manager-user' },
-      stringData: { username: ROOT_USER.name, password: ROOT_USER.password },
-    },
-  });
+  await bed.createSecrets(kc, ns);
   svc = new ServiceEndpoints(kc, ns, 'models');
   await svc.add('pod-0', fleets[0]!.urls[0]!, true, `${ns}-node-0`);
   await svc.add('pod-1', fleets[1]!.urls[0]!, true, `${ns}-node-1`);
@@ -115,9 +90,8 @@ beforeAll(async () => {
 afterAll(async () => {
   await operator?.stop();
   for (const i of [0, 1, 2]) await core.deleteNode({ name: `${ns}-node-${i}` }).catch(() => undefined);
-  await Promise.allSettled([...fleets.map((f) => f.close()), origin?.close(), minio?.stop()]);
-  await network?.stop();
-  if (work) await rm(work, { recursive: true, force: true });
+  await Promise.allSettled(fleets.map((f) => f.close()));
+  await bed?.stop();
 });
 
 // A failure says which of the network's processes still run, and what the operator made of the objects.
@@ -145,15 +119,8 @@ const get = <T>(plural: string, name: string) =>
     plural,
     name,
   }) as Promise<T>;
-const storageLocation = () => ({
-  type: 's3',
-  bucket: BUCKET,
-  endpoint: origin.url,
-  pathStyle: true,
-  region: minio.region,
-  credentialsSecretRef: { name: 's3-credentials' },
-});
-const manager = () => ({ url: network.managerURL, signInSecretRef: { name: 'manager-user' } });
+const storageLocation = () => bed.objectStorage();
+const manager = () => bed.manager();
 
 /** The manager's own record of a job (its args as the manager stored them). */
 async function managerJob(id: number): Promise<{ args: { ips?: string[] | null; scope?: string } }> {
@@ -167,7 +134,6 @@ async function managerJob(id: number): Promise<{ args: { ips?: string[] | null; 
 /** A GET through `peer` as the plugin makes it: with the tag the storage credentials give the task. */
 async function download(peer: DragonflyPeer, url: string): Promise<{ localHit: boolean; bytes: number }> {
   const agent = new ProxyAgent(peer.proxyURL);
-  const tag = credentialTag(minio.location(BUCKET), minio.credentials());
   try {
     const headers = { 'X-Dragonfly-Use-P2P': 'true', 'X-Dragonfly-Tag': tag };
     const res = await request(url, { dispatcher: agent, headers });
@@ -181,34 +147,13 @@ async function download(peer: DragonflyPeer, url: string): Promise<{ localHit: b
 describe('node-targeted preheat on the real network', () => {
   it('preheats the peers of the replicas’ nodes; each replica downloads as soon as its node’s job runs, a P2P hit', async () => {
     const created = Date.now();
-    await custom.createNamespacedCustomObject({
-      group: GROUP,
-      version: VERSION,
-      namespace: ns,
-      plural: 'servedmodels',
-      body: {
-        apiVersion: `${GROUP}/${VERSION}`,
-        kind: 'ServedModel',
-        metadata: { name: 'tiny' },
-        spec: {
-          modelName: 'tiny',
-          fileName: SM_KEY,
-          modelServer: { service: { name: 'models' } },
-          preheat: { create: true, objectStorage: storageLocation(), manager: manager() },
-        },
-      },
+    await peerload.createServedModel('tiny', {
+      modelName: 'tiny',
+      fileName: SM_KEY,
+      modelServer: { service: { name: 'models' } },
+      preheat: { create: true, objectStorage: storageLocation(), manager: manager() },
     });
-    const sm = await waitFor(
-      'tiny Ready 2/2',
-      async () => {
-        const o = await get<ServedModel>('servedmodels', 'tiny');
-        return o.status?.ready === '2/2' &&
-          o.status.conditions?.find((c) => c.type === 'Ready')?.status === 'True'
-          ? o
-          : undefined;
-      },
-      { timeoutMs: 300_000, intervalMs: 250 },
-    );
+    const sm = await peerload.untilReady('tiny', 2, { timeoutMs: 300_000, intervalMs: 250 });
     const readyAfterMs = Date.now() - created;
     const [p0, p1] = network.peers;
     // Ready before the manager ended the job (its first poll is 30 s after the create): the replicas' gates opened
@@ -218,14 +163,10 @@ describe('node-targeted preheat on the real network', () => {
     expect(sm.status!.replicas!.every((r) => r.message === undefined || !/waiting/.test(r.message))).toBe(
       true,
     );
-    const preheat = await waitFor(
-      'tiny-preheat SUCCESS',
-      async () => {
-        const o = await get<ModelPreheat>('modelpreheats', 'tiny-preheat');
-        return o.status?.state === 'SUCCESS' ? o : undefined;
-      },
-      { timeoutMs: 180_000, intervalMs: 1000 },
-    );
+    const preheat = await peerload.untilState('tiny-preheat', 'SUCCESS', {
+      timeoutMs: 180_000,
+      intervalMs: 1000,
+    });
     expect(preheat.spec.scope).toBe('all_peers');
     expect(preheat.spec.targets?.ips).toEqual([p0!.ip, p1!.ip].sort());
     expect(preheat.status?.peers?.map((p) => [p.ip, p.state]).sort()).toEqual(
@@ -277,17 +218,7 @@ describe('node-targeted preheat on the real network', () => {
     expect((await get<ServedModel>('servedmodels', 'tiny')).status?.ready).toBe('2/2');
 
     await svc.setReady('pod-2', true);
-    const sm = await waitFor(
-      'tiny Ready 3/3',
-      async () => {
-        const o = await get<ServedModel>('servedmodels', 'tiny');
-        return o.status?.ready === '3/3' &&
-          o.status.conditions?.find((c) => c.type === 'Ready')?.status === 'True'
-          ? o
-          : undefined;
-      },
-      { timeoutMs: 120_000, intervalMs: 1000 },
-    );
+    const sm = await peerload.untilReady('tiny', 3, { timeoutMs: 120_000, intervalMs: 1000 });
     expect(sm!.status!.replicas!.find((r) => r.nodeIP === p2.ip)?.localHit).toBe(true);
     // Node 2's peer got the model from the other peers, not from the origin.
     expect(origin.bytesServed(SM_KEY) - before).toBeLessThan(size);
@@ -330,24 +261,13 @@ describe('node-targeted preheat on the real network', () => {
 
   it('evictOnDelete deletes the task from the network: the next download goes to the origin', async () => {
     const p0 = network.peers[0]!;
-    await custom.createNamespacedCustomObject({
-      group: GROUP,
-      version: VERSION,
-      namespace: ns,
-      plural: 'modelpreheats',
-      body: {
-        apiVersion: `${GROUP}/${VERSION}`,
-        kind: 'ModelPreheat',
-        metadata: { name: 'evict' },
-        spec: {
-          type: 'file',
-          objectStorage: { ...storageLocation(), keys: [EVICT_KEY] },
-          scope: 'all_peers',
-          targets: { ips: [p0.ip] },
-          evictOnDelete: true,
-          manager: manager(),
-        },
-      },
+    await peerload.createModelPreheat('evict', {
+      type: 'file',
+      objectStorage: { ...storageLocation(), keys: [EVICT_KEY] },
+      scope: 'all_peers',
+      targets: { ips: [p0.ip] },
+      evictOnDelete: true,
+      manager: manager(),
     });
     await waitFor(
       'evict preheated',

@@ -8,89 +8,47 @@
  * download through one node peer (node peer → seed peer → origin), on an object of the same size.
  */
 import { afterAll, afterEach, beforeAll, describe, expect, inject, it } from 'vitest';
-import * as k8s from '@kubernetes/client-node';
-import { mkdtemp, readFile, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { createNamespace, kubeConfig, waitFor } from '../support/kube.ts';
-import { startCountingProxy, type CountingProxy } from '../support/counting-proxy.ts';
-import { ROOT_USER, startDragonfly, type Dragonfly } from '../support/dragonfly.ts';
-import { startMinIO, type MinIO } from '../support/minio.ts';
-import { buildLargeModelArchive, buildModelArchive } from '../support/model-archive.ts';
+import { createNamespace, kubeConfig } from '../support/kube.ts';
 import { startModelServerFleet, type ModelServerFleet } from '../support/modelserver-emulator.ts';
 import { startRealNetworkOperator } from '../support/real-operator.ts';
+import { startRealNetworkBed, type RealNetworkBed } from '../support/real-network-bed.ts';
+import { peerloadNamespace, type PeerloadNamespace } from '../support/resources.ts';
 import type { RunningManager } from '../support/runtime-harness.ts';
-import { signObjectURL } from '../../src/storage/sign.ts';
-import { credentialTag } from '../../src/storage/credential-tag.ts';
-import type { ModelPreheat, ServedModel } from '../../src/api/index.ts';
 
-const GROUP = 'peerload.io';
-const VERSION = 'v1alpha1';
 const BUCKET = 'models';
 const KEY = 'seed/model.mar';
 const T1_KEY = 'seed/t1.mar';
 const SIZE = 64 << 20;
 
-let kc: k8s.KubeConfig;
-let custom: k8s.CustomObjectsApi;
-let ns: string;
-let work: string;
-let network: Dragonfly;
-let minio: MinIO;
-let origin: CountingProxy;
+let bed: RealNetworkBed;
+let peerload: PeerloadNamespace;
 let fleet: ModelServerFleet;
 let operator: RunningManager;
 let size: number;
 
 beforeAll(async () => {
-  kc = kubeConfig(inject('kubeconfigPath'));
-  custom = kc.makeApiClient(k8s.CustomObjectsApi);
-  const core = kc.makeApiClient(k8s.CoreV1Api);
-  ns = await createNamespace(kc, 'seed-preheat');
-  work = await mkdtemp(join(tmpdir(), 'peerload-seed-preheat-'));
-
-  network = await startDragonfly({ nodePeers: 2 });
-  minio = await startMinIO();
-  await minio.createBucket(BUCKET);
-  origin = await startCountingProxy(minio.endpoint);
-  const base = await buildModelArchive(work, { modelName: 'seed-base' });
-  const archive = await buildLargeModelArchive(base, work, 'seed', SIZE);
-  const bytes = await readFile(archive.path);
-  size = bytes.length;
-  await minio.putObject(BUCKET, KEY, bytes);
-  await minio.putObject(BUCKET, T1_KEY, bytes);
+  const kc = kubeConfig(inject('kubeconfigPath'));
+  const ns = await createNamespace(kc, 'seed-preheat');
+  peerload = peerloadNamespace(kc, ns);
+  bed = await startRealNetworkBed({ prefix: 'seed-preheat', bucket: BUCKET, nodePeers: 2 });
+  size = await bed.putArchive('seed', SIZE, [KEY, T1_KEY]);
 
   // Replica 0 (t1) and 1 download through node peer 0, replica 2 through node peer 1; the URLs are signed at
   // another moment than the preheat's (the filter makes the task ids equal).
-  const location = { ...minio.location(BUCKET), endpoint: origin.url };
   const urls = new Map<string, string>();
-  for (const key of [KEY, T1_KEY])
-    urls.set(
-      key,
-      (
-        await signObjectURL(location, key, minio.credentials(), {
-          now: new Date(Date.now() - 60_000),
-          expiresSeconds: 3600,
-        })
-      ).url,
-    );
+  for (const key of [KEY, T1_KEY]) urls.set(key, await bed.signedEarlier(key));
   const peerOf = [0, 0, 1];
   fleet = await startModelServerFleet(3, (i) => ({
-    proxyURL: network.peers[peerOf[i]!]!.proxyURL,
+    proxyURL: bed.network.peers[peerOf[i]!]!.proxyURL,
     objectURL: (fileName: string) => urls.get(fileName)!,
     // As the plugin: the tag the storage credentials give (the owned preheat's, made with the same Secret).
-    tag: credentialTag(location, minio.credentials()),
+    tag: bed.tag,
     workerStartMs: 50,
   }));
-  const secrets: Record<string, Record<string, string>> = {
-    's3-credentials': { access_key: minio.accessKey, secret_key: minio.secretKey },
-    'manager-user': { username: ROOT_USER.name, password: ROOT_USER.password },
-  };
-  for (const [name, stringData] of Object.entries(secrets))
-    await core.createNamespacedSecret({ namespace: ns, body: { metadata: { name }, stringData } });
+  await bed.createSecrets(kc, ns);
 
   // Static endpoints on this machine (refused unless allowed).
-  operator = await startRealNetworkOperator(kc, network.managerURL, [
+  operator = await startRealNetworkOperator(kc, bed.network.managerURL, [
     '--allowed-endpoint-hosts',
     '127.0.0.1',
   ]);
@@ -98,50 +56,24 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await operator?.stop();
-  await Promise.allSettled([fleet?.close(), origin?.close(), minio?.stop()]);
-  await network?.stop();
-  if (work) await rm(work, { recursive: true, force: true });
+  await fleet?.close();
+  await bed?.stop();
 });
 
 afterEach(async ({ task }) => {
   if (task.result?.state !== 'fail') return;
-  const seen = await get<{ status?: unknown }>('modelpreheats', 'seeded-preheat').then(
+  const seen = await peerload.getModelPreheat('seeded-preheat').then(
     (o) => JSON.stringify(o.status),
     (err: Error) => err.message,
   );
-  console.error(`${await network.report()}\nmodelpreheats/seeded-preheat: ${seen}`);
+  console.error(`${await bed.network.report()}\nmodelpreheats/seeded-preheat: ${seen}`);
 });
-
-const get = <T>(plural: string, name: string) =>
-  custom.getNamespacedCustomObject({
-    group: GROUP,
-    version: VERSION,
-    namespace: ns,
-    plural,
-    name,
-  }) as Promise<T>;
 
 /** Creates a ServedModel on static endpoints; resolves with create → Ready on all of them, ms. */
 async function createUntilReady(name: string, spec: Record<string, unknown>, replicas: number) {
   const created = performance.now();
-  await custom.createNamespacedCustomObject({
-    group: GROUP,
-    version: VERSION,
-    namespace: ns,
-    plural: 'servedmodels',
-    body: { apiVersion: `${GROUP}/${VERSION}`, kind: 'ServedModel', metadata: { name }, spec },
-  });
-  const sm = await waitFor(
-    `${name} Ready ${replicas}/${replicas}`,
-    async () => {
-      const o = await get<ServedModel>('servedmodels', name);
-      return o.status?.ready === `${replicas}/${replicas}` &&
-        o.status.conditions?.find((c) => c.type === 'Ready')?.status === 'True'
-        ? o
-        : undefined;
-    },
-    { timeoutMs: 300_000, intervalMs: 100 },
-  );
+  await peerload.createServedModel(name, spec);
+  const sm = await peerload.untilReady(name, replicas, { timeoutMs: 300_000, intervalMs: 100 });
   return { sm, readyMs: performance.now() - created };
 }
 
@@ -153,7 +85,7 @@ describe('seed-peer preheat without node targeting on the real network', () => {
       { modelName: 't1', fileName: T1_KEY, modelServer: { endpoints: [fleet.urls[0]!] } },
       1,
     );
-    const before = origin.bytesServed(KEY);
+    const before = bed.origin.bytesServed(KEY);
     const { sm, readyMs } = await createUntilReady(
       'seeded',
       {
@@ -163,21 +95,14 @@ describe('seed-peer preheat without node targeting on the real network', () => {
         preheat: {
           create: true,
           scope: 'single_seed_peer',
-          objectStorage: {
-            type: 's3',
-            bucket: BUCKET,
-            endpoint: origin.url,
-            pathStyle: true,
-            region: minio.region,
-            credentialsSecretRef: { name: 's3-credentials' },
-          },
-          manager: { url: network.managerURL, signInSecretRef: { name: 'manager-user' } },
+          objectStorage: bed.objectStorage(),
+          manager: bed.manager(),
         },
       },
       2,
     );
     const budget = Math.max(1.5 * t1.readyMs, t1.readyMs + 5000);
-    const running = await get<ModelPreheat>('modelpreheats', 'seeded-preheat');
+    const running = await peerload.getModelPreheat('seeded-preheat');
     console.log(
       `[seed-preheat] ${size} bytes: Ready 2/2 ${(readyMs / 1000).toFixed(2)} s after creation; t1 ` +
         `${(t1.readyMs / 1000).toFixed(2)} s; budget max(1.5 × t1, t1 + 5 s) ${(budget / 1000).toFixed(2)} s; ` +
@@ -190,14 +115,10 @@ describe('seed-peer preheat without node targeting on the real network', () => {
     // Generous against a shared machine; the benchmark (row 13) holds the budget itself.
     expect(readyMs).toBeLessThan(budget + 10_000);
 
-    const preheat = await waitFor(
-      'seeded-preheat SUCCESS',
-      async () => {
-        const o = await get<ModelPreheat>('modelpreheats', 'seeded-preheat');
-        return o.status?.state === 'SUCCESS' ? o : undefined;
-      },
-      { timeoutMs: 180_000, intervalMs: 1000 },
-    );
+    const preheat = await peerload.untilState('seeded-preheat', 'SUCCESS', {
+      timeoutMs: 180_000,
+      intervalMs: 1000,
+    });
     // Both replicas downloaded the preheat's task, through their own node's peer.
     const taskID = preheat.status!.tasks![0]!.taskID;
     const downloads = fleet.instances.slice(1).flatMap((f) => f.downloads);
@@ -209,12 +130,12 @@ describe('seed-peer preheat without node targeting on the real network', () => {
       [taskID, size],
     ]);
     // The origin served the object once (the seed peer's fetch), plus the daemons' 1-byte probes.
-    const served = origin.bytesServed(KEY) - before;
+    const served = bed.origin.bytesServed(KEY) - before;
     console.log(`[seed-preheat] origin served ${served} bytes of the ${size}-byte object`);
     expect(served).toBeGreaterThanOrEqual(size);
     expect(served).toBeLessThanOrEqual(size + 64);
     // Neither node peer went to the origin for the task: each joined the seed peer's.
-    for (const peer of network.peers)
+    for (const peer of bed.network.peers)
       expect(
         (await peer.logs()).split('\n').filter((l) => l.includes(taskID) && l.includes('back to source')),
         peer.name,

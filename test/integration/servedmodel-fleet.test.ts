@@ -7,7 +7,14 @@
  */
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import * as k8s from '@kubernetes/client-node';
-import { createNamespace, kubeConfig, waitFor } from '../support/kube.ts';
+import { createNamespace, kubeConfig } from '../support/kube.ts';
+import {
+  GROUP,
+  VERSION,
+  emulatedManagerPreheat,
+  peerloadNamespace,
+  type PeerloadNamespace,
+} from '../support/resources.ts';
 import { ServiceEndpoints, loopbackDispatcher } from '../support/endpointslices.ts';
 import { startManagerEmulator, type ManagerEmulator } from '../support/manager-emulator.ts';
 import { startModelServerFleet, type ModelServerFleet } from '../support/modelserver-emulator.ts';
@@ -16,14 +23,13 @@ import { modelPreheatController } from '../../src/controllers/modelpreheat/index
 import { createServedModelController } from '../../src/controllers/index.ts';
 import type { ModelPreheat, ServedModel } from '../../src/api/index.ts';
 
-const GROUP = 'peerload.io';
-const VERSION = 'v1alpha1';
 const NODES = 130;
 
 let kc: k8s.KubeConfig;
 let custom: k8s.CustomObjectsApi;
 let core: k8s.CoreV1Api;
 let ns: string;
+let peerload: PeerloadNamespace;
 let manager: ManagerEmulator;
 let fleet: ModelServerFleet;
 let svc: ServiceEndpoints;
@@ -36,6 +42,7 @@ beforeAll(async () => {
   custom = kc.makeApiClient(k8s.CustomObjectsApi);
   core = kc.makeApiClient(k8s.CoreV1Api);
   ns = await createNamespace(kc, 'smfleet');
+  peerload = peerloadNamespace(kc, ns);
   manager = await startManagerEmulator({
     version: 'v2.5.1',
     jobRateLimit: 1,
@@ -80,15 +87,6 @@ afterAll(async () => {
   await Promise.allSettled([fleet?.close(), manager?.close()]);
 });
 
-const get = async <T>(plural: string, name: string): Promise<T> =>
-  (await custom.getNamespacedCustomObject({
-    group: GROUP,
-    version: VERSION,
-    namespace: ns,
-    plural,
-    name,
-  })) as T;
-
 async function preheats(): Promise<ModelPreheat[]> {
   const list = (await custom.listNamespacedCustomObject({
     group: GROUP,
@@ -105,61 +103,25 @@ const preheatJobs = () =>
     .map((j) => (j.args['ips'] as string[]) ?? []);
 
 /** The ServedModel once its status counts `n` nodes holding the model (the jobs end after the replicas are Ready). */
-async function untilPreheated(n: number): Promise<ServedModel> {
-  return waitFor(
-    `fleet: ${n} nodes preheated in status`,
-    async () => {
-      const sm = await get<ServedModel>('servedmodels', 'fleet');
-      return sm.status?.nodePreheat?.preheated === n ? sm : undefined;
-    },
-    { timeoutMs: 60_000, intervalMs: 200 },
+function untilPreheated(n: number): Promise<ServedModel> {
+  return peerload.untilServedModel(
+    'fleet',
+    `${n} nodes preheated in status`,
+    (sm) => sm.status?.nodePreheat?.preheated === n,
+    { timeoutMs: 60_000 },
   );
 }
 
-async function untilReady(ready: number): Promise<ServedModel> {
-  return waitFor(
-    `fleet ${ready} replicas Ready`,
-    async () => {
-      const sm = await get<ServedModel>('servedmodels', 'fleet');
-      const ok = sm.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True');
-      return ok && sm.status?.readyReplicas === ready ? sm : undefined;
-    },
-    { timeoutMs: 90_000, intervalMs: 200 },
-  );
-}
+const untilReady = (ready: number) => peerload.untilReady('fleet', ready, { timeoutMs: 90_000 });
 
 describe('node targeting on more than 100 nodes', () => {
   it('splits the nodes into owned ModelPreheats of at most 100, one job each; the rate limit is no failure', async () => {
-    await custom.createNamespacedCustomObject({
-      group: GROUP,
-      version: VERSION,
-      namespace: ns,
-      plural: 'servedmodels',
-      body: {
-        apiVersion: `${GROUP}/${VERSION}`,
-        kind: 'ServedModel',
-        metadata: { name: 'fleet' },
-        spec: {
-          modelName: 'fleet',
-          fileName: 'models/fleet.mar',
-          modelServer: { service: { name: 'fleet' } },
-          rollout: { maxConcurrent: 50 },
-          preheat: {
-            create: true,
-            objectStorage: {
-              type: 's3',
-              bucket: 'models',
-              region: 'us-east-1',
-              endpoint: 'http://127.0.0.1:9',
-              pathStyle: true,
-              credentialsSecretRef: { name: 's3' },
-            },
-            // A named cluster: the v2.5.1 manager rate-limits job creations per named scheduler cluster.
-            schedulerClusterIDs: [1],
-            manager: { url: manager.url, signInSecretRef: { name: 'manager-user' } },
-          },
-        },
-      },
+    await peerload.createServedModel('fleet', {
+      modelName: 'fleet',
+      fileName: 'models/fleet.mar',
+      modelServer: { service: { name: 'fleet' } },
+      rollout: { maxConcurrent: 50 },
+      preheat: emulatedManagerPreheat(manager.url),
     });
     const ready = await untilReady(NODES);
     // Ready without waiting for the jobs' end: each replica's gate opened once its node's job was created.

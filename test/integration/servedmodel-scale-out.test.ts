@@ -7,28 +7,26 @@
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import * as k8s from '@kubernetes/client-node';
 import { createNamespace, kubeConfig, waitFor } from '../support/kube.ts';
+import { conditionOf as condition, peerloadNamespace, type PeerloadNamespace } from '../support/resources.ts';
 import { ServiceEndpoints, loopbackDispatcher } from '../support/endpointslices.ts';
 import { startModelServerFleet, type ModelServerFleet } from '../support/modelserver-emulator.ts';
 import { startManager, type RunningManager } from '../support/runtime-harness.ts';
 import { createServedModelController } from '../../src/controllers/index.ts';
-import type { Condition, ServedModel } from '../../src/api/index.ts';
 
-const GROUP = 'peerload.io';
-const VERSION = 'v1alpha1';
 const BEFORE = 250;
 const AFTER = 270;
 
 let kc: k8s.KubeConfig;
-let custom: k8s.CustomObjectsApi;
 let ns: string;
+let peerload: PeerloadNamespace;
 let fleet: ModelServerFleet;
 let svc: ServiceEndpoints;
 let operator: RunningManager;
 
 beforeAll(async () => {
   kc = kubeConfig(inject('kubeconfigPath'));
-  custom = kc.makeApiClient(k8s.CustomObjectsApi);
   ns = await createNamespace(kc, 'smscale');
+  peerload = peerloadNamespace(kc, ns);
   fleet = await startModelServerFleet(AFTER, { registrationLatencyMs: 20, workerStartMs: 20 });
   svc = new ServiceEndpoints(kc, ns, 'fleet');
   for (let i = 0; i < BEFORE; i++) await svc.add(`pod-${i}`, fleet.urls[i]!);
@@ -44,16 +42,7 @@ afterAll(async () => {
   await fleet?.close();
 });
 
-const get = async (): Promise<ServedModel> =>
-  (await custom.getNamespacedCustomObject({
-    group: GROUP,
-    version: VERSION,
-    namespace: ns,
-    plural: 'servedmodels',
-    name: 'fleet',
-  })) as ServedModel;
-const condition = (sm: ServedModel, type: string): Condition | undefined =>
-  sm.status?.conditions?.find((c) => c.type === type);
+const get = () => peerload.getServedModel('fleet');
 
 async function events(): Promise<string[]> {
   const list = await kc.makeApiClient(k8s.EventsV1Api).listNamespacedEvent({ namespace: ns });
@@ -62,38 +51,16 @@ async function events(): Promise<string[]> {
     .map((e) => `${e.type}/${e.reason}: ${e.note}`);
 }
 
-async function untilReady(replicas: number, reason = 'AllReplicasReady'): Promise<ServedModel> {
-  return waitFor(
-    `fleet Ready ${replicas}/${replicas}`,
-    async () => {
-      const sm = await get();
-      const ready = condition(sm, 'Ready');
-      return ready?.status === 'True' && ready.reason === reason && sm.status?.readyReplicas === replicas
-        ? sm
-        : undefined;
-    },
-    { timeoutMs: 120_000, intervalMs: 200 },
-  );
-}
+const untilReady = (replicas: number) =>
+  peerload.untilReady('fleet', replicas, { reason: 'AllReplicasReady' });
 
 describe('scale-out of a ServedModel on 250 replicas', () => {
   it('250 → 270 replicas: Ready stays True, Reconciling says ScalingOut, no Warning Event', async () => {
-    await custom.createNamespacedCustomObject({
-      group: GROUP,
-      version: VERSION,
-      namespace: ns,
-      plural: 'servedmodels',
-      body: {
-        apiVersion: `${GROUP}/${VERSION}`,
-        kind: 'ServedModel',
-        metadata: { name: 'fleet' },
-        spec: {
-          modelName: 'fleet',
-          fileName: 'models/fleet.mar',
-          modelServer: { service: { name: 'fleet' } },
-          rollout: { maxConcurrent: 50 },
-        },
-      },
+    await peerload.createServedModel('fleet', {
+      modelName: 'fleet',
+      fileName: 'models/fleet.mar',
+      modelServer: { service: { name: 'fleet' } },
+      rollout: { maxConcurrent: 50 },
     });
     await untilReady(BEFORE);
     expect((await events()).filter((e) => e.startsWith('Normal/Ready'))).toHaveLength(1);
@@ -133,12 +100,10 @@ describe('scale-out of a ServedModel on 250 replicas', () => {
   it('a replica that loses the model (its pod restarted, the server empty) turns Ready False with a Warning', async () => {
     fleet.instances[7]!.wipe();
     await svc.recreate('pod-7');
-    const notReady = await waitFor(
+    const notReady = await peerload.untilServedModel(
+      'fleet',
       'Ready False',
-      async () => {
-        const sm = await get();
-        return condition(sm, 'Ready')?.status === 'False' ? sm : undefined;
-      },
+      (sm) => condition(sm, 'Ready')?.status === 'False',
       { timeoutMs: 30_000, intervalMs: 100 },
     );
     expect(condition(notReady, 'Reconciling')).toMatchObject({ status: 'True' });

@@ -19,9 +19,9 @@ import {
   peersOfSpec,
   preheatsOtherContent,
   replicaGate,
-  type Gate,
 } from '../../src/controllers/servedmodel/preheat.ts';
 import { discoverReplicas } from '../../src/controllers/servedmodel/replicas.ts';
+import { closedGate as closed } from '../fixtures/gates.ts';
 
 const spec = ModelPreheatSpec.parse({
   objectStorage: {
@@ -45,15 +45,6 @@ const job = (results: object[], state = 'SUCCESS'): ManagerJob =>
       result: { job_states: [{ state, results }] },
     }),
   );
-
-/** A preheat gate that waits (not final). */
-const closed: Gate = {
-  state: 'closed',
-  preheatName: 'p',
-  reason: 'PreheatInProgress',
-  message: 'waiting',
-  final: false,
-};
 
 describe('node-targeted preheat: which peers still need the content', () => {
   it('the content key ignores where and how, not what', () => {

@@ -9,6 +9,7 @@ import {
   combineGates,
   nodePreheatSummary,
 } from '../../src/controllers/servedmodel/preheat-batches.ts';
+import { closedGate as closed } from '../fixtures/gates.ts';
 
 const ips = (n: number, from = 0) =>
   Array.from({ length: n }, (_, i) => `10.0.${Math.floor((from + i) / 250)}.${((from + i) % 250) + 1}`);
@@ -149,13 +150,6 @@ describe('node targeting in batches of at most 100 IPs', () => {
 });
 
 describe("a replica's gate opens once its node's job was created (the download joins the running task)", () => {
-  const closed: Gate = {
-    state: 'closed',
-    preheatName: 'p',
-    reason: 'PreheatInProgress',
-    message: 'waiting',
-    final: false,
-  };
   const node = '10.0.0.1';
 
   it('a job of the current generation, not ended, naming the node: open, with the job named', () => {

@@ -419,7 +419,8 @@ describe('ServedModelReconciler with a model that is a directory (spec.files)', 
     });
   });
 
-  it('a store outside --allowed-storage-hosts: Stalled (StorageEndpointNotAllowed), no Secret read, no listing, no replica asked', async () => {
+  /** A directory ServedModel whose store is outside --allowed-storage-hosts, with what it reads recorded. */
+  function outsideStorageList(o: { deleting?: boolean } = {}) {
     const d = directories();
     const t = setup({
       spec: DIRECTORY_SPEC,
@@ -427,7 +428,13 @@ describe('ServedModelReconciler with a model that is a directory (spec.files)', 
       preheat: succeededPreheat,
       directories: d.dirs,
       storageHosts: '*.s3.*.amazonaws.com',
+      ...o,
     });
+    return { d, t };
+  }
+
+  it('a store outside --allowed-storage-hosts: Stalled (StorageEndpointNotAllowed), no Secret read, no listing, no replica asked', async () => {
+    const { d, t } = outsideStorageList();
     await converge(t);
     const stalled = t.api.stored.status!.conditions!.find((c) => c.type === 'Stalled')!;
     expect(stalled).toMatchObject({ status: 'True', reason: 'StorageEndpointNotAllowed' });
@@ -439,15 +446,7 @@ describe('ServedModelReconciler with a model that is a directory (spec.files)', 
   });
 
   it('being deleted, a store outside the list still lets the model be unregistered (deletion reads no storage Secret)', async () => {
-    const d = directories();
-    const t = setup({
-      spec: DIRECTORY_SPEC,
-      layouts: ['directory'],
-      preheat: succeededPreheat,
-      directories: d.dirs,
-      storageHosts: '*.s3.*.amazonaws.com',
-      deleting: true,
-    });
+    const { d, t } = outsideStorageList({ deleting: true });
     await t.pass();
     expect(t.cleanUps).toEqual([KEY]);
     expect(d.secretReads).toEqual([]);

@@ -1,0 +1,125 @@
+/**
+ * peerload's resources in one namespace as the integration and e2e tests drive them: create a ServedModel or a
+ * ModelPreheat, read it back, and wait until its status says what a test waits for.
+ */
+import * as k8s from '@kubernetes/client-node';
+import type { Condition, ModelPreheat, ServedModel } from '../../src/api/index.ts';
+import { waitFor } from './process.ts';
+
+export const GROUP = 'peerload.io';
+export const VERSION = 'v1alpha1';
+
+type Plural = 'servedmodels' | 'modelpreheats';
+const KIND: Record<Plural, string> = { servedmodels: 'ServedModel', modelpreheats: 'ModelPreheat' };
+
+/** How long and how often a wait polls the apiserver. */
+export interface Poll {
+  timeoutMs?: number;
+  intervalMs?: number;
+}
+
+/**
+ * A ServedModel's `preheat` against the manager emulator in its v2.5.1 profile: a named scheduler cluster (the
+ * manager rate-limits job creations per named cluster) and an S3 bucket that nobody reads (the emulator fetches
+ * nothing), with the Secrets `s3` and `manager-user`.
+ */
+export function emulatedManagerPreheat(managerURL: string) {
+  return {
+    create: true,
+    objectStorage: {
+      type: 's3',
+      bucket: 'models',
+      region: 'us-east-1',
+      endpoint: 'http://127.0.0.1:9',
+      pathStyle: true,
+      credentialsSecretRef: { name: 's3' },
+    },
+    schedulerClusterIDs: [1],
+    manager: { url: managerURL, signInSecretRef: { name: 'manager-user' } },
+  };
+}
+
+/** The condition `type` of an object's status, if any. */
+export function conditionOf(
+  o: { status?: { conditions?: Condition[] } },
+  type: string,
+): Condition | undefined {
+  return o.status?.conditions?.find((c) => c.type === type);
+}
+
+export function peerloadNamespace(kc: k8s.KubeConfig, namespace: string) {
+  const custom = kc.makeApiClient(k8s.CustomObjectsApi);
+  const get = async <T>(plural: Plural, name: string): Promise<T> =>
+    (await custom.getNamespacedCustomObject({
+      group: GROUP,
+      version: VERSION,
+      namespace,
+      plural,
+      name,
+    })) as T;
+  const create = (plural: Plural, name: string, spec: object) =>
+    custom.createNamespacedCustomObject({
+      group: GROUP,
+      version: VERSION,
+      namespace,
+      plural,
+      body: { apiVersion: `${GROUP}/${VERSION}`, kind: KIND[plural], metadata: { name }, spec },
+    });
+  /** Polls `name` until `ok` returns something (that is the result); the description names the wait's goal. */
+  const until = <T, R>(
+    plural: Plural,
+    name: string,
+    what: string,
+    ok: (o: T) => R | undefined,
+    poll: Poll = {},
+  ) =>
+    waitFor(`${name} ${what}`, async () => ok(await get<T>(plural, name)), {
+      timeoutMs: poll.timeoutMs ?? 120_000,
+      intervalMs: poll.intervalMs ?? 200,
+    });
+
+  return {
+    namespace,
+    get,
+    getServedModel: (name: string) => get<ServedModel>('servedmodels', name),
+    getModelPreheat: (name: string) => get<ModelPreheat>('modelpreheats', name),
+    createServedModel: (name: string, spec: object) => create('servedmodels', name, spec),
+    createModelPreheat: (name: string, spec: object) => create('modelpreheats', name, spec),
+
+    /**
+     * The ServedModel once its condition Ready is True on `replicas` ready replicas (and, when `reason` is given,
+     * for that reason).
+     */
+    untilReady: (name: string, replicas: number, o: Poll & { reason?: string } = {}) =>
+      until<ServedModel, ServedModel>(
+        'servedmodels',
+        name,
+        `Ready ${replicas}/${replicas}${o.reason ? ` (${o.reason})` : ''}`,
+        (sm) => {
+          const ready = conditionOf(sm, 'Ready');
+          const ok =
+            ready?.status === 'True' &&
+            (o.reason === undefined || ready.reason === o.reason) &&
+            sm.status?.readyReplicas === replicas;
+          return ok ? sm : undefined;
+        },
+        o,
+      ),
+
+    /** The ServedModel once `ok` holds of it. */
+    untilServedModel: (name: string, what: string, ok: (sm: ServedModel) => boolean, o: Poll = {}) =>
+      until<ServedModel, ServedModel>('servedmodels', name, what, (sm) => (ok(sm) ? sm : undefined), o),
+
+    /** The ModelPreheat once its job's state is `state`. */
+    untilState: (name: string, state: string, o: Poll = {}) =>
+      until<ModelPreheat, ModelPreheat>(
+        'modelpreheats',
+        name,
+        state,
+        (p) => (p.status?.state === state ? p : undefined),
+        o,
+      ),
+  };
+}
+
+export type PeerloadNamespace = ReturnType<typeof peerloadNamespace>;
