@@ -32,13 +32,22 @@ export class ManagerError extends HttpError {
 }
 
 /**
- * The manager contract's two exceptions to the shared classification (src/http/classify.ts), read with its
- * message: 403 is an auth failure (a token without the scope, an expired one), and a 5xx whose message is
- * `invalid params` (`invalid params: url is required`) is the request's fault, so terminal.
+ * What the manager's SSRF-safe dialer says when it refuses an address (v2.5.1: `dial tcp 127.0.0.1:5000: ip
+ * 127.0.0.1 is invalid`): its registry client dials global unicast addresses only, so an image preheat of a
+ * loopback or link-local registry fails at job creation with a 500 that no retry changes.
+ */
+export const MANAGER_ADDRESS_REFUSED = /\bis invalid\b/i;
+
+/**
+ * The manager contract's exceptions to the shared classification (src/http/classify.ts), read with its message:
+ * 403 is an auth failure (a token without the scope, an expired one); a 5xx whose message is `invalid params`
+ * (`invalid params: url is required`) is the request's fault, and one whose message says an address `is invalid`
+ * is the manager refusing to dial the URL's host: both terminal.
  */
 export const MANAGER_STATUS_EXCEPTIONS: readonly StatusException[] = [
   { status: 403, kind: 'auth' },
   { status: '5xx', text: /^\s*invalid params\b/i, kind: 'terminal' },
+  { status: '5xx', text: MANAGER_ADDRESS_REFUSED, kind: 'terminal' },
 ];
 
 /**

@@ -30,7 +30,8 @@ import { createNamespace, kubeConfig, waitFor } from '../support/kube.ts';
 import { startMinIO, type MinIO } from '../support/minio.ts';
 import { ECHO_CONFIG_PBTXT, ECHO_MODEL_PY } from '../support/oip-exchanges.ts';
 import { portOnAll, startAgentReplica, type AgentReplica } from '../support/oip-replicas.ts';
-import { startTriton, type OipServer } from '../support/oip-servers.ts';
+import { startTriton } from '../support/oip-servers.ts';
+import { inferEcho, servedVersions } from '../support/triton-echo.ts';
 import { startManager, type RunningManager } from '../support/runtime-harness.ts';
 
 const GROUP = 'peerload.io';
@@ -208,26 +209,6 @@ async function managerJob(id: number): Promise<{ args: { urls?: string[]; ips?: 
   return (await res.json()) as { args: { urls?: string[]; ips?: string[] | null } };
 }
 
-/** The versions of `model` Triton serves (its repository index, state READY). */
-async function servedVersions(server: OipServer, model: string): Promise<string[]> {
-  const res = await fetch(`${server.url}/v2/repository/index`, { method: 'POST', body: '{}' });
-  const index = (await res.json()) as { name: string; version?: string; state?: string }[];
-  return index
-    .filter((e) => e.name === model && e.state === 'READY')
-    .map((e) => e.version!)
-    .sort();
-}
-
-async function infer(server: OipServer, data: number[]) {
-  const res = await fetch(`${server.url}/v2/models/echo/infer`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({ inputs: [{ name: 'INPUT0', datatype: 'FP32', shape: [data.length], data }] }),
-  });
-  expect(res.status).toBe(200);
-  return (await res.json()) as { model_version: string; outputs: { data: number[] }[] };
-}
-
 /** Body bytes MinIO served for each file of a version, in FILES order. */
 const reads = (version: string) =>
   FILES.map((p) => origin.bytesServed(`/${BUCKET}/${prefixOf(version)}${p}`));
@@ -347,7 +328,7 @@ async function expectServing(version: string, sm: ServedModel): Promise<void> {
     // hit (the node's task had finished): a copy, one name.
     expect(sm.status!.replicas!.some((s) => s.node === nodeOf(i))).toBe(true);
     expect((await stat(file)).nlink).toBe(1);
-    const answer = await infer(r.server, [1, 2]);
+    const answer = await inferEcho(r.server, [1, 2]);
     const offset = Number(version);
     expect(answer).toMatchObject({ model_version: version, outputs: [{ data: [1 + offset, 2 + offset] }] });
   }

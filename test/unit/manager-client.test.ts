@@ -8,6 +8,9 @@ import { MANAGER_STATUS_EXCEPTIONS, ManagerError, extractManagerMessage } from '
 const kindForStatus = (status: number, message: string) =>
   httpKind(status, message, MANAGER_STATUS_EXCEPTIONS);
 import { parseRetryAfter } from '../../src/http/retry.ts';
+import { describeFailure } from '../../src/controllers/modelpreheat/failures.ts';
+import { failureOutcome, failureRequeue } from '../../src/controllers/modelpreheat/decide.ts';
+import { preheatConditions } from '../../src/controllers/modelpreheat/conditions.ts';
 import {
   JobSchema,
   jobPeerTasks,
@@ -268,6 +271,40 @@ describe('ManagerClient error mapping', () => {
     });
     expect(kindForStatus(503, 'invalid params: x')).toBe('terminal');
     expect(kindForStatus(502, 'bad gateway')).toBe('retryable');
+  });
+
+  it("a 5xx whose address 'is invalid' (the manager's dialer refusing a loopback registry) is permanent: Stalled, naming spec.url", async () => {
+    const { m, c } = await setup({ peers: [] }, { retry: { attempts: 3, minDelayMs: 10 } });
+    // What the real manager v2.5.1 answers an image preheat of a registry on loopback.
+    const refusal = 'Get "http://127.0.0.1:39133/v2/": dial tcp 127.0.0.1:39133: ip 127.0.0.1 is invalid';
+    m.injectServerErrors(1, 500, refusal);
+    const createsBefore = m.counters.creates;
+    const err = await caught(
+      c.createPreheatJob({
+        type: 'image',
+        url: 'http://127.0.0.1:39133/v2/m/manifests/v1',
+        scope: 'all_peers',
+      }),
+    );
+    expect(err).toMatchObject({ kind: 'terminal', status: 500, managerMessage: refusal });
+    // Not retried by the client either (a retry would have created the job: the refusal was injected once).
+    expect(m.counters.creates).toBe(createsBefore);
+    const view = describeFailure(err, 'create job');
+    expect(view).toMatchObject({ reason: 'ManagerRefusedAddress', final: true, retry: { kind: 'none' } });
+    expect(view.message).toMatch(
+      /^spec\.url: the manager refuses to dial its host \(Get "http:\/\/127\.0\.0\.1:39133\/v2\/": .* ip 127\.0\.0\.1 is invalid\);/,
+    );
+    expect(failureRequeue(view)).toBeUndefined();
+    expect(
+      preheatConditions({ outcome: failureOutcome(view), reason: view.reason, message: view.message }),
+    ).toEqual(
+      expect.arrayContaining([
+        { type: 'Stalled', status: 'True', reason: 'ManagerRefusedAddress', message: view.message },
+        { type: 'Succeeded', status: 'False', reason: 'ManagerRefusedAddress', message: view.message },
+      ]),
+    );
+    // Other 5xx stay retryable.
+    expect(kindForStatus(500, 'candidate schedulers not found')).toBe('retryable');
   });
 
   it('422 from an unknown job type is terminal with the manager text', async () => {

@@ -2,7 +2,7 @@
  * Every way a ModelPreheat reconcile can fail, mapped ONCE to what the user sees (condition reason and message)
  * and to what the controller does next (retry with backoff, retry after a given delay, or wait for a change).
  */
-import { ManagerError } from '../../manager/errors.ts';
+import { MANAGER_ADDRESS_REFUSED, ManagerError } from '../../manager/errors.ts';
 import { CredentialsError } from '../../storage/credentials.ts';
 import { FileSetError } from '../../storage/fileset.ts';
 import { ListError } from '../../storage/list.ts';
@@ -19,6 +19,7 @@ export type FailureReason =
   | 'SchedulerClusterNotFound'
   | 'ManagerNotFound'
   | 'InvalidJobArgs'
+  | 'ManagerRefusedAddress'
   | 'ManagerRateLimited'
   | 'ManagerUnavailable'
   | 'ReconcileError'
@@ -194,6 +195,13 @@ function managerFailure(err: ManagerError, text: string): FailureView {
         final: true,
       };
     case 'terminal':
+      if (err.status >= 500 && MANAGER_ADDRESS_REFUSED.test(err.managerMessage))
+        return {
+          reason: 'ManagerRefusedAddress',
+          message: `spec.url: the manager refuses to dial its host (${err.managerMessage}); its image preheat reaches only global unicast addresses, not loopback or link-local ones: name the registry at an address the manager can dial, or preheat its blob URLs with type: file`,
+          retry: { kind: 'none' },
+          final: true,
+        };
       return { reason: 'InvalidJobArgs', message: text, retry: { kind: 'none' }, final: true };
     case 'retryable':
     case 'conflict':

@@ -1,0 +1,364 @@
+/**
+ * A Triton ServedModel whose model is an OCI artifact (spec.source.oci) through the OPERATOR, on the REAL Dragonfly
+ * network (manager and scheduler v2.5.1, dfdaemon 1.4.2: a seed peer and two node peers on their own 127.0.0.x
+ * addresses), from the REAL registry (Distribution v3) behind a counting proxy. Real `modctl` pushes one version
+ * of the echo model as a ModelPack artifact (a 6 MiB raw weights layer, a raw config layer, a tar code layer); two
+ * real Triton 2.51.0 replicas, each with a real `peerload agent` beside it, listen on their node peer's address and
+ * are found through the EndpointSlices of a Service, as in a cluster.
+ *
+ * The registry is anonymous, so the owned ModelPreheat is a `type: file` job of the layers' blob URLs (the real
+ * manager's image preheat refuses to dial a loopback registry): it succeeds on the real manager, its status.tasks
+ * are the task ids the agents' downloads got from their node's daemon, the weights blob crosses from the registry
+ * once in all, every placed file hashes to its layer's digest and the tar layer is extracted. Ready 2/2, and
+ * Triton answers with the artifact's code and config.
+ */
+import * as k8s from '@kubernetes/client-node';
+import { createHash, randomBytes } from 'node:crypto';
+import { mkdir, mkdtemp, readFile, readdir, rm, stat, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Agent } from 'undici';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import type { ModelPreheat, ServedModel } from '../../src/api/index.ts';
+import { createServedModelController } from '../../src/controllers/index.ts';
+import { modelPreheatController } from '../../src/controllers/modelpreheat/index.ts';
+import { taskID } from '../../src/storage/taskid.ts';
+import { startCountingProxy, type CountingProxy } from '../support/counting-proxy.ts';
+import { ROOT_USER, startDragonfly, type Dragonfly } from '../support/dragonfly.ts';
+import { ServiceEndpoints, loopbackDispatcher } from '../support/endpointslices.ts';
+import { createNamespace, kubeConfig, waitFor } from '../support/kube.ts';
+import { modctl, pushTritonVersion } from '../support/modctl.ts';
+import { ECHO_CONFIG_PBTXT, ECHO_MODEL_PY } from '../support/oip-exchanges.ts';
+import { portOnAll, startAgentReplica, type AgentReplica } from '../support/oip-replicas.ts';
+import { startTriton } from '../support/oip-servers.ts';
+import { inferEcho, servedVersions } from '../support/triton-echo.ts';
+import { startRegistry, type Registry } from '../support/registry.ts';
+import { startManager, type RunningManager } from '../support/runtime-harness.ts';
+
+const GROUP = 'peerload.io';
+const VERSION = 'v1alpha1';
+const TOKEN = 'triton-oci-agent-token-0123456789';
+const WEIGHTS = randomBytes(6 * 1024 * 1024);
+const OFFSET = 3;
+/** The minimum piece length of dfdaemon 1.4.2: content up to it is fetched by each peer from the origin itself. */
+const MIN_PIECE = 4 * 1024 * 1024;
+
+let kc: k8s.KubeConfig;
+let custom: k8s.CustomObjectsApi;
+let core: k8s.CoreV1Api;
+let ns: string;
+let work: string;
+let network: Dragonfly;
+let registry: Registry;
+let origin: CountingProxy;
+let dispatcher: Agent;
+let svc: ServiceEndpoints;
+let operator: RunningManager;
+let jwt: string;
+let agentPort: number;
+/** The artifact's reference, through the counting proxy: every blob read the registry serves is counted. */
+let reference: string;
+/** Requests the registry saw before the ServedModel (modctl's push). */
+let pushed: number;
+const replicas: AgentReplica[] = [];
+
+const nodeOf = (i: number) => `${ns}-node-${i}`;
+const sha256 = (b: Buffer) => `sha256:${createHash('sha256').update(b).digest('hex')}`;
+
+beforeAll(async () => {
+  kc = kubeConfig(inject('kubeconfigPath'));
+  custom = kc.makeApiClient(k8s.CustomObjectsApi);
+  core = kc.makeApiClient(k8s.CoreV1Api);
+  ns = await createNamespace(kc, 'triton-oci');
+  work = await mkdtemp(join(tmpdir(), 'peerload-triton-oci-'));
+
+  network = await startDragonfly({ nodePeers: 2 });
+  jwt = await network.signIn();
+  registry = await startRegistry();
+  origin = await startCountingProxy(registry.url);
+  reference = `${new URL(origin.url).host}/models/echo:v1`;
+  const m = await modctl(join(work, 'modctl'));
+  await pushTritonVersion(m, join(work, 'src'), reference, {
+    weights: WEIGHTS,
+    offset: JSON.stringify({ offset: OFFSET }),
+    code: ECHO_MODEL_PY,
+  });
+  pushed = origin.requests.length;
+
+  dispatcher = new Agent();
+  agentPort = await portOnAll(network.peers.map((p) => p.ip));
+  for (const [i, peer] of network.peers.entries()) {
+    const replica = await startAgentReplica({
+      peer,
+      dir: join(work, `triton-${i}`),
+      port: agentPort,
+      token: TOKEN,
+      // No bucket here: the agent's storage keys are never used for a registry's blobs.
+      credentials: { accessKey: 'unused', secretKey: 'unused' },
+      dispatcher,
+      start: startTriton,
+    });
+    replicas.push(replica);
+    // The model's config beside its versions, as the example's init container copies it from a ConfigMap.
+    await mkdir(join(replica.root, 'echo'));
+    await writeFile(join(replica.root, 'echo/config.pbtxt'), ECHO_CONFIG_PBTXT);
+    await ServiceEndpoints.createNode(kc, nodeOf(i), peer.ip);
+  }
+
+  const secrets: Record<string, Record<string, string>> = {
+    'manager-user': { username: ROOT_USER.name, password: ROOT_USER.password },
+    'agent-token': { token: TOKEN },
+  };
+  for (const [name, stringData] of Object.entries(secrets))
+    await core.createNamespacedSecret({ namespace: ns, body: { metadata: { name }, stringData } });
+  svc = new ServiceEndpoints(kc, ns, 'triton');
+  for (const [i, r] of replicas.entries()) await svc.add(`triton-${i}`, r.server.url, true, nodeOf(i));
+
+  operator = await startManager(
+    kc,
+    [
+      '--no-leader-elect',
+      '--manager-url',
+      network.managerURL,
+      '--allowed-manager-hosts',
+      '127.0.0.1',
+      '--allowed-registry-hosts',
+      '127.0.0.1',
+      '--poll-backoff-start',
+      '1s',
+      '--poll-backoff-max',
+      '5s',
+    ],
+    [
+      modelPreheatController,
+      // Slices hold 198.18.x addresses: the operator reaches each replica (server and agent) at its peer's address.
+      (ctx) => createServedModelController(ctx, { dispatcher: loopbackDispatcher((a) => svc.hostOf(a)) }),
+    ],
+  );
+}, 1_800_000);
+
+afterAll(async () => {
+  await operator?.stop();
+  for (const i of [0, 1]) await core?.deleteNode({ name: nodeOf(i) }).catch(() => undefined);
+  for (const r of replicas) await r.stop();
+  await dispatcher?.close();
+  await origin?.close();
+  await registry?.stop();
+  await network?.stop();
+  if (work) await rm(work, { recursive: true, force: true });
+});
+
+const get = <T>(plural: string, name: string) =>
+  custom.getNamespacedCustomObject({
+    group: GROUP,
+    version: VERSION,
+    namespace: ns,
+    plural,
+    name,
+  }) as Promise<T>;
+
+interface Layer {
+  mediaType: string;
+  digest: string;
+  size: number;
+  annotations?: Record<string, string>;
+}
+
+/** Where the agent reports a layer: a raw layer as its file path, a tar layer as its blob. */
+const placedPath = (l: Layer) =>
+  l.mediaType.endsWith('.raw')
+    ? (l.annotations?.['org.cnai.model.filepath'] ?? l.annotations?.['org.cncf.model.filepath'])
+    : `sha256-${l.digest.slice('sha256:'.length)}`;
+
+/** The manifest modctl pushed, read straight from the registry (not counted). */
+async function pushedManifest(): Promise<{ digest: string; layers: Layer[] }> {
+  const res = await fetch(`${registry.url}/v2/models/echo/manifests/v1`, {
+    headers: { accept: 'application/vnd.oci.image.manifest.v1+json' },
+  });
+  const body = Buffer.from(await res.arrayBuffer());
+  return { digest: sha256(body), layers: (JSON.parse(body.toString('utf8')) as { layers: Layer[] }).layers };
+}
+
+/** The manager's own record of a job. */
+async function managerJob(id: number): Promise<{ state: string; args: { type?: string; urls?: string[] } }> {
+  const res = await fetch(`${network.managerURL}/api/v1/jobs/${id}`, {
+    headers: { authorization: `Bearer ${jwt}` },
+  });
+  return (await res.json()) as { state: string; args: { type?: string; urls?: string[] } };
+}
+
+describe('a Triton ServedModel from a modctl-pushed ModelPack artifact through the operator, on the real network', () => {
+  it('is Ready 2/2: the layers preheated as files on the real manager, the agents joined those tasks, the weights blob read from the registry once', async () => {
+    const manifest = await pushedManifest();
+    const blobURL = (digest: string) => `${origin.url}/v2/models/echo/blobs/${digest}`;
+    const started = Date.now();
+    await custom.createNamespacedCustomObject({
+      group: GROUP,
+      version: VERSION,
+      namespace: ns,
+      plural: 'servedmodels',
+      body: {
+        apiVersion: `${GROUP}/${VERSION}`,
+        kind: 'ServedModel',
+        metadata: { name: 'echo' },
+        spec: {
+          modelName: 'echo',
+          version: '1',
+          source: { oci: { reference, plainHTTP: true } },
+          modelServer: {
+            driver: 'triton',
+            service: { name: 'triton' },
+            agent: { port: agentPort, tokenSecretRef: { name: 'agent-token', key: 'token' } },
+          },
+          preheat: {
+            create: true,
+            manager: { url: network.managerURL, signInSecretRef: { name: 'manager-user' } },
+          },
+        },
+      },
+    });
+    const sm = (await waitFor(
+      'echo Ready 2/2 at version 1',
+      async () => {
+        const o = await get<ServedModel>('servedmodels', 'echo');
+        const ready = o.status?.conditions?.find((c) => c.type === 'Ready');
+        return o.status?.ready === '2/2' &&
+          o.status.observedGeneration === o.metadata.generation &&
+          ready?.status === 'True' &&
+          o.status.replicas?.every((r) => r.version === '1')
+          ? o
+          : undefined;
+      },
+      { timeoutMs: 300_000, intervalMs: 1000 },
+    ))!;
+    console.log(`Ready 2/2 after ${Date.now() - started} ms: ${JSON.stringify(sm.status?.replicas)}`);
+    expect(sm.status!.source).toMatchObject({
+      oci: { reference, digest: manifest.digest },
+      layers: 3,
+    });
+    expect(
+      sm.status!.replicas!.map((r) => [r.node, r.nodeIP, r.phase, r.registered]).sort(),
+      JSON.stringify(sm.status?.replicas),
+    ).toEqual(network.peers.map((p, i) => [nodeOf(i), p.ip, 'Ready', true]).sort());
+
+    // The owned preheat: a file job of the three layers' blob URLs, SUCCESS on the real manager.
+    const layerURLs = manifest.layers.map((l) => blobURL(l.digest));
+    const preheat = (await waitFor(
+      'echo-preheat SUCCESS',
+      async () => {
+        const o = await get<ModelPreheat>('modelpreheats', 'echo-preheat');
+        return o.status?.state === 'SUCCESS' ? o : undefined;
+      },
+      { timeoutMs: 180_000, intervalMs: 1000 },
+    ))!;
+    console.log(`echo-preheat SUCCESS after ${Date.now() - started} ms`);
+    expect(preheat.spec).toMatchObject({ type: 'file' });
+    expect([...(preheat.spec.urls ?? [])].sort()).toEqual([...layerURLs].sort());
+    expect(preheat.status?.conditions?.find((c) => c.type === 'Succeeded')?.status).toBe('True');
+    expect(preheat.status?.jobID).toBeGreaterThan(0);
+    const job = await managerJob(preheat.status!.jobID!);
+    expect(job.state).toBe('SUCCESS');
+    expect(job.args.type).toBe('file');
+    expect([...(job.args.urls ?? [])].sort()).toEqual([...layerURLs].sort());
+    // status.tasks: each blob URL's task id as the daemon computes it, and exactly what each agent's download got
+    // from its node's daemon (X-Dragonfly-Task-ID): the placements joined the preheat's tasks.
+    const tasks = preheat.status!.tasks!;
+    expect([...tasks].sort((a, b) => a.url.localeCompare(b.url))).toEqual(
+      [...layerURLs].sort().map((url) => ({ url, taskID: taskID({ url }) })),
+    );
+    const byURL = new Map(tasks.map((t) => [t.url, t.taskID]));
+
+    for (const [i, r] of replicas.entries()) {
+      const placed = r.agent.versions.get('echo')?.get('1');
+      expect(placed?.state, r.peer.name).toBe('Ready');
+      console.log(`${r.peer.name} placed ${JSON.stringify(placed!.files)}`);
+      expect(placed!.files.map((f) => [f.path, f.taskID]).sort(), r.peer.name).toEqual(
+        manifest.layers.map((l) => [placedPath(l), byURL.get(blobURL(l.digest))]).sort(),
+      );
+      // The tar layer: one file extracted (model.py); the raw layers are files of their own.
+      const tars = manifest.layers.filter((l) => /\.tar$/.test(l.mediaType));
+      expect(tars).toHaveLength(1);
+      expect(placed!.files.filter((f) => f.path.startsWith('sha256-')).map((f) => f.extracted)).toEqual([1]);
+
+      const dir = join(r.root, 'echo', '1');
+      // Triton's Python backend writes __pycache__ beside model.py once it loads it.
+      expect((await readdir(dir)).filter((n) => n !== '__pycache__').sort()).toEqual([
+        'model.py',
+        'offset.json',
+        'weights.bin',
+      ]);
+      // Every raw layer's placed file hashes to the layer's digest in the manifest; the tar layer's file is the code.
+      for (const l of manifest.layers.filter((x) => x.mediaType.endsWith('.raw'))) {
+        const path = l.annotations?.['org.cnai.model.filepath'] ?? l.annotations?.['org.cncf.model.filepath'];
+        expect(sha256(await readFile(join(dir, path!))), `${r.peer.name} ${path}`).toBe(l.digest);
+      }
+      expect(await readFile(join(dir, 'model.py'), 'utf8')).toBe(ECHO_MODEL_PY);
+
+      await waitFor(`${r.peer.name} serves version 1`, async () =>
+        (await servedVersions(r.server, 'echo')).join() === '1' ? true : undefined,
+      );
+      const answer = await inferEcho(r.server, [1, 2]);
+      expect(answer, nodeOf(i)).toMatchObject({
+        model_version: '1',
+        outputs: [{ data: [1 + OFFSET, 2 + OFFSET] }],
+      });
+    }
+
+    // What the registry served per blob since the push, preheat and placements together. A blob above the
+    // minimum piece length crossed once (the seed peer's back-to-source), plus a 1-byte range probe from each
+    // peer that started a download of it (the seed peer, each node peer for its preheat and maybe once more for
+    // its agent's download racing the preheat's probe: 5 at most). A blob up to it never travels between peers
+    // (dfdaemon 1.4.2 serves such content from the origin to each peer that asks), so it may cross once per peer
+    // that downloads it: the seed peer and the two node peers.
+    const reads = counting();
+    console.log(`registry blob reads since the push: ${JSON.stringify(reads)}`);
+    for (const l of manifest.layers) {
+      const r = reads[l.digest]!;
+      expect(r.data, `${l.digest}: ${r.gets.join(', ')}`).toBeGreaterThanOrEqual(l.size);
+      expect(r.probes, `${l.digest}: ${r.gets.join(', ')}`).toBeLessThanOrEqual(5);
+      if (l.size > MIN_PIECE) expect(r.data, `${l.digest} read once: ${r.gets.join(', ')}`).toBe(l.size);
+      else expect(r.data, `${l.digest}: ${r.gets.join(', ')}`).toBeLessThanOrEqual(3 * l.size);
+    }
+    expect(manifest.layers.some((l) => l.size > MIN_PIECE)).toBe(true);
+  });
+
+  it('deleting the ServedModel unloads the model on both replicas and lets the finalizer go', async () => {
+    await custom.deleteNamespacedCustomObject({
+      group: GROUP,
+      version: VERSION,
+      namespace: ns,
+      plural: 'servedmodels',
+      name: 'echo',
+    });
+    await waitFor(
+      'echo gone',
+      () =>
+        get<ServedModel>('servedmodels', 'echo').then(
+          () => false,
+          () => true,
+        ),
+      { timeoutMs: 180_000, intervalMs: 1000 },
+    );
+    for (const r of replicas) {
+      expect(await servedVersions(r.server, 'echo')).toEqual([]);
+      await expect(stat(join(r.root, 'echo/1'))).rejects.toThrow(/ENOENT/);
+    }
+  });
+});
+
+/**
+ * Per blob digest, the GETs the registry answered since the push: body bytes of the reads (the back-to-source
+ * downloads, in pieces or whole) and the number of 1-byte range probes, with each GET for the log.
+ */
+function counting(): Record<string, { data: number; probes: number; gets: string[] }> {
+  const out: Record<string, { data: number; probes: number; gets: string[] }> = {};
+  for (const q of origin.requests.slice(pushed)) {
+    const digest = /\/blobs\/(sha256:[0-9a-f]{64})/.exec(q.url)?.[1];
+    if (q.method !== 'GET' || digest === undefined) continue;
+    const e = (out[digest] ??= { data: 0, probes: 0, gets: [] });
+    if (q.range === 'bytes=0-0') e.probes += 1;
+    else e.data += q.bytes;
+    e.gets.push(`${q.range ?? '-'} ${q.status} ${q.bytes}`);
+  }
+  return out;
+}
