@@ -11,24 +11,19 @@
  */
 import * as k8s from '@kubernetes/client-node';
 import { createHash, randomBytes } from 'node:crypto';
-import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { Agent } from 'undici';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import type { ServedModel } from '../../src/api/index.ts';
-import { createServedModelController } from '../../src/controllers/index.ts';
 import { forgetSecrets } from '../../src/redact.ts';
-import { ROOT_USER, startDragonfly, type Dragonfly } from '../support/dragonfly.ts';
-import { modelPreheatController } from '../../src/controllers/modelpreheat/index.ts';
+import { startDragonfly, type Dragonfly } from '../support/dragonfly.ts';
 import type { ModelPreheat } from '../../src/api/index.ts';
-import { ServiceEndpoints, loopbackDispatcher } from '../support/endpointslices.ts';
 import { startHubEmulator, type HubEmulator } from '../support/hub-emulator.ts';
 import { createNamespace, kubeConfig, waitFor } from '../support/kube.ts';
-import { ECHO_CONFIG_PBTXT, ECHO_MODEL_PY } from '../support/oip-exchanges.ts';
-import { portOnAll, startAgentReplica, type AgentReplica } from '../support/oip-replicas.ts';
-import { startTriton, type OipServer } from '../support/oip-servers.ts';
-import { startManager, type RunningManager } from '../support/runtime-harness.ts';
+import { ECHO_MODEL_PY } from '../support/oip-exchanges.ts';
+import { startTritonFleet, type TritonFleet } from '../support/triton-fleet.ts';
+import { type OipServer } from '../support/oip-servers.ts';
 
 const GROUP = 'peerload.io';
 const VERSION = 'v1alpha1';
@@ -55,13 +50,8 @@ let core: k8s.CoreV1Api;
 let ns: string;
 let work: string;
 let network: Dragonfly;
+let fleet: TritonFleet;
 let hub: HubEmulator;
-let dispatcher: Agent;
-let svc: ServiceEndpoints;
-let operator: RunningManager;
-let agentPort: number;
-const replicas: AgentReplica[] = [];
-const nodeOf = (i: number) => `${ns}-node-${i}`;
 
 beforeAll(async () => {
   kc = kubeConfig(inject('kubeconfigPath'));
@@ -77,62 +67,22 @@ beforeAll(async () => {
     ],
     tokens: { [HF_TOKEN]: ['org/echo'] },
   });
-  dispatcher = new Agent();
-  agentPort = await portOnAll(network.peers.map((p) => p.ip));
-  for (const [i, peer] of network.peers.entries()) {
-    const replica = await startAgentReplica({
-      peer,
-      dir: join(work, `triton-${i}`),
-      port: agentPort,
-      token: AGENT_TOKEN,
-      credentials: { accessKey: 'unused', secretKey: 'unused-secret' },
-      dispatcher,
-      start: startTriton,
-    });
-    replicas.push(replica);
-    for (const model of ['echo', 'warm']) {
-      await mkdir(join(replica.root, model));
-      await writeFile(join(replica.root, model, 'config.pbtxt'), ECHO_CONFIG_PBTXT);
-    }
-    await ServiceEndpoints.createNode(kc, nodeOf(i), peer.ip);
-  }
-  const secrets = {
-    'agent-token': { token: AGENT_TOKEN },
-    hf: { token: HF_TOKEN },
-    'manager-user': { username: ROOT_USER.name, password: ROOT_USER.password },
-  };
-  for (const [name, stringData] of Object.entries(secrets))
-    await core.createNamespacedSecret({ namespace: ns, body: { metadata: { name }, stringData } });
-  svc = new ServiceEndpoints(kc, ns, 'triton');
-  for (const [i, r] of replicas.entries()) await svc.add(`triton-${i}`, r.server.url, true, nodeOf(i));
-  operator = await startManager(
+  fleet = await startTritonFleet({
     kc,
-    [
-      '--no-leader-elect',
-      '--manager-url',
-      network.managerURL,
-      '--allowed-manager-hosts',
-      '127.0.0.1',
-      // The emulated Hub listens on loopback: the admin allows the token to go there.
-      '--allowed-hub-hosts',
-      '127.0.0.1',
-      '--poll-backoff-start',
-      '1s',
-      '--poll-backoff-max',
-      '5s',
-    ],
-    [
-      modelPreheatController,
-      (ctx) => createServedModelController(ctx, { dispatcher: loopbackDispatcher((a) => svc.hostOf(a)) }),
-    ],
-  );
+    core,
+    ns,
+    work,
+    network,
+    agentToken: AGENT_TOKEN,
+    models: ['echo', 'warm'],
+    secrets: { hf: { token: HF_TOKEN } },
+    // The emulated Hub listens on loopback: the admin allows the token to go there.
+    flags: ['--allowed-hub-hosts', '127.0.0.1'],
+  });
 }, 1_800_000);
 
 afterAll(async () => {
-  await operator?.stop();
-  for (const i of [0, 1]) await core?.deleteNode({ name: nodeOf(i) }).catch(() => undefined);
-  for (const r of replicas) await r.stop();
-  await dispatcher?.close();
+  await fleet?.stop();
   await hub?.close();
   await network?.stop();
   if (work) await rm(work, { recursive: true, force: true });
@@ -174,7 +124,7 @@ describe('a Triton ServedModel from a Hugging Face repository, on the real netwo
           modelServer: {
             driver: 'triton',
             service: { name: 'triton' },
-            agent: { port: agentPort, tokenSecretRef: { name: 'agent-token', key: 'token' } },
+            agent: { port: fleet.agentPort, tokenSecretRef: { name: 'agent-token', key: 'token' } },
           },
         },
       },
@@ -201,7 +151,7 @@ describe('a Triton ServedModel from a Hugging Face repository, on the real netwo
       huggingface: { repo: 'org/echo', revision: 'main', commit: commit.sha },
       observedGeneration: sm.metadata.generation,
     });
-    for (const r of replicas) {
+    for (const r of fleet.replicas) {
       for (const [path, file] of commit.files)
         expect(sha256(await readFile(join(r.root, 'echo/1', path))), `${r.peer.name} ${path}`).toBe(
           file.sha256,
@@ -243,7 +193,7 @@ describe('a Triton ServedModel from a Hugging Face repository, on the real netwo
           modelServer: {
             driver: 'triton',
             service: { name: 'triton' },
-            agent: { port: agentPort, tokenSecretRef: { name: 'agent-token', key: 'token' } },
+            agent: { port: fleet.agentPort, tokenSecretRef: { name: 'agent-token', key: 'token' } },
           },
           preheat: {
             create: true,
@@ -285,7 +235,7 @@ describe('a Triton ServedModel from a Hugging Face repository, on the real netwo
     expect(preheat.spec.targets?.ips?.slice().sort()).toEqual(network.peers.map((p) => p.ip).sort());
     const task = preheat.status!.tasks!.find((t) => t.url.includes(`/${weights.sha256}?`));
     expect(task, JSON.stringify(preheat.status?.tasks)).toBeDefined();
-    for (const r of replicas) {
+    for (const r of fleet.replicas) {
       for (const [path, file] of commit.files)
         expect(sha256(await readFile(join(r.root, 'warm/1', path))), `${r.peer.name} ${path}`).toBe(
           file.sha256,

@@ -14,26 +14,20 @@
  */
 import * as k8s from '@kubernetes/client-node';
 import { createHash, randomBytes } from 'node:crypto';
-import { mkdir, mkdtemp, readFile, readdir, rm, stat, writeFile } from 'node:fs/promises';
+import { mkdtemp, readFile, readdir, rm, stat } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { Agent } from 'undici';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import type { ModelPreheat, ServedModel } from '../../src/api/index.ts';
-import { createServedModelController } from '../../src/controllers/index.ts';
-import { modelPreheatController } from '../../src/controllers/modelpreheat/index.ts';
 import { taskID } from '../../src/storage/taskid.ts';
 import { startCountingProxy, type CountingProxy } from '../support/counting-proxy.ts';
-import { ROOT_USER, startDragonfly, type Dragonfly } from '../support/dragonfly.ts';
-import { ServiceEndpoints, loopbackDispatcher } from '../support/endpointslices.ts';
+import { startDragonfly, type Dragonfly } from '../support/dragonfly.ts';
 import { createNamespace, kubeConfig, waitFor } from '../support/kube.ts';
 import { modctl, pushTritonVersion } from '../support/modctl.ts';
-import { ECHO_CONFIG_PBTXT, ECHO_MODEL_PY } from '../support/oip-exchanges.ts';
-import { portOnAll, startAgentReplica, type AgentReplica } from '../support/oip-replicas.ts';
-import { startTriton } from '../support/oip-servers.ts';
+import { ECHO_MODEL_PY } from '../support/oip-exchanges.ts';
+import { startTritonFleet, type TritonFleet } from '../support/triton-fleet.ts';
 import { inferEcho, servedVersions } from '../support/triton-echo.ts';
 import { startRegistry, type Registry } from '../support/registry.ts';
-import { startManager, type RunningManager } from '../support/runtime-harness.ts';
 
 const GROUP = 'peerload.io';
 const VERSION = 'v1alpha1';
@@ -49,20 +43,15 @@ let core: k8s.CoreV1Api;
 let ns: string;
 let work: string;
 let network: Dragonfly;
+let fleet: TritonFleet;
 let registry: Registry;
 let origin: CountingProxy;
-let dispatcher: Agent;
-let svc: ServiceEndpoints;
-let operator: RunningManager;
 let jwt: string;
-let agentPort: number;
 /** The artifact's reference, through the counting proxy: every blob read the registry serves is counted. */
 let reference: string;
 /** Requests the registry saw before the ServedModel (modctl's push). */
 let pushed: number;
-const replicas: AgentReplica[] = [];
 
-const nodeOf = (i: number) => `${ns}-node-${i}`;
 const sha256 = (b: Buffer) => `sha256:${createHash('sha256').update(b).digest('hex')}`;
 
 beforeAll(async () => {
@@ -85,63 +74,20 @@ beforeAll(async () => {
   });
   pushed = origin.requests.length;
 
-  dispatcher = new Agent();
-  agentPort = await portOnAll(network.peers.map((p) => p.ip));
-  for (const [i, peer] of network.peers.entries()) {
-    const replica = await startAgentReplica({
-      peer,
-      dir: join(work, `triton-${i}`),
-      port: agentPort,
-      token: TOKEN,
-      // No bucket here: the agent's storage keys are never used for a registry's blobs.
-      credentials: { accessKey: 'unused', secretKey: 'unused' },
-      dispatcher,
-      start: startTriton,
-    });
-    replicas.push(replica);
-    // The model's config beside its versions, as the example's init container copies it from a ConfigMap.
-    await mkdir(join(replica.root, 'echo'));
-    await writeFile(join(replica.root, 'echo/config.pbtxt'), ECHO_CONFIG_PBTXT);
-    await ServiceEndpoints.createNode(kc, nodeOf(i), peer.ip);
-  }
-
-  const secrets: Record<string, Record<string, string>> = {
-    'manager-user': { username: ROOT_USER.name, password: ROOT_USER.password },
-    'agent-token': { token: TOKEN },
-  };
-  for (const [name, stringData] of Object.entries(secrets))
-    await core.createNamespacedSecret({ namespace: ns, body: { metadata: { name }, stringData } });
-  svc = new ServiceEndpoints(kc, ns, 'triton');
-  for (const [i, r] of replicas.entries()) await svc.add(`triton-${i}`, r.server.url, true, nodeOf(i));
-
-  operator = await startManager(
+  fleet = await startTritonFleet({
     kc,
-    [
-      '--no-leader-elect',
-      '--manager-url',
-      network.managerURL,
-      '--allowed-manager-hosts',
-      '127.0.0.1',
-      '--allowed-registry-hosts',
-      '127.0.0.1',
-      '--poll-backoff-start',
-      '1s',
-      '--poll-backoff-max',
-      '5s',
-    ],
-    [
-      modelPreheatController,
-      // Slices hold 198.18.x addresses: the operator reaches each replica (server and agent) at its peer's address.
-      (ctx) => createServedModelController(ctx, { dispatcher: loopbackDispatcher((a) => svc.hostOf(a)) }),
-    ],
-  );
+    core,
+    ns,
+    work,
+    network,
+    agentToken: TOKEN,
+    models: ['echo'],
+    flags: ['--allowed-registry-hosts', '127.0.0.1'],
+  });
 }, 1_800_000);
 
 afterAll(async () => {
-  await operator?.stop();
-  for (const i of [0, 1]) await core?.deleteNode({ name: nodeOf(i) }).catch(() => undefined);
-  for (const r of replicas) await r.stop();
-  await dispatcher?.close();
+  await fleet?.stop();
   await origin?.close();
   await registry?.stop();
   await network?.stop();
@@ -208,7 +154,7 @@ describe('a Triton ServedModel from a modctl-pushed ModelPack artifact through t
           modelServer: {
             driver: 'triton',
             service: { name: 'triton' },
-            agent: { port: agentPort, tokenSecretRef: { name: 'agent-token', key: 'token' } },
+            agent: { port: fleet.agentPort, tokenSecretRef: { name: 'agent-token', key: 'token' } },
           },
           preheat: {
             create: true,
@@ -239,7 +185,7 @@ describe('a Triton ServedModel from a modctl-pushed ModelPack artifact through t
     expect(
       sm.status!.replicas!.map((r) => [r.node, r.nodeIP, r.phase, r.registered]).sort(),
       JSON.stringify(sm.status?.replicas),
-    ).toEqual(network.peers.map((p, i) => [nodeOf(i), p.ip, 'Ready', true]).sort());
+    ).toEqual(network.peers.map((p, i) => [fleet.nodeOf(i), p.ip, 'Ready', true]).sort());
 
     // The owned preheat: a file job of the three layers' blob URLs, SUCCESS on the real manager.
     const layerURLs = manifest.layers.map((l) => blobURL(l.digest));
@@ -268,7 +214,7 @@ describe('a Triton ServedModel from a modctl-pushed ModelPack artifact through t
     );
     const byURL = new Map(tasks.map((t) => [t.url, t.taskID]));
 
-    for (const [i, r] of replicas.entries()) {
+    for (const [i, r] of fleet.replicas.entries()) {
       const placed = r.agent.versions.get('echo')?.get('1');
       expect(placed?.state, r.peer.name).toBe('Ready');
       console.log(`${r.peer.name} placed ${JSON.stringify(placed!.files)}`);
@@ -298,7 +244,7 @@ describe('a Triton ServedModel from a modctl-pushed ModelPack artifact through t
         (await servedVersions(r.server, 'echo')).join() === '1' ? true : undefined,
       );
       const answer = await inferEcho(r.server, [1, 2]);
-      expect(answer, nodeOf(i)).toMatchObject({
+      expect(answer, fleet.nodeOf(i)).toMatchObject({
         model_version: '1',
         outputs: [{ data: [1 + OFFSET, 2 + OFFSET] }],
       });
@@ -339,7 +285,7 @@ describe('a Triton ServedModel from a modctl-pushed ModelPack artifact through t
         ),
       { timeoutMs: 180_000, intervalMs: 1000 },
     );
-    for (const r of replicas) {
+    for (const r of fleet.replicas) {
       expect(await servedVersions(r.server, 'echo')).toEqual([]);
       await expect(stat(join(r.root, 'echo/1'))).rejects.toThrow(/ENOENT/);
     }
