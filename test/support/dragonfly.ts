@@ -31,6 +31,8 @@ export const DRAGONFLY_VERSION = 'v2.5.1';
 export const DRAGONFLY_CLIENT_VERSION = '1.4.2';
 /** The root user the manager creates on first start (manager/permission/rbac). */
 export const ROOT_USER = { name: 'root', password: 'dragonfly' } as const;
+/** The manager's and scheduler's Redis databases of their job queue: its messages, and its tasks' results. */
+const JOB_QUEUE_DBS = { brokerDB: 1, backendDB: 2 } as const;
 /** The stock daemon proxy rule of the Dragonfly chart and docker-compose templates. */
 export const STOCK_PROXY_RULES = ['blobs/sha256.*'] as const;
 
@@ -157,7 +159,7 @@ export async function startDragonfly(opts: DragonflyOptions = {}): Promise<Drago
     }
     await Promise.all(peers.map((p, i) => untilServing(p, (q) => (peers[i] = q))));
 
-    await preheatProbe(manager.url, token);
+    await preheatProbe(manager.url, token, store.port);
     return { ...network, seedPeer: seed, peers: peers.slice(1) };
   } catch (err) {
     const detail = await tailLogs(dir);
@@ -196,10 +198,15 @@ async function createPersonalAccessToken(
 }
 
 /**
- * Waits until the network can preheat: a first job right after start-up can end FAILURE "no available seed peer"
- * although the seed peer has announced itself, so a tiny file is preheated (again) until a job succeeds.
+ * Waits until the network can preheat: a job right after start-up ends FAILURE "no available seed peer" until the
+ * scheduler's seed-peer ring has taken in the seed peer's announcement (it is rebuilt every 30 s), so a tiny file is
+ * preheated (again) until a job succeeds.
+ *
+ * The job's state is read where the scheduler writes it, the job queue's result backend in Redis, not from the
+ * manager: the manager copies a preheat's state into its database first 30 s after the job's creation (then at
+ * back-off), so each attempt read through it would cost 30 s.
  */
-async function preheatProbe(managerURL: string, jwt: string): Promise<void> {
+async function preheatProbe(managerURL: string, jwt: string, redisPort: number): Promise<void> {
   const origin = await startOrigin({ '/probe.bin': Buffer.alloc(4096, 1) });
   try {
     await waitFor(
@@ -211,19 +218,49 @@ async function preheatProbe(managerURL: string, jwt: string): Promise<void> {
           body: JSON.stringify({ type: 'preheat', args: { type: 'file', url: `${origin.url}/probe.bin` } }),
         });
         if (!create.ok) throw new Error(`probe job: ${create.status} ${await create.text()}`);
-        const { id } = (await create.json()) as { id: number };
-        for (;;) {
-          await new Promise((r) => setTimeout(r, 1_000));
-          const job = (await getJSON<{ state: string }>(`${managerURL}/api/v1/jobs/${id}`, jwt)).state;
-          if (job === 'SUCCESS') return true;
-          if (job === 'FAILURE') return false;
+        const { task_id: group } = (await create.json()) as { task_id: string };
+        for (let i = 0; i < 40; i++) {
+          await new Promise((r) => setTimeout(r, 250));
+          const state = await queuedGroupState(redisPort, group);
+          if (state === 'SUCCESS') return true;
+          if (state === 'FAILURE') return false;
         }
+        return false;
       },
-      { timeoutMs: 300_000, intervalMs: 5_000 },
+      { timeoutMs: 300_000, intervalMs: 2_000 },
     );
   } finally {
     await origin.close();
   }
+}
+
+/**
+ * A job group's state in the job queue's result backend (the queue library keeps the group's task ids under the
+ * group's id and each task's state under the task's id, as JSON): SUCCESS when every task succeeded, FAILURE when
+ * one failed, undefined while any is still queued or running.
+ */
+async function queuedGroupState(
+  redisPort: number,
+  group: string,
+): Promise<'SUCCESS' | 'FAILURE' | undefined> {
+  const backend = [
+    '-h',
+    '127.0.0.1',
+    '-p',
+    String(redisPort),
+    '-n',
+    String(JOB_QUEUE_DBS.backendDB),
+    '--raw',
+  ];
+  const get = async <T>(key: string): Promise<T | undefined> => {
+    const { stdout } = await run('redis-cli', [...backend, 'GET', key]);
+    return stdout.trim() ? (JSON.parse(stdout) as T) : undefined;
+  };
+  const meta = await get<{ TaskUUIDs?: string[] }>(group);
+  if (!meta?.TaskUUIDs?.length) return undefined;
+  const states = await Promise.all(meta.TaskUUIDs.map((id) => get<{ State?: string }>(id)));
+  if (states.some((s) => s?.State === 'FAILURE')) return 'FAILURE';
+  return states.every((s) => s?.State === 'SUCCESS') ? 'SUCCESS' : undefined;
 }
 
 /** Signs in; the real manager refuses a sign-in within about a second of the previous one (401), so it retries. */
@@ -367,8 +404,7 @@ async function startManagerProcess(
       redis: {
         addrs: [`127.0.0.1:${redisPort}`],
         db: 0,
-        brokerDB: 1,
-        backendDB: 2,
+        ...JOB_QUEUE_DBS,
         proxy: { enable: false },
       },
     },
@@ -411,7 +447,7 @@ async function startScheduler(
       pluginDir: join(dir, 'plugins'),
       dataDir: join(dir, 'data'),
     },
-    database: { redis: { addrs: [`127.0.0.1:${redisPort}`], brokerDB: 1, backendDB: 2 } },
+    database: { redis: { addrs: [`127.0.0.1:${redisPort}`], ...JOB_QUEUE_DBS } },
     // Seed peers and schedulers are learnt from the manager; a test cannot wait the default minute.
     dynConfig: { refreshInterval: '5s' },
     manager: { addr: managerAddr, schedulerClusterID: 1, keepAlive: { interval: '5s' } },
