@@ -36,7 +36,7 @@ describe('the agent on the real Dragonfly network', () => {
   let agent: AgentServer;
 
   beforeAll(async () => {
-    network = await startDragonfly({ nodePeers: 1 });
+    network = await startDragonfly({ nodePeers: 1, deferPreheatable: true });
     origin = await startOrigin(FILES);
     dispatcher = new Agent();
     dir = await mkdtemp(join(tmpdir(), 'agent-real-'));
@@ -55,6 +55,7 @@ describe('the agent on the real Dragonfly network', () => {
       limits: { ...DEFAULT_LIMITS, minFreeBytes: 0 },
       token: tokenFile(join(dir, 'token')),
     });
+    await network.preheatable;
   });
   afterAll(async () => {
     await agent?.close();

@@ -43,7 +43,7 @@ beforeAll(async () => {
   custom = kc.makeApiClient(k8s.CustomObjectsApi);
   const core = kc.makeApiClient(k8s.CoreV1Api);
   ns = await createNamespace(kc, 'dir-p2p');
-  network = await startDragonfly({ nodePeers: 1 });
+  network = await startDragonfly({ nodePeers: 1, deferPreheatable: true });
   jwt = await network.signIn();
   minio = await startMinIO();
   await minio.createBucket(BUCKET);
@@ -78,6 +78,7 @@ beforeAll(async () => {
     ],
     [modelPreheatController],
   );
+  await network.preheatable;
 }, 1_800_000);
 
 afterAll(async () => {

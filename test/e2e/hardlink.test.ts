@@ -60,7 +60,7 @@ beforeAll(async () => {
   await chmod(work, 0o711);
   otherFs = await mkdtemp(join(OTHER_FS, 'peerload-hardlink-'));
   const jarPromise = pluginJar();
-  network = await startDragonfly({ nodePeers: 1 });
+  network = await startDragonfly({ nodePeers: 1, deferPreheatable: true });
   peer = network.peers[0]!;
   minio = await startMinIO();
   await minio.createBucket(BUCKET);
@@ -85,6 +85,7 @@ beforeAll(async () => {
     modelStore,
     runAs: TS_USER,
   });
+  await network.preheatable;
 }, 1_800_000);
 
 afterAll(async () => {

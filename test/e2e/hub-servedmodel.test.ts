@@ -59,7 +59,7 @@ beforeAll(async () => {
   core = kc.makeApiClient(k8s.CoreV1Api);
   ns = await createNamespace(kc, 'hub-sm');
   work = await mkdtemp(join(tmpdir(), 'peerload-hub-sm-'));
-  network = await startDragonfly({ nodePeers: 2 });
+  network = await startDragonfly({ nodePeers: 2, deferPreheatable: true });
   hub = await startHubEmulator({
     repos: [
       { id: 'org/echo', commits: [TREE], gated: true },
@@ -79,6 +79,7 @@ beforeAll(async () => {
     // The emulated Hub listens on loopback: the admin allows the token to go there.
     flags: ['--allowed-hub-hosts', '127.0.0.1'],
   });
+  await network.preheatable;
 }, 1_800_000);
 
 afterAll(async () => {

@@ -85,6 +85,7 @@ beforeAll(async () => {
   await svc.add('pod-1', fleets[1]!.urls[0]!, true, `${ns}-node-1`);
 
   operator = await startRealNetworkOperator(kc, network.managerURL);
+  await bed.network.preheatable;
 }, 1_800_000);
 
 afterAll(async () => {

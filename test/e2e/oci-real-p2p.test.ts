@@ -56,11 +56,12 @@ describe('ModelPack artifacts on the real Dragonfly network', () => {
     dir = await mkdtemp(join(tmpdir(), 'oci-real-'));
     registry = await startRegistry();
     counting = await startCountingProxy(registry.url);
-    network = await startDragonfly({ nodePeers: 2 });
+    network = await startDragonfly({ nodePeers: 2, deferPreheatable: true });
     reference = `${new URL(counting.url).host}/models/simple:v1`;
     tool = await modctl(join(dir, 'modctl'));
     await pushTritonModel(tool, join(dir, 'src'), reference, FILES);
     pushed = counting.requests.length;
+    await network.preheatable;
   });
   afterAll(async () => {
     await network?.stop();

@@ -61,7 +61,7 @@ const location = () => ({ ...minio.location(BUCKET), endpoint: origin.url });
 const peer = (i: number): DragonflyPeer => network.peers[i]!;
 
 beforeAll(async () => {
-  network = await startDragonfly({ nodePeers: 2 });
+  network = await startDragonfly({ nodePeers: 2, deferPreheatable: true });
   minio = await startMinIO();
   await minio.createBucket(BUCKET);
   await minio.putObject(BUCKET, KEY, BODY);
@@ -74,6 +74,7 @@ beforeAll(async () => {
   // The model server's uid must reach its model root (mkdtemp makes it 0700).
   await chmod(dir, 0o755);
   tag = credentialTag(location(), minio.credentials());
+  await network.preheatable;
 }, 1_800_000);
 
 afterAll(async () => {

@@ -60,7 +60,7 @@ beforeAll(async () => {
   work = await mkdtemp(join(tmpdir(), 'peerload-real-p2p-'));
   const jarPromise = pluginJar();
 
-  network = await startDragonfly({ nodePeers: 2 });
+  network = await startDragonfly({ nodePeers: 2, deferPreheatable: true });
   minio = await startMinIO();
   await minio.createBucket(BUCKET);
   // Signed URLs name the counting proxy as the endpoint: MinIO verifies the signature over the same Host.
@@ -136,6 +136,7 @@ beforeAll(async () => {
     ],
     [modelPreheatController, (ctx) => createServedModelController(ctx, { dispatcher })],
   );
+  await network.preheatable;
 }, 1_800_000);
 
 afterAll(async () => {

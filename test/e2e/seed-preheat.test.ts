@@ -52,6 +52,7 @@ beforeAll(async () => {
     '--allowed-endpoint-hosts',
     '127.0.0.1',
   ]);
+  await bed.network.preheatable;
 }, 1_800_000);
 
 afterAll(async () => {

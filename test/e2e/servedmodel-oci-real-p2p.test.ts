@@ -61,7 +61,7 @@ beforeAll(async () => {
   ns = await createNamespace(kc, 'triton-oci');
   work = await mkdtemp(join(tmpdir(), 'peerload-triton-oci-'));
 
-  network = await startDragonfly({ nodePeers: 2 });
+  network = await startDragonfly({ nodePeers: 2, deferPreheatable: true });
   jwt = await network.signIn();
   registry = await startRegistry();
   origin = await startCountingProxy(registry.url);
@@ -84,6 +84,7 @@ beforeAll(async () => {
     models: ['echo'],
     flags: ['--allowed-registry-hosts', '127.0.0.1'],
   });
+  await network.preheatable;
 }, 1_800_000);
 
 afterAll(async () => {

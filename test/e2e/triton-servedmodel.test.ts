@@ -73,7 +73,7 @@ beforeAll(async () => {
   ns = await createNamespace(kc, 'triton-sm');
   work = await mkdtemp(join(tmpdir(), 'peerload-triton-sm-'));
 
-  network = await startDragonfly({ nodePeers: 2 });
+  network = await startDragonfly({ nodePeers: 2, deferPreheatable: true });
   jwt = await network.signIn();
   minio = await startMinIO();
   await minio.createBucket(BUCKET);
@@ -139,6 +139,7 @@ beforeAll(async () => {
       (ctx) => createServedModelController(ctx, { dispatcher: loopbackDispatcher((a) => svc.hostOf(a)) }),
     ],
   );
+  await network.preheatable;
 }, 1_800_000);
 
 afterAll(async () => {

@@ -307,7 +307,7 @@ async function unregisterOnBoth(s: Subject, last: string, pair: [Replica, Replic
 }
 
 beforeAll(async () => {
-  network = await startDragonfly({ nodePeers: 2 });
+  network = await startDragonfly({ nodePeers: 2, deferPreheatable: true });
   minio = await startMinIO();
   await minio.createBucket(BUCKET);
   origin = await startCountingProxy(minio.endpoint);
@@ -330,6 +330,7 @@ beforeAll(async () => {
     await put(`mlserver/iris/v${v}/${WEIGHTS}`, randomBytes(6 * 1024 * 1024));
   }
   dispatcher = new Agent();
+  await network.preheatable;
 }, 1_800_000);
 
 afterAll(async () => {

@@ -59,6 +59,11 @@ export interface DragonflyOptions {
   logLevel?: 'info' | 'debug';
   /** Only the manager and its stores: no scheduler, no peers (jobs then fail: no seed peer). */
   managerOnly?: boolean;
+  /**
+   * Return once every peer serves, before a preheat can succeed (`preheatable` settles then): the scheduler takes
+   * in its seed peer up to 30 s later, time a test can spend starting its other servers.
+   */
+  deferPreheatable?: boolean;
 }
 
 export interface Dragonfly {
@@ -76,6 +81,8 @@ export interface Dragonfly {
   dir: string;
   /** A line per process (manager, scheduler, stores, peers): running, or how it ended and its output's end. */
   report(): Promise<string>;
+  /** Settles once a preheat job can succeed; already settled unless `deferPreheatable` (or with `managerOnly`). */
+  preheatable: Promise<void>;
   stop(): Promise<void>;
 }
 
@@ -99,7 +106,9 @@ export async function startDragonfly(opts: DragonflyOptions = {}): Promise<Drago
   const dir = await mkdtemp(join(tmpdir(), 'peerload-dragonfly-'));
   const processes: ManagedProcess[] = [];
   const peers: LaunchedPeer[] = [];
+  const probing = new AbortController();
   const stop = async () => {
+    probing.abort();
     // Peers first (they talk to the scheduler and manager), then the services, then the stores.
     await Promise.allSettled(peers.map((p) => p.process.stop(10_000)));
     for (const p of [...processes].reverse()) await p.stop(10_000).catch(() => {});
@@ -128,6 +137,7 @@ export async function startDragonfly(opts: DragonflyOptions = {}): Promise<Drago
       createPersonalAccessToken: (name: string, scopes?: string[]) =>
         createPersonalAccessToken(manager.url, token, name, scopes),
       report: () => processReport([...processes, ...peers.map((p) => p.process)]),
+      preheatable: Promise.resolve(),
       stop,
     };
     if (opts.managerOnly) return { ...network, seedPeer: undefined, peers };
@@ -159,8 +169,16 @@ export async function startDragonfly(opts: DragonflyOptions = {}): Promise<Drago
     }
     await Promise.all(peers.map((p, i) => untilServing(p, (q) => (peers[i] = q))));
 
-    await preheatProbe(manager.url, token, store.port);
-    return { ...network, seedPeer: seed, peers: peers.slice(1) };
+    if (!opts.deferPreheatable) {
+      await preheatProbe(manager.url, token, store.port, probing.signal);
+      return { ...network, seedPeer: seed, peers: peers.slice(1) };
+    }
+    const preheatable = preheatProbe(manager.url, token, store.port, probing.signal).catch(async (err) => {
+      throw new Error(`${(err as Error).message}\n${await tailLogs(dir)}`, { cause: err });
+    });
+    // Reported where the test awaits it, not as an unhandled rejection before that.
+    preheatable.catch(() => {});
+    return { ...network, seedPeer: seed, peers: peers.slice(1), preheatable };
   } catch (err) {
     const detail = await tailLogs(dir);
     await stop();
@@ -206,12 +224,18 @@ async function createPersonalAccessToken(
  * manager: the manager copies a preheat's state into its database first 30 s after the job's creation (then at
  * back-off), so each attempt read through it would cost 30 s.
  */
-async function preheatProbe(managerURL: string, jwt: string, redisPort: number): Promise<void> {
+async function preheatProbe(
+  managerURL: string,
+  jwt: string,
+  redisPort: number,
+  stopped: AbortSignal,
+): Promise<void> {
   const origin = await startOrigin({ '/probe.bin': Buffer.alloc(4096, 1) });
   try {
     await waitFor(
       'a probe preheat to succeed',
       async () => {
+        if (stopped.aborted) return true;
         const create = await fetch(`${managerURL}/api/v1/jobs`, {
           method: 'POST',
           headers: { authorization: `Bearer ${jwt}`, 'content-type': 'application/json' },
@@ -229,6 +253,7 @@ async function preheatProbe(managerURL: string, jwt: string, redisPort: number):
       },
       { timeoutMs: 300_000, intervalMs: 2_000 },
     );
+    if (stopped.aborted) throw new Error('the network was stopped before a preheat could succeed');
   } finally {
     await origin.close();
   }

@@ -52,7 +52,11 @@ export async function startRealNetworkBed(o: {
     await rm(work, { recursive: true, force: true });
   };
   try {
-    const network = (parts.network = await startDragonfly({ nodePeers: o.nodePeers }));
+    // The caller awaits `network.preheatable` once its own servers are up.
+    const network = (parts.network = await startDragonfly({
+      nodePeers: o.nodePeers,
+      deferPreheatable: true,
+    }));
     const minio = (parts.minio = await startMinIO());
     await minio.createBucket(o.bucket);
     const origin = (parts.origin = await startCountingProxy(minio.endpoint));
