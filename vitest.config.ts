@@ -1,7 +1,10 @@
 import { defineConfig } from 'vitest/config';
 
 // Three projects: unit tests need nothing; integration tests share one real kube-apiserver + etcd started by
-// the global set-up; e2e tests additionally start real model servers (TorchServe) and object stores.
+// the global set-up; e2e tests additionally start real model servers (TorchServe) and object stores. Every project
+// compares byte arrays whole (test/support/byte-equality.ts).
+const setupFiles = ['test/support/byte-equality.ts'];
+
 export default defineConfig({
   test: {
     reporters: ['default'],
@@ -10,6 +13,7 @@ export default defineConfig({
         test: {
           name: 'unit',
           include: ['test/unit/**/*.test.ts'],
+          setupFiles,
           testTimeout: 20_000,
         },
       },
@@ -17,6 +21,7 @@ export default defineConfig({
         test: {
           name: 'integration',
           include: ['test/integration/**/*.test.ts'],
+          setupFiles,
           globalSetup: ['test/support/global-setup.ts'],
           // Operators the tests start (in-process or as processes inheriting this environment) serve plain
           // HTTP as in local development; test/integration/metrics-auth.test.ts turns HTTPS and auth on.
@@ -31,6 +36,7 @@ export default defineConfig({
         test: {
           name: 'e2e',
           include: ['test/e2e/**/*.test.ts'],
+          setupFiles,
           globalSetup: ['test/support/global-setup.ts'],
           env: { PEERLOAD_METRICS_SECURE: 'false' },
           testTimeout: 600_000,

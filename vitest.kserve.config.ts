@@ -8,6 +8,8 @@ export default defineConfig({
     name: 'kserve',
     include: ['test/kserve/**/*.test.ts'],
     globalSetup: ['test/support/global-setup.ts'],
+    // Byte arrays compared whole (see vitest.config.ts).
+    setupFiles: ['test/support/byte-equality.ts'],
     reporters: ['default'],
     testTimeout: 900_000,
     hookTimeout: 3_600_000,

@@ -8,6 +8,8 @@ export default defineConfig({
     name: 'vllm',
     include: ['test/vllm/**/*.test.ts'],
     globalSetup: ['test/support/global-setup.ts'],
+    // Byte arrays compared whole (see vitest.config.ts).
+    setupFiles: ['test/support/byte-equality.ts'],
     // The operator the tests start serves plain HTTP, as in local development.
     env: { PEERLOAD_METRICS_SECURE: 'false' },
     reporters: ['default'],

@@ -1,8 +1,8 @@
 /**
- * KServe's storage-initializer contract on the REAL Dragonfly network (dfdaemon 1.4.2, test/support/dragonfly.ts),
- * MinIO as the origin behind a counting proxy: `peerload fetch s3://... /mnt/models` run as KServe runs its init
- * container (the two arguments, the credentials in KServe's environment variables, the S3 endpoint on loopback
- * allowed by the admin's flag), on two "pods" each through its own node peer:
+ * KServe's storage-initializer contract on the REAL Dragonfly network (dfdaemon 1.4.2) with MinIO as the
+ * origin behind a counting proxy (test/support/real-network-bed.ts): `peerload fetch s3://... /mnt/models` run
+ * as KServe runs its init container (the two arguments, the credentials in KServe's environment variables, the
+ * S3 endpoint on loopback allowed by the admin's flag), on two "pods" each through its own node peer:
  *   - a prefix lands as its tree directly under the destination (an existing mount point, as KServe's emptyDir),
  *     a sibling prefix and an empty object left out, nothing of the staging left behind;
  *   - a single object lands as that file; a single .tar.gz is extracted, the archive removed;
@@ -11,22 +11,18 @@
  *   - each object above the daemon's 4 MiB minimum piece length crossed from MinIO once for both pods.
  */
 import { randomBytes } from 'node:crypto';
-import { mkdir, mkdtemp, readFile, readdir, rm, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { mkdir, readFile, readdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { ProxyAgent, request } from 'undici';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { create as createTar } from 'tar';
 import { runKServe } from '../../src/cli/fetch-kserve.ts';
 import { forgetSecrets } from '../../src/redact.ts';
-import { credentialTag } from '../../src/storage/credential-tag.ts';
 import { fileSetEntries } from '../../src/storage/fileset.ts';
 import { effectiveFilter } from '../../src/storage/objecturl.ts';
 import { signObjectURL } from '../../src/storage/sign.ts';
 import { filterHeaders, TAG_HEADER } from '../../src/storage/taskid.ts';
-import { startCountingProxy, type CountingProxy } from '../support/counting-proxy.ts';
-import { startDragonfly, type Dragonfly } from '../support/dragonfly.ts';
-import { startMinIO, type MinIO } from '../support/minio.ts';
+import { startRealNetworkBed, type RealNetworkBed } from '../support/real-network-bed.ts';
 
 const BUCKET = 'kserve-models';
 // Above the daemon's 4 MiB minimum piece length: the content travels between peers.
@@ -41,26 +37,20 @@ const PREFIX = {
   'models/llm-v2/other.bin': Buffer.from('not this model'),
 };
 
-let network: Dragonfly;
-let minio: MinIO;
-let origin: CountingProxy;
-let dir: string;
+let bed: RealNetworkBed;
 let env: Record<string, string>;
 
 beforeAll(async () => {
-  network = await startDragonfly({ nodePeers: 2 });
-  minio = await startMinIO();
-  await minio.createBucket(BUCKET);
+  bed = await startRealNetworkBed({ prefix: 'kserve-fetch', bucket: BUCKET, nodePeers: 2 });
+  const { minio, origin, work: dir } = bed;
   for (const [key, body] of Object.entries(PREFIX)) await minio.putObject(BUCKET, key, body);
   await minio.putObject(BUCKET, 'models/sklearn/model.joblib', SINGLE);
-  dir = await mkdtemp(join(tmpdir(), 'kserve-fetch-'));
   const src = join(dir, 'archive-src');
   await mkdir(join(src, '1'), { recursive: true });
   await writeFile(join(src, 'config.pbtxt'), 'name: "m"');
   await writeFile(join(src, '1', 'model.onnx'), 'onnx bytes');
   await createTar({ gzip: true, cwd: src, file: join(dir, 'model.tar.gz') }, ['config.pbtxt', '1']);
   await minio.putObject(BUCKET, 'models/triton/model.tar.gz', await readFile(join(dir, 'model.tar.gz')));
-  origin = await startCountingProxy(minio.endpoint);
   // What KServe's credential builder puts into the init container from an S3 Secret annotated with the endpoint.
   env = {
     AWS_ACCESS_KEY_ID: minio.accessKey,
@@ -73,16 +63,13 @@ beforeAll(async () => {
 }, 1_800_000);
 
 afterAll(async () => {
-  await origin?.close();
-  await minio?.stop();
-  await network?.stop();
-  if (dir) await rm(dir, { recursive: true, force: true });
+  await bed?.stop();
   forgetSecrets();
 });
 
 /** One pod's init container: `peerload fetch` with KServe's two arguments, through node peer `i`. */
 async function pod(i: number, uri: string, name: string) {
-  const dest = join(dir, name, `pod-${i}`, 'mnt', 'models');
+  const dest = join(bed.work, name, `pod-${i}`, 'mnt', 'models');
   // KServe's emptyDir: the destination exists (a mount point) before the init container starts.
   await mkdir(dest, { recursive: true });
   const out: string[] = [];
@@ -90,7 +77,7 @@ async function pod(i: number, uri: string, name: string) {
   const code = await runKServe(
     [
       '--proxy',
-      network.peers[i]!.proxyURL,
+      bed.network.peers[i]!.proxyURL,
       '--allowed-storage-hosts',
       '127.0.0.1',
       '--min-free-bytes',
@@ -111,7 +98,7 @@ async function pod(i: number, uri: string, name: string) {
 
 /** Body bytes MinIO sent for `key` (the daemons' 1-byte probes aside). */
 const originBytes = (key: string) =>
-  origin.requests
+  bed.origin.requests
     .filter(
       (r) => r.method === 'GET' && r.url.split('?')[0] === `/${BUCKET}/${key}` && r.range !== 'bytes=0-0',
     )
@@ -142,15 +129,16 @@ describe('peerload fetch as KServe storage initializer on the real Dragonfly net
     expect(shardBytes).toBe(SHARD.length);
 
     // The operator's preheat of this prefix names the same task: a request with its identity is a local hit.
-    const location = { ...minio.location(BUCKET), endpoint: origin.url };
-    const tag = credentialTag(location, minio.credentials());
+    const { location, tag } = bed;
     const [entry] = fileSetEntries(
       location,
       [{ key: 'models/llm/model.safetensors', path: 'model.safetensors' }],
       { tag },
     );
-    const signed = await signObjectURL(location, entry!.key, minio.credentials(), { expiresSeconds: 600 });
-    const agent = new ProxyAgent(network.peers[0]!.proxyURL);
+    const signed = await signObjectURL(location, entry!.key, bed.minio.credentials(), {
+      expiresSeconds: 600,
+    });
+    const agent = new ProxyAgent(bed.network.peers[0]!.proxyURL);
     try {
       const res = await request(signed.url, {
         dispatcher: agent,
