@@ -60,6 +60,7 @@ beforeAll(async () => {
     S3_USE_HTTPS: '0',
     AWS_DEFAULT_REGION: minio.region,
   };
+  await bed.network.preheatable;
 }, 1_800_000);
 
 afterAll(async () => {
