@@ -13,7 +13,8 @@ import {
   ServedModelSpec,
   type ServedModel,
 } from '../../src/api/index.ts';
-import { HubSources, RELOCATE_AFTER_MS } from '../../src/controllers/servedmodel/hub-source.ts';
+import { RELOCATE_AFTER_MS } from '../../src/controllers/hub-resolution.ts';
+import { HubSources } from '../../src/controllers/servedmodel/hub-source.ts';
 import { parseHostRules } from '../../src/policy/reach.ts';
 import { forgetSecrets } from '../../src/redact.ts';
 import { startHubEmulator, type HubEmulator } from '../support/hub-emulator.ts';
