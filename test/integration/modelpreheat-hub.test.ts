@@ -6,138 +6,77 @@
  * repository with and without a token, a Hub the token may not go to, and every refusal of the Hub as a condition
  * naming the field; the token never in status, Events, the manager's requests or the operator's log.
  */
-import { Writable } from 'node:stream';
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import * as k8s from '@kubernetes/client-node';
 import { Agent } from 'undici';
-import { createNamespace, kubeConfig, waitFor } from '../support/kube.ts';
+import { GROUP, VERSION, conditionOf, peerloadNamespace } from '../support/resources.ts';
 import { startHubEmulator, type HubEmulator } from '../support/hub-emulator.ts';
-import { startManagerEmulator, type ManagerEmulator } from '../support/manager-emulator.ts';
-import { startPeerProxy, type PeerProxy } from '../support/peer-proxy.ts';
-import { startManager, type RunningManager } from '../support/runtime-harness.ts';
+import { hubTree, startHubBed, tinyAndPrivate, type HubBed } from '../support/hub-bed.ts';
+import type { ManagerEmulator } from '../support/manager-emulator.ts';
+import { capturedLogger, type RunningManager } from '../support/runtime-harness.ts';
 import { modelPreheatController } from '../../src/controllers/modelpreheat/index.ts';
-import { createLogger } from '../../src/runtime/index.ts';
 import { newProgress } from '../../src/agent/download.ts';
 import { HubClient } from '../../src/huggingface/client.ts';
 import { hubEndpoint } from '../../src/huggingface/endpoint.ts';
 import { listRepoFiles } from '../../src/huggingface/files.ts';
 import { lfsLocations } from '../../src/huggingface/locations.ts';
 import { hubVersionSpec } from '../../src/huggingface/version-spec.ts';
-import type { ModelPreheat } from '../../src/api/index.ts';
 
-const GROUP = 'peerload.io';
-const VERSION = 'v1alpha1';
 const TOKEN = 'hf_modelPreheatHubToken0123456789abcd';
 const WEIGHTS = Buffer.alloc(5 * 1024 * 1024 + 29, 7);
-const TREE = {
-  'config.json': '{"model_type":"tiny"}',
-  'weights/model.safetensors': { content: WEIGHTS, lfs: true },
-  'tokenizer/nested/vocab.txt': 'a b c',
-  '.gitattributes': '*.safetensors filter=lfs',
-};
+const TREE = hubTree(WEIGHTS);
 
+let bed: HubBed;
 let kc: k8s.KubeConfig;
 let custom: k8s.CustomObjectsApi;
 let ns: string;
 let hub: HubEmulator;
 let operator: RunningManager;
-let peer: PeerProxy;
 let manager: ManagerEmulator;
-const logLines: string[] = [];
+const logs = capturedLogger();
 const dispatcher = new Agent();
 
 beforeAll(async () => {
-  kc = kubeConfig(inject('kubeconfigPath'));
-  custom = kc.makeApiClient(k8s.CustomObjectsApi);
-  ns = await createNamespace(kc, 'mph-hub');
-  hub = await startHubEmulator({
-    repos: [
-      {
-        id: 'org/tiny',
-        commits: [TREE, { ...TREE, 'config.json': '{"model_type":"tiny2"}' }],
-        refs: { main: 0 },
-      },
-      { id: 'org/private', commits: [TREE], private: true },
-      { id: 'org/gated', commits: [TREE], gated: true },
-    ],
-    tokens: { [TOKEN]: ['org/private'] },
-  });
-  await kc.makeApiClient(k8s.CoreV1Api).createNamespacedSecret({
-    namespace: ns,
-    body: { metadata: { name: 'hf' }, stringData: { token: TOKEN } },
-  });
-  peer = await startPeerProxy();
-  manager = await startManagerEmulator({ peer });
-  const sink = new Writable({
-    write(chunk, _enc, done) {
-      logLines.push(String(chunk));
-      done();
+  bed = await startHubBed({
+    namespace: 'mph-hub',
+    hub: {
+      repos: [...tinyAndPrivate(WEIGHTS), { id: 'org/gated', commits: [TREE], gated: true }],
+      tokens: { [TOKEN]: ['org/private'] },
     },
+    token: TOKEN,
+    controllers: [modelPreheatController],
+    logger: logs.logger,
   });
-  operator = await startManager(
-    kc,
-    [
-      '--no-leader-elect',
-      '--manager-url',
-      manager.url,
-      // The emulated Hub listens on loopback: the admin allows the token to go there.
-      '--allowed-hub-hosts',
-      '127.0.0.1',
-      '--poll-backoff-start',
-      '200ms',
-      '--poll-backoff-max',
-      '1s',
-    ],
-    [modelPreheatController],
-    { logger: createLogger('debug', sink) },
-  );
+  ({ kc, custom, ns, hub, operator, manager } = bed);
 }, 180_000);
 
 afterAll(async () => {
-  await operator?.stop();
-  await Promise.all([manager?.close(), peer?.close()]);
-  await hub?.close();
+  await bed?.close();
   await dispatcher.close();
 });
 
 const api = { group: GROUP, version: VERSION, plural: 'modelpreheats' };
-const get = (name: string) =>
-  custom.getNamespacedCustomObject({ ...api, namespace: ns, name }) as Promise<ModelPreheat>;
-
-const create = (name: string, huggingface: Record<string, unknown>, extra: Record<string, unknown> = {}) =>
-  custom.createNamespacedCustomObject({
-    ...api,
-    namespace: ns,
-    body: {
-      apiVersion: `${GROUP}/${VERSION}`,
-      kind: 'ModelPreheat',
-      metadata: { name },
-      spec: { source: { huggingface: { endpoint: hub.url, ...huggingface } }, ...extra },
-    },
+const get = (name: string) => peerloadNamespace(kc, ns).getModelPreheat(name);
+const create = (name: string, huggingface: Record<string, unknown>) =>
+  peerloadNamespace(kc, ns).createModelPreheat(name, {
+    source: { huggingface: { endpoint: hub.url, ...huggingface } },
   });
-
-const condition = (o: ModelPreheat, type: string) => o.status?.conditions?.find((c) => c.type === type);
+const condition = conditionOf;
 
 const readyAt = (name: string, commit: string) =>
-  waitFor(
-    `${name} Ready at ${commit.slice(0, 7)}`,
-    async () => {
-      const o = await get(name);
-      return condition(o, 'Ready')?.status === 'True' && o.status?.source?.huggingface?.commit === commit
-        ? o
-        : undefined;
-    },
-    { timeoutMs: 60_000, intervalMs: 200 },
+  peerloadNamespace(kc, ns).untilModelPreheat(
+    name,
+    `Ready at ${commit.slice(0, 7)}`,
+    (o) => condition(o, 'Ready')?.status === 'True' && o.status?.source?.huggingface?.commit === commit,
+    { timeoutMs: 60_000 },
   );
 
 const stalled = (name: string) =>
-  waitFor(
-    `${name} Stalled`,
-    async () => {
-      const o = await get(name);
-      return condition(o, 'Stalled')?.status === 'True' ? o : undefined;
-    },
-    { timeoutMs: 60_000, intervalMs: 200 },
+  peerloadNamespace(kc, ns).untilModelPreheat(
+    name,
+    'Stalled',
+    (o) => condition(o, 'Stalled')?.status === 'True',
+    { timeoutMs: 60_000 },
   );
 
 /** Each file's task id as `peerload fetch hf://REPO` computes it: its listing, its version spec, the agent's ids. */
@@ -295,9 +234,8 @@ describe('a ModelPreheat of a Hugging Face repository', () => {
     expect(JSON.stringify(events.items)).not.toContain(TOKEN);
     expect(manager.log.length).toBeGreaterThan(0);
     expect(JSON.stringify(manager.log)).not.toContain(TOKEN);
-    const logs = logLines.join('');
-    expect(logs).toContain('"level":"debug"');
-    expect(logs).not.toContain(TOKEN);
+    expect(logs.text()).toContain('"level":"debug"');
+    expect(logs.text()).not.toContain(TOKEN);
     // The token did reach the Hub (the private repository listed and located with it).
     expect(hub.hubRequests.some((r) => r.authorized && r.url.includes('org/private'))).toBe(true);
   });

@@ -6,13 +6,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Agent } from 'undici';
-import {
-  ModelPreheatSpec,
-  ownedPreheatSpec,
-  ServedModelSpec,
-  type ModelPreheat,
-  type ServedModel,
-} from '../../src/api/index.ts';
+import { ModelPreheatSpec, ownedPreheatSpec, type ModelPreheat } from '../../src/api/index.ts';
 import { HubSources } from '../../src/controllers/servedmodel/hub-source.ts';
 import { HubPreheats, HubSourceError, sourceRefreshed } from '../../src/controllers/modelpreheat/hub.ts';
 import { nextStep } from '../../src/controllers/modelpreheat/decide.ts';
@@ -23,6 +17,7 @@ import type { SecretReader } from '../../src/controllers/secrets.ts';
 import { parseHostRules } from '../../src/policy/reach.ts';
 import { forgetSecrets } from '../../src/redact.ts';
 import { startHubEmulator, type HubEmulator } from '../support/hub-emulator.ts';
+import { hubServedModel } from '../support/hub-served-model.ts';
 
 const TOKEN = 'hf_modelPreheatUnitToken0123456789abc';
 const big = Buffer.alloc(5 * 1024 * 1024, 4);
@@ -103,21 +98,9 @@ describe('the job of a repository', () => {
     const spec = preheatSpec({ repo: 'org/tiny' }, { scope: 'all_peers', targets: { ips: ['10.0.0.1'] } });
     const mine = await plan(spec);
 
-    const sm = {
-      apiVersion: 'peerload.io/v1alpha1',
-      kind: 'ServedModel',
-      metadata: { name: 'm', namespace: 'ns', uid: 'u2', generation: 1 },
-      spec: ServedModelSpec.parse({
-        modelName: 'tiny',
-        modelServer: {
-          service: { name: 'triton' },
-          driver: 'triton',
-          agent: { port: 8200, tokenSecretRef: { name: 'agent', key: 'token' } },
-        },
-        source: { huggingface: { endpoint: hub.url, repo: 'org/tiny' } },
-        preheat: { create: true, scope: 'all_peers', targetNodes: false },
-      }),
-    } as ServedModel;
+    const sm = hubServedModel(hub.url, { repo: 'org/tiny' }, { uid: 'u2' }, undefined, {
+      preheat: { create: true, scope: 'all_peers', targetNodes: false },
+    });
     const found = await new HubSources({
       secretValue: secrets.value.bind(secrets),
       tokenHosts,

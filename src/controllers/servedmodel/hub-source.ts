@@ -12,10 +12,8 @@
 import type { ServedModel, ServedModelSpec, FilePreheat, SourceStatus } from '../../api/index.ts';
 import type { HubSource } from '../../api/source-huggingface.ts';
 import type { HubReason } from '../../huggingface/errors.ts';
-import type { HubListing, HubListingLimits } from '../../huggingface/files.ts';
+import type { HubListing } from '../../huggingface/files.ts';
 import { hubVersionSpec } from '../../huggingface/version-spec.ts';
-import type { Dispatcher } from 'undici';
-import type { HostRule } from '../../policy/reach.ts';
 import type { ModelFiles } from '../../servers/driver.ts';
 import {
   HubResolver,
@@ -25,6 +23,7 @@ import {
   refreshOf,
   sourceDigest,
   type HubResolution,
+  type HubResolverDeps,
 } from '../hub-resolution.ts';
 
 /** A source's files for one generation, or why there are none. */
@@ -52,15 +51,7 @@ export type SourceFiles =
       message: string;
     };
 
-export interface HubSourcesDeps {
-  /** One key of a Secret of the namespace. */
-  secretValue(namespace: string, ref: { name: string; key: string }, signal?: AbortSignal): Promise<string>;
-  /** Hosts the token may go to (--allowed-hub-hosts). */
-  tokenHosts: readonly HostRule[];
-  dispatcher?: Dispatcher | undefined;
-  limits?: HubListingLimits | undefined;
-  now?: () => number;
-}
+export type HubSourcesDeps = HubResolverDeps;
 
 interface Kept {
   /** uid, generation and refresh value the listing answers. */
