@@ -45,7 +45,7 @@ export interface HubResolution {
 export const RELOCATE_AFTER_MS = 30 * 60_000;
 
 /** Reasons only a change of the spec, a Secret or the refresh annotation can clear. */
-export const FINAL_HUB_REASONS: ReadonlySet<string> = new Set([
+const FINAL_HUB_REASONS: ReadonlySet<string> = new Set([
   HubReason.TokenRequired,
   HubReason.TokenRejected,
   HubReason.TokenNotAllowed,
@@ -62,12 +62,12 @@ export const refreshOf = (o: { metadata: { annotations?: Record<string, string> 
   o.metadata.annotations?.[REFRESH_SOURCE_ANNOTATION];
 
 /** The Hub of a source, with the admin's allow-list for the token. */
-export function sourceEndpoint(hf: HubSource, tokenHosts: readonly HostRule[]): HubEndpoint {
+function sourceEndpoint(hf: HubSource, tokenHosts: readonly HostRule[]): HubEndpoint {
   return { ...hubEndpoint(hf.endpoint?.replace(/\/$/, '')), tokenHosts };
 }
 
 /** What a status recorded of a resolution (status.source). */
-export interface RecordedSource {
+interface RecordedSource {
   observedGeneration: number;
   refresh?: string | undefined;
   huggingface?: { repo: string; revision: string; commit: string } | undefined;

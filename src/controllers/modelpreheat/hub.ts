@@ -63,7 +63,7 @@ export function sourceRefreshed(obj: ModelPreheat, spec: ModelPreheatSpec): bool
 }
 
 /** What a Hub preheat's job is: the plan of a `urls` spec, its content key and what status.source says. */
-export interface HubPlan extends PreheatPlan {
+interface HubPlan extends PreheatPlan {
   contentKey: string;
   source: PreheatSourceStatus;
 }
@@ -156,7 +156,7 @@ export class HubPreheats {
  * parameters as `filteredQueryParams`, none when there are none), the rest of the spec (scope, targets, time-out,
  * clusters, peer daemon version) as it is.
  */
-export function asURLs(spec: ModelPreheatSpec, warm: { urls: string[]; filter: string[] }): ModelPreheatSpec {
+function asURLs(spec: ModelPreheatSpec, warm: { urls: string[]; filter: string[] }): ModelPreheatSpec {
   return {
     ...spec,
     source: undefined,
