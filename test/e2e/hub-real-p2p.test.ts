@@ -29,7 +29,7 @@ import {
   USE_P2P_HEADER,
   taskID,
 } from '../../src/storage/taskid.ts';
-import { startDragonfly, type Dragonfly } from '../support/dragonfly.ts';
+import { ROOT_USER, startDragonfly, type Dragonfly } from '../support/dragonfly.ts';
 import { startHubEmulator, type HubEmulator } from '../support/hub-emulator.ts';
 import { createNamespace, kubeConfig } from '../support/kube.ts';
 import { startRealNetworkOperator } from '../support/real-operator.ts';
@@ -231,19 +231,34 @@ describe('a Hub repository on the real Dragonfly network', () => {
   it('a ModelPreheat of the repository succeeds on the real manager; a fetch on a node peer joins its task', async () => {
     const kc = kubeConfig(inject('kubeconfigPath'));
     const ns = await createNamespace(kc, 'hub-mph');
-    await kc.makeApiClient(k8s.CoreV1Api).createNamespacedSecret({
+    const core = kc.makeApiClient(k8s.CoreV1Api);
+    await core.createNamespacedSecret({
       namespace: ns,
       body: { metadata: { name: 'hf' }, stringData: { token: TOKEN } },
+    });
+    await core.createNamespacedSecret({
+      namespace: ns,
+      body: {
+        metadata: { name: 'manager-user' },
+        stringData: { username: ROOT_USER.name, password: ROOT_USER.password },
+      },
     });
     operator = await startRealNetworkOperator(kc, network.managerURL, ['--allowed-hub-hosts', '127.0.0.1']);
     const res = peerloadNamespace(kc, ns);
     await res.createModelPreheat('warm', {
+      manager: { url: network.managerURL, signInSecretRef: { name: 'manager-user' } },
       source: {
         huggingface: { repo: 'org/warm', endpoint: hub.url, tokenSecretRef: { name: 'hf', key: 'token' } },
       },
     });
     const t0 = Date.now();
-    const mph = await res.untilState('warm', 'SUCCESS', { timeoutMs: 180_000, intervalMs: 1000 });
+    const mph = await res
+      .untilState('warm', 'SUCCESS', { timeoutMs: 180_000, intervalMs: 1000 })
+      .catch(async (e: Error) => {
+        throw new Error(
+          `${e.message}; status: ${JSON.stringify((await res.getModelPreheat('warm')).status)}`,
+        );
+      });
     const sha = hub.repos.get('org/warm')!.commits[0]!.sha;
     expect(conditionOf(mph, 'Ready')?.status).toBe('True');
     // A gated repository: the LFS object alone is preheated (the git file would need the token in the job).
