@@ -108,7 +108,7 @@ const ALL = {
   },
   allowedHubHosts: {
     flag: 'allowed-hub-hosts',
-    help: 'Hugging Face Hub hosts a ServedModel source.huggingface token may go to (its endpoint), same syntax. Default: huggingface.co; empty: none (public repositories only)',
+    help: 'Hugging Face Hub hosts a ServedModel or ModelPreheat source.huggingface token may go to (its endpoint), same syntax. Default: huggingface.co; empty: none (public repositories only)',
   },
   pollBackoffStart: { flag: 'poll-backoff-start', help: 'First interval when polling external jobs' },
   pollBackoffMax: { flag: 'poll-backoff-max', help: 'Longest interval when polling external jobs' },

@@ -19,6 +19,7 @@ import {
 } from './common.ts';
 import { ManagerRef } from './manager.ts';
 import { FilteredQueryParams, ObjectStorageSource } from './objectstorage.ts';
+import { HubCommit, HubSource } from './source-huggingface.ts';
 import { JOB_STATES, PREHEAT_SCOPES } from '../manager/types.ts';
 
 // The manager's job API defines the job states and preheat scopes; the CRD shows and takes them as they are.
@@ -133,6 +134,18 @@ export const PreheatTargets = withRules(
 );
 export type PreheatTargets = z.infer<typeof PreheatTargets>;
 
+/** What a source fixes itself: the task identity the agents and `peerload fetch hf://` use, the token's path. */
+const SOURCE_FIXED = ['filteredQueryParams', 'headers', 'tag', 'application', 'pieceLength'] as const;
+
+/** A ModelPreheat's spec.source: one member (a Hub repository), shaped as a ServedModel's spec.source. */
+export const PreheatSource = z.object({
+  huggingface: HubSource.meta({
+    description:
+      "A Hugging Face repository: the revision resolved to a commit once per generation (or value of the peerload.io/refresh-source annotation; status.source), its files listed at that commit (include/exclude, maxFiles, maxBytes) and preheated in one job as a ServedModel's owned preheat would: the LFS files at their CDN URLs (largest first) with the CDN's query parameters left out of the task ids, the git files at their resolve URLs without a token only, at most 100 URLs. The token goes only to a Hub host in --allowed-hub-hosts and never to the manager.",
+  }),
+});
+export type PreheatSource = z.infer<typeof PreheatSource>;
+
 export const ModelPreheatSpec = withRules(
   z.object({
     type: z.enum(['file', 'image']).default('file').meta({
@@ -148,6 +161,10 @@ export const ModelPreheatSpec = withRules(
     objectStorage: ObjectStorageSource.optional().meta({
       description:
         'Objects in a bucket: the operator signs each key and preheats it with the matching filter.',
+    }),
+    source: PreheatSource.optional().meta({
+      description:
+        "A model from elsewhere than a URL or a bucket: huggingface, a Hub repository's files at the commit its revision resolves to, preheated with the task ids the peerload agent and `peerload fetch hf://` compute.",
     }),
     filteredQueryParams: FilteredQueryParams.optional().meta({
       description:
@@ -226,11 +243,26 @@ export const ModelPreheatSpec = withRules(
   }),
   [
     {
-      rule: '[has(self.url), has(self.urls), has(self.objectStorage)].filter(x, x).size() == 1',
-      message: 'set exactly one of url, urls and objectStorage',
+      rule: '[has(self.url), has(self.urls), has(self.objectStorage), has(self.source)].filter(x, x).size() == 1',
+      message:
+        'set exactly one of url, urls, objectStorage and source (source.huggingface: a Hugging Face repository)',
       fieldPath: '.url',
       reason: 'FieldValueInvalid',
-      check: (s) => countSet(s.url, s.urls, s.objectStorage) === 1,
+      check: (s) => countSet(s.url, s.urls, s.objectStorage, s.source) === 1,
+    },
+    {
+      rule: "!has(self.source) || self.type == 'file'",
+      message: 'source preheats files: leave type unset or file',
+      fieldPath: '.type',
+      reason: 'FieldValueForbidden',
+      check: (s) => s.source === undefined || s.type === 'file',
+    },
+    {
+      rule: `!has(self.source) || ![${SOURCE_FIXED.map((f) => `has(self.${f})`).join(', ')}].exists(x, x)`,
+      message: `source fixes the task ids (those the peerload agent and peerload fetch compute: the CDN's query parameters left out, no tag) and keeps the token to the Hub: remove ${SOURCE_FIXED.join(', ')}`,
+      fieldPath: '.source',
+      reason: 'FieldValueForbidden',
+      check: (s) => s.source === undefined || SOURCE_FIXED.every((f) => s[f] === undefined),
     },
     {
       rule: `self.type != 'image' || (has(self.url) && self.url.matches('${IMAGE_MANIFEST_PATTERN}'))`,
@@ -369,6 +401,25 @@ export const DirectoryJob = z.object({
 });
 export type DirectoryJob = z.infer<typeof DirectoryJob>;
 
+/** What spec.source resolved to, for one generation (or one value of the refresh annotation). */
+export const PreheatSourceStatus = z.object({
+  huggingface: HubCommit.optional().meta({
+    description: 'The Hugging Face repository and the commit its revision resolved to.',
+  }),
+  observedGeneration: z.int().meta({ description: 'metadata.generation the source was resolved for.' }),
+  refresh: z.string().max(253).optional().meta({
+    description:
+      'The value of the peerload.io/refresh-source annotation the resolution answered: a new value resolves again (picks up a moved tag or branch on purpose) and preheats what it finds.',
+  }),
+  files: z.int().optional().meta({ description: 'Files at the commit after include/exclude.' }),
+  bytes: z.int().optional().meta({ description: 'Bytes those files hold together.' }),
+  preheated: z.int().optional().meta({
+    description:
+      'Files the job preheats: the LFS files, and the git files when no token is needed, at most 100 (status.tasks).',
+  }),
+});
+export type PreheatSourceStatus = z.infer<typeof PreheatSourceStatus>;
+
 export const ModelPreheatStatus = z.object({
   observedGeneration: z
     .int()
@@ -424,6 +475,10 @@ export const ModelPreheatStatus = z.object({
   jobs: z.array(DirectoryJob).max(MAX_DIRECTORY_JOBS).optional().meta({
     description:
       "A directory preheat's manager jobs, in the order of the files they carry (sorted by path, 100 a job).",
+  }),
+  source: PreheatSourceStatus.optional().meta({
+    description:
+      'What spec.source resolved to for observedGeneration (a Hub revision to its commit) and how many of its files the job preheats: resolved again only when the generation changes or the peerload.io/refresh-source annotation differs from refresh.',
   }),
   contentKey: z.string().optional().meta({
     description:

@@ -19,7 +19,7 @@ import {
 } from './common.ts';
 import { DirectoryPrefix, HAS_SELECTION_CEL, hasSelection, selectionFields } from './fileset.ts';
 import { ManagerRef } from './manager.ts';
-import { HubSource } from './source-huggingface.ts';
+import { HubCommit, HubSource } from './source-huggingface.ts';
 import { ObjectKey } from './objectkey.ts';
 import { ObjectStorageLocation } from './objectstorage.ts';
 import { CacheStatus, PREHEAT_SCOPES, PeerDaemonVersion } from './modelpreheat.ts';
@@ -499,14 +499,9 @@ export const SourceStatus = z.object({
     })
     .optional()
     .meta({ description: 'The OCI artifact placed.' }),
-  huggingface: z
-    .object({
-      repo: z.string().meta({ description: 'spec.source.huggingface.repo.' }),
-      revision: z.string().meta({ description: 'spec.source.huggingface.revision.' }),
-      commit: z.string().meta({ description: 'The commit sha the revision named when it was resolved.' }),
-    })
-    .optional()
-    .meta({ description: 'The Hugging Face repository and the commit its revision resolved to.' }),
+  huggingface: HubCommit.optional().meta({
+    description: 'The Hugging Face repository and the commit its revision resolved to.',
+  }),
   observedGeneration: z.int().meta({ description: 'metadata.generation the source was resolved for.' }),
   refresh: z.string().max(253).optional().meta({
     description:

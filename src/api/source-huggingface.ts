@@ -46,5 +46,12 @@ export const HubSource = z.object({
 });
 export type HubSource = z.infer<typeof HubSource>;
 
+/** What a source's revision resolved to (status.source.huggingface of both kinds). */
+export const HubCommit = z.object({
+  repo: z.string().meta({ description: 'spec.source.huggingface.repo.' }),
+  revision: z.string().meta({ description: 'spec.source.huggingface.revision.' }),
+  commit: z.string().meta({ description: 'The commit sha the revision named when it was resolved.' }),
+});
+
 /** Whether a revision is a full commit sha already (nothing moves under it). */
 export const isCommit = (revision: string): boolean => COMMIT_SHA.test(revision);

@@ -11,14 +11,12 @@ import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import * as k8s from '@kubernetes/client-node';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { Writable } from 'node:stream';
 import { createNamespace, kubeConfig, waitFor } from '../support/kube.ts';
 import { startModelServerEmulator, type ModelServerEmulator } from '../support/modelserver-emulator.ts';
 import { ServiceEndpoints, loopbackDispatcher } from '../support/endpointslices.ts';
-import { startManager, type RunningManager } from '../support/runtime-harness.ts';
+import { capturedLogger, startManager, type RunningManager } from '../support/runtime-harness.ts';
 import { modelPreheatController } from '../../src/controllers/modelpreheat/index.ts';
 import { createServedModelController } from '../../src/controllers/index.ts';
-import { createLogger } from '../../src/runtime/index.ts';
 import type { ModelPreheat, ServedModel } from '../../src/api/index.ts';
 
 const GROUP = 'peerload.io';
@@ -86,7 +84,7 @@ let operator: RunningManager;
 let manager: Server;
 let managerURL = '';
 const replicas: ModelServerEmulator[] = [];
-const logLines: string[] = [];
+const logs = capturedLogger();
 /** What the recorded manager was sent: proof that the planted values did flow through the operator. */
 const managerSaw: string[] = [];
 
@@ -184,12 +182,6 @@ beforeAll(async () => {
     session_key: ENCODED_SECRET,
   });
   await secret('ts-keys', { 'ts-0.json': replicas[0]!.keyFile()!, 'ts-1.json': replicas[1]!.keyFile()! });
-  const sink = new Writable({
-    write(chunk, _enc, done) {
-      logLines.push(String(chunk));
-      done();
-    },
-  });
   operator = await startManager(
     kc,
     [
@@ -203,7 +195,7 @@ beforeAll(async () => {
       '127.0.0.1',
     ],
     [modelPreheatController, (ctx) => createServedModelController(ctx, { dispatcher: loopbackDispatcher() })],
-    { logger: createLogger('debug', sink) },
+    { logger: logs.logger },
   );
 });
 
@@ -370,8 +362,8 @@ describe('redaction (planted secrets)', () => {
         'Unregistered',
       ]),
     );
-    const logs = logLines.join('');
-    expect(logs).toContain('"level":"debug"');
+    const logText = logs.text();
+    expect(logText).toContain('"level":"debug"');
 
     const everything = {
       preheats: await Promise.all(['succeeds', 'fails', 'rejected', 'cut'].map(getPreheat)),
@@ -379,6 +371,6 @@ describe('redaction (planted secrets)', () => {
       events: events.items.map((e) => ({ reason: e.reason, note: e.note, action: e.action })),
     };
     expect(leaks(JSON.stringify(everything)), 'status, conditions or Events').toEqual([]);
-    expect(leaks(logs), 'the debug log').toEqual([]);
+    expect(leaks(logText), 'the debug log').toEqual([]);
   });
 });

@@ -7,15 +7,13 @@
  * value, and a private repository works with a token (only in its git files' headers) and is Stalled, naming the
  * field, without one.
  */
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import * as k8s from '@kubernetes/client-node';
-import { createNamespace, kubeConfig, waitFor } from '../support/kube.ts';
-import { startHubEmulator, type HubEmulator } from '../support/hub-emulator.ts';
-import { startManagerEmulator, type ManagerEmulator } from '../support/manager-emulator.ts';
-import { startPeerProxy, type PeerProxy } from '../support/peer-proxy.ts';
+import { waitFor } from '../support/kube.ts';
+import type { HubEmulator } from '../support/hub-emulator.ts';
+import { startHubBed, tinyAndPrivate, type HubBed } from '../support/hub-bed.ts';
 import { modelPreheatController } from '../../src/controllers/modelpreheat/index.ts';
 import { taskID } from '../../src/storage/taskid.ts';
-import { startManager, type RunningManager } from '../support/runtime-harness.ts';
 import { createServedModelController } from '../../src/controllers/index.ts';
 import { ModelServerDrivers } from '../../src/servers/driver.ts';
 import { DirectoryDriver } from '../support/directory-driver.ts';
@@ -29,70 +27,33 @@ const VERSION = 'v1alpha1';
 const ENDPOINTS = ['http://198.18.9.1:8000', 'http://198.18.9.2:8000'];
 const TOKEN = 'hf_integrationHubToken0123456789abcdef';
 const WEIGHTS = Buffer.alloc(5 * 1024 * 1024 + 17, 9);
-const TREE = {
-  'config.json': '{"model_type":"tiny"}',
-  'weights/model.safetensors': { content: WEIGHTS, lfs: true },
-  'tokenizer/nested/vocab.txt': 'a b c',
-  '.gitattributes': '*.safetensors filter=lfs',
-};
 
+let bed: HubBed;
 let kc: k8s.KubeConfig;
 let custom: k8s.CustomObjectsApi;
 let ns: string;
 let hub: HubEmulator;
-let operator: RunningManager;
-let peer: PeerProxy;
-let manager: ManagerEmulator;
 const driver = new DirectoryDriver(ENDPOINTS);
 
 beforeAll(async () => {
-  kc = kubeConfig(inject('kubeconfigPath'));
-  custom = kc.makeApiClient(k8s.CustomObjectsApi);
-  ns = await createNamespace(kc, 'sm-hub');
-  hub = await startHubEmulator({
-    repos: [
-      {
-        id: 'org/tiny',
-        commits: [TREE, { ...TREE, 'config.json': '{"model_type":"tiny2"}' }],
-        refs: { main: 0 },
-      },
-      { id: 'org/private', commits: [TREE], private: true },
-    ],
-    tokens: { [TOKEN]: ['org/private'] },
-  });
-  await kc.makeApiClient(k8s.CoreV1Api).createNamespacedSecret({
-    namespace: ns,
-    body: { metadata: { name: 'hf' }, stringData: { token: TOKEN } },
-  });
-  peer = await startPeerProxy();
-  manager = await startManagerEmulator({ peer });
-  operator = await startManager(
-    kc,
-    [
-      '--no-leader-elect',
-      '--manager-url',
-      manager.url,
-      '--allowed-endpoint-hosts',
-      '198.18.0.0/16',
-      // The emulated Hub listens on loopback: the admin allows the token to go there.
-      '--allowed-hub-hosts',
-      '127.0.0.1',
-      '--poll-backoff-start',
-      '200ms',
-      '--poll-backoff-max',
-      '1s',
-    ],
-    [
+  bed = await startHubBed({
+    namespace: 'sm-hub',
+    hub: {
+      repos: [...tinyAndPrivate(WEIGHTS)],
+      tokens: { [TOKEN]: ['org/private'] },
+    },
+    token: TOKEN,
+    flags: ['--allowed-endpoint-hosts', '198.18.0.0/16'],
+    controllers: [
       modelPreheatController,
       (ctx) => createServedModelController(ctx, { drivers: new ModelServerDrivers([driver]) }),
     ],
-  );
+  });
+  ({ kc, custom, ns, hub } = bed);
 }, 180_000);
 
 afterAll(async () => {
-  await operator?.stop();
-  await Promise.all([manager?.close(), peer?.close()]);
-  await hub?.close();
+  await bed?.close();
 });
 
 const get = (name: string) =>

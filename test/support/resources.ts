@@ -110,6 +110,10 @@ export function peerloadNamespace(kc: k8s.KubeConfig, namespace: string) {
     untilServedModel: (name: string, what: string, ok: (sm: ServedModel) => boolean, o: Poll = {}) =>
       until<ServedModel, ServedModel>('servedmodels', name, what, (sm) => (ok(sm) ? sm : undefined), o),
 
+    /** The ModelPreheat once `ok` holds of it. */
+    untilModelPreheat: (name: string, what: string, ok: (p: ModelPreheat) => boolean, o: Poll = {}) =>
+      until<ModelPreheat, ModelPreheat>('modelpreheats', name, what, (p) => (ok(p) ? p : undefined), o),
+
     /** The ModelPreheat once its job's state is `state`. */
     untilState: (name: string, state: string, o: Poll = {}) =>
       until<ModelPreheat, ModelPreheat>(

@@ -1,4 +1,5 @@
 /** In-process managers for runtime integration tests: config, request recording, start/stop. */
+import { Writable } from 'node:stream';
 import { loadConfig, type OperatorConfig } from '../../src/config.ts';
 import { OPERATOR_IDENTITY } from '../../src/controllers/index.ts';
 import { DEFAULT_STORAGE_HOSTS } from '../../src/policy/storage-reach.ts';
@@ -116,4 +117,16 @@ export function rbacOf(r: RequestRecord): {
           r.method
         ]!;
   return { verb, group, resource: sub ? `${resource}/${sub}` : resource, namespaced };
+}
+
+/** A debug logger whose lines are kept, for tests that look for what must never be logged (secrets). */
+export function capturedLogger(): { logger: Logger; text(): string } {
+  const lines: string[] = [];
+  const sink = new Writable({
+    write(chunk, _enc, done) {
+      lines.push(String(chunk));
+      done();
+    },
+  });
+  return { logger: createLogger('debug', sink), text: () => lines.join('') };
 }

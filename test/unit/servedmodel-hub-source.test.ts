@@ -13,10 +13,12 @@ import {
   ServedModelSpec,
   type ServedModel,
 } from '../../src/api/index.ts';
-import { HubSources, RELOCATE_AFTER_MS } from '../../src/controllers/servedmodel/hub-source.ts';
+import { RELOCATE_AFTER_MS } from '../../src/controllers/hub-resolution.ts';
+import { HubSources } from '../../src/controllers/servedmodel/hub-source.ts';
 import { parseHostRules } from '../../src/policy/reach.ts';
 import { forgetSecrets } from '../../src/redact.ts';
 import { startHubEmulator, type HubEmulator } from '../support/hub-emulator.ts';
+import { hubServedModel } from '../support/hub-served-model.ts';
 
 const TOKEN = 'hf_hubSourceGranted0123456789abcdefgh';
 const OTHER = 'hf_hubSourceOther0123456789abcdefghij';
@@ -43,27 +45,8 @@ const sources = () =>
     now: () => clock,
   });
 
-function served(
-  huggingface: object,
-  meta: Partial<ServedModel['metadata']> = {},
-  status?: object,
-): ServedModel {
-  return {
-    apiVersion: 'peerload.io/v1alpha1',
-    kind: 'ServedModel',
-    metadata: { name: 'm', namespace: 'ns', uid: 'u1', generation: 1, ...meta },
-    spec: ServedModelSpec.parse({
-      modelName: 'tiny',
-      modelServer: {
-        service: { name: 'triton' },
-        driver: 'triton',
-        agent: { port: 8200, tokenSecretRef: { name: 'agent', key: 'token' } },
-      },
-      source: { huggingface: { endpoint: hub.url, ...huggingface } },
-    }),
-    ...(status ? { status } : {}),
-  } as ServedModel;
-}
+const served = (huggingface: object, meta: Partial<ServedModel['metadata']> = {}, status?: object) =>
+  hubServedModel(hub.url, huggingface, meta, status);
 const of = (s: HubSources, sm: ServedModel) => s.of('ns/m', sm, sm.spec);
 
 beforeAll(async () => {

@@ -9,6 +9,7 @@ import {
   type ModelPreheat,
   type ModelPreheatSpec,
   type ModelPreheatStatus,
+  type PreheatSourceStatus,
 } from '../../api/index.ts';
 import { getCondition, type ReconcileResult } from '../../runtime/index.ts';
 import type { ManagerJob } from '../../manager/types.ts';
@@ -24,6 +25,7 @@ import {
   type PreheatOutcome,
 } from './conditions.ts';
 import type { FailureView } from './failures.ts';
+import { sourceRefreshed } from './hub.ts';
 import { peerResults } from './results.ts';
 import { carriedPeers, contentKey, targetOutcomes, targetsToPreheat } from './targets.ts';
 
@@ -52,6 +54,8 @@ export type PreheatStep =
 export function nextStep(obj: ModelPreheat, spec: ModelPreheatSpec, now: number): PreheatStep {
   const gen = obj.metadata.generation;
   const status = obj.status;
+  // A new value of the refresh annotation: the source is resolved again and what it finds preheated.
+  if (sourceRefreshed(obj, spec)) return { kind: 'create', attempt: 1 };
   // The job of the current generation, if one was created; a new generation starts over.
   const job = status?.jobGeneration === gen && status?.state !== undefined ? status : undefined;
   if (job?.state === 'SUCCESS') return { kind: 'cache' };
@@ -149,6 +153,9 @@ export interface CreatedJob {
   attempt: number;
   /** Per URL, the task id the peers compute (request.ts); never a signed URL. */
   tasks: { url: string; taskID: string }[];
+  /** A source's content key (with the commit it resolved to) and what it resolved to (hub.ts). */
+  contentKey?: string | undefined;
+  source?: PreheatSourceStatus | undefined;
 }
 
 /** `s` as the start of a new job: the previous job's results cleared, the peers of the same content carried. */
@@ -159,10 +166,11 @@ export function startedStatus(
   c: CreatedJob,
   now: Date,
 ): Status {
-  const key = contentKey(spec);
+  const key = c.contentKey ?? contentKey(spec);
   const carried = carriedPeers(s, key);
   return {
     ...s,
+    source: c.source,
     contentKey: key,
     peers: carried.length > 0 ? carried : undefined,
     state: c.job.state,

@@ -147,6 +147,8 @@ export function jobsCreatedStatus(
   const fresh = s.jobGeneration !== gen || s.attempts !== c.attempt;
   const base: Status = {
     ...s,
+    // A source's resolution belongs to the source's generations only.
+    source: undefined,
     contentKey: key,
     peers: carried.length > 0 ? carried : undefined,
     state: runningState(c.jobs),

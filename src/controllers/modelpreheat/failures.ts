@@ -9,6 +9,8 @@ import { ListError } from '../../storage/list.ts';
 import type { ReachReason } from '../../policy/reach.ts';
 import { ManagerNotConfiguredError, ReachDeniedError } from '../managers.ts';
 import { SecretNotFoundError } from '../secrets.ts';
+import type { HubReason } from '../../huggingface/errors.ts';
+import { HubSourceError } from './hub.ts';
 
 /** The condition reasons of a failed reconcile step (PreheatReason has the controller's own). */
 export type FailureReason =
@@ -24,6 +26,7 @@ export type FailureReason =
   | 'ManagerUnavailable'
   | 'ReconcileError'
   | DirectoryReason
+  | HubReason
   | ReachReason;
 
 /** Why a directory (spec.objectStorage.prefix) cannot be preheated as listed. */
@@ -131,7 +134,20 @@ export interface FailureView {
  */
 export const RATE_LIMITED_RETRY_MS = 1_000;
 
+/**
+ * A Hub source the Hub refuses as it stands (a token, a repository, a revision, the selection) waits for a change of
+ * the spec, the Secret or the refresh annotation; a Hub that does not answer (or not in time) is tried again with
+ * backoff, Stalled meanwhile.
+ */
+function hubSourceFailure(err: HubSourceError): FailureView {
+  const { reason, message, final } = err.failure;
+  return final
+    ? { reason, message, retry: { kind: 'none' }, final: true }
+    : { reason, message, retry: { kind: 'backoff' }, final: false, blocked: true };
+}
+
 export function describeFailure(err: unknown, action: string): FailureView {
+  if (err instanceof HubSourceError) return hubSourceFailure(err);
   if (err instanceof FileSetError || err instanceof ListError || err instanceof DirectoryChangedError)
     return directoryFailure(err);
   if (err instanceof ManagerNotConfiguredError) {

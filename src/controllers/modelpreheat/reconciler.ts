@@ -31,6 +31,8 @@ import {
   useClusterManagers,
 } from '../managers.ts';
 import { preheatCredentialReach } from '../../policy/storage-reach.ts';
+import { hubReach } from '../../policy/hub-reach.ts';
+import type { Reach } from '../../policy/reach.ts';
 import { operatorMetrics, type OperatorMetrics } from '../metrics.ts';
 import { SecretReader } from '../secrets.ts';
 import {
@@ -66,9 +68,10 @@ import {
 import { DirectoryListings, isDirectory } from './directory.ts';
 import { DirectoryStep } from './directory-step.ts';
 import { describeFailure } from './failures.ts';
-import { planPreheat } from './request.ts';
+import { HubPreheats, HubSourceError } from './hub.ts';
+import { planPreheat, ruleOf, type PreheatPlan } from './request.ts';
 import { failureText } from './results.ts';
-import { targetsToPreheat } from './targets.ts';
+import { contentKey, targetsToPreheat } from './targets.ts';
 
 type Obj = ModelPreheat;
 type Status = ModelPreheatStatus;
@@ -91,6 +94,8 @@ export class ModelPreheatReconciler {
   private readonly cacheDeps: CacheDeps;
   /** The jobs of a directory (spec.objectStorage.prefix), with its listing per generation. */
   private readonly directory: DirectoryStep;
+  /** A Hub repository's resolution per generation (spec.source.huggingface). */
+  private readonly hub: HubPreheats;
 
   constructor(ctx: ControllerContext) {
     this.ctx = ctx;
@@ -103,6 +108,7 @@ export class ModelPreheatReconciler {
     this.metrics = operatorMetrics(ctx.metrics);
     this.writeStatus = statusWriter<Obj, Status>(ctx, GVR.modelPreheats);
     const listings = new DirectoryListings();
+    this.hub = new HubPreheats(this.secrets, { tokenHosts: ctx.config.allowedHubHosts });
     this.cacheDeps = {
       ctx,
       secrets: this.secrets,
@@ -127,7 +133,11 @@ export class ModelPreheatReconciler {
 
   async reconcile(key: string, rc: ReconcileContext): Result {
     const cached = this.informer.get(key);
-    if (!cached) return this.cacheDeps.listings.forget(key); // deleted: nothing else is kept per resource
+    if (!cached) {
+      // Deleted: nothing else is kept per resource.
+      this.hub.forget(key);
+      return this.cacheDeps.listings.forget(key);
+    }
     // A requeue that outran the watch of our last write waits for it (it would create a second job).
     if (cacheBehind(this.ctx.status, cached)) return { requeueAfter: CACHE_BEHIND_RETRY_MS };
 
@@ -191,7 +201,7 @@ export class ModelPreheatReconciler {
     rc: ReconcileContext,
   ): Promise<{ result: ReconcileResult | void } | undefined> {
     const managerAllowed = await managerReach(spec.manager, obj.metadata.namespace!, this.ctx.config);
-    const reach = managerAllowed.allowed ? preheatCredentialReach(spec, this.ctx.config) : managerAllowed;
+    const reach = managerAllowed.allowed ? this.credentialReach(obj, spec) : managerAllowed;
     if (reach.allowed) return undefined;
     const denied = new ReachDeniedError(reach.reason, reach.message);
     const problem = { finalizer: FINALIZER, message: reach.message, skipped: 'manager not contacted' };
@@ -201,6 +211,17 @@ export class ModelPreheatReconciler {
     };
     await invalidSpec(this.ctx, GVR.modelPreheats, obj, problem, report, rc.signal);
     return { result };
+  }
+
+  /**
+   * Where the spec's credentials would go: a store, a registry, or a Hub's token (asked before its Secret is read;
+   * deletion reads no token, so a refused Hub does not keep the manager from cleaning up).
+   */
+  private credentialReach(obj: Obj, spec: ModelPreheatSpec): Reach {
+    const hf = spec.source?.huggingface;
+    if (hf && !isBeingDeleted(obj))
+      return hubReach(hf, 'spec.source.huggingface', this.ctx.config.allowedHubHosts);
+    return preheatCredentialReach(spec, this.ctx.config);
   }
 
   private reportInvalidSpec(obj: Obj, message: string, rc: ReconcileContext): Promise<void> {
@@ -247,16 +268,7 @@ export class ModelPreheatReconciler {
     let created: CreatedJob;
     try {
       const bio = `peerload ${obj.metadata.namespace}/${obj.metadata.name} uid=${obj.metadata.uid} generation=${gen} attempt=${attempt}`;
-      const { config } = this.ctx;
-      const plan = await planPreheat(
-        spec,
-        obj.metadata.namespace!,
-        this.secrets,
-        { bio },
-        new Date(),
-        rc.signal,
-        config.peerDaemonVersion,
-      );
+      const plan = await this.plan(obj, spec, bio, rc.signal);
       const ips = targetsToPreheat(spec, obj.status);
       if (ips) plan.request.ips = ips;
       created = {
@@ -264,9 +276,12 @@ export class ModelPreheatReconciler {
         managerURL,
         attempt,
         tasks: plan.tasks,
+        contentKey: plan.contentKey,
+        source: plan.source,
       };
     } catch (err) {
-      return this.fail(obj, err, 'create the preheat job', rc);
+      const record = err instanceof HubSourceError ? err.record : undefined;
+      return this.fail(obj, err, 'create the preheat job', rc, record);
     }
     rc.log.info({ jobID: created.job.id, groupID: created.job.groupID, attempt }, 'created preheat job');
     const started = (s: Status) => startedStatus(s, spec, gen, created, new Date());
@@ -283,6 +298,18 @@ export class ModelPreheatReconciler {
     // No Event here: the condition (reason JobCreated) says it, and with many resources an Event per job creation
     // would be a large share of the apiserver writes. Outcomes (JobSucceeded, JobFailed...) get Events.
     return { requeueAfter: this.ctx.config.pollBackoffStart };
+  }
+
+  /** The job of the spec: its URLs, or a source's files (hub.ts) as of this generation's resolution. */
+  private plan(
+    obj: Obj,
+    spec: ModelPreheatSpec,
+    bio: string,
+    signal: AbortSignal,
+  ): Promise<PreheatPlan & Partial<Pick<CreatedJob, 'contentKey' | 'source'>>> {
+    const rule = this.ctx.config.peerDaemonVersion;
+    if (spec.source) return this.hub.plan(obj, spec, bio, ruleOf(spec, rule), contentKey, signal);
+    return planPreheat(spec, obj.metadata.namespace!, this.secrets, { bio }, new Date(), signal, rule);
   }
 
   /** Records a successful job; `base` carries what else this same write must say (the job itself, when new). */
@@ -367,13 +394,20 @@ export class ModelPreheatReconciler {
   }
 
   /** A failed step (not a failed job): written where the user looks, then retried as the failure allows. */
-  private async fail(obj: Obj, err: unknown, action: string, rc: ReconcileContext): Result {
+  private async fail(
+    obj: Obj,
+    err: unknown,
+    action: string,
+    rc: ReconcileContext,
+    base: (s: Status) => Status = (s) => s,
+  ): Result {
     const view = describeFailure(err, action);
     if (err instanceof ManagerError) this.metrics.managerErrors.labels(err.kind).inc();
     const outcome = failureOutcome(view);
     await this.write(
       obj,
-      (s) => observed(s, obj.metadata.generation, { outcome, reason: view.reason, message: view.message }),
+      (s) =>
+        observed(base(s), obj.metadata.generation, { outcome, reason: view.reason, message: view.message }),
       rc,
     );
     // The manager's rate limit is its pace, not a failure: no Event (a burst of preheats would make one each), and

@@ -13,14 +13,17 @@ const MAX_TARGET_PEERS = 200;
 
 /**
  * A digest of what is preheated: the spec without the fields that say where or how (targets, scope, retry,
- * clean-up, time-out, manager). Peers preheated under one key hold the same tasks.
+ * clean-up, time-out, manager), and for a source the commit it resolved to (a moved branch is other content).
+ * Peers preheated under one key hold the same tasks.
  */
-export function contentKey(spec: ModelPreheatSpec): string {
+export function contentKey(spec: ModelPreheatSpec, commit?: string): string {
   const what = {
     type: spec.type,
     url: spec.url,
     urls: spec.urls,
     objectStorage: spec.objectStorage,
+    source: spec.source,
+    commit,
     filteredQueryParams: spec.filteredQueryParams,
     headers: spec.headers,
     platform: spec.platform,
