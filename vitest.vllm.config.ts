@@ -2,7 +2,8 @@ import { defineConfig } from 'vitest/config';
 
 // The opt-in vLLM suite (`npm run test:vllm`), outside `npm test`: real vLLM on CPU (scripts/setup-vllm.sh, about
 // 6 GB) with the real Dragonfly network and MinIO, and the operator against the real kube-apiserver + etcd of the
-// global set-up. Each file starts two vLLM servers one after the other, each about two minutes.
+// global set-up. Each file starts its vLLM servers one after the other (two, or one for the Hub's base model),
+// each about two minutes.
 export default defineConfig({
   test: {
     name: 'vllm',

@@ -271,7 +271,10 @@ export function expectOneOriginRead(node: VllmNode, spec: ModelFiles, probes: nu
 }
 
 /** A greedy completion of 8 tokens through one replica, with `model` (the base model or an adapter). */
-export async function complete(r: NodeReplica, model: string): Promise<{ status: number; text: string }> {
+export async function complete(
+  r: Pick<NodeReplica, 'vllm'>,
+  model: string,
+): Promise<{ status: number; text: string }> {
   const res = await fetch(`${r.vllm.url}/v1/completions`, {
     method: 'POST',
     headers: { authorization: `Bearer ${API_KEY}`, 'content-type': 'application/json' },
@@ -288,7 +291,7 @@ export interface ModelCard {
 }
 
 /** What `/v1/models` lists on one replica. */
-export async function models(r: NodeReplica): Promise<ModelCard[]> {
+export async function models(r: Pick<NodeReplica, 'vllm'>): Promise<ModelCard[]> {
   const res = await fetch(`${r.vllm.url}/v1/models`, { headers: { authorization: `Bearer ${API_KEY}` } });
   return ((await res.json()) as { data: ModelCard[] }).data;
 }
