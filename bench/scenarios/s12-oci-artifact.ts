@@ -14,38 +14,32 @@
  * Target: oci within 1.1× of s3 at each N, the registry read once per blob (plus the peers' 1-byte probes), every
  * raw layer placed as a hard link.
  */
-import { randomBytes } from "node:crypto";
-import { readFileSync } from "node:fs";
-import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
-import { ManagerClient } from "../../src/manager/client.ts";
-import type { PlaceResult } from "../../src/oci/place.ts";
-import { signObjectURL } from "../../src/storage/sign.ts";
-import { DEFAULT_FILTERED_QUERY_PARAMS } from "../../src/storage/taskid.ts";
-import { startCountingProxy } from "../../test/support/counting-proxy.ts";
-import { ROOT_USER } from "../../test/support/dragonfly.ts";
-import {
-  modctl,
-  modctlBuild,
-  nodePlacementArgs,
-  type Modctl,
-} from "../../test/support/modctl.ts";
-import { jobEnd } from "../../test/support/job-end.ts";
-import { startRegistry } from "../../test/support/registry.ts";
-import { cpuSeconds } from "../lib/cpu.ts";
-import { settleDisk } from "../lib/disk.ts";
-import { peerloadFetchProcess } from "../lib/fetch-process.ts";
-import * as realnet from "../lib/realnet.ts";
-import { progress, stat, type Row } from "../lib/report.ts";
+import { randomBytes } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { ManagerClient } from '../../src/manager/client.ts';
+import type { PlaceResult } from '../../src/oci/place.ts';
+import { signObjectURL } from '../../src/storage/sign.ts';
+import { DEFAULT_FILTERED_QUERY_PARAMS } from '../../src/storage/taskid.ts';
+import { startCountingProxy } from '../../test/support/counting-proxy.ts';
+import { ROOT_USER } from '../../test/support/dragonfly.ts';
+import { modctl, modctlBuild, nodePlacementArgs, type Modctl } from '../../test/support/modctl.ts';
+import { jobEnd } from '../../test/support/job-end.ts';
+import { startRegistry } from '../../test/support/registry.ts';
+import { cpuSeconds } from '../lib/cpu.ts';
+import { settleDisk } from '../lib/disk.ts';
+import { peerloadFetchProcess } from '../lib/fetch-process.ts';
+import * as realnet from '../lib/realnet.ts';
+import { progress, stat, type Row } from '../lib/report.ts';
 
-const BUCKET = "bench12";
+const BUCKET = 'bench12';
 const NS = [1, 2, 4] as const;
-const MODES = ["s3", "oci"] as const;
+const MODES = ['s3', 'oci'] as const;
 type Mode = (typeof MODES)[number];
 const SHARDS = 8;
-const shardName = (i: number) =>
-  `shard-${String(i + 1).padStart(2, "0")}-of-${SHARDS}.bin`;
+const shardName = (i: number) => `shard-${String(i + 1).padStart(2, '0')}-of-${SHARDS}.bin`;
 const SHARD_NAMES = Array.from({ length: SHARDS }, (_, i) => shardName(i));
 
 export interface S12Options {
@@ -84,50 +78,41 @@ interface Run {
   cpu: { seed: number; nodes: number; bench: number };
 }
 
-export async function scenario12(
-  o: S12Options,
-): Promise<{ rows: Row[]; raw: unknown }> {
+export async function scenario12(o: S12Options): Promise<{ rows: Row[]; raw: unknown }> {
   const shardBytes = Math.floor(o.sizeBytes / SHARDS);
   const shard = randomBytes(shardBytes);
   const runs: Run[] = [];
   const ns = o.ns ?? NS;
-  for (let rep = 0; rep < o.reps; rep++)
-    runs.push(...(await repetition(rep, shard, ns)));
+  for (let rep = 0; rep < o.reps; rep++) runs.push(...(await repetition(rep, shard, ns)));
   return {
     rows: rowsOf(runs, shardBytes, ns),
     raw: {
       runs,
       sizeBytes: o.sizeBytes,
       shardBytes,
-      loadavgAtEnd: readFileSync("/proc/loadavg", "utf8").trim(),
+      loadavgAtEnd: readFileSync('/proc/loadavg', 'utf8').trim(),
     },
   };
 }
 
 /** One repetition on a network, a MinIO and a registry of its own; N = 4 first, when the disk holds the least. */
-async function repetition(
-  rep: number,
-  shard: Buffer,
-  ns: readonly number[],
-): Promise<Run[]> {
+async function repetition(rep: number, shard: Buffer, ns: readonly number[]): Promise<Run[]> {
   const cleanup: realnet.Cleanup = [];
-  const work = await mkdtemp(join(tmpdir(), "peerload-bench12-"));
+  const work = await mkdtemp(join(tmpdir(), 'peerload-bench12-'));
   cleanup.push(() => rm(work, { recursive: true, force: true }));
   try {
-    progress(
-      "s12: starting Dragonfly (manager, scheduler, seed peer, 4 node peers), MinIO and a registry",
-    );
+    progress('s12: starting Dragonfly (manager, scheduler, seed peer, 4 node peers), MinIO and a registry');
     const net = await realnet.startRealNet(cleanup, BUCKET, 4);
     const { network, minio, origin } = net;
     const registry = await startRegistry();
     cleanup.push(() => registry.stop());
     const reg = await startCountingProxy(registry.url);
     cleanup.push(() => reg.close());
-    const tool = await modctl(join(work, "modctl"));
+    const tool = await modctl(join(work, 'modctl'));
     const manager = new ManagerClient({
       baseURL: network.managerURL,
       auth: {
-        type: "signIn",
+        type: 'signIn',
         username: ROOT_USER.name,
         password: ROOT_USER.password,
       },
@@ -148,10 +133,10 @@ async function repetition(
      */
     const preheat = async (urls: string[], n: number) => {
       const job = await manager.createPreheatJob({
-        type: "file",
+        type: 'file',
         urls,
         filteredQueryParams: [...DEFAULT_FILTERED_QUERY_PARAMS],
-        scope: "all_peers",
+        scope: 'all_peers',
         ips: network.peers.slice(0, n).map((p) => p.ip),
       });
       return {
@@ -160,35 +145,22 @@ async function repetition(
             timeoutMs: 600_000,
             intervalMs: 500,
           });
-          if (done.state !== "SUCCESS")
-            throw new Error(
-              `preheat ${job.id}: ${JSON.stringify(done.result)}`,
-            );
+          if (done.state !== 'SUCCESS') throw new Error(`preheat ${job.id}: ${JSON.stringify(done.result)}`);
           return performance.now();
         },
       };
     };
-    const fetchArgs = (peer: number, root: string) =>
-      nodePlacementArgs(network.peers[peer]!.proxyURL, root);
+    const fetchArgs = (peer: number, root: string) => nodePlacementArgs(network.peers[peer]!.proxyURL, root);
     let cuts = 0;
-    const fetched = (
-      name: string,
-      r: Awaited<ReturnType<typeof peerloadFetchProcess>>,
-    ) => {
-      cuts += r.err.filter((l) =>
-        l.includes("the peer daemon cut the download"),
-      ).length;
+    const fetched = (name: string, r: Awaited<ReturnType<typeof peerloadFetchProcess>>) => {
+      cuts += r.err.filter((l) => l.includes('the peer daemon cut the download')).length;
       if (r.code !== 0)
-        throw new Error(
-          `${name}: peerload fetch exit ${r.code}: ${[...r.out, ...r.err].join("; ")}`,
-        );
+        throw new Error(`${name}: peerload fetch exit ${r.code}: ${[...r.out, ...r.err].join('; ')}`);
       return r.out;
     };
     /** What the node peers' logs count so far: the two ways a node peer goes back to the origin. */
     const peerCounts = async () => {
-      const text = (await Promise.all(network.peers.map((p) => p.logs()))).join(
-        "\n",
-      );
+      const text = (await Promise.all(network.peers.map((p) => p.logs()))).join('\n');
       const count = (re: RegExp) => text.match(re)?.length ?? 0;
       return {
         scheduler: count(/need back to source response/g),
@@ -197,13 +169,10 @@ async function repetition(
     };
     const cpuNow = () => ({
       seed: cpuSeconds(network.seedPeer?.process.child.pid),
-      nodes: network.peers.reduce(
-        (s, p) => s + cpuSeconds(p.process.child.pid),
-        0,
-      ),
+      nodes: network.peers.reduce((s, p) => s + cpuSeconds(p.process.child.pid), 0),
       bench: (process.cpuUsage().user + process.cpuUsage().system) / 1e6,
     });
-    const cpuSince = (before: Run["cpu"]) => {
+    const cpuSince = (before: Run['cpu']) => {
       const now = cpuNow();
       return {
         seed: now.seed - before.seed,
@@ -211,7 +180,7 @@ async function repetition(
         bench: now.bench - before.bench,
       };
     };
-    const since = async (before: Run["backToSource"]) => {
+    const since = async (before: Run['backToSource']) => {
       const now = await peerCounts();
       return {
         scheduler: now.scheduler - before.scheduler,
@@ -220,8 +189,7 @@ async function repetition(
     };
 
     async function s3(n: number, name: string): Promise<Run> {
-      for (const p of SHARD_NAMES)
-        await minio.putObject(BUCKET, `${name}/${p}`, nextShard());
+      for (const p of SHARD_NAMES) await minio.putObject(BUCKET, `${name}/${p}`, nextShard());
       settleDisk();
       const files = [];
       for (const p of SHARD_NAMES)
@@ -237,7 +205,7 @@ async function repetition(
       await writeFile(
         spec,
         JSON.stringify({
-          version: "1",
+          version: '1',
           files,
           filter: DEFAULT_FILTERED_QUERY_PARAMS,
         }),
@@ -253,16 +221,16 @@ async function repetition(
       );
       const lines = await Promise.all(
         Array.from({ length: n }, async (_, i) => {
-          const root = join(work, `node-${i}`, "s3");
+          const root = join(work, `node-${i}`, 's3');
           await mkdir(root, { recursive: true });
           return fetched(
             name,
             await peerloadFetchProcess([
-              "--name",
+              '--name',
               name,
-              "--spec",
+              '--spec',
               spec,
-              "--root",
+              '--root',
               root,
               ...fetchArgs(i, root),
             ]),
@@ -272,13 +240,10 @@ async function repetition(
       const totalMs = performance.now() - t0;
       const preheatMs = (await job.ended()) - t0;
       // "fetched …: 8 files, … (L local hits, H hard links)"
-      const counts = lines.map((l) =>
-        /\((\d+) local hits, (\d+) hard links\)/.exec(l),
-      );
-      if (counts.some((c) => !c))
-        throw new Error(`unexpected fetch output: ${lines.join("; ")}`);
+      const counts = lines.map((l) => /\((\d+) local hits, (\d+) hard links\)/.exec(l));
+      if (counts.some((c) => !c)) throw new Error(`unexpected fetch output: ${lines.join('; ')}`);
       return {
-        mode: "s3",
+        mode: 's3',
         n,
         rep,
         totalMs,
@@ -293,13 +258,13 @@ async function repetition(
     }
 
     async function oci(n: number, name: string, m: Modctl): Promise<Run> {
-      const src = join(work, "src", name);
+      const src = join(work, 'src', name);
       await mkdir(src, { recursive: true });
       for (const p of SHARD_NAMES) await writeFile(join(src, p), nextShard());
       await writeFile(
-        join(src, "Modelfile"),
+        join(src, 'Modelfile'),
         `NAME ${name}\nARCH transformer\nFAMILY bench\nFORMAT safetensors\n` +
-          SHARD_NAMES.map((p) => `MODEL ${p}\n`).join(""),
+          SHARD_NAMES.map((p) => `MODEL ${p}\n`).join(''),
       );
       const reference = `${new URL(reg.url).host}/bench/${name}:v1`;
       await modctlBuild(m, src, reference);
@@ -307,15 +272,12 @@ async function repetition(
       settleDisk();
       const manifest = (await (
         await fetch(`${registry.url}/v2/bench/${name}/manifests/v1`, {
-          headers: { accept: "application/vnd.oci.image.manifest.v1+json" },
+          headers: { accept: 'application/vnd.oci.image.manifest.v1+json' },
         })
       ).json()) as {
         layers: { digest: string; size: number; mediaType: string }[];
       };
-      if (
-        manifest.layers.length !== SHARDS ||
-        !manifest.layers.every((l) => l.mediaType.endsWith(".raw"))
-      )
+      if (manifest.layers.length !== SHARDS || !manifest.layers.every((l) => l.mediaType.endsWith('.raw')))
         throw new Error(`modctl pushed ${JSON.stringify(manifest.layers)}`);
       const pushed = reg.requests.length;
       const counts0 = await peerCounts();
@@ -323,22 +285,20 @@ async function repetition(
       cuts = 0;
       const t0 = performance.now();
       const job = await preheat(
-        manifest.layers.map(
-          (l) => `${reg.url}/v2/bench/${name}/blobs/${l.digest}`,
-        ),
+        manifest.layers.map((l) => `${reg.url}/v2/bench/${name}/blobs/${l.digest}`),
         n,
       );
       const results = await Promise.all(
         Array.from({ length: n }, async (_, i) => {
-          const root = join(work, `node-${i}`, "oci", name);
+          const root = join(work, `node-${i}`, 'oci', name);
           await mkdir(root, { recursive: true });
           const out = fetched(
             name,
             await peerloadFetchProcess([
               `oci://${reference}`,
-              join(root, "1"),
-              "--plain-http",
-              "--json",
+              join(root, '1'),
+              '--plain-http',
+              '--json',
               ...fetchArgs(i, root),
             ]),
           );
@@ -350,24 +310,17 @@ async function repetition(
       const blobBytes = (digest: string) =>
         reg.requests
           .slice(pushed)
-          .filter(
-            (q) => q.method === "GET" && q.url.includes(`/blobs/${digest}`),
-          )
+          .filter((q) => q.method === 'GET' && q.url.includes(`/blobs/${digest}`))
           .reduce((s, q) => s + q.bytes, 0);
       const layers = results.flatMap((r) => r.layers);
       return {
-        mode: "oci",
+        mode: 'oci',
         n,
         rep,
         totalMs,
         preheatMs,
-        originBytes: manifest.layers.reduce(
-          (s, l) => s + blobBytes(l.digest),
-          0,
-        ),
-        maxBlobReads: Math.max(
-          ...manifest.layers.map((l) => blobBytes(l.digest) / l.size),
-        ),
+        originBytes: manifest.layers.reduce((s, l) => s + blobBytes(l.digest), 0),
+        maxBlobReads: Math.max(...manifest.layers.map((l) => blobBytes(l.digest) / l.size)),
         localHits: layers.filter((l) => l.localHit === true).length,
         hardLinks: layers.filter((l) => l.hardLink === true).length,
         cutRetries: cuts,
@@ -380,17 +333,16 @@ async function repetition(
     for (const n of [...ns].sort((a, b) => b - a))
       for (const mode of rep % 2 === 0 ? MODES : [...MODES].reverse()) {
         const name = `${mode}-${n}-${rep}`;
-        const r = mode === "s3" ? await s3(n, name) : await oci(n, name, tool);
+        const r = mode === 's3' ? await s3(n, name) : await oci(n, name, tool);
         runs.push(r);
         progress(`s12 ${JSON.stringify(r)}`);
-        if (mode === "s3")
+        if (mode === 's3')
           await realnet.dropObjects(
             net,
             BUCKET,
             SHARD_NAMES.map((p) => `${name}/${p}`),
           );
-        for (let i = 0; i < n; i++)
-          await rm(join(work, `node-${i}`), { recursive: true, force: true });
+        for (let i = 0; i < n; i++) await rm(join(work, `node-${i}`), { recursive: true, force: true });
       }
     return runs;
   } finally {
@@ -398,25 +350,18 @@ async function repetition(
   }
 }
 
-const served = (
-  proxy: { requests: { method: string; url: string; bytes: number }[] },
-  part: string,
-) =>
-  proxy.requests
-    .filter((q) => q.method === "GET" && q.url.includes(part))
-    .reduce((s, q) => s + q.bytes, 0);
+const served = (proxy: { requests: { method: string; url: string; bytes: number }[] }, part: string) =>
+  proxy.requests.filter((q) => q.method === 'GET' && q.url.includes(part)).reduce((s, q) => s + q.bytes, 0);
 
-const cpuOf = (r: Run) =>
-  `${r.cpu.seed.toFixed(0)}/${r.cpu.nodes.toFixed(0)}/${r.cpu.bench.toFixed(0)}`;
-const b2s = (r: Run) =>
-  `${r.backToSource.scheduler}+${r.backToSource.schedulerError}`;
+const cpuOf = (r: Run) => `${r.cpu.seed.toFixed(0)}/${r.cpu.nodes.toFixed(0)}/${r.cpu.bench.toFixed(0)}`;
+const b2s = (r: Run) => `${r.backToSource.scheduler}+${r.backToSource.schedulerError}`;
 
 function rowsOf(runs: Run[], shardBytes: number, ns: readonly number[]): Row[] {
   const MiB = (b: number) => `${(b / 2 ** 20).toFixed(0)} MiB`;
   return ns.map((n) => {
     const of = (mode: Mode) => runs.filter((r) => r.mode === mode && r.n === n);
-    const o = of("oci");
-    const s = of("s3");
+    const o = of('oci');
+    const s = of('s3');
     const ratio = stat(
       o.map((r) => {
         const ref = s.find((x) => x.rep === r.rep);
@@ -425,33 +370,30 @@ function rowsOf(runs: Run[], shardBytes: number, ns: readonly number[]): Row[] {
     );
     // Once per blob, plus a 1-byte probe from each peer that took part (the seed peer and the N node peers).
     const once = o.every(
-      (r) =>
-        r.maxBlobReads !== undefined &&
-        r.maxBlobReads * shardBytes <= shardBytes + n + 1,
+      (r) => r.maxBlobReads !== undefined && r.maxBlobReads * shardBytes <= shardBytes + n + 1,
     );
     const linked = o.every((r) => r.hardLinks === n * SHARDS);
     return {
-      id: `12${"abc"[NS.indexOf(n as 1 | 2 | 4)] ?? `-${n}`}`,
+      id: `12${'abc'[NS.indexOf(n as 1 | 2 | 4)] ?? `-${n}`}`,
       scenario: `12 a ${MiB(shardBytes * SHARDS)} ModelPack artifact of ${SHARDS} raw layers to ${n} node(s) through the agent's fetch, real network`,
       metric:
-        "preheat (file job, node-targeted) → placed on every node, vs the same files as an S3 directory",
-      unit: "s",
+        'preheat (file job, node-targeted) → placed on every node, vs the same files as an S3 directory',
+      unit: 's',
       value: stat(o.map((r) => r.totalMs / 1000)),
       reference: stat(s.map((r) => r.totalMs / 1000)),
-      referenceLabel: "(S3 directory, same N, same run)",
+      referenceLabel: '(S3 directory, same N, same run)',
       ratio,
-      target:
-        "≤ 1.1× the S3 directory, the registry read once per blob, every raw layer a hard link",
+      target: '≤ 1.1× the S3 directory, the registry read once per blob, every raw layer a hard link',
       pass: o.length > 0 && ratio.median <= 1.1 && once && linked,
       notes:
-        `registry bytes per run ${o.map((r) => MiB(r.originBytes)).join(", ")} (max per blob ${o.map((r) => r.maxBlobReads?.toFixed(6)).join(", ")}×); ` +
-        `MinIO bytes ${s.map((r) => MiB(r.originBytes)).join(", ")}; ` +
-        `hard links oci ${o.map((r) => `${r.hardLinks}/${n * SHARDS}`).join(", ")}, s3 ${s.map((r) => `${r.hardLinks}/${n * SHARDS}`).join(", ")}; ` +
-        `local hits oci ${o.map((r) => `${r.localHits}/${n * SHARDS}`).join(", ")}, s3 ${s.map((r) => `${r.localHits}/${n * SHARDS}`).join(", ")}; ` +
-        `preheat oci ${o.map((r) => (r.preheatMs / 1000).toFixed(1)).join(", ")} s, s3 ${s.map((r) => (r.preheatMs / 1000).toFixed(1)).join(", ")} s; ` +
-        `node peers sent to the origin (scheduler's NeedBackToSource + failed scheduler exchange) oci ${o.map(b2s).join(", ")}, s3 ${s.map(b2s).join(", ")}; ` +
-        `cut bodies asked again oci ${o.map((r) => r.cutRetries).join(", ")}, s3 ${s.map((r) => r.cutRetries).join(", ")}; ` +
-        `CPU s (seed / node daemons / origins' proxies) oci ${o.map(cpuOf).join(", ")}, s3 ${s.map(cpuOf).join(", ")}`,
+        `registry bytes per run ${o.map((r) => MiB(r.originBytes)).join(', ')} (max per blob ${o.map((r) => r.maxBlobReads?.toFixed(6)).join(', ')}×); ` +
+        `MinIO bytes ${s.map((r) => MiB(r.originBytes)).join(', ')}; ` +
+        `hard links oci ${o.map((r) => `${r.hardLinks}/${n * SHARDS}`).join(', ')}, s3 ${s.map((r) => `${r.hardLinks}/${n * SHARDS}`).join(', ')}; ` +
+        `local hits oci ${o.map((r) => `${r.localHits}/${n * SHARDS}`).join(', ')}, s3 ${s.map((r) => `${r.localHits}/${n * SHARDS}`).join(', ')}; ` +
+        `preheat oci ${o.map((r) => (r.preheatMs / 1000).toFixed(1)).join(', ')} s, s3 ${s.map((r) => (r.preheatMs / 1000).toFixed(1)).join(', ')} s; ` +
+        `node peers sent to the origin (scheduler's NeedBackToSource + failed scheduler exchange) oci ${o.map(b2s).join(', ')}, s3 ${s.map(b2s).join(', ')}; ` +
+        `cut bodies asked again oci ${o.map((r) => r.cutRetries).join(', ')}, s3 ${s.map((r) => r.cutRetries).join(', ')}; ` +
+        `CPU s (seed / node daemons / origins' proxies) oci ${o.map(cpuOf).join(', ')}, s3 ${s.map(cpuOf).join(', ')}`,
     };
   });
 }
