@@ -2,8 +2,8 @@
  * Scenario 12 (a model as a ModelPack artifact against the same files as an S3 directory, on the REAL Dragonfly
  * network: manager and scheduler v2.5.1, dfdaemon 1.4.2 as a seed peer and 4 node peers on their own 127.0.0.x
  * addresses): a model of `sizeBytes` in 8 shards, to N = 1, 2, 4 nodes, placed on each by the agent's own code
- * (`peerload fetch`, in process, through the node's peer proxy, hard links of the daemon's copies). Per repetition
- * and N, on blobs of their own (each shard's first bytes differ per run):
+ * (`peerload fetch`, a process per node as each node runs its own, through the node's peer proxy, hard links of the
+ * daemon's copies). Per repetition and N, on blobs of their own (each shard's first bytes differ per run):
  *   - s3:  the shards in MinIO (behind a counting proxy), a node-targeted `type: file` preheat of their signed URLs,
  *          then `peerload fetch --spec` of the directory on each of the N nodes at once;
  *   - oci: the shards pushed by the real `modctl` as 8 raw weight layers to the real registry (behind a counting
@@ -25,16 +25,12 @@ import { signObjectURL } from '../../src/storage/sign.ts';
 import { DEFAULT_FILTERED_QUERY_PARAMS } from '../../src/storage/taskid.ts';
 import { startCountingProxy } from '../../test/support/counting-proxy.ts';
 import { ROOT_USER } from '../../test/support/dragonfly.ts';
-import {
-  modctl,
-  modctlBuild,
-  nodePlacementArgs,
-  peerloadFetch,
-  type Modctl,
-} from '../../test/support/modctl.ts';
+import { modctl, modctlBuild, nodePlacementArgs, type Modctl } from '../../test/support/modctl.ts';
 import { jobEnd } from '../../test/support/job-end.ts';
 import { startRegistry } from '../../test/support/registry.ts';
+import { cpuSeconds } from '../lib/cpu.ts';
 import { settleDisk } from '../lib/disk.ts';
+import { peerloadFetchProcess } from '../lib/fetch-process.ts';
 import * as realnet from '../lib/realnet.ts';
 import { progress, stat, type Row } from '../lib/report.ts';
 
@@ -70,6 +66,16 @@ interface Run {
   hardLinks: number;
   /** Shards that were local hits, summed over the nodes (of n × 8). */
   localHits: number;
+  /** Bodies a daemon cut and the agent asked for again, over the nodes. */
+  cutRetries: number;
+  /**
+   * The node peers' downloads sent back to the origin during the run, by cause (their daemons' logs): the scheduler
+   * answered NeedBackToSource (no parent within its retries), or the peer's exchange with the scheduler failed.
+   */
+  backToSource: { scheduler: number; schedulerError: number };
+  /** CPU seconds used during the run by the seed peer's daemon, the node peers' daemons (summed) and this process
+   *  (the origins' counting proxies). */
+  cpu: { seed: number; nodes: number; bench: number };
 }
 
 export async function scenario12(o: S12Options): Promise<{ rows: Row[]; raw: unknown }> {
@@ -105,7 +111,11 @@ async function repetition(rep: number, shard: Buffer, ns: readonly number[]): Pr
     const tool = await modctl(join(work, 'modctl'));
     const manager = new ManagerClient({
       baseURL: network.managerURL,
-      auth: { type: 'signIn', username: ROOT_USER.name, password: ROOT_USER.password },
+      auth: {
+        type: 'signIn',
+        username: ROOT_USER.name,
+        password: ROOT_USER.password,
+      },
     });
     cleanup.push(() => manager.close());
     const location = { ...minio.location(BUCKET), endpoint: origin.url };
@@ -131,17 +141,51 @@ async function repetition(rep: number, shard: Buffer, ns: readonly number[]): Pr
       });
       return {
         ended: async () => {
-          const done = await jobEnd(manager, job.id, { timeoutMs: 600_000, intervalMs: 500 });
+          const done = await jobEnd(manager, job.id, {
+            timeoutMs: 600_000,
+            intervalMs: 500,
+          });
           if (done.state !== 'SUCCESS') throw new Error(`preheat ${job.id}: ${JSON.stringify(done.result)}`);
           return performance.now();
         },
       };
     };
     const fetchArgs = (peer: number, root: string) => nodePlacementArgs(network.peers[peer]!.proxyURL, root);
-    const fetched = (name: string, r: Awaited<ReturnType<typeof peerloadFetch>>) => {
+    let cuts = 0;
+    const fetched = (name: string, r: Awaited<ReturnType<typeof peerloadFetchProcess>>) => {
+      cuts += r.err.filter((l) => l.includes('the peer daemon cut the download')).length;
       if (r.code !== 0)
         throw new Error(`${name}: peerload fetch exit ${r.code}: ${[...r.out, ...r.err].join('; ')}`);
       return r.out;
+    };
+    /** What the node peers' logs count so far: the two ways a node peer goes back to the origin. */
+    const peerCounts = async () => {
+      const text = (await Promise.all(network.peers.map((p) => p.logs()))).join('\n');
+      const count = (re: RegExp) => text.match(re)?.length ?? 0;
+      return {
+        scheduler: count(/need back to source response/g),
+        schedulerError: count(/download with scheduler error/g),
+      };
+    };
+    const cpuNow = () => ({
+      seed: cpuSeconds(network.seedPeer?.process.child.pid),
+      nodes: network.peers.reduce((s, p) => s + cpuSeconds(p.process.child.pid), 0),
+      bench: (process.cpuUsage().user + process.cpuUsage().system) / 1e6,
+    });
+    const cpuSince = (before: Run['cpu']) => {
+      const now = cpuNow();
+      return {
+        seed: now.seed - before.seed,
+        nodes: now.nodes - before.nodes,
+        bench: now.bench - before.bench,
+      };
+    };
+    const since = async (before: Run['backToSource']) => {
+      const now = await peerCounts();
+      return {
+        scheduler: now.scheduler - before.scheduler,
+        schedulerError: now.schedulerError - before.schedulerError,
+      };
     };
 
     async function s3(n: number, name: string): Promise<Run> {
@@ -151,12 +195,25 @@ async function repetition(rep: number, shard: Buffer, ns: readonly number[]): Pr
       for (const p of SHARD_NAMES)
         files.push({
           path: p,
-          url: (await signObjectURL(location, `${name}/${p}`, minio.credentials(), { expiresSeconds: 3600 }))
-            .url,
+          url: (
+            await signObjectURL(location, `${name}/${p}`, minio.credentials(), {
+              expiresSeconds: 3600,
+            })
+          ).url,
         });
       const spec = join(work, `${name}.json`);
-      await writeFile(spec, JSON.stringify({ version: '1', files, filter: DEFAULT_FILTERED_QUERY_PARAMS }));
+      await writeFile(
+        spec,
+        JSON.stringify({
+          version: '1',
+          files,
+          filter: DEFAULT_FILTERED_QUERY_PARAMS,
+        }),
+      );
       const before = served(origin, `/${BUCKET}/${name}/`);
+      const counts0 = await peerCounts();
+      const cpu0 = cpuNow();
+      cuts = 0;
       const t0 = performance.now();
       const job = await preheat(
         files.map((f) => f.url),
@@ -168,7 +225,15 @@ async function repetition(rep: number, shard: Buffer, ns: readonly number[]): Pr
           await mkdir(root, { recursive: true });
           return fetched(
             name,
-            await peerloadFetch(['--name', name, '--spec', spec, '--root', root, ...fetchArgs(i, root)]),
+            await peerloadFetchProcess([
+              '--name',
+              name,
+              '--spec',
+              spec,
+              '--root',
+              root,
+              ...fetchArgs(i, root),
+            ]),
           )[0]!;
         }),
       );
@@ -186,6 +251,9 @@ async function repetition(rep: number, shard: Buffer, ns: readonly number[]): Pr
         originBytes: served(origin, `/${BUCKET}/${name}/`) - before,
         localHits: counts.reduce((s, c) => s + Number(c![1]), 0),
         hardLinks: counts.reduce((s, c) => s + Number(c![2]), 0),
+        cutRetries: cuts,
+        backToSource: await since(counts0),
+        cpu: cpuSince(cpu0),
       };
     }
 
@@ -206,10 +274,15 @@ async function repetition(rep: number, shard: Buffer, ns: readonly number[]): Pr
         await fetch(`${registry.url}/v2/bench/${name}/manifests/v1`, {
           headers: { accept: 'application/vnd.oci.image.manifest.v1+json' },
         })
-      ).json()) as { layers: { digest: string; size: number; mediaType: string }[] };
+      ).json()) as {
+        layers: { digest: string; size: number; mediaType: string }[];
+      };
       if (manifest.layers.length !== SHARDS || !manifest.layers.every((l) => l.mediaType.endsWith('.raw')))
         throw new Error(`modctl pushed ${JSON.stringify(manifest.layers)}`);
       const pushed = reg.requests.length;
+      const counts0 = await peerCounts();
+      const cpu0 = cpuNow();
+      cuts = 0;
       const t0 = performance.now();
       const job = await preheat(
         manifest.layers.map((l) => `${reg.url}/v2/bench/${name}/blobs/${l.digest}`),
@@ -221,7 +294,7 @@ async function repetition(rep: number, shard: Buffer, ns: readonly number[]): Pr
           await mkdir(root, { recursive: true });
           const out = fetched(
             name,
-            await peerloadFetch([
+            await peerloadFetchProcess([
               `oci://${reference}`,
               join(root, '1'),
               '--plain-http',
@@ -250,6 +323,9 @@ async function repetition(rep: number, shard: Buffer, ns: readonly number[]): Pr
         maxBlobReads: Math.max(...manifest.layers.map((l) => blobBytes(l.digest) / l.size)),
         localHits: layers.filter((l) => l.localHit === true).length,
         hardLinks: layers.filter((l) => l.hardLink === true).length,
+        cutRetries: cuts,
+        backToSource: await since(counts0),
+        cpu: cpuSince(cpu0),
       };
     }
 
@@ -276,6 +352,9 @@ async function repetition(rep: number, shard: Buffer, ns: readonly number[]): Pr
 
 const served = (proxy: { requests: { method: string; url: string; bytes: number }[] }, part: string) =>
   proxy.requests.filter((q) => q.method === 'GET' && q.url.includes(part)).reduce((s, q) => s + q.bytes, 0);
+
+const cpuOf = (r: Run) => `${r.cpu.seed.toFixed(0)}/${r.cpu.nodes.toFixed(0)}/${r.cpu.bench.toFixed(0)}`;
+const b2s = (r: Run) => `${r.backToSource.scheduler}+${r.backToSource.schedulerError}`;
 
 function rowsOf(runs: Run[], shardBytes: number, ns: readonly number[]): Row[] {
   const MiB = (b: number) => `${(b / 2 ** 20).toFixed(0)} MiB`;
@@ -311,7 +390,10 @@ function rowsOf(runs: Run[], shardBytes: number, ns: readonly number[]): Row[] {
         `MinIO bytes ${s.map((r) => MiB(r.originBytes)).join(', ')}; ` +
         `hard links oci ${o.map((r) => `${r.hardLinks}/${n * SHARDS}`).join(', ')}, s3 ${s.map((r) => `${r.hardLinks}/${n * SHARDS}`).join(', ')}; ` +
         `local hits oci ${o.map((r) => `${r.localHits}/${n * SHARDS}`).join(', ')}, s3 ${s.map((r) => `${r.localHits}/${n * SHARDS}`).join(', ')}; ` +
-        `preheat oci ${o.map((r) => (r.preheatMs / 1000).toFixed(1)).join(', ')} s, s3 ${s.map((r) => (r.preheatMs / 1000).toFixed(1)).join(', ')} s`,
+        `preheat oci ${o.map((r) => (r.preheatMs / 1000).toFixed(1)).join(', ')} s, s3 ${s.map((r) => (r.preheatMs / 1000).toFixed(1)).join(', ')} s; ` +
+        `node peers sent to the origin (scheduler's NeedBackToSource + failed scheduler exchange) oci ${o.map(b2s).join(', ')}, s3 ${s.map(b2s).join(', ')}; ` +
+        `cut bodies asked again oci ${o.map((r) => r.cutRetries).join(', ')}, s3 ${s.map((r) => r.cutRetries).join(', ')}; ` +
+        `CPU s (seed / node daemons / origins' proxies) oci ${o.map(cpuOf).join(', ')}, s3 ${s.map(cpuOf).join(', ')}`,
     };
   });
 }

@@ -354,6 +354,8 @@ async function downloadFile(run: Run, i: number): Promise<void> {
       signal: run.signal,
       what,
       onBytes: (n) => countBytes(run, i, n),
+      onRetry: (why, attempt) =>
+        run.log?.warn({ file: file.path, attempt, why }, 'the peer daemon cut the download; asking again'),
     });
     if (file.sha256 !== undefined)
       await checkSha256(join(file.extract ? run.blobs : run.tmp, file.path), file.sha256, what);

@@ -59,6 +59,8 @@ export interface FetchFileRequest {
   onBytes: (n: number) => void;
   /** How the file is named in messages (its path in the model, never the URL). */
   what: string;
+  /** Called before a body the daemon cut is asked for again (why, and the attempt about to start). */
+  onRetry?: ((why: string, attempt: number) => void) | undefined;
 }
 
 export interface FetchFileResult {
@@ -76,13 +78,25 @@ export interface FetchFileResult {
 export class FetchError extends Error {
   readonly status: number;
   readonly errorType: string | undefined;
-  constructor(message: string, status = 0, errorType?: string) {
+  /** The daemon answered 200 and then stopped the body (closed the connection, or sent less than announced). */
+  readonly cut: boolean;
+  constructor(message: string, status = 0, errorType?: string, cut = false) {
     super(redact(message));
     this.name = 'FetchError';
     this.status = status;
     this.errorType = errorType;
+    this.cut = cut;
   }
 }
+
+/**
+ * How many times a cut body is asked for again. The daemon's proxy has already answered 200 when the download
+ * task behind it fails (a parent's piece, a scheduling error, its own back-to-source read): it can only close the
+ * connection. The pieces it finished stay in its storage, so asking again resumes the task rather than starting
+ * over, as any HTTP client of a proxy retries a connection cut mid-body; a daemon that cuts every time still fails
+ * the file.
+ */
+export const CUT_RETRIES = 2;
 
 function header(h: Record<string, string | string[] | undefined>, name: string): string | undefined {
   const v = h[name.toLowerCase()];
@@ -107,8 +121,27 @@ function explain(status: number, errorType: string | undefined): string {
   return 'not an answer of the storage';
 }
 
-/** GETs `req.url` through the proxy into `req.target`. */
+/** GETs `req.url` through the proxy into `req.target`, asking again when the daemon cuts the body. */
 export async function fetchFile(req: FetchFileRequest): Promise<FetchFileResult> {
+  for (let attempt = 1; ; attempt++) {
+    let received = 0;
+    const onBytes = (n: number) => {
+      req.onBytes(n);
+      received += n;
+    };
+    try {
+      return await fetchFileOnce({ ...req, onBytes });
+    } catch (e) {
+      if (!(e instanceof FetchError) || !e.cut || attempt > CUT_RETRIES || req.signal.aborted) throw e;
+      // The retry starts the file over: its bytes so far are given back and its partial copy removed.
+      if (received > 0) req.onBytes(-received);
+      await unlink(req.target).catch(() => undefined);
+      req.onRetry?.(e.message, attempt + 1);
+    }
+  }
+}
+
+async function fetchFileOnce(req: FetchFileRequest): Promise<FetchFileResult> {
   if (!req.hardLink) return (await once(req, undefined)) as FetchFileResult; // without a link, never 'refused'
   // A server that could write any link: no link is asked for, so none ever appears where it could write it.
   const unsafe = serverProblem(req.hardLink.serverUid);
@@ -292,14 +325,24 @@ async function receive(
   } catch (e) {
     if (req.signal.aborted) throw req.signal.reason ?? e;
     if (stopped !== undefined) throw stopped;
-    const why = (e as { code?: string }).code ?? (e as Error).message;
-    throw new FetchError(`download of ${req.what} failed after ${bytes} bytes: ${why}`, 200, errorType);
+    const code = (e as { code?: string }).code;
+    const why = code ?? (e as Error).message;
+    // undici's errors and a reset are the connection's; a write of ours that failed (a full disk) is not a cut.
+    const cut = code !== undefined && (code.startsWith('UND_ERR_') || code === 'ECONNRESET');
+    throw new FetchError(
+      `download of ${req.what} failed after ${bytes} bytes: ${why}${cut ? ' (the peer daemon closed the connection; its log says why)' : ''}`,
+      200,
+      errorType,
+      cut,
+    );
   }
   const expected = announced ?? req.expectedSize;
   if (expected !== undefined && bytes !== expected)
     throw new FetchError(
       `download of ${req.what} was truncated: received ${bytes} of ${expected} bytes`,
       200,
+      undefined,
+      bytes < expected,
     );
   return { bytes };
 }

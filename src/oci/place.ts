@@ -175,6 +175,8 @@ async function fetchLayer(run: Run, l: ModelLayer): Promise<void> {
           : undefined,
       signal: run.signal,
       what: l.name,
+      onRetry: (why, attempt) =>
+        run.log?.warn({ layer: l.index, attempt, why }, 'the peer daemon cut the download; asking again'),
       onBytes: (n) => {
         run.received += n;
         if (run.received > req.limits.maxBytes)

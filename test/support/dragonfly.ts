@@ -511,12 +511,14 @@ async function startPeer(
   const config = {
     host: { ip, hostname, idc: '', location: '' },
     server: { pluginDir: join(dir, 'plugins'), cacheDir: join(dir, 'cache') },
-    download: { server: { socketPath: join(dir, 'dfdaemon.sock') }, pieceTimeout: '40s' },
+    // The stock piece timeout (360 s) and schedule timeout (3 h): the schedule timeout bounds the whole exchange
+    // with the scheduler, downloads from parents included, so a shorter one sends a slow download back to the
+    // origin for every piece (client 1.4.2 resource/task.rs: TokioStreamElapsed → download from source).
+    download: { server: { socketPath: join(dir, 'dfdaemon.sock') } },
     upload: { server: { ip, port: await port() } },
     manager: { addr: `http://${managerAddr}` },
     scheduler: {
       announceInterval: '10s',
-      scheduleTimeout: '30s',
       maxScheduleCount: 5,
       enableBackToSource: true,
     },

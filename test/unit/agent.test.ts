@@ -16,6 +16,7 @@ import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from
 import { credentialTag } from '../../src/storage/credential-tag.ts';
 import { tokenMatches } from '../../src/agent/auth.ts';
 import { DEFAULT_LIMITS, type AgentLimits } from '../../src/agent/download.ts';
+import { CUT_RETRIES } from '../../src/agent/proxy-fetch.ts';
 import { startAgentServer, type AgentServer } from '../../src/agent/server.ts';
 import { createLogger } from '../../src/runtime/logger.ts';
 import { tokenFile } from '../../src/agent/auth.ts';
@@ -655,7 +656,7 @@ describe('hard links from the daemon cache', () => {
       }
     });
 
-    it('a body that ends early fails the version, and leaves no link behind', async () => {
+    it('a body the daemon cuts every time fails the version after the retries, and leaves no link behind', async () => {
       const daemon = await fakeDaemon(async (outputPath) => {
         await allocatedLink(outputPath, content);
         return { body: content, finished: false, truncateAt: 5000 };
@@ -664,9 +665,58 @@ describe('hard links from the daemon cache', () => {
         await start({ proxy: daemon.url, hardLinkRoot: root, serverUid: SERVER_UID });
         const v = await place('1');
         expect(v).toMatchObject({ state: 'Failed', reason: 'DownloadFailed' });
-        expect(v.error).toMatch(/w\.bin/);
+        expect(v.error).toMatch(
+          /w\.bin failed after \d+ bytes: UND_ERR_SOCKET \(the peer daemon closed the connection/,
+        );
+        expect(daemon.outputPaths).toHaveLength(1 + CUT_RETRIES);
+        expect(logLines.filter((l) => l.includes('the peer daemon cut the download'))).toHaveLength(
+          CUT_RETRIES,
+        );
         expect((await readdir(join(root, 'm'))).filter((n) => !n.startsWith('.'))).toEqual([]);
         expect((await readdir(join(root, 'm'))).join()).not.toMatch(/link/);
+      } finally {
+        await daemon.close();
+      }
+    });
+
+    it('without a link, the partial file of a cut body is removed and the file downloaded again', async () => {
+      let asked = 0;
+      const server = createServer((_req, res) => {
+        res.writeHead(200, { 'x-dragonfly-task-id': 'a'.repeat(64), 'content-length': content.length });
+        if (asked++ === 0) res.write(content.subarray(0, 70_000), () => setTimeout(() => res.destroy(), 50));
+        else res.end(content);
+      });
+      const daemon = await listen(server);
+      try {
+        await start({ proxy: daemon.url });
+        const v = await place('1');
+        expect(v).toMatchObject({ state: 'Ready', hardLinks: 0, bytesDone: content.length });
+        expect(asked).toBe(2);
+        expect(await readFile(join(root, 'm', '1', 'w.bin'))).toEqual(content);
+      } finally {
+        await daemon.close();
+      }
+    });
+
+    it('a body the daemon cuts once is asked for again, counted once, logged, and placed as the link', async () => {
+      let asked = 0;
+      const daemon = await fakeDaemon(async (outputPath) => {
+        await allocatedLink(outputPath, content);
+        return { body: content, finished: false, ...(asked++ === 0 ? { truncateAt: 5000 } : {}) };
+      });
+      try {
+        await start({ proxy: daemon.url, hardLinkRoot: root, serverUid: SERVER_UID });
+        const v = await place('1');
+        expect(v).toMatchObject({ state: 'Ready', hardLinks: 1, bytesDone: content.length });
+        expect(daemon.outputPaths).toHaveLength(2);
+        const warned = logLines.filter((l) => l.includes('the peer daemon cut the download'));
+        expect(warned).toHaveLength(1);
+        expect(JSON.parse(warned[0]!)).toMatchObject({ file: 'w.bin', attempt: 2 });
+        expect(warned[0]).toMatch(/failed after \d+ bytes: UND_ERR_SOCKET/);
+        const path = join(root, 'm', '1', 'w.bin');
+        expect(await readFile(path)).toEqual(content);
+        expect((await stat(path)).nlink).toBe(2);
+        expect((await readdir(join(root, 'm', '1'))).join()).not.toMatch(/link/);
       } finally {
         await daemon.close();
       }
