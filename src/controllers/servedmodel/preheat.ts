@@ -283,13 +283,15 @@ export function jobRunningOn(preheat: ModelPreheat, nodeIP: string): number | un
 
 /**
  * The job of `preheat` that the manager has accepted for its current generation and not ended, if any. A download
- * of its content through any peer may start then, whatever the scope, and the origin is still read once (as the
- * real scheduler v2.5.1 and dfdaemon 1.4.2 do it): a peer that registers the task while the job's peers run it gets
- * them as parents (a seed peer is a parent as soon as it registered); one that registers first makes the scheduler
- * trigger the seed peer that the task id hashes to, which is the very seed peer a `single_seed_peer` job picks (the
- * same hash ring), and is among `all_seed_peers`; and a daemon given the same task twice downloads each piece once
- * (the second download waits for the piece the first one claimed). Waiting for the job's SUCCESS instead would wait
- * for the manager's next state sync, 30 s after the create on v2.5.1.
+ * of its content through any peer may start then, whatever the scope (as the real scheduler v2.5.1 and dfdaemon
+ * 1.4.2 do it): a peer that registers the task while the job's peers run it gets them as parents (a seed peer is a
+ * parent as soon as it registered); one that registers first makes the scheduler trigger the seed peer that the task
+ * id hashes to, which is the very seed peer a `single_seed_peer` job picks (the same hash ring), and is among
+ * `all_seed_peers`; and a daemon given the same task twice downloads each piece once (the second download waits for
+ * the piece the first one claimed). The origin is read once if the seed peer registers the task within the
+ * scheduler's back-to-source window (about 1.6 s with its stock values); when the origin's first answer is slower,
+ * the peers that registered meanwhile read it too, as they would under the job alone (docs/dragonfly.md). Waiting
+ * for the job's SUCCESS instead would wait for the manager's next state sync, 30 s after the create on v2.5.1.
  */
 export function jobUnderway(preheat: ModelPreheat): number | undefined {
   const s = preheat.status;
