@@ -10,7 +10,8 @@
  * --poll-ms <n> (scenario 9: real ms per simulated minute; default 2000), --size11-mib <n> (scenario 11, the model's
  * size in 8 shards, objects of their own per run; default 2048), --size12-mib <n> (scenario 12, the same for the
  * artifact and the directory; default 2048), --n12 <list> (scenario 12's replica
- * counts; default 1,2,4), --size13-mib <n> (scenario 13, one object per run;
+ * counts; default 1,2,4), --retries12 <back-to-source limit>,<limit> (scenario 12's scheduler retries as an admin
+ * sets them; default the stock 4,5), --size13-mib <n> (scenario 13, one object per run;
  * default 256).
  */
 import { execFileSync } from 'node:child_process';
@@ -50,6 +51,7 @@ const { values } = parseArgs({
     'size11-mib': { type: 'string' },
     'size12-mib': { type: 'string' },
     n12: { type: 'string' },
+    retries12: { type: 'string' },
     'size13-mib': { type: 'string' },
   },
   strict: true,
@@ -68,6 +70,8 @@ const pollMs = Number(values['poll-ms'] ?? 2000);
 const size11MiB = Number(values['size11-mib'] ?? 2048);
 const size12MiB = Number(values['size12-mib'] ?? 2048);
 const n12 = (values.n12 ?? '1,2,4').split(',').map((s) => Number(s.trim()));
+const [backToSourceLimit, retryLimit] = (values.retries12 ?? '').split(',').map((s) => Number(s.trim()));
+const retries12 = backToSourceLimit && retryLimit ? { backToSourceLimit, limit: retryLimit } : undefined;
 const size13MiB = Number(values['size13-mib'] ?? 256);
 
 function machine(): Record<string, unknown> {
@@ -147,7 +151,10 @@ async function main(): Promise<number> {
     await attempt('11', () =>
       withControlPlane((cp) => scenario11(cp, { reps, sizeBytes: size11MiB * 2 ** 20 })),
     );
-  if (only.has(12)) await attempt('12', () => scenario12({ reps, sizeBytes: size12MiB * 2 ** 20, ns: n12 }));
+  if (only.has(12))
+    await attempt('12', () =>
+      scenario12({ reps, sizeBytes: size12MiB * 2 ** 20, ns: n12, schedulerRetries: retries12 }),
+    );
   if (only.has(13))
     await attempt('13', () =>
       withControlPlane((cp) => scenario13(cp, { reps, sizeBytes: size13MiB * 2 ** 20 })),

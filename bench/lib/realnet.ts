@@ -14,7 +14,12 @@ import { createServedModelController } from '../../src/controllers/index.ts';
 import { modelPreheatController } from '../../src/controllers/modelpreheat/index.ts';
 import type { KubeClient, KubeObject } from '../../src/runtime/index.ts';
 import { startCountingProxy, type CountingProxy } from '../../test/support/counting-proxy.ts';
-import { ROOT_USER, startDragonfly, type Dragonfly } from '../../test/support/dragonfly.ts';
+import {
+  ROOT_USER,
+  startDragonfly,
+  type Dragonfly,
+  type DragonflyOptions,
+} from '../../test/support/dragonfly.ts';
 import { ServiceEndpoints } from '../../test/support/endpointslices.ts';
 import type { kubeConfig } from '../../test/support/kube.ts';
 import { startMinIO, type MinIO } from '../../test/support/minio.ts';
@@ -48,8 +53,13 @@ export interface RealNetRun<Mode> {
 }
 
 /** Starts the network with `nodePeers` node peers and MinIO with `bucket`, behind a counting proxy. */
-export async function startRealNet(cleanup: Cleanup, bucket: string, nodePeers: number): Promise<RealNet> {
-  const network = await startDragonfly({ nodePeers });
+export async function startRealNet(
+  cleanup: Cleanup,
+  bucket: string,
+  nodePeers: number,
+  options: Omit<DragonflyOptions, 'nodePeers'> = {},
+): Promise<RealNet> {
+  const network = await startDragonfly({ ...options, nodePeers });
   cleanup.push(() => network.stop());
   const minio = await startMinIO();
   cleanup.push(() => minio.stop());

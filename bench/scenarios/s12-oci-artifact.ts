@@ -24,7 +24,7 @@ import type { PlaceResult } from '../../src/oci/place.ts';
 import { signObjectURL } from '../../src/storage/sign.ts';
 import { DEFAULT_FILTERED_QUERY_PARAMS } from '../../src/storage/taskid.ts';
 import { startCountingProxy } from '../../test/support/counting-proxy.ts';
-import { ROOT_USER } from '../../test/support/dragonfly.ts';
+import { ROOT_USER, type DragonflyOptions } from '../../test/support/dragonfly.ts';
 import { modctl, modctlBuild, nodePlacementArgs, type Modctl } from '../../test/support/modctl.ts';
 import { jobEnd } from '../../test/support/job-end.ts';
 import { startRegistry } from '../../test/support/registry.ts';
@@ -48,6 +48,8 @@ export interface S12Options {
   sizeBytes: number;
   /** The replica counts to run (default 1, 2, 4). */
   ns?: readonly number[];
+  /** The scheduler's retries as an admin sets them (default the stock ones); in the row's label. */
+  schedulerRetries?: DragonflyOptions['schedulerRetries'];
 }
 
 interface Run {
@@ -83,9 +85,9 @@ export async function scenario12(o: S12Options): Promise<{ rows: Row[]; raw: unk
   const shard = randomBytes(shardBytes);
   const runs: Run[] = [];
   const ns = o.ns ?? NS;
-  for (let rep = 0; rep < o.reps; rep++) runs.push(...(await repetition(rep, shard, ns)));
+  for (let rep = 0; rep < o.reps; rep++) runs.push(...(await repetition(rep, shard, ns, o.schedulerRetries)));
   return {
-    rows: rowsOf(runs, shardBytes, ns),
+    rows: rowsOf(runs, shardBytes, ns, o.schedulerRetries),
     raw: {
       runs,
       sizeBytes: o.sizeBytes,
@@ -96,13 +98,18 @@ export async function scenario12(o: S12Options): Promise<{ rows: Row[]; raw: unk
 }
 
 /** One repetition on a network, a MinIO and a registry of its own; N = 4 first, when the disk holds the least. */
-async function repetition(rep: number, shard: Buffer, ns: readonly number[]): Promise<Run[]> {
+async function repetition(
+  rep: number,
+  shard: Buffer,
+  ns: readonly number[],
+  schedulerRetries: S12Options['schedulerRetries'],
+): Promise<Run[]> {
   const cleanup: realnet.Cleanup = [];
   const work = await mkdtemp(join(tmpdir(), 'peerload-bench12-'));
   cleanup.push(() => rm(work, { recursive: true, force: true }));
   try {
     progress('s12: starting Dragonfly (manager, scheduler, seed peer, 4 node peers), MinIO and a registry');
-    const net = await realnet.startRealNet(cleanup, BUCKET, 4);
+    const net = await realnet.startRealNet(cleanup, BUCKET, 4, { schedulerRetries });
     const { network, minio, origin } = net;
     const registry = await startRegistry();
     cleanup.push(() => registry.stop());
@@ -356,7 +363,12 @@ const served = (proxy: { requests: { method: string; url: string; bytes: number 
 const cpuOf = (r: Run) => `${r.cpu.seed.toFixed(0)}/${r.cpu.nodes.toFixed(0)}/${r.cpu.bench.toFixed(0)}`;
 const b2s = (r: Run) => `${r.backToSource.scheduler}+${r.backToSource.schedulerError}`;
 
-function rowsOf(runs: Run[], shardBytes: number, ns: readonly number[]): Row[] {
+function rowsOf(
+  runs: Run[],
+  shardBytes: number,
+  ns: readonly number[],
+  retries: S12Options['schedulerRetries'],
+): Row[] {
   const MiB = (b: number) => `${(b / 2 ** 20).toFixed(0)} MiB`;
   return ns.map((n) => {
     const of = (mode: Mode) => runs.filter((r) => r.mode === mode && r.n === n);
@@ -375,7 +387,7 @@ function rowsOf(runs: Run[], shardBytes: number, ns: readonly number[]): Row[] {
     const linked = o.every((r) => r.hardLinks === n * SHARDS);
     return {
       id: `12${'abc'[NS.indexOf(n as 1 | 2 | 4)] ?? `-${n}`}`,
-      scenario: `12 a ${MiB(shardBytes * SHARDS)} ModelPack artifact of ${SHARDS} raw layers to ${n} node(s) through the agent's fetch, real network`,
+      scenario: `12 a ${MiB(shardBytes * SHARDS)} ModelPack artifact of ${SHARDS} raw layers to ${n} node(s) through the agent's fetch, real network${retries ? `, scheduler retries ${retries.backToSourceLimit}/${retries.limit}` : ''}`,
       metric:
         'preheat (file job, node-targeted) → placed on every node, vs the same files as an S3 directory',
       unit: 's',

@@ -64,6 +64,12 @@ export interface DragonflyOptions {
    * in its seed peer up to 30 s later, time a test can spend starting its other servers.
    */
   deferPreheatable?: boolean;
+  /**
+   * The scheduler's parent look-ups (500 ms apart) before it sends a peer back to the origin, and before it gives
+   * up; stock 4 and 5. An admin raises them so node peers that ask for a task before the seed peer has registered
+   * it wait for the seed peer instead of reading the origin themselves.
+   */
+  schedulerRetries?: { backToSourceLimit: number; limit: number };
 }
 
 export interface Dragonfly {
@@ -142,7 +148,9 @@ export async function startDragonfly(opts: DragonflyOptions = {}): Promise<Drago
     };
     if (opts.managerOnly) return { ...network, seedPeer: undefined, peers };
 
-    own(await startScheduler(bin, join(dir, 'scheduler'), manager.grpcAddr, store.port));
+    own(
+      await startScheduler(bin, join(dir, 'scheduler'), manager.grpcAddr, store.port, opts.schedulerRetries),
+    );
     await waitFor(
       'the scheduler to be active in the manager',
       async () => {
@@ -458,6 +466,7 @@ async function startScheduler(
   dir: string,
   managerAddr: string,
   redisPort: number,
+  retries: DragonflyOptions['schedulerRetries'],
 ): Promise<ManagedProcess> {
   await mkdir(join(dir, 'log'), { recursive: true });
   const port = await freePort();
@@ -475,6 +484,9 @@ async function startScheduler(
     database: { redis: { addrs: [`127.0.0.1:${redisPort}`], ...JOB_QUEUE_DBS } },
     // Seed peers and schedulers are learnt from the manager; a test cannot wait the default minute.
     dynConfig: { refreshInterval: '5s' },
+    ...(retries && {
+      scheduler: { retryBackToSourceLimit: retries.backToSourceLimit, retryLimit: retries.limit },
+    }),
     manager: { addr: managerAddr, schedulerClusterID: 1, keepAlive: { interval: '5s' } },
     job: { enable: true, globalWorkerNum: 2, schedulerWorkerNum: 2, localWorkerNum: 4 },
     metrics: { enable: false },
