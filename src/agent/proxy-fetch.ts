@@ -15,7 +15,7 @@
  * by the plain download. A link the model server could write (read-only-link.ts) is never kept, nor asked for
  * when the server's uid already rules it out: the file is copied instead.
  */
-import { randomUUID } from 'node:crypto';
+import { createHash, randomUUID } from 'node:crypto';
 import { createWriteStream } from 'node:fs';
 import { lstat, mkdir, rename, unlink } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
@@ -61,6 +61,11 @@ export interface FetchFileRequest {
   what: string;
   /** Called before a body the daemon cut is asked for again (why, and the attempt about to start). */
   onRetry?: ((why: string, attempt: number) => void) | undefined;
+  /**
+   * Hash the body with sha256 as it arrives (result.sha256), so a caller that checks a digest need not read the
+   * file back. Only a body read whole is hashed: a local hit's link is taken without reading it.
+   */
+  sha256?: boolean | undefined;
 }
 
 export interface FetchFileResult {
@@ -72,6 +77,8 @@ export interface FetchFileResult {
   /** true: the file is a hard link of the daemon's copy; false: asked for but streamed. */
   hardLink?: boolean | undefined;
   hardLinkFallback?: string | undefined;
+  /** `sha256:<hex>` of the body, when asked for and the body was read whole (absent on a local hit's link). */
+  sha256?: string | undefined;
 }
 
 /** A download that failed; the message names the file and never holds a URL's query values. */
@@ -273,11 +280,11 @@ async function once(
           cb();
         },
       });
-      await receive(req, res, announced, errorType, keep);
+      const { sha256 } = await receive(req, res, announced, errorType, keep);
       const problem = await linked.mismatch(link.local);
       if (problem === undefined) {
         await rename(link.local, req.target);
-        return { bytes: announced!, taskID, localHit, hardLink: true };
+        return { bytes: announced!, taskID, localHit, hardLink: true, sha256 };
       }
       req.onBytes(-announced!);
       return { retry: problem };
@@ -305,14 +312,18 @@ async function receive(
   announced: number | undefined,
   errorType: string | undefined,
   sink: Writable,
-): Promise<{ bytes: number }> {
+): Promise<{ bytes: number; sha256?: string | undefined }> {
   let bytes = 0;
   let stopped: unknown; // what onBytes threw: the caller's own error, passed on as it is
+  // Hashed here, while the chunk is in memory anyway: a read-back of a 2 GiB artifact costs seconds after the
+  // download instead of during it.
+  const hash = req.sha256 ? createHash('sha256') : undefined;
   const count = new Transform({
     transform(chunk: Buffer, _enc, cb) {
       bytes += chunk.length;
       try {
         req.onBytes(chunk.length);
+        hash?.update(chunk);
         cb(null, chunk);
       } catch (e) {
         stopped = e;
@@ -344,7 +355,7 @@ async function receive(
       undefined,
       bytes < expected,
     );
-  return { bytes };
+  return { bytes, sha256: hash && `sha256:${hash.digest('hex')}` };
 }
 
 /**

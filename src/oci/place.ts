@@ -2,7 +2,8 @@
  * A ModelPack artifact placed into a directory through the node's peer proxy, all of it or nothing: the manifest
  * is read and checked whole first, then every blob is fetched by its registry URL (`/v2/<repo>/blobs/sha256:…`, the
  * URL an image preheat makes tasks of) through the proxy with the agent's own file fetch (src/agent/proxy-fetch.ts:
- * a hard link of the daemon's copy where allowed), each checked against its digest; raw layers land on their
+ * a hard link of the daemon's copy where allowed), each checked against its digest (the body hashed as it arrives,
+ * or a local hit's linked file read back); raw layers land on their
  * annotated path, tar layers are extracted safely after every blob is in (extract.ts); only then is the temporary
  * directory renamed into place. Any failure removes what was made and throws an {@link OciError} naming the layer.
  */
@@ -18,7 +19,7 @@ import { OciError, OciReason } from './errors.ts';
 import { extractLayer, newExtractState, type ExtractLimits } from './extract.ts';
 import { parseModelManifest, type ModelLayer, type ModelManifest } from './manifest.ts';
 import { formatReference, type OciReference } from './reference.ts';
-import { verifyBlob } from './verify.ts';
+import { checkDigest, verifyBlob } from './verify.ts';
 
 export interface PlaceLimits extends ExtractLimits {
   /** Free bytes the file system must keep after the placement. */
@@ -175,6 +176,7 @@ async function fetchLayer(run: Run, l: ModelLayer): Promise<void> {
           : undefined,
       signal: run.signal,
       what: l.name,
+      sha256: true,
       onRetry: (why, attempt) =>
         run.log?.warn({ layer: l.index, attempt, why }, 'the peer daemon cut the download; asking again'),
       onBytes: (n) => {
@@ -198,7 +200,9 @@ async function fetchLayer(run: Run, l: ModelLayer): Promise<void> {
       });
     throw e;
   }
-  await verifyBlob(target, l.digest, l.name, run.signal);
+  // A body that came through here was hashed as it arrived; only a local hit's link (never read) is read back.
+  if (r.sha256 !== undefined) checkDigest(r.sha256, l.digest, l.name);
+  else await verifyBlob(target, l.digest, l.name, run.signal);
   Object.assign(run.reports[l.index]!, {
     bytes: r.bytes,
     files: l.format === 'raw' ? 1 : 0,

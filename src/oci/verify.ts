@@ -1,4 +1,7 @@
-/** A placed blob checked against its digest by reading it back (a hard link of the daemon's file was never streamed here). */
+/**
+ * A blob checked against its digest: from the hash of its body as it arrived, or by reading the placed file back
+ * (a local hit's hard link of the daemon's file, never streamed here).
+ */
 import { createHash } from 'node:crypto';
 import { createReadStream } from 'node:fs';
 import { pipeline } from 'node:stream/promises';
@@ -20,7 +23,11 @@ export async function verifyBlob(
   layer: string,
   signal?: AbortSignal,
 ): Promise<void> {
-  const got = await sha256File(path, signal);
+  checkDigest(await sha256File(path, signal), digest, layer);
+}
+
+/** Throws DigestMismatch naming `layer` when `got` (`sha256:<hex>`) is not `digest`. */
+export function checkDigest(got: string, digest: string, layer: string): void {
   if (got !== digest)
     throw new OciError(
       OciReason.DigestMismatch,
