@@ -11,7 +11,8 @@
  * size in 8 shards, objects of their own per run; default 2048), --size12-mib <n> (scenario 12, the same for the
  * artifact and the directory; default 2048), --n12 <list> (scenario 12's replica
  * counts; default 1,2,4), --retries12 <back-to-source limit>,<limit> (scenario 12's scheduler retries as an admin
- * sets them; default the stock 4,5), --size13-mib <n> (scenario 13, one object per run;
+ * sets them; default the stock 4,5), --seed-first12 (scenario 12: a seed-peer job of the same URLs before each
+ * node-targeted one), --size13-mib <n> (scenario 13, one object per run;
  * default 256).
  */
 import { execFileSync } from 'node:child_process';
@@ -52,6 +53,7 @@ const { values } = parseArgs({
     'size12-mib': { type: 'string' },
     n12: { type: 'string' },
     retries12: { type: 'string' },
+    'seed-first12': { type: 'boolean' },
     'size13-mib': { type: 'string' },
   },
   strict: true,
@@ -153,7 +155,13 @@ async function main(): Promise<number> {
     );
   if (only.has(12))
     await attempt('12', () =>
-      scenario12({ reps, sizeBytes: size12MiB * 2 ** 20, ns: n12, schedulerRetries: retries12 }),
+      scenario12({
+        reps,
+        sizeBytes: size12MiB * 2 ** 20,
+        ns: n12,
+        schedulerRetries: retries12,
+        seedFirst: values['seed-first12'] === true,
+      }),
     );
   if (only.has(13))
     await attempt('13', () =>
