@@ -26,6 +26,7 @@ export async function startCountingProxy(target: string): Promise<CountingProxy>
       range: req.headers.range,
       status: 0,
       bytes: 0,
+      startedAt: performance.now(),
     };
     requests.push(entry);
     const out = request(
@@ -40,6 +41,7 @@ export async function startCountingProxy(target: string): Promise<CountingProxy>
         entry.status = up.statusCode ?? 0;
         res.writeHead(up.statusCode ?? 502, up.headers);
         up.on('data', (chunk: Buffer) => (entry.bytes += chunk.length));
+        up.on('end', () => (entry.endedAt = performance.now()));
         up.pipe(res);
       },
     );

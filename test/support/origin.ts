@@ -14,6 +14,9 @@ export interface OriginRequest {
   range: string | undefined;
   status: number;
   bytes: number;
+  /** performance.now() when the request came in and when its response ended (the counting proxy sets them). */
+  startedAt?: number;
+  endedAt?: number;
 }
 
 export interface Origin {
