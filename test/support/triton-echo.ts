@@ -1,6 +1,6 @@
 /**
- * The echo model on a real Triton, as the ServedModel tests read it: the versions the server has loaded, and one
- * inference (INPUT0 plus the version's offset).
+ * The echo model on a real Triton, as the ServedModel tests read it: the versions the server has loaded (of any
+ * model, on Triton or MLServer), and one inference (INPUT0 plus the version's offset).
  */
 import type { OipServer } from './oip-servers.ts';
 
