@@ -22,7 +22,6 @@ import { mkdtemp, readFile, readdir, rm, stat } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import type { ModelPreheat, ServedModel } from '../../src/api/index.ts';
 import { taskID } from '../../src/storage/taskid.ts';
 import { startCountingProxy, type CountingProxy } from '../support/counting-proxy.ts';
 import { startDragonfly, type Dragonfly } from '../support/dragonfly.ts';
@@ -34,9 +33,14 @@ import type { AgentReplica } from '../support/oip-replicas.ts';
 import { startTritonFleet, type ServerPair, type TritonFleet } from '../support/triton-fleet.ts';
 import { inferEcho, servedVersions } from '../support/triton-echo.ts';
 import { startRegistry, type Registry } from '../support/registry.ts';
+import {
+  GROUP,
+  VERSION,
+  conditionOf,
+  peerloadNamespace,
+  type PeerloadNamespace,
+} from '../support/resources.ts';
 
-const GROUP = 'peerload.io';
-const VERSION = 'v1alpha1';
 const TOKEN = 'triton-oci-agent-token-0123456789';
 const WEIGHTS = randomBytes(6 * 1024 * 1024);
 const OFFSET = 3;
@@ -45,6 +49,7 @@ const MIN_PIECE = 4 * 1024 * 1024;
 
 let kc: k8s.KubeConfig;
 let custom: k8s.CustomObjectsApi;
+let peerload: PeerloadNamespace;
 let core: k8s.CoreV1Api;
 let ns: string;
 let work: string;
@@ -66,6 +71,7 @@ beforeAll(async () => {
   custom = kc.makeApiClient(k8s.CustomObjectsApi);
   core = kc.makeApiClient(k8s.CoreV1Api);
   ns = await createNamespace(kc, 'triton-oci');
+  peerload = peerloadNamespace(kc, ns);
   work = await mkdtemp(join(tmpdir(), 'peerload-triton-oci-'));
 
   network = await startDragonfly({ nodePeers: 2, deferPreheatable: true });
@@ -101,15 +107,6 @@ afterAll(async () => {
   await network?.stop();
   if (work) await rm(work, { recursive: true, force: true });
 });
-
-const get = <T>(plural: string, name: string) =>
-  custom.getNamespacedCustomObject({
-    group: GROUP,
-    version: VERSION,
-    namespace: ns,
-    plural,
-    name,
-  }) as Promise<T>;
 
 interface Layer {
   mediaType: string;
@@ -151,29 +148,18 @@ async function createSourceServedModel(o: {
   driver: 'triton' | 'mlserver';
   agentPort: number;
 }): Promise<void> {
-  await custom.createNamespacedCustomObject({
-    group: GROUP,
-    version: VERSION,
-    namespace: ns,
-    plural: 'servedmodels',
-    body: {
-      apiVersion: `${GROUP}/${VERSION}`,
-      kind: 'ServedModel',
-      metadata: { name: o.modelName },
-      spec: {
-        modelName: o.modelName,
-        version: o.version,
-        source: { oci: { reference: o.ref, plainHTTP: true } },
-        modelServer: {
-          driver: o.driver,
-          service: { name: o.driver },
-          agent: { port: o.agentPort, tokenSecretRef: { name: 'agent-token', key: 'token' } },
-        },
-        preheat: {
-          create: true,
-          manager: { url: network.managerURL, signInSecretRef: { name: 'manager-user' } },
-        },
-      },
+  await peerload.createServedModel(o.modelName, {
+    modelName: o.modelName,
+    version: o.version,
+    source: { oci: { reference: o.ref, plainHTTP: true } },
+    modelServer: {
+      driver: o.driver,
+      service: { name: o.driver },
+      agent: { port: o.agentPort, tokenSecretRef: { name: 'agent-token', key: 'token' } },
+    },
+    preheat: {
+      create: true,
+      manager: { url: network.managerURL, signInSecretRef: { name: 'manager-user' } },
     },
   });
 }
@@ -188,20 +174,16 @@ async function expectReady(
   source: { reference: string; digest: string; layers: number },
   started: number,
 ): Promise<void> {
-  const sm = (await waitFor(
-    `${name} Ready 2/2 at version ${version}`,
-    async () => {
-      const o = await get<ServedModel>('servedmodels', name);
-      const ready = o.status?.conditions?.find((c) => c.type === 'Ready');
-      return o.status?.ready === '2/2' &&
-        o.status.observedGeneration === o.metadata.generation &&
-        ready?.status === 'True' &&
-        o.status.replicas?.every((r) => r.version === version)
-        ? o
-        : undefined;
-    },
+  const sm = await peerload.untilServedModel(
+    name,
+    `Ready 2/2 at version ${version}`,
+    (o) =>
+      o.status?.ready === '2/2' &&
+      o.status.observedGeneration === o.metadata.generation &&
+      conditionOf(o, 'Ready')?.status === 'True' &&
+      o.status.replicas?.every((r) => r.version === version) === true,
     { timeoutMs: 300_000, intervalMs: 1000 },
-  ))!;
+  );
   console.log(`${name} Ready 2/2 after ${Date.now() - started} ms: ${JSON.stringify(sm.status?.replicas)}`);
   expect(sm.status!.source).toMatchObject({
     oci: { reference: source.reference, digest: source.digest },
@@ -223,19 +205,16 @@ async function expectFilePreheat(
   layerURLs: string[],
   o: { started: number; succeeded: boolean },
 ): Promise<Map<string, string>> {
-  const preheat = (await waitFor(
-    `${name}-preheat ${o.succeeded ? 'SUCCESS' : 'created'}`,
-    async () => {
-      const p = await get<ModelPreheat>('modelpreheats', `${name}-preheat`).catch(() => undefined);
-      return (o.succeeded ? p?.status?.state === 'SUCCESS' : p?.status?.jobID !== undefined) ? p : undefined;
-    },
+  const preheat = await peerload.untilModelPreheat(
+    `${name}-preheat`,
+    o.succeeded ? 'SUCCESS' : 'created on the manager',
+    (p) => (o.succeeded ? p.status?.state === 'SUCCESS' : p.status?.jobID !== undefined),
     { timeoutMs: 180_000, intervalMs: 1000 },
-  ))!;
+  );
   console.log(`${name}-preheat ${preheat.status?.state} after ${Date.now() - o.started} ms`);
   expect(preheat.spec).toMatchObject({ type: 'file' });
   expect([...(preheat.spec.urls ?? [])].sort()).toEqual([...layerURLs].sort());
-  if (o.succeeded)
-    expect(preheat.status?.conditions?.find((c) => c.type === 'Succeeded')?.status).toBe('True');
+  if (o.succeeded) expect(conditionOf(preheat, 'Succeeded')?.status).toBe('True');
   expect(preheat.status?.jobID).toBeGreaterThan(0);
   const job = await managerJob(preheat.status!.jobID!);
   if (o.succeeded) expect(job.state).toBe('SUCCESS');
@@ -305,7 +284,7 @@ async function deleteServedModel(name: string): Promise<void> {
   await waitFor(
     `${name} gone`,
     () =>
-      get<ServedModel>('servedmodels', name).then(
+      peerload.getServedModel(name).then(
         () => false,
         () => true,
       ),
