@@ -138,3 +138,27 @@ async function buildAndAttach(m: Modctl, dir: string, reference: string, file: s
     dir,
   );
 }
+
+/**
+ * One version of an MLServer model as modctl pushes it (a plain-HTTP registry), every file a raw layer of the older
+ * vnd.cnai types at the artifact's root, as the agent places them under `<model>/<version>/`:
+ * `model-settings.json` (CONFIG), the runtime's model file and a data file (MODEL, `weights.bin`; MLServer's
+ * loader reads only what the settings name). Each call builds in a directory of its own.
+ */
+export async function pushMLServerVersion(
+  m: Modctl,
+  dir: string,
+  reference: string,
+  files: { settings: string; model: { name: string; body: Buffer }; weights: Buffer },
+): Promise<void> {
+  const { mkdir, writeFile } = await import('node:fs/promises');
+  await mkdir(dir, { recursive: true });
+  await writeFile(join(dir, 'model-settings.json'), files.settings);
+  await writeFile(join(dir, files.model.name), files.model.body);
+  await writeFile(join(dir, 'weights.bin'), files.weights);
+  await writeFile(
+    join(dir, 'Modelfile'),
+    `NAME iris\nARCH transformer\nFAMILY test\nFORMAT sklearn\nCONFIG model-settings.json\nMODEL ${files.model.name}\nMODEL weights.bin\n`,
+  );
+  await modctlBuild(m, dir, reference);
+}

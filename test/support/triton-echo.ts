@@ -1,12 +1,18 @@
 /**
- * The echo model on a real Triton, as the ServedModel tests read it: the versions the server has loaded, and one
- * inference (INPUT0 plus the version's offset).
+ * The echo model on a real Triton, as the ServedModel tests read it: the versions the server has loaded (of any
+ * model, on Triton or MLServer), and one inference (INPUT0 plus the version's offset).
  */
 import type { OipServer } from './oip-servers.ts';
 
-/** The versions of `model` Triton serves (its repository index, state READY). */
+/** The versions of `model` the server serves (its repository index, state READY): Triton or MLServer. */
 export async function servedVersions(server: OipServer, model: string): Promise<string[]> {
-  const res = await fetch(`${server.url}/v2/repository/index`, { method: 'POST', body: '{}' });
+  // MLServer answers with the index only to a body declared JSON.
+  const res = await fetch(`${server.url}/v2/repository/index`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: '{}',
+  });
+  if (res.status !== 200) throw new Error(`repository index: HTTP ${res.status} ${await res.text()}`);
   const index = (await res.json()) as { name: string; version?: string; state?: string }[];
   return index
     .filter((e) => e.name === model && e.state === 'READY')
