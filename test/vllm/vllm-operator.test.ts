@@ -11,11 +11,16 @@
  *     a completion through each replica with each;
  *   - a version change reloads in place (the adapter never leaves /v1/models), status says the new version, the old
  *     directory goes; a restarted replica gets its adapters again without a download; deletion unloads them and
- *     lets the finalizer go, and the base model stays.
+ *     lets the finalizer go, and the base model stays;
+ *   - an adapter from an OCI ModelPack artifact (`spec.source.oci`): real `modctl` pushes the suite's adapter files
+ *     to the real registry (Distribution v3) behind a counting proxy; the operator preheats the node's peer with
+ *     the layers' blob URLs, each agent places the layers through it, the driver loads the adapter on both replicas
+ *     (its completion the same adapter's from the bucket), and deletion unloads it.
  * Opt-in (`npm run test:vllm`).
  */
 import * as k8s from '@kubernetes/client-node';
-import { readdir, stat } from 'node:fs/promises';
+import { createHash } from 'node:crypto';
+import { readFile, readdir, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import type { ServedModel } from '../../src/api/index.ts';
@@ -23,8 +28,11 @@ import { createServedModelController } from '../../src/controllers/index.ts';
 import { modelPreheatController } from '../../src/controllers/modelpreheat/index.ts';
 import type { ModelFiles } from '../../src/servers/driver.ts';
 import { ROOT_USER } from '../support/dragonfly.ts';
+import { startCountingProxy, type CountingProxy } from '../support/counting-proxy.ts';
 import { ServiceEndpoints, loopbackDispatcher } from '../support/endpointslices.ts';
 import { createNamespace, kubeConfig, waitFor } from '../support/kube.ts';
+import { modctl, pushLoraAdapter } from '../support/modctl.ts';
+import { startRegistry, type Registry } from '../support/registry.ts';
 import { startManager, type RunningManager } from '../support/runtime-harness.ts';
 import { startVllm } from '../support/vllm.ts';
 import {
@@ -54,6 +62,13 @@ let svc: ServiceEndpoints;
 let operator: RunningManager;
 /** Each adapter's greedy completion once loaded (the same on every replica). */
 const texts: Record<string, string> = {};
+/** The greedy completion of adapter-a-v1 (sql v1 from the bucket), before sql moves to v2. */
+let sqlV1 = '';
+/** The real registry and the counting proxy in front of it (started by the OCI test). */
+let registry: Registry | undefined;
+let registryProxy: CountingProxy | undefined;
+/** The minimum piece length of dfdaemon 1.4.2: content up to it is fetched by each peer from the origin itself. */
+const MIN_PIECE = 4 * 1024 * 1024;
 
 const pod = (i: number) => `vllm-${i}`;
 
@@ -84,6 +99,7 @@ beforeAll(async () => {
       '--no-leader-elect',
       ...['--manager-url', node.network.managerURL, '--allowed-manager-hosts', '127.0.0.1'],
       ...['--poll-backoff-start', '1s', '--poll-backoff-max', '5s'],
+      ...['--allowed-registry-hosts', '127.0.0.1'],
     ],
     [
       modelPreheatController,
@@ -94,6 +110,8 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await operator?.stop();
+  await registryProxy?.close();
+  await registry?.stop();
   if (nodeName) await core.deleteNode({ name: nodeName }).catch(() => undefined);
   await node?.stop();
 }, 120_000);
@@ -132,6 +150,22 @@ function servedModel(name: string, version: string, prefix: string) {
   };
 }
 
+/** A ServedModel of driver vllm whose adapter is the ModelPack artifact `reference` (plain HTTP, anonymous). */
+function ociServedModel(name: string, version: string, reference: string) {
+  const { files: _files, preheat, ...spec } = servedModel(name, version, '').spec;
+  return {
+    apiVersion: `${GROUP}/${VERSION}`,
+    kind: 'ServedModel',
+    metadata: { name },
+    spec: {
+      ...spec,
+      source: { oci: { reference, plainHTTP: true } },
+      // No objectStorage: the source says where the bytes are. Node-targeted, as the adapters from the bucket.
+      preheat: { create: true, manager: preheat.manager },
+    },
+  };
+}
+
 const ref = (name: string) => ({
   group: GROUP,
   version: VERSION,
@@ -140,7 +174,7 @@ const ref = (name: string) => ({
   name,
 });
 const get = async (name: string) => (await custom.getNamespacedCustomObject(ref(name))) as ServedModel;
-const create = (body: ReturnType<typeof servedModel>) =>
+const create = (body: ReturnType<typeof servedModel> | ReturnType<typeof ociServedModel>) =>
   custom.createNamespacedCustomObject({ ...ref(body.metadata.name), body });
 const upload = (fixture: string, prefix: string) => node.upload(join(node.setup.fixtures, fixture), prefix);
 
@@ -335,6 +369,7 @@ describe('vLLM through ServedModels of the operator', () => {
     }
     expect(after[1]).toBe(after[0]);
     expect(after[0]).not.toBe(texts['sql']);
+    sqlV1 = texts['sql']!;
     texts['sql'] = after[0]!;
     expect(await notes('sql', 'VersionRemoved', /^unregistered sql v1 from/, 2)).toHaveLength(2);
   });
@@ -378,4 +413,114 @@ describe('vLLM through ServedModels of the operator', () => {
       expect((await complete(r, BASE_NAME)).status).toBe(200);
     }
   });
+  it('an adapter from a modctl-pushed OCI artifact: loaded on both replicas, each small blob read at most once per peer, unloaded on deletion', async () => {
+    registry = await startRegistry();
+    registryProxy = await startCountingProxy(registry.url);
+    const reference = `${new URL(registryProxy.url).host}/adapters/sql:v1`;
+    const m = await modctl(join(node.work, 'modctl'));
+    await pushLoraAdapter(
+      m,
+      join(node.setup.fixtures, 'adapter-a-v1'),
+      join(node.work, 'oci-adapter'),
+      reference,
+    );
+    const pushed = registryProxy.requests.length;
+    const manifest = await pushedManifest(registry, 'adapters/sql', 'v1');
+    expect(manifest.layers.map(filePath).sort()).toEqual([
+      'adapter_config.json',
+      'adapter_model.safetensors',
+    ]);
+
+    const name = 'sql-oci';
+    await create(ociServedModel(name, 'v1', reference));
+    const sm = await settled(name, 'v1');
+    expect(sm.status!.source).toMatchObject({ oci: { reference, digest: manifest.digest }, layers: 2 });
+    const replica = adapterReplica('v1');
+    expect(byPod(sm), JSON.stringify(sm.status)).toEqual({ [pod(0)]: replica, [pod(1)]: replica });
+    for (const [i, r] of node.replicas.entries()) {
+      // Each agent placed the layers at the version directory's root, every file its layer's digest.
+      const dir = join(r.root, name, 'v1');
+      expect((await readdir(dir)).sort(), pod(i)).toEqual([
+        'adapter_config.json',
+        'adapter_model.safetensors',
+      ]);
+      for (const l of manifest.layers)
+        expect(sha256(await readFile(join(dir, filePath(l)))), `${pod(i)} ${filePath(l)}`).toBe(l.digest);
+      const card = (await models(r)).find((c) => c.id === name);
+      expect(card, pod(i)).toMatchObject({ root: join(node.modelsPath(r), name, 'v1'), parent: BASE_NAME });
+      // The same adapter as sql v1 from the bucket: the same greedy completion.
+      expect(await complete(r, name), pod(i)).toEqual({ status: 200, text: sqlV1 });
+      expect(await adapterIds(i)).toContain(name);
+    }
+    expect(sqlV1).not.toBe('');
+
+    // What the registry served per blob since the push, preheat and placements together. Every layer here is below
+    // dfdaemon's minimum piece length (4 MiB): such content never travels between peers (dfdaemon 1.4.2 serves it
+    // from the origin to each peer that asks), so it may cross once per peer that downloads it — the seed peer and
+    // the node's peer — and once on a peer serves every later download there (the two agents'). A blob above it
+    // would cross once in all; the adapter has none.
+    const reads = blobReads(registryProxy, pushed);
+    console.log(`registry blob reads since the push: ${JSON.stringify(reads)}`);
+    for (const l of manifest.layers) {
+      const r = reads[l.digest];
+      expect(r, `${l.digest} never read`).toBeDefined();
+      expect(l.size).toBeLessThanOrEqual(MIN_PIECE);
+      expect(r!.data, `${l.digest}: ${r!.gets.join(', ')}`).toBeGreaterThanOrEqual(l.size);
+      expect(r!.data, `${l.digest}: ${r!.gets.join(', ')}`).toBeLessThanOrEqual(2 * l.size);
+    }
+
+    await custom.deleteNamespacedCustomObject(ref(name));
+    await gone(name);
+    for (const [i, r] of node.replicas.entries()) {
+      expect(await adapterIds(i)).not.toContain(name);
+      expect((await complete(r, name)).status).toBe(404);
+      expect(await readdir(join(r.root, name))).toEqual([]);
+    }
+  });
 });
+
+const sha256 = (b: Buffer) => `sha256:${createHash('sha256').update(b).digest('hex')}`;
+
+interface Layer {
+  mediaType: string;
+  digest: string;
+  size: number;
+  annotations?: Record<string, string>;
+}
+
+/** A raw layer's file path in the artifact. */
+const filePath = (l: Layer) =>
+  l.annotations?.['org.cnai.model.filepath'] ?? l.annotations?.['org.cncf.model.filepath'] ?? l.digest;
+
+/** The manifest modctl pushed, read straight from the registry (not counted). */
+async function pushedManifest(
+  reg: Registry,
+  repository: string,
+  tag: string,
+): Promise<{ digest: string; layers: Layer[] }> {
+  const res = await fetch(`${reg.url}/v2/${repository}/manifests/${tag}`, {
+    headers: { accept: 'application/vnd.oci.image.manifest.v1+json' },
+  });
+  const body = Buffer.from(await res.arrayBuffer());
+  return { digest: sha256(body), layers: (JSON.parse(body.toString('utf8')) as { layers: Layer[] }).layers };
+}
+
+/**
+ * Per blob digest, the GETs the registry answered after the first `from` requests: body bytes of the reads and
+ * the number of 1-byte range probes (not reads), with each GET for the log.
+ */
+function blobReads(
+  proxy: CountingProxy,
+  from: number,
+): Record<string, { data: number; probes: number; gets: string[] }> {
+  const out: Record<string, { data: number; probes: number; gets: string[] }> = {};
+  for (const q of proxy.requests.slice(from)) {
+    const digest = /\/blobs\/(sha256:[0-9a-f]{64})/.exec(q.url)?.[1];
+    if (q.method !== 'GET' || digest === undefined) continue;
+    const e = (out[digest] ??= { data: 0, probes: 0, gets: [] });
+    if (q.range === 'bytes=0-0') e.probes += 1;
+    else e.data += q.bytes;
+    e.gets.push(`${q.range ?? '-'} ${q.status} ${q.bytes}`);
+  }
+  return out;
+}
