@@ -13,7 +13,7 @@
  * Triton answers with the artifact's code and config.
  */
 import * as k8s from '@kubernetes/client-node';
-import { createHash, randomBytes } from 'node:crypto';
+import { randomBytes } from 'node:crypto';
 import { mkdtemp, readFile, readdir, rm, stat } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -24,6 +24,7 @@ import { startCountingProxy, type CountingProxy } from '../support/counting-prox
 import { startDragonfly, type Dragonfly } from '../support/dragonfly.ts';
 import { createNamespace, kubeConfig, waitFor } from '../support/kube.ts';
 import { modctl, pushTritonVersion } from '../support/modctl.ts';
+import { blobReads, layerFilePath, pushedManifest, sha256, type Layer } from '../support/oci-blobs.ts';
 import { ECHO_MODEL_PY } from '../support/oip-exchanges.ts';
 import { startTritonFleet, type TritonFleet } from '../support/triton-fleet.ts';
 import { inferEcho, servedVersions } from '../support/triton-echo.ts';
@@ -51,8 +52,6 @@ let jwt: string;
 let reference: string;
 /** Requests the registry saw before the ServedModel (modctl's push). */
 let pushed: number;
-
-const sha256 = (b: Buffer) => `sha256:${createHash('sha256').update(b).digest('hex')}`;
 
 beforeAll(async () => {
   kc = kubeConfig(inject('kubeconfigPath'));
@@ -104,27 +103,9 @@ const get = <T>(plural: string, name: string) =>
     name,
   }) as Promise<T>;
 
-interface Layer {
-  mediaType: string;
-  digest: string;
-  size: number;
-  annotations?: Record<string, string>;
-}
-
 /** Where the agent reports a layer: a raw layer as its file path, a tar layer as its blob. */
 const placedPath = (l: Layer) =>
-  l.mediaType.endsWith('.raw')
-    ? (l.annotations?.['org.cnai.model.filepath'] ?? l.annotations?.['org.cncf.model.filepath'])
-    : `sha256-${l.digest.slice('sha256:'.length)}`;
-
-/** The manifest modctl pushed, read straight from the registry (not counted). */
-async function pushedManifest(): Promise<{ digest: string; layers: Layer[] }> {
-  const res = await fetch(`${registry.url}/v2/models/echo/manifests/v1`, {
-    headers: { accept: 'application/vnd.oci.image.manifest.v1+json' },
-  });
-  const body = Buffer.from(await res.arrayBuffer());
-  return { digest: sha256(body), layers: (JSON.parse(body.toString('utf8')) as { layers: Layer[] }).layers };
-}
+  l.mediaType.endsWith('.raw') ? layerFilePath(l) : `sha256-${l.digest.slice('sha256:'.length)}`;
 
 /** The manager's own record of a job. */
 async function managerJob(id: number): Promise<{ state: string; args: { type?: string; urls?: string[] } }> {
@@ -136,7 +117,7 @@ async function managerJob(id: number): Promise<{ state: string; args: { type?: s
 
 describe('a Triton ServedModel from a modctl-pushed ModelPack artifact through the operator, on the real network', () => {
   it('is Ready 2/2: the layers preheated as files on the real manager, the agents joined those tasks, the weights blob read from the registry once', async () => {
-    const manifest = await pushedManifest();
+    const manifest = await pushedManifest(registry.url, 'models/echo', 'v1');
     const blobURL = (digest: string) => `${origin.url}/v2/models/echo/blobs/${digest}`;
     const started = Date.now();
     await custom.createNamespacedCustomObject({
@@ -236,7 +217,7 @@ describe('a Triton ServedModel from a modctl-pushed ModelPack artifact through t
       ]);
       // Every raw layer's placed file hashes to the layer's digest in the manifest; the tar layer's file is the code.
       for (const l of manifest.layers.filter((x) => x.mediaType.endsWith('.raw'))) {
-        const path = l.annotations?.['org.cnai.model.filepath'] ?? l.annotations?.['org.cncf.model.filepath'];
+        const path = layerFilePath(l);
         expect(sha256(await readFile(join(dir, path!))), `${r.peer.name} ${path}`).toBe(l.digest);
       }
       expect(await readFile(join(dir, 'model.py'), 'utf8')).toBe(ECHO_MODEL_PY);
@@ -257,7 +238,7 @@ describe('a Triton ServedModel from a modctl-pushed ModelPack artifact through t
     // its agent's download racing the preheat's probe: 5 at most). A blob up to it never travels between peers
     // (dfdaemon 1.4.2 serves such content from the origin to each peer that asks), so it may cross once per peer
     // that downloads it: the seed peer and the two node peers.
-    const reads = counting();
+    const reads = blobReads(origin, pushed);
     console.log(`registry blob reads since the push: ${JSON.stringify(reads)}`);
     for (const l of manifest.layers) {
       const r = reads[l.digest]!;
@@ -292,20 +273,3 @@ describe('a Triton ServedModel from a modctl-pushed ModelPack artifact through t
     }
   });
 });
-
-/**
- * Per blob digest, the GETs the registry answered since the push: body bytes of the reads (the back-to-source
- * downloads, in pieces or whole) and the number of 1-byte range probes, with each GET for the log.
- */
-function counting(): Record<string, { data: number; probes: number; gets: string[] }> {
-  const out: Record<string, { data: number; probes: number; gets: string[] }> = {};
-  for (const q of origin.requests.slice(pushed)) {
-    const digest = /\/blobs\/(sha256:[0-9a-f]{64})/.exec(q.url)?.[1];
-    if (q.method !== 'GET' || digest === undefined) continue;
-    const e = (out[digest] ??= { data: 0, probes: 0, gets: [] });
-    if (q.range === 'bytes=0-0') e.probes += 1;
-    else e.data += q.bytes;
-    e.gets.push(`${q.range ?? '-'} ${q.status} ${q.bytes}`);
-  }
-  return out;
-}

@@ -19,7 +19,6 @@
  * Opt-in (`npm run test:vllm`).
  */
 import * as k8s from '@kubernetes/client-node';
-import { createHash } from 'node:crypto';
 import { readFile, readdir, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
@@ -32,6 +31,7 @@ import { startCountingProxy, type CountingProxy } from '../support/counting-prox
 import { ServiceEndpoints, loopbackDispatcher } from '../support/endpointslices.ts';
 import { createNamespace, kubeConfig, waitFor } from '../support/kube.ts';
 import { modctl, pushLoraAdapter } from '../support/modctl.ts';
+import { blobReads, layerFilePath, pushedManifest, sha256 } from '../support/oci-blobs.ts';
 import { startRegistry, type Registry } from '../support/registry.ts';
 import { startManager, type RunningManager } from '../support/runtime-harness.ts';
 import { startVllm } from '../support/vllm.ts';
@@ -425,8 +425,8 @@ describe('vLLM through ServedModels of the operator', () => {
       reference,
     );
     const pushed = proxy.requests.length;
-    const manifest = await pushedManifest(registry, 'adapters/sql', 'v1');
-    expect(manifest.layers.map(filePath).sort()).toEqual([
+    const manifest = await pushedManifest(registry.url, 'adapters/sql', 'v1');
+    expect(manifest.layers.map(layerFilePath).sort()).toEqual([
       'adapter_config.json',
       'adapter_model.safetensors',
     ]);
@@ -445,7 +445,9 @@ describe('vLLM through ServedModels of the operator', () => {
         'adapter_model.safetensors',
       ]);
       for (const l of manifest.layers)
-        expect(sha256(await readFile(join(dir, filePath(l)))), `${pod(i)} ${filePath(l)}`).toBe(l.digest);
+        expect(sha256(await readFile(join(dir, layerFilePath(l)!))), `${pod(i)} ${layerFilePath(l)}`).toBe(
+          l.digest,
+        );
       const card = (await models(r)).find((c) => c.id === name);
       expect(card, pod(i)).toMatchObject({ root: join(node.modelsPath(r), name, 'v1'), parent: BASE_NAME });
       // The same adapter as sql v1 from the bucket: the same greedy completion.
@@ -500,49 +502,3 @@ describe('vLLM through ServedModels of the operator', () => {
     }
   });
 });
-
-const sha256 = (b: Buffer) => `sha256:${createHash('sha256').update(b).digest('hex')}`;
-
-interface Layer {
-  mediaType: string;
-  digest: string;
-  size: number;
-  annotations?: Record<string, string>;
-}
-
-/** A raw layer's file path in the artifact. */
-const filePath = (l: Layer) =>
-  l.annotations?.['org.cnai.model.filepath'] ?? l.annotations?.['org.cncf.model.filepath'] ?? l.digest;
-
-/** The manifest modctl pushed, read straight from the registry (not counted). */
-async function pushedManifest(
-  reg: Registry,
-  repository: string,
-  tag: string,
-): Promise<{ digest: string; layers: Layer[] }> {
-  const res = await fetch(`${reg.url}/v2/${repository}/manifests/${tag}`, {
-    headers: { accept: 'application/vnd.oci.image.manifest.v1+json' },
-  });
-  const body = Buffer.from(await res.arrayBuffer());
-  return { digest: sha256(body), layers: (JSON.parse(body.toString('utf8')) as { layers: Layer[] }).layers };
-}
-
-/**
- * Per blob digest, the GETs the registry answered after the first `from` requests: body bytes of the reads and
- * the number of 1-byte range probes (not reads), with each GET for the log.
- */
-function blobReads(
-  proxy: CountingProxy,
-  from: number,
-): Record<string, { data: number; probes: number; gets: string[] }> {
-  const out: Record<string, { data: number; probes: number; gets: string[] }> = {};
-  for (const q of proxy.requests.slice(from)) {
-    const digest = /\/blobs\/(sha256:[0-9a-f]{64})/.exec(q.url)?.[1];
-    if (q.method !== 'GET' || digest === undefined) continue;
-    const e = (out[digest] ??= { data: 0, probes: 0, gets: [] });
-    if (q.range === 'bytes=0-0') e.probes += 1;
-    else e.data += q.bytes;
-    e.gets.push(`${q.range ?? '-'} ${q.status} ${q.bytes}`);
-  }
-  return out;
-}
