@@ -17,7 +17,7 @@
  * answers an inference on each replica, and deleting the ServedModel unloads it on both.
  */
 import * as k8s from '@kubernetes/client-node';
-import { createHash, randomBytes } from 'node:crypto';
+import { randomBytes } from 'node:crypto';
 import { mkdtemp, readFile, readdir, rm, stat } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -27,6 +27,7 @@ import { startCountingProxy, type CountingProxy } from '../support/counting-prox
 import { startDragonfly, type Dragonfly } from '../support/dragonfly.ts';
 import { createNamespace, kubeConfig, waitFor } from '../support/kube.ts';
 import { modctl, pushMLServerVersion, pushTritonVersion, type Modctl } from '../support/modctl.ts';
+import { blobReads, layerFilePath, pushedManifest, sha256, type Layer } from '../support/oci-blobs.ts';
 import { ECHO_MODEL_PY } from '../support/oip-exchanges.ts';
 import { startMLServer, writeSklearnModel, type OipServer } from '../support/oip-servers.ts';
 import type { AgentReplica } from '../support/oip-replicas.ts';
@@ -63,8 +64,6 @@ let m: Modctl;
 let reference: string;
 /** Requests the registry saw before the echo ServedModel (modctl's push). */
 let pushed: number;
-
-const sha256 = (b: Buffer) => `sha256:${createHash('sha256').update(b).digest('hex')}`;
 
 beforeAll(async () => {
   kc = kubeConfig(inject('kubeconfigPath'));
@@ -108,29 +107,15 @@ afterAll(async () => {
   if (work) await rm(work, { recursive: true, force: true });
 });
 
-interface Layer {
-  mediaType: string;
-  digest: string;
-  size: number;
-  annotations?: Record<string, string>;
-}
-
 /** Where the agent reports a layer: a raw layer as its file path, a tar layer as its blob. */
 const placedPath = (l: Layer) =>
   l.mediaType.endsWith('.raw') ? rawPath(l) : `sha256-${l.digest.slice('sha256:'.length)}`;
 
 /** The path of a raw layer's file in the version directory. */
-const rawPath = (l: Layer) =>
-  l.annotations?.['org.cnai.model.filepath'] ?? l.annotations?.['org.cncf.model.filepath'];
+const rawPath = layerFilePath;
 
 /** The manifest modctl pushed as `models/<name>:<tag>`, read straight from the registry (not counted). */
-async function pushedManifest(name = 'echo', tag = 'v1'): Promise<{ digest: string; layers: Layer[] }> {
-  const res = await fetch(`${registry.url}/v2/models/${name}/manifests/${tag}`, {
-    headers: { accept: 'application/vnd.oci.image.manifest.v1+json' },
-  });
-  const body = Buffer.from(await res.arrayBuffer());
-  return { digest: sha256(body), layers: (JSON.parse(body.toString('utf8')) as { layers: Layer[] }).layers };
-}
+const manifestOf = (name = 'echo', tag = 'v1') => pushedManifest(registry.url, `models/${name}`, tag);
 
 /** The manager's own record of a job. */
 async function managerJob(id: number): Promise<{ state: string; args: { type?: string; urls?: string[] } }> {
@@ -259,7 +244,7 @@ async function expectPlaced(
  * seed peer and the two node peers. Returns the body bytes the registry served in all.
  */
 function expectBlobReads(layers: Layer[], since: number): number {
-  const reads = counting(since);
+  const reads = blobReads(origin, since);
   console.log(`registry blob reads since the push: ${JSON.stringify(reads)}`);
   for (const l of layers) {
     const r = reads[l.digest]!;
@@ -294,7 +279,7 @@ async function deleteServedModel(name: string): Promise<void> {
 
 describe('a Triton ServedModel from a modctl-pushed ModelPack artifact through the operator, on the real network', () => {
   it('is Ready 2/2: the layers preheated as files on the real manager, the agents joined those tasks, the weights blob read from the registry once', async () => {
-    const manifest = await pushedManifest();
+    const manifest = await manifestOf();
     const blobURL = (digest: string) => `${origin.url}/v2/models/echo/blobs/${digest}`;
     const started = Date.now();
     await createSourceServedModel({
@@ -373,7 +358,7 @@ describe('an MLServer ServedModel from a modctl-pushed ModelPack artifact throug
   }, 600_000);
 
   it('is Ready 2/2: the agents joined the tasks of its file preheat, the data blob read from the registry once, MLServer infers on both', async () => {
-    const manifest = await pushedManifest('iris', 'v1');
+    const manifest = await manifestOf('iris', 'v1');
     expect(manifest.layers.map((l) => [rawPath(l), l.mediaType.endsWith('.raw')]).sort()).toEqual([
       ['model-settings.json', true],
       ['model.joblib', true],
@@ -428,21 +413,4 @@ async function inferIris(
   });
   if (res.status !== 200) throw new Error(`iris inference: HTTP ${res.status} ${await res.text()}`);
   return (await res.json()) as { model_version: string; outputs: { data: number[] }[] };
-}
-
-/**
- * Per blob digest, the GETs the registry answered since request `since`: body bytes of the reads (the
- * back-to-source downloads, in pieces or whole) and the number of 1-byte range probes, with each GET for the log.
- */
-function counting(since: number): Record<string, { data: number; probes: number; gets: string[] }> {
-  const out: Record<string, { data: number; probes: number; gets: string[] }> = {};
-  for (const q of origin.requests.slice(since)) {
-    const digest = /\/blobs\/(sha256:[0-9a-f]{64})/.exec(q.url)?.[1];
-    if (q.method !== 'GET' || digest === undefined) continue;
-    const e = (out[digest] ??= { data: 0, probes: 0, gets: [] });
-    if (q.range === 'bytes=0-0') e.probes += 1;
-    else e.data += q.bytes;
-    e.gets.push(`${q.range ?? '-'} ${q.status} ${q.bytes}`);
-  }
-  return out;
 }

@@ -162,3 +162,25 @@ export async function pushMLServerVersion(
   );
   await modctlBuild(m, dir, reference);
 }
+
+/**
+ * A PEFT LoRA adapter directory (`adapter_config.json`, `adapter_model.safetensors`) pushed by modctl as
+ * `reference` (a plain-HTTP registry): both files raw layers at the artifact's root, as the agent places them under
+ * `<adapter>/<version>/` for vLLM to load. Built in `dir`, a directory of its own (nothing else of `from` is taken).
+ */
+export async function pushLoraAdapter(
+  m: Modctl,
+  from: string,
+  dir: string,
+  reference: string,
+): Promise<void> {
+  const { copyFile, mkdir, writeFile } = await import('node:fs/promises');
+  await mkdir(dir, { recursive: true });
+  for (const file of ['adapter_config.json', 'adapter_model.safetensors'])
+    await copyFile(join(from, file), join(dir, file));
+  await writeFile(
+    join(dir, 'Modelfile'),
+    'NAME adapter\nARCH transformer\nFAMILY llama\nFORMAT safetensors\nCONFIG adapter_config.json\nMODEL adapter_model.safetensors\n',
+  );
+  await modctlBuild(m, dir, reference);
+}

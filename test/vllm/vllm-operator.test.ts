@@ -11,20 +11,28 @@
  *     a completion through each replica with each;
  *   - a version change reloads in place (the adapter never leaves /v1/models), status says the new version, the old
  *     directory goes; a restarted replica gets its adapters again without a download; deletion unloads them and
- *     lets the finalizer go, and the base model stays.
+ *     lets the finalizer go, and the base model stays;
+ *   - an adapter from an OCI ModelPack artifact (`spec.source.oci`): real `modctl` pushes the suite's adapter files
+ *     to the real registry (Distribution v3) behind a counting proxy; the operator preheats the node's peer with
+ *     the layers' blob URLs, each agent places the layers through it, the driver loads the adapter on both replicas
+ *     (its completion the same adapter's from the bucket), and deletion unloads it.
  * Opt-in (`npm run test:vllm`).
  */
 import * as k8s from '@kubernetes/client-node';
-import { readdir, stat } from 'node:fs/promises';
+import { readFile, readdir, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import type { ServedModel } from '../../src/api/index.ts';
+import type { ModelPreheat, ServedModel } from '../../src/api/index.ts';
 import { createServedModelController } from '../../src/controllers/index.ts';
 import { modelPreheatController } from '../../src/controllers/modelpreheat/index.ts';
 import type { ModelFiles } from '../../src/servers/driver.ts';
 import { ROOT_USER } from '../support/dragonfly.ts';
+import { startCountingProxy, type CountingProxy } from '../support/counting-proxy.ts';
 import { ServiceEndpoints, loopbackDispatcher } from '../support/endpointslices.ts';
 import { createNamespace, kubeConfig, waitFor } from '../support/kube.ts';
+import { modctl, pushLoraAdapter } from '../support/modctl.ts';
+import { blobReads, layerFilePath, pushedManifest, sha256 } from '../support/oci-blobs.ts';
+import { startRegistry, type Registry } from '../support/registry.ts';
 import { startManager, type RunningManager } from '../support/runtime-harness.ts';
 import { startVllm } from '../support/vllm.ts';
 import {
@@ -54,6 +62,13 @@ let svc: ServiceEndpoints;
 let operator: RunningManager;
 /** Each adapter's greedy completion once loaded (the same on every replica). */
 const texts: Record<string, string> = {};
+/** The greedy completion of adapter-a-v1 (sql v1 from the bucket), before sql moves to v2. */
+let sqlV1 = '';
+/** The real registry and the counting proxy in front of it (started by the OCI test). */
+let registry: Registry | undefined;
+let registryProxy: CountingProxy | undefined;
+/** The minimum piece length of dfdaemon 1.4.2: content up to it is fetched by each peer from the origin itself. */
+const MIN_PIECE = 4 * 1024 * 1024;
 
 const pod = (i: number) => `vllm-${i}`;
 
@@ -84,6 +99,7 @@ beforeAll(async () => {
       '--no-leader-elect',
       ...['--manager-url', node.network.managerURL, '--allowed-manager-hosts', '127.0.0.1'],
       ...['--poll-backoff-start', '1s', '--poll-backoff-max', '5s'],
+      ...['--allowed-registry-hosts', '127.0.0.1'],
     ],
     [
       modelPreheatController,
@@ -94,6 +110,8 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await operator?.stop();
+  await registryProxy?.close();
+  await registry?.stop();
   if (nodeName) await core.deleteNode({ name: nodeName }).catch(() => undefined);
   await node?.stop();
 }, 120_000);
@@ -132,6 +150,22 @@ function servedModel(name: string, version: string, prefix: string) {
   };
 }
 
+/** A ServedModel of driver vllm whose adapter is the ModelPack artifact `reference` (plain HTTP, anonymous). */
+function ociServedModel(name: string, version: string, reference: string) {
+  const { files: _files, preheat, ...spec } = servedModel(name, version, '').spec;
+  return {
+    apiVersion: `${GROUP}/${VERSION}`,
+    kind: 'ServedModel',
+    metadata: { name },
+    spec: {
+      ...spec,
+      source: { oci: { reference, plainHTTP: true } },
+      // No objectStorage: the source says where the bytes are. Node-targeted, as the adapters from the bucket.
+      preheat: { create: true, manager: preheat.manager },
+    },
+  };
+}
+
 const ref = (name: string) => ({
   group: GROUP,
   version: VERSION,
@@ -140,7 +174,7 @@ const ref = (name: string) => ({
   name,
 });
 const get = async (name: string) => (await custom.getNamespacedCustomObject(ref(name))) as ServedModel;
-const create = (body: ReturnType<typeof servedModel>) =>
+const create = (body: ReturnType<typeof servedModel> | ReturnType<typeof ociServedModel>) =>
   custom.createNamespacedCustomObject({ ...ref(body.metadata.name), body });
 const upload = (fixture: string, prefix: string) => node.upload(join(node.setup.fixtures, fixture), prefix);
 
@@ -335,6 +369,7 @@ describe('vLLM through ServedModels of the operator', () => {
     }
     expect(after[1]).toBe(after[0]);
     expect(after[0]).not.toBe(texts['sql']);
+    sqlV1 = texts['sql']!;
     texts['sql'] = after[0]!;
     expect(await notes('sql', 'VersionRemoved', /^unregistered sql v1 from/, 2)).toHaveLength(2);
   });
@@ -376,6 +411,94 @@ describe('vLLM through ServedModels of the operator', () => {
     for (const [i, r] of node.replicas.entries()) {
       expect(await adapterIds(i)).toEqual([]);
       expect((await complete(r, BASE_NAME)).status).toBe(200);
+    }
+  });
+  it('an adapter from a modctl-pushed OCI artifact: loaded on both replicas, each blob read from the registry once, unloaded on deletion', async () => {
+    registry = await startRegistry();
+    const proxy = (registryProxy = await startCountingProxy(registry.url));
+    const reference = `${new URL(proxy.url).host}/adapters/sql:v1`;
+    const m = await modctl(join(node.work, 'modctl'));
+    await pushLoraAdapter(
+      m,
+      join(node.setup.fixtures, 'adapter-a-v1'),
+      join(node.work, 'oci-adapter'),
+      reference,
+    );
+    const pushed = proxy.requests.length;
+    const manifest = await pushedManifest(registry.url, 'adapters/sql', 'v1');
+    expect(manifest.layers.map(layerFilePath).sort()).toEqual([
+      'adapter_config.json',
+      'adapter_model.safetensors',
+    ]);
+
+    const name = 'sql-oci';
+    await create(ociServedModel(name, 'v1', reference));
+    const sm = await settled(name, 'v1');
+    expect(sm.status!.source).toMatchObject({ oci: { reference, digest: manifest.digest }, layers: 2 });
+    const replica = adapterReplica('v1');
+    expect(byPod(sm), JSON.stringify(sm.status)).toEqual({ [pod(0)]: replica, [pod(1)]: replica });
+    for (const [i, r] of node.replicas.entries()) {
+      // Each agent placed the layers at the version directory's root, every file its layer's digest.
+      const dir = join(r.root, name, 'v1');
+      expect((await readdir(dir)).sort(), pod(i)).toEqual([
+        'adapter_config.json',
+        'adapter_model.safetensors',
+      ]);
+      for (const l of manifest.layers)
+        expect(sha256(await readFile(join(dir, layerFilePath(l)!))), `${pod(i)} ${layerFilePath(l)}`).toBe(
+          l.digest,
+        );
+      const card = (await models(r)).find((c) => c.id === name);
+      expect(card, pod(i)).toMatchObject({ root: join(node.modelsPath(r), name, 'v1'), parent: BASE_NAME });
+      // The same adapter as sql v1 from the bucket: the same greedy completion.
+      expect(await complete(r, name), pod(i)).toEqual({ status: 200, text: sqlV1 });
+      expect(await adapterIds(i)).toContain(name);
+    }
+    expect(sqlV1).not.toBe('');
+
+    // The owned preheat targets the node's peer (as the adapters from the bucket): the layers' blob URLs as files.
+    const blobURL = (digest: string) => `${proxy.url}/v2/adapters/sql/blobs/${digest}`;
+    const preheat = await waitFor(
+      `${name}-preheat SUCCESS`,
+      async () => {
+        const o = (await custom.getNamespacedCustomObject({
+          ...ref(`${name}-preheat`),
+          plural: 'modelpreheats',
+        })) as ModelPreheat;
+        return o.status?.state === 'SUCCESS' ? o : undefined;
+      },
+      { timeoutMs: 180_000, intervalMs: 1000 },
+    );
+    expect(preheat.spec).toMatchObject({
+      type: 'file',
+      scope: 'all_peers',
+      targets: { ips: [node.peer.ip] },
+    });
+    expect([...(preheat.spec.urls ?? [])].sort()).toEqual(
+      manifest.layers.map((l) => blobURL(l.digest)).sort(),
+    );
+
+    // What the registry served per blob since the push, preheat and placements together. Both layers are below
+    // dfdaemon's minimum piece length (4 MiB), content that never travels between peers (dfdaemon 1.4.2 serves it
+    // from the origin to each peer that asks), so with more nodes each would cross once per node; here the one
+    // node's peer, the only one preheated, fetched each once and served both agents' downloads: one read per blob,
+    // plus at most a 1-byte range probe per download through the peer (the preheat's and each agent's).
+    const reads = blobReads(proxy, pushed);
+    console.log(`registry blob reads since the push: ${JSON.stringify(reads)}`);
+    for (const l of manifest.layers) {
+      const r = reads[l.digest];
+      expect(r, `${l.digest} never read`).toBeDefined();
+      expect(l.size).toBeLessThanOrEqual(MIN_PIECE);
+      expect(r!.data, `${l.digest} read once: ${r!.gets.join(', ')}`).toBe(l.size);
+      expect(r!.probes, `${l.digest}: ${r!.gets.join(', ')}`).toBeLessThanOrEqual(3);
+    }
+
+    await custom.deleteNamespacedCustomObject(ref(name));
+    await gone(name);
+    for (const [i, r] of node.replicas.entries()) {
+      expect(await adapterIds(i)).not.toContain(name);
+      expect((await complete(r, name)).status).toBe(404);
+      expect(await readdir(join(r.root, name))).toEqual([]);
     }
   });
 });
