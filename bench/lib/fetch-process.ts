@@ -5,24 +5,41 @@
  * 10 s fails its download (client 1.4.2 sends each finished piece to the proxy's stream with that time-out).
  */
 import { spawn } from 'node:child_process';
+import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 
 const ROOT = join(import.meta.dirname, '..', '..');
 
-/** Runs `peerload fetch <argv>`; resolves with its exit code and its stdout and stderr lines. */
+/** GNU time, when the machine has it: how the process's CPU seconds are read once it has exited. */
+const GNU_TIME = '/usr/bin/time';
+const CPU_LINE = 'peerload-bench-cpu ';
+
+/**
+ * Runs `peerload fetch <argv>`; resolves with its exit code, its stdout and stderr lines, and the CPU seconds it used
+ * (user + system; undefined without GNU time).
+ */
 export function peerloadFetchProcess(
   argv: string[],
-): Promise<{ code: number; out: string[]; err: string[] }> {
-  const child = spawn(process.execPath, [join(ROOT, 'bin/peerload.js'), 'fetch', ...argv], {
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
+): Promise<{ code: number; out: string[]; err: string[]; cpuSeconds: number | undefined }> {
+  const command = [process.execPath, join(ROOT, 'bin/peerload.js'), 'fetch', ...argv];
+  const timed = existsSync(GNU_TIME);
+  const child = timed
+    ? spawn(GNU_TIME, ['-f', `${CPU_LINE}%U %S`, ...command], { stdio: ['ignore', 'pipe', 'pipe'] })
+    : spawn(command[0]!, command.slice(1), { stdio: ['ignore', 'pipe', 'pipe'] });
   const out: string[] = [];
   const err: string[] = [];
+  let cpuSeconds: number | undefined;
   createInterface({ input: child.stdout }).on('line', (l) => out.push(l));
-  createInterface({ input: child.stderr }).on('line', (l) => err.push(l));
+  createInterface({ input: child.stderr }).on('line', (l) => {
+    if (!l.startsWith(CPU_LINE)) return void err.push(l);
+    const [user, system] = l.slice(CPU_LINE.length).split(' ').map(Number);
+    cpuSeconds = (user ?? 0) + (system ?? 0);
+  });
   return new Promise((resolve, reject) => {
     child.once('error', reject);
-    child.once('close', (code, signal) => resolve({ code: code ?? (signal ? 128 : 1), out, err }));
+    child.once('close', (code, signal) =>
+      resolve({ code: code ?? (signal ? 128 : 1), out, err, cpuSeconds }),
+    );
   });
 }

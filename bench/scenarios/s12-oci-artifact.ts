@@ -86,9 +86,9 @@ interface Run {
    * answered NeedBackToSource (no parent within its retries), or the peer's exchange with the scheduler failed.
    */
   backToSource: { scheduler: number; schedulerError: number };
-  /** CPU seconds used during the run by the seed peer's daemon, the node peers' daemons (summed) and this process
-   *  (the origins' counting proxies). */
-  cpu: { seed: number; nodes: number; bench: number };
+  /** CPU seconds used during the run by the seed peer's daemon, the node peers' daemons (summed), this process
+   *  (the origins' counting proxies) and the placements' `peerload fetch` processes (summed; NaN without GNU time). */
+  cpu: { seed: number; nodes: number; bench: number; agents?: number };
   /** When the origin served the run's content (its GETs), ms from the preheat's creation. */
   originWindow?: { firstMs: number; lastMs: number } | undefined;
 }
@@ -190,8 +190,10 @@ async function repetition(
     };
     const fetchArgs = (peer: number, root: string) => nodePlacementArgs(network.peers[peer]!.proxyURL, root);
     let cuts = 0;
+    let agentCpu = 0;
     const fetched = (name: string, r: Awaited<ReturnType<typeof peerloadFetchProcess>>) => {
       cuts += r.err.filter((l) => l.includes('the peer daemon cut the download')).length;
+      agentCpu += r.cpuSeconds ?? NaN;
       if (r.code !== 0)
         throw new Error(`${name}: peerload fetch exit ${r.code}: ${[...r.out, ...r.err].join('; ')}`);
       return r.out;
@@ -252,6 +254,7 @@ async function repetition(
       const counts0 = await peerCounts();
       const cpu0 = cpuNow();
       cuts = 0;
+      agentCpu = 0;
       const t0 = performance.now();
       const job = await preheat(
         files.map((f) => f.url),
@@ -292,7 +295,7 @@ async function repetition(
         hardLinks: counts.reduce((s, c) => s + Number(c![2]), 0),
         cutRetries: cuts,
         backToSource: await since(counts0),
-        cpu: cpuSince(cpu0),
+        cpu: { ...cpuSince(cpu0), agents: agentCpu },
       };
     }
 
@@ -322,6 +325,7 @@ async function repetition(
       const counts0 = await peerCounts();
       const cpu0 = cpuNow();
       cuts = 0;
+      agentCpu = 0;
       const t0 = performance.now();
       const job = await preheat(
         manifest.layers.map((l) => `${reg.url}/v2/bench/${name}/blobs/${l.digest}`),
@@ -369,7 +373,7 @@ async function repetition(
         hardLinks: layers.filter((l) => l.hardLink === true).length,
         cutRetries: cuts,
         backToSource: await since(counts0),
-        cpu: cpuSince(cpu0),
+        cpu: { ...cpuSince(cpu0), agents: agentCpu },
       };
     }
 
@@ -413,7 +417,8 @@ function originWindow(
   };
 }
 
-const cpuOf = (r: Run) => `${r.cpu.seed.toFixed(0)}/${r.cpu.nodes.toFixed(0)}/${r.cpu.bench.toFixed(0)}`;
+const cpuOf = (r: Run) =>
+  `${r.cpu.seed.toFixed(0)}/${r.cpu.nodes.toFixed(0)}/${r.cpu.bench.toFixed(0)}/${r.cpu.agents?.toFixed(1) ?? '—'}`;
 const windowOf = (r: Run) =>
   r.originWindow
     ? `${(r.originWindow.firstMs / 1000).toFixed(1)}→${(r.originWindow.lastMs / 1000).toFixed(1)}`
@@ -459,7 +464,7 @@ function rowsOf(
         `preheat oci ${o.map((r) => (r.preheatMs / 1000).toFixed(1)).join(', ')} s, s3 ${s.map((r) => (r.preheatMs / 1000).toFixed(1)).join(', ')} s; ` +
         `node peers sent to the origin (scheduler's NeedBackToSource + failed scheduler exchange) oci ${o.map(b2s).join(', ')}, s3 ${s.map(b2s).join(', ')}; ` +
         `cut bodies asked again oci ${o.map((r) => r.cutRetries).join(', ')}, s3 ${s.map((r) => r.cutRetries).join(', ')}; ` +
-        `CPU s (seed / node daemons / origins' proxies) oci ${o.map(cpuOf).join(', ')}, s3 ${s.map(cpuOf).join(', ')}; ` +
+        `CPU s (seed / node daemons / origins' proxies / agents' fetches) oci ${o.map(cpuOf).join(', ')}, s3 ${s.map(cpuOf).join(', ')}; ` +
         `origin reads from the preheat's creation (first request → last body end, s) oci ${o.map(windowOf).join(', ')}, s3 ${s.map(windowOf).join(', ')}`,
     };
   });
