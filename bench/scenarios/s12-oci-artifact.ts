@@ -418,7 +418,7 @@ function originWindow(
 }
 
 const cpuOf = (r: Run) =>
-  `${r.cpu.seed.toFixed(0)}/${r.cpu.nodes.toFixed(0)}/${r.cpu.bench.toFixed(0)}/${r.cpu.agents?.toFixed(1) ?? '—'}`;
+  `${r.cpu.seed.toFixed(0)}/${r.cpu.nodes.toFixed(0)}/${r.cpu.bench.toFixed(0)}/${Number.isFinite(r.cpu.agents) ? r.cpu.agents!.toFixed(1) : '—'}`;
 const windowOf = (r: Run) =>
   r.originWindow
     ? `${(r.originWindow.firstMs / 1000).toFixed(1)}→${(r.originWindow.lastMs / 1000).toFixed(1)}`
