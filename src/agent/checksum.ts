@@ -1,10 +1,10 @@
 /**
- * A downloaded file against the digest its source publishes (a Hub LFS object's sha256): read back from the disk
- * once complete, so a hard link of the daemon's copy is checked exactly like a streamed file.
+ * A downloaded file against the digest its source publishes (a Hub LFS object's sha256, an OCI layer's digest).
+ * A body that came through the agent is hashed as it arrives (proxy-fetch.ts); only a file whose body was never
+ * read (a local hit's hard link of the daemon's copy) is read back from the disk, by {@link sha256File}.
  */
 import { createHash } from 'node:crypto';
-import { createReadStream } from 'node:fs';
-import { pipeline } from 'node:stream/promises';
+import { open } from 'node:fs/promises';
 
 export class ChecksumMismatch extends Error {
   constructor(what: string, expected: string, actual: string) {
@@ -13,14 +13,31 @@ export class ChecksumMismatch extends Error {
   }
 }
 
-export async function sha256File(path: string): Promise<string> {
+/**
+ * Reads of 1 MiB into one buffer: a read stream's 64 KiB chunks make the per-chunk cost, not hashing, bound the
+ * check, and a new buffer per read leaves gigabytes of garbage behind a multi-GiB file.
+ */
+const READ_CHUNK = 1 << 20;
+
+/** The sha256 of the file at `path`, lowercase hex. */
+export async function sha256File(path: string, signal?: AbortSignal): Promise<string> {
   const hash = createHash('sha256');
-  await pipeline(createReadStream(path), hash);
+  const file = await open(path, 'r');
+  try {
+    const chunk = Buffer.allocUnsafe(READ_CHUNK);
+    for (;;) {
+      signal?.throwIfAborted();
+      const { bytesRead } = await file.read(chunk, 0, chunk.length, null);
+      if (bytesRead === 0) break;
+      hash.update(chunk.subarray(0, bytesRead));
+    }
+  } finally {
+    await file.close();
+  }
   return hash.digest('hex');
 }
 
-/** Throws {@link ChecksumMismatch} when the file at `path` does not hash to `expected`. */
-export async function checkSha256(path: string, expected: string, what: string): Promise<void> {
-  const actual = await sha256File(path);
+/** Throws {@link ChecksumMismatch} when `actual` (hex) is not `expected` (hex). */
+export function checkSha256(actual: string, expected: string, what: string): void {
   if (actual !== expected) throw new ChecksumMismatch(what, expected, actual);
 }

@@ -161,6 +161,7 @@ async function fetchLayer(run: Run, l: ModelLayer): Promise<void> {
   const { req } = run;
   const local = l.format === 'raw' ? run.tmp : run.blobs;
   const target = blobPath(run, l);
+  const asked = performance.now();
   let r;
   try {
     r = await fetchFile({
@@ -201,6 +202,7 @@ async function fetchLayer(run: Run, l: ModelLayer): Promise<void> {
     throw e;
   }
   // A body that came through here was hashed as it arrived; only a local hit's link (never read) is read back.
+  const fetched = performance.now();
   if (r.sha256 !== undefined) checkDigest(r.sha256, l.digest, l.name);
   else await verifyBlob(target, l.digest, l.name, run.signal);
   Object.assign(run.reports[l.index]!, {
@@ -212,7 +214,14 @@ async function fetchLayer(run: Run, l: ModelLayer): Promise<void> {
     hardLinkFallback: r.hardLinkFallback,
   });
   run.log?.debug(
-    { layer: l.index, bytes: r.bytes, localHit: r.localHit, hardLink: r.hardLink },
+    {
+      layer: l.index,
+      bytes: r.bytes,
+      localHit: r.localHit,
+      hardLink: r.hardLink,
+      fetchMs: Math.round(fetched - asked),
+      checkMs: Math.round(performance.now() - fetched),
+    },
     'blob verified',
   );
 }

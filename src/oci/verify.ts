@@ -2,19 +2,8 @@
  * A blob checked against its digest: from the hash of its body as it arrived, or by reading the placed file back
  * (a local hit's hard link of the daemon's file, never streamed here).
  */
-import { createHash } from 'node:crypto';
-import { createReadStream } from 'node:fs';
-import { pipeline } from 'node:stream/promises';
+import { sha256File } from '../agent/checksum.ts';
 import { OciError, OciReason } from './errors.ts';
-
-/** Reads of 4 MiB, not the stream's 64 KiB: with small reads the per-chunk cost, not hashing, bounds a check. */
-const READ_CHUNK = 4 << 20;
-
-export async function sha256File(path: string, signal?: AbortSignal): Promise<string> {
-  const hash = createHash('sha256');
-  await pipeline(createReadStream(path, { highWaterMark: READ_CHUNK }), hash, { signal });
-  return `sha256:${hash.digest('hex')}`;
-}
 
 /** Throws DigestMismatch naming `layer` when `path` does not hash to `digest`. */
 export async function verifyBlob(
@@ -23,7 +12,7 @@ export async function verifyBlob(
   layer: string,
   signal?: AbortSignal,
 ): Promise<void> {
-  checkDigest(await sha256File(path, signal), digest, layer);
+  checkDigest(`sha256:${await sha256File(path, signal)}`, digest, layer);
 }
 
 /** Throws DigestMismatch naming `layer` when `got` (`sha256:<hex>`) is not `digest`. */

@@ -3,9 +3,7 @@
  * streamed while filling the link is hashed as it arrives (the file is not read back), and a local hit's link,
  * whose body is never read, is read back. Either way a blob whose bytes are not its digest places nothing.
  */
-import { link, mkdir, mkdtemp, readdir, rm, stat, writeFile } from 'node:fs/promises';
-import { createServer } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import { mkdir, mkdtemp, readdir, rm, stat } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Agent } from 'undici';
@@ -15,47 +13,12 @@ import { OciError, OciReason } from '../../src/oci/errors.ts';
 import { DEFAULT_PLACE_LIMITS, placeArtifact } from '../../src/oci/place.ts';
 import { parseReference } from '../../src/oci/reference.ts';
 import * as verify from '../../src/oci/verify.ts';
+import { linkingDaemon, type Served } from '../support/linking-daemon.ts';
 import { pushModel, sha256, startFakeRegistry, type FakeRegistry } from '../support/oci-artifacts.ts';
 
 const RAW = 'application/vnd.cncf.model.weight.v1.raw';
 /** Not root and not the owner of the daemon's file, so the link may stay (read-only-link.ts). */
 const SERVER_UID = 1000;
-
-interface Served {
-  body: Buffer;
-  finished: boolean;
-  /** The connection is closed after this many bytes of the body. */
-  cutAt?: number;
-}
-
-/**
- * A peer daemon that answers every blob with the bytes `serve` gives and links its cache file of them to the
- * requested output path: `finished` says whether it reports a local hit (body not read) or a task it is filling.
- */
-async function linkingDaemon(cache: string, serve: (asked: number) => Served) {
-  let n = 0;
-  const server = createServer((req, res) => {
-    void (async () => {
-      const { body, finished, cutAt } = serve(n);
-      const file = join(cache, `task-${n++}`);
-      await writeFile(file, body, { mode: 0o644 });
-      const out = req.headers['x-dragonfly-output-path'];
-      if (typeof out === 'string') await link(file, out);
-      res.writeHead(200, {
-        'x-dragonfly-task-id': 'b'.repeat(64),
-        ...(finished ? { 'x-dragonfly-task-download-finished': 'true' } : {}),
-        'content-length': body.length,
-      });
-      if (cutAt === undefined) res.end(body);
-      else res.write(body.subarray(0, cutAt), () => setTimeout(() => res.destroy(), 20));
-    })();
-  });
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-  return {
-    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
-    close: () => new Promise<void>((r) => (server.closeAllConnections(), server.close(() => r()))),
-  };
-}
 
 describe("an OCI blob's digest, checked on a hard-linked file", () => {
   let registry: FakeRegistry;
