@@ -5,7 +5,7 @@
  * 10 s fails its download (client 1.4.2 sends each finished piece to the proxy's stream with that time-out).
  */
 import { spawn } from 'node:child_process';
-import { existsSync } from 'node:fs';
+import { createWriteStream, existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 
@@ -22,7 +22,19 @@ const CPU_LINE = 'peerload-bench-cpu ';
 export function peerloadFetchProcess(
   argv: string[],
 ): Promise<{ code: number; out: string[]; err: string[]; cpuSeconds: number | undefined }> {
-  const command = [process.execPath, join(ROOT, 'bin/peerload.js'), 'fetch', ...argv];
+  // PEERLOAD_BENCH_CPU_PROF=<dir>: each placement writes a V8 CPU profile there (open it in Chrome's DevTools).
+  // PEERLOAD_BENCH_FETCH_LOG=<dir>: each placement logs at debug level (every file's fetch and check times) into
+  // <dir>/<pid>.log.
+  const profile = process.env['PEERLOAD_BENCH_CPU_PROF'];
+  const logDir = process.env['PEERLOAD_BENCH_FETCH_LOG'];
+  if (logDir) argv = [...argv, '--log-level', 'debug'];
+  const command = [
+    process.execPath,
+    ...(profile ? ['--cpu-prof', `--cpu-prof-dir=${profile}`] : []),
+    join(ROOT, 'bin/peerload.js'),
+    'fetch',
+    ...argv,
+  ];
   const timed = existsSync(GNU_TIME);
   const child = timed
     ? spawn(GNU_TIME, ['-f', `${CPU_LINE}%U %S`, ...command], { stdio: ['ignore', 'pipe', 'pipe'] })
@@ -31,15 +43,21 @@ export function peerloadFetchProcess(
   const err: string[] = [];
   let cpuSeconds: number | undefined;
   createInterface({ input: child.stdout }).on('line', (l) => out.push(l));
+  const log = logDir ? createWriteStream(join(logDir, `${child.pid}.log`)) : undefined;
   createInterface({ input: child.stderr }).on('line', (l) => {
-    if (!l.startsWith(CPU_LINE)) return void err.push(l);
+    if (!l.startsWith(CPU_LINE)) {
+      if (log) log.write(`${l}\n`);
+      else err.push(l);
+      return;
+    }
     const [user, system] = l.slice(CPU_LINE.length).split(' ').map(Number);
     cpuSeconds = (user ?? 0) + (system ?? 0);
   });
   return new Promise((resolve, reject) => {
     child.once('error', reject);
-    child.once('close', (code, signal) =>
-      resolve({ code: code ?? (signal ? 128 : 1), out, err, cpuSeconds }),
-    );
+    child.once('close', (code, signal) => {
+      log?.end();
+      resolve({ code: code ?? (signal ? 128 : 1), out, err, cpuSeconds });
+    });
   });
 }

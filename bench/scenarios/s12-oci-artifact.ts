@@ -63,6 +63,8 @@ interface Run {
   rep: number;
   /** preheat created → the last node placed, ms. */
   totalMs: number;
+  /** When the preheat was created (epoch ms: the placements' debug logs' `time`). */
+  startedAt: number;
   /** preheat created → its SUCCESS seen (the manager's poll), ms; not part of totalMs. */
   preheatMs: number;
   /** Body bytes the origin (MinIO or the registry) served for the shards during the run. */
@@ -87,8 +89,9 @@ interface Run {
    */
   backToSource: { scheduler: number; schedulerError: number };
   /** CPU seconds used during the run by the seed peer's daemon, the node peers' daemons (summed), this process
-   *  (the origins' counting proxies) and the placements' `peerload fetch` processes (summed; NaN without GNU time). */
-  cpu: { seed: number; nodes: number; bench: number; agents?: number };
+   *  (the origins' counting proxies), the placements' `peerload fetch` processes (summed; NaN without GNU time) and
+   *  the origin servers (MinIO and the registry, summed: only the run's own origin serves during it). */
+  cpu: { seed: number; nodes: number; bench: number; agents?: number; origins?: number };
   /** When the origin served the run's content (its GETs), ms from the preheat's creation. */
   originWindow?: { firstMs: number; lastMs: number } | undefined;
 }
@@ -211,6 +214,7 @@ async function repetition(
       seed: cpuSeconds(network.seedPeer?.process.child.pid),
       nodes: network.peers.reduce((s, p) => s + cpuSeconds(p.process.child.pid), 0),
       bench: (process.cpuUsage().user + process.cpuUsage().system) / 1e6,
+      origins: cpuSeconds(minio.process.child.pid) + cpuSeconds(registry.process.child.pid),
     });
     const cpuSince = (before: Run['cpu']) => {
       const now = cpuNow();
@@ -218,6 +222,7 @@ async function repetition(
         seed: now.seed - before.seed,
         nodes: now.nodes - before.nodes,
         bench: now.bench - before.bench,
+        origins: now.origins - before.origins!,
       };
     };
     const since = async (before: Run['backToSource']) => {
@@ -256,6 +261,7 @@ async function repetition(
       cuts = 0;
       agentCpu = 0;
       const t0 = performance.now();
+      const startedAt = Date.now();
       const job = await preheat(
         files.map((f) => f.url),
         n,
@@ -288,6 +294,7 @@ async function repetition(
         n,
         rep,
         totalMs,
+        startedAt,
         preheatMs,
         originBytes: served(origin, `/${BUCKET}/${name}/`) - before,
         originWindow: originWindow(origin, `/${BUCKET}/${name}/`, t0),
@@ -327,6 +334,7 @@ async function repetition(
       cuts = 0;
       agentCpu = 0;
       const t0 = performance.now();
+      const startedAt = Date.now();
       const job = await preheat(
         manifest.layers.map((l) => `${reg.url}/v2/bench/${name}/blobs/${l.digest}`),
         n,
@@ -364,6 +372,7 @@ async function repetition(
         n,
         rep,
         totalMs,
+        startedAt,
         preheatMs,
         originBytes: manifest.layers.reduce((s, l) => s + blobBytes(l.digest), 0),
         originWindow: originWindow(reg, `/v2/bench/${name}/blobs/`, t0),
@@ -418,7 +427,7 @@ function originWindow(
 }
 
 const cpuOf = (r: Run) =>
-  `${r.cpu.seed.toFixed(0)}/${r.cpu.nodes.toFixed(0)}/${r.cpu.bench.toFixed(0)}/${Number.isFinite(r.cpu.agents) ? r.cpu.agents!.toFixed(1) : '—'}`;
+  `${r.cpu.seed.toFixed(0)}/${r.cpu.nodes.toFixed(0)}/${r.cpu.bench.toFixed(0)}/${Number.isFinite(r.cpu.agents) ? r.cpu.agents!.toFixed(1) : '—'}/${r.cpu.origins?.toFixed(0) ?? '—'}`;
 const windowOf = (r: Run) =>
   r.originWindow
     ? `${(r.originWindow.firstMs / 1000).toFixed(1)}→${(r.originWindow.lastMs / 1000).toFixed(1)}`
@@ -464,7 +473,7 @@ function rowsOf(
         `preheat oci ${o.map((r) => (r.preheatMs / 1000).toFixed(1)).join(', ')} s, s3 ${s.map((r) => (r.preheatMs / 1000).toFixed(1)).join(', ')} s; ` +
         `node peers sent to the origin (scheduler's NeedBackToSource + failed scheduler exchange) oci ${o.map(b2s).join(', ')}, s3 ${s.map(b2s).join(', ')}; ` +
         `cut bodies asked again oci ${o.map((r) => r.cutRetries).join(', ')}, s3 ${s.map((r) => r.cutRetries).join(', ')}; ` +
-        `CPU s (seed / node daemons / origins' proxies / agents' fetches) oci ${o.map(cpuOf).join(', ')}, s3 ${s.map(cpuOf).join(', ')}; ` +
+        `CPU s (seed / node daemons / origins' proxies / agents' fetches / origin servers) oci ${o.map(cpuOf).join(', ')}, s3 ${s.map(cpuOf).join(', ')}; ` +
         `origin reads from the preheat's creation (first request → last body end, s) oci ${o.map(windowOf).join(', ')}, s3 ${s.map(windowOf).join(', ')}`,
     };
   });
