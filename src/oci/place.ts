@@ -284,6 +284,7 @@ export async function placeArtifact(req: PlaceRequest): Promise<PlaceResult> {
   const deadline = AbortSignal.timeout(limits.deadlineMs);
   const signal = req.signal ? AbortSignal.any([req.signal, deadline]) : deadline;
   const what = formatReference(ref);
+  const started = performance.now();
   const manifest = await readModelManifest(client, ref, signal);
   const parent = dirname(req.dest);
   await mkdir(parent, { recursive: true });
@@ -314,6 +315,10 @@ export async function placeArtifact(req: PlaceRequest): Promise<PlaceResult> {
     signal,
     log: req.logger?.child({ reference: what, digest: manifest.digest }),
   };
+  run.log?.debug(
+    { layers: manifest.layers.length, ms: Math.round(performance.now() - started) },
+    'manifest read and checked; fetching the blobs',
+  );
   try {
     await mkdir(run.tmp);
     await mkdir(run.blobs);
