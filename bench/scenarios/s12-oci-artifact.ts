@@ -9,12 +9,14 @@
  *   - oci: the shards pushed by the real `modctl` as 8 raw weight layers to the real registry (behind a counting
  *          proxy), a node-targeted `type: file` preheat of their blob URLs (the manager's `type: image` preheat
  *          refuses a registry on loopback: docs/dragonfly.md), then `peerload fetch oci://…` on each of the N nodes.
- * Both are timed from the preheat's creation to the last node's placement, the placements starting as the job is
+ *   - s3sum (with --checksums12): as s3, each file's sha256 in the spec, so the agent hashes every file as it hashes
+ *          every layer: the artifact against it shows what the digest check costs, apart from the registry.
+ * All are timed from the preheat's creation to the last node's placement, the placements starting as the job is
  * created (as a node-targeted gate opens); the push and the upload are not timed.
  * Target: oci within 1.1× of s3 at each N, the registry read once per blob (the peers' 1-byte probes aside), every
  * raw layer placed as a hard link.
  */
-import { randomBytes } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -36,8 +38,8 @@ import { progress, stat, type Row } from '../lib/report.ts';
 
 const BUCKET = 'bench12';
 const NS = [1, 2, 4] as const;
-const MODES = ['s3', 'oci'] as const;
-type Mode = (typeof MODES)[number];
+/** s3sum: the S3 directory with each file's sha256 in the spec, so the agent checks it as it checks a layer. */
+type Mode = 's3' | 'oci' | 's3sum';
 const SHARDS = 8;
 const shardName = (i: number) => `shard-${String(i + 1).padStart(2, '0')}-of-${SHARDS}.bin`;
 const SHARD_NAMES = Array.from({ length: SHARDS }, (_, i) => shardName(i));
@@ -55,6 +57,11 @@ export interface S12Options {
    * its downloads with the node peers instead of when the first of them registers; in the row's label.
    */
   seedFirst?: boolean;
+  /**
+   * Also place the S3 directory with each file's sha256 in its spec (the agent then hashes every file, as it does
+   * every layer of an artifact): what the digest check costs, apart from the registry; in the row's notes.
+   */
+  checksums?: boolean;
 }
 
 interface Run {
@@ -129,8 +136,9 @@ async function repetition(
   rep: number,
   shard: Buffer,
   ns: readonly number[],
-  { schedulerRetries, seedFirst }: S12Options,
+  { schedulerRetries, seedFirst, checksums }: S12Options,
 ): Promise<Run[]> {
+  const modes: Mode[] = checksums ? ['s3', 'oci', 's3sum'] : ['s3', 'oci'];
   const cleanup: realnet.Cleanup = [];
   const work = await mkdtemp(join(tmpdir(), 'peerload-bench12-'));
   cleanup.push(() => rm(work, { recursive: true, force: true }));
@@ -233,13 +241,19 @@ async function repetition(
       };
     };
 
-    async function s3(n: number, name: string): Promise<Run> {
-      for (const p of SHARD_NAMES) await minio.putObject(BUCKET, `${name}/${p}`, nextShard());
+    async function s3(n: number, name: string, sums: boolean): Promise<Run> {
+      const digests: string[] = [];
+      for (const p of SHARD_NAMES) {
+        const body = nextShard();
+        digests.push(createHash('sha256').update(body).digest('hex'));
+        await minio.putObject(BUCKET, `${name}/${p}`, body);
+      }
       settle();
       const files = [];
-      for (const p of SHARD_NAMES)
+      for (const [i, p] of SHARD_NAMES.entries())
         files.push({
           path: p,
+          ...(sums ? { sha256: digests[i] } : {}),
           url: (
             await signObjectURL(location, `${name}/${p}`, minio.credentials(), {
               expiresSeconds: 3600,
@@ -290,7 +304,7 @@ async function repetition(
       const counts = lines.map((l) => /\((\d+) local hits, (\d+) hard links\)/.exec(l));
       if (counts.some((c) => !c)) throw new Error(`unexpected fetch output: ${lines.join('; ')}`);
       return {
-        mode: 's3',
+        mode: sums ? 's3sum' : 's3',
         n,
         rep,
         totalMs,
@@ -388,12 +402,12 @@ async function repetition(
 
     const runs: Run[] = [];
     for (const n of [...ns].sort((a, b) => b - a))
-      for (const mode of rep % 2 === 0 ? MODES : [...MODES].reverse()) {
+      for (const mode of rep % 2 === 0 ? modes : [...modes].reverse()) {
         const name = `${mode}-${n}-${rep}`;
-        const r = mode === 's3' ? await s3(n, name) : await oci(n, name, tool);
+        const r = mode === 'oci' ? await oci(n, name, tool) : await s3(n, name, mode === 's3sum');
         runs.push(r);
         progress(`s12 ${JSON.stringify(r)}`);
-        if (mode === 's3')
+        if (mode !== 'oci')
           await realnet.dropObjects(
             net,
             BUCKET,
@@ -445,12 +459,21 @@ function rowsOf(
     const of = (mode: Mode) => runs.filter((r) => r.mode === mode && r.n === n);
     const o = of('oci');
     const s = of('s3');
-    const ratio = stat(
-      o.map((r) => {
-        const ref = s.find((x) => x.rep === r.rep);
-        return ref ? r.totalMs / ref.totalMs : NaN;
-      }),
-    );
+    const summed = of('s3sum');
+    const against = (refs: Run[]) =>
+      stat(
+        o.map((r) => {
+          const ref = refs.find((x) => x.rep === r.rep);
+          return ref ? r.totalMs / ref.totalMs : NaN;
+        }),
+      );
+    const ratio = against(s);
+    const fmt = (v: { median: number; min: number; max: number }, d = 2) =>
+      `${v.median.toFixed(d)} [${v.min.toFixed(d)}–${v.max.toFixed(d)}]`;
+    const sums =
+      summed.length > 0
+        ? `the S3 directory with each file's sha256 checked: ${fmt(stat(summed.map((r) => r.totalMs / 1000)), 1)} s, the artifact ${fmt(against(summed))}× of it, its placements' CPU ${summed.map(cpuOf).join(', ')}; `
+        : '';
     const once = o.every((r) => r.maxBlobReads !== undefined && r.maxBlobReads <= 1);
     const linked = o.every((r) => r.hardLinks === n * SHARDS);
     return {
@@ -466,6 +489,7 @@ function rowsOf(
       target: '≤ 1.1× the S3 directory, the registry read once per blob, every raw layer a hard link',
       pass: o.length > 0 && ratio.median <= 1.1 && once && linked,
       notes:
+        sums +
         `registry bytes per run ${o.map((r) => MiB(r.originBytes)).join(', ')} (max per blob ${o.map((r) => r.maxBlobReads?.toFixed(6)).join(', ')}×, 1-byte probes ${o.map((r) => r.probes).join(', ')}); ` +
         `MinIO bytes ${s.map((r) => MiB(r.originBytes)).join(', ')}; ` +
         `hard links oci ${o.map((r) => `${r.hardLinks}/${n * SHARDS}`).join(', ')}, s3 ${s.map((r) => `${r.hardLinks}/${n * SHARDS}`).join(', ')}; ` +
