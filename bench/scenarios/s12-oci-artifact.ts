@@ -19,7 +19,7 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { availableParallelism, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ManagerClient } from '../../src/manager/client.ts';
 import type { PlaceResult } from '../../src/oci/place.ts';
@@ -30,7 +30,7 @@ import { ROOT_USER, type DragonflyOptions } from '../../test/support/dragonfly.t
 import { modctl, modctlBuild, nodePlacementArgs, type Modctl } from '../../test/support/modctl.ts';
 import { jobEnd } from '../../test/support/job-end.ts';
 import { startRegistry } from '../../test/support/registry.ts';
-import { cpuSeconds } from '../lib/cpu.ts';
+import { coresBusySince, cpuSeconds, machineTicks } from '../lib/cpu.ts';
 import { dropPageCache } from '../lib/disk.ts';
 import { peerloadFetchProcess } from '../lib/fetch-process.ts';
 import * as realnet from '../lib/realnet.ts';
@@ -99,6 +99,9 @@ interface Run {
    *  (the origins' counting proxies), the placements' `peerload fetch` processes (summed; NaN without GNU time) and
    *  the origin servers (MinIO and the registry, summed: only the run's own origin serves during it). */
   cpu: { seed: number; nodes: number; bench: number; agents?: number; origins?: number };
+  /** The machine's busy cores, on average from the preheat's creation to the last placement (of `cores`). */
+  busyCores?: number;
+  cores?: number;
   /** When the origin served the run's content (its GETs), ms from the preheat's creation. */
   originWindow?: { firstMs: number; lastMs: number } | undefined;
 }
@@ -274,6 +277,7 @@ async function repetition(
       const cpu0 = cpuNow();
       cuts = 0;
       agentCpu = 0;
+      const ticks0 = machineTicks();
       const t0 = performance.now();
       const startedAt = Date.now();
       const job = await preheat(
@@ -299,6 +303,7 @@ async function repetition(
         }),
       );
       const totalMs = performance.now() - t0;
+      const busyCores = coresBusySince(ticks0, availableParallelism());
       const preheatMs = (await job.ended()) - t0;
       // "fetched …: 8 files, … (L local hits, H hard links)"
       const counts = lines.map((l) => /\((\d+) local hits, (\d+) hard links\)/.exec(l));
@@ -309,6 +314,8 @@ async function repetition(
         rep,
         totalMs,
         startedAt,
+        busyCores,
+        cores: availableParallelism(),
         preheatMs,
         originBytes: served(origin, `/${BUCKET}/${name}/`) - before,
         originWindow: originWindow(origin, `/${BUCKET}/${name}/`, t0),
@@ -347,6 +354,7 @@ async function repetition(
       const cpu0 = cpuNow();
       cuts = 0;
       agentCpu = 0;
+      const ticks0 = machineTicks();
       const t0 = performance.now();
       const startedAt = Date.now();
       const job = await preheat(
@@ -371,6 +379,7 @@ async function repetition(
         }),
       );
       const totalMs = performance.now() - t0;
+      const busyCores = coresBusySince(ticks0, availableParallelism());
       const preheatMs = (await job.ended()) - t0;
       const blobGets = reg.requests
         .slice(pushed)
@@ -387,6 +396,8 @@ async function repetition(
         rep,
         totalMs,
         startedAt,
+        busyCores,
+        cores: availableParallelism(),
         preheatMs,
         originBytes: manifest.layers.reduce((s, l) => s + blobBytes(l.digest), 0),
         originWindow: originWindow(reg, `/v2/bench/${name}/blobs/`, t0),
@@ -472,7 +483,7 @@ function rowsOf(
       `${v.median.toFixed(d)} [${v.min.toFixed(d)}–${v.max.toFixed(d)}]`;
     const sums =
       summed.length > 0
-        ? `the S3 directory with each file's sha256 checked: ${fmt(stat(summed.map((r) => r.totalMs / 1000)), 1)} s, the artifact ${fmt(against(summed))}× of it, its placements' CPU ${summed.map(cpuOf).join(', ')}; `
+        ? `the S3 directory with each file's sha256 checked: ${fmt(stat(summed.map((r) => r.totalMs / 1000)), 1)} s, the artifact ${fmt(against(summed))}× of it, CPU s as below ${summed.map(cpuOf).join(', ')}; `
         : '';
     const once = o.every((r) => r.maxBlobReads !== undefined && r.maxBlobReads <= 1);
     const linked = o.every((r) => r.hardLinks === n * SHARDS);
@@ -498,6 +509,7 @@ function rowsOf(
         `node peers sent to the origin (scheduler's NeedBackToSource + failed scheduler exchange) oci ${o.map(b2s).join(', ')}, s3 ${s.map(b2s).join(', ')}; ` +
         `cut bodies asked again oci ${o.map((r) => r.cutRetries).join(', ')}, s3 ${s.map((r) => r.cutRetries).join(', ')}; ` +
         `CPU s (seed / node daemons / origins' proxies / agents' fetches / origin servers) oci ${o.map(cpuOf).join(', ')}, s3 ${s.map(cpuOf).join(', ')}; ` +
+        `busy cores of ${o[0]?.cores ?? '?'} (preheat → last placement) oci ${o.map((r) => r.busyCores?.toFixed(2)).join(', ')}, s3 ${s.map((r) => r.busyCores?.toFixed(2)).join(', ')}${summed.length > 0 ? `, s3sum ${summed.map((r) => r.busyCores?.toFixed(2)).join(', ')}` : ''}; ` +
         `origin reads from the preheat's creation (first request → last body end, s) oci ${o.map(windowOf).join(', ')}, s3 ${s.map(windowOf).join(', ')}`,
     };
   });
