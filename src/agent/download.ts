@@ -32,7 +32,7 @@ import {
 import { OciError } from '../oci/errors.ts';
 import { extractLayer, newExtractState } from '../oci/extract.ts';
 import { ChecksumMismatch, checkSha256, sha256File } from './checksum.ts';
-import { FetchError, fetchFile } from './proxy-fetch.ts';
+import { FetchError, fetchFile, fetchLogFields } from './proxy-fetch.ts';
 import { writeRecord } from './record.ts';
 import { specLocation, type ModelVersionSpec } from './spec.ts';
 
@@ -380,17 +380,7 @@ async function downloadFile(run: Run, i: number): Promise<void> {
     progress.filesDone++;
     if (r.localHit) progress.localHits++;
     if (r.hardLink) progress.hardLinks++;
-    run.log?.debug(
-      {
-        file: file.path,
-        bytes: r.bytes,
-        localHit: r.localHit,
-        hardLink: r.hardLink,
-        fetchMs: Math.round(fetched - asked),
-        checkMs: Math.round(performance.now() - fetched),
-      },
-      'file done',
-    );
+    run.log?.debug({ file: file.path, ...fetchLogFields(r, asked, fetched) }, 'file done');
   } catch (e) {
     fp.state = 'Failed';
     if (run.deadline.aborted) {

@@ -81,6 +81,20 @@ export interface FetchFileResult {
   sha256?: string | undefined;
 }
 
+/**
+ * How a fetched file is logged at debug level: what the fetch did, how long the fetch took (`asked` → `fetched`,
+ * performance.now() times) and how long its check after it took (→ now).
+ */
+export function fetchLogFields(r: FetchFileResult, asked: number, fetched: number) {
+  return {
+    bytes: r.bytes,
+    localHit: r.localHit,
+    hardLink: r.hardLink,
+    fetchMs: Math.round(fetched - asked),
+    checkMs: Math.round(performance.now() - fetched),
+  };
+}
+
 /** A download that failed; the message names the file and never holds a URL's query values. */
 export class FetchError extends Error {
   readonly status: number;

@@ -13,7 +13,7 @@ import { basename, dirname, join } from 'node:path';
 import type { Dispatcher } from 'undici';
 import type { Logger } from 'pino';
 import { TEMP_PREFIX } from '../agent/download.ts';
-import { FetchError, fetchFile } from '../agent/proxy-fetch.ts';
+import { FetchError, fetchFile, fetchLogFields } from '../agent/proxy-fetch.ts';
 import type { RegistryClient } from './client.ts';
 import { OciError, OciReason } from './errors.ts';
 import { extractLayer, newExtractState, type ExtractLimits } from './extract.ts';
@@ -213,17 +213,7 @@ async function fetchLayer(run: Run, l: ModelLayer): Promise<void> {
     hardLink: r.hardLink,
     hardLinkFallback: r.hardLinkFallback,
   });
-  run.log?.debug(
-    {
-      layer: l.index,
-      bytes: r.bytes,
-      localHit: r.localHit,
-      hardLink: r.hardLink,
-      fetchMs: Math.round(fetched - asked),
-      checkMs: Math.round(performance.now() - fetched),
-    },
-    'blob verified',
-  );
+  run.log?.debug({ layer: l.index, ...fetchLogFields(r, asked, fetched) }, 'blob verified');
 }
 
 /** Every distinct blob, `concurrency` at a time; the first failure stops the rest and is thrown. */
