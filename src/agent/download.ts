@@ -323,6 +323,47 @@ function countBytes(run: Run, i: number, n: number): void {
     );
 }
 
+/**
+ * Checks file `i` against its published sha256, when it has one: by the hash of its body as it arrived
+ * (`received`, `sha256:<hex>`), or, for a local hit's link whose body was never read, by reading it back.
+ */
+async function checkFile(run: Run, i: number, received: string | undefined, what: string): Promise<void> {
+  const file = run.spec.files[i]!;
+  if (file.sha256 === undefined) return;
+  const path = join(file.extract ? run.blobs : run.tmp, file.path);
+  checkSha256(received?.slice('sha256:'.length) ?? (await sha256File(path, run.signal)), file.sha256, what);
+}
+
+/** Records why file `i` failed, and fails the version for it. */
+function fileFailed(run: Run, i: number, e: unknown): void {
+  const { name, spec, progress } = run;
+  const fp = progress.files[i]!;
+  fp.state = 'Failed';
+  if (run.deadline.aborted) {
+    fp.error = 'deadline exceeded';
+    fail(
+      run,
+      'DeadlineExceeded',
+      `version ${spec.version} of ${name} was not complete within ${run.deadlineMs / 1000} s (${progress.filesDone} of ${progress.filesTotal} files)`,
+    );
+  } else if (run.cancel?.aborted) {
+    fp.error = 'cancelled';
+    fail(run, 'Cancelled', `the download of version ${spec.version} of ${name} was cancelled`);
+  } else {
+    const message = e instanceof Error ? e.message : String(e);
+    fp.error = redact(message);
+    const reason =
+      e instanceof DownloadRefused || e instanceof OciError
+        ? e.reason
+        : e instanceof ChecksumMismatch
+          ? 'ChecksumMismatch'
+          : e instanceof FetchError
+            ? 'DownloadFailed'
+            : 'WriteFailed';
+    fail(run, reason, message);
+  }
+}
+
 /** Downloads file `i` into the temporary directory and records the outcome. */
 async function downloadFile(run: Run, i: number): Promise<void> {
   const { name, spec, config, progress } = run;
@@ -360,15 +401,7 @@ async function downloadFile(run: Run, i: number): Promise<void> {
         run.log?.warn({ file: file.path, attempt, why }, 'the peer daemon cut the download; asking again'),
     });
     const fetched = performance.now();
-    if (file.sha256 !== undefined) {
-      // A body that came through here was hashed as it arrived; only a local hit's link (never read) is read back.
-      const path = join(file.extract ? run.blobs : run.tmp, file.path);
-      checkSha256(
-        r.sha256?.slice('sha256:'.length) ?? (await sha256File(path, run.signal)),
-        file.sha256,
-        what,
-      );
-    }
+    await checkFile(run, i, r.sha256, what);
     Object.assign(fp, {
       state: 'Done',
       taskID: r.taskID,
@@ -382,30 +415,7 @@ async function downloadFile(run: Run, i: number): Promise<void> {
     if (r.hardLink) progress.hardLinks++;
     run.log?.debug({ file: file.path, ...fetchLogFields(r, asked, fetched) }, 'file done');
   } catch (e) {
-    fp.state = 'Failed';
-    if (run.deadline.aborted) {
-      fp.error = 'deadline exceeded';
-      fail(
-        run,
-        'DeadlineExceeded',
-        `version ${spec.version} of ${name} was not complete within ${run.deadlineMs / 1000} s (${progress.filesDone} of ${progress.filesTotal} files)`,
-      );
-    } else if (run.cancel?.aborted) {
-      fp.error = 'cancelled';
-      fail(run, 'Cancelled', `the download of version ${spec.version} of ${name} was cancelled`);
-    } else {
-      const message = e instanceof Error ? e.message : String(e);
-      fp.error = redact(message);
-      const reason =
-        e instanceof DownloadRefused || e instanceof OciError
-          ? e.reason
-          : e instanceof ChecksumMismatch
-            ? 'ChecksumMismatch'
-            : e instanceof FetchError
-              ? 'DownloadFailed'
-              : 'WriteFailed';
-      fail(run, reason, message);
-    }
+    fileFailed(run, i, e);
   }
 }
 
