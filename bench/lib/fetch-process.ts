@@ -27,13 +27,13 @@ export function peerloadFetchProcess(
   // <dir>/<pid>.log.
   const profile = process.env['PEERLOAD_BENCH_CPU_PROF'];
   const logDir = process.env['PEERLOAD_BENCH_FETCH_LOG'];
-  if (logDir) argv = [...argv, '--log-level', 'debug'];
   const command = [
     process.execPath,
     ...(profile ? ['--cpu-prof', `--cpu-prof-dir=${profile}`] : []),
     join(ROOT, 'bin/peerload.js'),
     'fetch',
     ...argv,
+    ...(logDir ? ['--log-level', 'debug'] : []),
   ];
   const timed = existsSync(GNU_TIME);
   const child = timed

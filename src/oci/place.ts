@@ -201,8 +201,8 @@ async function fetchLayer(run: Run, l: ModelLayer): Promise<void> {
       });
     throw e;
   }
-  // A body that came through here was hashed as it arrived; only a local hit's link (never read) is read back.
   const fetched = performance.now();
+  // A body that came through here was hashed as it arrived; only a local hit's link (never read) is read back.
   if (r.sha256 !== undefined) checkDigest(r.sha256, l.digest, l.name);
   else await verifyBlob(target, l.digest, l.name, run.signal);
   Object.assign(run.reports[l.index]!, {
