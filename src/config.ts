@@ -123,6 +123,12 @@ const ALL = {
 } as const satisfies Record<string, { flag: string; help: string; boolean?: boolean }>;
 type Key = keyof typeof ALL;
 
+/** Every operator flag by name, with whether it is a host allow-list: for tooling that must cover each one (the tests'
+ *  loopback profile is held to it). */
+export function operatorFlags(): { flag: string; hostList: boolean }[] {
+  return (Object.keys(ALL) as Key[]).map((key) => ({ flag: ALL[key].flag, hostList: HOST_LISTS.has(key) }));
+}
+
 const HOST_LISTS = new Set<Key>([
   'allowedManagerHosts',
   'allowedEndpointHosts',
