@@ -582,11 +582,18 @@ export const MAX_TARGET_IPS = 100;
  * What the owned preheat of a spec.source warms: the files' URLs and the query parameters left out of their ids
  * (a file preheat), or an OCI manifest the manager reads itself (an image preheat with the registry's credentials).
  */
-export type SourcePreheat = FilePreheat | ImagePreheat;
+export type SourcePreheat = FilePreheat | ImagePreheat | HubPreheat;
 /** Files by URL, with the query parameters left out of their task ids. */
 export interface FilePreheat {
   urls: string[];
   filter: string[];
+}
+/**
+ * A Hub repository read with a token, pinned to the commit the ServedModel resolved: the ModelPreheat resolves it
+ * itself, so the token's task tag is derived from the Secret when the job is planned and never written to a spec.
+ */
+export interface HubPreheat {
+  huggingface: HubSource;
 }
 /** An OCI manifest the manager reads, with the registry Secret it asks a token with. */
 export interface ImagePreheat {
@@ -627,6 +634,7 @@ function preheatContent(spec: ServedModelSpec, source: SourcePreheat | undefined
       url: source.image.url,
       imageCredentialsSecretRef: source.image.credentialsSecretRef,
     };
+  if ('huggingface' in source) return { type: 'file', source: { huggingface: source.huggingface } };
   return {
     type: 'file',
     urls: source.urls,

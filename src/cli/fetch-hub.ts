@@ -18,6 +18,7 @@ import { parseHubURI } from '../huggingface/reference.ts';
 import { lfsLocations } from '../huggingface/locations.ts';
 import { hubVersionSpec } from '../huggingface/version-spec.ts';
 import { redact, rememberSecret } from '../redact.ts';
+import { hubTokenTag } from '../storage/credential-tag.ts';
 import { createLogger } from '../runtime/logger.ts';
 import { DOWNLOAD_OPTIONS, DOWNLOAD_OPTIONS_USAGE, downloaderConfig } from './agent.ts';
 import { parseCommandArgs } from './args.ts';
@@ -140,8 +141,10 @@ async function hubSpec(
       timeoutMs: listingMs,
     });
     const locations = await lfsLocations(client, listing);
+    // With a token every file's task carries the token's tag, the one the operator's agents and preheat give it.
+    const tag = token !== undefined ? hubTokenTag(endpoint.url, ref.repo, token) : undefined;
     const spec = ModelVersionSpecSchema.safeParse(
-      hubVersionSpec(endpoint, listing, locations, { headers: client.authHeaders(), version }),
+      hubVersionSpec(endpoint, listing, locations, { headers: client.authHeaders(), version, tag }),
     );
     if (!spec.success) throw new CliError(`hf://${ref.repo}: ${redact(specProblems(spec.error))}`);
     return { spec: spec.data, commit: listing.sha };

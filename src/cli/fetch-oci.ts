@@ -16,6 +16,8 @@ import { dockerConfigCredentials, secretCredentials, type RegistryCredentials } 
 import { OciError, OciReason } from '../oci/errors.ts';
 import { DEFAULT_PLACE_LIMITS, placeArtifact, type PlaceResult } from '../oci/place.ts';
 import { parseReference } from '../oci/reference.ts';
+import { registryCredentialTag } from '../storage/credential-tag.ts';
+import { TAG_HEADER } from '../storage/taskid.ts';
 import { downloaderConfig } from './agent.ts';
 import { CliError } from './errors.ts';
 import type { FetchLines } from './fetch-place.ts';
@@ -159,10 +161,13 @@ export async function runOci(
         credentials,
         allowedHosts,
       });
+      // With credentials the blobs' tasks carry their tag, the one the operator's agents and preheat give them.
+      const tag = credentials && registryCredentialTag(client.baseURL, ref.repository, credentials);
       result = await placeArtifact({
         client,
         ref,
         dest,
+        headers: tag !== undefined ? { [TAG_HEADER]: tag } : undefined,
         proxy: config.proxy,
         dispatcher: config.dispatcher,
         hardLinkRoot: config.hardLinkRoot,

@@ -21,6 +21,7 @@ import {
 import { lfsLocations } from '../huggingface/locations.ts';
 import type { HostRule } from '../policy/reach.ts';
 import { redact } from '../redact.ts';
+import { hubTokenTag } from '../storage/credential-tag.ts';
 
 export interface HubResolverDeps {
   /** One key of a Secret of the namespace. */
@@ -39,6 +40,12 @@ export interface HubResolution {
   listing: HubListing;
   locations: ReadonlyMap<string, string>;
   locatedAt: number;
+  /**
+   * The token's task tag (storage/credential-tag.ts), when the source has a token: every file's task (git and LFS)
+   * carries it, so a gated or private file is named only by holders of the token. Undefined: a public source,
+   * whose tasks every tenant shares.
+   */
+  tag: string | undefined;
 }
 
 /** CDN URLs are asked for again after this long (the Hub signs them for an hour). */
@@ -137,7 +144,8 @@ export class HubResolver {
       ? kept.resolution.listing
       : await listRepoFiles(client, hf.repo, revision, hf, limits, signal);
     const locations = await lfsLocations(client, listing, signal);
-    const resolution = { endpoint, client, listing, locations, locatedAt: now };
+    const tag = token !== undefined ? hubTokenTag(endpoint.url, hf.repo, token) : undefined;
+    const resolution = { endpoint, client, listing, locations, locatedAt: now, tag };
     this.byKey.set(key, { id, resolution });
     return resolution;
   }

@@ -5,7 +5,9 @@
  *     (the signature changes with every redirect; the path holds the object's sha256), and no token: the peer
  *     daemon would send it to the CDN and write it into its log (docs/dragonfly.md). A redirect back to the
  *     Hub's own host keeps the token, as huggingface_hub does.
- * LFS files carry their sha256, checked before the directory is placed.
+ * LFS files carry their sha256, checked before the directory is placed. A source read with a token gives every
+ * file's task the token's tag (storage/credential-tag.ts): a gated or private file is then no task a pod without
+ * the token can name through a node's proxy, whether it sits at the Hub or at its CDN.
  */
 import type { ModelVersionSpec } from '../agent/spec.ts';
 import { resolveURL, type HubEndpoint } from './endpoint.ts';
@@ -18,6 +20,8 @@ export interface HubVersionOptions {
   version?: string | undefined;
   /** The token's header (HubClient.authHeaders): sent only with requests to the Hub's host. */
   headers?: Record<string, string> | undefined;
+  /** The token's task tag (storage/credential-tag.ts hubTokenTag): every file's task carries it. */
+  tag?: string | undefined;
   maxBytes?: number | undefined;
   deadlineSeconds?: number | undefined;
 }
@@ -57,6 +61,7 @@ export function hubVersionSpec(
     directory: opts.directory ?? listing.repo,
     files,
     ...(filter.size > 0 ? { filter: [...filter].sort() } : {}),
+    ...(opts.tag !== undefined ? { tag: opts.tag } : {}),
     ...(opts.maxBytes !== undefined ? { maxBytes: opts.maxBytes } : {}),
     ...(opts.deadlineSeconds !== undefined ? { deadlineSeconds: opts.deadlineSeconds } : {}),
   };

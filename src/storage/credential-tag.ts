@@ -18,6 +18,14 @@
  * then last one session), OSS the access key secret, GCS the service account's private key as PKCS#8 DER (one key
  * however its PEM is written), Azure the account key's bytes. The rules are shared with the Java plugin through
  * test/vectors/credential-tag.json.
+ *
+ * The other private sources follow the same rule with their own long-lived secret, so that every holder (the
+ * operator's preheat, the agents, `peerload fetch`) derives the same tag and nobody else can:
+ *   - a registry (an OCI source with credentials): the key is `username:password` (what a docker config's `auth`
+ *     holds), never the short-lived bearer token its token service hands out (every holder gets another one, and
+ *     it changes every few minutes), over `oci` and `<registry host[:port]>/<repository>`;
+ *   - a Hugging Face Hub (a source with a token): the key is the token, over `huggingface` and
+ *     `<endpoint host[:port]>/<repo>`: the git files at the Hub and the LFS files at its CDN alike.
  */
 import { createHmac, createPrivateKey } from 'node:crypto';
 import type { StorageCredentials } from './credentials.ts';
@@ -53,6 +61,12 @@ function secretOf(credentials: StorageCredentials): Buffer {
   }
 }
 
+/** `peerload-` and the first 32 hex digits (128 bits) of the HMAC keyed by `key` over the kind and the scope. */
+function secretTag(key: Buffer | string, kind: string, scope: string): string {
+  const mac = createHmac('sha256', key).update(`${CONTEXT}\n${kind}\n${scope}`, 'utf8').digest('hex');
+  return CREDENTIAL_TAG_PREFIX + mac.slice(0, 32);
+}
+
 /** The tag the credentials give objects of `location`'s bucket: `peerload-` and 32 hex digits (128 bits). */
 export function credentialTag(
   location: Pick<StorageLocation, 'type' | 'bucket' | 'container' | 'accountName'>,
@@ -60,10 +74,28 @@ export function credentialTag(
 ): string {
   if (credentials.type !== location.type)
     throw new Error(`credentials of type ${credentials.type} do not read ${location.type} objects`);
-  const mac = createHmac('sha256', secretOf(credentials))
-    .update(`${CONTEXT}\n${location.type}\n${tagScope(location)}`, 'utf8')
-    .digest('hex');
-  return CREDENTIAL_TAG_PREFIX + mac.slice(0, 32);
+  return secretTag(secretOf(credentials), location.type, tagScope(location));
+}
+
+/** `host[:port]` of a URL as WHATWG writes it (lower case, the scheme's default port dropped). */
+const hostOf = (url: string) => new URL(url).host;
+
+/**
+ * The tag registry credentials give the blobs of `repository` at `registryURL` (`https://host[:port]`, or any URL
+ * at the registry: only its host and port count).
+ */
+export function registryCredentialTag(
+  registryURL: string,
+  repository: string,
+  credentials: { username: string; password: string },
+): string {
+  const key = Buffer.from(`${credentials.username}:${credentials.password}`, 'utf8');
+  return secretTag(key, 'oci', `${hostOf(registryURL)}/${repository}`);
+}
+
+/** The tag a Hub token gives the files of `repo` at the Hub `endpointURL` (its CDN's URLs included). */
+export function hubTokenTag(endpointURL: string, repo: string, token: string): string {
+  return secretTag(Buffer.from(token, 'utf8'), 'huggingface', `${hostOf(endpointURL)}/${repo}`);
 }
 
 /**

@@ -1,7 +1,12 @@
 import { createPrivateKey } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
-import { credentialTag, taskTag } from '../../src/storage/credential-tag.ts';
+import {
+  credentialTag,
+  hubTokenTag,
+  registryCredentialTag,
+  taskTag,
+} from '../../src/storage/credential-tag.ts';
 import { credentialsFromSecretData, type StorageCredentials } from '../../src/storage/credentials.ts';
 import type { ObjectStorageType } from '../../src/api/objectstorage.ts';
 
@@ -62,5 +67,43 @@ describe('the credential tag of a private object', () => {
 
   it.each(vectors.joined.map((j) => [JSON.stringify(j), j] as const))('joins the tags as %s', (_n, j) => {
     expect(taskTag(j.tag ?? undefined, j.credential ?? undefined)).toBe(j.expected);
+  });
+});
+
+const sources = JSON.parse(readFileSync('test/vectors/source-tag.json', 'utf8')) as {
+  cases: (
+    | { kind: 'oci'; registryURL: string; repository: string; username: string; password: string; tag: string }
+    | { kind: 'huggingface'; endpointURL: string; repo: string; token: string; tag: string }
+  )[];
+};
+
+describe('the tag of a private registry or Hub source', () => {
+  it.each(sources.cases.map((c) => [`${c.kind} ${JSON.stringify(c).slice(0, 80)}`, c] as const))(
+    'is the shared vector (Python hmac) for %s',
+    (_name, c) => {
+      const got =
+        c.kind === 'oci'
+          ? registryCredentialTag(c.registryURL, c.repository, c)
+          : hubTokenTag(c.endpointURL, c.repo, c.token);
+      expect(got).toBe(c.tag);
+    },
+  );
+
+  it('derives from the long-lived credentials and the repository, never from a bearer token or the scheme', () => {
+    const creds = { username: 'u', password: 'p' };
+    const a = registryCredentialTag('https://r.example', 'm/x', creds);
+    // Every URL of the registry names the same scope: the blob URL the agent fetches, the manifest URL a preheat names.
+    expect(registryCredentialTag('https://r.example/v2/m/x/blobs/sha256:00', 'm/x', creds)).toBe(a);
+    expect(registryCredentialTag('https://R.EXAMPLE:443', 'm/x', creds)).toBe(a);
+    expect(registryCredentialTag('https://r.example', 'm/y', creds)).not.toBe(a);
+    expect(registryCredentialTag('https://r.example', 'm/x', { ...creds, password: 'q' })).not.toBe(a);
+    expect(registryCredentialTag('https://r.example', 'm/x', { ...creds, username: 'v' })).not.toBe(a);
+    expect(a).toMatch(/^peerload-[0-9a-f]{32}$/);
+    const h = hubTokenTag('https://huggingface.co', 'org/m', 'hf_token');
+    expect(hubTokenTag('https://huggingface.co', 'org/m', 'hf_other')).not.toBe(h);
+    expect(hubTokenTag('https://mirror.example', 'org/m', 'hf_token')).not.toBe(h);
+    // Another kind with the same key and scope text is another tag (domain separation by kind).
+    expect(hubTokenTag('https://r.example', 'm/x', 'u:p')).not.toBe(a);
+    expect(h).not.toContain('hf_token');
   });
 });

@@ -12,11 +12,13 @@ import {
   ownedPreheatSpec,
   ServedModelSpec,
   type ServedModel,
+  type SourcePreheat,
 } from '../../src/api/index.ts';
 import { RELOCATE_AFTER_MS } from '../../src/controllers/hub-resolution.ts';
 import { HubSources } from '../../src/controllers/servedmodel/hub-source.ts';
 import { parseHostRules } from '../../src/policy/reach.ts';
 import { forgetSecrets } from '../../src/redact.ts';
+import { hubTokenTag } from '../../src/storage/credential-tag.ts';
 import { startHubEmulator, type HubEmulator } from '../support/hub-emulator.ts';
 import { hubServedModel } from '../support/hub-served-model.ts';
 
@@ -44,6 +46,12 @@ const sources = () =>
     dispatcher,
     now: () => clock,
   });
+
+/** The owned preheat of a source without a token: its files' URLs. */
+const urlsOf = (p: SourcePreheat | undefined) => {
+  if (!p || !('urls' in p)) throw new Error(`not a preheat of URLs: ${JSON.stringify(p)}`);
+  return p;
+};
 
 const served = (huggingface: object, meta: Partial<ServedModel['metadata']> = {}, status?: object) =>
   hubServedModel(hub.url, huggingface, meta, status);
@@ -151,9 +159,10 @@ describe('a Hugging Face source', () => {
     const first = await of(s, served({ repo: 'org/tiny' }));
     if (!first.ok) throw new Error(first.message);
     const lfs = first.files.files.find((f) => f.path === '1/model.onnx')!.url!;
-    expect(first.preheat!.urls[0]).toBe(lfs);
-    expect(first.preheat!.urls).toHaveLength(3);
-    expect(first.preheat!.filter).toEqual(first.files.filter);
+    const warm = urlsOf(first.preheat);
+    expect(warm.urls[0]).toBe(lfs);
+    expect(warm.urls).toHaveLength(3);
+    expect(warm.filter).toEqual(first.files.filter);
     const owned = ModelPreheatSpec.parse(
       ownedPreheatSpec(
         ServedModelSpec.parse({ ...served({ repo: 'org/tiny' }).spec, preheat: { create: true } }),
@@ -162,8 +171,8 @@ describe('a Hugging Face source', () => {
       ),
     );
     expect(owned).toMatchObject({
-      urls: first.preheat!.urls,
-      filteredQueryParams: first.preheat!.filter,
+      urls: warm.urls,
+      filteredQueryParams: warm.filter,
       scope: 'all_peers',
       targets: { ips: ['10.0.0.7'] },
     });
@@ -181,8 +190,31 @@ describe('a Hugging Face source', () => {
       served({ repo: 'org/private', tokenSecretRef: { name: 'hf', key: 't' } }),
     );
     if (!priv.ok) throw new Error(priv.message);
-    expect(priv.preheat!.urls).toEqual([priv.files.files.find((f) => f.path === '1/model.onnx')!.url]);
-    expect(JSON.stringify(priv.preheat)).not.toContain(TOKEN);
+    // With a token the ModelPreheat resolves the repository itself, pinned to this commit, so the token's tag is
+    // derived from the Secret when its job is planned and sits in no spec.
+    const commit = priv.status.huggingface!.commit;
+    expect(priv.preheat).toMatchObject({
+      huggingface: {
+        repo: 'org/private',
+        revision: commit,
+        tokenSecretRef: { name: 'hf', key: 't' },
+        endpoint: hub.url,
+      },
+    });
+    const ownedPrivate = ModelPreheatSpec.parse(
+      ownedPreheatSpec(
+        ServedModelSpec.parse({
+          ...served({ repo: 'org/private', tokenSecretRef: { name: 'hf', key: 't' } }).spec,
+          preheat: { create: true },
+        }),
+        [],
+        priv.preheat,
+      ),
+    );
+    expect(ownedPrivate.source?.huggingface).toMatchObject({ repo: 'org/private', revision: commit });
+    expect(ownedPrivate.urls).toBeUndefined();
+    expect(ownedPrivate.tag).toBeUndefined();
+    expect(JSON.stringify(ownedPrivate)).not.toContain(TOKEN);
   });
 
   it('a private repository: its files with the token, each git file carrying it as its own header', async () => {
@@ -194,6 +226,17 @@ describe('a Hugging Face source', () => {
     const git = found.files.files.find((f) => f.path === 'config.json')!;
     expect(git.headers).toEqual({ authorization: `Bearer ${TOKEN}` });
     expect(found.files.headers).toBeUndefined();
+    // Every file's task (git at the Hub, LFS at the CDN) carries the token's tag: a pod without the token names
+    // none of them through a node's proxy.
+    expect(found.files.tag).toBe(hubTokenTag(hub.url, 'org/private', TOKEN));
+    const other = await of(
+      sources(),
+      served({ repo: 'org/gated', tokenSecretRef: { name: 'hf', key: 't' } }),
+    );
+    expect(other.ok && other.files.tag).toBe(hubTokenTag(hub.url, 'org/gated', TOKEN));
+    // A public repository read without a token keeps no tag: its tasks are shared by every tenant.
+    const pub = await of(sources(), served({ repo: 'org/tiny' }));
+    expect(pub.ok && pub.files.tag).toBeUndefined();
     expect(JSON.stringify(found.status)).not.toContain(TOKEN);
   });
 

@@ -116,7 +116,10 @@ export class HubPreheats {
       if (!isHubError(err)) throw err;
       throw new HubSourceError(hubFailure(FIELD, hf, err), (s) => failedSource(s, recorded));
     }
-    const files = hubVersionSpec(r.endpoint, r.listing, r.locations, { headers: r.client.authHeaders() });
+    const files = hubVersionSpec(r.endpoint, r.listing, r.locations, {
+      headers: r.client.authHeaders(),
+      tag: r.tag,
+    });
     const warm = preheatOf(files.files, files.filter ?? [], hf.tokenSecretRef === undefined);
     const source: PreheatSourceStatus = {
       ...recorded,
@@ -135,7 +138,7 @@ export class HubPreheats {
         (s) => failedSource(s, source),
       );
     const plan = await planPreheat(
-      asURLs(spec, warm),
+      asURLs(spec, warm, r.tag),
       namespace!,
       this.secrets,
       { bio },
@@ -153,16 +156,22 @@ export class HubPreheats {
 
 /**
  * The spec of the job: the source's URLs as a ServedModel's owned preheat names them (`urls`, and the CDN's query
- * parameters as `filteredQueryParams`, none when there are none), the rest of the spec (scope, targets, time-out,
- * clusters, peer daemon version) as it is.
+ * parameters as `filteredQueryParams`, none when there are none), the token's tag when there is a token, the rest
+ * of the spec (scope, targets, time-out, clusters, peer daemon version) as it is.
  */
-function asURLs(spec: ModelPreheatSpec, warm: { urls: string[]; filter: string[] }): ModelPreheatSpec {
+function asURLs(
+  spec: ModelPreheatSpec,
+  warm: { urls: string[]; filter: string[] },
+  tag: string | undefined,
+): ModelPreheatSpec {
   return {
     ...spec,
     source: undefined,
     type: 'file',
     urls: warm.urls,
     filteredQueryParams: warm.filter.length > 0 ? warm.filter : undefined,
+    // The token's tag, only in this spec the job is planned from: never written to the ModelPreheat.
+    tag,
   };
 }
 

@@ -6,7 +6,7 @@ import { base64SecretCredentials } from '../../oci/credentials.ts';
 import { parseDuration, type ModelPreheatSpec, type ObjectStorageSource } from '../../api/index.ts';
 import type { PreheatJobRequest } from '../../manager/types.ts';
 import { credentialsFromSecretData, type StorageCredentials } from '../../storage/credentials.ts';
-import { credentialTag, taskTag } from '../../storage/credential-tag.ts';
+import { credentialTag, registryCredentialTag, taskTag } from '../../storage/credential-tag.ts';
 import { signObjectURL } from '../../storage/sign.ts';
 import {
   DEFAULT_FILTERED_QUERY_PARAMS,
@@ -127,6 +127,21 @@ const identityOf =
       rule,
     });
 
+/**
+ * The tag of an image preheat's blob tasks: the spec's own with the registry credentials' (the manifest URL names
+ * the registry and the repository, as the blob URLs the manager derives from it do), none for an anonymous pull.
+ */
+export function imageTag(
+  spec: ModelPreheatSpec,
+  credentials: { username?: string | undefined; password?: string | undefined },
+): string | undefined {
+  const repository = /^[^:]+:\/\/[^/]+\/v2\/(.+)\/manifests\/[^/]+$/.exec(spec.url ?? '')?.[1];
+  if (credentials.username === undefined || credentials.password === undefined || repository === undefined)
+    return spec.tag;
+  const { username, password } = credentials;
+  return taskTag(spec.tag, registryCredentialTag(spec.url!, repository, { username, password }));
+}
+
 export async function planPreheat(
   spec: ModelPreheatSpec,
   namespace: string,
@@ -164,9 +179,16 @@ export async function planPreheat(
               password: await secrets.value(namespace, { name, key: 'password' }, signal),
             };
     }
-    // The blobs, and so the task ids, are known only once the manager has read the manifest.
+    // The blobs, and so the task ids, are known only once the manager has read the manifest. The manager gives
+    // every blob task the job's tag, so the credentials' tag names the blobs as the agents name them.
     return {
-      request: { ...common, url: spec.url, filteredQueryParams: spec.filteredQueryParams, ...credentials },
+      request: {
+        ...common,
+        tag: imageTag(spec, credentials),
+        url: spec.url,
+        filteredQueryParams: spec.filteredQueryParams,
+        ...credentials,
+      },
       tasks: [],
     };
   }

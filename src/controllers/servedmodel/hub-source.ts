@@ -9,7 +9,7 @@
  * so a moved branch changes nothing until the spec or the annotation does. The CDN URLs are signed for a while
  * (about an hour on the Hub), so they are asked for again when older than half of that; the task ids do not change.
  */
-import type { ServedModel, ServedModelSpec, FilePreheat, SourceStatus } from '../../api/index.ts';
+import type { ServedModel, ServedModelSpec, SourcePreheat, SourceStatus } from '../../api/index.ts';
 import type { HubSource } from '../../api/source-huggingface.ts';
 import type { HubReason } from '../../huggingface/errors.ts';
 import type { HubListing } from '../../huggingface/files.ts';
@@ -37,11 +37,12 @@ export type SourceFiles =
       status: SourceStatus;
       listing: HubListing;
       /**
-       * What the owned preheat warms: the URLs of the generation's first listing (a preheat job runs once; new
-       * signatures would only rewrite its spec), LFS files first, git files only without a token (it would have
-       * to travel in the job), at most 100.
+       * What the owned preheat warms. Without a token: the URLs of the generation's first listing (a preheat job
+       * runs once; new signatures would only rewrite its spec), LFS files first, at most 100. With a token: the
+       * repository pinned to the listed commit, which the ModelPreheat resolves itself (its LFS files only), so the
+       * token's task tag comes from the Secret when its job is planned and never sits in its spec.
        */
-      preheat: FilePreheat | undefined;
+      preheat: SourcePreheat | undefined;
     }
   | {
       ok: false;
@@ -94,7 +95,7 @@ export class HubSources {
 function filesOf(
   sm: ServedModel,
   hf: HubSource,
-  { endpoint, client, listing, locations }: HubResolution,
+  { endpoint, client, listing, locations, tag }: HubResolution,
 ): Extract<SourceFiles, { ok: true }> {
   const {
     version: _v,
@@ -102,6 +103,7 @@ function filesOf(
     ...files
   } = hubVersionSpec(endpoint, listing, locations, {
     headers: client.authHeaders(),
+    tag,
   });
   const refresh = refreshOf(sm);
   return {
@@ -110,7 +112,7 @@ function filesOf(
     count: listing.files.length,
     bytes: listing.files.reduce((n, f) => n + f.size, 0),
     digest: sourceDigest(listing),
-    preheat: preheatOf(files.files, files.filter ?? [], hf.tokenSecretRef === undefined),
+    preheat: ownedPreheat(hf, listing, files),
     status: {
       huggingface: { repo: hf.repo, revision: hf.revision, commit: listing.sha },
       observedGeneration: sm.metadata.generation ?? 0,
@@ -118,4 +120,16 @@ function filesOf(
     },
     listing,
   };
+}
+
+/** What the owned preheat of the source warms (see SourceFiles' `preheat`). */
+function ownedPreheat(
+  hf: HubSource,
+  listing: HubListing,
+  files: { files: { url?: string | undefined; sha256?: string | undefined }[]; filter?: string[] | undefined },
+): SourcePreheat | undefined {
+  if (hf.tokenSecretRef === undefined) return preheatOf(files.files, files.filter ?? [], true);
+  // Git files are not preheated with a token (it would travel in the manager's job): no LFS file, nothing to warm.
+  if (!listing.files.some((f) => f.sha256 !== undefined)) return undefined;
+  return { huggingface: { ...hf, revision: listing.sha } };
 }

@@ -3,7 +3,8 @@
  * when the peerload.io/refresh-source annotation takes a new value), the manifest read and checked whole
  * (ModelPack or modctl's `vnd.cnai` types), and the files the agent beside each replica places: every blob by its
  * registry URL through the node's peer, with its digest, its path (`org.cncf.model.filepath`) or, for a tar
- * layer, the archive to extract, and the registry's Authorization for that registry only.
+ * layer, the archive to extract, and the registry's Authorization for that registry only. A source with
+ * credentials gives its blobs' tasks the credentials' tag (withCredentialTag).
  *
  * The digest a generation resolved is kept in status.source: after an operator restart the manifest is read by
  * that digest, never by the tag again, so a moved tag changes nothing that runs until the spec (or the annotation)
@@ -20,12 +21,13 @@ import {
   type SourceStatus,
 } from '../../api/index.ts';
 import { RegistryClient } from '../../oci/client.ts';
-import { base64SecretCredentials } from '../../oci/credentials.ts';
+import { base64SecretCredentials, type RegistryCredentials } from '../../oci/credentials.ts';
 import { OciError, OciReason } from '../../oci/errors.ts';
 import { parseModelManifest, type ModelManifest } from '../../oci/manifest.ts';
 import { formatReference, parseReference, type OciReference } from '../../oci/reference.ts';
 import type { HostRule } from '../../policy/reach.ts';
 import { redact } from '../../redact.ts';
+import { registryCredentialTag } from '../../storage/credential-tag.ts';
 import type { ModelFiles } from '../../servers/driver.ts';
 
 /** What a source resolved to for this generation, or why it did not. */
@@ -146,7 +148,7 @@ export class OciSources {
   ): Promise<{ result: SourceFiles; authorized: boolean }> {
     try {
       const ref = parseReference(oci.reference);
-      const client = await this.client(sm, oci, ref, signal);
+      const { client, credentials } = await this.client(sm, oci, ref, signal);
       const at: OciReference = pinned !== undefined ? { ...ref, digest: pinned } : ref;
       const fetched = await client.manifest(at, signal);
       const manifest = parseModelManifest(
@@ -163,7 +165,10 @@ export class OciSources {
         layers: manifest.layers.length,
         bytes: manifest.bytes,
       };
-      const files = artifactFiles(client, ref, manifest, authorization, status);
+      const files = withCredentialTag(
+        artifactFiles(client, ref, manifest, authorization, status),
+        credentials && registryCredentialTag(client.baseURL, ref.repository, credentials),
+      );
       return {
         result: { ...files, preheat: ociPreheat(oci, files) },
         authorized: authorization !== undefined,
@@ -180,7 +185,7 @@ export class OciSources {
     oci: OciSource,
     ref: OciReference,
     signal?: AbortSignal,
-  ): Promise<RegistryClient> {
+  ): Promise<{ client: RegistryClient; credentials: RegistryCredentials | undefined }> {
     const secret = oci.credentialsSecretRef?.name;
     const credentials =
       secret !== undefined
@@ -189,7 +194,7 @@ export class OciSources {
             ref.registry,
           )
         : undefined;
-    return new RegistryClient(ref.registry, {
+    const client = new RegistryClient(ref.registry, {
       dispatcher: this.deps.dispatcher,
       plainHTTP: oci.plainHTTP === true,
       credentials,
@@ -197,6 +202,7 @@ export class OciSources {
       allowedHosts: credentials ? this.deps.registryHosts : undefined,
       maxManifestBytes: this.deps.maxManifestBytes,
     });
+    return { client, credentials };
   }
 }
 
@@ -224,6 +230,16 @@ export function ociPreheat(
   if (!oci.credentialsSecretRef && blobs.length > 0 && blobs.length <= MAX_PREHEAT_URLS)
     return { urls: [...blobs], filter: [] };
   return { image: { url: resolved.manifestURL, credentialsSecretRef: oci.credentialsSecretRef } };
+}
+
+/**
+ * The files with the registry credentials' task tag (storage/credential-tag.ts), when the source has credentials:
+ * a private blob's task is then named only by holders of the same credentials (the agents of this source, the
+ * owned image preheat, `peerload fetch oci://` with them), never by a bare GET of its URL through a node's proxy.
+ * An anonymous artifact keeps no tag: its tasks are shared by everyone who pulls it.
+ */
+export function withCredentialTag<T extends { files: ModelFiles }>(resolved: T, tag: string | undefined): T {
+  return tag === undefined ? resolved : { ...resolved, files: { ...resolved.files, tag } };
 }
 
 /** URLs one file preheat takes (ModelPreheat spec.urls). */
