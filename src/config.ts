@@ -13,7 +13,7 @@ import { DURATION_PATTERN, parseDuration } from './api/index.ts';
 import { DAEMON_VERSION_HINT, DEFAULT_TASK_ID_RULE, taskIdRule } from './storage/taskid.ts';
 import { parseHostRules, type HostRule } from './policy/reach.ts';
 import { defaultStorageHosts } from './policy/storage-reach.ts';
-import { DEFAULT_HUB_TOKEN_HOSTS } from './huggingface/endpoint.ts';
+import { DEFAULT_HUB_REDIRECT_HOSTS, DEFAULT_HUB_TOKEN_HOSTS } from './huggingface/endpoint.ts';
 
 /** A comma-separated host allow-list (src/policy/reach.ts); a bad entry fails naming it. */
 const hostRules = z.string().transform((list, ctx): HostRule[] => {
@@ -110,6 +110,10 @@ const ALL = {
     flag: 'allowed-hub-hosts',
     help: 'Hugging Face Hub hosts a ServedModel or ModelPreheat source.huggingface token may go to (its endpoint), same syntax. Default: huggingface.co; empty: none (public repositories only)',
   },
+  allowedHubRedirectHosts: {
+    flag: 'allowed-hub-redirect-hosts',
+    help: "Hosts a Hugging Face Hub may redirect an LFS file to (its CDN) besides its own, same syntax; the agents are told to fetch no other. Default: the public Hub's CDNs (cdn-lfs.hf.co, cdn-lfs-*.hf.co, cdn-lfs.huggingface.co, cdn-lfs-*.huggingface.co, cas-bridge.xethub.hf.co, *.cdn.hf.co); empty: none",
+  },
   pollBackoffStart: { flag: 'poll-backoff-start', help: 'First interval when polling external jobs' },
   pollBackoffMax: { flag: 'poll-backoff-max', help: 'Longest interval when polling external jobs' },
   cleanupGracePeriod: {
@@ -135,6 +139,7 @@ const HOST_LISTS = new Set<Key>([
   'allowedStorageHosts',
   'allowedRegistryHosts',
   'allowedHubHosts',
+  'allowedHubRedirectHosts',
 ]);
 
 const envName = (flag: string): string => `PEERLOAD_${flag.toUpperCase().replace(/-/g, '_')}`;
@@ -214,6 +219,8 @@ const OperatorConfigSchema = z
     allowedRegistryHosts: hostRules.default([]),
     // The public Hub only: a mirror or an Enterprise Hub is the admin's to name.
     allowedHubHosts: hostRules.default(parseHostRules(DEFAULT_HUB_TOKEN_HOSTS)),
+    // The public Hub's CDNs only: a mirror's or an Enterprise Hub's CDN is the admin's to name.
+    allowedHubRedirectHosts: hostRules.default(parseHostRules(DEFAULT_HUB_REDIRECT_HOSTS)),
     pollBackoffStart: duration('poll backoff start').default(2_000),
     pollBackoffMax: duration('poll backoff max').default(60_000),
     cleanupGracePeriod: duration('cleanup grace period').default(120_000),

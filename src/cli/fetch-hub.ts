@@ -11,7 +11,13 @@ import { parseDuration } from '../api/index.ts';
 import { DEFAULT_MAX_FILES, MAX_DIRECTORY_FILES } from '../api/fileset.ts';
 import { ModelVersionSpecSchema, SEGMENT, specProblems, type ModelVersionSpec } from '../agent/spec.ts';
 import { HubClient } from '../huggingface/client.ts';
-import { DEFAULT_HUB_ENDPOINT, DEFAULT_HUB_TOKEN_HOSTS, hubEndpoint } from '../huggingface/endpoint.ts';
+import {
+  DEFAULT_HUB_ENDPOINT,
+  DEFAULT_HUB_REDIRECT_HOSTS,
+  DEFAULT_HUB_TOKEN_HOSTS,
+  hubEndpoint,
+} from '../huggingface/endpoint.ts';
+import { parseHostRules } from '../policy/reach.ts';
 import { HubError } from '../huggingface/errors.ts';
 import { DEFAULT_LISTING_LIMITS, listRepoFiles } from '../huggingface/files.ts';
 import { parseHubURI } from '../huggingface/reference.ts';
@@ -36,6 +42,8 @@ with the commit.
 --token-file       a file holding the Hub token (default $HF_TOKEN); needed for gated and private repositories
 --token-hosts      hosts the token may be sent to, comma-separated (default ${DEFAULT_HUB_TOKEN_HOSTS}; *.domain,
                    IPs, ranges and :port allowed)
+--redirect-hosts   hosts an LFS file's redirect may name besides the Hub's own (its CDN), same syntax (default the
+                   public Hub's CDNs: ${DEFAULT_HUB_REDIRECT_HOSTS.split(',').join(', ')}); no other is fetched
 --include          glob of the files to keep (repeatable; default every file)
 --exclude          glob of the files to leave out (repeatable)
 --max-files        most files after include/exclude (default ${DEFAULT_MAX_FILES}, at most ${MAX_DIRECTORY_FILES})
@@ -50,6 +58,7 @@ const HUB_OPTIONS = {
   endpoint: { type: 'string' },
   'token-file': { type: 'string' },
   'token-hosts': { type: 'string', default: DEFAULT_HUB_TOKEN_HOSTS },
+  'redirect-hosts': { type: 'string', default: DEFAULT_HUB_REDIRECT_HOSTS },
   include: { type: 'string', multiple: true },
   exclude: { type: 'string', multiple: true },
   'max-files': { type: 'string' },
@@ -94,6 +103,12 @@ async function parseHubArgs(argv: string[], env: NodeJS.ProcessEnv) {
   } catch (e) {
     throw new CliError(`--endpoint/--token-hosts: ${(e as Error).message}`);
   }
+  let redirectHosts;
+  try {
+    redirectHosts = parseHostRules(values['redirect-hosts']);
+  } catch (e) {
+    throw new CliError(`--redirect-hosts: ${(e as Error).message}`);
+  }
   const maxFiles = values['max-files'] === undefined ? undefined : Number(values['max-files']);
   if (
     maxFiles !== undefined &&
@@ -125,7 +140,7 @@ async function parseHubArgs(argv: string[], env: NodeJS.ProcessEnv) {
     throw new CliError(
       `--version: must be one path segment of letters, digits, . _ - (not starting with .), got "${version}"`,
     );
-  return { ref, endpoint, token, config, selection, listingMs, version };
+  return { ref, endpoint, token, config, selection, listingMs, version, redirectHosts };
 }
 
 /** The repository listed at its commit as the agent's version; a Hub refusal is a line and an exit status. */
@@ -133,14 +148,14 @@ async function hubSpec(
   args: NonNullable<Awaited<ReturnType<typeof parseHubArgs>>>,
   io: FetchLines,
 ): Promise<{ spec: ModelVersionSpec; commit: string } | number> {
-  const { ref, endpoint, token, config, selection, listingMs, version } = args;
+  const { ref, endpoint, token, config, selection, listingMs, version, redirectHosts } = args;
   try {
     const client = new HubClient({ endpoint, dispatcher: config.dispatcher, token });
     const listing = await listRepoFiles(client, ref.repo, ref.revision, selection, {
       ...DEFAULT_LISTING_LIMITS,
       timeoutMs: listingMs,
     });
-    const locations = await lfsLocations(client, listing);
+    const locations = await lfsLocations(client, listing, { hosts: redirectHosts, flag: '--redirect-hosts' });
     // With a token every file's task carries the token's tag, the one the operator's agents and preheat give it.
     const tag = token !== undefined ? hubTokenTag(endpoint.url, ref.repo, token) : undefined;
     const spec = ModelVersionSpecSchema.safeParse(

@@ -54,6 +54,7 @@ export async function run(argv: string[]): Promise<number> {
     ['--allowed-storage-hosts', config.allowedStorageHosts],
     ['--allowed-registry-hosts', config.allowedRegistryHosts],
     ['--allowed-hub-hosts', config.allowedHubHosts],
+    ['--allowed-hub-redirect-hosts', config.allowedHubRedirectHosts],
   ] as const)
     if (rules.some((r) => r.name === '*'))
       logger.warn(

@@ -28,6 +28,8 @@ export interface HubResolverDeps {
   secretValue(namespace: string, ref: { name: string; key: string }, signal?: AbortSignal): Promise<string>;
   /** Hosts the token may go to (--allowed-hub-hosts). */
   tokenHosts: readonly HostRule[];
+  /** Hosts an LFS file's redirect may name besides the Hub's own (--allowed-hub-redirect-hosts). */
+  redirectHosts: readonly HostRule[];
   dispatcher?: Dispatcher | undefined;
   limits?: HubListingLimits | undefined;
   now?: () => number;
@@ -62,6 +64,7 @@ const FINAL_HUB_REASONS: ReadonlySet<string> = new Set([
   HubReason.NoFiles,
   HubReason.TooLarge,
   HubReason.BadAnswer,
+  HubReason.RedirectNotAllowed,
 ]);
 
 /** The value of the refresh annotation an object carries. */
@@ -143,7 +146,12 @@ export class HubResolver {
     const listing = same
       ? kept.resolution.listing
       : await listRepoFiles(client, hf.repo, revision, hf, limits, signal);
-    const locations = await lfsLocations(client, listing, signal);
+    const locations = await lfsLocations(
+      client,
+      listing,
+      { hosts: this.deps.redirectHosts, flag: '--allowed-hub-redirect-hosts' },
+      signal,
+    );
     const tag = token !== undefined ? hubTokenTag(endpoint.url, hf.repo, token) : undefined;
     const resolution = { endpoint, client, listing, locations, locatedAt: now, tag };
     this.byKey.set(key, { id, resolution });

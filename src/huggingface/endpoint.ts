@@ -10,6 +10,21 @@ export const DEFAULT_HUB_ENDPOINT = 'https://huggingface.co';
 /** The default allow-list of the token: the public Hub only. */
 export const DEFAULT_HUB_TOKEN_HOSTS = 'huggingface.co';
 
+/**
+ * The default allow-list of an LFS file's redirect: the public Hub's own CDNs, where huggingface.co's `resolve`
+ * sends an LFS file's bytes: the LFS buckets' CloudFront (`cdn-lfs.hf.co`, the regional `cdn-lfs-us-1.hf.co`,
+ * `cdn-lfs-eu-1.hf.co`, and the older `cdn-lfs*.huggingface.co` names) and the Xet storage bridge
+ * (`cas-bridge.xethub.hf.co`, and its regional `*.cdn.hf.co` names such as `us.aws.cdn.hf.co`).
+ */
+export const DEFAULT_HUB_REDIRECT_HOSTS = [
+  'cdn-lfs.hf.co',
+  'cdn-lfs-*.hf.co',
+  'cdn-lfs.huggingface.co',
+  'cdn-lfs-*.huggingface.co',
+  'cas-bridge.xethub.hf.co',
+  '*.cdn.hf.co',
+].join(',');
+
 export interface HubEndpoint {
   /** `https://host[:port]`, no trailing `/`. */
   url: string;

@@ -25,6 +25,8 @@ export const HubReason = {
   Unavailable: 'HubUnavailable',
   /** An answer that is not the Hub's (not JSON, the wrong shape, a foreign page link). */
   BadAnswer: 'HubBadAnswer',
+  /** An LFS file's redirect names a host outside the admin's redirect allow-list (locations.ts). */
+  RedirectNotAllowed: 'HubRedirectNotAllowed',
 } as const;
 export type HubReason = (typeof HubReason)[keyof typeof HubReason];
 

@@ -20,7 +20,11 @@ import { HubClient } from '../../src/huggingface/client.ts';
 import { hubEndpoint } from '../../src/huggingface/endpoint.ts';
 import { listRepoFiles } from '../../src/huggingface/files.ts';
 import { lfsLocations } from '../../src/huggingface/locations.ts';
+import { parseHostRules } from '../../src/policy/reach.ts';
 import { hubVersionSpec } from '../../src/huggingface/version-spec.ts';
+
+/** The emulator's CDN listens on loopback, as an admin would list a mirror's CDN. */
+const LOOPBACK_REDIRECTS = { hosts: parseHostRules('127.0.0.1'), flag: '--allowed-hub-redirect-hosts' };
 
 const TOKEN = 'hf_modelPreheatHubToken0123456789abcd';
 const WEIGHTS = Buffer.alloc(5 * 1024 * 1024 + 29, 7);
@@ -84,7 +88,7 @@ async function fetchTaskIDs(repo: string, selection: { exclude?: string[] }, tok
   const endpoint = hubEndpoint(hub.url, '127.0.0.1');
   const client = new HubClient({ endpoint, dispatcher, token });
   const listing = await listRepoFiles(client, repo, 'main', selection);
-  const spec = hubVersionSpec(endpoint, listing, await lfsLocations(client, listing), {
+  const spec = hubVersionSpec(endpoint, listing, await lfsLocations(client, listing, LOOPBACK_REDIRECTS), {
     headers: client.authHeaders(),
   });
   const progress = newProgress(repo, spec, '1.4');

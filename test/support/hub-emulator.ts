@@ -48,6 +48,8 @@ export interface HubEmulatorOptions {
   /** Loopback addresses of the two hosts (default 127.0.0.1 both, on their own ports). */
   hubHost?: string;
   cdnHost?: string;
+  /** A hostile Hub: the redirect target of an LFS file (`path`) instead of its CDN URL, when it returns one. */
+  redirectOf?: (path: string) => string | undefined;
 }
 
 export interface HubEmulator {
@@ -287,7 +289,7 @@ export async function startHubEmulator(opts: HubEmulatorOptions): Promise<HubEmu
       const repoCommit = { 'x-repo-commit': commit.sha };
       if (!file) return sendError(send, ERROR(404, 'EntryNotFound', 'Entry not found'), repoCommit);
       if (!file.lfs) return sendBytes(req, send, { ...repoCommit, etag: `"${file.blobId}"` }, file.content);
-      const location = signedCDNURL(file);
+      const location = opts.redirectOf?.(file.path) ?? signedCDNURL(file);
       return send(
         302,
         {

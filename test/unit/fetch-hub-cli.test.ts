@@ -11,7 +11,9 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { run } from '../../src/cli/fetch.ts';
 import { CliError } from '../../src/cli/errors.ts';
+import { DEFAULT_HUB_REDIRECT_HOSTS } from '../../src/huggingface/endpoint.ts';
 import { forgetSecrets } from '../../src/redact.ts';
+import { hubTokenTag } from '../../src/storage/credential-tag.ts';
 import { startHubEmulator, type HubEmulator } from '../support/hub-emulator.ts';
 import { startPeerProxy, type PeerProxy } from '../support/peer-proxy.ts';
 
@@ -45,6 +47,8 @@ describe('peerload fetch hf://', () => {
           '--min-free-bytes',
           '0',
           '--token-hosts',
+          '127.0.0.1',
+          '--redirect-hosts',
           '127.0.0.1',
           '--log-level',
           'error',
@@ -131,6 +135,32 @@ describe('peerload fetch hf://', () => {
     expect(r.err).toContain('HubTokenNotAllowed');
     expect(r.err).not.toContain(TOKEN);
     expect(hub.hubRequests.length).toBe(before);
+  });
+
+  it("a redirect outside --redirect-hosts (the public Hub's CDNs by default): exit 2 naming the file and the flag, nothing fetched", async () => {
+    const before = peer.requests.length;
+    const r = await fetchHub(['hf://org/model', '--redirect-hosts', DEFAULT_HUB_REDIRECT_HOSTS]);
+    expect(r.code).toBe(2);
+    expect(r.err).toMatch(
+      /^peerload fetch: HubRedirectNotAllowed: .*the Hub redirects model\.safetensors to http:\/\/127\.0\.0\.1:\d+, which is not in --redirect-hosts \(cdn-lfs\.hf\.co, /,
+    );
+    expect(r.err).not.toContain('X-Amz-Signature');
+    // The node's proxy was asked for nothing: no agent or daemon is told about the target.
+    expect(peer.requests.length).toBe(before);
+    await expect(stat(join(r.dest, 'org', 'model'))).rejects.toThrow();
+  });
+
+  it("with a token, every file carries the token's task tag; without one, none", async () => {
+    const tagged = (from: number) =>
+      peer.requests.slice(from).map((q) => q.headers['x-dragonfly-tag'] as string | undefined);
+    const before = peer.requests.length;
+    expect((await fetchHub(['hf://org/gated'], { HF_TOKEN: TOKEN })).code).toBe(0);
+    const tags = tagged(before);
+    expect(tags.length).toBeGreaterThan(0);
+    expect(new Set(tags)).toEqual(new Set([hubTokenTag(hub.url, 'org/gated', TOKEN)]));
+    const mid = peer.requests.length;
+    expect((await fetchHub(['hf://org/model'])).code).toBe(0);
+    expect(tagged(mid).every((t) => t === undefined)).toBe(true);
   });
 
   it('an unknown revision: exit 2 with HubRevisionNotFound', async () => {

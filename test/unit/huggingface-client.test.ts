@@ -15,10 +15,14 @@ import { hubEndpoint, resolveURL } from '../../src/huggingface/endpoint.ts';
 import { HubError, HubReason } from '../../src/huggingface/errors.ts';
 import { DEFAULT_LISTING_LIMITS, listRepoFiles } from '../../src/huggingface/files.ts';
 import { lfsLocations } from '../../src/huggingface/locations.ts';
+import { parseHostRules } from '../../src/policy/reach.ts';
 import { hubVersionSpec } from '../../src/huggingface/version-spec.ts';
 import { taskID } from '../../src/storage/taskid.ts';
 import { forgetSecrets, rememberSecret } from '../../src/redact.ts';
 import { startHubEmulator, type HubEmulator } from '../support/hub-emulator.ts';
+
+/** The emulator's CDN listens on loopback, as an admin would list a mirror's CDN. */
+const LOOPBACK_REDIRECTS = { hosts: parseHostRules('127.0.0.1'), flag: '--allowed-hub-redirect-hosts' };
 
 const TOKEN = 'hf_unitGrantedToken0123456789abcdef';
 const OTHER = 'hf_unitOtherToken0123456789abcdefgh';
@@ -259,7 +263,9 @@ describe('the Hugging Face Hub client', () => {
     const c = client(TOKEN);
     const listing = await listRepoFiles(c, 'org/gated', 'main');
     const spec = ModelVersionSpecSchema.parse(
-      hubVersionSpec(endpoint, listing, await lfsLocations(c, listing), { headers: c.authHeaders() }),
+      hubVersionSpec(endpoint, listing, await lfsLocations(c, listing, LOOPBACK_REDIRECTS), {
+        headers: c.authHeaders(),
+      }),
     );
     expect(spec.version).toBe(listing.sha);
     expect(spec.directory).toBe('org/gated');
@@ -278,7 +284,9 @@ describe('the Hugging Face Hub client', () => {
     );
     await new Promise((r) => setTimeout(r, 1100)); // the next signature has another X-Amz-Date
     const again = ModelVersionSpecSchema.parse(
-      hubVersionSpec(endpoint, listing, await lfsLocations(c, listing), { headers: c.authHeaders() }),
+      hubVersionSpec(endpoint, listing, await lfsLocations(c, listing, LOOPBACK_REDIRECTS), {
+        headers: c.authHeaders(),
+      }),
     );
     const w2 = again.files.find((f) => f.path === w.path)!;
     expect(w2.url).not.toBe(w.url);

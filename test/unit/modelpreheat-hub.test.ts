@@ -92,7 +92,13 @@ describe('spec.source.huggingface of a ModelPreheat', () => {
 
 describe('the job of a repository', () => {
   const plan = (spec: ModelPreheatSpec, obj = preheat(spec)) =>
-    new HubPreheats(secrets, { tokenHosts, dispatcher }).plan(obj, spec, 'bio', '1.4', contentKey);
+    new HubPreheats(secrets, { tokenHosts, redirectHosts: tokenHosts, dispatcher }).plan(
+      obj,
+      spec,
+      'bio',
+      '1.4',
+      contentKey,
+    );
 
   it("is the job a ServedModel's owned preheat of the same source makes: URLs, filter, no tag or headers, task ids", async () => {
     const spec = preheatSpec({ repo: 'org/tiny' }, { scope: 'all_peers', targets: { ips: ['10.0.0.1'] } });
@@ -104,6 +110,7 @@ describe('the job of a repository', () => {
     const found = await new HubSources({
       secretValue: secrets.value.bind(secrets),
       tokenHosts,
+      redirectHosts: tokenHosts,
       dispatcher,
     }).of('ns/m', sm, sm.spec);
     if (!found.ok) throw new Error(found.message);
@@ -206,7 +213,7 @@ describe('the refresh annotation', () => {
       { annotations: { 'peerload.io/refresh-source': 'x' } },
       done,
     );
-    const err = (await new HubPreheats(secrets, { tokenHosts, dispatcher })
+    const err = (await new HubPreheats(secrets, { tokenHosts, redirectHosts: tokenHosts, dispatcher })
       .plan(annotated, annotated.spec, 'bio', '1.4', contentKey)
       .catch((e: unknown) => e)) as HubSourceError;
     const after = err.record(annotated.status as never);

@@ -43,6 +43,7 @@ const sources = () =>
       return v;
     },
     tokenHosts: parseHostRules('127.0.0.1'),
+    redirectHosts: parseHostRules('127.0.0.1'),
     dispatcher,
     now: () => clock,
   });
@@ -334,6 +335,7 @@ describe('a Hugging Face source', () => {
     const s = new HubSources({
       secretValue: async () => '',
       tokenHosts: [],
+      redirectHosts: [],
       dispatcher,
       limits: { timeoutMs: 1, maxEntries: 100 },
     });

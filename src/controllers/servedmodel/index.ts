@@ -151,6 +151,7 @@ function modelContent(ctx: ControllerContext, secrets: SecretReader, opts: Serve
   const hub = new HubSources({
     secretValue: (namespace, ref, signal) => secrets.value(namespace, ref, signal),
     tokenHosts: ctx.config.allowedHubHosts,
+    redirectHosts: ctx.config.allowedHubRedirectHosts,
     dispatcher: opts.hubDispatcher,
   });
   return { directories: new ModelDirectories({ secretData }), sources: new ModelSources(oci, hub) };
