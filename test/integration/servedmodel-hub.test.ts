@@ -14,6 +14,7 @@ import type { HubEmulator } from '../support/hub-emulator.ts';
 import { startHubBed, tinyAndPrivate, type HubBed } from '../support/hub-bed.ts';
 import { modelPreheatController } from '../../src/controllers/modelpreheat/index.ts';
 import { taskID } from '../../src/storage/taskid.ts';
+import { hubTokenTag } from '../../src/storage/credential-tag.ts';
 import { createServedModelController } from '../../src/controllers/index.ts';
 import { ModelServerDrivers } from '../../src/servers/driver.ts';
 import { DirectoryDriver } from '../support/directory-driver.ts';
@@ -27,6 +28,7 @@ const VERSION = 'v1alpha1';
 const ENDPOINTS = ['http://198.18.9.1:8000', 'http://198.18.9.2:8000'];
 const TOKEN = 'hf_integrationHubToken0123456789abcdef';
 const WEIGHTS = Buffer.alloc(5 * 1024 * 1024 + 17, 9);
+const HOSTILE_TARGET = 'http://169.254.169.254/latest/meta-data/iam/security-credentials/';
 
 let bed: HubBed;
 let kc: k8s.KubeConfig;
@@ -39,8 +41,16 @@ beforeAll(async () => {
   bed = await startHubBed({
     namespace: 'sm-hub',
     hub: {
-      repos: [...tinyAndPrivate(WEIGHTS)],
+      repos: [
+        ...tinyAndPrivate(WEIGHTS),
+        {
+          id: 'org/hostile',
+          commits: [{ 'config.json': '{}', 'weights/metadata.bin': { content: 'x', lfs: true } }],
+        },
+      ],
       tokens: { [TOKEN]: ['org/private'] },
+      // A hostile Hub: this file's redirect names the cloud metadata address (link-local).
+      redirectOf: (path) => (path === 'weights/metadata.bin' ? HOSTILE_TARGET : undefined),
     },
     token: TOKEN,
     flags: ['--allowed-endpoint-hosts', '198.18.0.0/16'],
@@ -144,6 +154,8 @@ describe('a ServedModel from a Hugging Face repository', () => {
         `${hub.url}/org/tiny/resolve/${c0!.sha}/tokenizer/nested/vocab.txt`,
       );
       expect(files.filter).toContain('X-Amz-Signature');
+      // A public repository read without a token: no tag, its tasks shared by every tenant.
+      expect(files.tag).toBeUndefined();
     }
   });
 
@@ -211,6 +223,8 @@ describe('a ServedModel from a Hugging Face repository', () => {
       authorization: `Bearer ${TOKEN}`,
     });
     expect(reg.files!.files.find((f) => f.path === 'weights/model.safetensors')!.headers).toBeUndefined();
+    // Every file's task carries the token's tag: a pod without the token names none of them at a node's proxy.
+    expect(reg.files!.tag).toBe(hubTokenTag(hub.url, 'org/private', TOKEN));
     const events = await kc.makeApiClient(k8s.CoreV1Api).listNamespacedEvent({ namespace: ns });
     expect(JSON.stringify(events.items)).not.toContain(TOKEN);
   });
@@ -252,6 +266,69 @@ describe('a ServedModel from a Hugging Face repository', () => {
     expect(hub.cdnBytes(c0!.files.get('weights/model.safetensors')!.sha256)).toBeGreaterThanOrEqual(
       WEIGHTS.length,
     );
+  });
+
+  it("preheat.create of a private repository: the ModelPreheat resolves it pinned at the commit, its job and tasks carry the token's tag", async () => {
+    const [c0] = hub.repos.get('org/private')!.commits;
+    const jobsBefore = bed.manager.jobs.size;
+    await create(
+      'warm-private',
+      { repo: 'org/private', tokenSecretRef: { name: 'hf', key: 'token' } },
+      [ENDPOINTS[1]!],
+      { preheat: { create: true, scope: 'single_seed_peer' } },
+    );
+    await readyWith('warm-private', c0!.sha);
+    const preheat = (await waitFor(
+      'warm-private-preheat SUCCESS',
+      async () => {
+        const o = (await custom.getNamespacedCustomObject({
+          group: GROUP,
+          version: VERSION,
+          namespace: ns,
+          plural: 'modelpreheats',
+          name: 'warm-private-preheat',
+        })) as ModelPreheat;
+        return o.status?.state === 'SUCCESS' ? o : undefined;
+      },
+      { timeoutMs: 60_000, intervalMs: 200 },
+    ))!;
+    const tag = hubTokenTag(hub.url, 'org/private', TOKEN);
+    // The spec names the repository at the commit and the Secret, never the tag nor the token.
+    expect(preheat.spec.source?.huggingface).toMatchObject({ repo: 'org/private', revision: c0!.sha });
+    expect(preheat.spec.urls).toBeUndefined();
+    expect(JSON.stringify(preheat)).not.toContain(tag);
+    expect(JSON.stringify(preheat)).not.toContain(TOKEN);
+    // The manager's job carries the tag; status.tasks are the ids the agents' downloads name.
+    const jobs = [...bed.manager.jobs.values()].slice(jobsBefore).filter((j) => j.type === 'preheat');
+    expect(jobs.length).toBeGreaterThan(0);
+    for (const j of jobs) expect(j.args['tag']).toBe(tag);
+    const reg = driver.servers.get(ENDPOINTS[1]!)!.registered.find((r) => r.modelName === 'warm-private')!;
+    expect(reg.files!.tag).toBe(tag);
+    const lfs = reg.files!.files.find((f) => f.path === 'weights/model.safetensors')!;
+    const ids = new Map(preheat.status!.tasks!.map((t) => [t.url.split('?')[0], t.taskID]));
+    expect(ids.get(lfs.url!.split('?')[0])).toBe(
+      taskID({ url: lfs.url!, filter: reg.files!.filter, tag, rule: '1.4' }),
+    );
+  });
+
+  it('an LFS file redirected outside --allowed-hub-redirect-hosts: Stalled HubRedirectNotAllowed naming the file and the flag, no replica told', async () => {
+    await create('hostile', { repo: 'org/hostile' }, [ENDPOINTS[0]!]);
+    const o = await waitFor(
+      'hostile Stalled',
+      async () => {
+        const x = await get('hostile');
+        return condition(x, 'Stalled')?.status === 'True' ? x : undefined;
+      },
+      { timeoutMs: 60_000, intervalMs: 200 },
+    );
+    const stalled = condition(o!, 'Stalled')!;
+    expect(stalled.reason).toBe('HubRedirectNotAllowed');
+    expect(stalled.message).toMatch(
+      /^spec\.source\.huggingface\.endpoint: org\/hostile@main: .*the Hub redirects weights\/metadata\.bin to http:\/\/169\.254\.169\.254, which is not in --allowed-hub-redirect-hosts \(127\.0\.0\.1\)/,
+    );
+    expect(stalled.message).not.toContain('security-credentials');
+    for (const server of driver.servers.values())
+      expect(server.registered.some((r) => r.modelName === 'hostile')).toBe(false);
   });
 
   it('a token toward a Hub outside --allowed-hub-hosts: HubNotAllowed, the Secret not read', async () => {

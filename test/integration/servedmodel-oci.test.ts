@@ -24,6 +24,7 @@ import { createServedModelController } from '../../src/controllers/index.ts';
 import { modelPreheatController } from '../../src/controllers/modelpreheat/index.ts';
 import type { ModelPreheat } from '../../src/api/index.ts';
 import { taskID } from '../../src/storage/taskid.ts';
+import { registryCredentialTag } from '../../src/storage/credential-tag.ts';
 import { startManagerEmulator, type ManagerEmulator } from '../support/manager-emulator.ts';
 import { RegistryClient } from '../../src/oci/client.ts';
 import { parseReference } from '../../src/oci/reference.ts';
@@ -285,6 +286,19 @@ describe('a ServedModel from a modctl-pushed artifact on the real registry', () 
     // Both replicas behind the one peer proxy emulating the node's daemon: each blob crossed to the registry once.
     const blobs = peer.requests.filter((q) => q.url.includes('/blobs/sha256:'));
     expect(blobs).toHaveLength(6);
+    // A private artifact: every blob's task carries the registry credentials' tag (never the bearer token's), so
+    // the agents name the tasks only a holder of alice's password can name.
+    const tag = registryCredentialTag(`http://${registry.host}`, 'models/echo', {
+      username: 'alice',
+      password: PASSWORD,
+    });
+    expect(blobs.map((q) => q.headers['x-dragonfly-tag'])).toEqual(blobs.map(() => tag));
+    const tagged = new Set(blobs.map((q) => taskID({ url: q.url, tag, rule: '1.4' })));
+    for (const r of replicas)
+      for (const f of r.agent.versions.get('echo')!.get('1')!.files) {
+        expect(f.taskID, f.path).toBe(f.expectedTaskID);
+        expect(tagged.has(f.taskID!), f.path).toBe(true);
+      }
     expect(new Set(blobs.map((q) => q.url)).size).toBe(3);
     expect(peer.stats.originRequests).toBe(3);
   });
@@ -340,6 +354,7 @@ describe('preheat.create with a source', () => {
     })) as ModelPreheat;
     expect(p.spec).toMatchObject({ type: 'file', urls: blobURLs });
     expect(p.status?.state).toBe('SUCCESS');
+    // An anonymous artifact keeps no tag: its tasks are shared by every tenant that pulls it.
     expect(p.status?.tasks).toEqual(blobURLs.map((url) => ({ url, taskID: taskID({ url }) })));
     for (const r of replicas) {
       const v = r.agent.versions.get('warm')!.get('1')!;

@@ -5,7 +5,7 @@ import { planObjects, planPreheat } from '../../src/controllers/modelpreheat/req
 import type { SecretReader } from '../../src/controllers/secrets.ts';
 import { DEFAULT_FILTERED_QUERY_PARAMS, taskID } from '../../src/storage/taskid.ts';
 import { objectURL } from '../../src/storage/objecturl.ts';
-import { credentialTag } from '../../src/storage/credential-tag.ts';
+import { credentialTag, registryCredentialTag } from '../../src/storage/credential-tag.ts';
 
 const b64 = (s: string) => Buffer.from(s).toString('base64');
 const secrets = {
@@ -174,5 +174,26 @@ describe('planPreheat', () => {
       timeoutMs: 90_000,
     });
     expect(tasks).toEqual([]);
+  });
+
+  it("image with credentials: the job's tag is the registry credentials' (the agents' blobs name it), none anonymous", async () => {
+    const url = 'https://registry.example.com/v2/ml/ts/manifests/sha256:' + 'a'.repeat(64);
+    const credential = registryCredentialTag(url, 'ml/ts', {
+      username: 'robot',
+      password: 'registry-password',
+    });
+    const tagged = await plan({ type: 'image', url, imageCredentialsSecretRef: { name: 'reg' } });
+    expect(tagged.request.tag).toBe(credential);
+    // The same for the blob URLs the manager derives and the agents fetch (same registry and repository).
+    expect(
+      registryCredentialTag('https://registry.example.com', 'ml/ts', {
+        username: 'robot',
+        password: 'registry-password',
+      }),
+    ).toBe(credential);
+    const withOwn = await plan({ type: 'image', url, imageCredentialsSecretRef: { name: 'reg' }, tag: 'v1' });
+    expect(withOwn.request.tag).toBe(`v1/${credential}`);
+    const anonymous = await plan({ type: 'image', url });
+    expect(anonymous.request.tag).toBeUndefined();
   });
 });

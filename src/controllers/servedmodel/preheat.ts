@@ -126,10 +126,13 @@ async function createUnlessCached(
   }
 }
 
-/** The content key the ModelPreheat controller computes for a stored spec (undefined when it does not parse). */
+/**
+ * The content key the ModelPreheat controller computes for a stored spec (undefined when it does not parse). An
+ * owned preheat of a source names the commit as its revision, which is the commit the ModelPreheat's key holds.
+ */
 function contentKeyOf(spec: unknown): string | undefined {
   const parsed = ModelPreheatSpec.safeParse(spec);
-  return parsed.success ? contentKey(parsed.data) : undefined;
+  return parsed.success ? contentKey(parsed.data, parsed.data.source?.huggingface.revision) : undefined;
 }
 
 /** `desired` with the defaults the apiserver filled into `actual`, so defaulting alone is not a difference. */
