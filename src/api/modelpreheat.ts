@@ -259,7 +259,7 @@ export const ModelPreheatSpec = withRules(
     },
     {
       rule: `!has(self.source) || ![${SOURCE_FIXED.map((f) => `has(self.${f})`).join(', ')}].exists(x, x)`,
-      message: `source fixes the task ids (those the peerload agent and peerload fetch compute: the CDN's query parameters left out, no tag) and keeps the token to the Hub: remove ${SOURCE_FIXED.join(', ')}`,
+      message: `source fixes the task ids (those the peerload agent and peerload fetch compute: the CDN's query parameters left out, the token's own tag) and keeps the token to the Hub: remove ${SOURCE_FIXED.join(', ')}`,
       fieldPath: '.source',
       reason: 'FieldValueForbidden',
       check: (s) => s.source === undefined || SOURCE_FIXED.every((f) => s[f] === undefined),

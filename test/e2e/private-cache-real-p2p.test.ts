@@ -12,6 +12,15 @@
  *   - the credentialed download (signed, the credentials' tag: what the agent and the plugin send) is the
  *     preheated task itself, a local hit, and the origin sent the object's body once in all.
  *
+ * The same for the other private sources, each placed by `peerload fetch` on node peer 0 (its tasks then held
+ * there), each task carrying its credential's tag (src/storage/credential-tag.ts):
+ *   - a private OCI blob (the real registry, Distribution v3 with token auth, modctl's push): a bare GET of its
+ *     blob URL through the peer that holds it gets the registry's 401 and none of its bytes; the GET with a bearer
+ *     token and the registry credentials' tag (what the agents send) is a local hit of that task;
+ *   - a gated Hub repository (the Hub emulator: its git files refused without the token, its LFS files at signed
+ *     CDN URLs): a bare GET of the LFS object's CDN path (its sha256 is public) or of a git file's resolve URL
+ *     gets the CDN's 403 or the Hub's 401 and none of the bytes; the GET with the token's tag is a local hit.
+ *
  * Integrity: the agent places the object as a hard link of the daemon's file only for a model server that can
  * neither write it nor make it writable (--server-uid); a real process running as that uid tries to write its model
  * file and fails. For a root server (Triton's image runs as root) the agent copies: a root process writes its copy,
@@ -35,7 +44,15 @@ import { ManagerClient } from '../../src/manager/client.ts';
 import { credentialTag } from '../../src/storage/credential-tag.ts';
 import { objectURL } from '../../src/storage/objecturl.ts';
 import { signObjectURL } from '../../src/storage/sign.ts';
-import { TAG_HEADER } from '../../src/storage/taskid.ts';
+import { filterHeaders, TAG_HEADER, taskID } from '../../src/storage/taskid.ts';
+import { hubTokenTag, registryCredentialTag } from '../../src/storage/credential-tag.ts';
+import { RegistryClient } from '../../src/oci/client.ts';
+import type { PlaceResult } from '../../src/oci/place.ts';
+import { forgetSecrets } from '../../src/redact.ts';
+import { startHubEmulator, type HubEmulator } from '../support/hub-emulator.ts';
+import { modctl, nodePlacementArgs, peerloadFetch, pushTritonModel } from '../support/modctl.ts';
+import { startTokenServer, type TokenServer } from '../support/registry-token.ts';
+import { startRegistry, type Registry } from '../support/registry.ts';
 import { startCountingProxy, type CountingProxy } from '../support/counting-proxy.ts';
 import { ROOT_USER, startDragonfly, type Dragonfly, type DragonflyPeer } from '../support/dragonfly.ts';
 import { startMinIO, type MinIO } from '../support/minio.ts';
@@ -46,6 +63,12 @@ const KEY = 'tenant-b/secret-weights.bin';
 // Above the daemon's 4 MiB minimum piece length: the content travels between peers.
 const BODY = randomBytes(6 << 20);
 const TOKEN = 'private-cache-agent-token-0123';
+/** The registry's user and the Hub's token: what the placements hold and the bare GETs do not. */
+const REGISTRY_PASSWORD = 'private-cache-registry-password-42';
+const HF_TOKEN = 'hf_privateCacheGrantedToken0123456789';
+const OCI_WEIGHTS = randomBytes(5 * 1024 * 1024 + 101);
+const HUB_WEIGHTS = randomBytes(5 * 1024 * 1024 + 202);
+const HUB_CONFIG = '{"model_type":"llama","private":true}';
 /** The model server's uid for the linked case: not root, not the daemon's (root here). */
 const SERVER_UID = 1000;
 
@@ -56,6 +79,9 @@ let manager: ManagerClient;
 let dir: string;
 let preheatedID: string;
 let tag: string;
+let tokens: TokenServer;
+let registry: Registry;
+let hub: HubEmulator;
 
 const location = () => ({ ...minio.location(BUCKET), endpoint: origin.url });
 const peer = (i: number): DragonflyPeer => network.peers[i]!;
@@ -74,10 +100,45 @@ beforeAll(async () => {
   // The model server's uid must reach its model root (mkdtemp makes it 0700).
   await chmod(dir, 0o755);
   tag = credentialTag(location(), minio.credentials());
+  tokens = await startTokenServer({ users: { alice: REGISTRY_PASSWORD } });
+  registry = await startRegistry({ tokens });
+  const tool = await modctl(join(dir, 'modctl'));
+  await tool(
+    [
+      'login',
+      '-u',
+      'alice',
+      '-p',
+      REGISTRY_PASSWORD,
+      '--password-stdin=false',
+      '--plain-http',
+      registry.host,
+    ],
+    dir,
+  );
+  await pushTritonModel(tool, join(dir, 'oci-src'), `${registry.host}/tenant-b/private:v1`, {
+    config: 'name: "private"\n',
+    weights: OCI_WEIGHTS,
+    code: 'def execute(r):\n    return r\n',
+  });
+  hub = await startHubEmulator({
+    repos: [
+      {
+        id: 'tenant-b/gated',
+        commits: [{ 'config.json': HUB_CONFIG, 'model.safetensors': { content: HUB_WEIGHTS, lfs: true } }],
+        gated: true,
+      },
+    ],
+    tokens: { [HF_TOKEN]: ['tenant-b/gated'] },
+  });
   await network.preheatable;
 }, 1_800_000);
 
 afterAll(async () => {
+  await hub?.close();
+  await registry?.stop();
+  await tokens?.close();
+  forgetSecrets();
   await manager?.close();
   await origin?.close();
   await minio?.stop();
@@ -192,6 +253,123 @@ describe('a private object preheated with credentials onto node peers', () => {
     console.log(
       `private object: origin sent ${originBytes()} body bytes for ${BODY.length}; origin answers ${originAnswers().join(',')}`,
     );
+  });
+});
+
+describe('a private OCI blob and a gated Hub file, placed on a node peer with their credentials', () => {
+  const registryCredentials = () => ({ username: 'alice', password: REGISTRY_PASSWORD });
+
+  it("a private OCI blob: a bare GET through the peer holding it gets the registry's 401, the credentialed GET its task", async () => {
+    const root = join(dir, 'oci-node0');
+    await mkdir(root, { recursive: true });
+    Object.assign(process.env, {
+      PEERLOAD_REGISTRY_USERNAME: 'alice',
+      PEERLOAD_REGISTRY_PASSWORD: REGISTRY_PASSWORD,
+    });
+    let r;
+    try {
+      r = await peerloadFetch([
+        `oci://${registry.host}/tenant-b/private:v1`,
+        join(root, '1'),
+        ...nodePlacementArgs(peer(0).proxyURL, root),
+        '--plain-http',
+        '--allowed-registry-hosts',
+        '127.0.0.1',
+        '--json',
+      ]);
+    } finally {
+      delete process.env['PEERLOAD_REGISTRY_USERNAME'];
+      delete process.env['PEERLOAD_REGISTRY_PASSWORD'];
+    }
+    expect(r.err).toEqual([]);
+    expect(r.code).toBe(0);
+    const weights = (JSON.parse(r.out[0]!) as PlaceResult).layers.find(
+      (l) => l.filepath === '1/weights.bin',
+    )!;
+    expect((await readFile(join(root, '1', '1', 'weights.bin'))).equals(OCI_WEIGHTS)).toBe(true);
+    const blobURL = `${registry.url}/v2/tenant-b/private/blobs/${weights.digest}`;
+    const ociTag = registryCredentialTag(registry.url, 'tenant-b/private', registryCredentials());
+    const id = taskID({ url: blobURL, tag: ociTag, rule: '1.4' });
+    // The placement's task carries the credentials' tag, and node peer 0 holds it.
+    expect(weights.taskID).toBe(id);
+    expect(await taskFile(peer(0), id), `${peer(0).name} holds ${id}`).toBeDefined();
+    // The registry refuses the blob without a token.
+    expect((await fetch(blobURL)).status).toBe(401);
+
+    // A bare GET through the peer that holds the blob: another task, asked of the registry, which says no.
+    const bare = await viaProxy(peer(0), blobURL);
+    expect(bare.status).not.toBe(200);
+    expect(bare.body.includes(OCI_WEIGHTS.subarray(0, 64))).toBe(false);
+    expect(bare.taskID ?? '').not.toBe(id);
+
+    // The credentialed GET, as the agents send it (a bearer token, the credentials' tag): the held task, a hit.
+    const dispatcher = new Agent();
+    try {
+      const client = new RegistryClient(registry.host, {
+        dispatcher,
+        plainHTTP: true,
+        credentials: registryCredentials(),
+        allowedHosts: parseHostRules('127.0.0.1'),
+      });
+      const authorization = (await client.pullAuthorization('tenant-b/private'))!;
+      const mine = await viaProxy(peer(0), blobURL, { authorization, [TAG_HEADER]: ociTag });
+      expect(mine).toMatchObject({ status: 200, taskID: id, localHit: true });
+      expect(mine.body.equals(OCI_WEIGHTS)).toBe(true);
+    } finally {
+      await dispatcher.close();
+    }
+  });
+
+  it("a gated Hub file: a bare GET of its CDN path or resolve URL gets the origin's refusal, the token's tag its task", async () => {
+    const root = join(dir, 'hub-node0');
+    await mkdir(root, { recursive: true });
+    const tokenPath = join(dir, 'hf-token');
+    await writeFile(tokenPath, HF_TOKEN);
+    const r = await peerloadFetch([
+      'hf://tenant-b/gated@main',
+      root,
+      '--endpoint',
+      hub.url,
+      '--token-hosts',
+      '127.0.0.1',
+      '--redirect-hosts',
+      '127.0.0.1',
+      '--token-file',
+      tokenPath,
+      ...nodePlacementArgs(peer(0).proxyURL, root),
+    ]);
+    expect(r.err).toEqual([]);
+    expect(r.code).toBe(0);
+    const commit = hub.repos.get('tenant-b/gated')!.commits[0]!;
+    const lfs = commit.files.get('model.safetensors')!;
+    expect(
+      (await readFile(join(root, 'tenant-b', 'gated', commit.sha, 'model.safetensors'))).equals(HUB_WEIGHTS),
+    ).toBe(true);
+    const hfTag = hubTokenTag(hub.url, 'tenant-b/gated', HF_TOKEN);
+    // The CDN path names the object by its sha256, which a gated repository's listing shows to anyone.
+    const cdnPath = `${hub.cdnURL}/repos/${lfs.sha256.slice(0, 2)}/${lfs.sha256.slice(2, 4)}/${lfs.sha256}`;
+    const id = taskID({ url: cdnPath, tag: hfTag, rule: '1.4' });
+    expect(await taskFile(peer(0), id), `${peer(0).name} holds ${id}`).toBeDefined();
+
+    const cdnBefore = hub.cdnRequests.length;
+    const bare = await viaProxy(peer(0), cdnPath);
+    expect(bare.status).not.toBe(200);
+    expect(bare.body.includes(HUB_WEIGHTS.subarray(0, 64))).toBe(false);
+    expect(bare.taskID ?? '').not.toBe(id);
+    // The daemon asked the CDN (a task of its own), which refused the unsigned path.
+    expect(hub.cdnRequests.slice(cdnBefore).map((q) => q.status)).toContain(403);
+    const git = await viaProxy(peer(0), `${hub.url}/tenant-b/gated/resolve/${commit.sha}/config.json`);
+    expect(git.status).not.toBe(200);
+    expect(git.body.toString('utf8')).not.toContain(HUB_CONFIG);
+
+    // The token's holder, as the agents send it (a CDN URL signed now, its query filtered, the token's tag).
+    const signed = hub.signedCDNURL(lfs);
+    const mine = await viaProxy(peer(0), signed, {
+      ...filterHeaders([...new URL(signed).searchParams.keys()]),
+      [TAG_HEADER]: hfTag,
+    });
+    expect(mine).toMatchObject({ status: 200, taskID: id, localHit: true });
+    expect(mine.body.equals(HUB_WEIGHTS)).toBe(true);
   });
 });
 

@@ -10,6 +10,7 @@ import { CHART, helm, helmTemplate } from '../support/helm.ts';
 import { createNamespace, kubeConfig, REPO_ROOT } from '../support/kube.ts';
 import { gvrOf, kustomize, type Manifest } from '../support/runtime-deploy.ts';
 import { DEFAULT_STORAGE_HOSTS } from '../../src/policy/storage-reach.ts';
+import { DEFAULT_HUB_REDIRECT_HOSTS } from '../../src/huggingface/endpoint.ts';
 
 const kc = kubeConfig(inject('kubeconfigPath'));
 const kube = new KubeClient(kc);
@@ -312,6 +313,7 @@ describe('charts/peerload', () => {
         `--allowed-storage-hosts=${DEFAULT_STORAGE_HOSTS}`,
         '--allowed-registry-hosts=',
         '--allowed-hub-hosts=huggingface.co',
+        `--allowed-hub-redirect-hosts=${DEFAULT_HUB_REDIRECT_HOSTS}`,
       ]),
     );
     expect(
@@ -319,12 +321,14 @@ describe('charts/peerload', () => {
         allowedStorageHosts: '{minio.storage.svc:9000}',
         allowedRegistryHosts: '{ghcr.io}',
         allowedHubHosts: '{hub.corp.example}',
+        allowedHubRedirectHosts: '{cdn.hub.corp.example}',
       }),
     ).toEqual(
       expect.arrayContaining([
         '--allowed-storage-hosts=minio.storage.svc:9000',
         '--allowed-registry-hosts=ghcr.io',
         '--allowed-hub-hosts=hub.corp.example',
+        '--allowed-hub-redirect-hosts=cdn.hub.corp.example',
       ]),
     );
     expect(

@@ -22,6 +22,7 @@ import { listRepoFiles } from '../../src/huggingface/files.ts';
 import { lfsLocations } from '../../src/huggingface/locations.ts';
 import { parseHostRules } from '../../src/policy/reach.ts';
 import { hubVersionSpec } from '../../src/huggingface/version-spec.ts';
+import { hubTokenTag } from '../../src/storage/credential-tag.ts';
 
 /** The emulator's CDN listens on loopback, as an admin would list a mirror's CDN. */
 const LOOPBACK_REDIRECTS = { hosts: parseHostRules('127.0.0.1'), flag: '--allowed-hub-redirect-hosts' };
@@ -90,6 +91,8 @@ async function fetchTaskIDs(repo: string, selection: { exclude?: string[] }, tok
   const listing = await listRepoFiles(client, repo, 'main', selection);
   const spec = hubVersionSpec(endpoint, listing, await lfsLocations(client, listing, LOOPBACK_REDIRECTS), {
     headers: client.authHeaders(),
+    // With a token, the token's tag (what the CLI derives too): the private files' tasks are named by holders only.
+    tag: token !== undefined ? hubTokenTag(hub.url, repo, token) : undefined,
   });
   const progress = newProgress(repo, spec, '1.4');
   return new Map(progress.files.map((f) => [f.path, f.expectedTaskID!]));
@@ -167,6 +170,10 @@ describe('a ModelPreheat of a Hugging Face repository', () => {
     expect(o.status!.source).toMatchObject({ files: 4, preheated: 1 });
     const ids = await fetchTaskIDs('org/private', {}, TOKEN);
     expect(o.status!.tasks!.map((t) => t.taskID)).toEqual([ids.get('weights/model.safetensors')]);
+    // The job carries the token's tag (only holders of the token name its task); the ModelPreheat shows none.
+    const tag = hubTokenTag(hub.url, 'org/private', TOKEN);
+    expect([...manager.jobs.values()].at(-1)!.args['tag']).toBe(tag);
+    expect(JSON.stringify(o)).not.toContain(tag);
   });
 
   it('a token toward a Hub outside --allowed-hub-hosts: HubNotAllowed, the Secret not read', async () => {

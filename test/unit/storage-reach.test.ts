@@ -3,7 +3,7 @@
  * storage services' own hosts and nothing else of their domains, a refusal names the field, the host, the list and
  * the fix, and the ModelPreheat controller asks before it reads the Secret.
  */
-import { DEFAULT_HUB_TOKEN_HOSTS } from '../../src/huggingface/endpoint.ts';
+import { DEFAULT_HUB_REDIRECT_HOSTS, DEFAULT_HUB_TOKEN_HOSTS } from '../../src/huggingface/endpoint.ts';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { load } from 'js-yaml';
@@ -233,12 +233,15 @@ describe('operator flags', () => {
     expect(deployment).toContain(`- --allowed-storage-hosts=${DEFAULT_STORAGE_HOSTS}\n`);
     expect(deployment).toContain('- --allowed-registry-hosts=\n');
     expect(deployment).toContain(`- --allowed-hub-hosts=${DEFAULT_HUB_TOKEN_HOSTS}\n`);
+    expect(deployment).toContain(`- --allowed-hub-redirect-hosts=${DEFAULT_HUB_REDIRECT_HOSTS}\n`);
     const values = load(readFileSync(join(ROOT, 'charts/peerload/values.yaml'), 'utf8')) as Record<
       string,
       string[]
     >;
     expect(values.allowedStorageHosts!.join(',')).toBe(DEFAULT_STORAGE_HOSTS);
     expect(values.allowedRegistryHosts).toEqual([]);
+    expect(values.allowedHubRedirectHosts!.join(',')).toBe(DEFAULT_HUB_REDIRECT_HOSTS);
+    expect(config([]).allowedHubRedirectHosts.map((r) => r.text).join(',')).toBe(DEFAULT_HUB_REDIRECT_HOSTS);
   });
 
   it('flag and environment replace the default; a bad entry names the flag', () => {
