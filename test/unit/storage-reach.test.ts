@@ -241,7 +241,11 @@ describe('operator flags', () => {
     expect(values.allowedStorageHosts!.join(',')).toBe(DEFAULT_STORAGE_HOSTS);
     expect(values.allowedRegistryHosts).toEqual([]);
     expect(values.allowedHubRedirectHosts!.join(',')).toBe(DEFAULT_HUB_REDIRECT_HOSTS);
-    expect(config([]).allowedHubRedirectHosts.map((r) => r.text).join(',')).toBe(DEFAULT_HUB_REDIRECT_HOSTS);
+    expect(
+      config([])
+        .allowedHubRedirectHosts.map((r) => r.text)
+        .join(','),
+    ).toBe(DEFAULT_HUB_REDIRECT_HOSTS);
   });
 
   it('flag and environment replace the default; a bad entry names the flag', () => {
