@@ -23,6 +23,7 @@ import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { readRecord } from '../../src/agent/record.ts';
 import { run } from '../../src/cli/fetch.ts';
 import { forgetSecrets } from '../../src/redact.ts';
+import { hubTokenTag } from '../../src/storage/credential-tag.ts';
 import {
   DEFAULT_FILTERED_QUERY_PARAMS,
   TASK_ID_HEADER,
@@ -125,6 +126,9 @@ describe('a Hub repository on the real Dragonfly network', () => {
         hub.url,
         '--token-hosts',
         '127.0.0.1',
+        // The emulated CDN listens on loopback too: the admin lists it, as a mirror's CDN.
+        '--redirect-hosts',
+        '127.0.0.1',
         '--token-file',
         tokenFile,
         '--proxy',
@@ -201,6 +205,8 @@ describe('a Hub repository on the real Dragonfly network', () => {
           taskID({
             url: `${hub.url}/org/model/resolve/${sha}/${path}`,
             filter: DEFAULT_FILTERED_QUERY_PARAMS,
+            // A gated repository read with the token: every file's task carries the token's tag.
+            tag: hubTokenTag(hub.url, 'org/model', TOKEN),
             rule: '1.4',
           }),
         );
@@ -243,7 +249,12 @@ describe('a Hub repository on the real Dragonfly network', () => {
         stringData: { username: ROOT_USER.name, password: ROOT_USER.password },
       },
     });
-    operator = await startRealNetworkOperator(kc, network.managerURL, ['--allowed-hub-hosts', '127.0.0.1']);
+    operator = await startRealNetworkOperator(kc, network.managerURL, [
+      '--allowed-hub-hosts',
+      '127.0.0.1',
+      '--allowed-hub-redirect-hosts',
+      '127.0.0.1',
+    ]);
     const res = peerloadNamespace(kc, ns);
     await res.createModelPreheat('warm', {
       manager: { url: network.managerURL, signInSecretRef: { name: 'manager-user' } },

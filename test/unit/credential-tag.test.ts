@@ -72,7 +72,14 @@ describe('the credential tag of a private object', () => {
 
 const sources = JSON.parse(readFileSync('test/vectors/source-tag.json', 'utf8')) as {
   cases: (
-    | { kind: 'oci'; registryURL: string; repository: string; username: string; password: string; tag: string }
+    | {
+        kind: 'oci';
+        registryURL: string;
+        repository: string;
+        username: string;
+        password: string;
+        tag: string;
+      }
     | { kind: 'huggingface'; endpointURL: string; repo: string; token: string; tag: string }
   )[];
 };

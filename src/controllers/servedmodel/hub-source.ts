@@ -126,7 +126,10 @@ function filesOf(
 function ownedPreheat(
   hf: HubSource,
   listing: HubListing,
-  files: { files: { url?: string | undefined; sha256?: string | undefined }[]; filter?: string[] | undefined },
+  files: {
+    files: { url?: string | undefined; sha256?: string | undefined }[];
+    filter?: string[] | undefined;
+  },
 ): SourcePreheat | undefined {
   if (hf.tokenSecretRef === undefined) return preheatOf(files.files, files.filter ?? [], true);
   // Git files are not preheated with a token (it would travel in the manager's job): no LFS file, nothing to warm.
