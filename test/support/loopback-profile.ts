@@ -11,7 +11,7 @@
  * an allow-list to show a refusal.
  */
 import { DEFAULT_STORAGE_HOSTS } from '../../src/policy/storage-reach.ts';
-import { DEFAULT_HUB_TOKEN_HOSTS } from '../../src/huggingface/endpoint.ts';
+import { DEFAULT_HUB_REDIRECT_HOSTS, DEFAULT_HUB_TOKEN_HOSTS } from '../../src/huggingface/endpoint.ts';
 
 /** Every loopback address: the test servers bind 127.0.0.1, the real network's peers 127.0.0.x. */
 export const LOOPBACK_HOSTS = '127.0.0.0/8';
@@ -28,6 +28,8 @@ export const LOOPBACK_ALLOW_LISTS: Readonly<Record<string, string>> = {
   'allowed-storage-hosts': `${DEFAULT_STORAGE_HOSTS},${LOOPBACK_HOSTS}`,
   'allowed-registry-hosts': LOOPBACK_HOSTS,
   'allowed-hub-hosts': `${DEFAULT_HUB_TOKEN_HOSTS},${LOOPBACK_HOSTS}`,
+  // The emulated Hub's CDN listens on loopback, beside the public Hub's CDNs.
+  'allowed-hub-redirect-hosts': `${DEFAULT_HUB_REDIRECT_HOSTS},${LOOPBACK_HOSTS}`,
 };
 
 /**
