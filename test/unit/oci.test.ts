@@ -30,6 +30,7 @@ import {
   type TarEntry,
 } from '../support/oci-artifacts.ts';
 import { startPeerProxy, type PeerProxy } from '../support/peer-proxy.ts';
+import { registryCredentialTag } from '../../src/storage/credential-tag.ts';
 
 const RAW = 'application/vnd.cncf.model.weight.v1.raw';
 const TAR = 'application/vnd.cncf.model.code.v1.tar';
@@ -543,6 +544,54 @@ describe('placing an artifact through the peer proxy', () => {
       (await refusal(() => client({ allowedHosts: parseHostRules('registry.example.com') }))).reason,
     ).toBe(OciReason.RegistryNotAllowed);
     await nothingPlaced();
+  });
+
+  it("peerload fetch oci:// with credentials: every blob's task carries the credentials' tag; anonymous, none", async () => {
+    const { run: fetchCommand } = await import('../../src/cli/fetch.ts');
+    pushModel(registry, 'models/m', 'good', good);
+    const fetchWith = async (dest: string, env: Record<string, string>) => {
+      const saved = { ...process.env };
+      Object.assign(process.env, env);
+      const err: string[] = [];
+      try {
+        const code = await fetchCommand(
+          [
+            `oci://${registry.host}/models/m:good`,
+            join(dir, dest),
+            '--plain-http',
+            '--proxy',
+            peer.url,
+            '--min-free-bytes',
+            '0',
+            '--allowed-registry-hosts',
+            '127.0.0.1',
+          ],
+          { out: () => undefined, err: (l) => err.push(l) },
+        );
+        expect(err).toEqual([]);
+        return code;
+      } finally {
+        process.env = saved;
+      }
+    };
+    const blobTags = () =>
+      peer.requests.filter((q) => q.url.includes('/blobs/')).map((q) => q.headers['x-dragonfly-tag']);
+    registry.basic = { username: 'robot', password: 'registry-secret-99' };
+    expect(
+      await fetchWith('private', {
+        PEERLOAD_REGISTRY_USERNAME: 'robot',
+        PEERLOAD_REGISTRY_PASSWORD: 'registry-secret-99',
+      }),
+    ).toBe(0);
+    const tag = registryCredentialTag(registry.url, 'models/m', {
+      username: 'robot',
+      password: 'registry-secret-99',
+    });
+    expect(blobTags()).toEqual([tag, tag, tag]);
+    registry.basic = undefined;
+    peer.reset();
+    expect(await fetchWith('public', {})).toBe(0);
+    expect(blobTags()).toEqual([undefined, undefined, undefined]);
   });
 
   it('refuses an artifact over the byte cap before downloading', async () => {
