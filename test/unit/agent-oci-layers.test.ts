@@ -223,6 +223,31 @@ describe('the agent places an OCI artifact', () => {
     await nothingPlaced();
   });
 
+  it('a tar layer that unpacks past the free space of the model volume places nothing, naming the layer', async () => {
+    // 12 MiB of zeros in a gzip layer of some KiB: the preflight sees the blob, only the extraction sees the rest.
+    const bomb = gzip(tarOf([{ path: 'zeros', body: Buffer.alloc(12 << 20) }]));
+    pushModel(registry, 'models/bomb', 'v1', [
+      good[0]!,
+      { mediaType: 'application/vnd.cncf.model.code.v1.tar+gzip', content: bomb, filepath: 'x' },
+    ]);
+    const spec = await specOf('models/bomb', 'v1');
+    const readings: string[] = [];
+    const cfg: DownloaderConfig = {
+      ...config(),
+      limits: { ...config().limits, minFreeBytes: 1 << 20 },
+      freeBytes: (path) => (readings.push(path), Promise.resolve(8 << 20)),
+    };
+    await preflight('simple', spec, cfg);
+    const progress = await downloadVersion('simple', spec, cfg, newProgress('simple', spec));
+    expect(progress.reason).toBe('InsufficientStorage');
+    expect(progress.error).toMatch(
+      /^layer 1 \(sha256:[0-9a-f]{12}, x\): the tar entry "zeros" needs 12582912 bytes: the volume has 8388608 bytes free and 1048576 must stay free/,
+    );
+    expect(progress.files[1]!.state).toBe('Failed');
+    expect(readings.length).toBeGreaterThanOrEqual(2);
+    await nothingPlaced();
+  });
+
   it("holds the agent's file cap over what the tar layers unpack", async () => {
     const many = tarOf(Array.from({ length: 5 }, (_, i) => ({ path: `f${i}`, body: 'x' })));
     pushModel(registry, 'models/many', 'v1', [
