@@ -65,7 +65,12 @@ const config = (): DownloaderConfig => ({
 });
 
 /** The agent's spec for `tag` of `repo`, as the operator makes it (oci-source.ts). */
-async function specOf(repo: string, tag: string, version = '1'): Promise<ModelVersionSpec> {
+async function specOf(
+  repo: string,
+  tag: string,
+  version = '1',
+  maxBytes?: number,
+): Promise<ModelVersionSpec> {
   const client = new RegistryClient(registry.host, {
     dispatcher,
     plainHTTP: true,
@@ -76,7 +81,7 @@ async function specOf(repo: string, tag: string, version = '1'): Promise<ModelVe
   const m = await client.manifest(ref);
   const manifest = parseModelManifest(m.body, m.digest, m.contentType, repo);
   const auth = await client.pullAuthorization(ref.repository);
-  const files = artifactFiles(client, ref, manifest, auth, { observedGeneration: 1 }).files;
+  const files = artifactFiles(client, ref, manifest, auth, { observedGeneration: 1 }, maxBytes).files;
   return ModelVersionSpecSchema.parse({ ...files, version });
 }
 
@@ -245,6 +250,23 @@ describe('the agent places an OCI artifact', () => {
     );
     expect(progress.files[1]!.state).toBe('Failed');
     expect(readings.length).toBeGreaterThanOrEqual(2);
+    await nothingPlaced();
+  });
+
+  it("holds the spec's byte cap (spec.source.oci.maxBytes) over what the tar layers unpack, not the agent's 1 TiB", async () => {
+    const big = gzip(tarOf([{ path: 'zeros', body: Buffer.alloc(1 << 20) }]));
+    pushModel(registry, 'models/big', 'v1', [
+      good[0]!,
+      { mediaType: 'application/vnd.cncf.model.code.v1.tar+gzip', content: big, filepath: 'x' },
+    ]);
+    // The layers' own sizes fit (the preflight passes); the archive's content does not.
+    const spec = await specOf('models/big', 'v1', '1', weights.length + 100_000);
+    expect(spec.maxBytes).toBe(weights.length + 100_000);
+    const { progress } = await place(spec);
+    expect(progress.reason).toBe('LimitExceeded');
+    expect(progress.error).toMatch(
+      /^layer 1 \(sha256:[0-9a-f]{12}, x\): the tar entry "zeros" takes the model past the cap of \d+ bytes/,
+    );
     await nothingPlaced();
   });
 
