@@ -25,7 +25,7 @@ import { createGunzip, createZstdDecompress } from 'node:zlib';
 import { Parser, type ReadEntry } from 'tar';
 import { OciError, OciReason } from './errors.ts';
 import type { LayerFormat } from './media-types.ts';
-import { describeProblem, isAbsoluteTarget, resolveLink } from './tar-links.ts';
+import { describeProblem, isAbsoluteTarget, MAX_PATH_BYTES, resolveLink } from './tar-links.ts';
 
 export interface ExtractLimits {
   /** Bytes of file content the whole artifact may hold. */
@@ -107,9 +107,9 @@ function pathProblem(p: string, x: Extraction): string | undefined {
   if (p.startsWith('/') || /^[A-Za-z]:/.test(p)) return 'it is absolute';
   if (p === '..' || p.startsWith('../')) return 'it leaves the directory (..)';
   if (p.includes('\0')) return 'it holds a NUL byte';
-  const parts = p.split('/');
-  for (let i = 1; i < parts.length; i++) {
-    const prefix = parts.slice(0, i).join('/');
+  if (Buffer.byteLength(p) > MAX_PATH_BYTES) return `it is longer than ${MAX_PATH_BYTES} bytes`;
+  for (let i = p.indexOf('/'); i !== -1; i = p.indexOf('/', i + 1)) {
+    const prefix = p.slice(0, i);
     if (linkAt(x, prefix) !== undefined) return `it is under the symbolic link ${prefix}`;
   }
   return undefined;
@@ -269,7 +269,9 @@ function placeEntry(x: Extraction, entry: ReadEntry): Promise<unknown> | undefin
  * Every symbolic link of the placement resolved again with all links now known: a link made later can change
  * where an earlier target leads (`l -> x/y/../..` is the root until `x -> .` makes it the root's parent).
  */
-function recheckLinks(x: Extraction): OciError | undefined {
+function recheckLinks(x: Extraction, linksBefore: number): OciError | undefined {
+  // Only a new link can change where another leads.
+  if (x.state.symlinks.size === linksBefore) return undefined;
   for (const [path, { target, layer }] of x.state.symlinks) {
     const r = resolveLink(path, target, (p) => linkAt(x, p));
     if ('problem' in r)
@@ -345,6 +347,7 @@ export async function extractLayer(
   state: ExtractState,
 ): Promise<{ files: number; bytes: number }> {
   const start = { files: state.files, bytes: state.bytes };
+  const linksBefore = state.symlinks.size;
   const x: Extraction = {
     dir,
     layer,
@@ -395,7 +398,7 @@ export async function extractLayer(
           );
   }
   await Promise.allSettled(writes);
-  refusal ??= recheckLinks(x);
+  refusal ??= recheckLinks(x, linksBefore);
   if (refusal) throw refusal;
   return { files: state.files - start.files, bytes: state.bytes - start.bytes };
 }

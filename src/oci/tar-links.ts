@@ -16,6 +16,15 @@ export type LinkLookup = (path: string) => string | undefined;
 /** As Linux's MAXSYMLINKS: more links in one resolution is a loop (the kernel answers ELOOP). */
 export const MAX_LINK_HOPS = 40;
 
+/** As Linux's PATH_MAX less its NUL: the kernel makes no link with a longer target, nor opens a longer path. */
+export const MAX_PATH_BYTES = 4095;
+
+/**
+ * Components one resolution may step through, across its links: far beyond any model's (a few dozen), and what
+ * keeps a hostile archive of many long targets through many links from costing the agent minutes of CPU.
+ */
+const MAX_STEPS = 1024;
+
 /** Why a target is refused, and the links it followed before it got there, in the order followed. */
 export interface LinkProblem {
   problem: string;
@@ -26,34 +35,45 @@ export interface LinkProblem {
 export const isAbsoluteTarget = (target: string): boolean =>
   target.startsWith('/') || /^[A-Za-z]:/.test(target);
 
-function walk(from: string[], target: string, lookup: LinkLookup, trail: string[]): string[] | LinkProblem {
-  const refuse = (problem: string): LinkProblem => ({ problem, via: [...trail] });
+/** A resolution in progress: where it stands (components, and the same joined), the links followed, steps taken. */
+interface Walk {
+  at: string[];
+  path: string;
+  trail: string[];
+  steps: number;
+}
+
+function walk(w: Walk, target: string, lookup: LinkLookup): LinkProblem | undefined {
+  const refuse = (problem: string): LinkProblem => ({ problem, via: [...w.trail] });
   if (target === '') return refuse('is empty');
   if (isAbsoluteTarget(target)) return refuse('is absolute');
   if (target.includes('\0')) return refuse('holds a NUL byte');
-  let at = [...from];
+  if (Buffer.byteLength(target) > MAX_PATH_BYTES) return refuse(`is longer than ${MAX_PATH_BYTES} bytes`);
   for (const part of target.split('/')) {
+    if (++w.steps > MAX_STEPS) return refuse(`takes more than ${MAX_STEPS} steps to resolve`);
     if (part === '' || part === '.') continue;
     if (part === '..') {
-      if (at.length === 0) return refuse('leaves the directory (..)');
-      at.pop();
+      const last = w.at.pop();
+      if (last === undefined) return refuse('leaves the directory (..)');
+      w.path = w.path.slice(0, Math.max(0, w.path.length - last.length - 1));
       continue;
     }
-    const path = [...at, part].join('/');
+    const path = w.path === '' ? part : `${w.path}/${part}`;
     const next = lookup(path);
     if (next === undefined) {
-      at.push(part);
+      if (path.length > MAX_PATH_BYTES) return refuse(`leads deeper than ${MAX_PATH_BYTES} bytes of path`);
+      w.at.push(part);
+      w.path = path;
       continue;
     }
-    trail.push(path);
-    if (trail.length > MAX_LINK_HOPS)
+    w.trail.push(path);
+    if (w.trail.length > MAX_LINK_HOPS)
       return refuse(`passes through more than ${MAX_LINK_HOPS} symbolic links (a loop)`);
-    // A link's target is read from the directory the link sits in: `at`, every component of which is a directory.
-    const r = walk(at, next, lookup, trail);
-    if (!Array.isArray(r)) return r;
-    at = r;
+    // A link's target is read from the directory the link sits in: where the walk stands, all directories.
+    const r = walk(w, next, lookup);
+    if (r) return r;
   }
-  return at;
+  return undefined;
 }
 
 /**
@@ -65,9 +85,9 @@ export function resolveLink(
   target: string,
   lookup: LinkLookup,
 ): { path: string } | LinkProblem {
-  const parts = link.split('/');
-  const r = walk(parts.slice(0, -1), target, lookup, []);
-  return Array.isArray(r) ? { path: r.join('/') } : r;
+  const at = link.split('/').slice(0, -1);
+  const w: Walk = { at, path: at.join('/'), trail: [], steps: 0 };
+  return walk(w, target, lookup) ?? { path: w.path };
 }
 
 /** A refusal's words: `leaves the directory (..) through the symbolic links a/q, b`. */

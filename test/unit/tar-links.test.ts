@@ -20,6 +20,7 @@ import {
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { Pax } from 'tar';
 import { extractArchive } from '../../src/kserve/place.ts';
 import { OciError, OciReason } from '../../src/oci/errors.ts';
 import {
@@ -185,6 +186,22 @@ describe('symbolic links resolved by path', () => {
     const e = await refusal(extract(entries));
     expect(e.reason).toBe(OciReason.UnsafeTarEntry);
     expect(e.message).toMatch(why);
+  });
+
+  it('bounds the work: a target past PATH_MAX, and a resolution of more than 1024 steps, are refused', async () => {
+    // A pax header carries a link target of any length (node-tar's parser reads up to 1 MiB of them).
+    const longLink = async (target: string) => {
+      const blob = join(dir, `pax-${blobs++}`);
+      const pax = new Pax({ path: 'l', linkpath: target }).encode();
+      await writeFile(blob, Buffer.concat([pax, tarOf([sym('l', 'short')])]));
+      return refusal(extractLayer(blob, 'tar', out, LAYER, limits, newExtractState()));
+    };
+    expect((await longLink('d/'.repeat(2100))).message).toMatch(
+      /"l" is refused: its link target "(d\/)+" is longer than 4095 bytes/,
+    );
+    expect((await longLink('d/../'.repeat(600))).message).toMatch(
+      /"l" is refused: .* takes more than 1024 steps to resolve/,
+    );
   });
 
   it("refuses an empty target (node-tar's parser already does: a link needs a target)", async () => {
