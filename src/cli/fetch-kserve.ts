@@ -30,6 +30,7 @@ import {
   stagingRoot,
 } from '../kserve/place.ts';
 import { fileName, parseStorageUri, StorageUriError, type StorageUri } from '../kserve/uri.ts';
+import { OciError } from '../oci/errors.ts';
 import { storageReach } from '../policy/storage-reach.ts';
 import { redact } from '../redact.ts';
 import { createLogger } from '../runtime/logger.ts';
@@ -245,12 +246,15 @@ async function place(
         await extractArchive(join(placed, only), out, {
           maxBytes: config.limits.maxBytes,
           maxFiles: MAX_DIRECTORY_FILES,
+          minFreeBytes: config.limits.minFreeBytes,
+          freeBytes: config.freeBytes,
         });
         files = (await readdir(out, { recursive: true, withFileTypes: true })).filter((e) =>
           e.isFile(),
         ).length;
       } catch (e) {
-        io.err(`peerload fetch: ${text}: InvalidArchive: ${redact((e as Error).message)}`);
+        const reason = e instanceof OciError ? e.reason : 'InvalidArchive';
+        io.err(`peerload fetch: ${text}: ${reason}: ${redact((e as Error).message)}`);
         return 2;
       }
       await moveEntries(out, dest);

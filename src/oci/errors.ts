@@ -34,6 +34,8 @@ export const OciReason = {
   InvalidArchive: 'InvalidArchive',
   /** The artifact is over a byte or file-count cap. */
   LimitExceeded: 'LimitExceeded',
+  /** What an archive unpacks to does not fit in the free space of the volume (less the space that must stay free). */
+  InsufficientStorage: 'InsufficientStorage',
   /** The registry answered with something else (5xx, a body that does not parse). */
   RegistryError: 'RegistryError',
   /** A blob could not be downloaded through the peer proxy. */

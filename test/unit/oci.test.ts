@@ -552,6 +552,21 @@ describe('placing an artifact through the peer proxy', () => {
     expect(peer.requests).toEqual([]);
     await nothingPlaced();
   });
+
+  it('a tar layer that unpacks past the free space places nothing, though its blob fitted', async () => {
+    const bomb = gzip(tarOf([{ path: 'zeros', body: Buffer.alloc(12 << 20) }]));
+    pushModel(registry, 'models/m', 'bomb', [
+      good[0]!,
+      { mediaType: 'application/vnd.cncf.model.code.v1.tar+gzip', content: bomb, filepath: 'x' },
+    ]);
+    const freeBytes = () => Promise.resolve(8 << 20);
+    const e = await refusal(place('bomb', {}, { ...limits, minFreeBytes: 1 << 20, freeBytes }));
+    expect(e.reason).toBe(OciReason.InsufficientStorage);
+    expect(e.message).toMatch(
+      /^layer 1 \(sha256:[0-9a-f]{12}, x\): the tar entry "zeros" needs 12582912 bytes/,
+    );
+    await nothingPlaced();
+  });
 });
 
 describe('peerload fetch oci://', () => {

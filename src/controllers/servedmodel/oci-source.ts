@@ -163,7 +163,7 @@ export class OciSources {
         layers: manifest.layers.length,
         bytes: manifest.bytes,
       };
-      const files = artifactFiles(client, ref, manifest, authorization, status);
+      const files = artifactFiles(client, ref, manifest, authorization, status, oci.maxBytes);
       return {
         result: { ...files, preheat: ociPreheat(oci, files) },
         authorized: authorization !== undefined,
@@ -236,6 +236,7 @@ export function artifactFiles(
   manifest: ModelManifest,
   authorization: string | undefined,
   status: SourceStatus,
+  maxBytes?: number,
 ): Omit<Extract<SourceFiles, { ok: true }>, 'preheat'> {
   const headers = authorization !== undefined ? { headers: { authorization } } : {};
   const seen = new Set<string>();
@@ -262,7 +263,8 @@ export function artifactFiles(
   }
   return {
     ok: true,
-    files: { files },
+    // The spec's bound goes to the agents: it caps what the tar layers unpack to, which only they see.
+    files: maxBytes !== undefined ? { files, maxBytes } : { files },
     count: manifest.layers.length,
     bytes: manifest.bytes,
     digest: manifest.digest,
