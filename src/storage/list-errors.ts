@@ -91,7 +91,8 @@ function knownCode(e: unknown): string | undefined {
 
 /** What to check for an answer of `status`. */
 function advice(status: number): string {
-  if (status >= 200 && status < 300) return 'the answer is not a listing: check that the endpoint is the store';
+  if (status >= 200 && status < 300)
+    return 'the answer is not a listing: check that the endpoint is the store';
   if (status === 401 || status === 403)
     return 'check the credentials Secret and its permission to list the bucket (container)';
   if (status === 404) return 'check the bucket (container) name, the account and the endpoint';

@@ -349,7 +349,9 @@ describe('peerload fetch STORAGE_URI DEST', () => {
     // Placed: the one line names the URI.
     const ok = await fetchKServe([`${origin.url}/models/model.joblib${query}`, 'DEST']);
     expect(ok.code).toBe(0);
-    expect(ok.out).toContain('/models/model.joblib?X-Amz-Credential=***&X-Amz-Security-Token=***&X-Amz-Signature=***');
+    expect(ok.out).toContain(
+      '/models/model.joblib?X-Amz-Credential=***&X-Amz-Security-Token=***&X-Amz-Signature=***',
+    );
     clean(`${ok.out}\n${ok.err}`);
     // Failed: the reason line names it.
     const missing = await fetchKServe([`${origin.url}/models/absent.bin${query}`, 'DEST']);

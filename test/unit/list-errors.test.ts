@@ -26,14 +26,20 @@ const ANSWERS: Record<string, (res: ServerResponse) => void> = {
   json: (res) =>
     res
       .writeHead(403, { 'content-type': 'application/json' })
-      .end(JSON.stringify({ error: { code: 403, message: LINE, errors: [{ reason: PLANTED[1], message: LINE }] } })),
+      .end(
+        JSON.stringify({
+          error: { code: 403, message: LINE, errors: [{ reason: PLANTED[1], message: LINE }] },
+        }),
+      ),
   // A 2xx that is no listing.
   ok: (res) => res.writeHead(200, { 'content-type': 'text/plain' }).end(`${LINE}\n`),
   // A documented code is kept.
   known: (res) =>
     res
       .writeHead(403, { 'content-type': 'application/xml', 'x-ms-error-code': 'SignatureDoesNotMatch' })
-      .end(`<?xml version="1.0"?><Error><Code>SignatureDoesNotMatch</Code><Message>${LINE}</Message></Error>`),
+      .end(
+        `<?xml version="1.0"?><Error><Code>SignatureDoesNotMatch</Code><Message>${LINE}</Message></Error>`,
+      ),
 };
 
 let mode = 'text';
@@ -73,9 +79,10 @@ function target(kind: (typeof KINDS)[number]): [StorageLocation, StorageCredenti
 
 async function failure(kind: (typeof KINDS)[number]): Promise<ListError> {
   const [location, credentials] = target(kind);
-  const e = await listPrefix(location, credentials, 'm/', { requestTimeoutMs: 5_000, timeoutMs: 10_000 }).catch(
-    (x: unknown) => x,
-  );
+  const e = await listPrefix(location, credentials, 'm/', {
+    requestTimeoutMs: 5_000,
+    timeoutMs: 10_000,
+  }).catch((x: unknown) => x);
   expect(e).toBeInstanceOf(ListError);
   return e as ListError;
 }
@@ -85,7 +92,9 @@ describe("a listing's failure quotes nothing the endpoint said", () => {
     it.each(KINDS)(`%s, answered "${m}": the status and our words only`, async (kind) => {
       mode = m;
       const e = await failure(kind);
-      expect(e.message).toMatch(new RegExp(`^cannot list ${kind} .*: (HTTP (200|403|404)|the request failed): `));
+      expect(e.message).toMatch(
+        new RegExp(`^cannot list ${kind} .*: (HTTP (200|403|404)|the request failed): `),
+      );
       // Everything a log line would write of the error: message, fields, cause.
       const written = `${e.message}\n${JSON.stringify(redactDeep(e))}`;
       for (const p of PLANTED) expect(written).not.toContain(p);
