@@ -22,7 +22,7 @@ import { createLogger } from '../runtime/logger.ts';
 import { DOWNLOAD_OPTIONS, DOWNLOAD_OPTIONS_USAGE, downloaderConfig } from './agent.ts';
 import { parseCommandArgs } from './args.ts';
 import { CliError } from './errors.ts';
-import { placeVersion, type FetchLines } from './fetch-place.ts';
+import { placeVersion, redactedLines, type FetchLines } from './fetch-place.ts';
 
 export const HUB_USAGE = `Usage: peerload fetch hf://NAMESPACE/NAME[@REVISION] DEST [options]
 
@@ -154,9 +154,10 @@ async function hubSpec(
 
 export async function runHub(
   argv: string[],
-  io: FetchLines,
+  given: FetchLines,
   env: NodeJS.ProcessEnv = process.env,
 ): Promise<number> {
+  const io = redactedLines(given);
   const args = await parseHubArgs(argv, env);
   if (args === undefined) {
     io.out(HUB_USAGE);

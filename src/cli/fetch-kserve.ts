@@ -42,7 +42,7 @@ import type { StorageLocation } from '../storage/objecturl.ts';
 import { DOWNLOAD_OPTIONS, downloaderConfig } from './agent.ts';
 import { parseCommandArgs } from './args.ts';
 import { CliError } from './errors.ts';
-import type { FetchLines } from './fetch-place.ts';
+import { redactedLines, type FetchLines } from './fetch-place.ts';
 
 export const KSERVE_USAGE = `Usage: peerload fetch [--kserve] STORAGE_URI DEST [options]
 
@@ -329,9 +329,10 @@ async function handOver(
 
 export async function runKServe(
   argv: string[],
-  io: FetchLines,
+  given: FetchLines,
   env: NodeJS.ProcessEnv = process.env,
 ): Promise<number> {
+  const io = redactedLines(given);
   // The reported time covers the listing too: what the init container adds to the pod's start.
   const started = Date.now();
   const { values, positionals } = parseCommandArgs(argv, KSERVE_OPTIONS, true, KSERVE_USAGE);

@@ -80,7 +80,7 @@ export class HubClient {
     );
     // A redirect is an answer: an LFS file's `resolve` is a 302 to its CDN URL, not followed here.
     if (res.status < 200 || res.status > 399)
-      throw answerError(res, { ...ctx, operation, withToken: this.token !== undefined, secrets });
+      throw answerError(res, { ...ctx, operation, withToken: this.token !== undefined });
     return res;
   }
 

@@ -1,7 +1,8 @@
 /**
  * The Hub client's errors: an {@link HttpError} with a `reason` a condition or a CLI message can carry, and a
- * message that says what to change. The Hub's own words (`X-Error-Message`) are kept bounded and redacted; the
- * token never appears (it is one of the exchange's secrets, and `redact` knows every remembered one).
+ * message that says what to change. The Hub's own words (`X-Error-Message`, the body) are never quoted: an endpoint
+ * may be any host a tenant names, so only the status and a known `X-Error-Code` are (answers.ts); the token never
+ * appears (it is one of the exchange's secrets, and `redact` knows every remembered one).
  */
 import { HttpError, type HttpErrorInit, type HttpErrorKind } from '../http/errors.ts';
 

@@ -369,14 +369,38 @@ export class RegistryClient {
   }
 }
 
-/** The first `errors[].code` of a distribution error body (MANIFEST_UNKNOWN, DENIED...), if it is one. */
+/**
+ * The error codes of the distribution spec (and Docker Hub's TOOMANYREQUESTS): the only words of a registry's error
+ * body a message repeats. A registry may be any host a tenant names (anonymous pulls), so its text is never quoted:
+ * that would be a read channel into whatever the operator can reach, cloud metadata included.
+ */
+export const REGISTRY_ERROR_CODES: ReadonlySet<string> = new Set([
+  'BLOB_UNKNOWN',
+  'BLOB_UPLOAD_INVALID',
+  'BLOB_UPLOAD_UNKNOWN',
+  'DIGEST_INVALID',
+  'MANIFEST_BLOB_UNKNOWN',
+  'MANIFEST_INVALID',
+  'MANIFEST_UNKNOWN',
+  'MANIFEST_UNVERIFIED',
+  'NAME_INVALID',
+  'NAME_UNKNOWN',
+  'SIZE_INVALID',
+  'TAG_INVALID',
+  'UNAUTHORIZED',
+  'DENIED',
+  'UNSUPPORTED',
+  'TOOMANYREQUESTS',
+]);
+
+/** The first `errors[].code` of a distribution error body (MANIFEST_UNKNOWN, DENIED...), if it is a known one. */
 function registryErrorCode(body: Buffer): string | undefined {
   try {
     const j = JSON.parse(body.subarray(0, MAX_ERROR_BODY_BYTES).toString('utf8')) as {
       errors?: { code?: unknown }[];
     };
     const code = j.errors?.[0]?.code;
-    return typeof code === 'string' && /^[A-Z_]{1,64}$/.test(code) ? code : undefined;
+    return typeof code === 'string' && REGISTRY_ERROR_CODES.has(code) ? code : undefined;
   } catch {
     return undefined;
   }

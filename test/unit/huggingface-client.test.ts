@@ -237,13 +237,29 @@ describe('the Hugging Face Hub client', () => {
       expect(e.message).toContain('leaves the endpoint');
     });
 
-    it("a 5xx is Unavailable and retryable, the server's words kept without the token", async () => {
-      rememberSecret(TOKEN);
-      answer = (_p, res) => res.writeHead(503, { 'x-error-message': `overloaded for ${TOKEN}` }).end();
+    it("a 5xx is Unavailable and retryable, in our words: none of the server's text is kept", async () => {
+      answer = (_p, res) =>
+        res
+          .writeHead(503, { 'x-error-message': 'metadata-token-xyz in a header' })
+          .end('AKIAPLANTEDBODYLINE0 metadata-token-xyz\nsecond line');
       const e = await refusal(client(TOKEN, { url }).resolveRevision('org/model', 'main'));
       expect(e).toMatchObject({ reason: HubReason.Unavailable, kind: 'retryable', status: 503 });
-      expect(e.message).toContain('overloaded for');
-      expect(e.message).not.toContain(TOKEN);
+      expect(e.message).toContain('HTTP 503');
+      expect(e.message).toContain('the Hub is unavailable');
+      expect(e.message).not.toMatch(/metadata-token-xyz|AKIAPLANTED|second line/);
+      expect(JSON.stringify(e)).not.toMatch(/metadata-token-xyz|AKIAPLANTED/);
+    });
+
+    it('an X-Error-Code is repeated only when it is one the Hub sends', async () => {
+      answer = (_p, res) => res.writeHead(404, { 'x-error-code': 'metadata-token-xyz' }).end('AKIAPLANTED');
+      let e = await refusal(client(undefined, { url }).resolveRevision('org/model', 'main'));
+      expect(e.reason).toBe(HubReason.BadAnswer);
+      expect(`${e.message} ${String(e.code)}`).not.toMatch(/metadata-token-xyz|AKIAPLANTED/);
+      answer = (_p, res) => res.writeHead(404, { 'x-error-code': 'RevisionNotFound' }).end('AKIAPLANTED');
+      e = await refusal(client(undefined, { url }).resolveRevision('org/model', 'main'));
+      expect(e.reason).toBe(HubReason.RevisionNotFound);
+      expect(e.message).toContain('(RevisionNotFound)');
+      expect(e.message).not.toContain('AKIAPLANTED');
     });
 
     it("an answer that is not the Hub's is a BadAnswer", async () => {
