@@ -85,6 +85,15 @@ const SOURCE_TERMS: BudgetTerms = {
   entryText: 'the entries',
 };
 
+export interface ReadOptions {
+  /** This answer's own cap (a manifest's, a token's), instead of the budget's per-answer one. */
+  maxBytes?: number | undefined;
+  /** Not a 2xx: only its first bytes are read (its text only ever feeds a message). */
+  error?: boolean | undefined;
+  /** How the message names the answer (`the manifest of r/m:v1`); default the terms' `answer`. */
+  what?: string | undefined;
+}
+
 /** A bound that was hit: which one (`bound`), and whether of size or time. */
 export class BoundHit extends Error {
   readonly failure: 'tooLarge' | 'timedOut';
@@ -176,7 +185,7 @@ export class SourceBudget<E extends Error = BoundHit> {
    * An answer's body, read within {@link answerCap} (an error answer: its first bytes only, its text only ever
    * feeds a message) and counted in the total. Past the cap the rest is never read: the stream is destroyed.
    */
-  async read(body: BodyStream, opts: { maxBytes?: number | undefined; error?: boolean } = {}): Promise<Buffer> {
+  async read(body: BodyStream, opts: ReadOptions = {}): Promise<Buffer> {
     this.signal.throwIfAborted();
     const own = opts.maxBytes ?? this.bounds.maxAnswerBytes;
     const cap = this.answerCap(opts.error ? Math.min(own, MAX_ERROR_BODY_BYTES) : own);
@@ -184,7 +193,7 @@ export class SourceBudget<E extends Error = BoundHit> {
     try {
       buf = opts.error ? await readPrefix(body, cap) : await readBoundedBytes(body, cap);
     } catch (e) {
-      if (e instanceof ResponseTooLargeError) throw this.#tooLarge(own, cap);
+      if (e instanceof ResponseTooLargeError) throw this.#tooLarge(own, cap, opts.what);
       if (this.signal.aborted) throw this.signal.reason as Error;
       throw e;
     }
@@ -193,18 +202,18 @@ export class SourceBudget<E extends Error = BoundHit> {
   }
 
   /** {@link read} as UTF-8 text. */
-  async text(body: BodyStream, opts: { maxBytes?: number | undefined; error?: boolean } = {}): Promise<string> {
+  async text(body: BodyStream, opts: ReadOptions = {}): Promise<string> {
     return (await this.read(body, opts)).toString('utf8');
   }
 
-  #tooLarge(own: number, cap: number): E {
+  #tooLarge(own: number, cap: number, what = this.terms.answer): E {
     return cap < own
       ? this.hit(
           'tooLarge',
           'maxTotalBytes',
           `the answers of ${this.terms.whole} passed ${this.bounds.maxTotalBytes} bytes together`,
         )
-      : this.hit('tooLarge', 'maxAnswerBytes', `${this.terms.answer} was larger than ${own} bytes`);
+      : this.hit('tooLarge', 'maxAnswerBytes', `${what} was larger than ${own} bytes`);
   }
 
   /** An entry is kept: its texts (a path, an id) are each within the entry bound, and counted. */
