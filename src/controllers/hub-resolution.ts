@@ -28,7 +28,8 @@ export interface HubResolverDeps {
   /** Hosts the token may go to (--allowed-hub-hosts). */
   tokenHosts: readonly HostRule[];
   dispatcher?: Dispatcher | undefined;
-  limits?: HubListingLimits | undefined;
+  /** The resolution's bounds the operator sets (--source-timeout); the rest are the budget's defaults. */
+  limits?: Partial<HubListingLimits> | undefined;
   now?: () => number;
 }
 
@@ -130,7 +131,7 @@ export class HubResolver {
       ? await this.deps.secretValue(namespace, hf.tokenSecretRef, signal)
       : undefined;
     // One budget for the whole resolution, listing and LFS HEADs: one deadline, the bytes and entries bounded.
-    const budget = hubBudget(endpoint.url, hf.repo, this.deps.limits ?? DEFAULT_LISTING_LIMITS);
+    const budget = hubBudget(endpoint.url, hf.repo, { ...DEFAULT_LISTING_LIMITS, ...this.deps.limits });
     let listing: HubListing;
     let locations: Map<string, string>;
     let client: HubClient;

@@ -84,6 +84,8 @@ export interface OciSourcesDeps {
   /** The admin's --allowed-registry-hosts. */
   registryHosts: readonly HostRule[];
   maxManifestBytes?: number | undefined;
+  /** One resolution (manifest, challenge, token, authorization) at most, ms (--source-timeout). */
+  timeoutMs?: number | undefined;
   now?: () => number;
 }
 
@@ -150,7 +152,7 @@ export class OciSources {
     try {
       const ref = parseReference(oci.reference);
       // One budget for the resolution (manifest, challenge, token, authorization): one deadline, the bytes bounded.
-      budget = ociBudget(ref.registry);
+      budget = ociBudget(ref.registry, { timeoutMs: this.deps.timeoutMs });
       const client = await this.client(sm, oci, ref, budget, signal);
       const at: OciReference = pinned !== undefined ? { ...ref, digest: pinned } : ref;
       const fetched = await client.manifest(at, signal);
