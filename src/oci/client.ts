@@ -275,8 +275,9 @@ export class RegistryClient {
       `${url.pathname}${url.search}`,
       headers,
       MAX_TOKEN_RESPONSE_BYTES,
-      `the token answer of ${url.host} for ${what}`,
+      what,
       signal,
+      'token service',
     );
     if (res.status === 401 || res.status === 403)
       throw new OciError(
@@ -361,6 +362,7 @@ export class RegistryClient {
     maxBytes: number,
     what: string,
     signal: AbortSignal | undefined,
+    answering: 'registry' | 'token service' = 'registry',
   ): Promise<Answer> {
     budget.answer();
     const req = budget.request(this.opts.timeoutMs ?? DEFAULT_REGISTRY_TIMEOUT_MS);
@@ -378,7 +380,7 @@ export class RegistryClient {
       const body = await budget.read(res.body, {
         maxBytes,
         error: res.statusCode < 200 || res.statusCode > 299,
-        what: `the ${origin === this.baseURL ? 'registry' : 'token service'} answer for ${what}`,
+        what: `the ${answering} answer for ${what}`,
       });
       return { status: res.statusCode, headers: res.headers, body };
     } catch (e) {
