@@ -137,7 +137,16 @@ export class RegistryClient {
     const what = formatReference(ref);
     const path = `/v2/${ref.repository}/manifests/${ref.digest ?? ref.tag!}`;
     const max = this.opts.maxManifestBytes ?? DEFAULT_MAX_MANIFEST_BYTES;
-    const res = await this.get(budget, ref.repository, path, { accept: MANIFEST_ACCEPT }, max, what, 'manifest', signal);
+    const res = await this.get(
+      budget,
+      ref.repository,
+      path,
+      { accept: MANIFEST_ACCEPT },
+      max,
+      what,
+      'manifest',
+      signal,
+    );
     const digest = `sha256:${createHash('sha256').update(res.body).digest('hex')}`;
     if (ref.digest !== undefined && digest !== ref.digest)
       throw new OciError(
@@ -160,7 +169,16 @@ export class RegistryClient {
   async pullAuthorization(repository: string, signal?: AbortSignal): Promise<string | undefined> {
     if (!this.authorizations.has(repository))
       await this.within((budget) =>
-        this.get(budget, repository, `/v2/${repository}/tags/list?n=1`, {}, TAGS_BYTES, repository, 'tags', signal),
+        this.get(
+          budget,
+          repository,
+          `/v2/${repository}/tags/list?n=1`,
+          {},
+          TAGS_BYTES,
+          repository,
+          'tags',
+          signal,
+        ),
       );
     return this.authorizations.get(repository);
   }

@@ -11,7 +11,13 @@
  * `SourceTimeout`), never a heap that fills or a worker held forever. Nothing a resolution holds grows with what a
  * remote sends beyond these caps.
  */
-import { MAX_ERROR_BODY_BYTES, ResponseTooLargeError, readBoundedBytes, readPrefix, type BodyStream } from '../http/body.ts';
+import {
+  MAX_ERROR_BODY_BYTES,
+  ResponseTooLargeError,
+  readBoundedBytes,
+  readPrefix,
+  type BodyStream,
+} from '../http/body.ts';
 import { timerDelay } from '../runtime/timers.ts';
 
 /** The reasons a source's condition carries when a bound of its resolution is hit. */
@@ -147,7 +153,9 @@ export class SourceBudget<E extends Error = BoundHit> {
     );
     // The deadline alone must not keep a process (a CLI run) alive once its work is done.
     this.#timer.unref();
-    this.signal = opts.signal ? AbortSignal.any([opts.signal, this.#controller.signal]) : this.#controller.signal;
+    this.signal = opts.signal
+      ? AbortSignal.any([opts.signal, this.#controller.signal])
+      : this.#controller.signal;
   }
 
   /** Bytes every answer so far held together. */
@@ -263,7 +271,11 @@ export class SourceBudget<E extends Error = BoundHit> {
 
   /** A request got no complete answer within `ms`: the whole resolution stops (a retry is the caller's, later). */
   requestTimedOut(ms: number): E {
-    return this.hit('timedOut', 'requestTimeoutMs', `a request of ${this.terms.whole} got no complete answer within ${ms} ms`);
+    return this.hit(
+      'timedOut',
+      'requestTimeoutMs',
+      `a request of ${this.terms.whole} got no complete answer within ${ms} ms`,
+    );
   }
 
   /** Throws what stopped the resolution, if anything did (a hit, the caller's abort). */

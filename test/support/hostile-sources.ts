@@ -91,7 +91,9 @@ export async function startHostileSources(): Promise<HostileSources> {
     const repo = `hostile/${mode}`;
     if (u.pathname.includes('/revision/')) {
       if (mode === 'drip') return drip(res);
-      res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ id: repo, sha: HUB_SHA }));
+      res
+        .writeHead(200, { 'content-type': 'application/json' })
+        .end(JSON.stringify({ id: repo, sha: HUB_SHA }));
       return;
     }
     if (u.pathname.includes('/tree/')) {
@@ -101,7 +103,9 @@ export async function startHostileSources(): Promise<HostileSources> {
         case 'huge-entries':
         case 'long-entries': {
           const size = mode === 'huge-entries' ? 12 * MiB : 3 * MiB;
-          return page(res, u.pathname, cursor, [{ type: 'file', path: `f${cursor}`, size: 1, oid: oid(size) }]);
+          return page(res, u.pathname, cursor, [
+            { type: 'file', path: `f${cursor}`, size: 1, oid: oid(size) },
+          ]);
         }
         case 'endless':
           return page(

@@ -55,7 +55,9 @@ describe("a tenant's hostile Hub", () => {
   it('tree pages of one 12 MiB entry each: the first page is over its cap, nothing more is asked', async () => {
     const e = await list('huge-entries');
     expect(e).toMatchObject({ reason: HubReason.SourceTooLarge, field: 'endpoint', kind: 'terminal' });
-    expect(e.message).toMatch(/an answer was larger than 4194304 bytes: check that the endpoint .* is a Hugging Face Hub/);
+    expect(e.message).toMatch(
+      /an answer was larger than 4194304 bytes: check that the endpoint .* is a Hugging Face Hub/,
+    );
     expect(hostile.requests.get('huge-entries')).toBe(2); // the revision and the first page
   });
 
@@ -70,7 +72,9 @@ describe("a tenant's hostile Hub", () => {
     const heap = process.memoryUsage().heapUsed;
     const e = await list('endless');
     expect(e).toMatchObject({ reason: HubReason.SourceTooLarge, field: 'repo' });
-    expect(e.message).toMatch(/the entries passed 8388608 characters together|holds more than 100000 entries/);
+    expect(e.message).toMatch(
+      /the entries passed 8388608 characters together|holds more than 100000 entries/,
+    );
     // 8 Mi characters of paths at most were kept: the pages asked for stop below 100.
     expect(hostile.requests.get('endless')).toBeLessThanOrEqual(101);
     expect(process.memoryUsage().heapUsed - heap).toBeLessThan(200 * 1024 * 1024);
@@ -101,7 +105,12 @@ describe("a tenant's hostile registry", () => {
   const manifest = (mode: string, bounds: Partial<SourceBounds> = {}, maxManifestBytes?: number) => {
     const ref = parseReference(`${hostile.host}/hostile/${mode}:v1`);
     const budget = ociBudget(ref.registry, bounds);
-    const client = new RegistryClient(ref.registry, { dispatcher, plainHTTP: true, budget, maxManifestBytes });
+    const client = new RegistryClient(ref.registry, {
+      dispatcher,
+      plainHTTP: true,
+      budget,
+      maxManifestBytes,
+    });
     return refusal(
       client.manifest(ref).finally(() => budget.close()),
       OciError,

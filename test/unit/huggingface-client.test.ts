@@ -131,7 +131,9 @@ describe('the Hugging Face Hub client', () => {
   });
 
   it('bounds the entries a listing holds', async () => {
-    const e = await refusal(listRepoFiles(client(undefined, { bounds: { maxEntries: 3 } }), 'org/model', 'main'));
+    const e = await refusal(
+      listRepoFiles(client(undefined, { bounds: { maxEntries: 3 } }), 'org/model', 'main'),
+    );
     expect(e).toMatchObject({ reason: HubReason.SourceTooLarge, field: 'repo', kind: 'terminal' });
     expect(e.message).toContain('the repository holds more than 3 entries');
   });
