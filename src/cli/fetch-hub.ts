@@ -12,7 +12,7 @@ import { DEFAULT_MAX_FILES, MAX_DIRECTORY_FILES } from '../api/fileset.ts';
 import { ModelVersionSpecSchema, SEGMENT, specProblems, type ModelVersionSpec } from '../agent/spec.ts';
 import { HubClient } from '../huggingface/client.ts';
 import { DEFAULT_HUB_ENDPOINT, DEFAULT_HUB_TOKEN_HOSTS, hubEndpoint } from '../huggingface/endpoint.ts';
-import { HubError } from '../huggingface/errors.ts';
+import { HubError, hubBudget } from '../huggingface/errors.ts';
 import { DEFAULT_LISTING_LIMITS, listRepoFiles } from '../huggingface/files.ts';
 import { parseHubURI } from '../huggingface/reference.ts';
 import { lfsLocations } from '../huggingface/locations.ts';
@@ -134,12 +134,11 @@ async function hubSpec(
 ): Promise<{ spec: ModelVersionSpec; commit: string } | number> {
   const { ref, endpoint, token, config, selection, listingMs, version } = args;
   try {
-    const client = new HubClient({ endpoint, dispatcher: config.dispatcher, token });
-    const listing = await listRepoFiles(client, ref.repo, ref.revision, selection, {
-      ...DEFAULT_LISTING_LIMITS,
-      timeoutMs: listingMs,
-    });
+    const budget = hubBudget(endpoint.url, ref.repo, { ...DEFAULT_LISTING_LIMITS, timeoutMs: listingMs });
+    const client = new HubClient({ endpoint, dispatcher: config.dispatcher, token, budget });
+    const listing = await listRepoFiles(client, ref.repo, ref.revision, selection);
     const locations = await lfsLocations(client, listing);
+    budget.close();
     const spec = ModelVersionSpecSchema.safeParse(
       hubVersionSpec(endpoint, listing, locations, { headers: client.authHeaders(), version }),
     );

@@ -534,8 +534,8 @@ describe('placing an artifact through the peer proxy', () => {
     );
     registry.putManifest('models/m', 'huge', body);
     const e = await refusal(place('huge', { maxManifestBytes: 4096 }));
-    expect(e.reason).toBe(OciReason.ManifestTooLarge);
-    expect(e.message).toMatch(/larger than 4096 bytes/);
+    expect(e.reason).toBe(OciReason.SourceTooLarge);
+    expect(e.message).toMatch(/the registry answer for .* was larger than 4096 bytes/);
     expect(
       (await refusal(() => client({ credentials: { username: 'u', password: 'p-12345678' } }))).reason,
     ).toBe(OciReason.RegistryNotAllowed);

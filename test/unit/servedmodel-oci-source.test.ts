@@ -303,7 +303,7 @@ describe('bad input: a reason, a message naming the field and the layer, and the
       message: expect.stringContaining('has no manifest'),
     });
     expect(refused(await sources({ maxManifestBytes: 100 }).of('k', sm(s), s))).toMatchObject({
-      reason: 'ManifestTooLarge',
+      reason: 'SourceTooLarge',
       final: true,
       message: expect.stringContaining('larger than 100 bytes'),
     });
