@@ -108,7 +108,7 @@ const ALL = {
   },
   allowedBasicAuthRegistryHosts: {
     flag: 'allowed-basic-auth-registry-hosts',
-    help: "Registries of --allowed-registry-hosts that take only Basic credentials (no token service) whose user and password may go to the agents, and through the node daemons, which log request headers; same syntax (empty: none, such registries are refused with BasicAuthNotForwarded)",
+    help: 'Registries of --allowed-registry-hosts that take only Basic credentials (no token service) whose user and password may go to the agents, and through the node daemons, which log request headers; same syntax (empty: none, such registries are refused with BasicAuthNotForwarded)',
   },
   allowedHubHosts: {
     flag: 'allowed-hub-hosts',
