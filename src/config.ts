@@ -106,6 +106,10 @@ const ALL = {
     flag: 'allowed-registry-hosts',
     help: 'Registries an image ModelPreheat with imageCredentialsSecretRef may name, same syntax (empty: none; images without credentials go anywhere)',
   },
+  allowedBasicAuthRegistryHosts: {
+    flag: 'allowed-basic-auth-registry-hosts',
+    help: 'Registries of --allowed-registry-hosts that take only Basic credentials (no token service) whose user and password may go to the agents, and through the node daemons, which log request headers; same syntax (empty: none, such registries are refused with BasicAuthNotForwarded)',
+  },
   allowedHubHosts: {
     flag: 'allowed-hub-hosts',
     help: 'Hugging Face Hub hosts a ServedModel or ModelPreheat source.huggingface token may go to (its endpoint), same syntax. Default: huggingface.co; empty: none (public repositories only)',
@@ -138,6 +142,7 @@ const HOST_LISTS = new Set<Key>([
   'allowedEndpointHosts',
   'allowedStorageHosts',
   'allowedRegistryHosts',
+  'allowedBasicAuthRegistryHosts',
   'allowedHubHosts',
 ]);
 
@@ -216,6 +221,8 @@ const OperatorConfigSchema = z
     // admin names them, since no domain is one registry operator's and a registry names its token realm itself.
     allowedStorageHosts: hostRules.default(defaultStorageHosts()),
     allowedRegistryHosts: hostRules.default([]),
+    // None: the agents get the registry's short-lived tokens, never a Secret's password, unless the admin says so.
+    allowedBasicAuthRegistryHosts: hostRules.default([]),
     // The public Hub only: a mirror or an Enterprise Hub is the admin's to name.
     allowedHubHosts: hostRules.default(parseHostRules(DEFAULT_HUB_TOKEN_HOSTS)),
     // The source budget's deadline (src/sources/budget.ts): two minutes, as for a bucket listing.
