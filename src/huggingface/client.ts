@@ -10,7 +10,14 @@ import { INVALID_RESPONSE, RESPONSE_TOO_LARGE } from '../http/classify.ts';
 import { headerValue, sendRequest, type HttpResponse } from '../http/request.ts';
 import { USER_AGENT } from '../version.ts';
 import { answerError, nextLink, RepoInfoSchema, TreePageSchema, type TreeEntry } from './answers.ts';
-import { repoInfoPath, resolveURL, tokenAllowed, treePath, type HubEndpoint } from './endpoint.ts';
+import {
+  repoInfoPath,
+  resolveURL,
+  tokenAllowed,
+  tokenRefusal,
+  treePath,
+  type HubEndpoint,
+} from './endpoint.ts';
 import { HubError, HubReason, hubError } from './errors.ts';
 
 export interface HubClientOptions {
@@ -40,12 +47,12 @@ export class HubClient {
     this.timeoutMs = opts.timeoutMs ?? DEFAULT_HUB_TIMEOUT_MS;
     this.maxResponseBytes = opts.maxResponseBytes ?? DEFAULT_MAX_RESPONSE_BYTES;
     if (opts.token !== undefined && !tokenAllowed(opts.endpoint))
-      throw hubError(
-        HubReason.TokenNotAllowed,
-        'use the token',
-        `the token may only go to the allowed Hub hosts (${opts.endpoint.tokenHosts.map((r) => r.text).join(', ') || 'none'}), not to ${new URL(opts.endpoint.url).host}: use an allowed endpoint, drop the token for a public repository, or ask an admin to allow the host`,
-        { kind: 'auth', field: 'endpoint' },
-      );
+      throw hubError(HubReason.TokenNotAllowed, 'send the token', tokenRefusal(opts.endpoint), {
+        kind: 'auth',
+        field: 'endpoint',
+        // Nothing was sent: not a network error.
+        code: 'NOT_SENT',
+      });
     this.token = opts.token;
   }
 

@@ -45,11 +45,18 @@ export function hubError(
   reason: HubReason,
   operation: string,
   detail: string,
-  opts: { kind?: HttpErrorKind; field?: string; status?: number; cause?: unknown } = {},
+  opts: { kind?: HttpErrorKind; field?: string; status?: number; code?: string; cause?: unknown } = {},
 ): HubError {
   return new HubError(
     reason,
-    { kind: opts.kind ?? 'terminal', status: opts.status ?? 0, operation, detail, cause: opts.cause },
+    {
+      kind: opts.kind ?? 'terminal',
+      status: opts.status ?? 0,
+      operation,
+      detail,
+      code: opts.code,
+      cause: opts.cause,
+    },
     opts.field,
   );
 }

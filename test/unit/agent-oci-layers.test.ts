@@ -70,7 +70,7 @@ async function specOf(repo: string, tag: string, version = '1'): Promise<ModelVe
     dispatcher,
     plainHTTP: true,
     credentials: registry.basic,
-    allowedHosts: registry.basic ? parseHostRules(registry.host) : undefined,
+    allowedHosts: registry.basic ? parseHostRules(`http://${registry.host}`) : undefined,
   });
   const ref = parseReference(`${registry.host}/${repo}:${tag}`);
   const m = await client.manifest(ref);

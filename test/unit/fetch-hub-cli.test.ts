@@ -45,7 +45,7 @@ describe('peerload fetch hf://', () => {
           '--min-free-bytes',
           '0',
           '--token-hosts',
-          '127.0.0.1',
+          'http://127.0.0.1',
           '--log-level',
           'error',
           ...args.slice(1),

@@ -329,10 +329,13 @@ describe('peerload fetch STORAGE_URI DEST', () => {
   });
 
   it('a listing that fails is exit 1, the keys not printed', async () => {
-    const { code, err } = await fetchKServe(['--allowed-storage-hosts', '127.0.0.1', 's3://bkt/k', 'DEST'], {
-      ...S3_ENV,
-      AWS_ENDPOINT_URL: 'http://127.0.0.1:1',
-    });
+    const { code, err } = await fetchKServe(
+      ['--allowed-storage-hosts', 'http://127.0.0.1', 's3://bkt/k', 'DEST'],
+      {
+        ...S3_ENV,
+        AWS_ENDPOINT_URL: 'http://127.0.0.1:1',
+      },
+    );
     expect(code).toBe(1);
     expect(err).toMatch(/^peerload fetch: s3:\/\/bkt\/k: the listing failed: /);
     expect(err).not.toContain(SECRET);

@@ -37,7 +37,7 @@ describe('the Hugging Face Hub client', () => {
   const dispatcher = new Agent();
   const client = (token?: string, opts: { tokenHosts?: string; url?: string } = {}) =>
     new HubClient({
-      endpoint: hubEndpoint(opts.url ?? hub.url, opts.tokenHosts ?? '127.0.0.1'),
+      endpoint: hubEndpoint(opts.url ?? hub.url, opts.tokenHosts ?? 'http://127.0.0.1'),
       dispatcher,
       token,
     });
@@ -188,6 +188,21 @@ describe('the Hugging Face Hub client', () => {
     expect(hubEndpoint().url).toBe('https://huggingface.co');
   });
 
+  it('sends no token over plain HTTP to a host allowed over https only, and says so (not a network error)', () => {
+    let err: unknown;
+    try {
+      client(TOKEN, { tokenHosts: '127.0.0.1' });
+    } catch (e) {
+      err = e;
+    }
+    expect(err).toMatchObject({ reason: HubReason.TokenNotAllowed, field: 'endpoint' });
+    const m = (err as Error).message;
+    expect(m).toContain(`the endpoint ${hub.url} is plain HTTP`);
+    expect(m).toContain('ask an admin to allow http://127.0.0.1:');
+    expect(m).not.toContain('network error');
+    expect(m).not.toContain(TOKEN);
+  });
+
   describe('against a misbehaving server', () => {
     let server: Server;
     let url: string;
@@ -255,7 +270,7 @@ describe('the Hugging Face Hub client', () => {
   });
 
   it("makes the agent's version: git files at their resolve URL with the token, LFS files at the CDN without it", async () => {
-    const endpoint = hubEndpoint(hub.url, '127.0.0.1');
+    const endpoint = hubEndpoint(hub.url, 'http://127.0.0.1');
     const c = client(TOKEN);
     const listing = await listRepoFiles(c, 'org/gated', 'main');
     const spec = ModelVersionSpecSchema.parse(

@@ -40,7 +40,7 @@ const sources = () =>
       if (v === undefined) throw new Error(`Secret ns/${ref.name} not found`);
       return v;
     },
-    tokenHosts: parseHostRules('127.0.0.1'),
+    tokenHosts: parseHostRules('http://127.0.0.1'),
     dispatcher,
     now: () => clock,
   });

@@ -104,7 +104,7 @@ function sources(
       return data;
     },
     dispatcher,
-    registryHosts: parseHostRules(registry.host),
+    registryHosts: parseHostRules(`http://${registry.host}`),
     maxManifestBytes: opts.maxManifestBytes,
     now: opts.now,
   });
