@@ -32,7 +32,10 @@ export interface HubFile {
 }
 
 export interface HubListing {
+  /** The repository as asked for (the directory it lands in). */
   repo: string;
+  /** The name the Hub serves it under now, when it redirected a renamed repository: its files' URLs use it. */
+  movedTo?: string | undefined;
   revision: string;
   /** The commit the revision named when it was listed. */
   sha: string;
@@ -52,10 +55,11 @@ export async function listRepoFiles(
   const deadline = AbortSignal.timeout(limits.timeoutMs);
   const both = signal ? AbortSignal.any([signal, deadline]) : deadline;
   let sha: string;
+  let current: string;
   let tree;
   try {
-    sha = await client.resolveRevision(repo, revision, both);
-    tree = await client.listTree(repo, sha, {
+    ({ sha, repo: current } = await client.revisionOf(repo, revision, both));
+    tree = await client.listTree(current, sha, {
       signal: both,
       onPage: (n) => {
         if (n > limits.maxEntries)
@@ -68,7 +72,7 @@ export async function listRepoFiles(
       },
     });
     const first = tree.find((e) => e.type === 'file');
-    if (first) await client.fileLocation(repo, sha, first.path, both);
+    if (first) await client.fileLocation(current, sha, first.path, both);
   } catch (e) {
     if (deadline.aborted && !signal?.aborted)
       throw hubError(
@@ -112,6 +116,7 @@ export async function listRepoFiles(
   }
   return {
     repo,
+    ...(current !== repo ? { movedTo: current } : {}),
     revision,
     sha,
     files: chosen.map((f) => {

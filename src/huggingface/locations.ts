@@ -23,7 +23,12 @@ export async function lfsLocations(
   const worker = async () => {
     while (next < lfs.length) {
       const f = lfs[next++]!;
-      const location = await client.fileLocation(listing.repo, listing.sha, f.path, signal);
+      const location = await client.fileLocation(
+        listing.movedTo ?? listing.repo,
+        listing.sha,
+        f.path,
+        signal,
+      );
       if (location !== undefined) found.set(f.path, location);
     }
   };
