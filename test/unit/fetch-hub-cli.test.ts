@@ -144,10 +144,16 @@ describe('peerload fetch hf://', () => {
 
   it('a token for a host outside --token-hosts is refused before any request', async () => {
     const before = hub.hubRequests.length;
-    const r = await fetchHub(['hf://org/gated', '--token-hosts', 'huggingface.co'], { HF_TOKEN: TOKEN });
-    expect(r.code).toBe(2);
-    expect(r.err).toContain('HubTokenNotAllowed');
-    expect(r.err).not.toContain(TOKEN);
+    const e = await fetchHub(['hf://org/gated', '--token-hosts', 'huggingface.co'], {
+      HF_TOKEN: TOKEN,
+    }).catch((x: unknown) => x);
+    expect(e).toBeInstanceOf(CliError);
+    expect((e as CliError).exitCode).toBe(2);
+    const m = (e as Error).message;
+    expect(m).toMatch(
+      /^HubTokenNotAllowed: HF_ENDPOINT names 127\.0\.0\.1:\d+, which is not in --allowed-hub-hosts \(huggingface\.co\)/,
+    );
+    expect(m).not.toContain(TOKEN);
     expect(hub.hubRequests.length).toBe(before);
   });
 
