@@ -42,24 +42,23 @@ export interface HubListing {
   files: HubFile[];
 }
 
-/** Lists `repo` at `revision`; throws {@link HubError} naming the field to change. */
-export async function listRepoFiles(
+/**
+ * The commit `revision` names, the repository's name now (another after a rename) and its tree at that commit,
+ * under the listing's one deadline and entry bound.
+ */
+async function treeAtRevision(
   client: HubClient,
   repo: string,
   revision: string,
-  selection: HubSelection = {},
-  limits: HubListingLimits = DEFAULT_LISTING_LIMITS,
-  signal?: AbortSignal,
-): Promise<HubListing> {
+  limits: HubListingLimits,
+  signal: AbortSignal | undefined,
+) {
   const operation = `list ${repo}@${revision}`;
   const deadline = AbortSignal.timeout(limits.timeoutMs);
   const both = signal ? AbortSignal.any([signal, deadline]) : deadline;
-  let sha: string;
-  let current: string;
-  let tree;
   try {
-    ({ sha, repo: current } = await client.revisionOf(repo, revision, both));
-    tree = await client.listTree(current, sha, {
+    const { sha, repo: current } = await client.revisionOf(repo, revision, both);
+    const tree = await client.listTree(current, sha, {
       signal: both,
       onPage: (n) => {
         if (n > limits.maxEntries)
@@ -73,6 +72,7 @@ export async function listRepoFiles(
     });
     const first = tree.find((e) => e.type === 'file');
     if (first) await client.fileLocation(current, sha, first.path, both);
+    return { sha, current, tree };
   } catch (e) {
     if (deadline.aborted && !signal?.aborted)
       throw hubError(
@@ -83,6 +83,19 @@ export async function listRepoFiles(
       );
     throw e;
   }
+}
+
+/** Lists `repo` at `revision`; throws {@link HubError} naming the field to change. */
+export async function listRepoFiles(
+  client: HubClient,
+  repo: string,
+  revision: string,
+  selection: HubSelection = {},
+  limits: HubListingLimits = DEFAULT_LISTING_LIMITS,
+  signal?: AbortSignal,
+): Promise<HubListing> {
+  const operation = `list ${repo}@${revision}`;
+  const { sha, current, tree } = await treeAtRevision(client, repo, revision, limits, signal);
   const byPath = new Map<string, { size: number; oid: string; sha256: string | undefined }>();
   for (const e of tree)
     if (e.type === 'file')
