@@ -114,6 +114,10 @@ const ALL = {
     flag: 'allowed-hub-hosts',
     help: 'Hugging Face Hub hosts a ServedModel or ModelPreheat source.huggingface token may go to (its endpoint), same syntax, https only unless written http://host. Default: huggingface.co; empty: none (public repositories only)',
   },
+  sourceTimeout: {
+    flag: 'source-timeout',
+    help: "How long one resolution of a ServedModel's or ModelPreheat's source may take however slowly its host answers (a Hub's revision, tree pages and LFS redirects; a registry's manifest, challenge and token); past it the object is Stalled with SourceTimeout and tried again with backoff",
+  },
   pollBackoffStart: { flag: 'poll-backoff-start', help: 'First interval when polling external jobs' },
   pollBackoffMax: { flag: 'poll-backoff-max', help: 'Longest interval when polling external jobs' },
   cleanupGracePeriod: {
@@ -220,6 +224,8 @@ const OperatorConfigSchema = z
     allowedRegistryHosts: hostRules('https').default([]),
     // The public Hub only: a mirror or an Enterprise Hub is the admin's to name.
     allowedHubHosts: hostRules('https').default(parseHostRules(DEFAULT_HUB_TOKEN_HOSTS)),
+    // The source budget's deadline (src/sources/budget.ts): two minutes, as for a bucket listing.
+    sourceTimeout: duration('source timeout').default(120_000),
     pollBackoffStart: duration('poll backoff start').default(2_000),
     pollBackoffMax: duration('poll backoff max').default(60_000),
     cleanupGracePeriod: duration('cleanup grace period').default(120_000),
@@ -348,6 +354,7 @@ const DURATIONS = new Set<Key>([
   'retryPeriod',
   'resyncPeriod',
   'shutdownTimeout',
+  'sourceTimeout',
   'pollBackoffStart',
   'pollBackoffMax',
 ]);

@@ -41,6 +41,10 @@ export const OciSource = z.object({
     description:
       "Registry credentials: a `kubernetes.io/dockerconfigjson` Secret (its entry for the reference's registry) or a Secret with `username` and `password`. Read only when the registry is in the operator's --allowed-registry-hosts; the agents get the registry's Authorization for the blobs of this registry only. Unset: anonymous pulls.",
   }),
+  maxBytes: z.int().min(1).optional().meta({
+    description:
+      "Most bytes the model may take on each replica's volume: its raw layers plus what its tar layers unpack to (default: the agent's --max-bytes, 1 TiB). More fails the placement (DiskBudgetExceeded for the layers' sizes, LimitExceeded as a tar layer unpacks); an archive that would unpack past the volume's free space fails too (InsufficientStorage).",
+  }),
   plainHTTP: z.boolean().optional().meta({
     description:
       'Talk to the registry over http:// instead of https:// (a registry inside the cluster without TLS). Default false.',

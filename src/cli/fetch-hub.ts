@@ -19,7 +19,7 @@ import {
   tokenAllowed,
   type HubEndpoint,
 } from '../huggingface/endpoint.ts';
-import { HubError, HubReason } from '../huggingface/errors.ts';
+import { HubError, HubReason, hubBudget } from '../huggingface/errors.ts';
 import { urlReach } from '../policy/reach.ts';
 import { DEFAULT_LISTING_LIMITS, listRepoFiles } from '../huggingface/files.ts';
 import { parseHubURI } from '../huggingface/reference.ts';
@@ -30,7 +30,7 @@ import { createLogger } from '../runtime/logger.ts';
 import { DOWNLOAD_OPTIONS, DOWNLOAD_OPTIONS_USAGE, downloaderConfig } from './agent.ts';
 import { parseCommandArgs } from './args.ts';
 import { CliError } from './errors.ts';
-import { placeVersion, type FetchLines } from './fetch-place.ts';
+import { placeVersion, redactedLines, type FetchLines } from './fetch-place.ts';
 
 export const HUB_USAGE = `Usage: peerload fetch hf://NAMESPACE/NAME[@REVISION] DEST [options]
 
@@ -181,12 +181,11 @@ async function hubSpec(
 ): Promise<{ spec: ModelVersionSpec; commit: string } | number> {
   const { ref, endpoint, token, config, selection, listingMs, version } = args;
   try {
-    const client = new HubClient({ endpoint, dispatcher: config.dispatcher, token });
-    const listing = await listRepoFiles(client, ref.repo, ref.revision, selection, {
-      ...DEFAULT_LISTING_LIMITS,
-      timeoutMs: listingMs,
-    });
+    const budget = hubBudget(endpoint.url, ref.repo, { ...DEFAULT_LISTING_LIMITS, timeoutMs: listingMs });
+    const client = new HubClient({ endpoint, dispatcher: config.dispatcher, token, budget });
+    const listing = await listRepoFiles(client, ref.repo, ref.revision, selection);
     const locations = await lfsLocations(client, listing);
+    budget.close();
     const spec = ModelVersionSpecSchema.safeParse(
       hubVersionSpec(endpoint, listing, locations, { headers: client.authHeaders(), version }),
     );
@@ -201,9 +200,10 @@ async function hubSpec(
 
 export async function runHub(
   argv: string[],
-  io: FetchLines,
+  given: FetchLines,
   env: NodeJS.ProcessEnv = process.env,
 ): Promise<number> {
+  const io = redactedLines(given);
   const args = await parseHubArgs(argv, env);
   if (args === undefined) {
     io.out(HUB_USAGE);

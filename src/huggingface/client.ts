@@ -6,8 +6,8 @@
  * origin are followed (a renamed repository, redirects.ts).
  */
 import type { Dispatcher } from 'undici';
-import { DEFAULT_MAX_RESPONSE_BYTES, parseBody } from '../http/body.ts';
-import { INVALID_RESPONSE, RESPONSE_TOO_LARGE } from '../http/classify.ts';
+import { parseBody } from '../http/body.ts';
+import { INVALID_RESPONSE } from '../http/classify.ts';
 import { headerValue, sendRequest, type HttpResponse } from '../http/request.ts';
 import { USER_AGENT } from '../version.ts';
 import { answerError, nextLink, RepoInfoSchema, TreePageSchema, type TreeEntry } from './answers.ts';
@@ -19,7 +19,8 @@ import {
   treePath,
   type HubEndpoint,
 } from './endpoint.ts';
-import { HubError, HubReason, hubError } from './errors.ts';
+import type { SourceBudget } from '../sources/budget.ts';
+import { HubError, HubReason, hubBudget, hubError } from './errors.ts';
 import { followSameOrigin, MAX_HUB_REDIRECTS, movedRepository } from './redirects.ts';
 
 export interface HubClientOptions {
@@ -29,8 +30,13 @@ export interface HubClientOptions {
   token?: string | undefined;
   /** One exchange, ms. */
   timeoutMs?: number | undefined;
-  /** Largest answer body read (a tree page of 1,000 entries is about 300 KB). */
+  /** Largest answer body read (a tree page of 1,000 entries is about 300 KB); default the budget's. */
   maxResponseBytes?: number | undefined;
+  /**
+   * The resolution's budget (src/sources/budget.ts): every answer is read through it. A client serves one
+   * resolution; without one it has a budget of the default bounds of its own.
+   */
+  budget?: SourceBudget<HubError> | undefined;
 }
 
 export const DEFAULT_HUB_TIMEOUT_MS = 30_000;
@@ -40,14 +46,16 @@ export class HubClient {
   private readonly dispatcher: Dispatcher;
   private readonly token: string | undefined;
   private readonly timeoutMs: number;
-  private readonly maxResponseBytes: number;
+  private readonly maxResponseBytes: number | undefined;
+  readonly budget: SourceBudget<HubError>;
 
   /** Throws {@link HubError} `TokenNotAllowed` when a token is given for an endpoint outside the allow-list. */
   constructor(opts: HubClientOptions) {
     this.endpoint = opts.endpoint;
     this.dispatcher = opts.dispatcher;
     this.timeoutMs = opts.timeoutMs ?? DEFAULT_HUB_TIMEOUT_MS;
-    this.maxResponseBytes = opts.maxResponseBytes ?? DEFAULT_MAX_RESPONSE_BYTES;
+    this.maxResponseBytes = opts.maxResponseBytes;
+    this.budget = opts.budget ?? hubBudget(opts.endpoint.url, 'the repository');
     if (opts.token !== undefined && !tokenAllowed(opts.endpoint))
       throw hubError(HubReason.TokenNotAllowed, 'send the token', tokenRefusal(opts.endpoint), {
         kind: 'auth',
@@ -64,8 +72,9 @@ export class HubClient {
   }
 
   /**
-   * One call, its redirects on the endpoint's origin followed (a renamed repository: redirects.ts). A redirect
-   * elsewhere is an answer: an LFS file's `resolve` HEAD is a 302 to its CDN URL; an API call's is refused.
+   * One call, its redirects on the endpoint's origin followed (a renamed repository: redirects.ts; a `resolve` HEAD's
+   * relative ones only). Another redirect is an answer: an LFS file's `resolve` HEAD is a 302 to its CDN URL; an API
+   * call's is refused.
    */
   private async get(
     path: string,
@@ -85,9 +94,11 @@ export class HubClient {
           `more than ${MAX_HUB_REDIRECTS} redirects in a row within ${this.endpoint.url}: a loop, not a moved repository`,
           { code: INVALID_RESPONSE },
         ),
+      // A resolve HEAD follows relative redirects only, as huggingface_hub's: an absolute one is the file's bytes.
+      { relativeOnly: method === 'HEAD' },
     );
     if (res.status < 200 || res.status > 399)
-      throw answerError(res, { ...ctx, operation, withToken: this.token !== undefined, secrets });
+      throw answerError(res, { ...ctx, operation, withToken: this.token !== undefined });
     if (res.status > 299 && method === 'GET')
       throw hubError(
         HubReason.BadAnswer,
@@ -105,6 +116,9 @@ export class HubClient {
     secrets: string[],
     signal?: AbortSignal,
   ) {
+    // Each hop is an answer of the resolution's budget: a redirect loop spends it too.
+    const budget = this.budget;
+    budget.answer();
     return sendRequest(
       {
         dispatcher: this.dispatcher,
@@ -113,13 +127,12 @@ export class HubClient {
         method,
         headers: { 'user-agent': USER_AGENT, accept: 'application/json', ...this.authHeaders() },
         timeoutMs: this.timeoutMs,
-        signal,
-        maxResponseBytes: this.maxResponseBytes,
+        signal: signal ? AbortSignal.any([signal, budget.signal]) : budget.signal,
         operation,
         secrets,
+        read: (body, ok) => budget.text(body, { maxBytes: this.maxResponseBytes, error: !ok }),
       },
-      (init) =>
-        new HubError(init.code === RESPONSE_TOO_LARGE ? HubReason.BadAnswer : HubReason.Unavailable, init),
+      (init) => new HubError(HubReason.Unavailable, init),
     );
   }
 
@@ -158,9 +171,9 @@ export class HubClient {
 
   /**
    * Where a file's bytes are: a `HEAD` of its `resolve` URL at `sha`, as huggingface_hub asks for a file's
-   * metadata, redirects on the endpoint followed (a renamed repository). An LFS file answers with a redirect to
-   * another origin: its absolute `Location` (a CDN URL signed for a while); a git file answers itself: undefined, or
-   * the URL that answered when a redirect moved it. A gated repository lists its files to anyone and refuses only
+   * metadata, its relative redirects followed (a renamed repository). An LFS file answers with a redirect to an
+   * absolute `Location` (a CDN URL signed for a while); a git file answers itself: undefined, or the URL that
+   * answered when a redirect moved it. A gated repository lists its files to anyone and refuses only
    * their bytes, so this is also where a missing or refused token shows, before any download starts.
    */
   async fileLocation(
@@ -200,7 +213,11 @@ export class HubClient {
     let path: string | undefined = treePath(repo, sha);
     while (path !== undefined) {
       const res = await this.get(path, operation, { repo, revision: sha }, opts.signal);
-      entries.push(...this.parsed(res, TreePageSchema, operation));
+      for (const e of this.parsed(res, TreePageSchema, operation)) {
+        // Kept across pages: each entry's text and all of it are the budget's to bound.
+        this.budget.entry(e.path, e.type === 'file' ? e.oid : '');
+        entries.push(e);
+      }
       opts.onPage?.(entries.length);
       path = this.pagePath(headerValue(res.headers.link), operation);
     }

@@ -3,7 +3,8 @@
  * and `resolve` calls answer 307 with the new name's path (a relative `Location`), and huggingface_hub asks again
  * there (its HTTP client follows API redirects; its `resolve` HEAD follows relative ones only, so an LFS file's
  * redirect to the CDN stays an answer). Here a target is followed only on the endpoint's own origin (scheme, host and
- * port: where the token may go), at most {@link MAX_HUB_REDIRECTS} times; any other redirect is the caller's answer.
+ * port: where the token may go), for a `resolve` HEAD only when relative, at most {@link MAX_HUB_REDIRECTS} times;
+ * any other redirect is the caller's answer.
  * Pure but for `send`.
  */
 import { headerValue, type HttpResponse } from '../http/request.ts';
@@ -26,11 +27,16 @@ export interface FollowedAnswer {
   hops: number;
 }
 
-/** Where a redirect answer points when that is on `from`'s own origin; undefined for any other answer. */
-export function sameOriginTarget(res: HttpResponse, from: URL): URL | undefined {
+/**
+ * Where a redirect answer points when that is on `from`'s own origin; undefined for any other answer. With
+ * `relativeOnly` (a `resolve` HEAD, as huggingface_hub's) only a Location without a scheme or host counts: an
+ * absolute one, even to the same origin, is where a file's bytes are (a mirror's own LFS store), an answer.
+ */
+export function sameOriginTarget(res: HttpResponse, from: URL, relativeOnly = false): URL | undefined {
   if (!REDIRECT_STATUSES.has(res.status)) return undefined;
   const location = headerValue(res.headers.location);
   if (location === undefined) return undefined;
+  if (relativeOnly && /^([a-z][a-z0-9+.-]*:|\/\/)/i.test(location.trim())) return undefined;
   let target: URL;
   try {
     target = new URL(location, from);
@@ -42,19 +48,20 @@ export function sameOriginTarget(res: HttpResponse, from: URL): URL | undefined 
 }
 
 /**
- * Sends `first`, then each same-origin redirect target, until an answer that is not one; throws `tooMany()` when
- * more than `maxHops` redirects came in a row.
+ * Sends `first`, then each same-origin redirect target (relative ones only with `relativeOnly`), until an answer
+ * that is not one; throws `tooMany()` when more than `maxHops` redirects came in a row.
  */
 export async function followSameOrigin(
   first: URL,
   send: (url: URL) => Promise<HttpResponse>,
   tooMany: () => Error,
-  maxHops = MAX_HUB_REDIRECTS,
+  opts: { relativeOnly?: boolean; maxHops?: number } = {},
 ): Promise<FollowedAnswer> {
+  const maxHops = opts.maxHops ?? MAX_HUB_REDIRECTS;
   let url = first;
   for (let hops = 0; ; hops++) {
     const res = await send(url);
-    const next = sameOriginTarget(res, url);
+    const next = sameOriginTarget(res, url, opts.relativeOnly);
     if (next === undefined) return { res, url, hops };
     if (hops >= maxHops) throw tooMany();
     url = next;

@@ -15,14 +15,24 @@ import { hostAllowed, urlReach, type HostRule } from '../policy/reach.ts';
 import { USER_AGENT } from '../version.ts';
 import { parseChallenges, type Challenge } from './challenge.ts';
 import type { RegistryCredentials } from './credentials.ts';
-import { OciError, OciReason } from './errors.ts';
+import type { SourceBudget } from '../sources/budget.ts';
+import { DEFAULT_REGISTRY_TIMEOUT_MS, OciError, OciReason, ociBudget } from './errors.ts';
 import { MANIFEST_ACCEPT } from './media-types.ts';
 import { formatReference, type OciReference } from './reference.ts';
 
 /** Far above any model manifest (a thousand layers is ~300 KiB). */
 export const DEFAULT_MAX_MANIFEST_BYTES = 4 * 1024 * 1024;
-const MAX_TOKEN_RESPONSE_BYTES = 1024 * 1024;
-const MAX_ERROR_BODY_BYTES = 64 * 1024;
+/**
+ * A token service's answer at most: a registry's bearer token is a few KiB (a JWT with its certificate chain), and
+ * it is copied into the Authorization of every blob an agent fetches, so a realm may not send a megabyte of it.
+ */
+export const MAX_TOKEN_RESPONSE_BYTES = 64 * 1024;
+/** A bearer token's length at most, in characters. */
+export const MAX_TOKEN_CHARS = 16 * 1024;
+/** A tags list of one entry (asked for only to find the repository's Authorization). */
+const TAGS_BYTES = 64 * 1024;
+/** A 401's `WWW-Authenticate` at most, in characters: a challenge is a scheme and a handful of parameters. */
+export const MAX_CHALLENGE_CHARS = 4096;
 
 export interface RegistryClientOptions {
   dispatcher: Dispatcher;
@@ -37,6 +47,11 @@ export interface RegistryClientOptions {
   maxManifestBytes?: number | undefined;
   /** Each exchange, ms (default 60 s). */
   timeoutMs?: number | undefined;
+  /**
+   * The resolution's budget (src/sources/budget.ts): every answer (manifest, challenge, token) is read through it.
+   * Without one, each call (a manifest, an authorization) has a budget of the default bounds of its own.
+   */
+  budget?: SourceBudget<OciError> | undefined;
 }
 
 export interface FetchedManifest {
@@ -102,10 +117,30 @@ export class RegistryClient {
    * `Docker-Content-Digest` the registry announces (a tag resolves to that digest).
    */
   async manifest(ref: OciReference, signal?: AbortSignal): Promise<FetchedManifest> {
+    return this.within((budget) => this.readManifest(ref, budget, signal));
+  }
+
+  /** `work` within the client's budget, or within one of its own closed when the work ends. */
+  private async within<T>(work: (budget: SourceBudget<OciError>) => Promise<T>): Promise<T> {
+    if (this.opts.budget) return work(this.opts.budget);
+    const budget = ociBudget(this.registry, { requestTimeoutMs: this.opts.timeoutMs });
+    try {
+      return await work(budget);
+    } finally {
+      budget.close();
+    }
+  }
+
+  private async readManifest(
+    ref: OciReference,
+    budget: SourceBudget<OciError>,
+    signal?: AbortSignal,
+  ): Promise<FetchedManifest> {
     const what = formatReference(ref);
     const path = `/v2/${ref.repository}/manifests/${ref.digest ?? ref.tag!}`;
     const max = this.opts.maxManifestBytes ?? DEFAULT_MAX_MANIFEST_BYTES;
     const res = await this.get(
+      budget,
       ref.repository,
       path,
       { accept: MANIFEST_ACCEPT },
@@ -135,19 +170,23 @@ export class RegistryClient {
    */
   async pullAuthorization(repository: string, signal?: AbortSignal): Promise<string | undefined> {
     if (!this.authorizations.has(repository))
-      await this.get(
-        repository,
-        `/v2/${repository}/tags/list?n=1`,
-        {},
-        MAX_ERROR_BODY_BYTES,
-        repository,
-        'tags',
-        signal,
+      await this.within((budget) =>
+        this.get(
+          budget,
+          repository,
+          `/v2/${repository}/tags/list?n=1`,
+          {},
+          TAGS_BYTES,
+          repository,
+          'tags',
+          signal,
+        ),
       );
     return this.authorizations.get(repository);
   }
 
   private async get(
+    budget: SourceBudget<OciError>,
     repository: string,
     path: string,
     headers: Record<string, string>,
@@ -159,6 +198,7 @@ export class RegistryClient {
     let authorization = this.authorizations.get(repository);
     const send = () =>
       this.exchange(
+        budget,
         this.baseURL,
         path,
         { ...headers, ...(authorization ? { authorization } : {}) },
@@ -168,7 +208,7 @@ export class RegistryClient {
       );
     let res = await send();
     if (res.status === 401 && !this.authorizations.has(repository)) {
-      authorization = await this.authorize(repository, res, what, signal);
+      authorization = await this.authorize(budget, repository, res, what, signal);
       res = await send();
     }
     if (res.status === 200) {
@@ -180,15 +220,23 @@ export class RegistryClient {
 
   /** Answers a 401's challenge: the Authorization to send, or throws Unauthorized. */
   private async authorize(
+    budget: SourceBudget<OciError>,
     repository: string,
     res: Answer,
     what: string,
     signal?: AbortSignal,
   ): Promise<string> {
-    const challenges = parseChallenges(header(res.headers, 'www-authenticate') ?? '');
+    const challenge = header(res.headers, 'www-authenticate') ?? '';
+    if (challenge.length > MAX_CHALLENGE_CHARS)
+      throw budget.hit(
+        'tooLarge',
+        'maxEntryChars',
+        `the challenge (WWW-Authenticate) of ${this.registry} for ${what} is longer than ${MAX_CHALLENGE_CHARS} characters`,
+      );
+    const challenges = parseChallenges(challenge);
     const creds = this.opts.credentials;
     const bearer = challenges.find((c) => c.scheme === 'bearer');
-    if (bearer) return `Bearer ${await this.token(bearer, repository, what, signal)}`;
+    if (bearer) return `Bearer ${await this.token(budget, bearer, repository, what, signal)}`;
     if (challenges.some((c) => c.scheme === 'basic')) {
       if (!creds)
         throw new OciError(
@@ -207,6 +255,7 @@ export class RegistryClient {
 
   /** The bearer token flow: GET realm?service=…&scope=…, Basic credentials when there are some. */
   private async token(
+    budget: SourceBudget<OciError>,
     challenge: Challenge,
     repository: string,
     what: string,
@@ -243,12 +292,14 @@ export class RegistryClient {
       ? { authorization: `Basic ${Buffer.from(`${creds.username}:${creds.password}`).toString('base64')}` }
       : {};
     const res = await this.exchange(
+      budget,
       url.origin,
       `${url.pathname}${url.search}`,
       headers,
       MAX_TOKEN_RESPONSE_BYTES,
       what,
       signal,
+      'token service',
     );
     if (res.status === 401 || res.status === 403)
       throw new OciError(
@@ -273,6 +324,12 @@ export class RegistryClient {
       throw new OciError(
         OciReason.RegistryError,
         `the token service of ${this.registry} sent no token for ${what}`,
+      );
+    if (token.length > MAX_TOKEN_CHARS)
+      throw budget.hit(
+        'tooLarge',
+        'maxEntryChars',
+        `the token service ${url.host} sent a token longer than ${MAX_TOKEN_CHARS} characters for ${what}`,
       );
     return token;
   }
@@ -315,16 +372,23 @@ export class RegistryClient {
     );
   }
 
+  /**
+   * One GET, read through the resolution's budget: the body within `maxBytes` (and what is left of the total), an
+   * error answer's first bytes only, the exchange within its own time-out and the resolution's deadline.
+   */
   private async exchange(
+    budget: SourceBudget<OciError>,
     origin: string,
     path: string,
     headers: Record<string, string>,
     maxBytes: number,
     what: string,
     signal: AbortSignal | undefined,
+    answering: 'registry' | 'token service' = 'registry',
   ): Promise<Answer> {
-    const timeout = AbortSignal.timeout(this.opts.timeoutMs ?? 60_000);
-    const s = signal ? AbortSignal.any([signal, timeout]) : timeout;
+    budget.answer();
+    const req = budget.request(this.opts.timeoutMs ?? DEFAULT_REGISTRY_TIMEOUT_MS);
+    const s = signal ? AbortSignal.any([signal, req.signal]) : req.signal;
     try {
       const res = await this.opts.dispatcher.request({
         origin,
@@ -332,34 +396,20 @@ export class RegistryClient {
         method: 'GET',
         headers: { 'user-agent': USER_AGENT, ...headers },
         signal: s,
+        headersTimeout: req.ms,
+        bodyTimeout: req.ms,
       });
-      const length = Number(header(res.headers, 'content-length') ?? NaN);
-      const tooLarge = () =>
-        new OciError(
-          OciReason.ManifestTooLarge,
-          `the ${origin === this.baseURL ? 'registry' : 'token service'} answer for ${what} is larger than ${maxBytes} bytes: a model manifest is far smaller (raise the manifest cap if it is right)`,
-          { status: res.statusCode },
-        );
-      if (length > maxBytes) {
-        res.body.on('error', () => undefined);
-        res.body.destroy();
-        throw tooLarge();
-      }
-      const chunks: Buffer[] = [];
-      let size = 0;
-      for await (const chunk of res.body) {
-        size += (chunk as Buffer).length;
-        if (size > maxBytes) {
-          res.body.destroy();
-          throw tooLarge();
-        }
-        chunks.push(chunk as Buffer);
-      }
-      return { status: res.statusCode, headers: res.headers, body: Buffer.concat(chunks) };
+      const body = await budget.read(res.body, {
+        maxBytes,
+        error: res.statusCode < 200 || res.statusCode > 299,
+        what: `the ${answering} answer for ${what}`,
+      });
+      return { status: res.statusCode, headers: res.headers, body };
     } catch (e) {
       if (e instanceof OciError) throw e;
       if (signal?.aborted) throw signal.reason ?? e;
-      const why = timeout.aborted
+      if (budget.signal.aborted) throw budget.signal.reason as Error;
+      const why = req.timedOut()
         ? 'no answer in time'
         : ((e as { code?: string }).code ?? (e as Error).message);
       throw new OciError(
@@ -369,18 +419,44 @@ export class RegistryClient {
           secrets: this.secrets,
         },
       );
+    } finally {
+      req.done();
     }
   }
 }
 
-/** The first `errors[].code` of a distribution error body (MANIFEST_UNKNOWN, DENIED...), if it is one. */
+/**
+ * The error codes of the distribution spec (and Docker Hub's TOOMANYREQUESTS): the only words of a registry's error
+ * body a message repeats. A registry may be any host a tenant names (anonymous pulls), so its text is never quoted:
+ * that would be a read channel into whatever the operator can reach, cloud metadata included.
+ */
+export const REGISTRY_ERROR_CODES: ReadonlySet<string> = new Set([
+  'BLOB_UNKNOWN',
+  'BLOB_UPLOAD_INVALID',
+  'BLOB_UPLOAD_UNKNOWN',
+  'DIGEST_INVALID',
+  'MANIFEST_BLOB_UNKNOWN',
+  'MANIFEST_INVALID',
+  'MANIFEST_UNKNOWN',
+  'MANIFEST_UNVERIFIED',
+  'NAME_INVALID',
+  'NAME_UNKNOWN',
+  'SIZE_INVALID',
+  'TAG_INVALID',
+  'UNAUTHORIZED',
+  'DENIED',
+  'UNSUPPORTED',
+  'TOOMANYREQUESTS',
+]);
+
+/** The first `errors[].code` of a distribution error body (MANIFEST_UNKNOWN, DENIED...), if it is a known one. */
 function registryErrorCode(body: Buffer): string | undefined {
   try {
-    const j = JSON.parse(body.subarray(0, MAX_ERROR_BODY_BYTES).toString('utf8')) as {
+    const j = JSON.parse(body.toString('utf8')) as {
       errors?: { code?: unknown }[];
     };
     const code = j.errors?.[0]?.code;
-    return typeof code === 'string' && /^[A-Z_]{1,64}$/.test(code) ? code : undefined;
+    return typeof code === 'string' && REGISTRY_ERROR_CODES.has(code) ? code : undefined;
   } catch {
     return undefined;
   }

@@ -305,6 +305,6 @@ describe('a Hugging Face source', () => {
       limits: { timeoutMs: 1, maxEntries: 100 },
     });
     const found = await of(s, served({ repo: 'org/tiny' }));
-    expect(found).toMatchObject({ ok: false, final: false, reason: 'HubListingTimeout' });
+    expect(found).toMatchObject({ ok: false, final: false, reason: 'SourceTimeout' });
   });
 });

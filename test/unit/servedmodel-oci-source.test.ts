@@ -163,6 +163,16 @@ describe('resolving spec.source.oci', () => {
     expect(r.blobURLs).toHaveLength(3);
   });
 
+  it('hands spec.source.oci.maxBytes to the agents, which alone see what the tar layers unpack to', async () => {
+    pushModel(registry, 'models/simple', 'v1', layers);
+    const capped = spec(`${registry.host}/models/simple:v1`, { maxBytes: 5_000_000 });
+    const r = ok(await sources().of('ns/capped', sm(capped), capped));
+    expect(r.files.maxBytes).toBe(5_000_000);
+    expect(ModelVersionSpecSchema.parse({ ...r.files, version: '1' }).maxBytes).toBe(5_000_000);
+    const open = spec(`${registry.host}/models/simple:v1`);
+    expect('maxBytes' in ok(await sources().of('ns/open', sm(open), open)).files).toBe(false);
+  });
+
   it('a moved tag changes nothing for the generation; the annotation or a new generation resolves again; status pins the digest across a restart', async () => {
     const first = pushModel(registry, 'models/moving', 'v1', [layers[0]!]);
     const s = spec(`${registry.host}/models/moving:v1`);
@@ -293,7 +303,7 @@ describe('bad input: a reason, a message naming the field and the layer, and the
       message: expect.stringContaining('has no manifest'),
     });
     expect(refused(await sources({ maxManifestBytes: 100 }).of('k', sm(s), s))).toMatchObject({
-      reason: 'ManifestTooLarge',
+      reason: 'SourceTooLarge',
       final: true,
       message: expect.stringContaining('larger than 100 bytes'),
     });

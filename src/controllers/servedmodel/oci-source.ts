@@ -21,10 +21,11 @@ import {
 } from '../../api/index.ts';
 import { RegistryClient } from '../../oci/client.ts';
 import { base64SecretCredentials } from '../../oci/credentials.ts';
-import { OciError, OciReason } from '../../oci/errors.ts';
+import { OciError, OciReason, ociBudget } from '../../oci/errors.ts';
 import { parseModelManifest, type ModelManifest } from '../../oci/manifest.ts';
 import { formatReference, parseReference, type OciReference } from '../../oci/reference.ts';
 import type { HostRule } from '../../policy/reach.ts';
+import type { SourceBudget } from '../../sources/budget.ts';
 import { redact } from '../../redact.ts';
 import type { ModelFiles } from '../../servers/driver.ts';
 
@@ -66,7 +67,8 @@ const FINAL_REASONS = new Set<string>([
   OciReason.NotModelPack,
   OciReason.UnknownMediaType,
   OciReason.InvalidLayer,
-  OciReason.ManifestTooLarge,
+  // A size bound of the resolution (a manifest over its cap, a huge token): the same answers pass it again.
+  OciReason.SourceTooLarge,
   OciReason.DigestMismatch,
 ]);
 
@@ -82,6 +84,8 @@ export interface OciSourcesDeps {
   /** The admin's --allowed-registry-hosts. */
   registryHosts: readonly HostRule[];
   maxManifestBytes?: number | undefined;
+  /** One resolution (manifest, challenge, token, authorization) at most, ms (--source-timeout). */
+  timeoutMs?: number | undefined;
   now?: () => number;
 }
 
@@ -144,9 +148,12 @@ export class OciSources {
     pinned: string | undefined,
     signal?: AbortSignal,
   ): Promise<{ result: SourceFiles; authorized: boolean }> {
+    let budget: SourceBudget<OciError> | undefined;
     try {
       const ref = parseReference(oci.reference);
-      const client = await this.client(sm, oci, ref, signal);
+      // One budget for the resolution (manifest, challenge, token, authorization): one deadline, the bytes bounded.
+      budget = ociBudget(ref.registry, { timeoutMs: this.deps.timeoutMs });
+      const client = await this.client(sm, oci, ref, budget, signal);
       const at: OciReference = pinned !== undefined ? { ...ref, digest: pinned } : ref;
       const fetched = await client.manifest(at, signal);
       const manifest = parseModelManifest(
@@ -163,7 +170,7 @@ export class OciSources {
         layers: manifest.layers.length,
         bytes: manifest.bytes,
       };
-      const files = artifactFiles(client, ref, manifest, authorization, status);
+      const files = artifactFiles(client, ref, manifest, authorization, status, oci.maxBytes);
       return {
         result: { ...files, preheat: ociPreheat(oci, files) },
         authorized: authorization !== undefined,
@@ -171,6 +178,8 @@ export class OciSources {
     } catch (err) {
       if (signal?.aborted) throw err;
       return { result: failure(err), authorized: false };
+    } finally {
+      budget?.close();
     }
   }
 
@@ -179,6 +188,7 @@ export class OciSources {
     sm: ServedModel,
     oci: OciSource,
     ref: OciReference,
+    budget: SourceBudget<OciError>,
     signal?: AbortSignal,
   ): Promise<RegistryClient> {
     const secret = oci.credentialsSecretRef?.name;
@@ -196,6 +206,7 @@ export class OciSources {
       // Anonymous pulls may come from any registry, as for an image preheat; credentials only from allowed ones.
       allowedHosts: credentials ? this.deps.registryHosts : undefined,
       maxManifestBytes: this.deps.maxManifestBytes,
+      budget,
     });
   }
 }
@@ -236,6 +247,7 @@ export function artifactFiles(
   manifest: ModelManifest,
   authorization: string | undefined,
   status: SourceStatus,
+  maxBytes?: number,
 ): Omit<Extract<SourceFiles, { ok: true }>, 'preheat'> {
   const headers = authorization !== undefined ? { headers: { authorization } } : {};
   const seen = new Set<string>();
@@ -262,7 +274,8 @@ export function artifactFiles(
   }
   return {
     ok: true,
-    files: { files },
+    // The spec's bound goes to the agents: it caps what the tar layers unpack to, which only they see.
+    files: maxBytes !== undefined ? { files, maxBytes } : { files },
     count: manifest.layers.length,
     bytes: manifest.bytes,
     digest: manifest.digest,
