@@ -110,6 +110,10 @@ const ALL = {
     flag: 'allowed-registry-hosts',
     help: 'Registries (and token services) a ModelPreheat imageCredentialsSecretRef or a ServedModel source.oci credentialsSecretRef may name, same syntax, https only unless written http://host (plainHTTP); empty: none; images without credentials go anywhere',
   },
+  allowedBasicAuthRegistryHosts: {
+    flag: 'allowed-basic-auth-registry-hosts',
+    help: 'Registries of --allowed-registry-hosts that take only Basic credentials (no token service) whose user and password may go to the agents, and through the node daemons, which log request headers; same syntax (empty: none, such registries are refused with BasicAuthNotForwarded)',
+  },
   allowedHubHosts: {
     flag: 'allowed-hub-hosts',
     help: 'Hugging Face Hub hosts a ServedModel or ModelPreheat source.huggingface token may go to (its endpoint), same syntax, https only unless written http://host. Default: huggingface.co; empty: none (public repositories only)',
@@ -142,6 +146,7 @@ const HOST_LISTS = new Set<Key>([
   'allowedEndpointHosts',
   'allowedStorageHosts',
   'allowedRegistryHosts',
+  'allowedBasicAuthRegistryHosts',
   'allowedHubHosts',
 ]);
 
@@ -222,6 +227,8 @@ const OperatorConfigSchema = z
     // A source's credentials: https only, unless an entry is written http://host.
     allowedStorageHosts: hostRules('https').default(defaultStorageHosts()),
     allowedRegistryHosts: hostRules('https').default([]),
+    // None: the agents get the registry's short-lived tokens, never a Secret's password, unless the admin says so.
+    allowedBasicAuthRegistryHosts: hostRules('https').default([]),
     // The public Hub only: a mirror or an Enterprise Hub is the admin's to name.
     allowedHubHosts: hostRules('https').default(parseHostRules(DEFAULT_HUB_TOKEN_HOSTS)),
     // The source budget's deadline (src/sources/budget.ts): two minutes, as for a bucket listing.

@@ -380,7 +380,9 @@ async function downloadFile(run: Run, i: number): Promise<void> {
   try {
     const { url, tag } = await urlOf(run, i);
     fp.expectedTaskID = expectedID(run, url, tag);
-    const headers = { ...run.headers, ...file.headers };
+    // The file's set (its source's credential, sent once in the spec), then what an older operator put per file.
+    const set = file.headerSet !== undefined ? spec.headerSets?.[file.headerSet] : undefined;
+    const headers = { ...run.headers, ...set, ...file.headers };
     if (tag) headers[TAG_HEADER] = tag;
     const asked = performance.now();
     const r = await fetchFile({

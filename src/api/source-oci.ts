@@ -39,7 +39,7 @@ export const OciSource = z.object({
     }),
   credentialsSecretRef: SecretRef.optional().meta({
     description:
-      "Registry credentials: a `kubernetes.io/dockerconfigjson` Secret (its entry for the reference's registry) or a Secret with `username` and `password`. Read only when the registry is in the operator's --allowed-registry-hosts; the agents get the registry's Authorization for the blobs of this registry only. Unset: anonymous pulls.",
+      "Registry credentials: a `kubernetes.io/dockerconfigjson` Secret (its entry for the reference's registry) or a Secret with `username` and `password`. Read only when the registry is in the operator's --allowed-registry-hosts; the agents get a short-lived token of the registry's token service for pulling this repository only, never the credentials themselves (a registry that takes only Basic credentials is refused, BasicAuthNotForwarded, unless the admin lists it in --allowed-basic-auth-registry-hosts). Unset: anonymous pulls.",
   }),
   maxBytes: z.int().min(1).optional().meta({
     description:

@@ -197,6 +197,14 @@ export function jsonEndpoint(
 }
 
 /** One call of a JSON exchange: its body is serialized; `timeoutMs` and `signal` are the caller's. */
+/** A JSON body its caller serialized already (to bound its size while building it): sent as it is. */
+export class SerializedJSON {
+  readonly text: string;
+  constructor(text: string) {
+    this.text = text;
+  }
+}
+
 export interface JsonCall {
   operation: string;
   method: Dispatcher.HttpMethod;
@@ -223,7 +231,12 @@ export async function sendJSON(
       path: call.path,
       method: call.method,
       headers,
-      body: call.body === undefined ? undefined : JSON.stringify(call.body),
+      body:
+        call.body === undefined
+          ? undefined
+          : call.body instanceof SerializedJSON
+            ? call.body.text
+            : JSON.stringify(call.body),
       timeoutMs: call.timeoutMs ?? endpoint.timeoutMs,
       signal: call.signal,
       operation: call.operation,

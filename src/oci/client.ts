@@ -7,6 +7,10 @@
  * `Basic` sends the credentials, `Bearer realm=…,service=…,scope=…` asks the realm for a token (with the
  * credentials as Basic when there are some, anonymously otherwise) and sends `Bearer <token>`. Credentials go only
  * to a registry, and a token realm, that the allow-list admits.
+ *
+ * What the agents get ({@link RegistryClient.agentGrant}) is the token, scoped to pulling the one repository and
+ * short-lived, never the credentials themselves: a registry that takes only Basic is refused unless the admin lists
+ * it among the registries whose credentials may be forwarded.
  */
 import { createHash } from 'node:crypto';
 import type { Dispatcher } from 'undici';
@@ -27,8 +31,11 @@ export const DEFAULT_MAX_MANIFEST_BYTES = 4 * 1024 * 1024;
  * it is copied into the Authorization of every blob an agent fetches, so a realm may not send a megabyte of it.
  */
 export const MAX_TOKEN_RESPONSE_BYTES = 64 * 1024;
-/** A bearer token's length at most, in characters. */
-export const MAX_TOKEN_CHARS = 16 * 1024;
+/**
+ * A token's characters, so that `Bearer <token>` fits the 8 KiB header value an agent takes (agent/spec.ts) and
+ * registries' own request-line limits; real tokens are 1–4 KiB.
+ */
+export const MAX_TOKEN_CHARS = 8192 - 'Bearer '.length;
 /** A tags list of one entry (asked for only to find the repository's Authorization). */
 const TAGS_BYTES = 64 * 1024;
 /** A 401's `WWW-Authenticate` at most, in characters: a challenge is a scheme and a handful of parameters. */
@@ -45,6 +52,11 @@ export interface RegistryClientOptions {
    */
   allowedHosts?: readonly HostRule[] | undefined;
   maxManifestBytes?: number | undefined;
+  /**
+   * Registries whose Basic credentials may go to the agents (and so through the node daemons, which log request
+   * headers), when the registry names no token service. Absent or not matching: such a registry is refused.
+   */
+  basicForwardHosts?: readonly HostRule[] | undefined;
   /** Each exchange, ms (default 60 s). */
   timeoutMs?: number | undefined;
   /**
@@ -61,6 +73,17 @@ export interface FetchedManifest {
   contentType: string | undefined;
 }
 
+/** What an agent sends with each blob GET of one repository. */
+export interface PullGrant {
+  /** `Bearer <token>` (or, where the admin allows it, `Basic …`); undefined: anonymous. */
+  authorization: string | undefined;
+  /** How long a bearer token works from when it was given, ms (the token service's `expires_in`). */
+  lifetimeMs: number | undefined;
+}
+
+/** The distribution spec's lifetime of a token whose answer gives none, s. */
+const DEFAULT_TOKEN_SECONDS = 60;
+
 interface Answer {
   status: number;
   headers: Record<string, string | string[] | undefined>;
@@ -70,6 +93,7 @@ interface Answer {
 const TokenResponse = z.object({
   token: z.string().min(1).optional(),
   access_token: z.string().min(1).optional(),
+  expires_in: z.number().int().positive().optional(),
 });
 
 const header = (h: Answer['headers'], name: string) => {
@@ -83,6 +107,8 @@ export class RegistryClient {
   private readonly opts: RegistryClientOptions;
   /** The Authorization that worked, per repository. */
   private readonly authorizations = new Map<string, string | undefined>();
+  /** How long the token of a repository's Authorization works, ms. */
+  private readonly lifetimes = new Map<string, number>();
 
   constructor(registry: string, opts: RegistryClientOptions) {
     this.registry = registry;
@@ -185,6 +211,21 @@ export class RegistryClient {
     return this.authorizations.get(repository);
   }
 
+  /**
+   * What the agents send to read `repository`'s blobs: the bearer token the operator got for pulling it (found as
+   * {@link pullAuthorization} does), with its expiry. The credentials themselves only for a registry of
+   * `basicForwardHosts`; another registry answering with Basic alone is refused (BasicAuthNotForwarded).
+   */
+  async agentGrant(repository: string, signal?: AbortSignal): Promise<PullGrant> {
+    const authorization = await this.pullAuthorization(repository, signal);
+    if (authorization?.startsWith('Basic ') && !hostAllowed(this.baseURL, this.opts.basicForwardHosts ?? []))
+      throw new OciError(
+        OciReason.BasicAuthNotForwarded,
+        `the registry ${this.registry} takes only Basic credentials (its challenge names no token service), so the agents would get the Secret's user and password, which the node daemons write into their logs: use a registry with a token service, or an admin who accepts that lists ${this.registry} in --allowed-basic-auth-registry-hosts`,
+      );
+    return { authorization, lifetimeMs: this.lifetimes.get(repository) };
+  }
+
   private async get(
     budget: SourceBudget<OciError>,
     repository: string,
@@ -236,7 +277,11 @@ export class RegistryClient {
     const challenges = parseChallenges(challenge);
     const creds = this.opts.credentials;
     const bearer = challenges.find((c) => c.scheme === 'bearer');
-    if (bearer) return `Bearer ${await this.token(budget, bearer, repository, what, signal)}`;
+    if (bearer) {
+      const { token, seconds } = await this.token(budget, bearer, repository, what, signal);
+      this.lifetimes.set(repository, seconds * 1000);
+      return `Bearer ${token}`;
+    }
     if (challenges.some((c) => c.scheme === 'basic')) {
       if (!creds)
         throw new OciError(
@@ -253,14 +298,18 @@ export class RegistryClient {
     );
   }
 
-  /** The bearer token flow: GET realm?service=…&scope=…, Basic credentials when there are some. */
+  /**
+   * The bearer token flow: GET realm?service=…&scope=repository:<repository>:pull, Basic credentials when there
+   * are some. The scope is ours, not the challenge's: the token reaches the agents, and pulling this repository is
+   * all they need.
+   */
   private async token(
     budget: SourceBudget<OciError>,
     challenge: Challenge,
     repository: string,
     what: string,
     signal?: AbortSignal,
-  ): Promise<string> {
+  ): Promise<{ token: string; seconds: number }> {
     const realm = challenge.params['realm'];
     let url: URL;
     try {
@@ -287,7 +336,7 @@ export class RegistryClient {
       );
     if (challenge.params['service'] !== undefined)
       url.searchParams.set('service', challenge.params['service']);
-    url.searchParams.set('scope', challenge.params['scope'] ?? `repository:${repository}:pull`);
+    url.searchParams.set('scope', `repository:${repository}:pull`);
     const headers: Record<string, string> = creds
       ? { authorization: `Basic ${Buffer.from(`${creds.username}:${creds.password}`).toString('base64')}` }
       : {};
@@ -314,9 +363,11 @@ export class RegistryClient {
         { status: res.status },
       );
     let token: string | undefined;
+    let seconds = DEFAULT_TOKEN_SECONDS;
     try {
       const t = TokenResponse.parse(JSON.parse(res.body.toString('utf8')));
       token = t.token ?? t.access_token;
+      seconds = t.expires_in ?? DEFAULT_TOKEN_SECONDS;
     } catch {
       token = undefined;
     }
@@ -326,12 +377,11 @@ export class RegistryClient {
         `the token service of ${this.registry} sent no token for ${what}`,
       );
     if (token.length > MAX_TOKEN_CHARS)
-      throw budget.hit(
-        'tooLarge',
-        'maxEntryChars',
-        `the token service ${url.host} sent a token longer than ${MAX_TOKEN_CHARS} characters for ${what}`,
+      throw new OciError(
+        OciReason.TokenTooLarge,
+        `the token service of ${this.registry} sent a token of ${token.length} characters for ${what}, above the ${MAX_TOKEN_CHARS} a request header (and an agent) takes: the token service is misconfigured, or not a registry's`,
       );
-    return token;
+    return { token, seconds };
   }
 
   private failure(res: Answer, what: string, object: string, authorized: boolean): OciError {

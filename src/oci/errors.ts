@@ -48,6 +48,13 @@ export const OciReason = {
   LimitExceeded: 'LimitExceeded',
   /** What an archive unpacks to does not fit in the free space of the volume (less the space that must stay free). */
   InsufficientStorage: 'InsufficientStorage',
+  /**
+   * The registry takes only Basic credentials (no token service), and the admin does not allow forwarding them to
+   * the agents (--allowed-basic-auth-registry-hosts).
+   */
+  BasicAuthNotForwarded: 'BasicAuthNotForwarded',
+  /** The token service's token is larger than an agent takes as a header. */
+  TokenTooLarge: 'TokenTooLarge',
   /** The registry answered with something else (5xx, a body that does not parse). */
   RegistryError: 'RegistryError',
   /** A blob could not be downloaded through the peer proxy. */

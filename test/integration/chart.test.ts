@@ -311,6 +311,7 @@ describe('charts/peerload', () => {
         '--allowed-endpoint-hosts=',
         `--allowed-storage-hosts=${DEFAULT_STORAGE_HOSTS}`,
         '--allowed-registry-hosts=',
+        '--allowed-basic-auth-registry-hosts=',
         '--allowed-hub-hosts=huggingface.co',
       ]),
     );
@@ -318,12 +319,14 @@ describe('charts/peerload', () => {
       args({
         allowedStorageHosts: '{minio.storage.svc:9000}',
         allowedRegistryHosts: '{ghcr.io}',
+        allowedBasicAuthRegistryHosts: '{registry.corp.example:5000}',
         allowedHubHosts: '{hub.corp.example}',
       }),
     ).toEqual(
       expect.arrayContaining([
         '--allowed-storage-hosts=minio.storage.svc:9000',
         '--allowed-registry-hosts=ghcr.io',
+        '--allowed-basic-auth-registry-hosts=registry.corp.example:5000',
         '--allowed-hub-hosts=hub.corp.example',
       ]),
     );

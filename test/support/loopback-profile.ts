@@ -32,6 +32,9 @@ export const LOOPBACK_ALLOW_LISTS: Readonly<Record<string, string>> = {
   'allowed-endpoint-hosts': `${LOOPBACK_HOSTS},${SLICE_HOSTS}`,
   'allowed-storage-hosts': `${DEFAULT_STORAGE_HOSTS},${LOOPBACK_PLAIN_HOSTS}`,
   'allowed-registry-hosts': LOOPBACK_PLAIN_HOSTS,
+  // The machine's Basic-only test registries hand their test passwords to the agents; a test narrows it to show
+  // the refusal (test/integration/servedmodel-oci-credentials.test.ts).
+  'allowed-basic-auth-registry-hosts': LOOPBACK_PLAIN_HOSTS,
   'allowed-hub-hosts': `${DEFAULT_HUB_TOKEN_HOSTS},${LOOPBACK_PLAIN_HOSTS}`,
 };
 

@@ -53,6 +53,7 @@ beforeEach(async () => {
   root = await mkdtemp(join(tmpdir(), 'agent-oci-'));
   peer.reset();
   registry.basic = undefined;
+  registry.bearer = undefined;
   registry.requests.length = 0;
 });
 afterEach(() => rm(root, { recursive: true, force: true }));
@@ -153,17 +154,34 @@ describe('the agent places an OCI artifact', () => {
     expect(registry.requests.filter((q) => q.path.includes('/blobs/')).length).toBe(reads);
   });
 
-  it("sends the registry's Authorization with each blob, so a private registry serves them", async () => {
+  it("sends the registry's token (the spec's header set, named by each file) with each blob, so a private registry serves them", async () => {
     registry.basic = { username: 'robot', password: 'pw-secret-0042' };
+    registry.bearer = { token: 'pull-token-0042' };
     pushModel(registry, 'models/private', 'v1', good.slice(0, 2));
     const spec = await specOf('models/private', 'v1');
-    expect(spec.files.every((f) => f.headers?.authorization?.startsWith('Basic '))).toBe(true);
+    expect(spec.headerSets).toEqual({ registry: { authorization: 'Bearer pull-token-0042' } });
+    expect(spec.files.every((f) => f.headerSet === 'registry' && f.headers === undefined)).toBe(true);
     const { progress } = await place(spec);
     expect(progress.state).toBe('Ready');
     const blobs = registry.requests.filter((q) => q.path.includes('/blobs/'));
     expect(blobs.length).toBe(2);
-    expect(blobs.every((q) => q.status === 200)).toBe(true);
-    expect(JSON.stringify(progress)).not.toContain('pw-secret-0042');
+    expect(blobs.every((q) => q.status === 200 && q.authorization === 'Bearer pull-token-0042')).toBe(true);
+    expect(JSON.stringify(progress)).not.toContain('pull-token-0042');
+  });
+
+  it('still places the spec of an operator before header sets: the Authorization on each file', async () => {
+    registry.bearer = { token: 'older-operator-token' };
+    pushModel(registry, 'models/older', 'v1', good.slice(0, 2));
+    const { headerSets, ...spec } = await specOf('models/older', 'v1');
+    const older = ModelVersionSpecSchema.parse({
+      ...spec,
+      files: spec.files.map(({ headerSet: _set, ...f }) => ({ ...f, headers: headerSets!['registry'] })),
+    });
+    expect((await place(older)).progress.state).toBe('Ready');
+    const blobs = registry.requests.filter((q) => q.path.includes('/blobs/'));
+    expect(blobs.every((q) => q.status === 200 && q.authorization === 'Bearer older-operator-token')).toBe(
+      true,
+    );
   });
 
   it('a blob whose bytes are not its digest places nothing, and the failure names the layer', async () => {

@@ -339,7 +339,8 @@ describe('the Hugging Face Hub client', () => {
     expect(spec.directory).toBe('old-org/gated-v0');
     const config = spec.files.find((f) => f.path === 'config.json')!;
     expect(config.url).toBe(`${hub.url}/org/gated/resolve/${listing.sha}/config.json`);
-    expect(config.headers).toEqual({ authorization: `Bearer ${TOKEN}` });
+    expect(config.headerSet).toBe('hub');
+    expect(spec.headerSets).toEqual({ hub: { authorization: `Bearer ${TOKEN}` } });
     const w = spec.files.find((f) => f.path === 'weights/model-00001.safetensors')!;
     expect(w.url!.startsWith(`${hub.cdnURL}/repos/`)).toBe(true);
     // A resolve HEAD at the old name follows the rename on the endpoint, and stops at the CDN's redirect.
@@ -368,7 +369,12 @@ describe('the Hugging Face Hub client', () => {
     expect(w.sha256).toBe(sha256(big));
     const config = spec.files.find((f) => f.path === 'config.json')!;
     expect(config.url).toBe(`${hub.url}/org/gated/resolve/${listing.sha}/config.json`);
-    expect(config.headers).toEqual({ authorization: `Bearer ${TOKEN}` });
+    // The token once, in the spec's `hub` header set; the git files name it, the CDN files do not.
+    expect(config.headers).toBeUndefined();
+    expect(config.headerSet).toBe('hub');
+    expect(w.headerSet).toBeUndefined();
+    expect(spec.headerSets).toEqual({ hub: { authorization: `Bearer ${TOKEN}` } });
+    expect(JSON.stringify(spec).split(TOKEN)).toHaveLength(2);
     expect(config.sha256).toBeUndefined();
     // Every query parameter of the CDN URLs is left out of the ids: a later redirect, signed anew, is the same task.
     expect(spec.filter).toEqual(

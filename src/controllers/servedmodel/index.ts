@@ -146,6 +146,7 @@ function modelContent(ctx: ControllerContext, secrets: SecretReader, opts: Serve
     secretData,
     dispatcher: opts.registryDispatcher ?? sharedModelServerPool(),
     registryHosts: ctx.config.allowedRegistryHosts,
+    basicAuthRegistryHosts: ctx.config.allowedBasicAuthRegistryHosts,
     maxManifestBytes: opts.maxManifestBytes,
     timeoutMs: ctx.config.sourceTimeout,
   });
