@@ -60,6 +60,9 @@ STORAGE_ALLOW_PATTERNS and STORAGE_IGNORE_PATTERNS select files.
 --allowed-storage-hosts
                    hosts object-store credentials may go to (default: the storage services' own hosts); an
                    S3-compatible store's host must be added here by the admin (in the ClusterStorageContainer)
+--allowed-hub-hosts
+                   hosts HF_TOKEN may go to (default huggingface.co, over https): a mirror HF_ENDPOINT names must be
+                   added here by the admin, as http://host if it has no TLS
 --max-files        most files of a prefix (default ${DEFAULT_MAX_FILES}, at most ${MAX_DIRECTORY_FILES})
 --max-bytes, --min-free-bytes, --deadline, --concurrency, --daemon-version, --log-level  as for a model directory
 Exit status: 0 in place, 1 download or listing failed, 2 bad input, missing credentials or refused.`;
@@ -76,6 +79,7 @@ const KSERVE_OPTIONS = {
   proxy: { type: 'string' },
   kserve: { type: 'boolean' },
   'max-files': { type: 'string' },
+  'allowed-hub-hosts': { type: 'string' },
 } as const;
 
 /** Whether `argv` asks for the KServe contract: `--kserve`, or an s3/gs/http(s) URI as an argument. */
@@ -281,7 +285,7 @@ function hubReference(uri: string): string {
 }
 
 /** The shared flags as they were given, for the hf:// and oci:// commands this one hands over to. */
-function passOn(values: Values, proxy: string): string[] {
+function passOn(values: Values, proxy: string, extra: readonly string[] = []): string[] {
   const out = ['--proxy', proxy];
   for (const flag of [
     'max-bytes',
@@ -290,6 +294,7 @@ function passOn(values: Values, proxy: string): string[] {
     'concurrency',
     'daemon-version',
     'log-level',
+    ...extra,
   ])
     if (typeof values[flag] === 'string') out.push(`--${flag}`, values[flag]);
   return out;
@@ -309,7 +314,11 @@ async function handOver(
     if (uri.kind === 'hf') {
       const reference = hubReference(uri.reference);
       const { runHub } = await import('./fetch-hub.ts');
-      const code = await runHub([reference, staging, ...passOn(values, proxy)], io, env);
+      const code = await runHub(
+        [reference, staging, ...passOn(values, proxy, ['allowed-hub-hosts'])],
+        io,
+        env,
+      );
       if (code !== 0) return code;
       // runHub lands in <staging>/<owner>/<model>/<commit>.
       const [owner, model] = reference.slice('hf://'.length).split(/[@/]/) as [string, string];

@@ -33,7 +33,10 @@ export interface HubFile {
 }
 
 export interface HubListing {
+  /** The repository as asked for (the directory it lands in). */
   repo: string;
+  /** The name the Hub serves it under now, when it redirected a renamed repository: its files' URLs use it. */
+  movedTo?: string | undefined;
   revision: string;
   /** The commit the revision named when it was listed. */
   sha: string;
@@ -49,10 +52,11 @@ export async function listRepoFiles(
   signal?: AbortSignal,
 ): Promise<HubListing> {
   const operation = `list ${repo}@${revision}`;
-  const sha = await client.resolveRevision(repo, revision, signal);
-  const tree = await client.listTree(repo, sha, { signal });
+  // A renamed repository: the Hub redirected the revision's call, and the rest goes to the name it has now.
+  const { sha, repo: current } = await client.revisionOf(repo, revision, signal);
+  const tree = await client.listTree(current, sha, { signal });
   const first = tree.find((e) => e.type === 'file');
-  if (first) await client.fileLocation(repo, sha, first.path, signal);
+  if (first) await client.fileLocation(current, sha, first.path, signal);
   const byPath = new Map<string, { size: number; oid: string; sha256: string | undefined }>();
   for (const e of tree)
     if (e.type === 'file')
@@ -86,6 +90,7 @@ export async function listRepoFiles(
   }
   return {
     repo,
+    ...(current !== repo ? { movedTo: current } : {}),
     revision,
     sha,
     files: chosen.map((f) => {

@@ -26,7 +26,12 @@ export async function lfsLocations(
     // A failed HEAD ends the phase: the other workers ask nothing more of a Hub that refused or broke a bound.
     while (next < lfs.length && !failed) {
       const f = lfs[next++]!;
-      const location = await client.fileLocation(listing.repo, listing.sha, f.path, signal);
+      const location = await client.fileLocation(
+        listing.movedTo ?? listing.repo,
+        listing.sha,
+        f.path,
+        signal,
+      );
       if (location !== undefined) found.set(f.path, location);
     }
   };

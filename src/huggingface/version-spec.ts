@@ -40,7 +40,8 @@ export function hubVersionSpec(
   const filter = new Set<string>();
   const files = listing.files.map((f) => {
     const location = locations.get(f.path);
-    const url = location ?? resolveURL(endpoint, listing.repo, listing.sha, f.path);
+    // A renamed repository's files at its current name: the node daemons fetch them without a redirect.
+    const url = location ?? resolveURL(endpoint, listing.movedTo ?? listing.repo, listing.sha, f.path);
     const u = new URL(url);
     const atHub = u.host === hubHost;
     if (!atHub) for (const k of u.searchParams.keys()) filter.add(k);

@@ -15,7 +15,7 @@
 import { createHash } from 'node:crypto';
 import type { Dispatcher } from 'undici';
 import { z } from 'zod';
-import { hostAllowed, type HostRule } from '../policy/reach.ts';
+import { hostAllowed, urlReach, type HostRule } from '../policy/reach.ts';
 import { USER_AGENT } from '../version.ts';
 import { parseChallenges, type Challenge } from './challenge.ts';
 import type { RegistryCredentials } from './credentials.ts';
@@ -117,7 +117,9 @@ export class RegistryClient {
     if (opts.allowedHosts !== undefined && !hostAllowed(this.baseURL, opts.allowedHosts))
       throw new OciError(
         OciReason.RegistryNotAllowed,
-        `the registry ${registry} is not in the allowed registry hosts (${opts.allowedHosts.map((r) => r.text).join(', ') || 'none'}): an admin adds it to the allow-list`,
+        urlReach(this.baseURL, opts.allowedHosts) === 'plain'
+          ? `the registry ${registry} is plain HTTP, and the allowed registry hosts (${opts.allowedHosts.map((r) => r.text).join(', ')}) allow it over https only: the credentials would cross the network in clear; use https, or an admin adds http://${registry} to the allow-list`
+          : `the registry ${registry} is not in the allowed registry hosts (${opts.allowedHosts.map((r) => r.text).join(', ') || 'none'}): an admin adds it to the allow-list`,
       );
     if (opts.credentials !== undefined && opts.allowedHosts === undefined)
       throw new OciError(
@@ -328,7 +330,9 @@ export class RegistryClient {
     if (allowed !== undefined && !hostAllowed(url.origin, allowed))
       throw new OciError(
         OciReason.RegistryNotAllowed,
-        `the token service ${url.host} of the registry ${this.registry} is not in the allowed registry hosts: an admin adds it to the allow-list`,
+        urlReach(url.origin, allowed) === 'plain'
+          ? `the token service ${url.origin} of the registry ${this.registry} is plain HTTP, allowed over https only: the credentials would cross the network in clear; an admin adds http://${url.host} to the allow-list`
+          : `the token service ${url.host} of the registry ${this.registry} is not in the allowed registry hosts: an admin adds it to the allow-list`,
       );
     if (challenge.params['service'] !== undefined)
       url.searchParams.set('service', challenge.params['service']);

@@ -124,7 +124,7 @@ describe('a Hub repository on the real Dragonfly network', () => {
         '--endpoint',
         hub.url,
         '--token-hosts',
-        '127.0.0.1',
+        'http://127.0.0.1',
         '--token-file',
         tokenFile,
         '--proxy',
@@ -243,7 +243,10 @@ describe('a Hub repository on the real Dragonfly network', () => {
         stringData: { username: ROOT_USER.name, password: ROOT_USER.password },
       },
     });
-    operator = await startRealNetworkOperator(kc, network.managerURL, ['--allowed-hub-hosts', '127.0.0.1']);
+    operator = await startRealNetworkOperator(kc, network.managerURL, [
+      '--allowed-hub-hosts',
+      'http://127.0.0.1',
+    ]);
     const res = peerloadNamespace(kc, ns);
     await res.createModelPreheat('warm', {
       manager: { url: network.managerURL, signInSecretRef: { name: 'manager-user' } },

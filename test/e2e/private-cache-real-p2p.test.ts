@@ -217,7 +217,7 @@ describe("a model server's writes to its model file", () => {
       hardLinkRoot: root,
       serverUid,
       // MinIO on loopback, as the admin names it in the agent's --allowed-storage-hosts.
-      storageHosts: parseHostRules('127.0.0.0/8'),
+      storageHosts: parseHostRules('http://127.0.0.0/8'),
       limits: { ...DEFAULT_LIMITS, minFreeBytes: 0 },
       token: tokenFile(join(dir, `${name}.token`)),
       credentials: async () => minio.credentials(),

@@ -81,7 +81,7 @@ const stalled = (name: string) =>
 
 /** Each file's task id as `peerload fetch hf://REPO` computes it: its listing, its version spec, the agent's ids. */
 async function fetchTaskIDs(repo: string, selection: { exclude?: string[] }, token?: string) {
-  const endpoint = hubEndpoint(hub.url, '127.0.0.1');
+  const endpoint = hubEndpoint(hub.url, 'http://127.0.0.1');
   const client = new HubClient({ endpoint, dispatcher, token });
   const listing = await listRepoFiles(client, repo, 'main', selection);
   const spec = hubVersionSpec(endpoint, listing, await lfsLocations(client, listing), {
@@ -175,7 +175,7 @@ describe('a ModelPreheat of a Hugging Face repository', () => {
     expect(condition(o, 'Stalled')).toMatchObject({
       reason: 'HubNotAllowed',
       message: expect.stringContaining(
-        "spec.source.huggingface.endpoint: host localhost:9 is not in the operator's --allowed-hub-hosts (127.0.0.1)",
+        "spec.source.huggingface.endpoint: host localhost:9 is not in the operator's --allowed-hub-hosts (http://127.0.0.1)",
       ),
     });
     expect(operator.requests.filter((r) => r.path.includes('/secrets/hf-elsewhere'))).toEqual([]);

@@ -288,7 +288,7 @@ describe('a ServedModel from a Hugging Face repository', () => {
     expect(condition(o!, 'Stalled')).toMatchObject({
       reason: 'HubNotAllowed',
       message: expect.stringContaining(
-        "host localhost:9 is not in the operator's --allowed-hub-hosts (127.0.0.1)",
+        "host localhost:9 is not in the operator's --allowed-hub-hosts (http://127.0.0.1)",
       ),
     });
   });

@@ -129,10 +129,10 @@ beforeAll(async () => {
       '--allowed-endpoint-hosts',
       '127.0.0.0/8',
       '--allowed-registry-hosts',
-      '127.0.0.1',
+      'http://127.0.0.1',
       // This one registry's Basic credentials may go to the agents; the other Basic-only one is refused.
       '--allowed-basic-auth-registry-hosts',
-      basicListed.host,
+      `http://${basicListed.host}`,
       '--poll-backoff-start',
       '200ms',
       '--poll-backoff-max',

@@ -66,7 +66,7 @@ export async function startHubBed(o: {
     manager.url,
     // The emulated Hub listens on loopback: the admin allows the token to go there.
     '--allowed-hub-hosts',
-    '127.0.0.1',
+    'http://127.0.0.1',
     '--poll-backoff-start',
     '200ms',
     '--poll-backoff-max',

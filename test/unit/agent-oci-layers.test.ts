@@ -76,7 +76,7 @@ async function specOf(
     dispatcher,
     plainHTTP: true,
     credentials: registry.basic,
-    allowedHosts: registry.basic ? parseHostRules(registry.host) : undefined,
+    allowedHosts: registry.basic ? parseHostRules(`http://${registry.host}`) : undefined,
   });
   const ref = parseReference(`${registry.host}/${repo}:${tag}`);
   const m = await client.manifest(ref);

@@ -255,7 +255,17 @@ describe('downloading a version', () => {
     expect(peer.requests).toEqual([]);
     await agent!.close();
 
+    // The loopback range without a scheme allows it over https only: the origin speaks plain HTTP.
     await start({ storageHosts: '127.0.0.0/8' });
+    const plain = await call('PUT', '/v1/models/m', body);
+    expect(plain.status).toBe(422);
+    expect(plain.body.error.message).toContain(
+      `${origin.url} is plain HTTP: the agent's --allowed-storage-hosts allows ${new URL(origin.url).host} over https only`,
+    );
+    expect(credentialReads).toBe(0);
+    await agent!.close();
+
+    await start({ storageHosts: 'http://127.0.0.0/8' });
     expect((await call('PUT', '/v1/models/m', body)).status).toBe(202);
     // The download runs after the answer: its credential read is counted once it is idle.
     await agent!.idle();

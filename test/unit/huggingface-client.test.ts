@@ -42,7 +42,7 @@ describe('the Hugging Face Hub client', () => {
   ) => {
     const url = opts.url ?? hub.url;
     return new HubClient({
-      endpoint: hubEndpoint(url, opts.tokenHosts ?? '127.0.0.1'),
+      endpoint: hubEndpoint(url, opts.tokenHosts ?? 'http://127.0.0.1'),
       dispatcher,
       token,
       budget: hubBudget(url, 'org/model', opts.bounds),
@@ -67,6 +67,7 @@ describe('the Hugging Face Hub client', () => {
       ],
       tokens: { [TOKEN]: ['org/gated', 'org/private'], [OTHER]: [] },
       treePageSize: 2,
+      renamed: { 'old-org/gated-v0': 'org/gated' },
     });
   });
   afterAll(async () => {
@@ -196,6 +197,21 @@ describe('the Hugging Face Hub client', () => {
     expect(hubEndpoint().url).toBe('https://huggingface.co');
   });
 
+  it('sends no token over plain HTTP to a host allowed over https only, and says so (not a network error)', () => {
+    let err: unknown;
+    try {
+      client(TOKEN, { tokenHosts: '127.0.0.1' });
+    } catch (e) {
+      err = e;
+    }
+    expect(err).toMatchObject({ reason: HubReason.TokenNotAllowed, field: 'endpoint' });
+    const m = (err as Error).message;
+    expect(m).toContain(`the endpoint ${hub.url} is plain HTTP`);
+    expect(m).toContain('ask an admin to allow http://127.0.0.1:');
+    expect(m).not.toContain('network error');
+    expect(m).not.toContain(TOKEN);
+  });
+
   describe('against a misbehaving server', () => {
     let server: Server;
     let url: string;
@@ -265,6 +281,39 @@ describe('the Hugging Face Hub client', () => {
       expect(e.message).not.toContain('AKIAPLANTED');
     });
 
+    it('a redirect loop on the endpoint stops after 5 hops: a BadAnswer, not a hang or a crash', async () => {
+      let calls = 0;
+      answer = (path, res) => {
+        calls++;
+        res.writeHead(307, { location: path }).end();
+      };
+      const e = await refusal(client(TOKEN, { url }).resolveRevision('org/model', 'main'));
+      expect(e.reason).toBe(HubReason.BadAnswer);
+      expect(e.message).toContain('more than 5 redirects in a row');
+      expect(calls).toBe(6);
+    });
+
+    it('an API redirect to another origin is not followed: the token never goes there', async () => {
+      const elsewhere: string[] = [];
+      const other = createServer((req, res) => {
+        elsewhere.push(req.url ?? '');
+        res.writeHead(200).end(JSON.stringify({ id: 'org/model', sha: 'b'.repeat(40) }));
+      });
+      await new Promise<void>((r) => other.listen(0, '127.0.0.1', r));
+      const otherURL = `http://127.0.0.1:${(other.address() as AddressInfo).port}`;
+      try {
+        answer = (path, res) => res.writeHead(307, { location: `${otherURL}${path}?sig=secret` }).end();
+        const e = await refusal(client(TOKEN, { url }).resolveRevision('org/model', 'main'));
+        expect(e.reason).toBe(HubReason.BadAnswer);
+        expect(e.message).toContain(`a redirect off the endpoint (to ${otherURL}), not followed`);
+        expect(e.message).not.toContain('sig=secret');
+        expect(elsewhere).toEqual([]);
+      } finally {
+        other.closeAllConnections();
+        await new Promise((r) => other.close(r));
+      }
+    });
+
     it("an answer that is not the Hub's is a BadAnswer", async () => {
       answer = (_p, res) => res.writeHead(200).end('<html>captive portal</html>');
       const e = await refusal(client(undefined, { url }).resolveRevision('org/model', 'main'));
@@ -273,8 +322,39 @@ describe('the Hugging Face Hub client', () => {
     });
   });
 
+  it("a renamed repository: the Hub's 307 to the new name is followed, and the files' URLs use the new name", async () => {
+    const before = hub.hubRequests.length;
+    const c = client(TOKEN);
+    const listing = await listRepoFiles(c, 'old-org/gated-v0', 'main');
+    expect(listing.sha).toBe(hub.repos.get('org/gated')!.commits[0]!.sha);
+    expect([listing.repo, listing.movedTo]).toEqual(['old-org/gated-v0', 'org/gated']);
+    // One redirect (the revision's), relative as the Hub sends it; the tree and the HEAD go to the new name.
+    const moved = hub.hubRequests.slice(before).filter((r) => r.status === 307);
+    expect(moved.map((r) => r.url)).toEqual([`/api/models/old-org/gated-v0/revision/main`]);
+    const spec = ModelVersionSpecSchema.parse(
+      hubVersionSpec(hubEndpoint(hub.url, 'http://127.0.0.1'), listing, await lfsLocations(c, listing), {
+        headers: c.authHeaders(),
+      }),
+    );
+    expect(spec.directory).toBe('old-org/gated-v0');
+    const config = spec.files.find((f) => f.path === 'config.json')!;
+    expect(config.url).toBe(`${hub.url}/org/gated/resolve/${listing.sha}/config.json`);
+    expect(config.headerSet).toBe('hub');
+    expect(spec.headerSets).toEqual({ hub: { authorization: `Bearer ${TOKEN}` } });
+    const w = spec.files.find((f) => f.path === 'weights/model-00001.safetensors')!;
+    expect(w.url!.startsWith(`${hub.cdnURL}/repos/`)).toBe(true);
+    // A resolve HEAD at the old name follows the rename on the endpoint, and stops at the CDN's redirect.
+    const sha = listing.sha;
+    expect(await c.fileLocation('old-org/gated-v0', sha, 'config.json')).toBe(
+      `${hub.url}/org/gated/resolve/${sha}/config.json`,
+    );
+    const lfs = await c.fileLocation('old-org/gated-v0', sha, 'weights/model-00001.safetensors');
+    expect(lfs!.startsWith(`${hub.cdnURL}/repos/`)).toBe(true);
+    expect(hub.cdnRequests.some((r) => r.method === 'HEAD')).toBe(false);
+  });
+
   it("makes the agent's version: git files at their resolve URL with the token, LFS files at the CDN without it", async () => {
-    const endpoint = hubEndpoint(hub.url, '127.0.0.1');
+    const endpoint = hubEndpoint(hub.url, 'http://127.0.0.1');
     const c = client(TOKEN);
     const listing = await listRepoFiles(c, 'org/gated', 'main');
     const spec = ModelVersionSpecSchema.parse(

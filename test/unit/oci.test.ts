@@ -490,12 +490,12 @@ describe('placing an artifact through the peer proxy', () => {
   it('says 401, 403 and 404 from the registry in its terms, for the manifest and for a blob', async () => {
     pushModel(registry, 'models/m', 'auth', good);
     registry.basic = { username: 'u', password: 'registry-password-1' };
-    const anonymous = await refusal(place('auth', { allowedHosts: parseHostRules('127.0.0.1') }));
+    const anonymous = await refusal(place('auth', { allowedHosts: parseHostRules('http://127.0.0.1') }));
     expect([anonymous.reason, anonymous.status]).toEqual([OciReason.Unauthorized, 401]);
     expect(anonymous.message).toMatch(/requires credentials/);
     const wrong = await refusal(
       place('auth', {
-        allowedHosts: parseHostRules('127.0.0.1'),
+        allowedHosts: parseHostRules('http://127.0.0.1'),
         credentials: { username: 'u', password: 'wrong-password-22' },
       }),
     );
@@ -503,7 +503,7 @@ describe('placing an artifact through the peer proxy', () => {
     expect(wrong.message).not.toContain('wrong-password-22');
     // Basic credentials work, and travel with the blob GETs through the proxy.
     const ok = await place('auth', {
-      allowedHosts: parseHostRules('127.0.0.1'),
+      allowedHosts: parseHostRules('http://127.0.0.1'),
       credentials: { username: 'u', password: 'registry-password-1' },
     });
     expect(ok.files).toBe(4);
@@ -543,6 +543,18 @@ describe('placing an artifact through the peer proxy', () => {
       (await refusal(() => client({ allowedHosts: parseHostRules('registry.example.com') }))).reason,
     ).toBe(OciReason.RegistryNotAllowed);
     await nothingPlaced();
+  });
+
+  it('plain HTTP: credentials go to a registry without TLS only when it is listed as http://host', async () => {
+    const before = registry.requests.length;
+    const credentials = { username: 'u', password: 'registry-password-1' };
+    const plain = await refusal(() => client({ allowedHosts: parseHostRules('127.0.0.1'), credentials }));
+    expect(plain.reason).toBe(OciReason.RegistryNotAllowed);
+    expect(plain.message).toContain('is plain HTTP');
+    expect(plain.message).toContain('an admin adds http://127.0.0.1:');
+    expect(plain.message).not.toContain('registry-password-1');
+    expect(registry.requests.length).toBe(before);
+    expect(() => client({ allowedHosts: parseHostRules('http://127.0.0.1'), credentials })).not.toThrow();
   });
 
   it('refuses an artifact over the byte cap before downloading', async () => {

@@ -40,7 +40,7 @@ const sources = () =>
       if (v === undefined) throw new Error(`Secret ns/${ref.name} not found`);
       return v;
     },
-    tokenHosts: parseHostRules('127.0.0.1'),
+    tokenHosts: parseHostRules('http://127.0.0.1'),
     dispatcher,
     now: () => clock,
   });
@@ -58,6 +58,7 @@ beforeAll(async () => {
       { id: 'org/empty', commits: [{}] },
     ],
     tokens: { [TOKEN]: ['org/private', 'org/gated'], [OTHER]: [] },
+    renamed: { 'old-org/tiny-v0': 'org/tiny' },
   });
   secrets.set('hf', TOKEN);
   secrets.set('other', OTHER);
@@ -91,6 +92,15 @@ describe('a Hugging Face source', () => {
     expect(lfs.headers).toBeUndefined();
     expect(found.files.filter).toEqual(expect.arrayContaining(['X-Amz-Signature', 'X-Amz-Date']));
     expect(found.files).not.toHaveProperty('directory');
+  });
+
+  it("a renamed repository resolves through the Hub's redirect: status keeps the spec's name, the files use the new one", async () => {
+    const [c0] = hub.repos.get('org/tiny')!.commits;
+    const found = await of(sources(), served({ repo: 'old-org/tiny-v0' }));
+    if (!found.ok) throw new Error(found.message);
+    expect(found.status.huggingface).toEqual({ repo: 'old-org/tiny-v0', revision: 'main', commit: c0!.sha });
+    const config = found.files.files.find((f) => f.path === 'config.json')!;
+    expect(config.url).toBe(`${hub.url}/org/tiny/resolve/${c0!.sha}/config.json`);
   });
 
   it('a moved branch changes nothing for the generation, nor after a restart; a new refresh value follows it', async () => {

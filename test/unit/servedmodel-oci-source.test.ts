@@ -107,7 +107,7 @@ function sources(
       return data;
     },
     dispatcher,
-    registryHosts: parseHostRules(registry.host),
+    registryHosts: parseHostRules(`http://${registry.host}`),
     basicAuthRegistryHosts:
       opts.basicAuthRegistryHosts !== undefined ? parseHostRules(opts.basicAuthRegistryHosts) : undefined,
     maxManifestBytes: opts.maxManifestBytes,
@@ -280,7 +280,7 @@ describe('resolving spec.source.oci', () => {
         .reason,
     ).toBe('BasicAuthNotForwarded');
     const allowed = ok(
-      await sources({ secrets, basicAuthRegistryHosts: registry.host }).of('ns/b', sm(s), s),
+      await sources({ secrets, basicAuthRegistryHosts: `http://${registry.host}` }).of('ns/b', sm(s), s),
     );
     expect(allowed.files.headerSets).toEqual({
       registry: { authorization: `Basic ${b64('robot:pw-registry-secret')}` },

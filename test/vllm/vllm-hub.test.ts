@@ -154,7 +154,7 @@ async function runInitContainer(pod: string, token: string, revision = exampleRe
     for (const [path, dir] of mounts) arg = arg.replace(new RegExp(`(^|=)${path}(?=/|$)`), `$1${dir}`);
     return arg;
   });
-  const extra = [`--token-hosts=${new URL(hub.url).host}`, '--min-free-bytes=0'];
+  const extra = [`--token-hosts=http://${new URL(hub.url).host}`, '--min-free-bytes=0'];
   const root = volumeDir(pod, init.volumeMounts.find((m) => m.name === 'models')!.mountPath);
   try {
     const { stdout, stderr } = await promisify(execFile)(
