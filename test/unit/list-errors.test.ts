@@ -24,13 +24,11 @@ const ANSWERS: Record<string, (res: ServerResponse) => void> = {
   // What a metadata service answers: a line of text.
   text: (res) => res.writeHead(404, { 'content-type': 'text/plain' }).end(`${LINE}\nsecond line`),
   json: (res) =>
-    res
-      .writeHead(403, { 'content-type': 'application/json' })
-      .end(
-        JSON.stringify({
-          error: { code: 403, message: LINE, errors: [{ reason: PLANTED[1], message: LINE }] },
-        }),
-      ),
+    res.writeHead(403, { 'content-type': 'application/json' }).end(
+      JSON.stringify({
+        error: { code: 403, message: LINE, errors: [{ reason: PLANTED[1], message: LINE }] },
+      }),
+    ),
   // A 2xx that is no listing.
   ok: (res) => res.writeHead(200, { 'content-type': 'text/plain' }).end(`${LINE}\n`),
   // A documented code is kept.
