@@ -56,7 +56,7 @@ const config = (): DownloaderConfig => ({
 function poisonedBlob(repo: string) {
   const good = Buffer.from(`the published bytes of ${repo} `.repeat(2_000));
   const bad = Buffer.from(good);
-  bad[1234] ^= 0x01; // one flipped bit, as a tampering proxy in front of the origin would
+  bad.writeUInt8(bad.readUInt8(1234) ^ 0x01, 1234); // one flipped bit, as a tampering proxy in front of the origin would
   const digest = sha256(good);
   registry.putWrongBlob(repo, digest, bad);
   const url = `${registry.url}/v2/${repo}/blobs/${digest}`;
