@@ -106,9 +106,17 @@ const ALL = {
     flag: 'allowed-registry-hosts',
     help: 'Registries an image ModelPreheat with imageCredentialsSecretRef may name, same syntax (empty: none; images without credentials go anywhere)',
   },
+  allowedBasicAuthRegistryHosts: {
+    flag: 'allowed-basic-auth-registry-hosts',
+    help: 'Registries of --allowed-registry-hosts that take only Basic credentials (no token service) whose user and password may go to the agents, and through the node daemons, which log request headers; same syntax (empty: none, such registries are refused with BasicAuthNotForwarded)',
+  },
   allowedHubHosts: {
     flag: 'allowed-hub-hosts',
     help: 'Hugging Face Hub hosts a ServedModel or ModelPreheat source.huggingface token may go to (its endpoint), same syntax. Default: huggingface.co; empty: none (public repositories only)',
+  },
+  sourceTimeout: {
+    flag: 'source-timeout',
+    help: "How long one resolution of a ServedModel's or ModelPreheat's source may take however slowly its host answers (a Hub's revision, tree pages and LFS redirects; a registry's manifest, challenge and token); past it the object is Stalled with SourceTimeout and tried again with backoff",
   },
   pollBackoffStart: { flag: 'poll-backoff-start', help: 'First interval when polling external jobs' },
   pollBackoffMax: { flag: 'poll-backoff-max', help: 'Longest interval when polling external jobs' },
@@ -123,11 +131,18 @@ const ALL = {
 } as const satisfies Record<string, { flag: string; help: string; boolean?: boolean }>;
 type Key = keyof typeof ALL;
 
+/** Every operator flag by name, with whether it is a host allow-list: for tooling that must cover each one (the tests'
+ *  loopback profile is held to it). */
+export function operatorFlags(): { flag: string; hostList: boolean }[] {
+  return (Object.keys(ALL) as Key[]).map((key) => ({ flag: ALL[key].flag, hostList: HOST_LISTS.has(key) }));
+}
+
 const HOST_LISTS = new Set<Key>([
   'allowedManagerHosts',
   'allowedEndpointHosts',
   'allowedStorageHosts',
   'allowedRegistryHosts',
+  'allowedBasicAuthRegistryHosts',
   'allowedHubHosts',
 ]);
 
@@ -206,8 +221,12 @@ const OperatorConfigSchema = z
     // admin names them, since no domain is one registry operator's and a registry names its token realm itself.
     allowedStorageHosts: hostRules.default(defaultStorageHosts()),
     allowedRegistryHosts: hostRules.default([]),
+    // None: the agents get the registry's short-lived tokens, never a Secret's password, unless the admin says so.
+    allowedBasicAuthRegistryHosts: hostRules.default([]),
     // The public Hub only: a mirror or an Enterprise Hub is the admin's to name.
     allowedHubHosts: hostRules.default(parseHostRules(DEFAULT_HUB_TOKEN_HOSTS)),
+    // The source budget's deadline (src/sources/budget.ts): two minutes, as for a bucket listing.
+    sourceTimeout: duration('source timeout').default(120_000),
     pollBackoffStart: duration('poll backoff start').default(2_000),
     pollBackoffMax: duration('poll backoff max').default(60_000),
     cleanupGracePeriod: duration('cleanup grace period').default(120_000),
@@ -336,6 +355,7 @@ const DURATIONS = new Set<Key>([
   'retryPeriod',
   'resyncPeriod',
   'shutdownTimeout',
+  'sourceTimeout',
   'pollBackoffStart',
   'pollBackoffMax',
 ]);

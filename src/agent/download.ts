@@ -85,6 +85,8 @@ export interface DownloaderConfig {
   /** The peer daemon's task id rule, for the expected ids. */
   rule?: TaskIdRule | undefined;
   logger?: Logger | undefined;
+  /** The free bytes of the volume holding a path (default: statfs); tests give a reading of their own. */
+  freeBytes?: ((path: string) => Promise<number>) | undefined;
 }
 
 export type FileState = 'Pending' | 'Downloading' | 'Done' | 'Failed';
@@ -209,6 +211,11 @@ async function exists(path: string): Promise<boolean> {
   );
 }
 
+const statfsFree = async (path: string): Promise<number> => {
+  const fs = await statfs(path);
+  return fs.bavail * fs.bsize;
+};
+
 /**
  * Checks what can be checked before a byte is written; throws {@link DownloadRefused}. Returns the target path,
  * or undefined when the version is already in place (nothing to do).
@@ -241,8 +248,7 @@ export async function preflight(
       `version ${spec.version} of ${name} holds ${known} bytes, above the cap of ${maxBytes} bytes: raise the agent's --max-bytes (or the request's maxBytes), or make the model smaller`,
     );
   await mkdir(join(config.root, spec.directory ?? name), { recursive: true });
-  const fs = await statfs(config.root);
-  const free = fs.bavail * fs.bsize;
+  const free = await (config.freeBytes ?? statfsFree)(config.root);
   // A hard link takes no blocks of its own, but a refused one is streamed: count every byte.
   if (free - known < config.limits.minFreeBytes)
     throw new DownloadRefused(
@@ -378,7 +384,9 @@ async function downloadFile(run: Run, i: number): Promise<void> {
     // A digest served wrongly before is asked for under a fresh task: the old one holds those bytes (refetch.ts).
     const tag = refetchTag(signed.tag, file.sha256 ? await refetchCount(config.root, file.sha256) : 0);
     fp.expectedTaskID = expectedID(run, url, tag);
-    const headers = { ...run.headers, ...file.headers };
+    // The file's set (its source's credential, sent once in the spec), then what an older operator put per file.
+    const set = file.headerSet !== undefined ? spec.headerSets?.[file.headerSet] : undefined;
+    const headers = { ...run.headers, ...set, ...file.headers };
     if (tag) headers[TAG_HEADER] = tag;
     const asked = performance.now();
     const r = await fetchFile({
@@ -440,7 +448,13 @@ async function extractArchives(run: Run): Promise<void> {
   for (const f of plain) state.regular.add(f.path);
   state.files = plain.length;
   state.bytes = plain.reduce((s, f) => s + (f.size ?? 0), 0);
-  const limits = { maxBytes: run.maxBytes, maxFiles: run.config.limits.maxFiles ?? DEFAULT_MAX_FILES };
+  // What a tar layer unpacks to is known only as it streams: the free space is read before and during it.
+  const limits = {
+    maxBytes: run.maxBytes,
+    maxFiles: run.config.limits.maxFiles ?? DEFAULT_MAX_FILES,
+    minFreeBytes: run.config.limits.minFreeBytes,
+    freeBytes: run.config.freeBytes,
+  };
   for (const [i, f] of spec.files.entries()) {
     if (!f.extract) continue;
     const what = f.layer ?? `${run.name}/${spec.version}/${f.path}`;

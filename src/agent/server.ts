@@ -27,10 +27,10 @@ import {
   type VersionProgress,
 } from './download.ts';
 import { readRecord, removeRecord } from './record.ts';
-import { ModelVersionSpecSchema, SEGMENT, specProblems } from './spec.ts';
+import { MAX_SPEC_BYTES, ModelVersionSpecSchema, SEGMENT, specProblems } from './spec.ts';
 
-/** A version spec of 10 000 files with signed URLs fits easily. */
-const MAX_BODY_BYTES = 16 * 1024 * 1024;
+/** The operator builds no larger body (spec.ts). */
+const MAX_BODY_BYTES = MAX_SPEC_BYTES;
 
 export interface AgentServerOptions extends DownloaderConfig {
   host?: string | undefined;

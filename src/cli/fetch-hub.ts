@@ -12,7 +12,7 @@ import { DEFAULT_MAX_FILES, MAX_DIRECTORY_FILES } from '../api/fileset.ts';
 import { ModelVersionSpecSchema, SEGMENT, specProblems, type ModelVersionSpec } from '../agent/spec.ts';
 import { HubClient } from '../huggingface/client.ts';
 import { DEFAULT_HUB_ENDPOINT, DEFAULT_HUB_TOKEN_HOSTS, hubEndpoint } from '../huggingface/endpoint.ts';
-import { HubError } from '../huggingface/errors.ts';
+import { HubError, hubBudget } from '../huggingface/errors.ts';
 import { DEFAULT_LISTING_LIMITS, listRepoFiles } from '../huggingface/files.ts';
 import { parseHubURI } from '../huggingface/reference.ts';
 import { lfsLocations } from '../huggingface/locations.ts';
@@ -22,7 +22,7 @@ import { createLogger } from '../runtime/logger.ts';
 import { DOWNLOAD_OPTIONS, DOWNLOAD_OPTIONS_USAGE, downloaderConfig } from './agent.ts';
 import { parseCommandArgs } from './args.ts';
 import { CliError } from './errors.ts';
-import { placeVersion, type FetchLines } from './fetch-place.ts';
+import { placeVersion, redactedLines, type FetchLines } from './fetch-place.ts';
 
 export const HUB_USAGE = `Usage: peerload fetch hf://NAMESPACE/NAME[@REVISION] DEST [options]
 
@@ -134,12 +134,11 @@ async function hubSpec(
 ): Promise<{ spec: ModelVersionSpec; commit: string } | number> {
   const { ref, endpoint, token, config, selection, listingMs, version } = args;
   try {
-    const client = new HubClient({ endpoint, dispatcher: config.dispatcher, token });
-    const listing = await listRepoFiles(client, ref.repo, ref.revision, selection, {
-      ...DEFAULT_LISTING_LIMITS,
-      timeoutMs: listingMs,
-    });
+    const budget = hubBudget(endpoint.url, ref.repo, { ...DEFAULT_LISTING_LIMITS, timeoutMs: listingMs });
+    const client = new HubClient({ endpoint, dispatcher: config.dispatcher, token, budget });
+    const listing = await listRepoFiles(client, ref.repo, ref.revision, selection);
     const locations = await lfsLocations(client, listing);
+    budget.close();
     const spec = ModelVersionSpecSchema.safeParse(
       hubVersionSpec(endpoint, listing, locations, { headers: client.authHeaders(), version }),
     );
@@ -154,9 +153,10 @@ async function hubSpec(
 
 export async function runHub(
   argv: string[],
-  io: FetchLines,
+  given: FetchLines,
   env: NodeJS.ProcessEnv = process.env,
 ): Promise<number> {
+  const io = redactedLines(given);
   const args = await parseHubArgs(argv, env);
   if (args === undefined) {
     io.out(HUB_USAGE);

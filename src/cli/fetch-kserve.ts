@@ -30,6 +30,7 @@ import {
   stagingRoot,
 } from '../kserve/place.ts';
 import { fileName, parseStorageUri, StorageUriError, type StorageUri } from '../kserve/uri.ts';
+import { OciError } from '../oci/errors.ts';
 import { storageReach } from '../policy/storage-reach.ts';
 import { redact } from '../redact.ts';
 import { createLogger } from '../runtime/logger.ts';
@@ -41,7 +42,7 @@ import type { StorageLocation } from '../storage/objecturl.ts';
 import { DOWNLOAD_OPTIONS, downloaderConfig } from './agent.ts';
 import { parseCommandArgs } from './args.ts';
 import { CliError } from './errors.ts';
-import type { FetchLines } from './fetch-place.ts';
+import { redactedLines, type FetchLines } from './fetch-place.ts';
 
 export const KSERVE_USAGE = `Usage: peerload fetch [--kserve] STORAGE_URI DEST [options]
 
@@ -245,12 +246,15 @@ async function place(
         await extractArchive(join(placed, only), out, {
           maxBytes: config.limits.maxBytes,
           maxFiles: MAX_DIRECTORY_FILES,
+          minFreeBytes: config.limits.minFreeBytes,
+          freeBytes: config.freeBytes,
         });
         files = (await readdir(out, { recursive: true, withFileTypes: true })).filter((e) =>
           e.isFile(),
         ).length;
       } catch (e) {
-        io.err(`peerload fetch: ${text}: InvalidArchive: ${redact((e as Error).message)}`);
+        const reason = e instanceof OciError ? e.reason : 'InvalidArchive';
+        io.err(`peerload fetch: ${text}: ${reason}: ${redact((e as Error).message)}`);
         return 2;
       }
       await moveEntries(out, dest);
@@ -325,9 +329,10 @@ async function handOver(
 
 export async function runKServe(
   argv: string[],
-  io: FetchLines,
+  given: FetchLines,
   env: NodeJS.ProcessEnv = process.env,
 ): Promise<number> {
+  const io = redactedLines(given);
   // The reported time covers the listing too: what the init container adds to the pod's start.
   const started = Date.now();
   const { values, positionals } = parseCommandArgs(argv, KSERVE_OPTIONS, true, KSERVE_USAGE);

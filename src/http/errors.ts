@@ -75,3 +75,24 @@ export const MAX_DETAIL = 1024;
 export function boundDetail(text: string, secrets: readonly string[] = []): string {
   return redactBounded(text.trim(), MAX_DETAIL, secrets);
 }
+
+/**
+ * What an error answer's status says, in our words. A server that peerload reaches at an address a tenant chose
+ * (a model server behind the tenant's Service, a source endpoint) may be anything the operator can reach, cloud
+ * metadata included: its text in a condition would be a read channel into it, so only its status is repeated.
+ */
+export function answerWords(status: number): string {
+  if (status === 400) return 'the server refused the request as invalid (its own log says why)';
+  if (status === 401 || status === 403) return 'the server refused the credentials';
+  if (status === 404) return 'the server has no such resource';
+  if (status === 405) return 'the server does not allow this call (is the API enabled?)';
+  if (status === 409) return 'the server reports a conflict';
+  if (status === 408 || status === 429) return 'the server asks to try again later';
+  if (status >= 500) return 'the server failed (its own log says why)';
+  return "an unexpected answer (the server's own log says why)";
+}
+
+/** `value` when it is one of `known` (a documented error code or type a message may repeat), else undefined. */
+export function knownWord(value: string | undefined, known: ReadonlySet<string>): string | undefined {
+  return value !== undefined && known.has(value) ? value : undefined;
+}

@@ -5,13 +5,14 @@
  * admin allows (endpoint.ts) and never to a page link on another origin.
  */
 import type { Dispatcher } from 'undici';
-import { DEFAULT_MAX_RESPONSE_BYTES, parseBody } from '../http/body.ts';
-import { INVALID_RESPONSE, RESPONSE_TOO_LARGE } from '../http/classify.ts';
+import { parseBody } from '../http/body.ts';
+import { INVALID_RESPONSE } from '../http/classify.ts';
 import { headerValue, sendRequest, type HttpResponse } from '../http/request.ts';
 import { USER_AGENT } from '../version.ts';
 import { answerError, nextLink, RepoInfoSchema, TreePageSchema, type TreeEntry } from './answers.ts';
 import { repoInfoPath, resolveURL, tokenAllowed, treePath, type HubEndpoint } from './endpoint.ts';
-import { HubError, HubReason, hubError } from './errors.ts';
+import type { SourceBudget } from '../sources/budget.ts';
+import { HubError, HubReason, hubBudget, hubError } from './errors.ts';
 
 export interface HubClientOptions {
   endpoint: HubEndpoint;
@@ -20,8 +21,13 @@ export interface HubClientOptions {
   token?: string | undefined;
   /** One exchange, ms. */
   timeoutMs?: number | undefined;
-  /** Largest answer body read (a tree page of 1,000 entries is about 300 KB). */
+  /** Largest answer body read (a tree page of 1,000 entries is about 300 KB); default the budget's. */
   maxResponseBytes?: number | undefined;
+  /**
+   * The resolution's budget (src/sources/budget.ts): every answer is read through it. A client serves one
+   * resolution; without one it has a budget of the default bounds of its own.
+   */
+  budget?: SourceBudget<HubError> | undefined;
 }
 
 export const DEFAULT_HUB_TIMEOUT_MS = 30_000;
@@ -31,14 +37,16 @@ export class HubClient {
   private readonly dispatcher: Dispatcher;
   private readonly token: string | undefined;
   private readonly timeoutMs: number;
-  private readonly maxResponseBytes: number;
+  private readonly maxResponseBytes: number | undefined;
+  readonly budget: SourceBudget<HubError>;
 
   /** Throws {@link HubError} `TokenNotAllowed` when a token is given for an endpoint outside the allow-list. */
   constructor(opts: HubClientOptions) {
     this.endpoint = opts.endpoint;
     this.dispatcher = opts.dispatcher;
     this.timeoutMs = opts.timeoutMs ?? DEFAULT_HUB_TIMEOUT_MS;
-    this.maxResponseBytes = opts.maxResponseBytes ?? DEFAULT_MAX_RESPONSE_BYTES;
+    this.maxResponseBytes = opts.maxResponseBytes;
+    this.budget = opts.budget ?? hubBudget(opts.endpoint.url, 'the repository');
     if (opts.token !== undefined && !tokenAllowed(opts.endpoint))
       throw hubError(
         HubReason.TokenNotAllowed,
@@ -62,6 +70,8 @@ export class HubClient {
     method: 'GET' | 'HEAD' = 'GET',
   ) {
     const secrets = this.token === undefined ? [] : [this.token];
+    const budget = this.budget;
+    budget.answer();
     const res = await sendRequest(
       {
         dispatcher: this.dispatcher,
@@ -70,17 +80,16 @@ export class HubClient {
         method,
         headers: { 'user-agent': USER_AGENT, accept: 'application/json', ...this.authHeaders() },
         timeoutMs: this.timeoutMs,
-        signal,
-        maxResponseBytes: this.maxResponseBytes,
+        signal: signal ? AbortSignal.any([signal, budget.signal]) : budget.signal,
         operation,
         secrets,
+        read: (body, ok) => budget.text(body, { maxBytes: this.maxResponseBytes, error: !ok }),
       },
-      (init) =>
-        new HubError(init.code === RESPONSE_TOO_LARGE ? HubReason.BadAnswer : HubReason.Unavailable, init),
+      (init) => new HubError(HubReason.Unavailable, init),
     );
     // A redirect is an answer: an LFS file's `resolve` is a 302 to its CDN URL, not followed here.
     if (res.status < 200 || res.status > 399)
-      throw answerError(res, { ...ctx, operation, withToken: this.token !== undefined, secrets });
+      throw answerError(res, { ...ctx, operation, withToken: this.token !== undefined });
     return res;
   }
 
@@ -146,7 +155,11 @@ export class HubClient {
     let path: string | undefined = treePath(repo, sha);
     while (path !== undefined) {
       const res = await this.get(path, operation, { repo, revision: sha }, opts.signal);
-      entries.push(...this.parsed(res, TreePageSchema, operation));
+      for (const e of this.parsed(res, TreePageSchema, operation)) {
+        // Kept across pages: each entry's text and all of it are the budget's to bound.
+        this.budget.entry(e.path, e.type === 'file' ? e.oid : '');
+        entries.push(e);
+      }
       opts.onPage?.(entries.length);
       path = this.pagePath(headerValue(res.headers.link), operation);
     }

@@ -1,6 +1,7 @@
 /**
  * A listed repository as one version the agent (or `peerload fetch`) places, one P2P task per file:
- *   - a file the Hub serves itself (git) at its `resolve` URL at the commit sha, the token as that file's header;
+ *   - a file the Hub serves itself (git) at its `resolve` URL at the commit sha, with the spec's `hub` header set
+ *     (the token, once in the spec however many files name it);
  *   - an LFS file at its CDN URL (locations.ts) with every query parameter of the CDN URLs left out of the task id
  *     (the signature changes with every redirect; the path holds the object's sha256), and no token: the peer
  *     daemon would send it to the CDN and write it into its log (docs/dragonfly.md). A redirect back to the
@@ -21,6 +22,9 @@ export interface HubVersionOptions {
   maxBytes?: number | undefined;
   deadlineSeconds?: number | undefined;
 }
+
+/** The spec's header set of the Hub's token (agent/spec.ts headerSets). */
+export const HUB_HEADER_SET = 'hub';
 
 /** Query parameter names a spec's filter may hold (the agent's spec bound). */
 const MAX_FILTER = 64;
@@ -44,7 +48,7 @@ export function hubVersionSpec(
       path: f.path,
       url,
       size: f.size,
-      ...(atHub && token ? { headers: token } : {}),
+      ...(atHub && token ? { headerSet: HUB_HEADER_SET } : {}),
       ...(f.sha256 !== undefined ? { sha256: f.sha256 } : {}),
     };
   });
@@ -56,6 +60,9 @@ export function hubVersionSpec(
     version: opts.version ?? listing.sha,
     directory: opts.directory ?? listing.repo,
     files,
+    ...(token && files.some((f) => f.headerSet !== undefined)
+      ? { headerSets: { [HUB_HEADER_SET]: token } }
+      : {}),
     ...(filter.size > 0 ? { filter: [...filter].sort() } : {}),
     ...(opts.maxBytes !== undefined ? { maxBytes: opts.maxBytes } : {}),
     ...(opts.deadlineSeconds !== undefined ? { deadlineSeconds: opts.deadlineSeconds } : {}),

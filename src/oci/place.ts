@@ -141,11 +141,11 @@ async function checkSpace(
       OciReason.LimitExceeded,
       `${what} holds ${manifest.bytes} bytes of layers, above the cap of ${limits.maxBytes} bytes: raise the byte cap or make the model smaller`,
     );
-  const fs = await statfs(parent);
+  const fs = limits.freeBytes ? undefined : await statfs(parent);
   // A hard link takes no blocks, but a refused one is streamed, and a tar layer is the blob plus what it unpacks.
   const needed =
     manifest.bytes + manifest.layers.filter((l) => l.format !== 'raw').reduce((s, l) => s + l.size, 0);
-  const free = fs.bavail * fs.bsize;
+  const free = fs ? fs.bavail * fs.bsize : await limits.freeBytes!(parent);
   if (free - needed < limits.minFreeBytes)
     throw new OciError(
       OciReason.LimitExceeded,

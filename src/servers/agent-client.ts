@@ -10,7 +10,9 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Dispatcher } from 'undici';
 import { z } from 'zod';
+import { SpecTooLargeError, specBody } from '../agent/spec.ts';
 import { parseBody } from '../http/body.ts';
+import { SerializedJSON } from '../http/request.ts';
 import type {
   Call,
   IntegrityFailure,
@@ -49,6 +51,8 @@ const TERMINAL_REASONS = new Set([
   'UnsafeTarEntry',
   'InvalidArchive',
   'LimitExceeded',
+  // Refused before sending (spec.ts specBody): the same files are as large next time.
+  'SpecTooLarge',
 ]);
 
 /**
@@ -114,7 +118,13 @@ export class AgentClient {
   async place(name: string, version: string, files: ModelFiles, call: RegisterCall): Promise<Placed> {
     const operation = `place ${name} ${version}`;
     call.progress?.(`the agent places ${name} ${version}`);
-    const res = await this.agent.send(operation, 'PUT', modelPath(name), { ...files, version }, call);
+    const res = await this.agent.send(
+      operation,
+      'PUT',
+      modelPath(name),
+      this.body(operation, files, version),
+      call,
+    );
     if (res.status !== 200 && res.status !== 202) throw this.agent.failure(operation, res);
     for (;;) {
       const v = (await this.versions(name, call)).find((p) => p.version === version);
@@ -136,6 +146,16 @@ export class AgentClient {
       }
       call.progress?.(progressLine(name, v));
       await sleep(this.opts.pollMs ?? 1_000, undefined, { signal: call.signal });
+    }
+  }
+
+  /** The PUT body, bounded here (not only by the agent's cap) so a large spec never builds in the operator. */
+  private body(operation: string, files: ModelFiles, version: string): SerializedJSON {
+    try {
+      return new SerializedJSON(specBody({ ...files, version }));
+    } catch (e) {
+      if (!(e instanceof SpecTooLargeError)) throw e;
+      throw this.agent.error(operation, 'terminal', e.message, { reason: e.reason });
     }
   }
 

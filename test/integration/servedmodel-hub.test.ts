@@ -207,10 +207,10 @@ describe('a ServedModel from a Hugging Face repository', () => {
     const ok = (await readyWith('private-token', c0!.sha))!;
     expect(JSON.stringify(ok)).not.toContain(TOKEN);
     const reg = driver.servers.get(ENDPOINTS[1]!)!.registered.find((r) => r.modelName === 'private-token')!;
-    expect(reg.files!.files.find((f) => f.path === 'config.json')!.headers).toEqual({
-      authorization: `Bearer ${TOKEN}`,
-    });
-    expect(reg.files!.files.find((f) => f.path === 'weights/model.safetensors')!.headers).toBeUndefined();
+    // The token once, in the spec's hub header set, which the git files name and the CDN files do not.
+    expect(reg.files!.headerSets).toEqual({ hub: { authorization: `Bearer ${TOKEN}` } });
+    expect(reg.files!.files.find((f) => f.path === 'config.json')!.headerSet).toBe('hub');
+    expect(reg.files!.files.find((f) => f.path === 'weights/model.safetensors')!.headerSet).toBeUndefined();
     const events = await kc.makeApiClient(k8s.CoreV1Api).listNamespacedEvent({ namespace: ns });
     expect(JSON.stringify(events.items)).not.toContain(TOKEN);
   });

@@ -2,7 +2,7 @@
 import { Writable } from 'node:stream';
 import { loadConfig, type OperatorConfig } from '../../src/config.ts';
 import { OPERATOR_IDENTITY } from '../../src/controllers/index.ts';
-import { DEFAULT_STORAGE_HOSTS } from '../../src/policy/storage-reach.ts';
+import { loopbackOperatorFlags } from './loopback-profile.ts';
 import {
   KubeClient,
   Manager,
@@ -14,22 +14,12 @@ import {
 import type * as k8s from '@kubernetes/client-node';
 
 /**
- * Operator config for tests: flags as the CLI takes them. Health server on a free port, plain HTTP unless the
- * flags say `--metrics-secure`.
+ * Operator config for tests: flags as the CLI takes them, after the loopback profile (test/support/loopback-profile.ts:
+ * every allow-list admits loopback, metrics over plain HTTP on a free port); a test's own flags win.
  */
 export function testConfig(flags: string[]): OperatorConfig {
   const loaded = loadConfig(
-    [
-      '--metrics-address',
-      '127.0.0.1:0',
-      '--no-metrics-secure',
-      '--log-level',
-      process.env.TEST_LOG_LEVEL ?? 'silent',
-      // The tests' object stores (MinIO, Azurite, origins) listen on loopback: the admin's list names them.
-      '--allowed-storage-hosts',
-      `${DEFAULT_STORAGE_HOSTS},127.0.0.0/8`,
-      ...flags,
-    ],
+    ['--log-level', process.env.TEST_LOG_LEVEL ?? 'silent', ...loopbackOperatorFlags(), ...flags],
     {},
   );
   if ('help' in loaded) throw new Error('unexpected help');

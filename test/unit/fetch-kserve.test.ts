@@ -338,6 +338,46 @@ describe('peerload fetch STORAGE_URI DEST', () => {
     expect(err).not.toContain(SECRET);
   });
 
+  it('every URI it prints is redacted: a presigned query keeps its names, never its values', async () => {
+    const SIGNATURE = 'planted0presigned0signature0c0ffee';
+    const TOKEN = 'planted-session-token-5e1f';
+    const query = `?X-Amz-Credential=AKIAPLANTEDKEY%2F20261129&X-Amz-Security-Token=${TOKEN}&X-Amz-Signature=${SIGNATURE}`;
+    const planted = [SIGNATURE, TOKEN, 'AKIAPLANTEDKEY'];
+    const clean = (text: string) => {
+      for (const p of planted) expect(text).not.toContain(p);
+    };
+    // Placed: the one line names the URI.
+    const ok = await fetchKServe([`${origin.url}/models/model.joblib${query}`, 'DEST']);
+    expect(ok.code).toBe(0);
+    expect(ok.out).toContain(
+      '/models/model.joblib?X-Amz-Credential=***&X-Amz-Security-Token=***&X-Amz-Signature=***',
+    );
+    clean(`${ok.out}\n${ok.err}`);
+    // Failed: the reason line names it.
+    const missing = await fetchKServe([`${origin.url}/models/absent.bin${query}`, 'DEST']);
+    expect(missing.code).toBe(1);
+    expect(missing.err).toContain('absent.bin?X-Amz-Credential=***');
+    clean(`${missing.out}\n${missing.err}`);
+    // Refused: the CliError names it.
+    const e = await fetchKServe([`${origin.url}/models/m.zip${query}`, 'DEST']).catch((x: unknown) => x);
+    expect(e).toBeInstanceOf(CliError);
+    expect((e as Error).message).toContain('m.zip?X-Amz-Credential=***');
+    clean((e as Error).message);
+    // The same through the fetch command's entry (all forms).
+    const out: string[] = [];
+    const dest = join(dir, 'via-run', 'models');
+    await mkdir(dest, { recursive: true });
+    const args = ['--proxy', peer.url, '--min-free-bytes', '0', '--log-level', 'error'];
+    expect(
+      await run([...args, `${origin.url}/models/model.joblib${query}`, dest], {
+        out: (l) => out.push(l),
+        err: (l) => out.push(l),
+      }),
+    ).toBe(0);
+    expect(out.join('\n')).toContain('X-Amz-Signature=***');
+    clean(out.join('\n'));
+  });
+
   it('the fetch command hands a KServe URI to this contract; --help prints its usage', async () => {
     const out: string[] = [];
     expect(await run(['--kserve', '--help'], { out: (l) => out.push(l), err: () => undefined })).toBe(0);

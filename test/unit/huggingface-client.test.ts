@@ -12,8 +12,9 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ModelVersionSpecSchema } from '../../src/agent/spec.ts';
 import { HubClient } from '../../src/huggingface/client.ts';
 import { hubEndpoint, resolveURL } from '../../src/huggingface/endpoint.ts';
-import { HubError, HubReason } from '../../src/huggingface/errors.ts';
-import { DEFAULT_LISTING_LIMITS, listRepoFiles } from '../../src/huggingface/files.ts';
+import { HubError, HubReason, hubBudget } from '../../src/huggingface/errors.ts';
+import { listRepoFiles } from '../../src/huggingface/files.ts';
+import type { SourceBounds } from '../../src/sources/budget.ts';
 import { lfsLocations } from '../../src/huggingface/locations.ts';
 import { hubVersionSpec } from '../../src/huggingface/version-spec.ts';
 import { taskID } from '../../src/storage/taskid.ts';
@@ -35,12 +36,18 @@ const v1 = {
 describe('the Hugging Face Hub client', () => {
   let hub: HubEmulator;
   const dispatcher = new Agent();
-  const client = (token?: string, opts: { tokenHosts?: string; url?: string } = {}) =>
-    new HubClient({
-      endpoint: hubEndpoint(opts.url ?? hub.url, opts.tokenHosts ?? '127.0.0.1'),
+  const client = (
+    token?: string,
+    opts: { tokenHosts?: string; url?: string; bounds?: Partial<SourceBounds> } = {},
+  ) => {
+    const url = opts.url ?? hub.url;
+    return new HubClient({
+      endpoint: hubEndpoint(url, opts.tokenHosts ?? '127.0.0.1'),
       dispatcher,
       token,
+      budget: hubBudget(url, 'org/model', opts.bounds),
     });
+  };
   const refusal = async (p: Promise<unknown>): Promise<HubError> => {
     const e = await p.then(
       () => undefined,
@@ -125,9 +132,10 @@ describe('the Hugging Face Hub client', () => {
 
   it('bounds the entries a listing holds', async () => {
     const e = await refusal(
-      listRepoFiles(client(), 'org/model', 'main', {}, { ...DEFAULT_LISTING_LIMITS, maxEntries: 3 }),
+      listRepoFiles(client(undefined, { bounds: { maxEntries: 3 } }), 'org/model', 'main'),
     );
-    expect(e).toMatchObject({ reason: HubReason.TooLarge, field: 'repo' });
+    expect(e).toMatchObject({ reason: HubReason.SourceTooLarge, field: 'repo', kind: 'terminal' });
+    expect(e.message).toContain('the repository holds more than 3 entries');
   });
 
   it('an unknown revision is RevisionNotFound on the revision field', async () => {
@@ -202,25 +210,20 @@ describe('the Hugging Face Hub client', () => {
       await new Promise((r) => server.close(r));
     });
 
-    it('a listing that does not finish in time is ListingTimeout', async () => {
+    it('a listing that does not finish in time is SourceTimeout, tried again later', async () => {
       answer = () => undefined; // never answers
       const e = await refusal(
-        listRepoFiles(
-          client(undefined, { url }),
-          'org/model',
-          'main',
-          {},
-          { ...DEFAULT_LISTING_LIMITS, timeoutMs: 300 },
-        ),
+        listRepoFiles(client(undefined, { url, bounds: { timeoutMs: 300 } }), 'org/model', 'main'),
       );
-      expect(e).toMatchObject({ reason: HubReason.ListingTimeout, kind: 'retryable' });
+      expect(e).toMatchObject({ reason: HubReason.SourceTimeout, kind: 'retryable', field: 'endpoint' });
     });
 
-    it('an answer body over the bound is a BadAnswer, not read whole', async () => {
+    it('an answer body over the bound is SourceTooLarge, not read whole', async () => {
       answer = (_p, res) => res.writeHead(200, { 'content-type': 'application/json' }).end('x'.repeat(5000));
       const c = new HubClient({ endpoint: hubEndpoint(url, ''), dispatcher, maxResponseBytes: 1000 });
       const e = await refusal(c.resolveRevision('org/model', 'main'));
-      expect(e.reason).toBe(HubReason.BadAnswer);
+      expect(e).toMatchObject({ reason: HubReason.SourceTooLarge, field: 'endpoint' });
+      expect(e.message).toContain('larger than 1000 bytes');
     });
 
     it('a page link to another origin stops the listing (the token would follow it)', async () => {
@@ -237,13 +240,29 @@ describe('the Hugging Face Hub client', () => {
       expect(e.message).toContain('leaves the endpoint');
     });
 
-    it("a 5xx is Unavailable and retryable, the server's words kept without the token", async () => {
-      rememberSecret(TOKEN);
-      answer = (_p, res) => res.writeHead(503, { 'x-error-message': `overloaded for ${TOKEN}` }).end();
+    it("a 5xx is Unavailable and retryable, in our words: none of the server's text is kept", async () => {
+      answer = (_p, res) =>
+        res
+          .writeHead(503, { 'x-error-message': 'metadata-token-xyz in a header' })
+          .end('AKIAPLANTEDBODYLINE0 metadata-token-xyz\nsecond line');
       const e = await refusal(client(TOKEN, { url }).resolveRevision('org/model', 'main'));
       expect(e).toMatchObject({ reason: HubReason.Unavailable, kind: 'retryable', status: 503 });
-      expect(e.message).toContain('overloaded for');
-      expect(e.message).not.toContain(TOKEN);
+      expect(e.message).toContain('HTTP 503');
+      expect(e.message).toContain('the Hub is unavailable');
+      expect(e.message).not.toMatch(/metadata-token-xyz|AKIAPLANTED|second line/);
+      expect(JSON.stringify(e)).not.toMatch(/metadata-token-xyz|AKIAPLANTED/);
+    });
+
+    it('an X-Error-Code is repeated only when it is one the Hub sends', async () => {
+      answer = (_p, res) => res.writeHead(404, { 'x-error-code': 'metadata-token-xyz' }).end('AKIAPLANTED');
+      let e = await refusal(client(undefined, { url }).resolveRevision('org/model', 'main'));
+      expect(e.reason).toBe(HubReason.BadAnswer);
+      expect(`${e.message} ${String(e.code)}`).not.toMatch(/metadata-token-xyz|AKIAPLANTED/);
+      answer = (_p, res) => res.writeHead(404, { 'x-error-code': 'RevisionNotFound' }).end('AKIAPLANTED');
+      e = await refusal(client(undefined, { url }).resolveRevision('org/model', 'main'));
+      expect(e.reason).toBe(HubReason.RevisionNotFound);
+      expect(e.message).toContain('(RevisionNotFound)');
+      expect(e.message).not.toContain('AKIAPLANTED');
     });
 
     it("an answer that is not the Hub's is a BadAnswer", async () => {
@@ -270,7 +289,12 @@ describe('the Hugging Face Hub client', () => {
     expect(w.sha256).toBe(sha256(big));
     const config = spec.files.find((f) => f.path === 'config.json')!;
     expect(config.url).toBe(`${hub.url}/org/gated/resolve/${listing.sha}/config.json`);
-    expect(config.headers).toEqual({ authorization: `Bearer ${TOKEN}` });
+    // The token once, in the spec's `hub` header set; the git files name it, the CDN files do not.
+    expect(config.headers).toBeUndefined();
+    expect(config.headerSet).toBe('hub');
+    expect(w.headerSet).toBeUndefined();
+    expect(spec.headerSets).toEqual({ hub: { authorization: `Bearer ${TOKEN}` } });
+    expect(JSON.stringify(spec).split(TOKEN)).toHaveLength(2);
     expect(config.sha256).toBeUndefined();
     // Every query parameter of the CDN URLs is left out of the ids: a later redirect, signed anew, is the same task.
     expect(spec.filter).toEqual(

@@ -534,8 +534,8 @@ describe('placing an artifact through the peer proxy', () => {
     );
     registry.putManifest('models/m', 'huge', body);
     const e = await refusal(place('huge', { maxManifestBytes: 4096 }));
-    expect(e.reason).toBe(OciReason.ManifestTooLarge);
-    expect(e.message).toMatch(/larger than 4096 bytes/);
+    expect(e.reason).toBe(OciReason.SourceTooLarge);
+    expect(e.message).toMatch(/the registry answer for .* was larger than 4096 bytes/);
     expect(
       (await refusal(() => client({ credentials: { username: 'u', password: 'p-12345678' } }))).reason,
     ).toBe(OciReason.RegistryNotAllowed);
@@ -550,6 +550,21 @@ describe('placing an artifact through the peer proxy', () => {
     const e = await refusal(place('good', {}, { ...limits, maxBytes: 1000 }));
     expect(e.reason).toBe(OciReason.LimitExceeded);
     expect(peer.requests).toEqual([]);
+    await nothingPlaced();
+  });
+
+  it('a tar layer that unpacks past the free space places nothing, though its blob fitted', async () => {
+    const bomb = gzip(tarOf([{ path: 'zeros', body: Buffer.alloc(12 << 20) }]));
+    pushModel(registry, 'models/m', 'bomb', [
+      good[0]!,
+      { mediaType: 'application/vnd.cncf.model.code.v1.tar+gzip', content: bomb, filepath: 'x' },
+    ]);
+    const freeBytes = () => Promise.resolve(8 << 20);
+    const e = await refusal(place('bomb', {}, { ...limits, minFreeBytes: 1 << 20, freeBytes }));
+    expect(e.reason).toBe(OciReason.InsufficientStorage);
+    expect(e.message).toMatch(
+      /^layer 1 \(sha256:[0-9a-f]{12}, x\): the tar entry "zeros" needs 12582912 bytes/,
+    );
     await nothingPlaced();
   });
 });

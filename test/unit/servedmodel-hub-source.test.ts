@@ -185,14 +185,17 @@ describe('a Hugging Face source', () => {
     expect(JSON.stringify(priv.preheat)).not.toContain(TOKEN);
   });
 
-  it('a private repository: its files with the token, each git file carrying it as its own header', async () => {
+  it("a private repository: its files with the token, once in the spec's hub header set each git file names", async () => {
     const found = await of(
       sources(),
       served({ repo: 'org/private', tokenSecretRef: { name: 'hf', key: 't' } }),
     );
     if (!found.ok) throw new Error(found.message);
     const git = found.files.files.find((f) => f.path === 'config.json')!;
-    expect(git.headers).toEqual({ authorization: `Bearer ${TOKEN}` });
+    expect(git.headers).toBeUndefined();
+    expect(git.headerSet).toBe('hub');
+    expect(found.files.headerSets).toEqual({ hub: { authorization: `Bearer ${TOKEN}` } });
+    expect(JSON.stringify(found.files).split(TOKEN)).toHaveLength(2);
     expect(found.files.headers).toBeUndefined();
     expect(JSON.stringify(found.status)).not.toContain(TOKEN);
   });
@@ -295,6 +298,6 @@ describe('a Hugging Face source', () => {
       limits: { timeoutMs: 1, maxEntries: 100 },
     });
     const found = await of(s, served({ repo: 'org/tiny' }));
-    expect(found).toMatchObject({ ok: false, final: false, reason: 'HubListingTimeout' });
+    expect(found).toMatchObject({ ok: false, final: false, reason: 'SourceTimeout' });
   });
 });

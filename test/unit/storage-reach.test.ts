@@ -220,6 +220,9 @@ describe('operator flags', () => {
     const c = config([]);
     expect(c.allowedStorageHosts.map((r) => r.text).join(',')).toBe(DEFAULT_STORAGE_HOSTS);
     expect(c.allowedRegistryHosts).toEqual([]);
+    // No registry's Basic credentials go to the agents unless the admin lists it.
+    expect(c.allowedBasicAuthRegistryHosts).toEqual([]);
+    expect(usage()).toContain('--allowed-basic-auth-registry-hosts');
     expect(usage()).toContain(`(default ${DEFAULT_STORAGE_HOSTS}) [PEERLOAD_ALLOWED_STORAGE_HOSTS]`);
   });
 
@@ -232,6 +235,7 @@ describe('operator flags', () => {
     const deployment = readFileSync(join(ROOT, 'deploy/base/deployment.yaml'), 'utf8');
     expect(deployment).toContain(`- --allowed-storage-hosts=${DEFAULT_STORAGE_HOSTS}\n`);
     expect(deployment).toContain('- --allowed-registry-hosts=\n');
+    expect(deployment).toContain('- --allowed-basic-auth-registry-hosts=\n');
     expect(deployment).toContain(`- --allowed-hub-hosts=${DEFAULT_HUB_TOKEN_HOSTS}\n`);
     const values = load(readFileSync(join(ROOT, 'charts/peerload/values.yaml'), 'utf8')) as Record<
       string,
@@ -239,6 +243,11 @@ describe('operator flags', () => {
     >;
     expect(values.allowedStorageHosts!.join(',')).toBe(DEFAULT_STORAGE_HOSTS);
     expect(values.allowedRegistryHosts).toEqual([]);
+    expect(values.allowedBasicAuthRegistryHosts).toEqual([]);
+    const template = readFileSync(join(ROOT, 'charts/peerload/templates/deployment.yaml'), 'utf8');
+    expect(template).toContain(
+      '- --allowed-basic-auth-registry-hosts={{ join "," .Values.allowedBasicAuthRegistryHosts }}',
+    );
   });
 
   it('flag and environment replace the default; a bad entry names the flag', () => {
@@ -248,6 +257,11 @@ describe('operator flags', () => {
     const e = (loadConfig([], { PEERLOAD_ALLOWED_REGISTRY_HOSTS: 'ghcr.io' }) as { config: OperatorConfig })
       .config;
     expect(hostAllowed('https://ghcr.io/v2/x/manifests/1', e.allowedRegistryHosts)).toBe(true);
+    const basic = config(['--allowed-basic-auth-registry-hosts', 'registry.corp.example.com:5000']);
+    expect(hostAllowed('https://registry.corp.example.com:5000', basic.allowedBasicAuthRegistryHosts)).toBe(
+      true,
+    );
+    expect(hostAllowed('https://registry.corp.example.com', basic.allowedBasicAuthRegistryHosts)).toBe(false);
     expect(() => loadConfig(['--allowed-storage-hosts', 'a**b'], {})).toThrow(
       /--allowed-storage-hosts \(PEERLOAD_ALLOWED_STORAGE_HOSTS\): "a\*\*b"/,
     );

@@ -108,7 +108,10 @@ export class ModelPreheatReconciler {
     this.metrics = operatorMetrics(ctx.metrics);
     this.writeStatus = statusWriter<Obj, Status>(ctx, GVR.modelPreheats);
     const listings = new DirectoryListings();
-    this.hub = new HubPreheats(this.secrets, { tokenHosts: ctx.config.allowedHubHosts });
+    this.hub = new HubPreheats(this.secrets, {
+      tokenHosts: ctx.config.allowedHubHosts,
+      limits: { timeoutMs: ctx.config.sourceTimeout },
+    });
     this.cacheDeps = {
       ctx,
       secrets: this.secrets,

@@ -173,7 +173,7 @@ export function directoryConditions(message: string): ServedModelConditionChange
 
 /**
  * The condition changes for a source that did not resolve: the registry's own reason (NotModelPack,
- * UnknownMediaType, Unauthorized, NotFound, ManifestTooLarge...) naming the field and the layer, or the Hub's
+ * UnknownMediaType, Unauthorized, NotFound, SourceTooLarge...) naming the field and the layer, or the Hub's
  * (HubTokenRequired, HubRevisionNotFound, ...).
  */
 export function sourceConditions(
