@@ -20,9 +20,12 @@ import {
 } from '../../src/agent/download.ts';
 import { REFETCH_DIR, markPoisoned, refetchCount, refetchTag } from '../../src/agent/refetch.ts';
 import { startAgentServer } from '../../src/agent/server.ts';
+import { RegistryClient } from '../../src/oci/client.ts';
+import { DEFAULT_PLACE_LIMITS, placeArtifact } from '../../src/oci/place.ts';
+import { parseReference } from '../../src/oci/reference.ts';
 import { ModelVersionSpecSchema } from '../../src/agent/spec.ts';
 import { TAG_HEADER, taskID } from '../../src/storage/taskid.ts';
-import { sha256, startFakeRegistry, type FakeRegistry } from '../support/oci-artifacts.ts';
+import { pushModel, sha256, startFakeRegistry, type FakeRegistry } from '../support/oci-artifacts.ts';
 import { startPeerProxy, type PeerProxy } from '../support/peer-proxy.ts';
 
 let registry: FakeRegistry;
@@ -127,6 +130,31 @@ describe('a digest mismatch poisons no retry', () => {
     const third = await place('stubborn', blob.spec('1'));
     expect(third.progress.state).toBe('Ready');
     expect(third.progress.files[0]!.taskID).toBe(taskID({ url: blob.url, tag: 'peerload-refetch-2' }));
+  });
+});
+
+describe('peerload fetch oci:// heals the same way', () => {
+  it('a blob served wrongly is asked for under a fresh task next time, and placed once the registry heals', async () => {
+    const blob = poisonedBlob('models/fetched');
+    pushModel(registry, 'models/fetched', 'v1', [
+      { mediaType: 'application/vnd.cncf.model.weight.v1.raw', content: blob.good, filepath: 'w.bin' },
+    ]);
+    registry.putWrongBlob('models/fetched', blob.digest, Buffer.from(blob.good).fill(1, 0, 1));
+    const fetchIt = () =>
+      placeArtifact({
+        client: new RegistryClient(registry.host, { dispatcher, plainHTTP: true }),
+        ref: parseReference(`${registry.host}/models/fetched:v1`),
+        dest: join(root, 'fetched', '1'),
+        proxy: peer.url,
+        dispatcher,
+        limits: { ...DEFAULT_PLACE_LIMITS, minFreeBytes: 0 },
+      });
+    await expect(fetchIt()).rejects.toMatchObject({ reason: 'DigestMismatch' });
+    expect(await refetchCount(root, blob.digest.slice(7))).toBe(1);
+    blob.heal();
+    const placed = await fetchIt();
+    expect(placed.layers[0]!.taskID).toBe(taskID({ url: blob.url, tag: 'peerload-refetch-1' }));
+    expect(await readFile(join(root, 'fetched', '1', 'w.bin'))).toEqual(blob.good);
   });
 });
 
