@@ -8,7 +8,7 @@
  */
 import { DEFAULT_FILTERED_QUERY_PARAMS } from '../storage/taskid.ts';
 import { randomBytes } from 'node:crypto';
-import { mkdir, readdir, rename, rm, stat, statfs } from 'node:fs/promises';
+import { mkdir, readdir, rename, rm, rmdir, stat, statfs } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Dispatcher } from 'undici';
 import type { Logger } from 'pino';
@@ -34,6 +34,7 @@ import { extractLayer, newExtractState } from '../oci/extract.ts';
 import { ChecksumMismatch, checkSha256, sha256File } from './checksum.ts';
 import { FetchError, fetchFile, fetchLogFields } from './proxy-fetch.ts';
 import { writeRecord } from './record.ts';
+import { markPoisoned, refetchCount, refetchTag } from './refetch.ts';
 import { specLocation, type ModelVersionSpec } from './spec.ts';
 
 /** Prefix of the temporary directories: a dot, so a repository scan (Triton's, a human's `ls`) passes them by. */
@@ -378,7 +379,10 @@ async function downloadFile(run: Run, i: number): Promise<void> {
   const what = file.layer ?? `${name}/${spec.version}/${file.path}`;
   fp.state = 'Downloading';
   try {
-    const { url, tag } = await urlOf(run, i);
+    const signed = await urlOf(run, i);
+    const { url } = signed;
+    // A digest served wrongly before is asked for under a fresh task: the old one holds those bytes (refetch.ts).
+    const tag = refetchTag(signed.tag, file.sha256 ? await refetchCount(config.root, file.sha256) : 0);
     fp.expectedTaskID = expectedID(run, url, tag);
     // The file's set (its source's credential, sent once in the spec), then what an older operator put per file.
     const set = file.headerSet !== undefined ? spec.headerSets?.[file.headerSet] : undefined;
@@ -409,10 +413,10 @@ async function downloadFile(run: Run, i: number): Promise<void> {
         run.log?.warn({ file: file.path, attempt, why }, 'the peer daemon cut the download; asking again'),
     });
     const fetched = performance.now();
+    fp.taskID = r.taskID; // a mismatch's report names the task that served the bytes
     await checkFile(run, i, r.sha256, what);
     Object.assign(fp, {
       state: 'Done',
-      taskID: r.taskID,
       localHit: r.localHit,
       hardLink: r.hardLink,
       hardLinkFallback: r.hardLinkFallback,
@@ -423,6 +427,10 @@ async function downloadFile(run: Run, i: number): Promise<void> {
     if (r.hardLink) progress.hardLinks++;
     run.log?.debug({ file: file.path, ...fetchLogFields(r, asked, fetched) }, 'file done');
   } catch (e) {
+    if (e instanceof ChecksumMismatch && file.sha256) {
+      const count = await markPoisoned(config.root, file.sha256);
+      run.log?.warn({ file: file.path, taskID: fp.taskID, refetch: count }, 'other bytes than published');
+    }
     fileFailed(run, i, e);
   }
 }
@@ -521,6 +529,7 @@ export async function downloadVersion(
     if (progress.state !== 'Ready')
       await rm(run.tmp, { recursive: true, force: true }).catch(() => undefined);
     await rm(run.blobs, { recursive: true, force: true }).catch(() => undefined);
+    if (progress.state !== 'Ready') await removeEmptyModelDirectory(config.root, spec.directory ?? name);
     progress.finishedAt = new Date().toISOString();
   }
   const { filesTotal: files, bytesDone: bytes, localHits, hardLinks, reason, error } = progress;
@@ -534,6 +543,16 @@ export async function downloadVersion(
   if (progress.state === 'Ready') run.log?.info({ files, bytes, localHits, hardLinks }, 'version ready');
   else run.log?.warn({ reason, error }, 'version failed');
   return progress;
+}
+
+/**
+ * Removes the model's directory when nothing is left in it (preflight made it; a failed download or the removal
+ * of its last version leaves it empty), so a model that never got a version leaves no trace in the server's
+ * repository (a server that lists its repository would show an empty model). rmdir(2) removes only an empty
+ * directory, atomically: a download of another version that made its temporary directory in it keeps it.
+ */
+export async function removeEmptyModelDirectory(root: string, directory: string): Promise<void> {
+  await rmdir(join(root, directory)).catch(() => undefined);
 }
 
 /** Removes temporary directories a previous run left behind (a crash mid-download) under each model directory. */

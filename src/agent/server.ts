@@ -22,6 +22,7 @@ import {
   downloadVersion,
   newProgress,
   preflight,
+  removeEmptyModelDirectory,
   type DownloaderConfig,
   type VersionProgress,
 } from './download.ts';
@@ -213,6 +214,7 @@ class AgentApi {
       throw new HttpProblem(404, 'NotFound', `the agent has no version ${version} of model ${name}`);
     await rm(dir, { recursive: true, force: true });
     await removeRecord(this.opts.root, progress?.directory ?? name, version);
+    await removeEmptyModelDirectory(this.opts.root, progress?.directory ?? name);
     this.versions.get(name)?.delete(version);
     this.log?.info({ model: name, version }, 'version removed');
     send(res, 200, { name, version, deleted: true });

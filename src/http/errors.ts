@@ -23,6 +23,11 @@ export interface HttpErrorInit {
   retryAfterMs?: number | undefined;
   /** A transport code (ECONNREFUSED, `TIMEOUT`, `RESPONSE_TOO_LARGE`) or the client's own (`INVALID_RESPONSE`). */
   code?: string | undefined;
+  /**
+   * What the message says in place of the status for a failure that is neither an answer's status nor a transport
+   * error: a download the agent reports as failed in an answer that itself succeeded (`reported by the agent`).
+   */
+  where?: string | undefined;
   cause?: unknown;
 }
 
@@ -39,7 +44,7 @@ export class HttpError extends Error {
    * @param shown the detail as the message shows it, when it says more than `init.detail` (a server exception type)
    */
   constructor(subject: string, init: HttpErrorInit, shown: string = init.detail) {
-    const where = init.status > 0 ? `HTTP ${init.status}` : (init.code ?? 'network error');
+    const where = init.where ?? (init.status > 0 ? `HTTP ${init.status}` : (init.code ?? 'network error'));
     super(redact(`${subject} ${init.operation} failed (${where}): ${shown}`), { cause: init.cause });
     this.name = 'HttpError';
     this.kind = init.kind;

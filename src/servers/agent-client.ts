@@ -13,7 +13,15 @@ import { z } from 'zod';
 import { SpecTooLargeError, specBody } from '../agent/spec.ts';
 import { parseBody } from '../http/body.ts';
 import { SerializedJSON } from '../http/request.ts';
-import type { Call, ModelFiles, RegisterCall, ReplicaAccess, ReplicaOwner, ReplicaRef } from './driver.ts';
+import type {
+  Call,
+  IntegrityFailure,
+  ModelFiles,
+  RegisterCall,
+  ReplicaAccess,
+  ReplicaOwner,
+  ReplicaRef,
+} from './driver.ts';
 import { ReplicaEndpoint } from './endpoint.ts';
 import { replicaSecret, type SecretValue } from './secrets.ts';
 
@@ -46,6 +54,23 @@ const TERMINAL_REASONS = new Set([
   // Refused before sending (spec.ts specBody): the same files are as large next time.
   'SpecTooLarge',
 ]);
+
+/**
+ * The agent's reasons that are failures of the bytes, not of the network or a server. A checksum mismatch is
+ * retryable: the agent asks for the file under a fresh P2P task next time (src/agent/refetch.ts), so a retry reads
+ * the origin again. An unsafe archive entry is in bytes that match their digest: the same archive fails again.
+ */
+const INTEGRITY_REASONS: Readonly<Record<string, IntegrityFailure>> = {
+  ChecksumMismatch: 'ChecksumMismatch',
+  UnsafeTarEntry: 'UnsafeArchive',
+};
+
+/** The integrity failure an agent's reason word names, if it names one. */
+export function integrityOf(reason: string | undefined): IntegrityFailure | undefined {
+  return reason !== undefined && Object.hasOwn(INTEGRITY_REASONS, reason)
+    ? INTEGRITY_REASONS[reason]
+    : undefined;
+}
 
 export interface Placed {
   /** The version's directory under the agent's root. */
@@ -113,7 +138,11 @@ export class AgentClient {
         return { directory: v.directory ?? files.directory ?? name, localHit: allLocal(v) };
       if (v.state === 'Failed') {
         const kind = v.reason && TERMINAL_REASONS.has(v.reason) ? 'terminal' : 'retryable';
-        throw this.agent.error(operation, kind, v.error ?? 'the download failed', { reason: v.reason });
+        // The exchange succeeded: the agent's own download failed (not "network error", as status 0 would say).
+        throw this.agent.error(operation, kind, v.error ?? 'the download failed', {
+          reason: v.reason,
+          where: 'reported by the agent',
+        });
       }
       call.progress?.(progressLine(name, v));
       await sleep(this.opts.pollMs ?? 1_000, undefined, { signal: call.signal });

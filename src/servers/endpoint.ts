@@ -74,6 +74,8 @@ export interface ErrorExtras {
   status?: number | undefined;
   reason?: string | undefined;
   code?: string | undefined;
+  /** In place of the status in the message (HttpErrorInit's `where`). */
+  where?: string | undefined;
 }
 
 export class ReplicaEndpoint {
@@ -142,6 +144,7 @@ export class ReplicaEndpoint {
       detail: boundDetail(detail, this.secrets),
       reason: extras.reason,
       code: extras.code,
+      where: extras.where,
     });
   }
 }

@@ -66,6 +66,14 @@ export const ReplicaFailureReason = {
   Conflict: 'Conflict',
   RegistrationRejected: 'RegistrationRejected',
   ModelServerUnavailable: 'ModelServerUnavailable',
+  /**
+   * A placed file's bytes do not hash to the digest its source publishes (the message names the file or layer and
+   * both digests). Retried with back-off, each retry under a fresh P2P task, so it heals once the origin serves the
+   * published bytes.
+   */
+  ChecksumMismatch: 'ChecksumMismatch',
+  /** An archive layer has an entry that would leave the model directory: the same archive fails again (Stalled). */
+  UnsafeArchive: 'UnsafeArchive',
   /** Anything else (a bug, an unexpected answer). */
   ReplicaError: 'ReplicaError',
 } as const;
