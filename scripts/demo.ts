@@ -25,7 +25,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { startControlPlane } from '../test/support/controlplane.ts';
-import { createNamespace, installCRDs, kubeConfig, REPO_ROOT, waitFor } from '../test/support/kube.ts';
+import { createNamespace, installCRDs, kubeConfig, REPO_ROOT } from '../test/support/kube.ts';
 import { startCountingProxy } from '../test/support/counting-proxy.ts';
 import { startAzurite } from '../test/support/azurite.ts';
 import { startDragonfly } from '../test/support/dragonfly.ts';
@@ -41,7 +41,8 @@ import { buildLargeModelArchive, buildModelArchive } from '../test/support/model
 import { startModelServerFleet } from '../test/support/modelserver-emulator.ts';
 import { startOrigin } from '../test/support/origin.ts';
 import { startPeerProxy } from '../test/support/peer-proxy.ts';
-import { startProcess } from '../test/support/process.ts';
+import { startProcess, type ManagedProcess } from '../test/support/process.ts';
+import { loopbackOperatorFlags } from '../test/support/loopback-profile.ts';
 import { startTorchServe, type TorchServe } from '../test/support/torchserve.ts';
 import { azuritePluginConfig, pluginJar, writePluginConfig } from '../test/support/plugin.ts';
 import { effectiveFilter } from '../src/storage/objecturl.ts';
@@ -59,7 +60,17 @@ const CONTAINER = 'models';
 const KEY = 'resnet/tiny.mar';
 const step = (text: string) => console.log(`\n== ${text}`);
 const stops: (() => Promise<unknown>)[] = [];
+/** The operator's log file, and its process when it runs as one: what a failure shows and watches. */
+let operatorLog: string | undefined;
+let operatorProcess: ManagedProcess | undefined;
 
+/**
+ * Why the demo stopped, in the words the user reads: the object's condition (reason and message) or what the
+ * operator did. No stack trace: nothing here is a bug of the demo.
+ */
+class DemoFailure extends Error {}
+
+let failed = false;
 try {
   step('control plane');
   const cp = await startControlPlane();
@@ -191,7 +202,9 @@ try {
   }
 
   step('peerload operator');
-  const operatorLog = join(work, 'operator.log');
+  operatorLog = join(work, 'operator.log');
+  // Everything the demo runs listens on loopback, which the operator's cluster defaults refuse: the loopback
+  // profile (test/support/loopback-profile.ts) is the one list of what such a set-up allows.
   const operatorArgs = [
     '--manager-url',
     p2p.managerURL,
@@ -201,12 +214,10 @@ try {
     '500ms',
     '--poll-backoff-max',
     '5s',
-    // The demo's ServedModel names its model servers on this machine as static endpoints (refused unless allowed).
-    '--allowed-endpoint-hosts',
-    '127.0.0.1',
   ];
   if (real) {
     const log = createWriteStream(operatorLog);
+    // startManager puts the loopback profile before these flags.
     const operator = await startManager(
       kc,
       [...operatorArgs, '--log-level', 'info'],
@@ -230,12 +241,12 @@ try {
         'operator',
         '--kubeconfig',
         cp.kubeconfigPath,
-        '--metrics-address',
-        '127.0.0.1:0',
+        ...loopbackOperatorFlags(),
         ...operatorArgs,
       ],
       operatorLog,
     );
+    operatorProcess = operator;
     stops.unshift(() => operator.stop());
     console.log(`running (log: ${operatorLog})`);
   }
@@ -291,11 +302,44 @@ try {
       namespace: ns,
       plural,
       name,
-    }) as Promise<{
-      status?: { conditions?: { type: string; status: string }[]; jobID?: number };
-    }>;
-  const isTrue = async (plural: string, name: string, type: string) =>
-    (await get(plural, name)).status?.conditions?.some((c) => c.type === type && c.status === 'True');
+    }) as Promise<{ status?: { conditions?: Condition[]; jobID?: number } }>;
+  /**
+   * Waits for the condition `type` of an object to be True. Fails at once, naming the condition, when the object is
+   * Stalled (nothing progresses without a change: a refused host, an invalid spec, a failed job) or the operator
+   * exits; at the time-out it names the conditions the object had.
+   */
+  const untilTrue = async (
+    kind: string,
+    plural: string,
+    name: string,
+    type: string,
+    timeoutMs: number,
+    each?: () => Promise<void>,
+  ) => {
+    const deadline = Date.now() + timeoutMs;
+    let conditions: Condition[];
+    for (;;) {
+      if (operatorProcess && operatorProcess.child.exitCode !== null)
+        throw new DemoFailure(`the operator exited with code ${operatorProcess.child.exitCode}`);
+      await each?.();
+      conditions = (await get(plural, name).catch(() => undefined))?.status?.conditions ?? [];
+      if (conditions.some((c) => c.type === type && c.status === 'True')) return;
+      const stalled = conditions.find((c) => c.type === 'Stalled' && c.status === 'True');
+      if (stalled)
+        throw new DemoFailure(
+          `${kind} ${name} is Stalled: ${stalled.reason}: ${stalled.message}\n` +
+            `(nothing will progress without a change to the spec or the operator's flags)`,
+        );
+      if (Date.now() > deadline)
+        throw new DemoFailure(
+          `${kind} ${name} was not ${type} within ${timeoutMs / 1000} s; its conditions:\n` +
+            (conditions
+              .map((c) => `  ${c.type}=${c.status} ${c.reason ?? ''}: ${c.message ?? ''}`)
+              .join('\n') || '  (none: the operator never wrote its status)'),
+        );
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+  };
   // Where the time goes: when the owned preheat's job is first seen (the replicas' gate opens on it).
   let jobSeenMs: number | undefined;
   const jobSeen = async () => {
@@ -303,23 +347,13 @@ try {
     const preheat = await get('modelpreheats', 'tiny-preheat').catch(() => undefined);
     if (preheat?.status?.jobID !== undefined) jobSeenMs = performance.now() - applied;
   };
-  await waitFor(
-    'ServedModel tiny Ready',
-    async () => {
-      await jobSeen();
-      return isTrue('servedmodels', 'tiny', 'Ready');
-    },
-    { timeoutMs: 300_000, intervalMs: 100 },
-  );
+  await untilTrue('ServedModel', 'servedmodels', 'tiny', 'Ready', 300_000, jobSeen);
   const readyMs = performance.now() - applied;
   console.log(
     `ServedModel tiny Ready ${(readyMs / 1000).toFixed(1)} s after apply, on ${endpoints.length} replicas` +
       `; one direct download of its ${directBytes}-byte archive from the origin: ${(directMs / 1000).toFixed(2)} s`,
   );
-  await waitFor('ModelPreheat llm-shard Succeeded', () => isTrue('modelpreheats', 'llm-shard', 'Succeeded'), {
-    timeoutMs: 120_000,
-    intervalMs: 500,
-  });
+  await untilTrue('ModelPreheat', 'modelpreheats', 'llm-shard', 'Succeeded', 120_000);
 
   for (const plural of ['modelpreheats', 'servedmodels']) {
     console.log(`\n$ kubectl get ${plural} -n ${ns}`);
@@ -336,7 +370,8 @@ try {
     .map(
       (e) =>
         [
-          /on pod (\S+)/.exec(e.note ?? '')?.[1] ?? '?',
+          // `on pod <name>` behind a Service, `on <url>` for static endpoints.
+          /\bon (?:pod )?(\S+)/.exec(e.note ?? '')?.[1] ?? '?',
           new Date(e.eventTime!).getTime() - appliedAt,
         ] as const,
     )
@@ -373,8 +408,35 @@ try {
     console.log(`\nleft running: export KUBECONFIG=${cp.kubeconfigPath}  (Ctrl-C to stop)`);
     await new Promise((resolve) => process.once('SIGINT', resolve));
   }
+} catch (err) {
+  failed = true;
+  // A stack trace helps whoever debugs the demo itself, not its user: shown only with DEBUG set.
+  const error = err as Error;
+  console.error(
+    `\ndemo FAILED: ${error instanceof DemoFailure || !process.env.DEBUG ? error.message : error.stack}`,
+  );
+  if (operatorLog) console.error(`\nthe operator's log, last lines:\n${await logTail(operatorLog)}`);
 } finally {
   for (const stop of stops.reverse()) await stop().catch(() => undefined);
+}
+if (failed) process.exit(1);
+
+interface Condition {
+  type: string;
+  status: string;
+  reason?: string;
+  message?: string;
+}
+
+/** The last lines of a log, each cut to a screen's width. */
+async function logTail(path: string, lines = 15): Promise<string> {
+  const text = await readFile(path, 'utf8').catch(() => '');
+  return text
+    .trimEnd()
+    .split('\n')
+    .slice(-lines)
+    .map((l) => `  ${l.length > 400 ? `${l.slice(0, 400)}…` : l}`)
+    .join('\n');
 }
 
 /** What `kubectl get` prints: the apiserver's Table rendering of the CRD's printer columns. */

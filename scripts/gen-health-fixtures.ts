@@ -260,6 +260,47 @@ export function healthFixtures(): unknown[] {
       ),
     },
     {
+      name: "ServedModel whose layer's bytes are not its digest (retried under a fresh task)",
+      argocd: 'Progressing',
+      kstatus: 'InProgress',
+      object: sm(
+        'checksum-mismatch',
+        { ready: '0/2', readyReplicas: 0, desiredReplicas: 2 },
+        {
+          ready: 0,
+          desired: 2,
+          failures: ['triton-0', 'triton-1'].map((replica) => ({
+            replica,
+            reason: 'ChecksumMismatch' as const,
+            message: `agent http://10.244.1.7:9090 place resnet 1 failed (reported by the agent): ChecksumMismatch: layer 1 (sha256:5d1f0c7a2d3e, model.onnx): its bytes hash to sha256 ${'b'.repeat(64)}, not the ${'5d1f0c7a2d3e'.padEnd(64, '0')} its source publishes`,
+            retryable: true,
+          })),
+        },
+      ),
+    },
+    {
+      name: 'ServedModel whose archive has an entry leaving its directory',
+      argocd: 'Degraded',
+      kstatus: 'Failed',
+      object: sm(
+        'unsafe-archive',
+        { ready: '0/1', readyReplicas: 0, desiredReplicas: 1 },
+        {
+          ready: 0,
+          desired: 1,
+          failures: [
+            {
+              replica: 'triton-0',
+              reason: 'UnsafeArchive',
+              message:
+                'agent http://10.244.1.7:9090 place resnet 1 failed (reported by the agent): UnsafeTarEntry: layer 2 (sha256:0c9e55d17b1a, code): the tar entry "../../x" is refused',
+              retryable: false,
+            },
+          ],
+        },
+      ),
+    },
+    {
       name: 'ServedModel whose Service does not exist',
       argocd: 'Degraded',
       kstatus: 'Failed',

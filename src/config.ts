@@ -11,19 +11,23 @@ import { argsErrorMessage } from './args-error.ts';
 import { z } from 'zod';
 import { DURATION_PATTERN, parseDuration } from './api/index.ts';
 import { DAEMON_VERSION_HINT, DEFAULT_TASK_ID_RULE, taskIdRule } from './storage/taskid.ts';
-import { parseHostRules, type HostRule } from './policy/reach.ts';
+import { parseHostRules, type BareScheme, type HostRule } from './policy/reach.ts';
 import { defaultStorageHosts } from './policy/storage-reach.ts';
 import { DEFAULT_HUB_REDIRECT_HOSTS, DEFAULT_HUB_TOKEN_HOSTS } from './huggingface/endpoint.ts';
 
-/** A comma-separated host allow-list (src/policy/reach.ts); a bad entry fails naming it. */
-const hostRules = z.string().transform((list, ctx): HostRule[] => {
-  try {
-    return parseHostRules(list);
-  } catch (err) {
-    ctx.addIssue({ code: 'custom', message: (err as Error).message });
-    return [];
-  }
-});
+/**
+ * A comma-separated host allow-list (src/policy/reach.ts); a bad entry fails naming it. `bare`: what an entry
+ * without a scheme allows (https only for the lists of a source's credentials).
+ */
+const hostRules = (bare: BareScheme) =>
+  z.string().transform((list, ctx): HostRule[] => {
+    try {
+      return parseHostRules(list, bare);
+    } catch (err) {
+      ctx.addIssue({ code: 'custom', message: (err as Error).message });
+      return [];
+    }
+  });
 
 const duration = (what: string) =>
   z
@@ -92,7 +96,7 @@ const ALL = {
   managerTokenSecretKey: { flag: 'manager-token-secret-key', help: 'Key of the token in that Secret' },
   allowedManagerHosts: {
     flag: 'allowed-manager-hosts',
-    help: 'Hosts a namespaced spec.manager.url may name, comma-separated: name, *.domain, IP or CIDR, each with an optional :port; * allows any (empty: none, only ClusterManagers and --manager-url)',
+    help: 'Hosts a namespaced spec.manager.url may name, comma-separated: name, *.domain, IP or CIDR, each with an optional :port, http or https (https://host: TLS only); * allows any (empty: none, only ClusterManagers and --manager-url)',
   },
   allowedEndpointHosts: {
     flag: 'allowed-endpoint-hosts',
@@ -100,19 +104,27 @@ const ALL = {
   },
   allowedStorageHosts: {
     flag: 'allowed-storage-hosts',
-    help: "Hosts an objectStorage location's credentials may go to (its endpoint, its signed URLs, its listings), same syntax; `*` inside a label matches within it. Default: the storage services' own hosts; empty: none",
+    help: "Hosts an objectStorage location's credentials may go to (its endpoint, its signed URLs, its listings), same syntax; `*` inside a label matches within it. Over https only; http://host allows plain HTTP to that host. Default: the storage services' own hosts; empty: none",
   },
   allowedRegistryHosts: {
     flag: 'allowed-registry-hosts',
-    help: 'Registries an image ModelPreheat with imageCredentialsSecretRef may name, same syntax (empty: none; images without credentials go anywhere)',
+    help: 'Registries (and token services) a ModelPreheat imageCredentialsSecretRef or a ServedModel source.oci credentialsSecretRef may name, same syntax, https only unless written http://host (plainHTTP); empty: none; images without credentials go anywhere',
+  },
+  allowedBasicAuthRegistryHosts: {
+    flag: 'allowed-basic-auth-registry-hosts',
+    help: 'Registries of --allowed-registry-hosts that take only Basic credentials (no token service) whose user and password may go to the agents, and through the node daemons, which log request headers; same syntax (empty: none, such registries are refused with BasicAuthNotForwarded)',
   },
   allowedHubHosts: {
     flag: 'allowed-hub-hosts',
-    help: 'Hugging Face Hub hosts a ServedModel or ModelPreheat source.huggingface token may go to (its endpoint), same syntax. Default: huggingface.co; empty: none (public repositories only)',
+    help: 'Hugging Face Hub hosts a ServedModel or ModelPreheat source.huggingface token may go to (its endpoint), same syntax, https only unless written http://host. Default: huggingface.co; empty: none (public repositories only)',
+  },
+  sourceTimeout: {
+    flag: 'source-timeout',
+    help: "How long one resolution of a ServedModel's or ModelPreheat's source may take however slowly its host answers (a Hub's revision, tree pages and LFS redirects; a registry's manifest, challenge and token); past it the object is Stalled with SourceTimeout and tried again with backoff",
   },
   allowedHubRedirectHosts: {
     flag: 'allowed-hub-redirect-hosts',
-    help: "Hosts a Hugging Face Hub may redirect an LFS file to (its CDN) besides its own, same syntax; the agents are told to fetch no other. Default: the public Hub's CDNs (cdn-lfs.hf.co, cdn-lfs-*.hf.co, cdn-lfs.huggingface.co, cdn-lfs-*.huggingface.co, cas-bridge.xethub.hf.co, *.cdn.hf.co); empty: none",
+    help: "Hosts a Hugging Face Hub may redirect an LFS file to (its CDN) besides its own, same syntax, https only unless written http://host; the agents are told to fetch no other. Default: the public Hub's CDNs (cdn-lfs.hf.co, cdn-lfs-*.hf.co, cdn-lfs.huggingface.co, cdn-lfs-*.huggingface.co, cas-bridge.xethub.hf.co, *.cdn.hf.co); empty: none",
   },
   pollBackoffStart: { flag: 'poll-backoff-start', help: 'First interval when polling external jobs' },
   pollBackoffMax: { flag: 'poll-backoff-max', help: 'Longest interval when polling external jobs' },
@@ -138,6 +150,7 @@ const HOST_LISTS = new Set<Key>([
   'allowedEndpointHosts',
   'allowedStorageHosts',
   'allowedRegistryHosts',
+  'allowedBasicAuthRegistryHosts',
   'allowedHubHosts',
   'allowedHubRedirectHosts',
 ]);
@@ -211,16 +224,23 @@ const OperatorConfigSchema = z
       .optional(),
     managerTokenSecretKey: z.string().min(1).default('token'),
     // Default empty: a namespaced spec sends the operator nowhere an admin did not choose (docs/security.md).
-    allowedManagerHosts: hostRules.default([]),
-    allowedEndpointHosts: hostRules.default([]),
+    // In-cluster services that speak plain HTTP by default: an entry without a scheme allows http too.
+    allowedManagerHosts: hostRules('any').default([]),
+    allowedEndpointHosts: hostRules('any').default([]),
     // The storage services' hosts only (storage-reach.ts says why not their whole domains); registries: none, the
     // admin names them, since no domain is one registry operator's and a registry names its token realm itself.
-    allowedStorageHosts: hostRules.default(defaultStorageHosts()),
-    allowedRegistryHosts: hostRules.default([]),
+    // A source's credentials: https only, unless an entry is written http://host.
+    allowedStorageHosts: hostRules('https').default(defaultStorageHosts()),
+    allowedRegistryHosts: hostRules('https').default([]),
+    // None: the agents get the registry's short-lived tokens, never a Secret's password, unless the admin says so.
+    allowedBasicAuthRegistryHosts: hostRules('https').default([]),
     // The public Hub only: a mirror or an Enterprise Hub is the admin's to name.
-    allowedHubHosts: hostRules.default(parseHostRules(DEFAULT_HUB_TOKEN_HOSTS)),
-    // The public Hub's CDNs only: a mirror's or an Enterprise Hub's CDN is the admin's to name.
-    allowedHubRedirectHosts: hostRules.default(parseHostRules(DEFAULT_HUB_REDIRECT_HOSTS)),
+    allowedHubHosts: hostRules('https').default(parseHostRules(DEFAULT_HUB_TOKEN_HOSTS)),
+    // The public Hub's CDNs only: a mirror's or an Enterprise Hub's CDN is the admin's to name. https only unless
+    // written http://host, like the credential lists: a redirect's signed URL reads a gated file for whoever has it.
+    allowedHubRedirectHosts: hostRules('https').default(parseHostRules(DEFAULT_HUB_REDIRECT_HOSTS)),
+    // The source budget's deadline (src/sources/budget.ts): two minutes, as for a bucket listing.
+    sourceTimeout: duration('source timeout').default(120_000),
     pollBackoffStart: duration('poll backoff start').default(2_000),
     pollBackoffMax: duration('poll backoff max').default(60_000),
     cleanupGracePeriod: duration('cleanup grace period').default(120_000),
@@ -349,6 +369,7 @@ const DURATIONS = new Set<Key>([
   'retryPeriod',
   'resyncPeriod',
   'shutdownTimeout',
+  'sourceTimeout',
   'pollBackoffStart',
   'pollBackoffMax',
 ]);

@@ -8,7 +8,7 @@
  */
 import { DEFAULT_FILTERED_QUERY_PARAMS } from '../storage/taskid.ts';
 import { randomBytes } from 'node:crypto';
-import { mkdir, readdir, rename, rm, stat, statfs } from 'node:fs/promises';
+import { mkdir, readdir, rename, rm, rmdir, stat, statfs } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Dispatcher } from 'undici';
 import type { Logger } from 'pino';
@@ -34,6 +34,7 @@ import { extractLayer, newExtractState } from '../oci/extract.ts';
 import { ChecksumMismatch, checkSha256, sha256File } from './checksum.ts';
 import { FetchError, fetchFile, fetchLogFields } from './proxy-fetch.ts';
 import { writeRecord } from './record.ts';
+import { markPoisoned, refetchCount, refetchTag } from './refetch.ts';
 import { specLocation, type ModelVersionSpec } from './spec.ts';
 
 /** Prefix of the temporary directories: a dot, so a repository scan (Triton's, a human's `ls`) passes them by. */
@@ -84,6 +85,8 @@ export interface DownloaderConfig {
   /** The peer daemon's task id rule, for the expected ids. */
   rule?: TaskIdRule | undefined;
   logger?: Logger | undefined;
+  /** The free bytes of the volume holding a path (default: statfs); tests give a reading of their own. */
+  freeBytes?: ((path: string) => Promise<number>) | undefined;
 }
 
 export type FileState = 'Pending' | 'Downloading' | 'Done' | 'Failed';
@@ -208,6 +211,11 @@ async function exists(path: string): Promise<boolean> {
   );
 }
 
+const statfsFree = async (path: string): Promise<number> => {
+  const fs = await statfs(path);
+  return fs.bavail * fs.bsize;
+};
+
 /**
  * Checks what can be checked before a byte is written; throws {@link DownloadRefused}. Returns the target path,
  * or undefined when the version is already in place (nothing to do).
@@ -240,8 +248,7 @@ export async function preflight(
       `version ${spec.version} of ${name} holds ${known} bytes, above the cap of ${maxBytes} bytes: raise the agent's --max-bytes (or the request's maxBytes), or make the model smaller`,
     );
   await mkdir(join(config.root, spec.directory ?? name), { recursive: true });
-  const fs = await statfs(config.root);
-  const free = fs.bavail * fs.bsize;
+  const free = await (config.freeBytes ?? statfsFree)(config.root);
   // A hard link takes no blocks of its own, but a refused one is streamed: count every byte.
   if (free - known < config.limits.minFreeBytes)
     throw new DownloadRefused(
@@ -372,9 +379,14 @@ async function downloadFile(run: Run, i: number): Promise<void> {
   const what = file.layer ?? `${name}/${spec.version}/${file.path}`;
   fp.state = 'Downloading';
   try {
-    const { url, tag } = await urlOf(run, i);
+    const signed = await urlOf(run, i);
+    const { url } = signed;
+    // A digest served wrongly before is asked for under a fresh task: the old one holds those bytes (refetch.ts).
+    const tag = refetchTag(signed.tag, file.sha256 ? await refetchCount(config.root, file.sha256) : 0);
     fp.expectedTaskID = expectedID(run, url, tag);
-    const headers = { ...run.headers, ...file.headers };
+    // The file's set (its source's credential, sent once in the spec), then what an older operator put per file.
+    const set = file.headerSet !== undefined ? spec.headerSets?.[file.headerSet] : undefined;
+    const headers = { ...run.headers, ...set, ...file.headers };
     if (tag) headers[TAG_HEADER] = tag;
     const asked = performance.now();
     const r = await fetchFile({
@@ -401,10 +413,10 @@ async function downloadFile(run: Run, i: number): Promise<void> {
         run.log?.warn({ file: file.path, attempt, why }, 'the peer daemon cut the download; asking again'),
     });
     const fetched = performance.now();
+    fp.taskID = r.taskID; // a mismatch's report names the task that served the bytes
     await checkFile(run, i, r.sha256, what);
     Object.assign(fp, {
       state: 'Done',
-      taskID: r.taskID,
       localHit: r.localHit,
       hardLink: r.hardLink,
       hardLinkFallback: r.hardLinkFallback,
@@ -415,6 +427,10 @@ async function downloadFile(run: Run, i: number): Promise<void> {
     if (r.hardLink) progress.hardLinks++;
     run.log?.debug({ file: file.path, ...fetchLogFields(r, asked, fetched) }, 'file done');
   } catch (e) {
+    if (e instanceof ChecksumMismatch && file.sha256) {
+      const count = await markPoisoned(config.root, file.sha256);
+      run.log?.warn({ file: file.path, taskID: fp.taskID, refetch: count }, 'other bytes than published');
+    }
     fileFailed(run, i, e);
   }
 }
@@ -432,7 +448,13 @@ async function extractArchives(run: Run): Promise<void> {
   for (const f of plain) state.regular.add(f.path);
   state.files = plain.length;
   state.bytes = plain.reduce((s, f) => s + (f.size ?? 0), 0);
-  const limits = { maxBytes: run.maxBytes, maxFiles: run.config.limits.maxFiles ?? DEFAULT_MAX_FILES };
+  // What a tar layer unpacks to is known only as it streams: the free space is read before and during it.
+  const limits = {
+    maxBytes: run.maxBytes,
+    maxFiles: run.config.limits.maxFiles ?? DEFAULT_MAX_FILES,
+    minFreeBytes: run.config.limits.minFreeBytes,
+    freeBytes: run.config.freeBytes,
+  };
   for (const [i, f] of spec.files.entries()) {
     if (!f.extract) continue;
     const what = f.layer ?? `${run.name}/${spec.version}/${f.path}`;
@@ -507,6 +529,7 @@ export async function downloadVersion(
     if (progress.state !== 'Ready')
       await rm(run.tmp, { recursive: true, force: true }).catch(() => undefined);
     await rm(run.blobs, { recursive: true, force: true }).catch(() => undefined);
+    if (progress.state !== 'Ready') await removeEmptyModelDirectory(config.root, spec.directory ?? name);
     progress.finishedAt = new Date().toISOString();
   }
   const { filesTotal: files, bytesDone: bytes, localHits, hardLinks, reason, error } = progress;
@@ -520,6 +543,16 @@ export async function downloadVersion(
   if (progress.state === 'Ready') run.log?.info({ files, bytes, localHits, hardLinks }, 'version ready');
   else run.log?.warn({ reason, error }, 'version failed');
   return progress;
+}
+
+/**
+ * Removes the model's directory when nothing is left in it (preflight made it; a failed download or the removal
+ * of its last version leaves it empty), so a model that never got a version leaves no trace in the server's
+ * repository (a server that lists its repository would show an empty model). rmdir(2) removes only an empty
+ * directory, atomically: a download of another version that made its temporary directory in it keeps it.
+ */
+export async function removeEmptyModelDirectory(root: string, directory: string): Promise<void> {
+  await rmdir(join(root, directory)).catch(() => undefined);
 }
 
 /** Removes temporary directories a previous run left behind (a crash mid-download) under each model directory. */

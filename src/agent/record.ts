@@ -7,7 +7,7 @@
  * record is Ready without file detail.
  * It holds paths, sizes, task ids and states: never a URL (messages name files by their path in the model).
  */
-import { mkdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
+import { mkdir, readFile, rename, rm, rmdir, writeFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 
 /** What a record needs of a version's progress (download.ts's VersionProgress). */
@@ -49,4 +49,6 @@ export async function readRecord(
 
 export async function removeRecord(root: string, directory: string, version: string): Promise<void> {
   await rm(recordPath(root, directory, version), { force: true });
+  // The model's own records directory goes with its last record (rmdir(2) removes only an empty one).
+  await rmdir(dirname(recordPath(root, directory, version))).catch(() => undefined);
 }

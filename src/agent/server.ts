@@ -22,14 +22,15 @@ import {
   downloadVersion,
   newProgress,
   preflight,
+  removeEmptyModelDirectory,
   type DownloaderConfig,
   type VersionProgress,
 } from './download.ts';
 import { readRecord, removeRecord } from './record.ts';
-import { ModelVersionSpecSchema, SEGMENT, specProblems } from './spec.ts';
+import { MAX_SPEC_BYTES, ModelVersionSpecSchema, SEGMENT, specProblems } from './spec.ts';
 
-/** A version spec of 10 000 files with signed URLs fits easily. */
-const MAX_BODY_BYTES = 16 * 1024 * 1024;
+/** The operator builds no larger body (spec.ts). */
+const MAX_BODY_BYTES = MAX_SPEC_BYTES;
 
 export interface AgentServerOptions extends DownloaderConfig {
   host?: string | undefined;
@@ -213,6 +214,7 @@ class AgentApi {
       throw new HttpProblem(404, 'NotFound', `the agent has no version ${version} of model ${name}`);
     await rm(dir, { recursive: true, force: true });
     await removeRecord(this.opts.root, progress?.directory ?? name, version);
+    await removeEmptyModelDirectory(this.opts.root, progress?.directory ?? name);
     this.versions.get(name)?.delete(version);
     this.log?.info({ model: name, version }, 'version removed');
     send(res, 200, { name, version, deleted: true });

@@ -39,7 +39,11 @@ export const OciSource = z.object({
     }),
   credentialsSecretRef: SecretRef.optional().meta({
     description:
-      "Registry credentials: a `kubernetes.io/dockerconfigjson` Secret (its entry for the reference's registry) or a Secret with `username` and `password`. Read only when the registry is in the operator's --allowed-registry-hosts; the agents get the registry's Authorization for the blobs of this registry only. Unset: anonymous pulls.",
+      "Registry credentials: a `kubernetes.io/dockerconfigjson` Secret (its entry for the reference's registry) or a Secret with `username` and `password`. Read only when the registry is in the operator's --allowed-registry-hosts; the agents get a short-lived token of the registry's token service for pulling this repository only, never the credentials themselves (a registry that takes only Basic credentials is refused, BasicAuthNotForwarded, unless the admin lists it in --allowed-basic-auth-registry-hosts). Unset: anonymous pulls.",
+  }),
+  maxBytes: z.int().min(1).optional().meta({
+    description:
+      "Most bytes the model may take on each replica's volume: its raw layers plus what its tar layers unpack to (default: the agent's --max-bytes, 1 TiB). More fails the placement (DiskBudgetExceeded for the layers' sizes, LimitExceeded as a tar layer unpacks); an archive that would unpack past the volume's free space fails too (InsufficientStorage).",
   }),
   plainHTTP: z.boolean().optional().meta({
     description:

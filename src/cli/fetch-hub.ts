@@ -3,7 +3,8 @@
  * The revision is resolved to its commit sha through the Hub API, the files at that sha listed (include/exclude,
  * caps, a listing time-out), then downloaded through the node's peer proxy by the agent's own downloader (the
  * same placement, hard links included), each LFS file checked against its sha256, into DEST/<repo>/<sha>.
- * The token comes from $HF_TOKEN or --token-file and goes only to an allowed Hub host (--token-hosts).
+ * The token comes from $HF_TOKEN or --token-file and goes only to an allowed Hub host (--allowed-hub-hosts, the
+ * operator's flag's name and syntax: https unless listed as http://host), checked before any request.
  */
 import { readFile } from 'node:fs/promises';
 import { pino } from 'pino';
@@ -16,9 +17,11 @@ import {
   DEFAULT_HUB_REDIRECT_HOSTS,
   DEFAULT_HUB_TOKEN_HOSTS,
   hubEndpoint,
+  tokenAllowed,
+  type HubEndpoint,
 } from '../huggingface/endpoint.ts';
-import { parseHostRules } from '../policy/reach.ts';
-import { HubError } from '../huggingface/errors.ts';
+import { HubError, HubReason, hubBudget } from '../huggingface/errors.ts';
+import { parseHostRules, urlReach } from '../policy/reach.ts';
 import { DEFAULT_LISTING_LIMITS, listRepoFiles } from '../huggingface/files.ts';
 import { parseHubURI } from '../huggingface/reference.ts';
 import { lfsLocations } from '../huggingface/locations.ts';
@@ -29,7 +32,7 @@ import { createLogger } from '../runtime/logger.ts';
 import { DOWNLOAD_OPTIONS, DOWNLOAD_OPTIONS_USAGE, downloaderConfig } from './agent.ts';
 import { parseCommandArgs } from './args.ts';
 import { CliError } from './errors.ts';
-import { placeVersion, type FetchLines } from './fetch-place.ts';
+import { placeVersion, redactedLines, type FetchLines } from './fetch-place.ts';
 
 export const HUB_USAGE = `Usage: peerload fetch hf://NAMESPACE/NAME[@REVISION] DEST [options]
 
@@ -40,10 +43,14 @@ its resolve URL at the commit, an LFS file on the CDN URL it redirects to, witho
 with the commit.
 --endpoint         the Hub (default $HF_ENDPOINT, else ${DEFAULT_HUB_ENDPOINT}): a mirror or an Enterprise Hub
 --token-file       a file holding the Hub token (default $HF_TOKEN); needed for gated and private repositories
---token-hosts      hosts the token may be sent to, comma-separated (default ${DEFAULT_HUB_TOKEN_HOSTS}; *.domain,
-                   IPs, ranges and :port allowed)
---redirect-hosts   hosts an LFS file's redirect may name besides the Hub's own (its CDN), same syntax (default the
-                   public Hub's CDNs: ${DEFAULT_HUB_REDIRECT_HOSTS.split(',').join(', ')}); no other is fetched
+--allowed-hub-hosts
+                   hosts the token may be sent to, comma-separated (default ${DEFAULT_HUB_TOKEN_HOSTS}; *.domain,
+                   IPs, ranges and :port allowed), over https only unless written http://host (a mirror without
+                   TLS); --token-hosts is the same flag's older name
+--allowed-hub-redirect-hosts
+                   hosts an LFS file's redirect may name besides the Hub's own (its CDN), same syntax, https only
+                   unless written http://host (default the public Hub's CDNs:
+                   ${DEFAULT_HUB_REDIRECT_HOSTS.split(',').join(', ')}); no other is fetched
 --include          glob of the files to keep (repeatable; default every file)
 --exclude          glob of the files to leave out (repeatable)
 --max-files        most files after include/exclude (default ${DEFAULT_MAX_FILES}, at most ${MAX_DIRECTORY_FILES})
@@ -57,8 +64,9 @@ const HUB_OPTIONS = {
   ...DOWNLOAD_OPTIONS,
   endpoint: { type: 'string' },
   'token-file': { type: 'string' },
-  'token-hosts': { type: 'string', default: DEFAULT_HUB_TOKEN_HOSTS },
-  'redirect-hosts': { type: 'string', default: DEFAULT_HUB_REDIRECT_HOSTS },
+  'allowed-hub-hosts': { type: 'string' },
+  'token-hosts': { type: 'string' },
+  'allowed-hub-redirect-hosts': { type: 'string', default: DEFAULT_HUB_REDIRECT_HOSTS },
   include: { type: 'string', multiple: true },
   exclude: { type: 'string', multiple: true },
   'max-files': { type: 'string' },
@@ -83,6 +91,35 @@ async function readToken(file: string | undefined, env: NodeJS.ProcessEnv): Prom
   return token;
 }
 
+/**
+ * Why the token is not sent, naming where the token and the endpoint came from (a KServe init container gets both
+ * from HF_TOKEN and HF_ENDPOINT) and the flag an admin sets. Before any request: nothing was sent, no network failed.
+ */
+function tokenNotAllowed(
+  endpoint: HubEndpoint,
+  values: { endpoint?: string | undefined; 'token-file'?: string | undefined },
+  env: NodeJS.ProcessEnv,
+): string {
+  const tokenFrom = values['token-file'] !== undefined ? '--token-file' : 'HF_TOKEN';
+  const endpointFrom =
+    values.endpoint !== undefined ? '--endpoint' : env.HF_ENDPOINT ? 'HF_ENDPOINT' : 'the default endpoint';
+  const host = new URL(endpoint.url).host;
+  const list = endpoint.tokenHosts.map((r) => r.text).join(',');
+  const admin =
+    'an admin adds it to --allowed-hub-hosts (for KServe, in the ClusterStorageContainer command)';
+  if (urlReach(endpoint.url, endpoint.tokenHosts) === 'plain')
+    return (
+      `${HubReason.TokenNotAllowed}: ${endpointFrom} ${endpoint.url} is plain HTTP and --allowed-hub-hosts ` +
+      `(${list}) allows ${host} over https only, so the token of ${tokenFrom} is not sent (it would cross the network ` +
+      `in clear): use https://${host}, or ${admin.replace('adds it', `adds http://${host}`)}`
+    );
+  return (
+    `${HubReason.TokenNotAllowed}: ${endpointFrom} names ${host}, which is not in --allowed-hub-hosts ` +
+    `(${list || 'empty'}), so the token of ${tokenFrom} is not sent: ${admin} ` +
+    `(--allowed-hub-hosts=${list ? `${list},` : ''}${host}), or unset ${tokenFrom} for a public repository`
+  );
+}
+
 /** The command line, checked: the repository, the Hub, the selection and the downloader's configuration. */
 async function parseHubArgs(argv: string[], env: NodeJS.ProcessEnv) {
   const { values, positionals } = parseCommandArgs(argv, HUB_OPTIONS, true, HUB_USAGE);
@@ -97,17 +134,22 @@ async function parseHubArgs(argv: string[], env: NodeJS.ProcessEnv) {
   } catch (e) {
     throw new CliError((e as Error).message);
   }
+  if (values['allowed-hub-hosts'] !== undefined && values['token-hosts'] !== undefined)
+    throw new CliError('give --allowed-hub-hosts or its older name --token-hosts, not both');
   let endpoint;
   try {
-    endpoint = hubEndpoint(values.endpoint ?? env.HF_ENDPOINT ?? DEFAULT_HUB_ENDPOINT, values['token-hosts']);
+    endpoint = hubEndpoint(
+      values.endpoint ?? env.HF_ENDPOINT ?? DEFAULT_HUB_ENDPOINT,
+      values['allowed-hub-hosts'] ?? values['token-hosts'] ?? DEFAULT_HUB_TOKEN_HOSTS,
+    );
   } catch (e) {
-    throw new CliError(`--endpoint/--token-hosts: ${(e as Error).message}`);
+    throw new CliError(`--endpoint/--allowed-hub-hosts: ${(e as Error).message}`);
   }
   let redirectHosts;
   try {
-    redirectHosts = parseHostRules(values['redirect-hosts']);
+    redirectHosts = parseHostRules(values['allowed-hub-redirect-hosts']);
   } catch (e) {
-    throw new CliError(`--redirect-hosts: ${(e as Error).message}`);
+    throw new CliError(`--allowed-hub-redirect-hosts: ${(e as Error).message}`);
   }
   const maxFiles = values['max-files'] === undefined ? undefined : Number(values['max-files']);
   if (
@@ -128,6 +170,8 @@ async function parseHubArgs(argv: string[], env: NodeJS.ProcessEnv) {
       `--listing-timeout: must be a positive duration such as 30s or 2m, got "${values['listing-timeout']}"`,
     );
   const token = await readToken(values['token-file'], env);
+  if (token !== undefined && !tokenAllowed(endpoint))
+    throw new CliError(tokenNotAllowed(endpoint, values, env));
   const config = downloaderConfig({ ...values, root: positionals[1] });
   const selection = {
     include: values.include,
@@ -150,12 +194,14 @@ async function hubSpec(
 ): Promise<{ spec: ModelVersionSpec; commit: string } | number> {
   const { ref, endpoint, token, config, selection, listingMs, version, redirectHosts } = args;
   try {
-    const client = new HubClient({ endpoint, dispatcher: config.dispatcher, token });
-    const listing = await listRepoFiles(client, ref.repo, ref.revision, selection, {
-      ...DEFAULT_LISTING_LIMITS,
-      timeoutMs: listingMs,
+    const budget = hubBudget(endpoint.url, ref.repo, { ...DEFAULT_LISTING_LIMITS, timeoutMs: listingMs });
+    const client = new HubClient({ endpoint, dispatcher: config.dispatcher, token, budget });
+    const listing = await listRepoFiles(client, ref.repo, ref.revision, selection);
+    const locations = await lfsLocations(client, listing, {
+      hosts: redirectHosts,
+      flag: '--allowed-hub-redirect-hosts',
     });
-    const locations = await lfsLocations(client, listing, { hosts: redirectHosts, flag: '--redirect-hosts' });
+    budget.close();
     // With a token every file's task carries the token's tag, the one the operator's agents and preheat give it.
     const tag = token !== undefined ? hubTokenTag(endpoint.url, ref.repo, token) : undefined;
     const spec = ModelVersionSpecSchema.safeParse(
@@ -172,9 +218,10 @@ async function hubSpec(
 
 export async function runHub(
   argv: string[],
-  io: FetchLines,
+  given: FetchLines,
   env: NodeJS.ProcessEnv = process.env,
 ): Promise<number> {
+  const io = redactedLines(given);
   const args = await parseHubArgs(argv, env);
   if (args === undefined) {
     io.out(HUB_USAGE);

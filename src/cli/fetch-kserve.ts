@@ -30,6 +30,7 @@ import {
   stagingRoot,
 } from '../kserve/place.ts';
 import { fileName, parseStorageUri, StorageUriError, type StorageUri } from '../kserve/uri.ts';
+import { OciError } from '../oci/errors.ts';
 import { storageReach } from '../policy/storage-reach.ts';
 import { redact } from '../redact.ts';
 import { createLogger } from '../runtime/logger.ts';
@@ -41,7 +42,7 @@ import type { StorageLocation } from '../storage/objecturl.ts';
 import { DOWNLOAD_OPTIONS, downloaderConfig } from './agent.ts';
 import { parseCommandArgs } from './args.ts';
 import { CliError } from './errors.ts';
-import type { FetchLines } from './fetch-place.ts';
+import { redactedLines, type FetchLines } from './fetch-place.ts';
 
 export const KSERVE_USAGE = `Usage: peerload fetch [--kserve] STORAGE_URI DEST [options]
 
@@ -59,6 +60,12 @@ STORAGE_ALLOW_PATTERNS and STORAGE_IGNORE_PATTERNS select files.
 --allowed-storage-hosts
                    hosts object-store credentials may go to (default: the storage services' own hosts); an
                    S3-compatible store's host must be added here by the admin (in the ClusterStorageContainer)
+--allowed-hub-hosts
+                   hosts HF_TOKEN may go to (default huggingface.co, over https): a mirror HF_ENDPOINT names must be
+                   added here by the admin, as http://host if it has no TLS
+--allowed-hub-redirect-hosts
+                   hosts an LFS file's redirect may name besides the Hub's own (default the public Hub's CDNs, over
+                   https): a mirror's CDN must be added here by the admin, as http://host if it has no TLS
 --max-files        most files of a prefix (default ${DEFAULT_MAX_FILES}, at most ${MAX_DIRECTORY_FILES})
 --max-bytes, --min-free-bytes, --deadline, --concurrency, --daemon-version, --log-level  as for a model directory
 Exit status: 0 in place, 1 download or listing failed, 2 bad input, missing credentials or refused.`;
@@ -75,6 +82,8 @@ const KSERVE_OPTIONS = {
   proxy: { type: 'string' },
   kserve: { type: 'boolean' },
   'max-files': { type: 'string' },
+  'allowed-hub-hosts': { type: 'string' },
+  'allowed-hub-redirect-hosts': { type: 'string' },
 } as const;
 
 /** Whether `argv` asks for the KServe contract: `--kserve`, or an s3/gs/http(s) URI as an argument. */
@@ -245,12 +254,15 @@ async function place(
         await extractArchive(join(placed, only), out, {
           maxBytes: config.limits.maxBytes,
           maxFiles: MAX_DIRECTORY_FILES,
+          minFreeBytes: config.limits.minFreeBytes,
+          freeBytes: config.freeBytes,
         });
         files = (await readdir(out, { recursive: true, withFileTypes: true })).filter((e) =>
           e.isFile(),
         ).length;
       } catch (e) {
-        io.err(`peerload fetch: ${text}: InvalidArchive: ${redact((e as Error).message)}`);
+        const reason = e instanceof OciError ? e.reason : 'InvalidArchive';
+        io.err(`peerload fetch: ${text}: ${reason}: ${redact((e as Error).message)}`);
         return 2;
       }
       await moveEntries(out, dest);
@@ -277,7 +289,7 @@ function hubReference(uri: string): string {
 }
 
 /** The shared flags as they were given, for the hf:// and oci:// commands this one hands over to. */
-function passOn(values: Values, proxy: string): string[] {
+function passOn(values: Values, proxy: string, extra: readonly string[] = []): string[] {
   const out = ['--proxy', proxy];
   for (const flag of [
     'max-bytes',
@@ -286,6 +298,7 @@ function passOn(values: Values, proxy: string): string[] {
     'concurrency',
     'daemon-version',
     'log-level',
+    ...extra,
   ])
     if (typeof values[flag] === 'string') out.push(`--${flag}`, values[flag]);
   return out;
@@ -305,7 +318,11 @@ async function handOver(
     if (uri.kind === 'hf') {
       const reference = hubReference(uri.reference);
       const { runHub } = await import('./fetch-hub.ts');
-      const code = await runHub([reference, staging, ...passOn(values, proxy)], io, env);
+      const code = await runHub(
+        [reference, staging, ...passOn(values, proxy, ['allowed-hub-hosts', 'allowed-hub-redirect-hosts'])],
+        io,
+        env,
+      );
       if (code !== 0) return code;
       // runHub lands in <staging>/<owner>/<model>/<commit>.
       const [owner, model] = reference.slice('hf://'.length).split(/[@/]/) as [string, string];
@@ -325,9 +342,10 @@ async function handOver(
 
 export async function runKServe(
   argv: string[],
-  io: FetchLines,
+  given: FetchLines,
   env: NodeJS.ProcessEnv = process.env,
 ): Promise<number> {
+  const io = redactedLines(given);
   // The reported time covers the listing too: what the init container adds to the pod's start.
   const started = Date.now();
   const { values, positionals } = parseCommandArgs(argv, KSERVE_OPTIONS, true, KSERVE_USAGE);

@@ -20,7 +20,7 @@ import { registryCredentialTag } from '../storage/credential-tag.ts';
 import { TAG_HEADER } from '../storage/taskid.ts';
 import { downloaderConfig } from './agent.ts';
 import { CliError } from './errors.ts';
-import type { FetchLines } from './fetch-place.ts';
+import { redactedLines, type FetchLines } from './fetch-place.ts';
 
 export const OCI_OPTIONS = {
   'registry-credentials': { type: 'string' },
@@ -133,8 +133,9 @@ export async function runOci(
   reference: string,
   destArg: string | undefined,
   values: Values,
-  io: FetchLines,
+  given: FetchLines,
 ): Promise<number> {
+  const io = redactedLines(given);
   const { ref, dest, allowedHosts, maxFiles } = ociArgs(reference, destArg, values);
   const config = downloaderConfig({ ...values, root: dirname(dest) } as Parameters<
     typeof downloaderConfig

@@ -12,12 +12,22 @@ import {
   type DownloaderConfig,
 } from '../agent/download.ts';
 import type { ModelVersionSpec } from '../agent/spec.ts';
-import { redact } from '../redact.ts';
+import { MAX_REDACTED_INPUT, redact, redactURLs } from '../redact.ts';
 import { CliError } from './errors.ts';
 
 export interface FetchLines {
   out: (line: string) => void;
   err: (line: string) => void;
+}
+
+/**
+ * `io` with every line it prints redacted: a storage URI may be presigned (its query holds a signature and a session
+ * token) or carry userinfo, and the lines go to a pod's log. Each form of `peerload fetch` prints through this. A
+ * line past redaction's input bound (a --json report of many layers) has its URLs redacted without being cut.
+ */
+export function redactedLines(io: FetchLines): FetchLines {
+  const quiet = (line: string) => (line.length <= MAX_REDACTED_INPUT ? redact(line) : redactURLs(line));
+  return { out: (line) => io.out(quiet(line)), err: (line) => io.err(quiet(line)) };
 }
 
 /**

@@ -15,7 +15,7 @@ import { DOWNLOAD_OPTIONS, DOWNLOAD_OPTIONS_USAGE, downloaderConfig } from './ag
 import { parseCommandArgs } from './args.ts';
 import { CliError } from './errors.ts';
 import { OCI_OPTIONS, OCI_USAGE, runOci } from './fetch-oci.ts';
-import { placeVersion, type FetchLines } from './fetch-place.ts';
+import { placeVersion, redactedLines, type FetchLines } from './fetch-place.ts';
 
 const USAGE = `Usage: peerload fetch --name MODEL --spec FILE --root DIR [options]
        peerload fetch hf://NAMESPACE/NAME[@REVISION] DEST [options]   (a Hugging Face repository; --help after it)
@@ -35,8 +35,9 @@ export type FetchIO = FetchLines;
 
 export async function run(
   argv: string[],
-  io: FetchIO = { out: console.log, err: console.error },
+  given: FetchIO = { out: console.log, err: console.error },
 ): Promise<number> {
+  const io = redactedLines(given);
   const kserve = await import('./fetch-kserve.ts');
   if (kserve.isKServeInvocation(argv)) return kserve.runKServe(argv, io);
   if (argv[0]?.startsWith('hf://')) return (await import('./fetch-hub.ts')).runHub(argv, io);

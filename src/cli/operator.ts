@@ -53,6 +53,7 @@ export async function run(argv: string[]): Promise<number> {
     ['--allowed-endpoint-hosts', config.allowedEndpointHosts],
     ['--allowed-storage-hosts', config.allowedStorageHosts],
     ['--allowed-registry-hosts', config.allowedRegistryHosts],
+    ['--allowed-basic-auth-registry-hosts', config.allowedBasicAuthRegistryHosts],
     ['--allowed-hub-hosts', config.allowedHubHosts],
     ['--allowed-hub-redirect-hosts', config.allowedHubRedirectHosts],
   ] as const)

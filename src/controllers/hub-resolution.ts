@@ -11,7 +11,7 @@ import { REFRESH_SOURCE_ANNOTATION } from '../api/index.ts';
 import type { HubSource } from '../api/source-huggingface.ts';
 import { HubClient, isHubError } from '../huggingface/client.ts';
 import { hubEndpoint, type HubEndpoint } from '../huggingface/endpoint.ts';
-import { HubReason } from '../huggingface/errors.ts';
+import { HubReason, hubBudget } from '../huggingface/errors.ts';
 import {
   DEFAULT_LISTING_LIMITS,
   listRepoFiles,
@@ -31,7 +31,8 @@ export interface HubResolverDeps {
   /** Hosts an LFS file's redirect may name besides the Hub's own (--allowed-hub-redirect-hosts). */
   redirectHosts: readonly HostRule[];
   dispatcher?: Dispatcher | undefined;
-  limits?: HubListingLimits | undefined;
+  /** The resolution's bounds the operator sets (--source-timeout); the rest are the budget's defaults. */
+  limits?: Partial<HubListingLimits> | undefined;
   now?: () => number;
 }
 
@@ -65,6 +66,8 @@ const FINAL_HUB_REASONS: ReadonlySet<string> = new Set([
   HubReason.TooLarge,
   HubReason.BadAnswer,
   HubReason.RedirectNotAllowed,
+  // A size bound of the resolution: the same answers pass it again (a time-out is tried again with backoff).
+  HubReason.SourceTooLarge,
 ]);
 
 /** The value of the refresh annotation an object carries. */
@@ -137,21 +140,28 @@ export class HubResolver {
     const token = hf.tokenSecretRef
       ? await this.deps.secretValue(namespace, hf.tokenSecretRef, signal)
       : undefined;
-    const client = new HubClient({
-      endpoint,
-      token,
-      dispatcher: this.deps.dispatcher ?? getGlobalDispatcher(),
-    });
-    const limits = this.deps.limits ?? DEFAULT_LISTING_LIMITS;
-    const listing = same
-      ? kept.resolution.listing
-      : await listRepoFiles(client, hf.repo, revision, hf, limits, signal);
-    const locations = await lfsLocations(
-      client,
-      listing,
-      { hosts: this.deps.redirectHosts, flag: '--allowed-hub-redirect-hosts' },
-      signal,
-    );
+    // One budget for the whole resolution, listing and LFS HEADs: one deadline, the bytes and entries bounded.
+    const budget = hubBudget(endpoint.url, hf.repo, { ...DEFAULT_LISTING_LIMITS, ...this.deps.limits });
+    let listing: HubListing;
+    let locations: Map<string, string>;
+    let client: HubClient;
+    try {
+      client = new HubClient({
+        endpoint,
+        token,
+        dispatcher: this.deps.dispatcher ?? getGlobalDispatcher(),
+        budget,
+      });
+      listing = same ? kept.resolution.listing : await listRepoFiles(client, hf.repo, revision, hf, signal);
+      locations = await lfsLocations(
+        client,
+        listing,
+        { hosts: this.deps.redirectHosts, flag: '--allowed-hub-redirect-hosts' },
+        signal,
+      );
+    } finally {
+      budget.close();
+    }
     const tag = token !== undefined ? hubTokenTag(endpoint.url, hf.repo, token) : undefined;
     const resolution = { endpoint, client, listing, locations, locatedAt: now, tag };
     this.byKey.set(key, { id, resolution });

@@ -34,7 +34,7 @@ export async function readBounded(body: Dispatcher.ResponseData['body'], maxByte
   return (await readBoundedBytes(body, maxBytes)).toString('utf8');
 }
 
-type BodyStream = AsyncIterable<unknown> & { destroy(): unknown };
+export type BodyStream = AsyncIterable<unknown> & { destroy(): unknown };
 
 /**
  * At most `maxBytes` of a body; past them, `refuse` throws {@link ResponseTooLargeError} and `cut` keeps the first

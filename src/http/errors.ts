@@ -23,6 +23,11 @@ export interface HttpErrorInit {
   retryAfterMs?: number | undefined;
   /** A transport code (ECONNREFUSED, `TIMEOUT`, `RESPONSE_TOO_LARGE`) or the client's own (`INVALID_RESPONSE`). */
   code?: string | undefined;
+  /**
+   * What the message says in place of the status for a failure that is neither an answer's status nor a transport
+   * error: a download the agent reports as failed in an answer that itself succeeded (`reported by the agent`).
+   */
+  where?: string | undefined;
   cause?: unknown;
 }
 
@@ -39,7 +44,7 @@ export class HttpError extends Error {
    * @param shown the detail as the message shows it, when it says more than `init.detail` (a server exception type)
    */
   constructor(subject: string, init: HttpErrorInit, shown: string = init.detail) {
-    const where = init.status > 0 ? `HTTP ${init.status}` : (init.code ?? 'network error');
+    const where = init.where ?? (init.status > 0 ? `HTTP ${init.status}` : (init.code ?? 'network error'));
     super(redact(`${subject} ${init.operation} failed (${where}): ${shown}`), { cause: init.cause });
     this.name = 'HttpError';
     this.kind = init.kind;
@@ -69,4 +74,25 @@ export const MAX_DETAIL = 1024;
  */
 export function boundDetail(text: string, secrets: readonly string[] = []): string {
   return redactBounded(text.trim(), MAX_DETAIL, secrets);
+}
+
+/**
+ * What an error answer's status says, in our words. A server that peerload reaches at an address a tenant chose
+ * (a model server behind the tenant's Service, a source endpoint) may be anything the operator can reach, cloud
+ * metadata included: its text in a condition would be a read channel into it, so only its status is repeated.
+ */
+export function answerWords(status: number): string {
+  if (status === 400) return 'the server refused the request as invalid (its own log says why)';
+  if (status === 401 || status === 403) return 'the server refused the credentials';
+  if (status === 404) return 'the server has no such resource';
+  if (status === 405) return 'the server does not allow this call (is the API enabled?)';
+  if (status === 409) return 'the server reports a conflict';
+  if (status === 408 || status === 429) return 'the server asks to try again later';
+  if (status >= 500) return 'the server failed (its own log says why)';
+  return "an unexpected answer (the server's own log says why)";
+}
+
+/** `value` when it is one of `known` (a documented error code or type a message may repeat), else undefined. */
+export function knownWord(value: string | undefined, known: ReadonlySet<string>): string | undefined {
+  return value !== undefined && known.has(value) ? value : undefined;
 }

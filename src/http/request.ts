@@ -14,6 +14,7 @@ import {
   ResponseTooLargeError,
   readBounded,
   readPrefix,
+  type BodyStream,
 } from './body.ts';
 import { TIMEOUT, UNUSABLE_RESPONSE_KIND, transportCode } from './classify.ts';
 import { boundDetail, type HttpError, type HttpErrorInit } from './errors.ts';
@@ -39,6 +40,11 @@ export interface HttpRequest {
   operation: string;
   /** Values to keep out of error messages (tokens the client holds). */
   secrets?: readonly string[] | undefined;
+  /**
+   * Reads the body instead of the bounds above: a source's resolution reads every answer through its budget
+   * (src/sources/budget.ts). `ok` is false for an answer that is not a 2xx (its text only feeds a message).
+   */
+  read?: ((body: BodyStream, ok: boolean) => Promise<string>) | undefined;
 }
 
 export interface HttpResponse {
@@ -81,8 +87,10 @@ export async function sendRequest(req: HttpRequest, toError: ErrorFactory): Prom
     });
     status = res.statusCode;
     // An error answer is cut, not refused: its first bytes still say what went wrong.
-    const text =
-      status >= 200 && status < 300
+    const ok = status >= 200 && status < 300;
+    const text = req.read
+      ? await req.read(res.body, ok)
+      : ok
         ? await readBounded(res.body, maxBytes)
         : (await readPrefix(res.body, Math.min(maxBytes, MAX_ERROR_BODY_BYTES))).toString('utf8');
     return { status: res.statusCode, headers: res.headers, text };
@@ -189,6 +197,14 @@ export function jsonEndpoint(
 }
 
 /** One call of a JSON exchange: its body is serialized; `timeoutMs` and `signal` are the caller's. */
+/** A JSON body its caller serialized already (to bound its size while building it): sent as it is. */
+export class SerializedJSON {
+  readonly text: string;
+  constructor(text: string) {
+    this.text = text;
+  }
+}
+
 export interface JsonCall {
   operation: string;
   method: Dispatcher.HttpMethod;
@@ -215,7 +231,12 @@ export async function sendJSON(
       path: call.path,
       method: call.method,
       headers,
-      body: call.body === undefined ? undefined : JSON.stringify(call.body),
+      body:
+        call.body === undefined
+          ? undefined
+          : call.body instanceof SerializedJSON
+            ? call.body.text
+            : JSON.stringify(call.body),
       timeoutMs: call.timeoutMs ?? endpoint.timeoutMs,
       signal: call.signal,
       operation: call.operation,

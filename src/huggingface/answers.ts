@@ -4,7 +4,6 @@
  * `hf_raise_for_status` reads them. Pure.
  */
 import { z } from 'zod';
-import { boundDetail } from '../http/errors.ts';
 import { parseRetryAfter } from '../http/retry.ts';
 import { headerValue, type HttpResponse } from '../http/request.ts';
 import { HubError, HubReason } from './errors.ts';
@@ -32,15 +31,32 @@ export interface AnswerContext {
   revision: string;
   /** Whether the request carried a token. */
   withToken: boolean;
-  secrets: readonly string[];
 }
 
-/** The error of a non-2xx answer, in the Hub's terms and with the fix. */
+/**
+ * The `X-Error-Code`s the Hub sends (huggingface_hub's `hf_raise_for_status` reads these): only one of them is
+ * repeated in a message. An endpoint may be any host a tenant names, so its headers and body are never quoted
+ * (a read channel into whatever the operator can reach, cloud metadata included).
+ */
+export const HUB_ERROR_CODES: ReadonlySet<string> = new Set([
+  'RepoNotFound',
+  'RevisionNotFound',
+  'EntryNotFound',
+  'GatedRepo',
+  'DisabledRepo',
+]);
+
+/** The Hub's `X-Error-Message` for a token it does not know (compared, never quoted). */
+const TOKEN_UNKNOWN = 'Invalid credentials in Authorization header';
+
+/**
+ * The error of a non-2xx answer, in the Hub's terms and with the fix. Its words are ours: the status, a known
+ * `X-Error-Code`, the repository and revision the spec names; none of the answer's text.
+ */
 export function answerError(res: HttpResponse, ctx: AnswerContext): HubError {
-  const code = headerValue(res.headers['x-error-code']);
-  const said = boundDetail(headerValue(res.headers['x-error-message']) ?? firstLine(res.text), [
-    ...ctx.secrets,
-  ]);
+  const given = headerValue(res.headers['x-error-code']);
+  const code = given !== undefined && HUB_ERROR_CODES.has(given) ? given : undefined;
+  const said = code === undefined ? '' : ` (${code})`;
   const init = (kind: 'auth' | 'notFound' | 'terminal' | 'retryable', detail: string) => ({
     kind,
     status: res.status,
@@ -50,10 +66,10 @@ export function answerError(res: HttpResponse, ctx: AnswerContext): HubError {
     retryAfterMs: parseRetryAfter(headerValue(res.headers['retry-after'])),
   });
   const { repo, revision } = ctx;
-  if (res.status === 401 && said === 'Invalid credentials in Authorization header')
+  if (res.status === 401 && headerValue(res.headers['x-error-message']) === TOKEN_UNKNOWN)
     return new HubError(
       HubReason.TokenRejected,
-      init('auth', `the Hub rejected the token (${said}): give a valid token (a user access token, hf_...)`),
+      init('auth', `the Hub rejected the token${said}: give a valid token (a user access token, hf_...)`),
       'token',
     );
   if (res.status === 401 && !ctx.withToken)
@@ -62,8 +78,8 @@ export function answerError(res: HttpResponse, ctx: AnswerContext): HubError {
       init(
         'auth',
         code === 'GatedRepo'
-          ? `${repo} is gated (${said}): give a token of an account granted access to it`
-          : `${repo} is private or does not exist (${said}): give a token that can read it, or check the repository name`,
+          ? `${repo} is gated${said}: give a token of an account granted access to it`
+          : `${repo} is private or does not exist${said}: give a token that can read it, or check the repository name`,
       ),
       'token',
     );
@@ -72,7 +88,7 @@ export function answerError(res: HttpResponse, ctx: AnswerContext): HubError {
       HubReason.Forbidden,
       init(
         'auth',
-        `the token may not read ${repo} (${said}): ${code === 'GatedRepo' ? "request access to the gated repository on the Hub with the token's account" : 'use a token whose account has access (read scope)'}`,
+        `the token may not read ${repo}${said}: ${code === 'GatedRepo' ? "request access to the gated repository on the Hub with the token's account" : 'use a token whose account has access (read scope)'}`,
       ),
       'token',
     );
@@ -81,26 +97,22 @@ export function answerError(res: HttpResponse, ctx: AnswerContext): HubError {
       HubReason.RevisionNotFound,
       init(
         'notFound',
-        `${repo} has no revision "${revision}" (${said}): name an existing branch, tag or full commit sha`,
+        `${repo} has no revision "${revision}"${said}: name an existing branch, tag or full commit sha`,
       ),
       'revision',
     );
-  if (res.status === 404 && (code === 'RepoNotFound' || code === undefined))
+  if (res.status === 404 && (code === 'RepoNotFound' || given === undefined))
     return new HubError(
       HubReason.RepoNotFound,
       init(
         'notFound',
-        `no repository ${repo} that the ${ctx.withToken ? 'token' : 'anonymous caller'} can see (${said}): check the name (namespace/name)`,
+        `no repository ${repo} that the ${ctx.withToken ? 'token' : 'anonymous caller'} can see${said}: check the name (namespace/name)`,
       ),
       'repo',
     );
   if (res.status === 429 || res.status >= 500 || res.status === 408)
-    return new HubError(HubReason.Unavailable, init('retryable', `the Hub is unavailable (${said})`));
-  return new HubError(HubReason.BadAnswer, init('terminal', `unexpected answer (${said})`));
-}
-
-function firstLine(text: string): string {
-  return text.split('\n', 1)[0]!.slice(0, 200) || '(no message)';
+    return new HubError(HubReason.Unavailable, init('retryable', `the Hub is unavailable${said}`));
+  return new HubError(HubReason.BadAnswer, init('terminal', `unexpected answer${said}`));
 }
 
 /** The `rel="next"` URL of a `Link` header (GitHub's format, which the Hub's pagination uses). */

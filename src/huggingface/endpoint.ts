@@ -1,10 +1,11 @@
 /**
  * Where the Hub is and who may receive a token: the endpoint (the public Hub, a mirror or an Enterprise Hub) and
- * the admin's allow-list of hosts a Hub token may be sent to (the rule syntax of src/policy/reach.ts). A token is
+ * the admin's allow-list of hosts a Hub token may be sent to (the rule syntax of src/policy/reach.ts: https only,
+ * plain HTTP to a host listed as `http://host`). A token is
  * sent to the endpoint only when its host is allowed, whatever a spec or a command line names; the URLs of the
  * Hub's API and of its `resolve` route are built here, so every caller builds them alike.
  */
-import { hostAllowed, parseHostRules, type HostRule } from '../policy/reach.ts';
+import { hostAllowed, parseHostRules, urlReach, type HostRule } from '../policy/reach.ts';
 
 export const DEFAULT_HUB_ENDPOINT = 'https://huggingface.co';
 /** The default allow-list of the token: the public Hub only. */
@@ -55,9 +56,18 @@ export function hubEndpoint(url = DEFAULT_HUB_ENDPOINT, tokenHosts = DEFAULT_HUB
   return { url: new URL(url).origin, tokenHosts: parseHostRules(tokenHosts) };
 }
 
-/** Whether a token may be sent to the endpoint. */
+/** Whether a token may be sent to the endpoint (its scheme, host and port: https unless listed as http://host). */
 export function tokenAllowed(endpoint: HubEndpoint): boolean {
   return hostAllowed(endpoint.url, endpoint.tokenHosts);
+}
+
+/** Why the token may not go to the endpoint, with the fix (no flag named: the operator and the CLI name theirs). */
+export function tokenRefusal(endpoint: HubEndpoint): string {
+  const host = new URL(endpoint.url).host;
+  const list = endpoint.tokenHosts.map((r) => r.text).join(', ') || 'none';
+  if (urlReach(endpoint.url, endpoint.tokenHosts) === 'plain')
+    return `the endpoint ${endpoint.url} is plain HTTP and the allowed Hub hosts (${list}) allow ${host} over https only: the token would cross the network in clear; use https://${host}, or ask an admin to allow http://${host}`;
+  return `the token may only go to the allowed Hub hosts (${list}), not to ${host}: use an allowed endpoint, drop the token for a public repository, or ask an admin to allow the host`;
 }
 
 /** A revision or path as one URL segment each (huggingface_hub quotes the revision with `safe=''`). */

@@ -1,10 +1,10 @@
 /**
  * A repository's files at one commit, as a model directory: the revision resolved to its sha, the tree listed at
  * that sha (nested paths, sizes, LFS sha256), include/exclude and the maxFiles/maxBytes caps applied by the same
- * rules as an object-storage directory (src/storage/fileset.ts), the whole listing under one time-out and one
- * bound on the entries held.
+ * rules as an object-storage directory (src/storage/fileset.ts). The whole resolution (listing and LFS HEADs) is
+ * bounded by the client's budget (src/sources/budget.ts): one deadline, the entries held and their text, the bytes.
  */
-import { DEFAULT_MAX_FILES, MAX_DIRECTORY_FILES } from '../api/fileset.ts';
+import { DEFAULT_MAX_FILES } from '../api/fileset.ts';
 import { FileSetError, selectFiles, type FileSetSpec } from '../storage/fileset.ts';
 import type { HubClient } from './client.ts';
 import { HubReason, hubError } from './errors.ts';
@@ -12,8 +12,9 @@ import { HubReason, hubError } from './errors.ts';
 /** What chooses and bounds the files, as for an object-storage directory. */
 export type HubSelection = Pick<FileSetSpec, 'include' | 'exclude' | 'maxFiles' | 'maxBytes'>;
 
+/** The bounds of a Hub resolution an operator or a CLI sets (the rest are the budget's defaults). */
 export interface HubListingLimits {
-  /** The whole listing (revision and every page), ms. */
+  /** The whole resolution (revision, every page, the LFS HEADs), ms. */
   timeoutMs: number;
   /** Tree entries held at most while listing, before include/exclude (a repository is refused above it). */
   maxEntries: number;
@@ -32,7 +33,10 @@ export interface HubFile {
 }
 
 export interface HubListing {
+  /** The repository as asked for (the directory it lands in). */
   repo: string;
+  /** The name the Hub serves it under now, when it redirected a renamed repository: its files' URLs use it. */
+  movedTo?: string | undefined;
   revision: string;
   /** The commit the revision named when it was listed. */
   sha: string;
@@ -45,40 +49,14 @@ export async function listRepoFiles(
   repo: string,
   revision: string,
   selection: HubSelection = {},
-  limits: HubListingLimits = DEFAULT_LISTING_LIMITS,
   signal?: AbortSignal,
 ): Promise<HubListing> {
   const operation = `list ${repo}@${revision}`;
-  const deadline = AbortSignal.timeout(limits.timeoutMs);
-  const both = signal ? AbortSignal.any([signal, deadline]) : deadline;
-  let sha: string;
-  let tree;
-  try {
-    sha = await client.resolveRevision(repo, revision, both);
-    tree = await client.listTree(repo, sha, {
-      signal: both,
-      onPage: (n) => {
-        if (n > limits.maxEntries)
-          throw hubError(
-            HubReason.TooLarge,
-            operation,
-            `${repo} holds more than ${limits.maxEntries} entries: the listing stops there; a model directory holds at most ${MAX_DIRECTORY_FILES} files`,
-            { field: 'repo' },
-          );
-      },
-    });
-    const first = tree.find((e) => e.type === 'file');
-    if (first) await client.fileLocation(repo, sha, first.path, both);
-  } catch (e) {
-    if (deadline.aborted && !signal?.aborted)
-      throw hubError(
-        HubReason.ListingTimeout,
-        operation,
-        `the listing took longer than ${limits.timeoutMs / 1000} s: the Hub is slow or the repository very large; try later or narrow the repository`,
-        { kind: 'retryable', cause: e },
-      );
-    throw e;
-  }
+  // A renamed repository: the Hub redirected the revision's call, and the rest goes to the name it has now.
+  const { sha, repo: current } = await client.revisionOf(repo, revision, signal);
+  const tree = await client.listTree(current, sha, { signal });
+  const first = tree.find((e) => e.type === 'file');
+  if (first) await client.fileLocation(current, sha, first.path, signal);
   const byPath = new Map<string, { size: number; oid: string; sha256: string | undefined }>();
   for (const e of tree)
     if (e.type === 'file')
@@ -112,6 +90,7 @@ export async function listRepoFiles(
   }
   return {
     repo,
+    ...(current !== repo ? { movedTo: current } : {}),
     revision,
     sha,
     files: chosen.map((f) => {

@@ -3,16 +3,18 @@
  * downloader then fetches the CDN URL through the peer proxy with every query parameter left out of the task id.
  * The CDN's path names the object by its sha256, so the id is the object's whoever downloads it and whenever,
  * and the Hub's token never travels with it: the token goes to the Hub here, directly, and the peer daemon (which
- * logs a proxied request's headers) never sees it for an LFS file.
+ * logs a proxied request's headers) never sees it for an LFS file. The HEADs are the resolution's answers like the
+ * listing's: read through the client's budget, within its one deadline (src/sources/budget.ts).
  *
  * Whoever runs the Hub chooses the redirect, and the agents fetch it through the node daemons (from inside the
  * cluster, with no hash check for what is not an LFS file's content): so every target is checked against the
  * admin's redirect allow-list before any agent or daemon is told about it. A redirect to the Hub's own origin
  * reaches nothing the endpoint does not; any other host must be listed (by default the public Hub's CDNs), so an
  * address inside the cluster, a link-local or loopback one, or another tenant's bucket is refused unless an admin
- * lists it. Hosts are compared as written, like every allow-list (src/policy/reach.ts).
+ * lists it. Hosts and schemes are compared as written, like every allow-list (src/policy/reach.ts): a bare entry
+ * allows https only, `http://host` plain HTTP too, since a redirect's signed URL reads the file for whoever holds it.
  */
-import { hostAllowed, type HostRule } from '../policy/reach.ts';
+import { urlReach, type HostRule } from '../policy/reach.ts';
 import type { HubClient } from './client.ts';
 import { HubError, HubReason } from './errors.ts';
 import type { HubListing } from './files.ts';
@@ -33,8 +35,13 @@ function checkRedirect(
   policy: RedirectPolicy,
 ): void {
   const target = new URL(location);
-  if (target.origin === client.endpoint.url || hostAllowed(location, policy.hosts)) return;
+  const reach = urlReach(location, policy.hosts);
+  if (target.origin === client.endpoint.url || reach === 'allowed') return;
   const listed = policy.hosts.length > 0 ? policy.hosts.map((r) => r.text).join(', ') : 'empty';
+  const why =
+    reach === 'plain'
+      ? `which ${policy.flag} (${listed}) allows over https only (an admin adds http://${target.host} for plain HTTP)`
+      : `which is not in ${policy.flag} (${listed})`;
   throw new HubError(
     HubReason.RedirectNotAllowed,
     {
@@ -43,8 +50,8 @@ function checkRedirect(
       code: HubReason.RedirectNotAllowed,
       operation: `locate ${path} of ${listing.repo}@${listing.sha}`,
       detail:
-        `the Hub redirects ${path} to ${target.protocol}//${target.host}, which is not in ${policy.flag} ` +
-        `(${listed}), so no agent or peer daemon is told to fetch it; if that host is the Hub's own CDN, ask an ` +
+        `the Hub redirects ${path} to ${target.protocol}//${target.host}, ${why}, ` +
+        `so no agent or peer daemon is told to fetch it; if that host is the Hub's own CDN, ask an ` +
         `admin to add it to ${policy.flag}`,
     },
     'endpoint',
@@ -64,21 +71,27 @@ export async function lfsLocations(
   const lfs = listing.files.filter((f) => f.sha256 !== undefined);
   const found = new Map<string, string>();
   let next = 0;
+  let failed = false;
   const worker = async () => {
-    while (next < lfs.length) {
+    // A failed HEAD ends the phase: the other workers ask nothing more of a Hub that refused or broke a bound.
+    while (next < lfs.length && !failed) {
       const f = lfs[next++]!;
-      try {
-        const location = await client.fileLocation(listing.repo, listing.sha, f.path, signal);
-        if (location === undefined) continue;
-        checkRedirect(client, listing, f.path, location, redirects);
-        found.set(f.path, location);
-      } catch (e) {
-        // One refusal ends the resolution: the other workers ask for no more files.
-        next = lfs.length;
-        throw e;
-      }
+      const location = await client.fileLocation(
+        listing.movedTo ?? listing.repo,
+        listing.sha,
+        f.path,
+        signal,
+      );
+      if (location === undefined) continue;
+      checkRedirect(client, listing, f.path, location, redirects);
+      found.set(f.path, location);
     }
   };
-  await Promise.all(Array.from({ length: Math.min(LOCATE_CONCURRENCY, lfs.length) }, worker));
+  const run = () =>
+    worker().catch((e: unknown) => {
+      failed = true;
+      throw e;
+    });
+  await Promise.all(Array.from({ length: Math.min(LOCATE_CONCURRENCY, lfs.length) }, run));
   return found;
 }

@@ -1,6 +1,7 @@
 /**
  * A listed repository as one version the agent (or `peerload fetch`) places, one P2P task per file:
- *   - a file the Hub serves itself (git) at its `resolve` URL at the commit sha, the token as that file's header;
+ *   - a file the Hub serves itself (git) at its `resolve` URL at the commit sha, with the spec's `hub` header set
+ *     (the token, once in the spec however many files name it);
  *   - an LFS file at its CDN URL (locations.ts) with every query parameter of the CDN URLs left out of the task id
  *     (the signature changes with every redirect; the path holds the object's sha256), and no token: the peer
  *     daemon would send it to the CDN and write it into its log (docs/dragonfly.md). A redirect back to the
@@ -26,6 +27,9 @@ export interface HubVersionOptions {
   deadlineSeconds?: number | undefined;
 }
 
+/** The spec's header set of the Hub's token (agent/spec.ts headerSets). */
+export const HUB_HEADER_SET = 'hub';
+
 /** Query parameter names a spec's filter may hold (the agent's spec bound). */
 const MAX_FILTER = 64;
 
@@ -40,7 +44,8 @@ export function hubVersionSpec(
   const filter = new Set<string>();
   const files = listing.files.map((f) => {
     const location = locations.get(f.path);
-    const url = location ?? resolveURL(endpoint, listing.repo, listing.sha, f.path);
+    // A renamed repository's files at its current name: the node daemons fetch them without a redirect.
+    const url = location ?? resolveURL(endpoint, listing.movedTo ?? listing.repo, listing.sha, f.path);
     const u = new URL(url);
     const atHub = u.host === hubHost;
     if (!atHub) for (const k of u.searchParams.keys()) filter.add(k);
@@ -48,7 +53,7 @@ export function hubVersionSpec(
       path: f.path,
       url,
       size: f.size,
-      ...(atHub && token ? { headers: token } : {}),
+      ...(atHub && token ? { headerSet: HUB_HEADER_SET } : {}),
       ...(f.sha256 !== undefined ? { sha256: f.sha256 } : {}),
     };
   });
@@ -60,6 +65,9 @@ export function hubVersionSpec(
     version: opts.version ?? listing.sha,
     directory: opts.directory ?? listing.repo,
     files,
+    ...(token && files.some((f) => f.headerSet !== undefined)
+      ? { headerSets: { [HUB_HEADER_SET]: token } }
+      : {}),
     ...(filter.size > 0 ? { filter: [...filter].sort() } : {}),
     ...(opts.tag !== undefined ? { tag: opts.tag } : {}),
     ...(opts.maxBytes !== undefined ? { maxBytes: opts.maxBytes } : {}),

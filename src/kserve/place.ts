@@ -48,7 +48,8 @@ export function archiveKind(name: string): 'tar' | 'unsupported' | undefined {
 /**
  * Extracts the tar archive at `file` (gzip-compressed or not: told by its first bytes, as Python's tarfile does)
  * into `dest` and removes it, with the OCI layers' extractor: every entry stays under `dest`, unsafe entries
- * refuse the whole archive, and the caps bound what it may unpack to.
+ * refuse the whole archive, and the caps and the volume's free space bound what it may unpack to. A refused
+ * archive leaves no `dest` behind (what it unpacked so far is removed).
  */
 export async function extractArchive(file: string, dest: string, limits: ExtractLimits): Promise<void> {
   const head = Buffer.alloc(2);
@@ -59,6 +60,11 @@ export async function extractArchive(file: string, dest: string, limits: Extract
     await fd.close();
   }
   const format = head[0] === 0x1f && head[1] === 0x8b ? 'tar+gzip' : 'tar';
-  await extractLayer(file, format, dest, basename(file), limits, newExtractState());
+  try {
+    await extractLayer(file, format, dest, basename(file), limits, newExtractState());
+  } catch (e) {
+    await rm(dest, { recursive: true, force: true });
+    throw e;
+  }
   await rm(file, { force: true });
 }

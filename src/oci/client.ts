@@ -7,22 +7,39 @@
  * `Basic` sends the credentials, `Bearer realm=…,service=…,scope=…` asks the realm for a token (with the
  * credentials as Basic when there are some, anonymously otherwise) and sends `Bearer <token>`. Credentials go only
  * to a registry, and a token realm, that the allow-list admits.
+ *
+ * What the agents get ({@link RegistryClient.agentGrant}) is the token, scoped to pulling the one repository and
+ * short-lived, never the credentials themselves: a registry that takes only Basic is refused unless the admin lists
+ * it among the registries whose credentials may be forwarded.
  */
 import { createHash } from 'node:crypto';
 import type { Dispatcher } from 'undici';
 import { z } from 'zod';
-import { hostAllowed, type HostRule } from '../policy/reach.ts';
+import { hostAllowed, urlReach, type HostRule } from '../policy/reach.ts';
 import { USER_AGENT } from '../version.ts';
 import { parseChallenges, type Challenge } from './challenge.ts';
 import type { RegistryCredentials } from './credentials.ts';
-import { OciError, OciReason } from './errors.ts';
+import type { SourceBudget } from '../sources/budget.ts';
+import { DEFAULT_REGISTRY_TIMEOUT_MS, OciError, OciReason, ociBudget } from './errors.ts';
 import { MANIFEST_ACCEPT } from './media-types.ts';
 import { formatReference, type OciReference } from './reference.ts';
 
 /** Far above any model manifest (a thousand layers is ~300 KiB). */
 export const DEFAULT_MAX_MANIFEST_BYTES = 4 * 1024 * 1024;
-const MAX_TOKEN_RESPONSE_BYTES = 1024 * 1024;
-const MAX_ERROR_BODY_BYTES = 64 * 1024;
+/**
+ * A token service's answer at most: a registry's bearer token is a few KiB (a JWT with its certificate chain), and
+ * it is copied into the Authorization of every blob an agent fetches, so a realm may not send a megabyte of it.
+ */
+export const MAX_TOKEN_RESPONSE_BYTES = 64 * 1024;
+/**
+ * A token's characters, so that `Bearer <token>` fits the 8 KiB header value an agent takes (agent/spec.ts) and
+ * registries' own request-line limits; real tokens are 1–4 KiB.
+ */
+export const MAX_TOKEN_CHARS = 8192 - 'Bearer '.length;
+/** A tags list of one entry (asked for only to find the repository's Authorization). */
+const TAGS_BYTES = 64 * 1024;
+/** A 401's `WWW-Authenticate` at most, in characters: a challenge is a scheme and a handful of parameters. */
+export const MAX_CHALLENGE_CHARS = 4096;
 
 export interface RegistryClientOptions {
   dispatcher: Dispatcher;
@@ -35,8 +52,18 @@ export interface RegistryClientOptions {
    */
   allowedHosts?: readonly HostRule[] | undefined;
   maxManifestBytes?: number | undefined;
+  /**
+   * Registries whose Basic credentials may go to the agents (and so through the node daemons, which log request
+   * headers), when the registry names no token service. Absent or not matching: such a registry is refused.
+   */
+  basicForwardHosts?: readonly HostRule[] | undefined;
   /** Each exchange, ms (default 60 s). */
   timeoutMs?: number | undefined;
+  /**
+   * The resolution's budget (src/sources/budget.ts): every answer (manifest, challenge, token) is read through it.
+   * Without one, each call (a manifest, an authorization) has a budget of the default bounds of its own.
+   */
+  budget?: SourceBudget<OciError> | undefined;
 }
 
 export interface FetchedManifest {
@@ -45,6 +72,17 @@ export interface FetchedManifest {
   body: Buffer;
   contentType: string | undefined;
 }
+
+/** What an agent sends with each blob GET of one repository. */
+export interface PullGrant {
+  /** `Bearer <token>` (or, where the admin allows it, `Basic …`); undefined: anonymous. */
+  authorization: string | undefined;
+  /** How long a bearer token works from when it was given, ms (the token service's `expires_in`). */
+  lifetimeMs: number | undefined;
+}
+
+/** The distribution spec's lifetime of a token whose answer gives none, s. */
+const DEFAULT_TOKEN_SECONDS = 60;
 
 interface Answer {
   status: number;
@@ -55,6 +93,7 @@ interface Answer {
 const TokenResponse = z.object({
   token: z.string().min(1).optional(),
   access_token: z.string().min(1).optional(),
+  expires_in: z.number().int().positive().optional(),
 });
 
 const header = (h: Answer['headers'], name: string) => {
@@ -68,6 +107,8 @@ export class RegistryClient {
   private readonly opts: RegistryClientOptions;
   /** The Authorization that worked, per repository. */
   private readonly authorizations = new Map<string, string | undefined>();
+  /** How long the token of a repository's Authorization works, ms. */
+  private readonly lifetimes = new Map<string, number>();
 
   constructor(registry: string, opts: RegistryClientOptions) {
     this.registry = registry;
@@ -76,7 +117,9 @@ export class RegistryClient {
     if (opts.allowedHosts !== undefined && !hostAllowed(this.baseURL, opts.allowedHosts))
       throw new OciError(
         OciReason.RegistryNotAllowed,
-        `the registry ${registry} is not in the allowed registry hosts (${opts.allowedHosts.map((r) => r.text).join(', ') || 'none'}): an admin adds it to the allow-list`,
+        urlReach(this.baseURL, opts.allowedHosts) === 'plain'
+          ? `the registry ${registry} is plain HTTP, and the allowed registry hosts (${opts.allowedHosts.map((r) => r.text).join(', ')}) allow it over https only: the credentials would cross the network in clear; use https, or an admin adds http://${registry} to the allow-list`
+          : `the registry ${registry} is not in the allowed registry hosts (${opts.allowedHosts.map((r) => r.text).join(', ') || 'none'}): an admin adds it to the allow-list`,
       );
     if (opts.credentials !== undefined && opts.allowedHosts === undefined)
       throw new OciError(
@@ -100,10 +143,30 @@ export class RegistryClient {
    * `Docker-Content-Digest` the registry announces (a tag resolves to that digest).
    */
   async manifest(ref: OciReference, signal?: AbortSignal): Promise<FetchedManifest> {
+    return this.within((budget) => this.readManifest(ref, budget, signal));
+  }
+
+  /** `work` within the client's budget, or within one of its own closed when the work ends. */
+  private async within<T>(work: (budget: SourceBudget<OciError>) => Promise<T>): Promise<T> {
+    if (this.opts.budget) return work(this.opts.budget);
+    const budget = ociBudget(this.registry, { requestTimeoutMs: this.opts.timeoutMs });
+    try {
+      return await work(budget);
+    } finally {
+      budget.close();
+    }
+  }
+
+  private async readManifest(
+    ref: OciReference,
+    budget: SourceBudget<OciError>,
+    signal?: AbortSignal,
+  ): Promise<FetchedManifest> {
     const what = formatReference(ref);
     const path = `/v2/${ref.repository}/manifests/${ref.digest ?? ref.tag!}`;
     const max = this.opts.maxManifestBytes ?? DEFAULT_MAX_MANIFEST_BYTES;
     const res = await this.get(
+      budget,
       ref.repository,
       path,
       { accept: MANIFEST_ACCEPT },
@@ -133,19 +196,38 @@ export class RegistryClient {
    */
   async pullAuthorization(repository: string, signal?: AbortSignal): Promise<string | undefined> {
     if (!this.authorizations.has(repository))
-      await this.get(
-        repository,
-        `/v2/${repository}/tags/list?n=1`,
-        {},
-        MAX_ERROR_BODY_BYTES,
-        repository,
-        'tags',
-        signal,
+      await this.within((budget) =>
+        this.get(
+          budget,
+          repository,
+          `/v2/${repository}/tags/list?n=1`,
+          {},
+          TAGS_BYTES,
+          repository,
+          'tags',
+          signal,
+        ),
       );
     return this.authorizations.get(repository);
   }
 
+  /**
+   * What the agents send to read `repository`'s blobs: the bearer token the operator got for pulling it (found as
+   * {@link pullAuthorization} does), with its expiry. The credentials themselves only for a registry of
+   * `basicForwardHosts`; another registry answering with Basic alone is refused (BasicAuthNotForwarded).
+   */
+  async agentGrant(repository: string, signal?: AbortSignal): Promise<PullGrant> {
+    const authorization = await this.pullAuthorization(repository, signal);
+    if (authorization?.startsWith('Basic ') && !hostAllowed(this.baseURL, this.opts.basicForwardHosts ?? []))
+      throw new OciError(
+        OciReason.BasicAuthNotForwarded,
+        `the registry ${this.registry} takes only Basic credentials (its challenge names no token service), so the agents would get the Secret's user and password, which the node daemons write into their logs: use a registry with a token service, or an admin who accepts that lists ${this.registry} in --allowed-basic-auth-registry-hosts`,
+      );
+    return { authorization, lifetimeMs: this.lifetimes.get(repository) };
+  }
+
   private async get(
+    budget: SourceBudget<OciError>,
     repository: string,
     path: string,
     headers: Record<string, string>,
@@ -157,6 +239,7 @@ export class RegistryClient {
     let authorization = this.authorizations.get(repository);
     const send = () =>
       this.exchange(
+        budget,
         this.baseURL,
         path,
         { ...headers, ...(authorization ? { authorization } : {}) },
@@ -166,7 +249,7 @@ export class RegistryClient {
       );
     let res = await send();
     if (res.status === 401 && !this.authorizations.has(repository)) {
-      authorization = await this.authorize(repository, res, what, signal);
+      authorization = await this.authorize(budget, repository, res, what, signal);
       res = await send();
     }
     if (res.status === 200) {
@@ -178,15 +261,27 @@ export class RegistryClient {
 
   /** Answers a 401's challenge: the Authorization to send, or throws Unauthorized. */
   private async authorize(
+    budget: SourceBudget<OciError>,
     repository: string,
     res: Answer,
     what: string,
     signal?: AbortSignal,
   ): Promise<string> {
-    const challenges = parseChallenges(header(res.headers, 'www-authenticate') ?? '');
+    const challenge = header(res.headers, 'www-authenticate') ?? '';
+    if (challenge.length > MAX_CHALLENGE_CHARS)
+      throw budget.hit(
+        'tooLarge',
+        'maxEntryChars',
+        `the challenge (WWW-Authenticate) of ${this.registry} for ${what} is longer than ${MAX_CHALLENGE_CHARS} characters`,
+      );
+    const challenges = parseChallenges(challenge);
     const creds = this.opts.credentials;
     const bearer = challenges.find((c) => c.scheme === 'bearer');
-    if (bearer) return `Bearer ${await this.token(bearer, repository, what, signal)}`;
+    if (bearer) {
+      const { token, seconds } = await this.token(budget, bearer, repository, what, signal);
+      this.lifetimes.set(repository, seconds * 1000);
+      return `Bearer ${token}`;
+    }
     if (challenges.some((c) => c.scheme === 'basic')) {
       if (!creds)
         throw new OciError(
@@ -203,13 +298,18 @@ export class RegistryClient {
     );
   }
 
-  /** The bearer token flow: GET realm?service=…&scope=…, Basic credentials when there are some. */
+  /**
+   * The bearer token flow: GET realm?service=…&scope=repository:<repository>:pull, Basic credentials when there
+   * are some. The scope is ours, not the challenge's: the token reaches the agents, and pulling this repository is
+   * all they need.
+   */
   private async token(
+    budget: SourceBudget<OciError>,
     challenge: Challenge,
     repository: string,
     what: string,
     signal?: AbortSignal,
-  ): Promise<string> {
+  ): Promise<{ token: string; seconds: number }> {
     const realm = challenge.params['realm'];
     let url: URL;
     try {
@@ -230,21 +330,25 @@ export class RegistryClient {
     if (allowed !== undefined && !hostAllowed(url.origin, allowed))
       throw new OciError(
         OciReason.RegistryNotAllowed,
-        `the token service ${url.host} of the registry ${this.registry} is not in the allowed registry hosts: an admin adds it to the allow-list`,
+        urlReach(url.origin, allowed) === 'plain'
+          ? `the token service ${url.origin} of the registry ${this.registry} is plain HTTP, allowed over https only: the credentials would cross the network in clear; an admin adds http://${url.host} to the allow-list`
+          : `the token service ${url.host} of the registry ${this.registry} is not in the allowed registry hosts: an admin adds it to the allow-list`,
       );
     if (challenge.params['service'] !== undefined)
       url.searchParams.set('service', challenge.params['service']);
-    url.searchParams.set('scope', challenge.params['scope'] ?? `repository:${repository}:pull`);
+    url.searchParams.set('scope', `repository:${repository}:pull`);
     const headers: Record<string, string> = creds
       ? { authorization: `Basic ${Buffer.from(`${creds.username}:${creds.password}`).toString('base64')}` }
       : {};
     const res = await this.exchange(
+      budget,
       url.origin,
       `${url.pathname}${url.search}`,
       headers,
       MAX_TOKEN_RESPONSE_BYTES,
       what,
       signal,
+      'token service',
     );
     if (res.status === 401 || res.status === 403)
       throw new OciError(
@@ -259,9 +363,11 @@ export class RegistryClient {
         { status: res.status },
       );
     let token: string | undefined;
+    let seconds = DEFAULT_TOKEN_SECONDS;
     try {
       const t = TokenResponse.parse(JSON.parse(res.body.toString('utf8')));
       token = t.token ?? t.access_token;
+      seconds = t.expires_in ?? DEFAULT_TOKEN_SECONDS;
     } catch {
       token = undefined;
     }
@@ -270,7 +376,12 @@ export class RegistryClient {
         OciReason.RegistryError,
         `the token service of ${this.registry} sent no token for ${what}`,
       );
-    return token;
+    if (token.length > MAX_TOKEN_CHARS)
+      throw new OciError(
+        OciReason.TokenTooLarge,
+        `the token service of ${this.registry} sent a token of ${token.length} characters for ${what}, above the ${MAX_TOKEN_CHARS} a request header (and an agent) takes: the token service is misconfigured, or not a registry's`,
+      );
+    return { token, seconds };
   }
 
   private failure(res: Answer, what: string, object: string, authorized: boolean): OciError {
@@ -311,16 +422,23 @@ export class RegistryClient {
     );
   }
 
+  /**
+   * One GET, read through the resolution's budget: the body within `maxBytes` (and what is left of the total), an
+   * error answer's first bytes only, the exchange within its own time-out and the resolution's deadline.
+   */
   private async exchange(
+    budget: SourceBudget<OciError>,
     origin: string,
     path: string,
     headers: Record<string, string>,
     maxBytes: number,
     what: string,
     signal: AbortSignal | undefined,
+    answering: 'registry' | 'token service' = 'registry',
   ): Promise<Answer> {
-    const timeout = AbortSignal.timeout(this.opts.timeoutMs ?? 60_000);
-    const s = signal ? AbortSignal.any([signal, timeout]) : timeout;
+    budget.answer();
+    const req = budget.request(this.opts.timeoutMs ?? DEFAULT_REGISTRY_TIMEOUT_MS);
+    const s = signal ? AbortSignal.any([signal, req.signal]) : req.signal;
     try {
       const res = await this.opts.dispatcher.request({
         origin,
@@ -328,34 +446,20 @@ export class RegistryClient {
         method: 'GET',
         headers: { 'user-agent': USER_AGENT, ...headers },
         signal: s,
+        headersTimeout: req.ms,
+        bodyTimeout: req.ms,
       });
-      const length = Number(header(res.headers, 'content-length') ?? NaN);
-      const tooLarge = () =>
-        new OciError(
-          OciReason.ManifestTooLarge,
-          `the ${origin === this.baseURL ? 'registry' : 'token service'} answer for ${what} is larger than ${maxBytes} bytes: a model manifest is far smaller (raise the manifest cap if it is right)`,
-          { status: res.statusCode },
-        );
-      if (length > maxBytes) {
-        res.body.on('error', () => undefined);
-        res.body.destroy();
-        throw tooLarge();
-      }
-      const chunks: Buffer[] = [];
-      let size = 0;
-      for await (const chunk of res.body) {
-        size += (chunk as Buffer).length;
-        if (size > maxBytes) {
-          res.body.destroy();
-          throw tooLarge();
-        }
-        chunks.push(chunk as Buffer);
-      }
-      return { status: res.statusCode, headers: res.headers, body: Buffer.concat(chunks) };
+      const body = await budget.read(res.body, {
+        maxBytes,
+        error: res.statusCode < 200 || res.statusCode > 299,
+        what: `the ${answering} answer for ${what}`,
+      });
+      return { status: res.statusCode, headers: res.headers, body };
     } catch (e) {
       if (e instanceof OciError) throw e;
       if (signal?.aborted) throw signal.reason ?? e;
-      const why = timeout.aborted
+      if (budget.signal.aborted) throw budget.signal.reason as Error;
+      const why = req.timedOut()
         ? 'no answer in time'
         : ((e as { code?: string }).code ?? (e as Error).message);
       throw new OciError(
@@ -365,18 +469,44 @@ export class RegistryClient {
           secrets: this.secrets,
         },
       );
+    } finally {
+      req.done();
     }
   }
 }
 
-/** The first `errors[].code` of a distribution error body (MANIFEST_UNKNOWN, DENIED...), if it is one. */
+/**
+ * The error codes of the distribution spec (and Docker Hub's TOOMANYREQUESTS): the only words of a registry's error
+ * body a message repeats. A registry may be any host a tenant names (anonymous pulls), so its text is never quoted:
+ * that would be a read channel into whatever the operator can reach, cloud metadata included.
+ */
+export const REGISTRY_ERROR_CODES: ReadonlySet<string> = new Set([
+  'BLOB_UNKNOWN',
+  'BLOB_UPLOAD_INVALID',
+  'BLOB_UPLOAD_UNKNOWN',
+  'DIGEST_INVALID',
+  'MANIFEST_BLOB_UNKNOWN',
+  'MANIFEST_INVALID',
+  'MANIFEST_UNKNOWN',
+  'MANIFEST_UNVERIFIED',
+  'NAME_INVALID',
+  'NAME_UNKNOWN',
+  'SIZE_INVALID',
+  'TAG_INVALID',
+  'UNAUTHORIZED',
+  'DENIED',
+  'UNSUPPORTED',
+  'TOOMANYREQUESTS',
+]);
+
+/** The first `errors[].code` of a distribution error body (MANIFEST_UNKNOWN, DENIED...), if it is a known one. */
 function registryErrorCode(body: Buffer): string | undefined {
   try {
-    const j = JSON.parse(body.subarray(0, MAX_ERROR_BODY_BYTES).toString('utf8')) as {
+    const j = JSON.parse(body.toString('utf8')) as {
       errors?: { code?: unknown }[];
     };
     const code = j.errors?.[0]?.code;
-    return typeof code === 'string' && /^[A-Z_]{1,64}$/.test(code) ? code : undefined;
+    return typeof code === 'string' && REGISTRY_ERROR_CODES.has(code) ? code : undefined;
   } catch {
     return undefined;
   }

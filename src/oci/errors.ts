@@ -4,6 +4,13 @@
  * that says what to fix. Messages never hold credentials or a URL's query: they pass {@link redact}.
  */
 import { redact } from '../redact.ts';
+import {
+  SourceBoundReason,
+  SourceBudget,
+  sourceBounds,
+  type BoundHit,
+  type SourceBounds,
+} from '../sources/budget.ts';
 
 export const OciReason = {
   /** The reference is not `registry/repository[:tag][@sha256:…]`. */
@@ -18,8 +25,13 @@ export const OciReason = {
   Forbidden: 'Forbidden',
   /** 404: no such repository, tag, manifest or blob. */
   NotFound: 'NotFound',
-  /** The manifest is larger than the cap. */
-  ManifestTooLarge: 'ManifestTooLarge',
+  /**
+   * The resolution passed a bound of its budget in size (src/sources/budget.ts): a manifest over its cap, a token
+   * answer, a challenge, the answers together.
+   */
+  SourceTooLarge: SourceBoundReason.TooLarge,
+  /** The resolution (manifest, token, authorization) did not complete within its deadline. */
+  SourceTimeout: SourceBoundReason.Timeout,
   /** The manifest is not a ModelPack model manifest (an image, an index, something else). */
   NotModelPack: 'NotModelPack',
   /** A layer (or the artifact) has a media type this reader does not know. */
@@ -34,6 +46,15 @@ export const OciReason = {
   InvalidArchive: 'InvalidArchive',
   /** The artifact is over a byte or file-count cap. */
   LimitExceeded: 'LimitExceeded',
+  /** What an archive unpacks to does not fit in the free space of the volume (less the space that must stay free). */
+  InsufficientStorage: 'InsufficientStorage',
+  /**
+   * The registry takes only Basic credentials (no token service), and the admin does not allow forwarding them to
+   * the agents (--allowed-basic-auth-registry-hosts).
+   */
+  BasicAuthNotForwarded: 'BasicAuthNotForwarded',
+  /** The token service's token is larger than an agent takes as a header. */
+  TokenTooLarge: 'TokenTooLarge',
   /** The registry answered with something else (5xx, a body that does not parse). */
   RegistryError: 'RegistryError',
   /** A blob could not be downloaded through the peer proxy. */
@@ -58,4 +79,24 @@ export class OciError extends Error {
     this.layer = opts.layer;
     this.status = opts.status;
   }
+}
+
+/** A registry exchange's own time-out, ms. */
+export const DEFAULT_REGISTRY_TIMEOUT_MS = 60_000;
+
+/**
+ * One resolution's budget against a registry and its token service (src/sources/budget.ts): every answer (the
+ * manifest, a 401's challenge, the token) read through it, a bound hit an {@link OciError} that says which bound.
+ */
+export function ociBudget(registry: string, bounds: Partial<SourceBounds> = {}): SourceBudget<OciError> {
+  return new SourceBudget(sourceBounds({ requestTimeoutMs: DEFAULT_REGISTRY_TIMEOUT_MS, ...bounds }), {
+    terms: { whole: `the resolution of ${registry}`, holder: 'the artifact' },
+    toError: (hit: BoundHit) =>
+      new OciError(
+        hit.reason,
+        hit.failure === 'timedOut'
+          ? `${hit.message}: the registry ${registry} (or its token service) did not answer in time; it is asked again later`
+          : `${hit.message}: check that ${registry} (and its token service) is an OCI registry; a model manifest is far smaller (raise the manifest cap if it is right)`,
+      ),
+  });
 }

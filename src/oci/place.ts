@@ -14,6 +14,8 @@ import type { Dispatcher } from 'undici';
 import type { Logger } from 'pino';
 import { TEMP_PREFIX } from '../agent/download.ts';
 import { FetchError, fetchFile, fetchLogFields } from '../agent/proxy-fetch.ts';
+import { markPoisoned, refetchCount, refetchTag } from '../agent/refetch.ts';
+import { TAG_HEADER } from '../storage/taskid.ts';
 import type { RegistryClient } from './client.ts';
 import { OciError, OciReason } from './errors.ts';
 import { extractLayer, newExtractState, type ExtractLimits } from './extract.ts';
@@ -141,11 +143,11 @@ async function checkSpace(
       OciReason.LimitExceeded,
       `${what} holds ${manifest.bytes} bytes of layers, above the cap of ${limits.maxBytes} bytes: raise the byte cap or make the model smaller`,
     );
-  const fs = await statfs(parent);
+  const fs = limits.freeBytes ? undefined : await statfs(parent);
   // A hard link takes no blocks, but a refused one is streamed, and a tar layer is the blob plus what it unpacks.
   const needed =
     manifest.bytes + manifest.layers.filter((l) => l.format !== 'raw').reduce((s, l) => s + l.size, 0);
-  const free = fs.bavail * fs.bsize;
+  const free = fs ? fs.bavail * fs.bsize : await limits.freeBytes!(parent);
   if (free - needed < limits.minFreeBytes)
     throw new OciError(
       OciReason.LimitExceeded,
@@ -162,13 +164,18 @@ async function fetchLayer(run: Run, l: ModelLayer): Promise<void> {
   const local = l.format === 'raw' ? run.tmp : run.blobs;
   const target = blobPath(run, l);
   const asked = performance.now();
+  // A digest served wrongly before is asked for under a fresh task, as the agent does (src/agent/refetch.ts); the
+  // counts live beside the model's directory (the model root when dest is <root>/<model>/<version>).
+  const counts = dirname(dirname(req.dest));
+  const hex = l.digest.slice('sha256:'.length);
+  const tag = refetchTag(run.headers[TAG_HEADER], await refetchCount(counts, hex));
   let r;
   try {
     r = await fetchFile({
       dispatcher: req.dispatcher,
       proxy: req.proxy,
       url: req.client.blobURL(req.ref.repository, l.digest),
-      headers: run.headers,
+      headers: tag ? { ...run.headers, [TAG_HEADER]: tag } : run.headers,
       target,
       expectedSize: l.size,
       hardLink:
@@ -203,8 +210,13 @@ async function fetchLayer(run: Run, l: ModelLayer): Promise<void> {
   }
   const fetched = performance.now();
   // A body that came through here was hashed as it arrived; only a local hit's link (never read) is read back.
-  if (r.sha256 !== undefined) checkDigest(r.sha256, l.digest, l.name);
-  else await verifyBlob(target, l.digest, l.name, run.signal);
+  try {
+    if (r.sha256 !== undefined) checkDigest(r.sha256, l.digest, l.name);
+    else await verifyBlob(target, l.digest, l.name, run.signal);
+  } catch (e) {
+    if (e instanceof OciError && e.reason === OciReason.DigestMismatch) await markPoisoned(counts, hex);
+    throw e;
+  }
   Object.assign(run.reports[l.index]!, {
     bytes: r.bytes,
     files: l.format === 'raw' ? 1 : 0,

@@ -1,23 +1,23 @@
 /**
  * Where a namespaced spec may have the operator send a Hugging Face token: the endpoint of a source with a
- * tokenSecretRef must be in the admin's `--allowed-hub-hosts` (default huggingface.co). Asked before the Secret is
+ * tokenSecretRef must be in the admin's `--allowed-hub-hosts` (default huggingface.co, https only; plain HTTP only
+ * to a host listed as `http://host`). Asked before the Secret is
  * read, so a refused endpoint never receives the token (not the listing's, not a file's header). A source without
  * a token sends nothing secret and may name any Hub (a public mirror). Pure.
  */
 import type { HubSource } from '../api/source-huggingface.ts';
 import { DEFAULT_HUB_ENDPOINT } from '../huggingface/endpoint.ts';
-import { hostAllowed, ReachReason, type HostRule, type Reach } from './reach.ts';
+import { hostAllowed, ReachReason, refusalText, type HostRule, type Reach } from './reach.ts';
 
 export function hubReach(source: HubSource, field: string, hubHosts: readonly HostRule[]): Reach {
   if (source.tokenSecretRef === undefined) return { allowed: true };
   const endpoint = source.endpoint ?? DEFAULT_HUB_ENDPOINT;
   if (hostAllowed(endpoint, hubHosts)) return { allowed: true };
-  const listed = hubHosts.length > 0 ? `(${hubHosts.map((r) => r.text).join(', ')})` : '(empty)';
   return {
     allowed: false,
     reason: ReachReason.HubNotAllowed,
     message:
-      `${field}.endpoint: host ${new URL(endpoint).host} is not in the operator's --allowed-hub-hosts ${listed}, ` +
+      `${field}.endpoint: ${refusalText(endpoint, hubHosts, '--allowed-hub-hosts')}, ` +
       'so the token of tokenSecretRef is not read nor sent; remove the endpoint to use huggingface.co, remove ' +
       'tokenSecretRef for a public repository, or ask an admin to allow the host',
   };

@@ -14,6 +14,12 @@
  *
  * Hosts are compared as written in the URL: names are not resolved (an allowed name is trusted to resolve where the
  * admin expects, as a Service name does), so an IP range rule (`10.0.0.0/8`) matches IP literals only.
+ *
+ * The scheme is part of a rule: `http://host` allows plain HTTP (and https) to the host, `https://host` https only.
+ * An entry without a scheme means what its list says (`bare`): https only for the lists of credentials a source
+ * sends (storage keys, registry credentials, a Hub token: they would cross the network in clear otherwise), either
+ * scheme for the manager and model-server lists (in-cluster services that speak plain HTTP by default, as they did
+ * before schemes were part of a rule; `https://` there keeps a host to TLS).
  */
 import { BlockList, isIP } from 'node:net';
 import type { ClusterManagerSpec, LabelSelector } from '../api/index.ts';
@@ -31,6 +37,8 @@ export interface HostRule {
   ips?: BlockList;
   /** Undefined: any port. */
   port?: number;
+  /** Whether plain HTTP may go to the host (`http://` entries, and bare entries of a list that allows it). */
+  http: boolean;
   /** The entry as the admin wrote it (for messages). */
   text: string;
 }
@@ -81,15 +89,36 @@ function globPattern(name: string): RegExp {
 }
 
 /**
- * Parses one allow-list entry: `name`, `*.domain`, an IPv4/IPv6 address (IPv6 in brackets when a port follows),
- * a CIDR range (`10.0.0.0/8`, `fd00::/8`), each optionally `:port`; `*` alone allows every host. Throws a message
- * naming the entry.
+ * What an entry without a scheme allows: `https` only (the credential lists), or `any` (http too: the manager and
+ * model-server lists).
  */
-export function parseHostRule(entry: string): HostRule {
+export type BareScheme = 'https' | 'any';
+
+/**
+ * Parses one allow-list entry: `name`, `*.domain`, an IPv4/IPv6 address (IPv6 in brackets when a port follows),
+ * a CIDR range (`10.0.0.0/8`, `fd00::/8`), each optionally `:port`; `*` alone allows every host. `http://` first
+ * allows plain HTTP there, `https://` first TLS only; without either, `bare` decides. Throws a message naming the
+ * entry.
+ */
+export function parseHostRule(entry: string, bare: BareScheme = 'https'): HostRule {
   const text = entry.trim();
   const bad = (why: string) => new Error(`"${text}": ${why}`);
   if (text === '') throw bad('empty entry');
-  if (text === '*') return { name: '*', text };
+  const scheme = /^([a-z][a-z0-9+.-]*):\/\//i.exec(text);
+  if (scheme && !/^https?$/i.test(scheme[1]!))
+    throw bad('the scheme may be http:// (plain HTTP allowed) or https:// (TLS only), or left out');
+  const http = scheme ? scheme[1]!.toLowerCase() === 'http' : bare === 'any';
+  const rest = scheme ? text.slice(scheme[0].length).replace(/\/$/, '') : text;
+  if (rest === '') throw bad('no host after the scheme');
+  // A range's `/prefix` is the one `/` an entry holds.
+  if (/[/?#@]/.test(rest.replace(/\/\d+(?=(:\d+)?$)/, '')))
+    throw bad('an entry is a scheme, a host and a port only: no path, query or user');
+  return { ...parseHost(rest, bad), http, text };
+}
+
+/** The host part of an entry (after its scheme). */
+function parseHost(text: string, bad: (why: string) => Error): Omit<HostRule, 'http' | 'text'> {
+  if (text === '*') return { name: '*' };
   let host = text;
   let port: number | undefined;
   const bracket = /^\[([^\]]+)\](?::(\d+))?$/.exec(text);
@@ -113,61 +142,102 @@ export function parseHostRule(entry: string): HostRule {
     if (prefix > (family === 4 ? 32 : 128)) throw bad('the prefix length is too long');
     const ips = new BlockList();
     ips.addSubnet(range[1]!, prefix, family === 4 ? 'ipv4' : 'ipv6');
-    return { ips, ...(port !== undefined ? { port } : {}), text };
+    return { ips, ...(port !== undefined ? { port } : {}) };
   }
   const family = isIP(host);
   if (family !== 0) {
     const ips = new BlockList();
     ips.addAddress(host, family === 4 ? 'ipv4' : 'ipv6');
-    return { ips, ...(port !== undefined ? { port } : {}), text };
+    return { ips, ...(port !== undefined ? { port } : {}) };
   }
   const name = host.toLowerCase().replace(/\.$/, '');
   const portPart = port !== undefined ? { port } : {};
-  if (HOST_NAME.test(name)) return { name, ...portPart, text };
+  if (HOST_NAME.test(name)) return { name, ...portPart };
   if (GLOB_NAME.test(name) && !name.split('.').every((l) => l === '*') && !/\*\*/.test(name))
-    return { name, glob: globPattern(name), ...portPart, text };
+    return { name, glob: globPattern(name), ...portPart };
   throw bad('must be a host name, *.domain, an IP address or a range, with an optional :port');
 }
 
-/** Parses a comma-separated allow-list (empty: nothing allowed). */
-export function parseHostRules(list: string): HostRule[] {
+/** Parses a comma-separated allow-list (empty: nothing allowed); `bare`: what an entry without a scheme allows. */
+export function parseHostRules(list: string, bare: BareScheme = 'https'): HostRule[] {
   return list
     .split(',')
     .map((e) => e.trim())
     .filter((e) => e !== '')
-    .map(parseHostRule);
+    .map((e) => parseHostRule(e, bare));
 }
 
-/** Whether `url`'s host (and port) matches one of `rules`. A URL that does not parse matches nothing. */
-export function hostAllowed(url: string, rules: readonly HostRule[]): boolean {
+/** How `url` stands against `rules`: allowed; `plain` (its host is allowed, over https only); or refused. */
+export function urlReach(url: string, rules: readonly HostRule[]): 'allowed' | 'plain' | 'refused' {
   let u: URL;
   try {
     u = new URL(url);
   } catch {
-    return false;
+    return 'refused';
   }
-  if (u.username || u.password) return false;
+  if (u.username || u.password) return 'refused';
+  if (u.protocol !== 'https:' && u.protocol !== 'http:') return 'refused';
   const host = u.hostname
     .replace(/^\[(.*)\]$/, '$1')
     .toLowerCase()
     .replace(/\.$/, '');
   const port = u.port ? Number(u.port) : u.protocol === 'https:' ? 443 : 80;
-  const family = isIP(host);
-  return rules.some((r) => {
-    if (r.port !== undefined && r.port !== port) return false;
-    if (r.name === '*') return true;
-    if (r.ips) return family !== 0 && r.ips.check(host, family === 4 ? 'ipv4' : 'ipv6');
-    if (family !== 0 || !r.name) return false;
-    if (r.glob) return r.glob.test(host);
-    return r.name.startsWith('*.') ? host.endsWith(r.name.slice(1)) : host === r.name;
-  });
+  const matching = rules.filter((r) => hostMatches(r, host, port));
+  if (matching.length === 0) return 'refused';
+  return u.protocol === 'https:' || matching.some((r) => r.http) ? 'allowed' : 'plain';
 }
 
-const listed = (rules: readonly HostRule[]) =>
+/**
+ * Whether `url`'s scheme, host and port match one of `rules`: https to a listed host, plain http only to a host
+ * listed with `http://` (or in a list whose bare entries allow it). A URL that does not parse matches nothing.
+ */
+export function hostAllowed(url: string, rules: readonly HostRule[]): boolean {
+  return urlReach(url, rules) === 'allowed';
+}
+
+/**
+ * The words of a refusal of `url` for `listName` (`--allowed-hub-hosts`): the host that is not listed, or the plain
+ * HTTP that is not allowed to a listed host, with the entry an admin would add.
+ */
+export function refusalText(
+  url: string,
+  rules: readonly HostRule[],
+  listName: string,
+  owner = "the operator's",
+): string {
+  const host = hostOf(url);
+  if (urlReach(url, rules) === 'plain')
+    return (
+      `${originOf(url)} is plain HTTP: ${owner} ${listName} allows ${host} over https only, so the credentials ` +
+      `would cross the network in clear (use https://${host}, or an admin adds http://${host} to the list)`
+    );
+  return `host ${host} is not in ${owner} ${listName} ${listed(rules)}`;
+}
+
+/** Whether a rule's host and port (not its scheme) match. */
+function hostMatches(r: HostRule, host: string, port: number): boolean {
+  if (r.port !== undefined && r.port !== port) return false;
+  if (r.name === '*') return true;
+  const family = isIP(host);
+  if (r.ips) return family !== 0 && r.ips.check(host, family === 4 ? 'ipv4' : 'ipv6');
+  if (family !== 0 || !r.name) return false;
+  if (r.glob) return r.glob.test(host);
+  return r.name.startsWith('*.') ? host.endsWith(r.name.slice(1)) : host === r.name;
+}
+
+/** A list as a message shows it. */
+export const listed = (rules: readonly HostRule[]) =>
   rules.length > 0 ? `(${rules.map((r) => r.text).join(', ')})` : '(empty)';
 const hostOf = (url: string) => {
   try {
     return new URL(url).host;
+  } catch {
+    return url;
+  }
+};
+const originOf = (url: string) => {
+  try {
+    return new URL(url).origin;
   } catch {
     return url;
   }
@@ -180,7 +250,7 @@ export function managerURLReach(url: string, field: string, policy: ReachPolicy)
     allowed: false,
     reason: ReachReason.ManagerNotAllowed,
     message:
-      `${field}: host ${hostOf(url)} is not in the operator's --allowed-manager-hosts ${listed(policy.managerHosts)}, ` +
+      `${field}: ${refusalText(url, policy.managerHosts, '--allowed-manager-hosts')}, ` +
       `so no request (and no Secret) is sent to it; name a ClusterManager in ${field.replace(/\.url$/, '')}.clusterManagerRef, ` +
       'leave the manager unset to use the operator default, or ask an admin to allow the host',
   };

@@ -15,7 +15,15 @@
  */
 import type { ModelPreheatSpec, ObjectStorageLocation } from '../api/index.ts';
 import { objectURL, parseEndpoint } from '../storage/objecturl.ts';
-import { hostAllowed, parseHostRules, ReachReason, type HostRule, type Reach } from './reach.ts';
+import {
+  hostAllowed,
+  listed,
+  parseHostRules,
+  ReachReason,
+  refusalText,
+  type HostRule,
+  type Reach,
+} from './reach.ts';
 
 /**
  * The storage services' own hosts: S3 (global, regional and dual-stack endpoints, each path style and virtual
@@ -77,9 +85,6 @@ const hostOf = (url: string) => {
   }
 };
 
-const listed = (rules: readonly HostRule[]) =>
-  rules.length > 0 ? `(${rules.map((r) => r.text).join(', ')})` : '(empty)';
-
 /** An object-storage location: every host its credentials would reach must be in `storageHosts`. */
 export function storageReach(
   location: Location,
@@ -93,13 +98,20 @@ export function storageReach(
   } catch {
     urls = [location.endpoint ?? ''];
   }
-  const refused = urls.filter((u) => !hostAllowed(u, policy.storageHosts)).map(hostOf);
+  const refused = urls.filter((u) => !hostAllowed(u, policy.storageHosts));
   const foreign = foreignAzureAccount(location);
   if (refused.length === 0 && foreign === undefined) return ALLOWED;
+  const unlisted = [
+    ...new Set(
+      refused.filter((u) => !hostAllowed(u.replace(/^http:/i, 'https:'), policy.storageHosts)).map(hostOf),
+    ),
+  ];
   const why =
-    refused.length > 0
-      ? `host ${[...new Set(refused)].join(', ')} is not in ${owner} --allowed-storage-hosts ${listed(policy.storageHosts)}`
-      : `host ${foreign} is another storage account's than accountName ${location.accountName}`;
+    unlisted.length > 0
+      ? `host ${unlisted.join(', ')} is not in ${owner} --allowed-storage-hosts ${listed(policy.storageHosts)}`
+      : refused.length > 0
+        ? refusalText(refused[0]!, policy.storageHosts, '--allowed-storage-hosts', owner)
+        : `host ${foreign} is another storage account's than accountName ${location.accountName}`;
   return {
     allowed: false,
     reason: ReachReason.StorageEndpointNotAllowed,
@@ -118,12 +130,15 @@ export function registryReach(
   secretField = 'spec.imageCredentialsSecretRef',
 ): Reach {
   if (!withCredentials || url === undefined || hostAllowed(url, policy.registryHosts)) return ALLOWED;
-  const host = hostOf(url);
+  const plain = !hostAllowed(url.replace(/^http:/i, 'https:'), policy.registryHosts) ? undefined : url;
+  const why = plain
+    ? refusalText(plain, policy.registryHosts, '--allowed-registry-hosts')
+    : `registry ${hostOf(url)} is not in the operator's --allowed-registry-hosts ${listed(policy.registryHosts)}`;
   return {
     allowed: false,
     reason: ReachReason.RegistryNotAllowed,
     message:
-      `${field}: registry ${host} is not in the operator's --allowed-registry-hosts ${listed(policy.registryHosts)}, ` +
+      `${field}: ${why}, ` +
       `so the credentials of ${secretField} are not read nor sent; ask an admin to allow the registry, ` +
       `or remove ${secretField.split('.').at(-1)} for a public image`,
   };

@@ -10,8 +10,18 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Dispatcher } from 'undici';
 import { z } from 'zod';
+import { SpecTooLargeError, specBody } from '../agent/spec.ts';
 import { parseBody } from '../http/body.ts';
-import type { Call, ModelFiles, RegisterCall, ReplicaAccess, ReplicaOwner, ReplicaRef } from './driver.ts';
+import { SerializedJSON } from '../http/request.ts';
+import type {
+  Call,
+  IntegrityFailure,
+  ModelFiles,
+  RegisterCall,
+  ReplicaAccess,
+  ReplicaOwner,
+  ReplicaRef,
+} from './driver.ts';
 import { ReplicaEndpoint } from './endpoint.ts';
 import { replicaSecret, type SecretValue } from './secrets.ts';
 
@@ -41,7 +51,26 @@ const TERMINAL_REASONS = new Set([
   'UnsafeTarEntry',
   'InvalidArchive',
   'LimitExceeded',
+  // Refused before sending (spec.ts specBody): the same files are as large next time.
+  'SpecTooLarge',
 ]);
+
+/**
+ * The agent's reasons that are failures of the bytes, not of the network or a server. A checksum mismatch is
+ * retryable: the agent asks for the file under a fresh P2P task next time (src/agent/refetch.ts), so a retry reads
+ * the origin again. An unsafe archive entry is in bytes that match their digest: the same archive fails again.
+ */
+const INTEGRITY_REASONS: Readonly<Record<string, IntegrityFailure>> = {
+  ChecksumMismatch: 'ChecksumMismatch',
+  UnsafeTarEntry: 'UnsafeArchive',
+};
+
+/** The integrity failure an agent's reason word names, if it names one. */
+export function integrityOf(reason: string | undefined): IntegrityFailure | undefined {
+  return reason !== undefined && Object.hasOwn(INTEGRITY_REASONS, reason)
+    ? INTEGRITY_REASONS[reason]
+    : undefined;
+}
 
 export interface Placed {
   /** The version's directory under the agent's root. */
@@ -89,7 +118,13 @@ export class AgentClient {
   async place(name: string, version: string, files: ModelFiles, call: RegisterCall): Promise<Placed> {
     const operation = `place ${name} ${version}`;
     call.progress?.(`the agent places ${name} ${version}`);
-    const res = await this.agent.send(operation, 'PUT', modelPath(name), { ...files, version }, call);
+    const res = await this.agent.send(
+      operation,
+      'PUT',
+      modelPath(name),
+      this.body(operation, files, version),
+      call,
+    );
     if (res.status !== 200 && res.status !== 202) throw this.agent.failure(operation, res);
     for (;;) {
       const v = (await this.versions(name, call)).find((p) => p.version === version);
@@ -103,10 +138,24 @@ export class AgentClient {
         return { directory: v.directory ?? files.directory ?? name, localHit: allLocal(v) };
       if (v.state === 'Failed') {
         const kind = v.reason && TERMINAL_REASONS.has(v.reason) ? 'terminal' : 'retryable';
-        throw this.agent.error(operation, kind, v.error ?? 'the download failed', { reason: v.reason });
+        // The exchange succeeded: the agent's own download failed (not "network error", as status 0 would say).
+        throw this.agent.error(operation, kind, v.error ?? 'the download failed', {
+          reason: v.reason,
+          where: 'reported by the agent',
+        });
       }
       call.progress?.(progressLine(name, v));
       await sleep(this.opts.pollMs ?? 1_000, undefined, { signal: call.signal });
+    }
+  }
+
+  /** The PUT body, bounded here (not only by the agent's cap) so a large spec never builds in the operator. */
+  private body(operation: string, files: ModelFiles, version: string): SerializedJSON {
+    try {
+      return new SerializedJSON(specBody({ ...files, version }));
+    } catch (e) {
+      if (!(e instanceof SpecTooLargeError)) throw e;
+      throw this.agent.error(operation, 'terminal', e.message, { reason: e.reason });
     }
   }
 

@@ -107,8 +107,16 @@ export interface RegisterCall extends Call {
 /** How a failed call reads, for the conditions: the kinds every driver maps its errors to. */
 export type FailureKind = 'auth' | 'notFound' | 'conflict' | 'terminal' | 'retryable';
 
+/**
+ * A failure of the bytes themselves, not of a server nor of the network: a file that does not hash to the digest its
+ * source publishes (`ChecksumMismatch`), an archive with an entry that would leave its directory (`UnsafeArchive`).
+ */
+export type IntegrityFailure = 'ChecksumMismatch' | 'UnsafeArchive';
+
 export interface Failure {
   kind: FailureKind;
+  /** Set for a failure of the placed bytes: its own condition reason (the kind still says whether to retry). */
+  integrity?: IntegrityFailure | undefined;
   /** False: the same request fails again until something changes (credentials, archive, model server). */
   retryable: boolean;
   /** Without credentials (the driver redacts what the server says). */

@@ -7,9 +7,18 @@
  */
 import type { Dispatcher } from 'undici';
 import { INVALID_RESPONSE, kindForStatus, type StatusException } from '../http/classify.ts';
-import { HttpError, boundDetail, type HttpErrorInit, type HttpErrorKind } from '../http/errors.ts';
+import {
+  HttpError,
+  answerWords,
+  boundDetail,
+  type HttpErrorInit,
+  type HttpErrorKind,
+} from '../http/errors.ts';
 import { jsonEndpoint, sendJSON, type HttpResponse, type JsonEndpoint } from '../http/request.ts';
 import type { Call } from './driver.ts';
+
+/** The agent's reason words (`InvalidSpec`, `DiskBudgetExceeded`): one capitalised word, never a value. */
+const REASON_WORD = /^[A-Z][a-z]+(?:[A-Z][a-z]+){0,6}$/;
 
 /** A failed call of a replica's server or agent. */
 export class ReplicaError extends HttpError {
@@ -65,6 +74,8 @@ export interface ErrorExtras {
   status?: number | undefined;
   reason?: string | undefined;
   code?: string | undefined;
+  /** In place of the status in the message (HttpErrorInit's `where`). */
+  where?: string | undefined;
 }
 
 export class ReplicaEndpoint {
@@ -105,12 +116,18 @@ export class ReplicaEndpoint {
     );
   }
 
-  /** The error of an answer the caller does not accept. */
+  /**
+   * The error of an answer the caller does not accept. The server's text classifies it but is never quoted (an
+   * endpoint may be any address a tenant's Service names: {@link answerWords}), except the agent's own error shape,
+   * `{"error": {"reason", "message"}}` with a reason word: words a peerload agent wrote, which name the file and
+   * the fix.
+   */
   failure(operation: string, res: HttpResponse): ReplicaError {
     const { message, reason } = errorFields(res.text);
     const kind = kindForStatus(res.status, message, this.opts.exceptions);
-    const detail = message || `HTTP ${res.status} without a message`;
-    return this.error(operation, kind, detail, { status: res.status, reason });
+    const agents = this.opts.role === 'agent' && reason !== undefined && REASON_WORD.test(reason);
+    const detail = agents && message ? message : answerWords(res.status);
+    return this.error(operation, kind, detail, { status: res.status, reason: agents ? reason : undefined });
   }
 
   /** A 2xx body that is not what the API answers: retryable (src/http/classify.ts says why). */
@@ -127,6 +144,7 @@ export class ReplicaEndpoint {
       detail: boundDetail(detail, this.secrets),
       reason: extras.reason,
       code: extras.code,
+      where: extras.where,
     });
   }
 }

@@ -62,11 +62,4 @@ export class ListError extends Error {
 }
 
 /** A bound hit during a listing, before the location is known to the message; list.ts words it. */
-export class ListBoundHit extends Error {
-  readonly failure: Exclude<ListFailure, 'failed'>;
-  constructor(failure: Exclude<ListFailure, 'failed'>, message: string) {
-    super(message);
-    this.name = 'ListBoundHit';
-    this.failure = failure;
-  }
-}
+export { BoundHit as ListBoundHit } from '../sources/budget.ts';

@@ -10,67 +10,50 @@
  * failed requests, and a page over its cap or a server that does not answer gains nothing from that.
  */
 import { request } from 'undici';
-import { MAX_ERROR_BODY_BYTES, ResponseTooLargeError, readBoundedBytes, readPrefix } from '../http/body.ts';
-import { timerDelay } from '../runtime/timers.ts';
-import { ListBoundHit, type ListBounds } from './list-bounds.ts';
+import { SourceBudget } from '../sources/budget.ts';
+import type { ListBounds } from './list-bounds.ts';
 
-/** One listing in progress: its bounds, its signal (the caller's, the whole-listing time-out, a bound hit). */
-export class ListRun {
-  readonly bounds: ListBounds;
-  readonly signal: AbortSignal;
-  /** The first bound hit, if any: what the listing failed of, whatever an SDK made of the abort. */
-  hitBound: ListBoundHit | undefined;
-  readonly #controller = new AbortController();
-  readonly #timer: NodeJS.Timeout;
-  #pages = 0;
-  #keys = 0;
-  #keyChars = 0;
-
+/**
+ * One listing in progress: a {@link SourceBudget} in a listing's words (pages, objects, keys), its bounds the
+ * listing's: the caller's signal, the whole-listing time-out and a bound hit end every request of it.
+ */
+export class ListRun extends SourceBudget {
   constructor(bounds: ListBounds, callerSignal?: AbortSignal) {
-    this.bounds = bounds;
-    const ms = Math.max(1, timerDelay(bounds.timeoutMs));
-    this.#timer = setTimeout(
-      () => this.hit(new ListBoundHit('timedOut', `the listing did not complete within ${ms} ms`)),
-      ms,
+    super(
+      {
+        maxAnswerBytes: bounds.maxPageBytes,
+        // A listing's total is bounded by its pages and what it keeps of them.
+        maxTotalBytes: Number.POSITIVE_INFINITY,
+        maxAnswers: bounds.maxPages,
+        maxEntries: bounds.maxListed,
+        maxEntryChars: Number.POSITIVE_INFINITY,
+        maxEntriesChars: bounds.maxKeyBytes,
+        requestTimeoutMs: bounds.requestTimeoutMs,
+        timeoutMs: bounds.timeoutMs,
+      },
+      { signal: callerSignal, terms: LIST_TERMS },
     );
-    this.signal = callerSignal
-      ? AbortSignal.any([callerSignal, this.#controller.signal])
-      : this.#controller.signal;
-  }
-
-  /** Records `bound` (the first one wins), aborts everything of the listing and returns what to throw. */
-  hit(bound: ListBoundHit): ListBoundHit {
-    this.hitBound ??= bound;
-    this.#controller.abort(this.hitBound);
-    return this.hitBound;
   }
 
   /** A page is about to be requested. */
   page(): void {
-    this.signal.throwIfAborted();
-    if (++this.#pages > this.bounds.maxPages)
-      throw this.hit(
-        new ListBoundHit('tooLarge', `the listing went on for more than ${this.bounds.maxPages} pages`),
-      );
+    this.answer();
   }
 
   /** A key is kept. */
   key(key: string): void {
-    this.#keyChars += key.length;
-    if (++this.#keys > this.bounds.maxListed)
-      throw this.hit(
-        new ListBoundHit('tooLarge', `the prefix holds more than ${this.bounds.maxListed} objects`),
-      );
-    if (this.#keyChars > this.bounds.maxKeyBytes)
-      throw this.hit(
-        new ListBoundHit('tooLarge', `the listed keys passed ${this.bounds.maxKeyBytes} characters together`),
-      );
-  }
-
-  close(): void {
-    clearTimeout(this.#timer);
+    this.entry(key);
   }
 }
+
+const LIST_TERMS = {
+  whole: 'the listing',
+  answer: 'a page of the listing',
+  answers: 'pages',
+  holder: 'the prefix',
+  entries: 'objects',
+  entryText: 'the listed keys',
+};
 
 export interface Exchanged {
   status: number;
@@ -84,43 +67,29 @@ export async function exchange(
   url: string,
   init: { method: string; headers: Record<string, string>; body?: string | Uint8Array | undefined },
 ): Promise<Exchanged> {
-  run.signal.throwIfAborted();
-  const ms = Math.max(1, timerDelay(run.bounds.requestTimeoutMs));
-  const timeout = new AbortController();
-  const timer = setTimeout(() => timeout.abort(), ms);
-  const signal = AbortSignal.any([run.signal, timeout.signal]);
+  run.check();
+  const req = run.request();
   try {
     const res = await request(url, {
       method: init.method as 'GET',
       headers: init.headers,
       body: init.body ?? null,
-      signal,
+      signal: req.signal,
       // undici's own idle time-outs, below ours: a server trickling a byte a minute must not reset anything.
-      headersTimeout: ms,
-      bodyTimeout: ms,
+      headersTimeout: req.ms,
+      bodyTimeout: req.ms,
     });
-    const body =
-      res.statusCode >= 300
-        ? await readPrefix(res.body, MAX_ERROR_BODY_BYTES)
-        : await readBoundedBytes(res.body, run.bounds.maxPageBytes);
+    const body = await run.read(res.body, { error: res.statusCode >= 300 });
     const headers: Record<string, string> = {};
     for (const [k, v] of Object.entries(res.headers))
       if (v !== undefined) headers[k] = Array.isArray(v) ? v.join(', ') : v;
     return { status: res.statusCode, headers, body };
   } catch (e) {
-    if (e instanceof ResponseTooLargeError)
-      throw run.hit(
-        new ListBoundHit(
-          'tooLarge',
-          `a page of the listing was larger than ${run.bounds.maxPageBytes} bytes`,
-        ),
-      );
     if (run.signal.aborted) throw (run.signal.reason as unknown) ?? e;
-    if (timeout.signal.aborted)
-      throw run.hit(new ListBoundHit('timedOut', `a list request got no complete answer within ${ms} ms`));
+    if (req.timedOut()) throw run.requestTimedOut(req.ms);
     throw e;
   } finally {
-    clearTimeout(timer);
+    req.done();
   }
 }
 

@@ -10,7 +10,8 @@
  * it with a {@link ListError} whose `failure` says which, never with the process out of memory.
  *
  * The SDKs are loaded on first use, as sign.ts does: together they cost ~100 MiB a process rarely needs.
- * Errors are {@link ListError}: the SDK's message redacted (no URL query values, no credential), the prefix named.
+ * Errors are {@link ListError}: the prefix named, the status and a documented error code, never the answer's text
+ * (list-errors.ts).
  */
 import type { ListedObject } from './fileset.ts';
 import { DEFAULT_S3_REGION, objectURL, parseEndpoint, type StorageLocation } from './objecturl.ts';
@@ -24,6 +25,7 @@ import {
   type ListBounds,
 } from './list-bounds.ts';
 import { azureHttpClient, exchange, ListRun, s3RequestHandler } from './list-http.ts';
+import { describeListFailure, gcsErrorCode, StoreAnswerError } from './list-errors.ts';
 import { USER_AGENT } from '../version.ts';
 
 export { DEFAULT_MAX_LISTED, ListError };
@@ -97,18 +99,10 @@ export async function listPrefix(
         { cause: hit, failure: hit.failure },
       );
     if (signal?.aborted) throw (signal.reason as unknown) ?? e;
-    // The SDKs keep the status apart from a message that may not say it (S3's, for a body it cannot parse).
-    const status =
-      (e as { $metadata?: { httpStatusCode?: number } }).$metadata?.httpStatusCode ??
-      (e as { statusCode?: number }).statusCode;
-    const text = e instanceof Error ? `${e.name}: ${e.message}` : String(e);
-    const message =
-      typeof status === 'number' && !text.includes(`HTTP ${status}`) ? `HTTP ${status}: ${text}` : text;
+    // Our words only: the status, a documented code, what to check (list-errors.ts says why). No cause either: an
+    // SDK's error quotes the answer, and a logged error's cause is written with it.
     throw new ListError(
-      `cannot list ${describeLocation(location, prefix)}: ${redactBounded(message, MAX_MESSAGE, secrets)}`,
-      {
-        cause: e,
-      },
+      `cannot list ${describeLocation(location, prefix)}: ${redactBounded(describeListFailure(e), MAX_MESSAGE, secrets)}`,
     );
   } finally {
     run.close();
@@ -226,21 +220,12 @@ async function listGCS(
       headers,
     });
     const text = res.body.toString('utf8');
-    if (res.status >= 300) {
-      let message = text.slice(0, 1024);
-      try {
-        const m = (JSON.parse(text) as { error?: { message?: unknown } }).error?.message;
-        if (typeof m === 'string') message = m;
-      } catch {
-        // not JSON: the text's start
-      }
-      throw new Error(`HTTP ${res.status}: ${message}`);
-    }
+    if (res.status >= 300) throw new StoreAnswerError(res.status, gcsErrorCode(text));
     let page: GCSPage;
     try {
       page = JSON.parse(text) as GCSPage;
     } catch {
-      throw new Error(`HTTP ${res.status}: the page is not JSON`);
+      throw new StoreAnswerError(res.status, undefined);
     }
     for (const f of page.items ?? []) {
       if (typeof f.name !== 'string') continue;

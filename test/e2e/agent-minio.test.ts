@@ -64,7 +64,7 @@ describe('the agent places a MinIO directory through the peer proxy', () => {
       token: tokenFile(join(dir, 'token')),
       credentials: credentialsDir(join(dir, 'creds')),
       // MinIO listens on loopback: the pod owner's list names it.
-      storageHosts: parseHostRules('127.0.0.0/8'),
+      storageHosts: parseHostRules('http://127.0.0.0/8'),
     });
   });
   afterAll(async () => {

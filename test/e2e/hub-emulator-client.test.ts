@@ -44,6 +44,7 @@ describe('the Hub emulator under the real huggingface_hub', () => {
       tokens: { [TOKEN]: ['org/gated', 'org/private'], [OTHER]: [] },
       // Pages of two entries: the client must follow the Link header through the whole tree.
       treePageSize: 2,
+      renamed: { 'old-org/model-v0': 'org/model' },
     });
   });
   afterAll(async () => {
@@ -72,6 +73,25 @@ describe('the Hub emulator under the real huggingface_hub', () => {
     expect(
       hub.hubRequests.filter((q) => q.url.includes('/tree/') && q.url.includes('cursor=')).length,
     ).toBeGreaterThan(1);
+  });
+
+  it("a renamed repository: the client follows the Hub's relative 307 to the new name and gets its files", async () => {
+    const before = hub.hubRequests.length;
+    const local = join(dir, 'snap-renamed');
+    const r = await call('snapshot_download', {
+      repo: 'old-org/model-v0',
+      revision: 'main',
+      local_dir: local,
+    });
+    expect(r.error).toBeUndefined();
+    for (const [path, f] of Object.entries(v2)) {
+      const want = Buffer.from(typeof f === 'string' ? f : f.content);
+      expect(Buffer.compare(await readFile(join(local, path)), want), path).toBe(0);
+    }
+    const asked = hub.hubRequests.slice(before);
+    expect(asked.some((q) => q.status === 307 && q.url.startsWith('/api/models/old-org/model-v0/'))).toBe(
+      true,
+    );
   });
 
   it('model_info of a tag names its commit, with sizes and LFS sha256 from ?blobs=true', async () => {

@@ -125,10 +125,10 @@ describe('a Hub repository on the real Dragonfly network', () => {
         '--endpoint',
         hub.url,
         '--token-hosts',
-        '127.0.0.1',
+        'http://127.0.0.1',
         // The emulated CDN listens on loopback too: the admin lists it, as a mirror's CDN.
-        '--redirect-hosts',
-        '127.0.0.1',
+        '--allowed-hub-redirect-hosts',
+        'http://127.0.0.1',
         '--token-file',
         tokenFile,
         '--proxy',
@@ -251,9 +251,9 @@ describe('a Hub repository on the real Dragonfly network', () => {
     });
     operator = await startRealNetworkOperator(kc, network.managerURL, [
       '--allowed-hub-hosts',
-      '127.0.0.1',
+      'http://127.0.0.1',
       '--allowed-hub-redirect-hosts',
-      '127.0.0.1',
+      'http://127.0.0.1',
     ]);
     const res = peerloadNamespace(kc, ns);
     await res.createModelPreheat('warm', {

@@ -77,7 +77,7 @@ beforeAll(async () => {
     models: ['echo', 'warm'],
     secrets: { hf: { token: HF_TOKEN } },
     // The emulated Hub listens on loopback: the admin allows the token to go there.
-    flags: ['--allowed-hub-hosts', '127.0.0.1', '--allowed-hub-redirect-hosts', '127.0.0.1'],
+    flags: ['--allowed-hub-hosts', 'http://127.0.0.1', '--allowed-hub-redirect-hosts', 'http://127.0.0.1'],
   });
   await network.preheatable;
 }, 1_800_000);

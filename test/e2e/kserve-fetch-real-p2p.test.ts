@@ -80,7 +80,7 @@ async function pod(i: number, uri: string, name: string) {
       '--proxy',
       bed.network.peers[i]!.proxyURL,
       '--allowed-storage-hosts',
-      '127.0.0.1',
+      'http://127.0.0.1',
       '--min-free-bytes',
       '0',
       '--log-level',

@@ -63,7 +63,7 @@ describe('the real registry with token auth', () => {
       dispatcher,
       plainHTTP: true,
       credentials,
-      allowedHosts: parseHostRules('127.0.0.1'),
+      allowedHosts: parseHostRules('http://127.0.0.1'),
     });
 
   it('resolves the tag with a token the registry verified, and refuses anonymous, wrong and unauthorised pulls', async () => {
@@ -136,7 +136,7 @@ describe('the real registry with token auth', () => {
     expect(refused.err.join('\n')).toMatch(/RegistryNotAllowed: .*not in the allowed registry hosts/);
     expect(await readdir(root)).toEqual([]);
 
-    const placed = await run(['--allowed-registry-hosts', '127.0.0.1']);
+    const placed = await run(['--allowed-registry-hosts', 'http://127.0.0.1']);
     expect(placed.err).toEqual([]);
     expect(placed.code).toBe(0);
     expect(placed.out[0]).toMatch(/^fetched .* 3 layers, 3 files/);

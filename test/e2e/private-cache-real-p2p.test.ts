@@ -332,7 +332,7 @@ describe('a private OCI blob and a gated Hub file, placed on a node peer with th
       hub.url,
       '--token-hosts',
       '127.0.0.1',
-      '--redirect-hosts',
+      '--allowed-hub-redirect-hosts',
       '127.0.0.1',
       '--token-file',
       tokenPath,
@@ -395,7 +395,7 @@ describe("a model server's writes to its model file", () => {
       hardLinkRoot: root,
       serverUid,
       // MinIO on loopback, as the admin names it in the agent's --allowed-storage-hosts.
-      storageHosts: parseHostRules('127.0.0.0/8'),
+      storageHosts: parseHostRules('http://127.0.0.0/8'),
       limits: { ...DEFAULT_LIMITS, minFreeBytes: 0 },
       token: tokenFile(join(dir, `${name}.token`)),
       credentials: async () => minio.credentials(),

@@ -94,7 +94,7 @@ beforeAll(async () => {
     network,
     agentToken: TOKEN,
     models: ['echo'],
-    flags: ['--allowed-registry-hosts', '127.0.0.1'],
+    flags: ['--allowed-registry-hosts', 'http://127.0.0.1'],
   });
   await network.preheatable;
 }, 1_800_000);

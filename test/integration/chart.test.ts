@@ -312,6 +312,7 @@ describe('charts/peerload', () => {
         '--allowed-endpoint-hosts=',
         `--allowed-storage-hosts=${DEFAULT_STORAGE_HOSTS}`,
         '--allowed-registry-hosts=',
+        '--allowed-basic-auth-registry-hosts=',
         '--allowed-hub-hosts=huggingface.co',
         `--allowed-hub-redirect-hosts=${DEFAULT_HUB_REDIRECT_HOSTS}`,
       ]),
@@ -320,6 +321,7 @@ describe('charts/peerload', () => {
       args({
         allowedStorageHosts: '{minio.storage.svc:9000}',
         allowedRegistryHosts: '{ghcr.io}',
+        allowedBasicAuthRegistryHosts: '{registry.corp.example:5000}',
         allowedHubHosts: '{hub.corp.example}',
         allowedHubRedirectHosts: '{cdn.hub.corp.example}',
       }),
@@ -327,6 +329,7 @@ describe('charts/peerload', () => {
       expect.arrayContaining([
         '--allowed-storage-hosts=minio.storage.svc:9000',
         '--allowed-registry-hosts=ghcr.io',
+        '--allowed-basic-auth-registry-hosts=registry.corp.example:5000',
         '--allowed-hub-hosts=hub.corp.example',
         '--allowed-hub-redirect-hosts=cdn.hub.corp.example',
       ]),
@@ -376,5 +379,46 @@ describe('charts/peerload', () => {
       .list(release)
       .then((l) => l.items.length);
     expect(lease).toBe(0); // nothing runs the pods here: no kubelet, no scheduler
+  });
+
+  it("installs with the README's `helm install`, and uninstalls", async () => {
+    const DEPLOYMENTS = gvrOf({ apiVersion: 'apps/v1', kind: 'Deployment' } as Manifest);
+    // The README's command, with the chart it publishes read from the repository (the release registry is not
+    // reachable from the tests) and a release and namespace of this run's own.
+    const readme = readFileSync(join(REPO_ROOT, 'README.md'), 'utf8');
+    const command = /^helm install [\s\S]*?[^\\]$/m
+      .exec(readme)![0]
+      .replace(/\\\n\s*/g, ' ')
+      .split(/\s+/);
+    expect(command.slice(0, 3)).toEqual(['helm', 'install', 'peerload']);
+    const managerURL = command.find((a) => a.startsWith('manager.url='))!.slice('manager.url='.length);
+    expect(managerURL).toMatch(/^http:\/\//);
+    const ns = `peerload-readme-${Date.now().toString(36)}`;
+    const release = `readme-${Date.now().toString(36)}`;
+    const args = command.slice(3).flatMap((a, i, all) => {
+      if (a.startsWith('oci://')) return [CHART];
+      if (a === '--version' || all[i - 1] === '--version') return [];
+      if (all[i - 1] === '--namespace') return [ns];
+      return [a];
+    });
+    expect(args).toEqual([
+      CHART,
+      '--namespace',
+      ns,
+      '--create-namespace',
+      '--set',
+      `manager.url=${managerURL}`,
+    ]);
+    const kubeconfig = ['--kubeconfig', inject('kubeconfigPath')];
+    helm(['install', release, ...args, ...kubeconfig, '--wait=false']);
+    try {
+      expect(helm(['status', release, '--namespace', ns, ...kubeconfig])).toMatch(/STATUS: deployed/);
+      const d = (await kube.resource(DEPLOYMENTS).get(ns, `${release}-operator`)) as any;
+      const operator = d.spec.template.spec.containers.find((c: { name: string }) => c.name === 'operator');
+      expect(operator.args).toContain(`--manager-url=${managerURL}`);
+    } finally {
+      helm(['uninstall', release, '--namespace', ns, ...kubeconfig]);
+    }
+    await expect(kube.resource(DEPLOYMENTS).get(ns, `${release}-operator`)).rejects.toThrow();
   });
 });

@@ -104,7 +104,7 @@ beforeAll(async () => {
   const flags = ['--no-leader-elect', '--leader-election-namespace', opNs, '--manager-url', manager.url];
   const polls = ['--poll-backoff-start', '200ms', '--poll-backoff-max', '1s'];
   // The admin allows the stores on loopback: the bounds under test apply to allowed hosts too.
-  const reach = ['--allowed-storage-hosts', '127.0.0.1'];
+  const reach = ['--allowed-storage-hosts', 'http://127.0.0.1'];
   operator = await startOperatorProcess(kubeconfigPath, [...flags, ...polls, ...reach], {
     name: 'hostile-operator',
     env: { NODE_OPTIONS },

@@ -78,6 +78,13 @@ describe('the KServe ClusterStorageContainer', () => {
       'kserve.storageContainer.allowedStorageHosts[0]': 'minio.storage.svc:9000',
     }).filter((m) => m.kind === 'ClusterStorageContainer') as Obj[];
     expect(minio!.spec.container.command).toContain('--allowed-storage-hosts=minio.storage.svc:9000');
+    // HF_TOKEN's hosts: the chart's allowedHubHosts, or the container's own (a mirror HF_ENDPOINT names).
+    expect(rendered!.spec.container.command).toContain('--allowed-hub-hosts=huggingface.co');
+    const [mirror] = helmTemplate('r', 'peerload-system', {
+      'kserve.storageContainer.enabled': 'true',
+      'kserve.storageContainer.allowedHubHosts[0]': 'http://hf-mirror.corp.example',
+    }).filter((m) => m.kind === 'ClusterStorageContainer') as Obj[];
+    expect(mirror!.spec.container.command).toContain('--allowed-hub-hosts=http://hf-mirror.corp.example');
   });
 
   it('an InferenceService with an s3:// storageUri needs no change (accepted as KServe documents it)', async () => {

@@ -25,7 +25,10 @@ import { hubVersionSpec } from '../../src/huggingface/version-spec.ts';
 import { hubTokenTag } from '../../src/storage/credential-tag.ts';
 
 /** The emulator's CDN listens on loopback, as an admin would list a mirror's CDN. */
-const LOOPBACK_REDIRECTS = { hosts: parseHostRules('127.0.0.1'), flag: '--allowed-hub-redirect-hosts' };
+const LOOPBACK_REDIRECTS = {
+  hosts: parseHostRules('http://127.0.0.1'),
+  flag: '--allowed-hub-redirect-hosts',
+};
 
 const TOKEN = 'hf_modelPreheatHubToken0123456789abcd';
 const WEIGHTS = Buffer.alloc(5 * 1024 * 1024 + 29, 7);
@@ -86,7 +89,7 @@ const stalled = (name: string) =>
 
 /** Each file's task id as `peerload fetch hf://REPO` computes it: its listing, its version spec, the agent's ids. */
 async function fetchTaskIDs(repo: string, selection: { exclude?: string[] }, token?: string) {
-  const endpoint = hubEndpoint(hub.url, '127.0.0.1');
+  const endpoint = hubEndpoint(hub.url, 'http://127.0.0.1');
   const client = new HubClient({ endpoint, dispatcher, token });
   const listing = await listRepoFiles(client, repo, 'main', selection);
   const spec = hubVersionSpec(endpoint, listing, await lfsLocations(client, listing, LOOPBACK_REDIRECTS), {
@@ -186,7 +189,7 @@ describe('a ModelPreheat of a Hugging Face repository', () => {
     expect(condition(o, 'Stalled')).toMatchObject({
       reason: 'HubNotAllowed',
       message: expect.stringContaining(
-        "spec.source.huggingface.endpoint: host localhost:9 is not in the operator's --allowed-hub-hosts (127.0.0.1)",
+        "spec.source.huggingface.endpoint: host localhost:9 is not in the operator's --allowed-hub-hosts (http://127.0.0.1)",
       ),
     });
     expect(operator.requests.filter((r) => r.path.includes('/secrets/hf-elsewhere'))).toEqual([]);

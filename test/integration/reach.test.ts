@@ -652,11 +652,11 @@ describe('opening the allow-lists sends the credentials to the tenant (the test 
       ...['--allowed-manager-hosts', '127.0.0.1', '--allowed-endpoint-hosts', '127.0.0.1'],
       ...[
         '--allowed-storage-hosts',
-        '127.0.0.1,localhost,*.localhost',
+        'http://127.0.0.1,http://localhost,http://*.localhost',
         '--allowed-registry-hosts',
-        '127.0.0.1',
+        'http://127.0.0.1',
         '--allowed-hub-hosts',
-        '127.0.0.1',
+        'http://127.0.0.1',
       ],
     ]);
   });

@@ -219,10 +219,10 @@ describe('a ServedModel from a Hugging Face repository', () => {
     const ok = (await readyWith('private-token', c0!.sha))!;
     expect(JSON.stringify(ok)).not.toContain(TOKEN);
     const reg = driver.servers.get(ENDPOINTS[1]!)!.registered.find((r) => r.modelName === 'private-token')!;
-    expect(reg.files!.files.find((f) => f.path === 'config.json')!.headers).toEqual({
-      authorization: `Bearer ${TOKEN}`,
-    });
-    expect(reg.files!.files.find((f) => f.path === 'weights/model.safetensors')!.headers).toBeUndefined();
+    // The token once, in the spec's hub header set, which the git files name and the CDN files do not.
+    expect(reg.files!.headerSets).toEqual({ hub: { authorization: `Bearer ${TOKEN}` } });
+    expect(reg.files!.files.find((f) => f.path === 'config.json')!.headerSet).toBe('hub');
+    expect(reg.files!.files.find((f) => f.path === 'weights/model.safetensors')!.headerSet).toBeUndefined();
     // Every file's task carries the token's tag: a pod without the token names none of them at a node's proxy.
     expect(reg.files!.tag).toBe(hubTokenTag(hub.url, 'org/private', TOKEN));
     const events = await kc.makeApiClient(k8s.CoreV1Api).listNamespacedEvent({ namespace: ns });
@@ -324,7 +324,7 @@ describe('a ServedModel from a Hugging Face repository', () => {
     const stalled = condition(o!, 'Stalled')!;
     expect(stalled.reason).toBe('HubRedirectNotAllowed');
     expect(stalled.message).toMatch(
-      /^spec\.source\.huggingface\.endpoint: org\/hostile@main: .*the Hub redirects weights\/metadata\.bin to http:\/\/169\.254\.169\.254, which is not in --allowed-hub-redirect-hosts \(127\.0\.0\.1\)/,
+      /^spec\.source\.huggingface\.endpoint: org\/hostile@main: .*the Hub redirects weights\/metadata\.bin to http:\/\/169\.254\.169\.254, which is not in --allowed-hub-redirect-hosts \(http:\/\/127\.0\.0\.1\)/,
     );
     expect(stalled.message).not.toContain('security-credentials');
     for (const server of driver.servers.values())
@@ -365,7 +365,7 @@ describe('a ServedModel from a Hugging Face repository', () => {
     expect(condition(o!, 'Stalled')).toMatchObject({
       reason: 'HubNotAllowed',
       message: expect.stringContaining(
-        "host localhost:9 is not in the operator's --allowed-hub-hosts (127.0.0.1)",
+        "host localhost:9 is not in the operator's --allowed-hub-hosts (http://127.0.0.1)",
       ),
     });
   });

@@ -125,7 +125,7 @@ beforeAll(async () => {
       '--allowed-endpoint-hosts',
       '127.0.0.0/8',
       '--allowed-registry-hosts',
-      '127.0.0.1',
+      'http://127.0.0.1',
       '--poll-backoff-start',
       '200ms',
       '--poll-backoff-max',
@@ -241,7 +241,7 @@ async function manifestNow(): Promise<{
     dispatcher,
     plainHTTP: true,
     credentials: { username: 'alice', password: PASSWORD },
-    allowedHosts: parseHostRules('127.0.0.1'),
+    allowedHosts: parseHostRules('http://127.0.0.1'),
   });
   const got = await client.manifest(parseReference(`${registry.host}/models/echo:v1`));
   return { digest: got.digest, ...JSON.parse(got.body.toString('utf8')) };
@@ -390,7 +390,7 @@ describe('bad inputs: a clear condition or replica status naming the layer, and 
       spec('elsewhere', 'registry.example.com/models/echo:v1', { credentialsSecretRef: { name: 'absent' } }),
     );
     expect(await stalled('elsewhere', 'RegistryNotAllowed')).toContain(
-      "registry registry.example.com is not in the operator's --allowed-registry-hosts (127.0.0.1), so the credentials of spec.source.oci.credentialsSecretRef are not read nor sent",
+      "registry registry.example.com is not in the operator's --allowed-registry-hosts (http://127.0.0.1), so the credentials of spec.source.oci.credentialsSecretRef are not read nor sent",
     );
     expect(secretReads()).toBe(0);
     for (const n of ['anon', 'missing', 'elsewhere']) await nothingPlaced(n);

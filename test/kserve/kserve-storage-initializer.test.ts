@@ -64,7 +64,7 @@ beforeAll(async () => {
   const [csc] = kustomize(join(REPO_ROOT, 'deploy/kserve')) as Any[];
   const command = csc!.spec.container.command as string[];
   csc!.spec.container.command = command.map((a) =>
-    a.startsWith('--allowed-storage-hosts=') ? `${a},127.0.0.1` : a,
+    a.startsWith('--allowed-storage-hosts=') ? `${a},http://127.0.0.1` : a,
   );
   await kube.resource(GVR.storageContainer).create(csc!);
   await kube.resource(GVR.namespace).create({ apiVersion: 'v1', kind: 'Namespace', metadata: { name: NS } });

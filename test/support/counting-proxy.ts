@@ -2,6 +2,8 @@
  * A counting reverse proxy in front of an origin (MinIO, Azurite): every request is passed through unchanged — the
  * Host header included, so a SigV4 signature made for the proxy's address verifies at MinIO — and every response's
  * body bytes are counted. This is how the real-network tests and the demo count what the origin served.
+ * `tamper` makes it a tampering proxy: one bit of an object flipped in every GET answer that carries it (a whole
+ * body or a Range of it, as the daemons ask for pieces), the length and headers unchanged.
  */
 import { createServer, request } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -13,12 +15,16 @@ export interface CountingProxy {
   requests: OriginRequest[];
   /** Body bytes of the GET responses for paths that contain `pathPart`. */
   bytesServed(pathPart: string): number;
+  /** From now on, flips one bit of the byte at `offset` of the object of every path containing `pathPart` (unset:
+   *  passes bytes unchanged again). */
+  tamper(t: { pathPart: string; offset: number } | undefined): void;
   close(): Promise<void>;
 }
 
 export async function startCountingProxy(target: string): Promise<CountingProxy> {
   const upstream = new URL(target);
   const requests: OriginRequest[] = [];
+  let tampering: { pathPart: string; offset: number } | undefined;
   const server = createServer((req, res) => {
     const entry: OriginRequest = {
       method: req.method ?? 'GET',
@@ -40,7 +46,17 @@ export async function startCountingProxy(target: string): Promise<CountingProxy>
       (up) => {
         entry.status = up.statusCode ?? 0;
         res.writeHead(up.statusCode ?? 502, up.headers);
-        up.on('data', (chunk: Buffer) => (entry.bytes += chunk.length));
+        // Where this body starts in the object (a 206's Content-Range), for the byte to tamper with.
+        let at = Number(/^bytes (\d+)-/.exec(String(up.headers['content-range'] ?? ''))?.[1] ?? 0);
+        const t =
+          req.method === 'GET' && tampering && req.url?.includes(tampering.pathPart) ? tampering : undefined;
+        up.on('data', (chunk: Buffer) => {
+          entry.bytes += chunk.length;
+          if (t && t.offset >= at && t.offset < at + chunk.length) {
+            chunk[t.offset - at]! ^= 0x01;
+          }
+          at += chunk.length;
+        });
         up.on('end', () => (entry.endedAt = performance.now()));
         up.pipe(res);
       },
@@ -61,6 +77,7 @@ export async function startCountingProxy(target: string): Promise<CountingProxy>
       requests
         .filter((r) => r.method === 'GET' && r.url.includes(pathPart))
         .reduce((sum, r) => sum + r.bytes, 0),
+    tamper: (t) => (tampering = t),
     close: () =>
       new Promise((resolve) => {
         server.closeAllConnections();

@@ -15,6 +15,7 @@ import { parseArgs } from 'node:util';
 import { startManagerEmulator } from './manager-emulator.ts';
 import { startOciRegistry } from './oci-registry.ts';
 import { startPeerProxy } from './peer-proxy.ts';
+import { loopbackOperatorFlags } from './loopback-profile.ts';
 
 const { values } = parseArgs({
   options: {
@@ -65,7 +66,18 @@ const manager = await startManagerEmulator({
   jobLatencyMs: Number(values['job-latency-ms']),
 });
 
+// An operator for these servers takes the loopback profile: they listen on 127.0.0.1, which its defaults refuse.
+const operatorCommand = [
+  'peerload operator --kubeconfig $KUBECONFIG --no-leader-elect',
+  `--manager-url ${manager.url}`,
+  ...loopbackOperatorFlags().map((f) => (f.startsWith('--') ? f : `'${f}'`)),
+]
+  .join(' ')
+  .replace(/ '/g, "='")
+  .replace(/(--[a-z-]+)='/g, "$1='");
+
 const info = {
+  operatorCommand,
   manager: manager.url,
   peerProxy: peer.url,
   registry: registry.url,
@@ -84,6 +96,7 @@ if (values.json) {
   console.log(`peer proxy        ${info.peerProxy}`);
   console.log(`OCI registry      ${info.registry}  sample image ${info.sampleImageManifest}`);
   console.log(`file origin       ${info.origin}    sample file  ${info.sampleFile}`);
+  console.log(`an operator for them:\n  ${operatorCommand}`);
   console.log('Ctrl-C to stop.');
 }
 

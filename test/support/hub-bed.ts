@@ -66,10 +66,10 @@ export async function startHubBed(o: {
     manager.url,
     // The emulated Hub listens on loopback: the admin allows the token to go there.
     '--allowed-hub-hosts',
-    '127.0.0.1',
+    'http://127.0.0.1',
     // And its CDN: the LFS files' redirects go to the emulator's second host, on loopback too.
     '--allowed-hub-redirect-hosts',
-    '127.0.0.1',
+    'http://127.0.0.1',
     '--poll-backoff-start',
     '200ms',
     '--poll-backoff-max',

@@ -7,6 +7,9 @@
  *     to the second host, the "CDN", with `X-Linked-Etag` (the sha256) and `X-Linked-Size`;
  *   - the CDN serves `/repos/{aa}/{bb}/{sha256}` only with valid `X-Amz-*` query parameters (an HMAC over the path
  *     and the other parameters, and an expiry), so a URL whose signature was cut or that expired is a 403;
+ *   - a renamed repository (`renamed`: old id -> new id) answers its API and `resolve` calls with a 307 to the same
+ *     path under the new name, a relative `Location` with the query kept, as the Hub does (meta-llama/Meta-Llama-3.1-8B
+ *     -> meta-llama/Llama-3.1-8B);
  *   - errors carry the Hub's `X-Error-Code` / `X-Error-Message` headers: RepoNotFound (401 without a token, as the
  *     Hub hides private repositories), GatedRepo (401 without a token, 403 with one not granted), RevisionNotFound,
  *     EntryNotFound, and "Invalid credentials in Authorization header" for an unknown token.
@@ -45,6 +48,8 @@ export interface HubEmulatorOptions {
   treePageSize?: number;
   /** Validity of the CDN URLs, seconds. */
   cdnExpiresSeconds?: number;
+  /** Old repository id -> the id it was renamed to (which must be one of `repos`). */
+  renamed?: Record<string, string>;
   /** Loopback addresses of the two hosts (default 127.0.0.1 both, on their own ports). */
   hubHost?: string;
   cdnHost?: string;
@@ -223,10 +228,29 @@ export async function startHubEmulator(opts: HubEmulatorOptions): Promise<HubEmu
 
   const revisionNotFound = (rev: string) => ERROR(404, 'RevisionNotFound', `Invalid rev id: ${rev}`);
 
+  const renamed = new Map(Object.entries(opts.renamed ?? {}));
+  /** The same path under a renamed repository's new name (API or resolve), or undefined. */
+  const movedPath = (u: URL): string | undefined => {
+    const raw = u.pathname.split('/');
+    const at = raw[1] === 'api' && raw[2] === 'models' ? 3 : raw[3] === 'resolve' ? 1 : 0;
+    if (at === 0 || raw.length < at + 2) return undefined;
+    const to = renamed.get(`${decodeURIComponent(raw[at]!)}/${decodeURIComponent(raw[at + 1]!)}`);
+    if (to === undefined) return undefined;
+    raw.splice(at, 2, ...to.split('/').map(encodeURIComponent));
+    return raw.join('/') + u.search;
+  };
+
   const hub = createServer((req, res) => {
     const entry = record(hubRequests, req);
     const send = sender(req, res, entry);
     const u = new URL(req.url ?? '/', 'http://hub');
+    const moved = movedPath(u);
+    if (moved !== undefined)
+      return send(
+        307,
+        { location: moved, 'content-type': 'text/plain; charset=utf-8' },
+        Buffer.from(`Temporary Redirect. Redirecting to ${moved}`),
+      );
     const parts = u.pathname.split('/').slice(1).map(decodeURIComponent);
     if (parts[0] === 'api' && parts[1] === 'models' && parts.length >= 4) {
       if (req.method !== 'GET') return sendError(send, ERROR(405, undefined, 'Method not allowed'));

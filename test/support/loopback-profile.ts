@@ -15,6 +15,11 @@ import { DEFAULT_HUB_REDIRECT_HOSTS, DEFAULT_HUB_TOKEN_HOSTS } from '../../src/h
 
 /** Every loopback address: the test servers bind 127.0.0.1, the real network's peers 127.0.0.x. */
 export const LOOPBACK_HOSTS = '127.0.0.0/8';
+/**
+ * The same over plain HTTP, for the credential lists (storage, registry, Hub), whose entries without a scheme allow
+ * https only: the machine's servers speak plain HTTP.
+ */
+export const LOOPBACK_PLAIN_HOSTS = `http://${LOOPBACK_HOSTS}`;
 /** The addresses the tests' EndpointSlices carry (never routed; the tests' dispatcher connects them to 127.0.0.1). */
 export const SLICE_HOSTS = '198.18.0.0/15';
 
@@ -25,11 +30,15 @@ export const SLICE_HOSTS = '198.18.0.0/15';
 export const LOOPBACK_ALLOW_LISTS: Readonly<Record<string, string>> = {
   'allowed-manager-hosts': LOOPBACK_HOSTS,
   'allowed-endpoint-hosts': `${LOOPBACK_HOSTS},${SLICE_HOSTS}`,
-  'allowed-storage-hosts': `${DEFAULT_STORAGE_HOSTS},${LOOPBACK_HOSTS}`,
-  'allowed-registry-hosts': LOOPBACK_HOSTS,
-  'allowed-hub-hosts': `${DEFAULT_HUB_TOKEN_HOSTS},${LOOPBACK_HOSTS}`,
-  // The emulated Hub's CDN listens on loopback, beside the public Hub's CDNs.
-  'allowed-hub-redirect-hosts': `${DEFAULT_HUB_REDIRECT_HOSTS},${LOOPBACK_HOSTS}`,
+  'allowed-storage-hosts': `${DEFAULT_STORAGE_HOSTS},${LOOPBACK_PLAIN_HOSTS}`,
+  'allowed-registry-hosts': LOOPBACK_PLAIN_HOSTS,
+  // The machine's Basic-only test registries hand their test passwords to the agents; a test narrows it to show
+  // the refusal (test/integration/servedmodel-oci-credentials.test.ts).
+  'allowed-basic-auth-registry-hosts': LOOPBACK_PLAIN_HOSTS,
+  'allowed-hub-hosts': `${DEFAULT_HUB_TOKEN_HOSTS},${LOOPBACK_PLAIN_HOSTS}`,
+  // The emulated Hub's CDN listens on loopback (plain HTTP), beside the public Hub's CDNs; bare entries of this
+  // list are https only too (a redirect's signed URL is as good as the token for that file).
+  'allowed-hub-redirect-hosts': `${DEFAULT_HUB_REDIRECT_HOSTS},${LOOPBACK_PLAIN_HOSTS}`,
 };
 
 /**

@@ -92,9 +92,16 @@ export interface FakeRegistry {
   putWrongBlob(repo: string, digest: string, content: Buffer): void;
   /** Answers every request for paths containing `part` with this status. */
   failPaths: Map<string, number>;
-  /** Requires Basic credentials when set. */
+  /** Requires Basic credentials when set (of its token service, with `bearer`). */
   basic?: { username: string; password: string } | undefined;
+  /**
+   * Requires `Bearer <token>` when set, challenging with its own token service (`/token`), which answers this
+   * token (its lifetime `expiresIn`, s, when given) to whoever `basic` admits.
+   */
+  bearer?: { token: string; expiresIn?: number } | undefined;
   requests: { path: string; authorization: string | undefined; status: number }[];
+  /** The token service's requests: the scope asked for and the credentials sent. */
+  tokenRequests: { scope: string | null; authorization: string | undefined }[];
   close(): Promise<void>;
 }
 
@@ -106,6 +113,7 @@ export async function startFakeRegistry(): Promise<FakeRegistry> {
     host: '',
     failPaths: new Map(),
     requests: [],
+    tokenRequests: [],
     putManifest(repo, tag, body, type = 'application/vnd.oci.image.manifest.v1+json') {
       manifests.set(`${repo}:${tag}`, { body, type });
       manifests.set(`${repo}:${sha256(body)}`, { body, type });
@@ -136,7 +144,28 @@ export async function startFakeRegistry(): Promise<FakeRegistry> {
       );
     for (const [part, status] of reg.failPaths)
       if (path.includes(part)) return error(status, status === 403 ? 'DENIED' : 'UNKNOWN');
-    if (reg.basic) {
+    const basicOK = () =>
+      !reg.basic ||
+      req.headers.authorization ===
+        `Basic ${Buffer.from(`${reg.basic.username}:${reg.basic.password}`).toString('base64')}`;
+    if (reg.bearer && path === '/token') {
+      const scope = new URL(req.url ?? '/', reg.url).searchParams.get('scope');
+      reg.tokenRequests.push({ scope, authorization: req.headers.authorization });
+      if (!basicOK()) return error(401, 'UNAUTHORIZED');
+      const { token, expiresIn } = reg.bearer;
+      const answer = { token, ...(expiresIn !== undefined ? { expires_in: expiresIn } : {}) };
+      return send(200, { 'content-type': 'application/json' }, Buffer.from(JSON.stringify(answer)));
+    }
+    if (reg.bearer) {
+      if (req.headers.authorization !== `Bearer ${reg.bearer.token}`) {
+        const repo = /^\/v2\/(.+)\/(manifests|blobs|tags)\//.exec(path)?.[1] ?? '';
+        res.setHeader(
+          'www-authenticate',
+          `Bearer realm="${reg.url}/token",service="fake",scope="repository:${repo}:pull"`,
+        );
+        return error(401, 'UNAUTHORIZED');
+      }
+    } else if (reg.basic) {
       const expected = `Basic ${Buffer.from(`${reg.basic.username}:${reg.basic.password}`).toString('base64')}`;
       if (req.headers.authorization !== expected) {
         res.setHeader('www-authenticate', 'Basic realm="fake"');

@@ -68,7 +68,7 @@ export async function startAgentReplica(opts: AgentReplicaOptions): Promise<Agen
     token: tokenFile(join(dir, 'token')),
     credentials: credentialsDir(join(dir, 'creds')),
     // The test's store listens on loopback: the pod owner's list names it.
-    storageHosts: parseHostRules('127.0.0.0/8'),
+    storageHosts: parseHostRules('http://127.0.0.0/8'),
   });
   const server = await opts.start({ host: peer.ip, repository: root }).catch(async (err: unknown) => {
     await agent.close();

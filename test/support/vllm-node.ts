@@ -129,7 +129,7 @@ async function startReplica(
   await mkdir(root, { recursive: true });
   const shared = ['--root', root, '--proxy', ctx.proxyURL, '--hard-link-root', root];
   // The node's store (MinIO behind its origin proxy) listens on loopback: the pod owner's list names it.
-  shared.push('--credentials-dir', ctx.creds, '--allowed-storage-hosts', '127.0.0.0/8');
+  shared.push('--credentials-dir', ctx.creds, '--allowed-storage-hosts', 'http://127.0.0.0/8');
   const fetchLine = await cli([
     'fetch',
     ...['--name', BASE_NAME, '--spec', ctx.baseSpec, '--min-free-bytes', '0'],

@@ -111,10 +111,10 @@ describe('peerload fetch', () => {
     expect((await run(['fetch', '--name', 'm', '--spec', spec])).stderr).toContain('--root is required');
     const cap = await run(['fetch', '--name', 'm', '--spec', spec, '--root', dir, '--max-bytes', 'lots']);
     expect(cap.stderr).toContain('--max-bytes: must be a byte count such as 500Gi or 1Ti, got "lots"');
-    const hosts = ['--allowed-storage-hosts', 'minio.svc,http://x'];
+    const hosts = ['--allowed-storage-hosts', 'minio.svc,ftp://x'];
     const bad = await run(['fetch', '--name', 'm', '--spec', spec, '--root', dir, ...hosts]);
     expect(bad.code).toBe(2);
-    expect(bad.stderr).toContain('--allowed-storage-hosts: "http://x": the port must be a number');
+    expect(bad.stderr).toContain('--allowed-storage-hosts: "ftp://x": the scheme may be http://');
     const uid = await run(['fetch', '--name', 'm', '--spec', spec, '--root', dir, '--server-uid', 'triton']);
     expect(uid.code).toBe(2);
     expect(uid.stderr).toContain(

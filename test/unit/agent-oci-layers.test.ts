@@ -53,6 +53,7 @@ beforeEach(async () => {
   root = await mkdtemp(join(tmpdir(), 'agent-oci-'));
   peer.reset();
   registry.basic = undefined;
+  registry.bearer = undefined;
   registry.requests.length = 0;
 });
 afterEach(() => rm(root, { recursive: true, force: true }));
@@ -65,18 +66,23 @@ const config = (): DownloaderConfig => ({
 });
 
 /** The agent's spec for `tag` of `repo`, as the operator makes it (oci-source.ts). */
-async function specOf(repo: string, tag: string, version = '1'): Promise<ModelVersionSpec> {
+async function specOf(
+  repo: string,
+  tag: string,
+  version = '1',
+  maxBytes?: number,
+): Promise<ModelVersionSpec> {
   const client = new RegistryClient(registry.host, {
     dispatcher,
     plainHTTP: true,
     credentials: registry.basic,
-    allowedHosts: registry.basic ? parseHostRules(registry.host) : undefined,
+    allowedHosts: registry.basic ? parseHostRules(`http://${registry.host}`) : undefined,
   });
   const ref = parseReference(`${registry.host}/${repo}:${tag}`);
   const m = await client.manifest(ref);
   const manifest = parseModelManifest(m.body, m.digest, m.contentType, repo);
   const auth = await client.pullAuthorization(ref.repository);
-  const files = artifactFiles(client, ref, manifest, auth, { observedGeneration: 1 }).files;
+  const files = artifactFiles(client, ref, manifest, auth, { observedGeneration: 1 }, maxBytes).files;
   return ModelVersionSpecSchema.parse({ ...files, version });
 }
 
@@ -148,17 +154,34 @@ describe('the agent places an OCI artifact', () => {
     expect(registry.requests.filter((q) => q.path.includes('/blobs/')).length).toBe(reads);
   });
 
-  it("sends the registry's Authorization with each blob, so a private registry serves them", async () => {
+  it("sends the registry's token (the spec's header set, named by each file) with each blob, so a private registry serves them", async () => {
     registry.basic = { username: 'robot', password: 'pw-secret-0042' };
+    registry.bearer = { token: 'pull-token-0042' };
     pushModel(registry, 'models/private', 'v1', good.slice(0, 2));
     const spec = await specOf('models/private', 'v1');
-    expect(spec.files.every((f) => f.headers?.authorization?.startsWith('Basic '))).toBe(true);
+    expect(spec.headerSets).toEqual({ registry: { authorization: 'Bearer pull-token-0042' } });
+    expect(spec.files.every((f) => f.headerSet === 'registry' && f.headers === undefined)).toBe(true);
     const { progress } = await place(spec);
     expect(progress.state).toBe('Ready');
     const blobs = registry.requests.filter((q) => q.path.includes('/blobs/'));
     expect(blobs.length).toBe(2);
-    expect(blobs.every((q) => q.status === 200)).toBe(true);
-    expect(JSON.stringify(progress)).not.toContain('pw-secret-0042');
+    expect(blobs.every((q) => q.status === 200 && q.authorization === 'Bearer pull-token-0042')).toBe(true);
+    expect(JSON.stringify(progress)).not.toContain('pull-token-0042');
+  });
+
+  it('still places the spec of an operator before header sets: the Authorization on each file', async () => {
+    registry.bearer = { token: 'older-operator-token' };
+    pushModel(registry, 'models/older', 'v1', good.slice(0, 2));
+    const { headerSets, ...spec } = await specOf('models/older', 'v1');
+    const older = ModelVersionSpecSchema.parse({
+      ...spec,
+      files: spec.files.map(({ headerSet: _set, ...f }) => ({ ...f, headers: headerSets!['registry'] })),
+    });
+    expect((await place(older)).progress.state).toBe('Ready');
+    const blobs = registry.requests.filter((q) => q.path.includes('/blobs/'));
+    expect(blobs.every((q) => q.status === 200 && q.authorization === 'Bearer older-operator-token')).toBe(
+      true,
+    );
   });
 
   it('a blob whose bytes are not its digest places nothing, and the failure names the layer', async () => {
@@ -186,7 +209,8 @@ describe('the agent places an OCI artifact', () => {
     );
     expect(progress.files[1]!.state).toBe('Failed');
     await nothingPlaced();
-    expect(await readdir(root)).toEqual(['simple']);
+    // Nothing left outside the model either, nor the model's directory (a failed version leaves none).
+    expect(await readdir(root)).toEqual([]);
   });
 
   it("a tar entry over a raw layer's file, and a symbolic link out of the directory, place nothing", async () => {
@@ -220,6 +244,48 @@ describe('the agent places an OCI artifact', () => {
     const { progress } = await place(await specOf('models/notgzip', 'v1'));
     expect(progress.reason).toBe('InvalidArchive');
     expect(progress.error).toMatch(/^layer 1 \(sha256:[0-9a-f]{12}, x\) is not a readable tar\+gzip archive/);
+    await nothingPlaced();
+  });
+
+  it('a tar layer that unpacks past the free space of the model volume places nothing, naming the layer', async () => {
+    // 12 MiB of zeros in a gzip layer of some KiB: the preflight sees the blob, only the extraction sees the rest.
+    const bomb = gzip(tarOf([{ path: 'zeros', body: Buffer.alloc(12 << 20) }]));
+    pushModel(registry, 'models/bomb', 'v1', [
+      good[0]!,
+      { mediaType: 'application/vnd.cncf.model.code.v1.tar+gzip', content: bomb, filepath: 'x' },
+    ]);
+    const spec = await specOf('models/bomb', 'v1');
+    const readings: string[] = [];
+    const cfg: DownloaderConfig = {
+      ...config(),
+      limits: { ...config().limits, minFreeBytes: 1 << 20 },
+      freeBytes: (path) => (readings.push(path), Promise.resolve(8 << 20)),
+    };
+    await preflight('simple', spec, cfg);
+    const progress = await downloadVersion('simple', spec, cfg, newProgress('simple', spec));
+    expect(progress.reason).toBe('InsufficientStorage');
+    expect(progress.error).toMatch(
+      /^layer 1 \(sha256:[0-9a-f]{12}, x\): the tar entry "zeros" needs 12582912 bytes: the volume has 8388608 bytes free and 1048576 must stay free/,
+    );
+    expect(progress.files[1]!.state).toBe('Failed');
+    expect(readings.length).toBeGreaterThanOrEqual(2);
+    await nothingPlaced();
+  });
+
+  it("holds the spec's byte cap (spec.source.oci.maxBytes) over what the tar layers unpack, not the agent's 1 TiB", async () => {
+    const big = gzip(tarOf([{ path: 'zeros', body: Buffer.alloc(1 << 20) }]));
+    pushModel(registry, 'models/big', 'v1', [
+      good[0]!,
+      { mediaType: 'application/vnd.cncf.model.code.v1.tar+gzip', content: big, filepath: 'x' },
+    ]);
+    // The layers' own sizes fit (the preflight passes); the archive's content does not.
+    const spec = await specOf('models/big', 'v1', '1', weights.length + 100_000);
+    expect(spec.maxBytes).toBe(weights.length + 100_000);
+    const { progress } = await place(spec);
+    expect(progress.reason).toBe('LimitExceeded');
+    expect(progress.error).toMatch(
+      /^layer 1 \(sha256:[0-9a-f]{12}, x\): the tar entry "zeros" takes the model past the cap of \d+ bytes/,
+    );
     await nothingPlaced();
   });
 

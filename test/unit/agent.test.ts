@@ -4,6 +4,7 @@
  * (bytes, free space, deadline), deletion, redaction, and the daemon's hard links (a small fake daemon here: the
  * emulator does not make links).
  */
+import { existsSync } from 'node:fs';
 import { randomBytes } from 'node:crypto';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -255,7 +256,17 @@ describe('downloading a version', () => {
     expect(peer.requests).toEqual([]);
     await agent!.close();
 
+    // The loopback range without a scheme allows it over https only: the origin speaks plain HTTP.
     await start({ storageHosts: '127.0.0.0/8' });
+    const plain = await call('PUT', '/v1/models/m', body);
+    expect(plain.status).toBe(422);
+    expect(plain.body.error.message).toContain(
+      `${origin.url} is plain HTTP: the agent's --allowed-storage-hosts allows ${new URL(origin.url).host} over https only`,
+    );
+    expect(credentialReads).toBe(0);
+    await agent!.close();
+
+    await start({ storageHosts: 'http://127.0.0.0/8' });
     expect((await call('PUT', '/v1/models/m', body)).status).toBe(202);
     // The download runs after the answer: its credential read is counted once it is idle.
     await agent!.idle();
@@ -327,7 +338,7 @@ describe('failures', () => {
     expect(v.error).toBe(
       'download of m/1/missing.bin through the peer proxy failed: HTTP 404 (backend error): the storage has no such object',
     );
-    expect(await readdir(join(root, 'm'))).toEqual([]);
+    expect(existsSync(join(root, 'm'))).toBe(false); // not even the model's directory
     expect(JSON.stringify(v)).not.toContain(SIGNATURE);
     expect(logLines.join('')).not.toContain(SIGNATURE);
     expect(logLines.join('')).toContain('version failed');
@@ -358,7 +369,7 @@ describe('failures', () => {
     await agent!.idle();
     const [v] = (await call('GET', '/v1/models/m')).body.versions;
     expect(v).toMatchObject({ state: 'Failed', reason: 'DiskBudgetExceeded' });
-    expect(await readdir(join(root, 'm'))).toEqual([]);
+    expect(existsSync(join(root, 'm'))).toBe(false); // not even the model's directory
   });
 
   it('refuses when free space would fall below the reserve (507)', async () => {
@@ -424,7 +435,7 @@ describe('deleting a version', () => {
         spec({ version: '2', files: [{ path: 'a.bin', url: `${gate.url}/a.bin` }] }),
       );
       expect((await call('DELETE', '/v1/models/m/versions/2')).status).toBe(200);
-      expect(await readdir(join(root, 'm'))).toEqual([]);
+      expect(existsSync(join(root, 'm'))).toBe(false); // not even the model's directory
     } finally {
       gate.release();
       await gate.close();
@@ -448,7 +459,8 @@ describe('a version placed by an earlier process', () => {
     expect(await readdir(join(root, 'm'))).toEqual(['1']);
     await call('DELETE', '/v1/models/m/versions/1');
     // The record went with the directory: the same version placed by hand has no detail.
-    await mkdir(join(root, 'm', '1'));
+    expect(existsSync(join(root, 'm'))).toBe(false);
+    await mkdir(join(root, 'm', '1'), { recursive: true });
     expect((await call('GET', '/v1/models/m')).body.versions).toEqual([
       { name: 'm', version: '1', directory: 'm', state: 'Ready', files: [] },
     ]);
@@ -672,8 +684,8 @@ describe('hard links from the daemon cache', () => {
         expect(logLines.filter((l) => l.includes('the peer daemon cut the download'))).toHaveLength(
           CUT_RETRIES,
         );
-        expect((await readdir(join(root, 'm'))).filter((n) => !n.startsWith('.'))).toEqual([]);
-        expect((await readdir(join(root, 'm'))).join()).not.toMatch(/link/);
+        // Nothing left: no link, no temporary directory, not even the model's directory.
+        expect(existsSync(join(root, 'm'))).toBe(false);
       } finally {
         await daemon.close();
       }

@@ -52,16 +52,28 @@ describe('docs', () => {
     expect(read('README.md').split('\n').length).toBeLessThanOrEqual(250);
   });
 
-  it("the README's quick start runs `npm test`, the command CI runs", () => {
-    const quickStart = read('README.md').split('## Quick start')[1]!.split('\n## ')[0]!;
-    const commands = fenced(quickStart, 'sh')
-      .join('\n')
-      .split('\n')
-      .map((l) => l.replace(/#.*/, '').trim());
-    expect(commands).toContain('npm test');
-    expect(commands).toContain('npm run demo');
+  it("the README's quick start is the demo, and its commands include `npm test`, the command CI runs", () => {
+    const commandsIn = (text: string) =>
+      fenced(text, 'sh')
+        .join('\n')
+        .split('\n')
+        .map((l) => l.replace(/#.*/, '').trim());
+    const readme = read('README.md');
+    const quickStart = readme.split('## Quick start')[1]!.split('\n## ')[0]!;
+    expect(commandsIn(quickStart)).toContain('npm run demo');
+    expect(commandsIn(readme)).toContain('npm test');
     expect(read('.ci/run').split('\n')).toContain('npm test');
     expect(JSON.parse(read('package.json')).scripts.test).toBe('bash scripts/test.sh');
+  });
+
+  it('the README shows the demo before the install, and both before the development set-up', () => {
+    const headings = read('README.md')
+      .split('\n')
+      .filter((l) => l.startsWith('## '));
+    const at = (prefix: string) => headings.findIndex((h) => h.startsWith(prefix));
+    expect(at('## Quick start')).toBe(0);
+    expect(at('## Install')).toBeGreaterThan(at('## Quick start'));
+    expect(at('## Develop')).toBeGreaterThan(at('## Install'));
   });
 
   it('every relative link lands on a file of the repository, and on a heading of it', () => {

@@ -47,9 +47,9 @@ describe('peerload fetch hf://', () => {
           '--min-free-bytes',
           '0',
           '--token-hosts',
-          '127.0.0.1',
-          '--redirect-hosts',
-          '127.0.0.1',
+          'http://127.0.0.1',
+          '--allowed-hub-redirect-hosts',
+          'http://127.0.0.1',
           '--log-level',
           'error',
           ...args.slice(1),
@@ -73,6 +73,7 @@ describe('peerload fetch hf://', () => {
         { id: 'org/corrupt', commits: [{ 'w.bin': { content: Buffer.alloc(5000, 9), lfs: true } }] },
       ],
       tokens: { [TOKEN]: ['org/gated'] },
+      renamed: { 'org/gated-old-name': 'org/gated' },
     });
     peer = await startPeerProxy();
   });
@@ -128,21 +129,44 @@ describe('peerload fetch hf://', () => {
     expect((await fetchHub(['hf://org/gated', '--token-file', file])).code).toBe(0);
   });
 
+  it("a renamed repository: the Hub's 307 to the new name is followed, the files fetched at the new name", async () => {
+    const sha = hub.repos.get('org/gated')!.commits[0]!.sha;
+    const before = peer.requests.length;
+    const r = await fetchHub(['hf://org/gated-old-name'], { HF_TOKEN: TOKEN });
+    expect(r.err).toBe('');
+    expect(r.code).toBe(0);
+    expect(r.out).toContain(`fetched hf://org/gated-old-name@main (commit ${sha}): 3 files`);
+    // It lands under the name asked for; the peer fetched the Hub's files at the new name, without a redirect.
+    const target = join(r.dest, 'org', 'gated-old-name', sha);
+    expect(await readFile(join(target, 'config.json'), 'utf8')).toBe(files['config.json']);
+    const atHub = peer.requests.slice(before).filter((q) => q.url.startsWith(hub.url));
+    expect(atHub.map((q) => new URL(q.url).pathname)).toEqual(
+      expect.arrayContaining([`/org/gated/resolve/${sha}/config.json`]),
+    );
+    expect(atHub.every((q) => !q.url.includes('gated-old-name'))).toBe(true);
+  });
+
   it('a token for a host outside --token-hosts is refused before any request', async () => {
     const before = hub.hubRequests.length;
-    const r = await fetchHub(['hf://org/gated', '--token-hosts', 'huggingface.co'], { HF_TOKEN: TOKEN });
-    expect(r.code).toBe(2);
-    expect(r.err).toContain('HubTokenNotAllowed');
-    expect(r.err).not.toContain(TOKEN);
+    const e = await fetchHub(['hf://org/gated', '--token-hosts', 'huggingface.co'], {
+      HF_TOKEN: TOKEN,
+    }).catch((x: unknown) => x);
+    expect(e).toBeInstanceOf(CliError);
+    expect((e as CliError).exitCode).toBe(2);
+    const m = (e as Error).message;
+    expect(m).toMatch(
+      /^HubTokenNotAllowed: HF_ENDPOINT names 127\.0\.0\.1:\d+, which is not in --allowed-hub-hosts \(huggingface\.co\)/,
+    );
+    expect(m).not.toContain(TOKEN);
     expect(hub.hubRequests.length).toBe(before);
   });
 
-  it("a redirect outside --redirect-hosts (the public Hub's CDNs by default): exit 2 naming the file and the flag, nothing fetched", async () => {
+  it("a redirect outside --allowed-hub-redirect-hosts (the public Hub's CDNs by default): exit 2 naming the file and the flag, nothing fetched", async () => {
     const before = peer.requests.length;
-    const r = await fetchHub(['hf://org/model', '--redirect-hosts', DEFAULT_HUB_REDIRECT_HOSTS]);
+    const r = await fetchHub(['hf://org/model', '--allowed-hub-redirect-hosts', DEFAULT_HUB_REDIRECT_HOSTS]);
     expect(r.code).toBe(2);
     expect(r.err).toMatch(
-      /^peerload fetch: HubRedirectNotAllowed: .*the Hub redirects model\.safetensors to http:\/\/127\.0\.0\.1:\d+, which is not in --redirect-hosts \(cdn-lfs\.hf\.co, /,
+      /^peerload fetch: HubRedirectNotAllowed: .*the Hub redirects model\.safetensors to http:\/\/127\.0\.0\.1:\d+, which is not in --allowed-hub-redirect-hosts \(cdn-lfs\.hf\.co, /,
     );
     expect(r.err).not.toContain('X-Amz-Signature');
     // The node's proxy was asked for nothing: no agent or daemon is told about the target.

@@ -21,6 +21,7 @@ import { startPeerProxy, type PeerProxy } from '../support/peer-proxy.ts';
 
 const SECRET = 'kserveSecretKey0123456789abcdefXYZ';
 const S3_ENV = { AWS_ACCESS_KEY_ID: 'AKIAKSERVE', AWS_SECRET_ACCESS_KEY: SECRET };
+const HF_TOKEN = 'hf_kserveGrantedToken0123456789abcdef';
 
 describe('KServe storage URIs', () => {
   it('tells the kinds apart as KServe does', () => {
@@ -226,7 +227,9 @@ describe('peerload fetch STORAGE_URI DEST', () => {
           id: 'org/model',
           commits: [{ 'config.json': '{"a":1}', 'w.safetensors': { content: big, lfs: true } }],
         },
+        { id: 'org/gated', commits: [{ 'config.json': '{"g":1}' }], gated: true },
       ],
+      tokens: { [HF_TOKEN]: ['org/gated'] },
     });
   });
   afterAll(async () => {
@@ -278,13 +281,53 @@ describe('peerload fetch STORAGE_URI DEST', () => {
   });
 
   it('hf://owner/model (KServe form) with --kserve: the repository files directly in DEST', async () => {
-    const { code, dest, err } = await fetchKServe(['--kserve', 'hf://org/model', 'DEST'], {
-      HF_ENDPOINT: hub.url,
-    });
+    // The mirror's CDN (the emulator's, plain HTTP on loopback) is not one of the public Hub's: refused until listed.
+    const refused = await fetchKServe(['--kserve', 'hf://org/model', 'DEST'], { HF_ENDPOINT: hub.url });
+    expect(refused.code).toBe(2);
+    expect(refused.err).toMatch(/^peerload fetch: HubRedirectNotAllowed: .*--allowed-hub-redirect-hosts/);
+    const { code, dest, err } = await fetchKServe(
+      ['--kserve', '--allowed-hub-redirect-hosts', 'http://127.0.0.1', 'hf://org/model', 'DEST'],
+      { HF_ENDPOINT: hub.url },
+    );
     expect(err).toBe('');
     expect(code).toBe(0);
     expect((await readdir(dest)).sort()).toEqual(['config.json', 'w.safetensors']);
     expect(await readFile(join(dest, 'w.safetensors'))).toEqual(big);
+  });
+
+  it('HF_TOKEN to a mirror HF_ENDPOINT names: refused naming the variables and the flag, sent once the admin allows it', async () => {
+    const env = { HF_ENDPOINT: hub.url, HF_TOKEN };
+    const host = new URL(hub.url).host;
+    const before = hub.hubRequests.length;
+    const refusedError = async (args: string[]) => {
+      const e = await fetchKServe(['--kserve', ...args, 'hf://org/gated', 'DEST'], env).catch(
+        (x: unknown) => x,
+      );
+      expect(e).toBeInstanceOf(CliError);
+      expect((e as CliError).exitCode).toBe(2);
+      const m = (e as Error).message;
+      expect(m).not.toContain(HF_TOKEN);
+      expect(m).not.toContain('network error');
+      return m;
+    };
+    expect(await refusedError([])).toBe(
+      `HubTokenNotAllowed: HF_ENDPOINT names ${host}, which is not in --allowed-hub-hosts (huggingface.co), so the ` +
+        'token of HF_TOKEN is not sent: an admin adds it to --allowed-hub-hosts (for KServe, in the ' +
+        `ClusterStorageContainer command) (--allowed-hub-hosts=huggingface.co,${host}), or unset HF_TOKEN for a public repository`,
+    );
+    // Listed without a scheme: https only, and the mirror speaks plain HTTP.
+    expect(await refusedError(['--allowed-hub-hosts', '127.0.0.1'])).toContain(
+      `HubTokenNotAllowed: HF_ENDPOINT ${hub.url} is plain HTTP and --allowed-hub-hosts (127.0.0.1) allows ${host} over https only`,
+    );
+    expect(hub.hubRequests.length).toBe(before);
+    const ok = await fetchKServe(
+      ['--kserve', '--allowed-hub-hosts', 'http://127.0.0.1', 'hf://org/gated', 'DEST'],
+      env,
+    );
+    expect(ok.err).toBe('');
+    expect(ok.code).toBe(0);
+    expect(await readFile(join(ok.dest, 'config.json'), 'utf8')).toBe('{"g":1}');
+    expect(hub.hubRequests.slice(before).every((q) => q.authorized)).toBe(true);
   });
 
   it('a missing file is exit 1 with the reason; nothing is left in DEST', async () => {
@@ -302,6 +345,12 @@ describe('peerload fetch STORAGE_URI DEST', () => {
       ['s3://bkt/k', 'DEST'],
       { AWS_ENDPOINT_URL: 'http://minio.evil.example:9000' },
       /s3:\/\/bkt\/k: host minio.evil.example:9000 is not in the init container's --allowed-storage-hosts/,
+    );
+    // An allowed store over plain HTTP (S3_USE_HTTPS=0) needs the admin's http:// entry: the keys would go in clear.
+    await refused(
+      ['--allowed-storage-hosts', 'minio.storage.svc:9000', 's3://bkt/k', 'DEST'],
+      { S3_ENDPOINT: 'minio.storage.svc:9000', S3_USE_HTTPS: '0', ...S3_ENV },
+      /s3:\/\/bkt\/k: http:\/\/minio.storage.svc:9000 is plain HTTP: the init container's --allowed-storage-hosts allows minio.storage.svc:9000 over https only/,
     );
     await refused(['s3://bkt/k', 'DEST'], { AWS_ACCESS_KEY_ID: 'A' }, /AWS_SECRET_ACCESS_KEY is not set/);
     await refused(
@@ -329,13 +378,56 @@ describe('peerload fetch STORAGE_URI DEST', () => {
   });
 
   it('a listing that fails is exit 1, the keys not printed', async () => {
-    const { code, err } = await fetchKServe(['--allowed-storage-hosts', '127.0.0.1', 's3://bkt/k', 'DEST'], {
-      ...S3_ENV,
-      AWS_ENDPOINT_URL: 'http://127.0.0.1:1',
-    });
+    const { code, err } = await fetchKServe(
+      ['--allowed-storage-hosts', 'http://127.0.0.1', 's3://bkt/k', 'DEST'],
+      {
+        ...S3_ENV,
+        AWS_ENDPOINT_URL: 'http://127.0.0.1:1',
+      },
+    );
     expect(code).toBe(1);
     expect(err).toMatch(/^peerload fetch: s3:\/\/bkt\/k: the listing failed: /);
     expect(err).not.toContain(SECRET);
+  });
+
+  it('every URI it prints is redacted: a presigned query keeps its names, never its values', async () => {
+    const SIGNATURE = 'planted0presigned0signature0c0ffee';
+    const TOKEN = 'planted-session-token-5e1f';
+    const query = `?X-Amz-Credential=AKIAPLANTEDKEY%2F20261129&X-Amz-Security-Token=${TOKEN}&X-Amz-Signature=${SIGNATURE}`;
+    const planted = [SIGNATURE, TOKEN, 'AKIAPLANTEDKEY'];
+    const clean = (text: string) => {
+      for (const p of planted) expect(text).not.toContain(p);
+    };
+    // Placed: the one line names the URI.
+    const ok = await fetchKServe([`${origin.url}/models/model.joblib${query}`, 'DEST']);
+    expect(ok.code).toBe(0);
+    expect(ok.out).toContain(
+      '/models/model.joblib?X-Amz-Credential=***&X-Amz-Security-Token=***&X-Amz-Signature=***',
+    );
+    clean(`${ok.out}\n${ok.err}`);
+    // Failed: the reason line names it.
+    const missing = await fetchKServe([`${origin.url}/models/absent.bin${query}`, 'DEST']);
+    expect(missing.code).toBe(1);
+    expect(missing.err).toContain('absent.bin?X-Amz-Credential=***');
+    clean(`${missing.out}\n${missing.err}`);
+    // Refused: the CliError names it.
+    const e = await fetchKServe([`${origin.url}/models/m.zip${query}`, 'DEST']).catch((x: unknown) => x);
+    expect(e).toBeInstanceOf(CliError);
+    expect((e as Error).message).toContain('m.zip?X-Amz-Credential=***');
+    clean((e as Error).message);
+    // The same through the fetch command's entry (all forms).
+    const out: string[] = [];
+    const dest = join(dir, 'via-run', 'models');
+    await mkdir(dest, { recursive: true });
+    const args = ['--proxy', peer.url, '--min-free-bytes', '0', '--log-level', 'error'];
+    expect(
+      await run([...args, `${origin.url}/models/model.joblib${query}`, dest], {
+        out: (l) => out.push(l),
+        err: (l) => out.push(l),
+      }),
+    ).toBe(0);
+    expect(out.join('\n')).toContain('X-Amz-Signature=***');
+    clean(out.join('\n'));
   });
 
   it('the fetch command hands a KServe URI to this contract; --help prints its usage', async () => {

@@ -67,7 +67,7 @@ describe("an LFS file's redirect", () => {
     target = url;
     extra = undefined;
     // The emulator's CDN is allowed here, so only the hostile redirect is refused.
-    const err = await locate(policy('127.0.0.1')).then(
+    const err = await locate(policy('http://127.0.0.1')).then(
       () => undefined,
       (e: unknown) => e,
     );
@@ -76,7 +76,7 @@ describe("an LFS file's redirect", () => {
     expect(e.reason).toBe(HubReason.RedirectNotAllowed);
     expect(e.field).toBe('endpoint');
     expect(e.message).toContain('weights.bin');
-    expect(e.message).toContain(`not in ${FLAG} (127.0.0.1)`);
+    expect(e.message).toContain(`not in ${FLAG} (http://127.0.0.1)`);
     expect(e.message).toContain(new URL(url).host);
     expect(e.message).toContain('(HubRedirectNotAllowed)');
     expect(e.message).not.toContain(url);
@@ -87,7 +87,7 @@ describe("an LFS file's redirect", () => {
 
   it('to the admin-listed CDN, or to the Hub itself, is kept', async () => {
     target = undefined;
-    const found = await locate(policy('127.0.0.1'));
+    const found = await locate(policy('http://127.0.0.1'));
     expect(found.get('weights.bin')!.startsWith(`${hub.cdnURL}/repos/`)).toBe(true);
     // The Hub redirecting to its own origin (same host and port) reaches nothing its endpoint does not.
     target = `${hub.url}/org/m/resolve/main/config.json`;
@@ -99,6 +99,21 @@ describe("an LFS file's redirect", () => {
     extra = undefined;
     await expect(locate(policy(''))).rejects.toMatchObject({ reason: HubReason.RedirectNotAllowed });
     target = undefined;
+  });
+
+  it('to a host listed without a scheme, over plain HTTP, is refused: a bare entry allows https only', async () => {
+    target = undefined;
+    extra = undefined;
+    // The emulator's CDN speaks plain HTTP; its signed URL would read the file for whoever sees it in clear.
+    const e = (await locate(policy('127.0.0.1')).then(
+      () => undefined,
+      (err: unknown) => err,
+    )) as HubError;
+    expect(e).toBeInstanceOf(HubError);
+    expect(e.reason).toBe(HubReason.RedirectNotAllowed);
+    expect(e.message).toContain(`which ${FLAG} (127.0.0.1) allows over https only`);
+    expect(e.message).toContain(`an admin adds http://${new URL(hub.cdnURL).host}`);
+    await expect(locate(policy('http://127.0.0.1'))).resolves.toBeInstanceOf(Map);
   });
 
   it("allows the public Hub's CDNs by default, and no address literal nor cluster name", () => {

@@ -12,8 +12,9 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ModelVersionSpecSchema } from '../../src/agent/spec.ts';
 import { HubClient } from '../../src/huggingface/client.ts';
 import { hubEndpoint, resolveURL } from '../../src/huggingface/endpoint.ts';
-import { HubError, HubReason } from '../../src/huggingface/errors.ts';
-import { DEFAULT_LISTING_LIMITS, listRepoFiles } from '../../src/huggingface/files.ts';
+import { HubError, HubReason, hubBudget } from '../../src/huggingface/errors.ts';
+import { listRepoFiles } from '../../src/huggingface/files.ts';
+import type { SourceBounds } from '../../src/sources/budget.ts';
 import { lfsLocations } from '../../src/huggingface/locations.ts';
 import { parseHostRules } from '../../src/policy/reach.ts';
 import { hubVersionSpec } from '../../src/huggingface/version-spec.ts';
@@ -22,7 +23,10 @@ import { forgetSecrets, rememberSecret } from '../../src/redact.ts';
 import { startHubEmulator, type HubEmulator } from '../support/hub-emulator.ts';
 
 /** The emulator's CDN listens on loopback, as an admin would list a mirror's CDN. */
-const LOOPBACK_REDIRECTS = { hosts: parseHostRules('127.0.0.1'), flag: '--allowed-hub-redirect-hosts' };
+const LOOPBACK_REDIRECTS = {
+  hosts: parseHostRules('http://127.0.0.1'),
+  flag: '--allowed-hub-redirect-hosts',
+};
 
 const TOKEN = 'hf_unitGrantedToken0123456789abcdef';
 const OTHER = 'hf_unitOtherToken0123456789abcdefgh';
@@ -39,12 +43,18 @@ const v1 = {
 describe('the Hugging Face Hub client', () => {
   let hub: HubEmulator;
   const dispatcher = new Agent();
-  const client = (token?: string, opts: { tokenHosts?: string; url?: string } = {}) =>
-    new HubClient({
-      endpoint: hubEndpoint(opts.url ?? hub.url, opts.tokenHosts ?? '127.0.0.1'),
+  const client = (
+    token?: string,
+    opts: { tokenHosts?: string; url?: string; bounds?: Partial<SourceBounds> } = {},
+  ) => {
+    const url = opts.url ?? hub.url;
+    return new HubClient({
+      endpoint: hubEndpoint(url, opts.tokenHosts ?? 'http://127.0.0.1'),
       dispatcher,
       token,
+      budget: hubBudget(url, 'org/model', opts.bounds),
     });
+  };
   const refusal = async (p: Promise<unknown>): Promise<HubError> => {
     const e = await p.then(
       () => undefined,
@@ -64,6 +74,7 @@ describe('the Hugging Face Hub client', () => {
       ],
       tokens: { [TOKEN]: ['org/gated', 'org/private'], [OTHER]: [] },
       treePageSize: 2,
+      renamed: { 'old-org/gated-v0': 'org/gated' },
     });
   });
   afterAll(async () => {
@@ -129,9 +140,10 @@ describe('the Hugging Face Hub client', () => {
 
   it('bounds the entries a listing holds', async () => {
     const e = await refusal(
-      listRepoFiles(client(), 'org/model', 'main', {}, { ...DEFAULT_LISTING_LIMITS, maxEntries: 3 }),
+      listRepoFiles(client(undefined, { bounds: { maxEntries: 3 } }), 'org/model', 'main'),
     );
-    expect(e).toMatchObject({ reason: HubReason.TooLarge, field: 'repo' });
+    expect(e).toMatchObject({ reason: HubReason.SourceTooLarge, field: 'repo', kind: 'terminal' });
+    expect(e.message).toContain('the repository holds more than 3 entries');
   });
 
   it('an unknown revision is RevisionNotFound on the revision field', async () => {
@@ -192,6 +204,21 @@ describe('the Hugging Face Hub client', () => {
     expect(hubEndpoint().url).toBe('https://huggingface.co');
   });
 
+  it('sends no token over plain HTTP to a host allowed over https only, and says so (not a network error)', () => {
+    let err: unknown;
+    try {
+      client(TOKEN, { tokenHosts: '127.0.0.1' });
+    } catch (e) {
+      err = e;
+    }
+    expect(err).toMatchObject({ reason: HubReason.TokenNotAllowed, field: 'endpoint' });
+    const m = (err as Error).message;
+    expect(m).toContain(`the endpoint ${hub.url} is plain HTTP`);
+    expect(m).toContain('ask an admin to allow http://127.0.0.1:');
+    expect(m).not.toContain('network error');
+    expect(m).not.toContain(TOKEN);
+  });
+
   describe('against a misbehaving server', () => {
     let server: Server;
     let url: string;
@@ -206,25 +233,20 @@ describe('the Hugging Face Hub client', () => {
       await new Promise((r) => server.close(r));
     });
 
-    it('a listing that does not finish in time is ListingTimeout', async () => {
+    it('a listing that does not finish in time is SourceTimeout, tried again later', async () => {
       answer = () => undefined; // never answers
       const e = await refusal(
-        listRepoFiles(
-          client(undefined, { url }),
-          'org/model',
-          'main',
-          {},
-          { ...DEFAULT_LISTING_LIMITS, timeoutMs: 300 },
-        ),
+        listRepoFiles(client(undefined, { url, bounds: { timeoutMs: 300 } }), 'org/model', 'main'),
       );
-      expect(e).toMatchObject({ reason: HubReason.ListingTimeout, kind: 'retryable' });
+      expect(e).toMatchObject({ reason: HubReason.SourceTimeout, kind: 'retryable', field: 'endpoint' });
     });
 
-    it('an answer body over the bound is a BadAnswer, not read whole', async () => {
+    it('an answer body over the bound is SourceTooLarge, not read whole', async () => {
       answer = (_p, res) => res.writeHead(200, { 'content-type': 'application/json' }).end('x'.repeat(5000));
       const c = new HubClient({ endpoint: hubEndpoint(url, ''), dispatcher, maxResponseBytes: 1000 });
       const e = await refusal(c.resolveRevision('org/model', 'main'));
-      expect(e.reason).toBe(HubReason.BadAnswer);
+      expect(e).toMatchObject({ reason: HubReason.SourceTooLarge, field: 'endpoint' });
+      expect(e.message).toContain('larger than 1000 bytes');
     });
 
     it('a page link to another origin stops the listing (the token would follow it)', async () => {
@@ -241,13 +263,62 @@ describe('the Hugging Face Hub client', () => {
       expect(e.message).toContain('leaves the endpoint');
     });
 
-    it("a 5xx is Unavailable and retryable, the server's words kept without the token", async () => {
-      rememberSecret(TOKEN);
-      answer = (_p, res) => res.writeHead(503, { 'x-error-message': `overloaded for ${TOKEN}` }).end();
+    it("a 5xx is Unavailable and retryable, in our words: none of the server's text is kept", async () => {
+      answer = (_p, res) =>
+        res
+          .writeHead(503, { 'x-error-message': 'metadata-token-xyz in a header' })
+          .end('AKIAPLANTEDBODYLINE0 metadata-token-xyz\nsecond line');
       const e = await refusal(client(TOKEN, { url }).resolveRevision('org/model', 'main'));
       expect(e).toMatchObject({ reason: HubReason.Unavailable, kind: 'retryable', status: 503 });
-      expect(e.message).toContain('overloaded for');
-      expect(e.message).not.toContain(TOKEN);
+      expect(e.message).toContain('HTTP 503');
+      expect(e.message).toContain('the Hub is unavailable');
+      expect(e.message).not.toMatch(/metadata-token-xyz|AKIAPLANTED|second line/);
+      expect(JSON.stringify(e)).not.toMatch(/metadata-token-xyz|AKIAPLANTED/);
+    });
+
+    it('an X-Error-Code is repeated only when it is one the Hub sends', async () => {
+      answer = (_p, res) => res.writeHead(404, { 'x-error-code': 'metadata-token-xyz' }).end('AKIAPLANTED');
+      let e = await refusal(client(undefined, { url }).resolveRevision('org/model', 'main'));
+      expect(e.reason).toBe(HubReason.BadAnswer);
+      expect(`${e.message} ${String(e.code)}`).not.toMatch(/metadata-token-xyz|AKIAPLANTED/);
+      answer = (_p, res) => res.writeHead(404, { 'x-error-code': 'RevisionNotFound' }).end('AKIAPLANTED');
+      e = await refusal(client(undefined, { url }).resolveRevision('org/model', 'main'));
+      expect(e.reason).toBe(HubReason.RevisionNotFound);
+      expect(e.message).toContain('(RevisionNotFound)');
+      expect(e.message).not.toContain('AKIAPLANTED');
+    });
+
+    it('a redirect loop on the endpoint stops after 5 hops: a BadAnswer, not a hang or a crash', async () => {
+      let calls = 0;
+      answer = (path, res) => {
+        calls++;
+        res.writeHead(307, { location: path }).end();
+      };
+      const e = await refusal(client(TOKEN, { url }).resolveRevision('org/model', 'main'));
+      expect(e.reason).toBe(HubReason.BadAnswer);
+      expect(e.message).toContain('more than 5 redirects in a row');
+      expect(calls).toBe(6);
+    });
+
+    it('an API redirect to another origin is not followed: the token never goes there', async () => {
+      const elsewhere: string[] = [];
+      const other = createServer((req, res) => {
+        elsewhere.push(req.url ?? '');
+        res.writeHead(200).end(JSON.stringify({ id: 'org/model', sha: 'b'.repeat(40) }));
+      });
+      await new Promise<void>((r) => other.listen(0, '127.0.0.1', r));
+      const otherURL = `http://127.0.0.1:${(other.address() as AddressInfo).port}`;
+      try {
+        answer = (path, res) => res.writeHead(307, { location: `${otherURL}${path}?sig=secret` }).end();
+        const e = await refusal(client(TOKEN, { url }).resolveRevision('org/model', 'main'));
+        expect(e.reason).toBe(HubReason.BadAnswer);
+        expect(e.message).toContain(`a redirect off the endpoint (to ${otherURL}), not followed`);
+        expect(e.message).not.toContain('sig=secret');
+        expect(elsewhere).toEqual([]);
+      } finally {
+        other.closeAllConnections();
+        await new Promise((r) => other.close(r));
+      }
     });
 
     it("an answer that is not the Hub's is a BadAnswer", async () => {
@@ -258,8 +329,44 @@ describe('the Hugging Face Hub client', () => {
     });
   });
 
+  it("a renamed repository: the Hub's 307 to the new name is followed, and the files' URLs use the new name", async () => {
+    const before = hub.hubRequests.length;
+    const c = client(TOKEN);
+    const listing = await listRepoFiles(c, 'old-org/gated-v0', 'main');
+    expect(listing.sha).toBe(hub.repos.get('org/gated')!.commits[0]!.sha);
+    expect([listing.repo, listing.movedTo]).toEqual(['old-org/gated-v0', 'org/gated']);
+    // One redirect (the revision's), relative as the Hub sends it; the tree and the HEAD go to the new name.
+    const moved = hub.hubRequests.slice(before).filter((r) => r.status === 307);
+    expect(moved.map((r) => r.url)).toEqual([`/api/models/old-org/gated-v0/revision/main`]);
+    const spec = ModelVersionSpecSchema.parse(
+      hubVersionSpec(
+        hubEndpoint(hub.url, 'http://127.0.0.1'),
+        listing,
+        await lfsLocations(c, listing, LOOPBACK_REDIRECTS),
+        {
+          headers: c.authHeaders(),
+        },
+      ),
+    );
+    expect(spec.directory).toBe('old-org/gated-v0');
+    const config = spec.files.find((f) => f.path === 'config.json')!;
+    expect(config.url).toBe(`${hub.url}/org/gated/resolve/${listing.sha}/config.json`);
+    expect(config.headerSet).toBe('hub');
+    expect(spec.headerSets).toEqual({ hub: { authorization: `Bearer ${TOKEN}` } });
+    const w = spec.files.find((f) => f.path === 'weights/model-00001.safetensors')!;
+    expect(w.url!.startsWith(`${hub.cdnURL}/repos/`)).toBe(true);
+    // A resolve HEAD at the old name follows the rename on the endpoint, and stops at the CDN's redirect.
+    const sha = listing.sha;
+    expect(await c.fileLocation('old-org/gated-v0', sha, 'config.json')).toBe(
+      `${hub.url}/org/gated/resolve/${sha}/config.json`,
+    );
+    const lfs = await c.fileLocation('old-org/gated-v0', sha, 'weights/model-00001.safetensors');
+    expect(lfs!.startsWith(`${hub.cdnURL}/repos/`)).toBe(true);
+    expect(hub.cdnRequests.some((r) => r.method === 'HEAD')).toBe(false);
+  });
+
   it("makes the agent's version: git files at their resolve URL with the token, LFS files at the CDN without it", async () => {
-    const endpoint = hubEndpoint(hub.url, '127.0.0.1');
+    const endpoint = hubEndpoint(hub.url, 'http://127.0.0.1');
     const c = client(TOKEN);
     const listing = await listRepoFiles(c, 'org/gated', 'main');
     const spec = ModelVersionSpecSchema.parse(
@@ -276,7 +383,12 @@ describe('the Hugging Face Hub client', () => {
     expect(w.sha256).toBe(sha256(big));
     const config = spec.files.find((f) => f.path === 'config.json')!;
     expect(config.url).toBe(`${hub.url}/org/gated/resolve/${listing.sha}/config.json`);
-    expect(config.headers).toEqual({ authorization: `Bearer ${TOKEN}` });
+    // The token once, in the spec's `hub` header set; the git files name it, the CDN files do not.
+    expect(config.headers).toBeUndefined();
+    expect(config.headerSet).toBe('hub');
+    expect(w.headerSet).toBeUndefined();
+    expect(spec.headerSets).toEqual({ hub: { authorization: `Bearer ${TOKEN}` } });
+    expect(JSON.stringify(spec).split(TOKEN)).toHaveLength(2);
     expect(config.sha256).toBeUndefined();
     // Every query parameter of the CDN URLs is left out of the ids: a later redirect, signed anew, is the same task.
     expect(spec.filter).toEqual(

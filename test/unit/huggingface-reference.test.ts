@@ -33,5 +33,9 @@ describe('Hub references', () => {
     expect(tokenAllowed(hubEndpoint('https://hf-mirror.example.com'))).toBe(false);
     expect(tokenAllowed(hubEndpoint('https://hf-mirror.example.com', '*.example.com'))).toBe(true);
     expect(tokenAllowed(hubEndpoint('https://huggingface.co', ''))).toBe(false);
+    // The scheme too: the public Hub over plain HTTP is not the allowed huggingface.co.
+    expect(tokenAllowed(hubEndpoint('http://huggingface.co'))).toBe(false);
+    expect(tokenAllowed(hubEndpoint('http://mirror.internal:8080', 'mirror.internal'))).toBe(false);
+    expect(tokenAllowed(hubEndpoint('http://mirror.internal:8080', 'http://mirror.internal'))).toBe(true);
   });
 });

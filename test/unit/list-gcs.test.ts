@@ -67,7 +67,7 @@ describe('listPrefix on gcs', () => {
       (e: unknown) => e,
     );
     expect(err).toBeInstanceOf(ListError);
-    expect((err as Error).message).toMatch(/^cannot list gcs other prefix "m\/": .*no bucket/);
+    expect((err as Error).message).toMatch(/^cannot list gcs other prefix "m\/": HTTP 404: check the bucket/);
     expect((err as Error).message).not.toContain('PRIVATE KEY');
   });
 });

@@ -31,7 +31,7 @@ const tree = {
 
 let hub: HubEmulator;
 const dispatcher = new Agent();
-const tokenHosts = parseHostRules('127.0.0.1');
+const tokenHosts = parseHostRules('http://127.0.0.1');
 const reads: string[] = [];
 const secrets = {
   value: async (_ns: string, ref: { name: string; key: string }) => {

@@ -1,6 +1,7 @@
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { request } from 'undici';
+import { Agent, request } from 'undici';
+import { ReplicaEndpoint } from '../../src/servers/endpoint.ts';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { createModelServerPool } from '../../src/servers/pools.ts';
 import { parseInstant, parseKeyFile, secretToken } from '../../src/servers/torchserve/auth.ts';
@@ -121,7 +122,7 @@ describe('register', () => {
     expect((await failure(c.register({ fileName: 'models/tiny.mar' }))).kind).toBe('conflict');
   });
 
-  it('maps a duplicate registration to a conflict with the server message', async () => {
+  it("maps a duplicate registration to a conflict with the server type, in our words (the server's text is not quoted)", async () => {
     const emu = await emulator();
     const c = client(emu);
     await c.register({ fileName: 'dup.mar' });
@@ -129,7 +130,7 @@ describe('register', () => {
     expect(err.kind).toBe('conflict');
     expect(err.status).toBe(409);
     expect(err.serverType).toBe('ConflictStatusException');
-    expect(err.serverMessage).toBe('Model version 1.0 is already registered for model dup');
+    expect(err.serverMessage).toBe('the server reports a conflict');
     expect(err.endpoint).toBe(emu.url);
   });
 
@@ -220,6 +221,75 @@ describe('register', () => {
       expect(err2.code).toBe('INVALID_RESPONSE');
     });
 
+    it("quotes none of the server's text: an address behind a Service may be anything the operator reaches", async () => {
+      const planted = ['AKIAPLANTEDMETADATA7', 'metadata-token-xyz'];
+      const line = planted.join(' ');
+      const quiet = (e: Error) => {
+        for (const p of planted) expect(`${e.message} ${JSON.stringify(e)}`).not.toContain(p);
+      };
+      for (const [status, body] of [
+        [500, JSON.stringify({ code: 500, type: planted[0], message: line })],
+        [404, `${line}\nsecond line`],
+        [200, `${line}\n`],
+        [200, JSON.stringify({ other: line })],
+      ] as const) {
+        next = { status, body };
+        const err = await failure(client({ url }).register({ fileName: 'a.mar' }));
+        expect(err.status).toBe(status);
+        expect(err.serverType).toBeUndefined();
+        quiet(err);
+        next = { status, body };
+        quiet(await failure(client({ url }).describe('x')));
+      }
+      // A type TorchServe documents is kept.
+      next = {
+        status: 404,
+        body: JSON.stringify({ code: 404, type: 'ModelNotFoundException', message: line }),
+      };
+      const known = await failure(client({ url }).describe('x'));
+      expect(known.message).toContain('ModelNotFoundException: the server has no such resource');
+      quiet(known);
+    });
+
+    it("vLLM, OIP servers and the agent: no server text quoted, but the agent's own error shape", async () => {
+      const planted = ['AKIAPLANTEDMETADATA7', 'metadata-token-xyz'];
+      const line = planted.join(' ');
+      const dispatcher = new Agent();
+      const endpoint = (role: string) =>
+        new ReplicaEndpoint({ baseURL: url, role, dispatcher, defaultTimeoutMs: 5_000 });
+      const call = async (role: string) => {
+        const e = endpoint(role);
+        return e.failure('load m', await e.send('load m', 'POST', '/x', undefined, {}));
+      };
+      try {
+        for (const body of [
+          `${line}\nsecond line`,
+          JSON.stringify({ error: line }),
+          JSON.stringify({ error: { message: line, type: planted[0], code: 500 } }),
+          JSON.stringify({ error: { reason: planted[0], message: line } }),
+        ])
+          for (const role of ['vLLM', 'model server', 'agent']) {
+            next = { status: 500, body };
+            const err = await call(role);
+            expect(err.message).toContain('HTTP 500): the server failed');
+            for (const p of planted) expect(`${err.message} ${JSON.stringify(err)}`).not.toContain(p);
+          }
+        // The agent's own answer (a reason word and its message) is kept; another server's in that shape is not.
+        next = {
+          status: 409,
+          body: JSON.stringify({ error: { reason: 'DiskBudgetExceeded', message: 'needs 9 bytes' } }),
+        };
+        expect((await call('agent')).message).toContain('DiskBudgetExceeded: needs 9 bytes');
+        next = {
+          status: 409,
+          body: JSON.stringify({ error: { reason: 'DiskBudgetExceeded', message: 'needs 9 bytes' } }),
+        };
+        expect((await call('vLLM')).message).not.toContain('needs 9 bytes');
+      } finally {
+        await dispatcher.close();
+      }
+    });
+
     it('describe rejects a body that is not an array of descriptions', async () => {
       next = { status: 200, body: '{"modelName": "x"}' };
       const err = await failure(client({ url }).describe('x'));
@@ -265,7 +335,7 @@ describe('describe, list, scale, set-default, unregister', () => {
       kind: 'notFound',
       status: 404,
       serverType: 'ModelNotFoundException',
-      serverMessage: 'Model not found: nope',
+      serverMessage: 'the server has no such resource',
     });
     expect(await c.describeIfPresent('nope')).toBeNull();
     await c.register({ fileName: 'yes.mar' });
@@ -332,7 +402,7 @@ describe('describe, list, scale, set-default, unregister', () => {
     expect(bad).toMatchObject({
       kind: 'terminal',
       status: 400,
-      serverMessage: 'max_worker cannot be less than min_worker.',
+      serverMessage: 'the server refused the request as invalid (its own log says why)',
     });
     expect((await failure(c.scale('zzz', undefined, { minWorker: 1 }))).kind).toBe('notFound');
     await expect(c.scale('s', undefined, { minWorker: -1 })).rejects.toThrow(TypeError);
@@ -367,7 +437,7 @@ describe('error mapping', () => {
     for (const s of [400, 403, 405, 413]) expect(kindForStatus(s)).toBe('terminal');
   });
 
-  it('injected 5xx / 408 answers are retryable and keep the server type and message', async () => {
+  it('injected 5xx / 408 answers are retryable and keep the server type, never its message', async () => {
     const emu = await emulator();
     const c = client(emu);
     for (const [status, type] of [
@@ -382,8 +452,10 @@ describe('error mapping', () => {
         kind: 'retryable',
         status,
         serverType: type,
-        serverMessage: `boom ${status}`,
+        serverMessage:
+          status === 408 ? 'the server asks to try again later' : 'the server failed (its own log says why)',
       });
+      expect(err.message).not.toContain('boom');
       expect(err.message).toContain(`HTTP ${status}`);
     }
     expect(await c.listModels()).toEqual([]); // `times: 1` used up
@@ -433,7 +505,9 @@ describe('token authorization', () => {
       serverType: 'InvalidKeyException',
       code: 'TOKEN_UNAVAILABLE',
     });
-    expect(wrong.serverMessage).toMatch(/bare key/);
+    expect(wrong.serverMessage).toMatch(
+      /the server refused the request as invalid \(its own log says why\) \(no other key/,
+    );
     expect(wrong.message).not.toContain('wrong-key-9');
     expect(emu.stats.tokenRotations).toBe(0);
 
@@ -442,7 +516,7 @@ describe('token authorization', () => {
       kind: 'auth',
       status: 400,
       serverType: 'InvalidKeyException',
-      serverMessage: 'Token Authorization failed. Token either incorrect, expired, or not provided correctly',
+      serverMessage: 'the server refused the request as invalid (its own log says why)',
     });
   });
 

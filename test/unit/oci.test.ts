@@ -491,12 +491,12 @@ describe('placing an artifact through the peer proxy', () => {
   it('says 401, 403 and 404 from the registry in its terms, for the manifest and for a blob', async () => {
     pushModel(registry, 'models/m', 'auth', good);
     registry.basic = { username: 'u', password: 'registry-password-1' };
-    const anonymous = await refusal(place('auth', { allowedHosts: parseHostRules('127.0.0.1') }));
+    const anonymous = await refusal(place('auth', { allowedHosts: parseHostRules('http://127.0.0.1') }));
     expect([anonymous.reason, anonymous.status]).toEqual([OciReason.Unauthorized, 401]);
     expect(anonymous.message).toMatch(/requires credentials/);
     const wrong = await refusal(
       place('auth', {
-        allowedHosts: parseHostRules('127.0.0.1'),
+        allowedHosts: parseHostRules('http://127.0.0.1'),
         credentials: { username: 'u', password: 'wrong-password-22' },
       }),
     );
@@ -504,7 +504,7 @@ describe('placing an artifact through the peer proxy', () => {
     expect(wrong.message).not.toContain('wrong-password-22');
     // Basic credentials work, and travel with the blob GETs through the proxy.
     const ok = await place('auth', {
-      allowedHosts: parseHostRules('127.0.0.1'),
+      allowedHosts: parseHostRules('http://127.0.0.1'),
       credentials: { username: 'u', password: 'registry-password-1' },
     });
     expect(ok.files).toBe(4);
@@ -535,8 +535,8 @@ describe('placing an artifact through the peer proxy', () => {
     );
     registry.putManifest('models/m', 'huge', body);
     const e = await refusal(place('huge', { maxManifestBytes: 4096 }));
-    expect(e.reason).toBe(OciReason.ManifestTooLarge);
-    expect(e.message).toMatch(/larger than 4096 bytes/);
+    expect(e.reason).toBe(OciReason.SourceTooLarge);
+    expect(e.message).toMatch(/the registry answer for .* was larger than 4096 bytes/);
     expect(
       (await refusal(() => client({ credentials: { username: 'u', password: 'p-12345678' } }))).reason,
     ).toBe(OciReason.RegistryNotAllowed);
@@ -564,7 +564,7 @@ describe('placing an artifact through the peer proxy', () => {
             '--min-free-bytes',
             '0',
             '--allowed-registry-hosts',
-            '127.0.0.1',
+            'http://127.0.0.1',
           ],
           { out: () => undefined, err: (l) => err.push(l) },
         );
@@ -594,11 +594,38 @@ describe('placing an artifact through the peer proxy', () => {
     expect(blobTags()).toEqual([undefined, undefined, undefined]);
   });
 
+  it('plain HTTP: credentials go to a registry without TLS only when it is listed as http://host', async () => {
+    const before = registry.requests.length;
+    const credentials = { username: 'u', password: 'registry-password-1' };
+    const plain = await refusal(() => client({ allowedHosts: parseHostRules('127.0.0.1'), credentials }));
+    expect(plain.reason).toBe(OciReason.RegistryNotAllowed);
+    expect(plain.message).toContain('is plain HTTP');
+    expect(plain.message).toContain('an admin adds http://127.0.0.1:');
+    expect(plain.message).not.toContain('registry-password-1');
+    expect(registry.requests.length).toBe(before);
+    expect(() => client({ allowedHosts: parseHostRules('http://127.0.0.1'), credentials })).not.toThrow();
+  });
+
   it('refuses an artifact over the byte cap before downloading', async () => {
     pushModel(registry, 'models/m', 'good', good);
     const e = await refusal(place('good', {}, { ...limits, maxBytes: 1000 }));
     expect(e.reason).toBe(OciReason.LimitExceeded);
     expect(peer.requests).toEqual([]);
+    await nothingPlaced();
+  });
+
+  it('a tar layer that unpacks past the free space places nothing, though its blob fitted', async () => {
+    const bomb = gzip(tarOf([{ path: 'zeros', body: Buffer.alloc(12 << 20) }]));
+    pushModel(registry, 'models/m', 'bomb', [
+      good[0]!,
+      { mediaType: 'application/vnd.cncf.model.code.v1.tar+gzip', content: bomb, filepath: 'x' },
+    ]);
+    const freeBytes = () => Promise.resolve(8 << 20);
+    const e = await refusal(place('bomb', {}, { ...limits, minFreeBytes: 1 << 20, freeBytes }));
+    expect(e.reason).toBe(OciReason.InsufficientStorage);
+    expect(e.message).toMatch(
+      /^layer 1 \(sha256:[0-9a-f]{12}, x\): the tar entry "zeros" needs 12582912 bytes/,
+    );
     await nothingPlaced();
   });
 });

@@ -12,6 +12,7 @@ import {
   managerURLReach,
   parseHostRule,
   parseHostRules,
+  urlReach,
   type ReachPolicy,
 } from '../../src/policy/reach.ts';
 import { ManagerRef, ServedModelSpec, staticAddresses, type ClusterManager } from '../../src/api/index.ts';
@@ -22,7 +23,8 @@ import { preheatConditions, preheatPhase } from '../../src/controllers/modelpreh
 import { endpointNotAllowedConditions } from '../../src/controllers/servedmodel/conditions.ts';
 import type { ControllerContext } from '../../src/runtime/index.ts';
 
-const rules = (list: string) => parseHostRules(list);
+/** The manager and model-server lists: an entry without a scheme allows http and https (the operator's flags). */
+const rules = (list: string) => parseHostRules(list, 'any');
 
 describe('host rules', () => {
   it.each([
@@ -69,7 +71,10 @@ describe('host rules', () => {
   });
 
   it.each([
-    'http://manager',
+    'ftp://manager',
+    'http://manager/api',
+    'https://user@manager',
+    'http://',
     'manager:0',
     'manager:99999',
     'manager:x',
@@ -78,6 +83,57 @@ describe('host rules', () => {
     '*.',
     'a..b',
   ])('refuses %s naming it', (entry) => expect(() => parseHostRule(entry)).toThrow(entry));
+});
+
+describe('host rules: the scheme', () => {
+  // The credential lists (storage, registry, Hub): an entry without a scheme is https only.
+  it.each([
+    ['huggingface.co', 'https://huggingface.co', true],
+    ['huggingface.co', 'http://huggingface.co', false],
+    ['https://huggingface.co', 'http://huggingface.co', false],
+    ['http://mirror.internal:8080', 'http://mirror.internal:8080', true],
+    ['http://mirror.internal:8080', 'https://mirror.internal:8080', true],
+    ['http://mirror.internal:8080', 'http://mirror.internal:8081', false],
+    ['http://127.0.0.1', 'http://127.0.0.1:9000', true],
+    ['http://127.0.0.0/8:9000', 'http://127.0.0.7:9000', true],
+    ['http://[::1]:9000', 'http://[::1]:9000', true],
+    ['http://*.minio.svc', 'http://b.minio.svc', true],
+    ['*', 'http://anything.example.com', false],
+    ['http://*', 'http://anything.example.com', true],
+    ['huggingface.co', 'ftp://huggingface.co', false],
+  ])('credential list %s allows %s: %s', (rule, url, allowed) => {
+    expect(hostAllowed(url, parseHostRules(rule))).toBe(allowed);
+  });
+
+  it('the manager and model-server lists: bare entries allow http too, https:// keeps a host to TLS', () => {
+    expect(hostAllowed('http://manager:8080', parseHostRules('manager', 'any'))).toBe(true);
+    expect(hostAllowed('http://manager:8080', parseHostRules('https://manager', 'any'))).toBe(false);
+    expect(hostAllowed('https://manager:8080', parseHostRules('https://manager', 'any'))).toBe(true);
+  });
+
+  it('urlReach tells a plain-HTTP refusal from an unlisted host', () => {
+    const list = parseHostRules('huggingface.co,http://mirror.internal');
+    expect(urlReach('http://huggingface.co', list)).toBe('plain');
+    expect(urlReach('http://elsewhere.example', list)).toBe('refused');
+    expect(urlReach('http://mirror.internal:8080', list)).toBe('allowed');
+    expect(list.map((r) => r.text)).toEqual(['huggingface.co', 'http://mirror.internal']);
+  });
+
+  it('the operator: plain HTTP to a manager is allowed by a bare entry, to a Hub only by an http:// one', () => {
+    const { config } = loadConfig(
+      ['--allowed-manager-hosts', 'manager', '--allowed-hub-hosts', 'hub.example,http://mirror.internal'],
+      {},
+    ) as { config: OperatorConfig };
+    expect(hostAllowed('http://manager:8080', config.allowedManagerHosts)).toBe(true);
+    expect(hostAllowed('http://hub.example', config.allowedHubHosts)).toBe(false);
+    expect(hostAllowed('https://hub.example', config.allowedHubHosts)).toBe(true);
+    expect(hostAllowed('http://mirror.internal', config.allowedHubHosts)).toBe(true);
+    // The defaults hold the public services over https only.
+    const defaults = (loadConfig([], {}) as { config: OperatorConfig }).config;
+    expect(hostAllowed('http://huggingface.co', defaults.allowedHubHosts)).toBe(false);
+    expect(hostAllowed('http://s3.amazonaws.com', defaults.allowedStorageHosts)).toBe(false);
+    expect(hostAllowed('https://s3.amazonaws.com', defaults.allowedStorageHosts)).toBe(true);
+  });
 });
 
 describe('decisions', () => {
@@ -123,12 +179,12 @@ describe('decisions', () => {
       },
     });
     expect(staticAddresses(spec)).toEqual(['http://10.0.0.7:8000', 'http://10.0.0.7:8095']);
-    const onlyServer = { managerHosts: [], endpointHosts: parseHostRules('10.0.0.7:8000') };
+    const onlyServer = { managerHosts: [], endpointHosts: parseHostRules('10.0.0.7:8000', 'any') };
     expect(endpointsReach(staticAddresses(spec), 'spec.modelServer.endpoints', onlyServer)).toMatchObject({
       allowed: false,
       reason: 'EndpointNotAllowed',
     });
-    const both = { managerHosts: [], endpointHosts: parseHostRules('10.0.0.7:8000,10.0.0.7:8095') };
+    const both = { managerHosts: [], endpointHosts: parseHostRules('10.0.0.7:8000,10.0.0.7:8095', 'any') };
     expect(endpointsReach(staticAddresses(spec), 'spec.modelServer.endpoints', both)).toEqual({
       allowed: true,
     });
@@ -213,9 +269,9 @@ describe('operator flags', () => {
   });
 
   it('a bad entry fails naming the flag and the entry', () => {
-    expect(() => loadConfig(['--allowed-endpoint-hosts', 'a,http://b'], {})).toThrow(ConfigError);
-    expect(() => loadConfig(['--allowed-endpoint-hosts', 'a,http://b'], {})).toThrow(
-      /--allowed-endpoint-hosts \(PEERLOAD_ALLOWED_ENDPOINT_HOSTS\): "http:\/\/b"/,
+    expect(() => loadConfig(['--allowed-endpoint-hosts', 'a,http://b/x'], {})).toThrow(ConfigError);
+    expect(() => loadConfig(['--allowed-endpoint-hosts', 'a,http://b/x'], {})).toThrow(
+      /--allowed-endpoint-hosts \(PEERLOAD_ALLOWED_ENDPOINT_HOSTS\): "http:\/\/b\/x"/,
     );
   });
 });

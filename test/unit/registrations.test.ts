@@ -20,6 +20,25 @@ const id = (uid: string, replica: string, version = 'v1'): RegistrationId => ({
 });
 
 describe('RegistrationRunner', () => {
+  it('counts the failures in a row across settles (the back-off of a retry), from 1 again after a success or a prune', async () => {
+    const runner = new RegistrationRunner<string>({ global: 10, onChange: () => {} });
+    const outcomes = ['fail', 'fail', 'ok', 'fail', 'fail'];
+    const run = () => (outcomes.shift() === 'ok' ? Promise.resolve('ok') : Promise.reject(new Error('bad')));
+    const attempt = async () => {
+      runner.ensure(id('u', 'r'), 1, run);
+      await tick();
+      const state = runner.peek(id('u', 'r'));
+      runner.settle(id('u', 'r'));
+      return state?.state === 'failed' ? state.failures : state?.state;
+    };
+    expect(await attempt()).toBe(1);
+    expect(await attempt()).toBe(2);
+    expect(await attempt()).toBe('done');
+    expect(await attempt()).toBe(1);
+    runner.prune('u', new Set(['other']));
+    expect(await attempt()).toBe(1);
+  });
+
   it("keeps slots for another namespace while one namespace's long registrations hold the rest", async () => {
     const runner = new RegistrationRunner<string>({ global: 4, onChange: () => {} });
     const started: string[] = [];

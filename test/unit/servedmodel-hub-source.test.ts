@@ -42,8 +42,8 @@ const sources = () =>
       if (v === undefined) throw new Error(`Secret ns/${ref.name} not found`);
       return v;
     },
-    tokenHosts: parseHostRules('127.0.0.1'),
-    redirectHosts: parseHostRules('127.0.0.1'),
+    tokenHosts: parseHostRules('http://127.0.0.1'),
+    redirectHosts: parseHostRules('http://127.0.0.1'),
     dispatcher,
     now: () => clock,
   });
@@ -67,6 +67,7 @@ beforeAll(async () => {
       { id: 'org/empty', commits: [{}] },
     ],
     tokens: { [TOKEN]: ['org/private', 'org/gated'], [OTHER]: [] },
+    renamed: { 'old-org/tiny-v0': 'org/tiny' },
   });
   secrets.set('hf', TOKEN);
   secrets.set('other', OTHER);
@@ -100,6 +101,15 @@ describe('a Hugging Face source', () => {
     expect(lfs.headers).toBeUndefined();
     expect(found.files.filter).toEqual(expect.arrayContaining(['X-Amz-Signature', 'X-Amz-Date']));
     expect(found.files).not.toHaveProperty('directory');
+  });
+
+  it("a renamed repository resolves through the Hub's redirect: status keeps the spec's name, the files use the new one", async () => {
+    const [c0] = hub.repos.get('org/tiny')!.commits;
+    const found = await of(sources(), served({ repo: 'old-org/tiny-v0' }));
+    if (!found.ok) throw new Error(found.message);
+    expect(found.status.huggingface).toEqual({ repo: 'old-org/tiny-v0', revision: 'main', commit: c0!.sha });
+    const config = found.files.files.find((f) => f.path === 'config.json')!;
+    expect(config.url).toBe(`${hub.url}/org/tiny/resolve/${c0!.sha}/config.json`);
   });
 
   it('a moved branch changes nothing for the generation, nor after a restart; a new refresh value follows it', async () => {
@@ -218,14 +228,17 @@ describe('a Hugging Face source', () => {
     expect(JSON.stringify(ownedPrivate)).not.toContain(TOKEN);
   });
 
-  it('a private repository: its files with the token, each git file carrying it as its own header', async () => {
+  it("a private repository: its files with the token, once in the spec's hub header set each git file names", async () => {
     const found = await of(
       sources(),
       served({ repo: 'org/private', tokenSecretRef: { name: 'hf', key: 't' } }),
     );
     if (!found.ok) throw new Error(found.message);
     const git = found.files.files.find((f) => f.path === 'config.json')!;
-    expect(git.headers).toEqual({ authorization: `Bearer ${TOKEN}` });
+    expect(git.headers).toBeUndefined();
+    expect(git.headerSet).toBe('hub');
+    expect(found.files.headerSets).toEqual({ hub: { authorization: `Bearer ${TOKEN}` } });
+    expect(JSON.stringify(found.files).split(TOKEN)).toHaveLength(2);
     expect(found.files.headers).toBeUndefined();
     // Every file's task (git at the Hub, LFS at the CDN) carries the token's tag: a pod without the token names
     // none of them through a node's proxy.
@@ -340,6 +353,6 @@ describe('a Hugging Face source', () => {
       limits: { timeoutMs: 1, maxEntries: 100 },
     });
     const found = await of(s, served({ repo: 'org/tiny' }));
-    expect(found).toMatchObject({ ok: false, final: false, reason: 'HubListingTimeout' });
+    expect(found).toMatchObject({ ok: false, final: false, reason: 'SourceTimeout' });
   });
 });

@@ -50,7 +50,9 @@ afterAll(async () => {
 beforeEach(() => {
   registry.failPaths.clear();
   registry.basic = undefined;
+  registry.bearer = undefined;
   registry.requests.length = 0;
+  registry.tokenRequests.length = 0;
 });
 
 const weights = Buffer.from('weights of version 1');
@@ -94,6 +96,7 @@ function sources(
     secrets?: Record<string, Record<string, string>>;
     maxManifestBytes?: number;
     now?: () => number;
+    basicAuthRegistryHosts?: string;
   } = {},
 ) {
   return new OciSources({
@@ -104,7 +107,9 @@ function sources(
       return data;
     },
     dispatcher,
-    registryHosts: parseHostRules(registry.host),
+    registryHosts: parseHostRules(`http://${registry.host}`),
+    basicAuthRegistryHosts:
+      opts.basicAuthRegistryHosts !== undefined ? parseHostRules(opts.basicAuthRegistryHosts) : undefined,
     maxManifestBytes: opts.maxManifestBytes,
     now: opts.now,
   });
@@ -163,6 +168,16 @@ describe('resolving spec.source.oci', () => {
     expect(r.blobURLs).toHaveLength(3);
   });
 
+  it('hands spec.source.oci.maxBytes to the agents, which alone see what the tar layers unpack to', async () => {
+    pushModel(registry, 'models/simple', 'v1', layers);
+    const capped = spec(`${registry.host}/models/simple:v1`, { maxBytes: 5_000_000 });
+    const r = ok(await sources().of('ns/capped', sm(capped), capped));
+    expect(r.files.maxBytes).toBe(5_000_000);
+    expect(ModelVersionSpecSchema.parse({ ...r.files, version: '1' }).maxBytes).toBe(5_000_000);
+    const open = spec(`${registry.host}/models/simple:v1`);
+    expect('maxBytes' in ok(await sources().of('ns/open', sm(open), open)).files).toBe(false);
+  });
+
   it('a moved tag changes nothing for the generation; the annotation or a new generation resolves again; status pins the digest across a restart', async () => {
     const first = pushModel(registry, 'models/moving', 'v1', [layers[0]!]);
     const s = spec(`${registry.host}/models/moving:v1`);
@@ -192,30 +207,97 @@ describe('resolving spec.source.oci', () => {
     expect(ok(await sources().of('ns/p', sm(pinned), pinned)).digest).toBe(first);
   });
 
-  it('credentials from a dockerconfigjson Secret go to the registry, and the agents get its Authorization, asked again when old', async () => {
-    pushModel(registry, 'models/private', 'v1', [layers[0]!]);
+  it('credentials buy a pull token of the repository; the agents get the token once, never the Secret, asked again at half its life', async () => {
+    pushModel(registry, 'models/private', 'v1', layers);
     registry.basic = { username: 'robot', password: 'pw-registry-secret' };
+    registry.bearer = { token: 'short-lived-pull-token', expiresIn: 40 };
     const config = JSON.stringify({ auths: { [registry.host]: { auth: b64('robot:pw-registry-secret') } } });
     let now = 1_000_000;
     const src = sources({ secrets: { registry: { '.dockerconfigjson': b64(config) } }, now: () => now });
     const s = spec(`${registry.host}/models/private:v1`, { credentialsSecretRef: { name: 'registry' } });
     const r = ok(await src.of('ns/p', sm(s), s));
     const basic = `Basic ${b64('robot:pw-registry-secret')}`;
-    expect(r.files.files[0]!.headers).toEqual({ authorization: basic });
-    expect(registry.requests.every((q) => q.status === 401 || q.authorization === basic)).toBe(true);
-    // Kept for the generation; once the Authorization is old, read again by digest (the tag is not read).
+    // The token service got the credentials and was asked for pulling this repository only.
+    expect(registry.tokenRequests).toEqual([
+      { scope: 'repository:models/private:pull', authorization: basic },
+    ]);
+    // The agents' spec: the token once, each file naming its set; no Basic, no password anywhere in it.
+    expect(r.files.headerSets).toEqual({ registry: { authorization: 'Bearer short-lived-pull-token' } });
+    expect(r.files.files.map((f) => [f.headerSet, f.headers])).toEqual(
+      layers.map(() => ['registry', undefined]),
+    );
+    const body = JSON.stringify(r.files);
+    expect(body.split('short-lived-pull-token')).toHaveLength(2);
+    expect(body).not.toContain('pw-registry-secret');
+    expect(body).not.toContain(b64('robot:pw-registry-secret'));
+    expect(ModelVersionSpecSchema.safeParse({ ...r.files, version: '1' }).success).toBe(true);
+    // Kept while the token has half its 40 s left; then read again by digest (the tag is not read).
     const reads = registry.requests.length;
+    now += 19_000;
     await src.of('ns/p', sm(s), s);
     expect(registry.requests.length).toBe(reads);
-    now += AUTHORIZATION_TTL_MS + 1;
+    now += 2_000;
     expect(ok(await src.of('ns/p', sm(s), s)).digest).toBe(r.digest);
+    expect(registry.tokenRequests).toHaveLength(2);
     expect(registry.requests.slice(reads).some((q) => q.path.endsWith(`/manifests/${r.digest}`))).toBe(true);
     expect(registry.requests.slice(reads).some((q) => q.path.endsWith('/manifests/v1'))).toBe(false);
+    // A token that says nothing of its lifetime (60 s by the distribution spec) or a long one: asked again after
+    // AUTHORIZATION_TTL_MS at the latest.
+    registry.bearer = { token: 'long-lived-pull-token', expiresIn: 3600 };
+    now += AUTHORIZATION_TTL_MS + 1;
+    await src.of('ns/p', sm(s), s);
+    const t = registry.tokenRequests.length;
+    now += AUTHORIZATION_TTL_MS - 1;
+    await src.of('ns/p', sm(s), s);
+    expect(registry.tokenRequests).toHaveLength(t);
+    now += 2;
+    expect(ok(await src.of('ns/p', sm(s), s)).files.headerSets).toEqual({
+      registry: { authorization: 'Bearer long-lived-pull-token' },
+    });
     // A username/password Secret works the same way.
     const plain = sources({
       secrets: { registry: { username: b64('robot\n'), password: b64('pw-registry-secret') } },
     });
-    expect(ok(await plain.of('ns/p', sm(s), s)).files.files[0]!.headers).toEqual({ authorization: basic });
+    expect(ok(await plain.of('ns/p', sm(s), s)).files.headerSets).toEqual({
+      registry: { authorization: 'Bearer long-lived-pull-token' },
+    });
+  });
+
+  it('a registry that takes only Basic is refused (its password would reach every node) unless the admin lists it', async () => {
+    pushModel(registry, 'models/basic', 'v1', [layers[0]!]);
+    registry.basic = { username: 'robot', password: 'pw-registry-secret' };
+    const secrets = { registry: { username: b64('robot'), password: b64('pw-registry-secret') } };
+    const s = spec(`${registry.host}/models/basic:v1`, { credentialsSecretRef: { name: 'registry' } });
+    const r = refused(await sources({ secrets }).of('ns/b', sm(s), s));
+    expect(r).toMatchObject({ reason: 'BasicAuthNotForwarded', final: true });
+    expect(r.message).toBe(
+      `spec.source.oci.reference: the registry ${registry.host} takes only Basic credentials (its challenge names no token service), so the agents would get the Secret's user and password, which the node daemons write into their logs: use a registry with a token service, or an admin who accepts that lists ${registry.host} in --allowed-basic-auth-registry-hosts`,
+    );
+    expect(r.message).not.toContain('pw-registry-secret');
+    // Another registry listed changes nothing; this one listed: its credentials go, once.
+    expect(
+      refused(await sources({ secrets, basicAuthRegistryHosts: 'registry.example.com' }).of('ns/b', sm(s), s))
+        .reason,
+    ).toBe('BasicAuthNotForwarded');
+    const allowed = ok(
+      await sources({ secrets, basicAuthRegistryHosts: `http://${registry.host}` }).of('ns/b', sm(s), s),
+    );
+    expect(allowed.files.headerSets).toEqual({
+      registry: { authorization: `Basic ${b64('robot:pw-registry-secret')}` },
+    });
+  });
+
+  it('an anonymous token service answering a token larger than an agent takes: TokenTooLarge, nothing built per file', async () => {
+    pushModel(registry, 'models/huge-token', 'v1', layers);
+    registry.bearer = { token: 't'.repeat(16 * 1024) };
+    const s = spec(`${registry.host}/models/huge-token:v1`);
+    const r = refused(await sources().of('ns/h', sm(s), s));
+    // Refused before the operator sent it anywhere: the registry saw the challenge, not the token.
+    expect(registry.requests.some((q) => (q.authorization?.length ?? 0) > 1024)).toBe(false);
+    expect(r).toMatchObject({ reason: 'TokenTooLarge', final: true });
+    expect(r.message).toMatch(
+      /^spec\.source\.oci\.reference: the token service of .* sent a token of 16384 characters for .*, above the 8185 a request header \(and an agent\) takes/,
+    );
   });
 });
 
@@ -293,7 +375,7 @@ describe('bad input: a reason, a message naming the field and the layer, and the
       message: expect.stringContaining('has no manifest'),
     });
     expect(refused(await sources({ maxManifestBytes: 100 }).of('k', sm(s), s))).toMatchObject({
-      reason: 'ManifestTooLarge',
+      reason: 'SourceTooLarge',
       final: true,
       message: expect.stringContaining('larger than 100 bytes'),
     });

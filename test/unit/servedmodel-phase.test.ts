@@ -63,7 +63,7 @@ const input = (over: Partial<PhaseInput>): PhaseInput => ({
   behind: false,
   policy: {
     managerHosts: [],
-    endpointHosts: parseHostRules('198.18.0.0/16'),
+    endpointHosts: parseHostRules('198.18.0.0/16', 'any'),
     storageHosts: defaultStorageHosts(),
     registryHosts: parseHostRules('registry.example.com'),
     hubHosts: parseHostRules('huggingface.co'),
@@ -154,6 +154,31 @@ describe('servedModelPhase: what stops a pass', () => {
     expect(kind({ object: sm(hub({ endpoint: 'http://mirror.example:8080' })) })).toBe('resolving');
     const none = { ...input({ object: sm(hub(token)) }), policy: { ...input({}).policy, hubHosts: [] } };
     expect(servedModelPhase(none)).toMatchObject({ kind: 'refused', reason: 'HubNotAllowed' });
+  });
+
+  it('refused: a token toward the allowed Hub over plain HTTP (it would cross the network in clear)', () => {
+    const spec = {
+      modelName: 'tiny',
+      source: {
+        huggingface: {
+          repo: 'org/tiny',
+          endpoint: 'http://huggingface.co',
+          tokenSecretRef: { name: 'hf', key: 'token' },
+        },
+      },
+      modelServer: SOURCE.modelServer,
+    };
+    expect(servedModelPhase(input({ object: sm(spec) }))).toEqual({
+      kind: 'refused',
+      reason: 'HubNotAllowed',
+      message:
+        "spec.source.huggingface.endpoint: http://huggingface.co is plain HTTP: the operator's --allowed-hub-hosts allows huggingface.co over https only, so the credentials would cross the network in clear (use https://huggingface.co, or an admin adds http://huggingface.co to the list), so the token of tokenSecretRef is not read nor sent; remove the endpoint to use huggingface.co, remove tokenSecretRef for a public repository, or ask an admin to allow the host",
+    });
+    const plainAllowed = {
+      ...input({ object: sm(spec) }),
+      policy: { ...input({}).policy, hubHosts: parseHostRules('http://huggingface.co') },
+    };
+    expect(servedModelPhase(plainAllowed).kind).not.toBe('refused');
   });
 
   it('a Hub source is a directory, resolved (listed at its commit) before the gate: its owned preheat warms what the listing found', () => {

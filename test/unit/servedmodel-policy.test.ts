@@ -10,6 +10,7 @@ import {
   STATIC_RECHECK_MS,
   STATUS_COALESCE_MS,
   coalescedLook,
+  integrityBackoff,
   keepRegistration,
   needsSeed,
   nextLook,
@@ -159,11 +160,22 @@ describe('nextLook', () => {
 describe('keepRegistration', () => {
   it('keeps an outcome that needs a change until the slow re-check, settles the others', () => {
     const mismatch = outcome({ failure: { reason: 'VersionMismatch', retryable: false } });
-    expect(keepRegistration(mismatch, done(), NOW + 1_000)).toBe(true);
-    expect(keepRegistration(mismatch, done(), NOW + STALLED_RECHECK_MS)).toBe(false);
-    expect(keepRegistration(outcome(), done(), NOW)).toBe(false);
+    expect(keepRegistration(mismatch, done(), NOW + 1_000, 2_000)).toBe(true);
+    expect(keepRegistration(mismatch, done(), NOW + STALLED_RECHECK_MS, 2_000)).toBe(false);
+    expect(keepRegistration(outcome(), done(), NOW, 2_000)).toBe(false);
     const unavailable = outcome({ failure: { reason: 'ModelServerUnavailable', retryable: true } });
-    expect(keepRegistration(unavailable, done(), NOW)).toBe(false);
+    expect(keepRegistration(unavailable, done(), NOW, 2_000)).toBe(false);
+  });
+
+  it('keeps a checksum mismatch for a back-off that doubles with the failures in a row, up to the slow re-check', () => {
+    const bad = outcome({ failure: { reason: 'ChecksumMismatch', retryable: true } });
+    const failed = (failures: number) => ({ state: 'failed' as const, since: NOW, error: 'x', failures });
+    expect(keepRegistration(bad, failed(1), NOW + 1_999, 2_000)).toBe(true);
+    expect(keepRegistration(bad, failed(1), NOW + 2_000, 2_000)).toBe(false);
+    expect(keepRegistration(bad, failed(3), NOW + 7_999, 2_000)).toBe(true);
+    expect(keepRegistration(bad, failed(3), NOW + 8_000, 2_000)).toBe(false);
+    expect(integrityBackoff(40, 2_000)).toBe(STALLED_RECHECK_MS);
+    expect(integrityBackoff(1, 200)).toBe(200);
   });
 });
 

@@ -204,9 +204,9 @@ function setup(opts: SetupOptions = {}) {
       pollBackoffStart: 1_000,
       pollBackoffMax: 10_000,
       // Static endpoints are contacted only where the admin allows them.
-      allowedEndpointHosts: parseHostRules('198.18.0.0/16'),
+      allowedEndpointHosts: parseHostRules('198.18.0.0/16', 'any'),
       // Its store on loopback, as the admin's list names it.
-      allowedStorageHosts: parseHostRules(opts.storageHosts ?? '127.0.0.1:9000'),
+      allowedStorageHosts: parseHostRules(opts.storageHosts ?? 'http://127.0.0.1:9000'),
     },
     model: () => api.cached,
     slices: () => [],

@@ -45,7 +45,7 @@ describe('host rules with * inside a label', () => {
     '%s is one rule or refused, never a wider one',
     (e) => {
       if (e === '*') return expect(parseHostRule(e).name).toBe('*');
-      if (e === '*.*.com') return expect(hostAllowed('http://a.b.com', [parseHostRule(e)])).toBe(true);
+      if (e === '*.*.com') return expect(hostAllowed('https://a.b.com', [parseHostRule(e)])).toBe(true);
       expect(() => parseHostRule(e)).toThrow(e);
     },
   );
@@ -116,13 +116,36 @@ describe('the default --allowed-storage-hosts', () => {
       'http://w.minio.store.svc:9000/k',
       'http://minio.store.svc:9000/',
     ]);
-    expect(allowed(location, { storageHosts: parseHostRules('minio.store.svc') })).toBe(false);
-    expect(allowed(location, { storageHosts: parseHostRules('minio.store.svc,*.minio.store.svc') })).toBe(
-      true,
-    );
+    expect(allowed(location, { storageHosts: parseHostRules('http://minio.store.svc') })).toBe(false);
     expect(
-      allowed({ ...location, pathStyle: true }, { storageHosts: parseHostRules('minio.store.svc:9000') }),
+      allowed(location, { storageHosts: parseHostRules('http://minio.store.svc,http://*.minio.store.svc') }),
     ).toBe(true);
+    expect(
+      allowed(
+        { ...location, pathStyle: true },
+        { storageHosts: parseHostRules('http://minio.store.svc:9000') },
+      ),
+    ).toBe(true);
+  });
+
+  it('plain HTTP: an entry without a scheme allows the host over https only; http://host allows it in clear', () => {
+    const location = { type: 's3', bucket: 'w', endpoint: 'http://minio.store.svc:9000', pathStyle: true };
+    const r = storageReach(location as never, 'spec.objectStorage', {
+      storageHosts: parseHostRules('minio.store.svc:9000'),
+    });
+    expect(r).toMatchObject({ allowed: false, reason: 'StorageEndpointNotAllowed' });
+    expect(r.allowed ? '' : r.message).toBe(
+      "spec.objectStorage.endpoint: http://minio.store.svc:9000 is plain HTTP: the operator's --allowed-storage-hosts " +
+        'allows minio.store.svc:9000 over https only, so the credentials would cross the network in clear (use ' +
+        'https://minio.store.svc:9000, or an admin adds http://minio.store.svc:9000 to the list), so no key, ' +
+        "signature or signed URL is sent there (the credentials are not read); remove the endpoint to use the provider's " +
+        'own host, or ask an admin to allow the host',
+    );
+    const https = { ...location, endpoint: 'https://minio.store.svc:9000' };
+    expect(allowed(https, { storageHosts: parseHostRules('minio.store.svc:9000') })).toBe(true);
+    expect(allowed(location, { storageHosts: parseHostRules('http://minio.store.svc:9000') })).toBe(true);
+    // The defaults name the providers over https: an http:// endpoint of theirs is refused.
+    expect(allowed({ type: 's3', bucket: 'w', endpoint: 'http://s3.eu-west-1.amazonaws.com' })).toBe(false);
   });
 
   it('a host that does not parse (a bucket before an IP address) is refused, never let through', () => {
@@ -182,6 +205,25 @@ describe('registries', () => {
     });
     expect(registryReach(url, false, 'spec.url', { registryHosts: [] })).toEqual({ allowed: true });
   });
+
+  it('plainHTTP: credentials go in clear only to a registry listed as http://host', () => {
+    const plain = 'http://registry.example.com:5000/';
+    const r = registryReach(plain, true, 'spec.source.oci.reference', {
+      registryHosts: parseHostRules('registry.example.com:5000'),
+    });
+    expect(r).toMatchObject({ allowed: false, reason: 'RegistryNotAllowed' });
+    expect(r.allowed ? '' : r.message).toContain(
+      "spec.source.oci.reference: http://registry.example.com:5000 is plain HTTP: the operator's --allowed-registry-hosts allows registry.example.com:5000 over https only",
+    );
+    expect(r.allowed ? '' : r.message).toContain(
+      'an admin adds http://registry.example.com:5000 to the list',
+    );
+    expect(
+      registryReach(plain, true, 'spec.url', {
+        registryHosts: parseHostRules('http://registry.example.com'),
+      }),
+    ).toEqual({ allowed: true });
+  });
 });
 
 describe('a ModelPreheat spec', () => {
@@ -220,6 +262,9 @@ describe('operator flags', () => {
     const c = config([]);
     expect(c.allowedStorageHosts.map((r) => r.text).join(',')).toBe(DEFAULT_STORAGE_HOSTS);
     expect(c.allowedRegistryHosts).toEqual([]);
+    // No registry's Basic credentials go to the agents unless the admin lists it.
+    expect(c.allowedBasicAuthRegistryHosts).toEqual([]);
+    expect(usage()).toContain('--allowed-basic-auth-registry-hosts');
     expect(usage()).toContain(`(default ${DEFAULT_STORAGE_HOSTS}) [PEERLOAD_ALLOWED_STORAGE_HOSTS]`);
   });
 
@@ -232,6 +277,7 @@ describe('operator flags', () => {
     const deployment = readFileSync(join(ROOT, 'deploy/base/deployment.yaml'), 'utf8');
     expect(deployment).toContain(`- --allowed-storage-hosts=${DEFAULT_STORAGE_HOSTS}\n`);
     expect(deployment).toContain('- --allowed-registry-hosts=\n');
+    expect(deployment).toContain('- --allowed-basic-auth-registry-hosts=\n');
     expect(deployment).toContain(`- --allowed-hub-hosts=${DEFAULT_HUB_TOKEN_HOSTS}\n`);
     expect(deployment).toContain(`- --allowed-hub-redirect-hosts=${DEFAULT_HUB_REDIRECT_HOSTS}\n`);
     const values = load(readFileSync(join(ROOT, 'charts/peerload/values.yaml'), 'utf8')) as Record<
@@ -246,6 +292,11 @@ describe('operator flags', () => {
         .allowedHubRedirectHosts.map((r) => r.text)
         .join(','),
     ).toBe(DEFAULT_HUB_REDIRECT_HOSTS);
+    expect(values.allowedBasicAuthRegistryHosts).toEqual([]);
+    const template = readFileSync(join(ROOT, 'charts/peerload/templates/deployment.yaml'), 'utf8');
+    expect(template).toContain(
+      '- --allowed-basic-auth-registry-hosts={{ join "," .Values.allowedBasicAuthRegistryHosts }}',
+    );
   });
 
   it('flag and environment replace the default; a bad entry names the flag', () => {
@@ -255,6 +306,11 @@ describe('operator flags', () => {
     const e = (loadConfig([], { PEERLOAD_ALLOWED_REGISTRY_HOSTS: 'ghcr.io' }) as { config: OperatorConfig })
       .config;
     expect(hostAllowed('https://ghcr.io/v2/x/manifests/1', e.allowedRegistryHosts)).toBe(true);
+    const basic = config(['--allowed-basic-auth-registry-hosts', 'registry.corp.example.com:5000']);
+    expect(hostAllowed('https://registry.corp.example.com:5000', basic.allowedBasicAuthRegistryHosts)).toBe(
+      true,
+    );
+    expect(hostAllowed('https://registry.corp.example.com', basic.allowedBasicAuthRegistryHosts)).toBe(false);
     expect(() => loadConfig(['--allowed-storage-hosts', 'a**b'], {})).toThrow(
       /--allowed-storage-hosts \(PEERLOAD_ALLOWED_STORAGE_HOSTS\): "a\*\*b"/,
     );

@@ -155,8 +155,8 @@ async function runInitContainer(pod: string, token: string, revision = exampleRe
     return arg;
   });
   const extra = [
-    `--token-hosts=${new URL(hub.url).host}`,
-    `--redirect-hosts=${new URL(hub.cdnURL).hostname}`,
+    `--token-hosts=http://${new URL(hub.url).host}`,
+    `--allowed-hub-redirect-hosts=http://${new URL(hub.cdnURL).hostname}`,
     '--min-free-bytes=0',
   ];
   const root = volumeDir(pod, init.volumeMounts.find((m) => m.name === 'models')!.mountPath);

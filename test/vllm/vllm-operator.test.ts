@@ -99,7 +99,7 @@ beforeAll(async () => {
       '--no-leader-elect',
       ...['--manager-url', node.network.managerURL, '--allowed-manager-hosts', '127.0.0.1'],
       ...['--poll-backoff-start', '1s', '--poll-backoff-max', '5s'],
-      ...['--allowed-registry-hosts', '127.0.0.1'],
+      ...['--allowed-registry-hosts', 'http://127.0.0.1'],
     ],
     [
       modelPreheatController,

@@ -111,6 +111,7 @@ export class ModelPreheatReconciler {
     this.hub = new HubPreheats(this.secrets, {
       tokenHosts: ctx.config.allowedHubHosts,
       redirectHosts: ctx.config.allowedHubRedirectHosts,
+      limits: { timeoutMs: ctx.config.sourceTimeout },
     });
     this.cacheDeps = {
       ctx,

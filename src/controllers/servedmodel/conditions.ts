@@ -66,6 +66,14 @@ export const ReplicaFailureReason = {
   Conflict: 'Conflict',
   RegistrationRejected: 'RegistrationRejected',
   ModelServerUnavailable: 'ModelServerUnavailable',
+  /**
+   * A placed file's bytes do not hash to the digest its source publishes (the message names the file or layer and
+   * both digests). Retried with back-off, each retry under a fresh P2P task, so it heals once the origin serves the
+   * published bytes.
+   */
+  ChecksumMismatch: 'ChecksumMismatch',
+  /** An archive layer has an entry that would leave the model directory: the same archive fails again (Stalled). */
+  UnsafeArchive: 'UnsafeArchive',
   /** Anything else (a bug, an unexpected answer). */
   ReplicaError: 'ReplicaError',
 } as const;
@@ -165,7 +173,7 @@ export function directoryConditions(message: string): ServedModelConditionChange
 
 /**
  * The condition changes for a source that did not resolve: the registry's own reason (NotModelPack,
- * UnknownMediaType, Unauthorized, NotFound, ManifestTooLarge...) naming the field and the layer, or the Hub's
+ * UnknownMediaType, Unauthorized, NotFound, SourceTooLarge...) naming the field and the layer, or the Hub's
  * (HubTokenRequired, HubRevisionNotFound, ...).
  */
 export function sourceConditions(

@@ -146,13 +146,16 @@ function modelContent(ctx: ControllerContext, secrets: SecretReader, opts: Serve
     secretData,
     dispatcher: opts.registryDispatcher ?? sharedModelServerPool(),
     registryHosts: ctx.config.allowedRegistryHosts,
+    basicAuthRegistryHosts: ctx.config.allowedBasicAuthRegistryHosts,
     maxManifestBytes: opts.maxManifestBytes,
+    timeoutMs: ctx.config.sourceTimeout,
   });
   const hub = new HubSources({
     secretValue: (namespace, ref, signal) => secrets.value(namespace, ref, signal),
     tokenHosts: ctx.config.allowedHubHosts,
     redirectHosts: ctx.config.allowedHubRedirectHosts,
     dispatcher: opts.hubDispatcher,
+    limits: { timeoutMs: ctx.config.sourceTimeout },
   });
   return { directories: new ModelDirectories({ secretData }), sources: new ModelSources(oci, hub) };
 }

@@ -3,8 +3,11 @@
  * when the peerload.io/refresh-source annotation takes a new value), the manifest read and checked whole
  * (ModelPack or modctl's `vnd.cnai` types), and the files the agent beside each replica places: every blob by its
  * registry URL through the node's peer, with its digest, its path (`org.cncf.model.filepath`) or, for a tar
- * layer, the archive to extract, and the registry's Authorization for that registry only. A source with
- * credentials gives its blobs' tasks the credentials' tag (withCredentialTag).
+ * layer, the archive to extract, and the registry's Authorization for that registry only: once, as the spec's
+ * `registry` header set the files name (agent/spec.ts), and a short-lived bearer token scoped to pulling the one
+ * repository, never the Secret's user and password unless the admin allows it (--allowed-basic-auth-registry-hosts).
+ * A source with credentials gives its blobs' tasks the credentials' tag (withCredentialTag): derived from the
+ * Secret's credentials, not the short-lived token, so the tag stays the same across token re-mints.
  *
  * The digest a generation resolved is kept in status.source: after an operator restart the manifest is read by
  * that digest, never by the tag again, so a moved tag changes nothing that runs until the spec (or the annotation)
@@ -20,12 +23,14 @@ import {
   type SourcePreheat,
   type SourceStatus,
 } from '../../api/index.ts';
-import { RegistryClient } from '../../oci/client.ts';
+import { MAX_HEADER_VALUE } from '../../agent/spec.ts';
+import { RegistryClient, type PullGrant } from '../../oci/client.ts';
 import { base64SecretCredentials, type RegistryCredentials } from '../../oci/credentials.ts';
-import { OciError, OciReason } from '../../oci/errors.ts';
+import { OciError, OciReason, ociBudget } from '../../oci/errors.ts';
 import { parseModelManifest, type ModelManifest } from '../../oci/manifest.ts';
 import { formatReference, parseReference, type OciReference } from '../../oci/reference.ts';
 import type { HostRule } from '../../policy/reach.ts';
+import type { SourceBudget } from '../../sources/budget.ts';
 import { redact } from '../../redact.ts';
 import { registryCredentialTag } from '../../storage/credential-tag.ts';
 import type { ModelFiles } from '../../servers/driver.ts';
@@ -68,13 +73,23 @@ const FINAL_REASONS = new Set<string>([
   OciReason.NotModelPack,
   OciReason.UnknownMediaType,
   OciReason.InvalidLayer,
-  OciReason.ManifestTooLarge,
+  // A size bound of the resolution (a manifest over its cap, a huge token): the same answers pass it again.
+  OciReason.SourceTooLarge,
   OciReason.DigestMismatch,
+  OciReason.BasicAuthNotForwarded,
+  OciReason.TokenTooLarge,
 ]);
 
-/** How long the registry's Authorization is handed to agents before it is asked for again (bearer tokens expire;
- *  registries give them 5 minutes or more). */
+/**
+ * How long the registry's Authorization is handed to agents before it is asked for again: at most this, and at
+ * most half the token's lifetime (the token service's `expires_in`), so a registration always starts with a token
+ * that has half its life or more left. A placement that outlives it fails its later blobs with a 401; the next
+ * pass asks again, and the blobs already fetched are hits of the node's peer.
+ */
 export const AUTHORIZATION_TTL_MS = 60_000;
+
+/** The spec's header set of the registry's Authorization (agent/spec.ts headerSets). */
+export const REGISTRY_HEADER_SET = 'registry';
 
 export interface OciSourcesDeps {
   /** The data of a Secret of the namespace, values base64 as the API returns them. */
@@ -83,7 +98,11 @@ export interface OciSourcesDeps {
   dispatcher: Dispatcher;
   /** The admin's --allowed-registry-hosts. */
   registryHosts: readonly HostRule[];
+  /** The admin's --allowed-basic-auth-registry-hosts. */
+  basicAuthRegistryHosts?: readonly HostRule[] | undefined;
   maxManifestBytes?: number | undefined;
+  /** One resolution (manifest, challenge, token, authorization) at most, ms (--source-timeout). */
+  timeoutMs?: number | undefined;
   now?: () => number;
 }
 
@@ -94,6 +113,8 @@ interface Kept {
   result: SourceFiles;
   /** When the files' Authorization was obtained (0: none needed). */
   authorizedAt: number;
+  /** How long it may be handed on, ms. */
+  authorizedFor: number;
 }
 
 /** The annotation's value (empty when absent). */
@@ -120,18 +141,21 @@ export class OciSources {
     const kept = this.byKey.get(key);
     const same =
       kept?.uid === (sm.metadata.uid ?? '') && kept.generation === generation && kept.refresh === refresh;
-    const fresh = kept?.authorizedAt === 0 || this.now() - (kept?.authorizedAt ?? 0) < AUTHORIZATION_TTL_MS;
+    const fresh =
+      kept?.authorizedAt === 0 || this.now() - (kept?.authorizedAt ?? 0) < (kept?.authorizedFor ?? 0);
     if (same && (!kept.result.ok || fresh)) return kept.result;
     // A kept resolution whose Authorization is stale is read again by its digest: the tag is never re-read.
     const pinned = same && kept.result.ok ? kept.result.digest : pinnedDigest(sm, spec.source!.oci!, refresh);
-    const { result, authorized } = await this.resolve(sm, spec.source!.oci!, pinned, signal);
+    const { result, grant } = await this.resolve(sm, spec.source!.oci!, pinned, signal);
+    const now = this.now();
     if (result.ok || result.final)
       this.byKey.set(key, {
         uid: sm.metadata.uid ?? '',
         generation,
         refresh,
         result,
-        authorizedAt: authorized ? this.now() : 0,
+        authorizedAt: grant?.authorization !== undefined ? now : 0,
+        authorizedFor: Math.min(AUTHORIZATION_TTL_MS, (grant?.lifetimeMs ?? Infinity) / 2),
       });
     return result;
   }
@@ -145,10 +169,13 @@ export class OciSources {
     oci: OciSource,
     pinned: string | undefined,
     signal?: AbortSignal,
-  ): Promise<{ result: SourceFiles; authorized: boolean }> {
+  ): Promise<{ result: SourceFiles; grant?: PullGrant }> {
+    let budget: SourceBudget<OciError> | undefined;
     try {
       const ref = parseReference(oci.reference);
-      const { client, credentials } = await this.client(sm, oci, ref, signal);
+      // One budget for the resolution (manifest, challenge, token, authorization): one deadline, the bytes bounded.
+      budget = ociBudget(ref.registry, { timeoutMs: this.deps.timeoutMs });
+      const { client, credentials } = await this.client(sm, oci, ref, budget, signal);
       const at: OciReference = pinned !== undefined ? { ...ref, digest: pinned } : ref;
       const fetched = await client.manifest(at, signal);
       const manifest = parseModelManifest(
@@ -157,7 +184,8 @@ export class OciSources {
         fetched.contentType,
         formatReference(ref),
       );
-      const authorization = await client.pullAuthorization(ref.repository, signal);
+      const grant = await client.agentGrant(ref.repository, signal);
+      const authorization = boundedAuthorization(grant, ref.registry);
       const status: SourceStatus = {
         oci: { reference: oci.reference, digest: manifest.digest },
         observedGeneration: sm.metadata.generation ?? 0,
@@ -166,16 +194,18 @@ export class OciSources {
         bytes: manifest.bytes,
       };
       const files = withCredentialTag(
-        artifactFiles(client, ref, manifest, authorization, status),
+        artifactFiles(client, ref, manifest, authorization, status, oci.maxBytes),
         credentials && registryCredentialTag(client.baseURL, ref.repository, credentials),
       );
       return {
         result: { ...files, preheat: ociPreheat(oci, files) },
-        authorized: authorization !== undefined,
+        grant,
       };
     } catch (err) {
       if (signal?.aborted) throw err;
-      return { result: failure(err), authorized: false };
+      return { result: failure(err) };
+    } finally {
+      budget?.close();
     }
   }
 
@@ -184,6 +214,7 @@ export class OciSources {
     sm: ServedModel,
     oci: OciSource,
     ref: OciReference,
+    budget: SourceBudget<OciError>,
     signal?: AbortSignal,
   ): Promise<{ client: RegistryClient; credentials: RegistryCredentials | undefined }> {
     const secret = oci.credentialsSecretRef?.name;
@@ -200,10 +231,26 @@ export class OciSources {
       credentials,
       // Anonymous pulls may come from any registry, as for an image preheat; credentials only from allowed ones.
       allowedHosts: credentials ? this.deps.registryHosts : undefined,
+      basicForwardHosts: this.deps.basicAuthRegistryHosts,
       maxManifestBytes: this.deps.maxManifestBytes,
+      budget,
     });
     return { client, credentials };
   }
+}
+
+/**
+ * The grant's Authorization, refused when larger than a header an agent takes (it would refuse the spec): a token
+ * is checked as it arrives (src/oci/client.ts); this is forwarded Basic credentials' bound.
+ */
+function boundedAuthorization(grant: PullGrant, registry: string): string | undefined {
+  const a = grant.authorization;
+  if (a !== undefined && a.length > MAX_HEADER_VALUE)
+    throw new OciError(
+      OciReason.TokenTooLarge,
+      `the Authorization of ${registry} for the agents is ${a.length} characters, above the ${MAX_HEADER_VALUE} an agent takes as a header`,
+    );
+  return a;
 }
 
 /** The digest status.source recorded for this generation, reference and refresh value, if any. */
@@ -252,8 +299,10 @@ export function artifactFiles(
   manifest: ModelManifest,
   authorization: string | undefined,
   status: SourceStatus,
+  maxBytes?: number,
 ): Omit<Extract<SourceFiles, { ok: true }>, 'preheat'> {
-  const headers = authorization !== undefined ? { headers: { authorization } } : {};
+  // The Authorization once, in the spec's header set; each file names the set.
+  const headers = authorization !== undefined ? { headerSet: REGISTRY_HEADER_SET } : {};
   const seen = new Set<string>();
   const files: ModelFiles['files'] = [];
   for (const l of manifest.layers) {
@@ -278,7 +327,12 @@ export function artifactFiles(
   }
   return {
     ok: true,
-    files: { files },
+    // The spec's bound goes to the agents: it caps what the tar layers unpack to, which only they see.
+    files: {
+      files,
+      ...(maxBytes !== undefined ? { maxBytes } : {}),
+      ...(authorization !== undefined ? { headerSets: { [REGISTRY_HEADER_SET]: { authorization } } } : {}),
+    },
     count: manifest.layers.length,
     bytes: manifest.bytes,
     digest: manifest.digest,

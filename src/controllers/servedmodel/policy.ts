@@ -9,6 +9,7 @@ import type { ReconcileResult } from '../../runtime/index.ts';
 import type { Gate } from './preheat.ts';
 import type { EndedRegistration, ReplicaEvent, ReplicaOutcome } from './replica.ts';
 import type { ReplicaStatus } from './replica-status.ts';
+import { ReplicaFailureReason } from './conditions.ts';
 
 /** Static endpoints send no events: look at them this often once everything is ready (jittered ±20 %, so 1,000
  *  ServedModels do not all check at once). A 60 s period cost an idle operator 2.3 % of a core. */
@@ -138,8 +139,24 @@ export function withWake(look: ReconcileResult | undefined, wakeInMs: number): R
  * registers again): one whose outcome needs a change (a version mismatch, a rejected archive) stays as it ended
  * until a new spec (another registration key) or the slow re-check after STALLED_RECHECK_MS.
  */
-export function keepRegistration(outcome: ReplicaOutcome, ended: EndedRegistration, now: number): boolean {
+export function keepRegistration(
+  outcome: ReplicaOutcome,
+  ended: EndedRegistration,
+  now: number,
+  backoffStartMs: number,
+): boolean {
+  if (outcome.failure?.reason === ReplicaFailureReason.ChecksumMismatch && ended.state === 'failed')
+    return now - ended.since < integrityBackoff(ended.failures ?? 1, backoffStartMs);
   return needsChange(outcome) && now - ended.since < STALLED_RECHECK_MS;
+}
+
+/**
+ * How long a placement whose bytes were not their digest waits before it is retried, after `failures` in a row:
+ * doubling from `startMs` up to STALLED_RECHECK_MS. Each retry reads the file again (from the origin, under a fresh
+ * task: src/agent/refetch.ts), so an origin that keeps serving other bytes is not read at poll rate.
+ */
+export function integrityBackoff(failures: number, startMs: number): number {
+  return Math.min(STALLED_RECHECK_MS, startMs * 2 ** Math.min(Math.max(failures - 1, 0), 30));
 }
 
 const find = (conditions: readonly Condition[], type: string) => conditions.find((c) => c.type === type);

@@ -31,7 +31,14 @@ export interface RegistrationId {
 export type RegistrationState<R> =
   | { state: 'running'; phase: RegistrationPhase; since: number; message: string }
   | { state: 'done'; since: number; result: R; reported?: boolean }
-  | { state: 'failed'; since: number; error: unknown; reported?: boolean };
+  | {
+      state: 'failed';
+      since: number;
+      error: unknown;
+      reported?: boolean;
+      /** How many runs of this registration failed in a row (settled ones included): the retry's back-off. */
+      failures?: number;
+    };
 
 /** What a registration may say while it runs, e.g. that the replica is downloading for an earlier request. */
 export type Progress = (message: string) => void;
@@ -75,6 +82,9 @@ export class RegistrationRunner<R> {
   /** Waiting tasks by namespace; its slots are the running ones. */
   private readonly queue: FairQueue<Task<R>>;
   private readonly running = new Map<string, number>();
+  /** Failures in a row per registration key, kept across `settle` (a retry's back-off grows with them) until a
+   *  run succeeds or the registration is dropped; one entry per registration the runner knows or settled failed. */
+  private readonly streaks = new Map<string, number>();
   private stopped = false;
 
   constructor(opts: RegistrationRunnerOptions) {
@@ -125,6 +135,11 @@ export class RegistrationRunner<R> {
 
   /** Drops the registrations of `uid` whose replica is not in `keep` (all of them without `keep`), aborting runs. */
   prune(uid: string, keep?: ReadonlySet<string>, version?: string): void {
+    for (const key of this.streaks.keys()) {
+      const [u, replica, v] = key.split('\u0000');
+      if (u !== uid || (keep?.has(replica!) && (version === undefined || v === version))) continue;
+      this.streaks.delete(key);
+    }
     for (const [key, task] of this.tasks) {
       if (task.id.uid !== uid) continue;
       if (keep && keep.has(task.id.replica) && (version === undefined || task.id.version === version))
@@ -163,6 +178,7 @@ export class RegistrationRunner<R> {
 
   private drop(key: string, task: Task<R>): void {
     this.tasks.delete(key);
+    this.streaks.delete(key);
     if (task.waiting) this.queue.remove(tenantOf(task), task);
     task.abort.abort(new Error('registration no longer wanted'));
   }
@@ -202,8 +218,12 @@ export class RegistrationRunner<R> {
           since: this.opts.now(),
           result: await task.run(task.abort.signal, progress, task.stopping.signal),
         };
+        this.streaks.delete(keyOf(task.id));
       } catch (error) {
-        state = { state: 'failed', since: this.opts.now(), error };
+        const failures = (this.streaks.get(keyOf(task.id)) ?? 0) + 1;
+        // A dropped task's streak is nobody's either (drop forgot it).
+        if (this.tasks.get(keyOf(task.id)) === task) this.streaks.set(keyOf(task.id), failures);
+        state = { state: 'failed', since: this.opts.now(), error, failures };
       }
       this.queue.release(tenantOf(task));
       const left = (this.running.get(task.id.uid) ?? 1) - 1;

@@ -108,8 +108,12 @@ export async function convergeReplica(
     return { ...(await rollOut(server, replica, goal, previous, current, target, events, call)), ended };
   } catch (err) {
     const f = opts.failure(err);
-    if (f)
-      return { ...fail(replica, registered, REASONS[f.kind], f.message, f.retryable, events, f.kind), ended };
+    if (f) {
+      // A failure of the bytes is not the server's: its own reason, and no model-server error kind.
+      const reason = f.integrity ? ReplicaFailureReason[f.integrity] : REASONS[f.kind];
+      const kind = f.integrity ? undefined : f.kind;
+      return { ...fail(replica, registered, reason, f.message, f.retryable, events, kind), ended };
+    }
     const message = (err as Error).message ?? String(err);
     return {
       ...fail(replica, registered, ReplicaFailureReason.ReplicaError, message, true, events, 'other'),

@@ -144,7 +144,8 @@ export class ServedModelReport {
   private settle(p: PassFindings): void {
     const uid = p.sm.metadata.uid ?? p.key;
     for (const [i, o] of p.outcomes.entries()) {
-      if (!o.ended || keepRegistration(o, o.ended, this.deps.now())) continue;
+      if (!o.ended || keepRegistration(o, o.ended, this.deps.now(), this.deps.config.pollBackoffStart))
+        continue;
       this.deps.registrations.settle(registrationId(p.key, uid, p.goal, p.discovery.replicas[i]!));
     }
   }

@@ -10,7 +10,6 @@
  * A client is a cheap object; create one per replica when needed. Its {@link TokenSource}, however, should live
  * as long as the replica does (one per replica, kept across reconciles): renewal is single-flight per source.
  */
-import { redactBounded } from '../../redact.ts';
 import { USER_AGENT } from '../../version.ts';
 import type { Dispatcher } from 'undici';
 import type { z } from 'zod';
@@ -19,6 +18,7 @@ import { type TokenContext, type TokenSource, TokenUnavailableError, staticToken
 import {
   INVALID_KEY_EXCEPTION,
   ModelServerError,
+  TORCHSERVE_EXCEPTIONS,
   TORCHSERVE_STATUS_EXCEPTIONS,
   isModelServerError,
 } from './errors.ts';
@@ -43,7 +43,7 @@ import {
 } from './wire.ts';
 import { DEFAULT_MAX_RESPONSE_BYTES, parseBody } from '../../http/body.ts';
 import { INVALID_RESPONSE, UNUSABLE_RESPONSE_KIND, kindForStatus } from '../../http/classify.ts';
-import { boundDetail, type HttpErrorInit } from '../../http/errors.ts';
+import { answerWords, boundDetail, knownWord, type HttpErrorInit } from '../../http/errors.ts';
 import { headerValue, queryString, sendRequest, type HttpResponse } from '../../http/request.ts';
 import { parseRetryAfter } from '../../http/retry.ts';
 
@@ -369,24 +369,25 @@ export class ModelServerClient {
     throw new ModelServerError({
       kind: UNUSABLE_RESPONSE_KIND,
       status: res.status,
-      serverMessage: boundDetail(
-        `${parsed.problem}: ${redactBounded(res.text, 200, this.secrets())}`,
-        this.secrets(),
-      ),
+      // The problem only, never the body: the endpoint may be any address (errors.ts says why).
+      serverMessage: parsed.problem,
       operation,
       endpoint: this.endpoint,
       code: INVALID_RESPONSE,
     });
   }
 
-  /** An error out of a >= 300 answer: TorchServe's `{"code","type","message"}`, a plugin's `{"Status"}` or text. */
+  /**
+   * An error out of a >= 300 answer: its status and TorchServe's exception `type` when it is a known one, never
+   * the server's message (errors.ts says why).
+   */
   private errorFrom(operation: string, res: HttpResponse): ModelServerError {
-    const { type, message } = errorFields(res.text);
+    const { type } = errorFields(res.text);
     return new ModelServerError({
       kind: kindForStatus(res.status, type, TORCHSERVE_STATUS_EXCEPTIONS),
       status: res.status,
-      serverType: type,
-      serverMessage: boundDetail(message || `HTTP ${res.status} without a message`, this.secrets()),
+      serverType: knownWord(type, TORCHSERVE_EXCEPTIONS),
+      serverMessage: answerWords(res.status),
       operation,
       endpoint: this.endpoint,
       retryAfterMs:

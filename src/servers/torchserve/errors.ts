@@ -3,9 +3,11 @@
  * the client is a {@link ModelServerError}, an {@link HttpError} of the shared HTTP layer (src/http/): controllers
  * map `kind` to conditions in one place and never look at HTTP details.
  *
- * Messages carry the server's own `type` and `message` (TorchServe's `{"code","type","message"}`, or a plugin's
- * `{"Status"}`) and never a credential: headers are never quoted and known keys are redacted from whatever the
- * server says (through the redaction boundary, src/redact.ts).
+ * Messages carry the status and TorchServe's exception `type` when it is one of {@link TORCHSERVE_EXCEPTIONS}, never
+ * the server's `message` or body: a model server is reached at an address the tenant's Service names, which may be
+ * anything the operator can reach (cloud metadata included), and its text in a condition would be a read channel
+ * into it. The one exception is the registration plugin's `{"Status"}` failure (register.ts), the words of
+ * peerload's own TorchServe plugin. Whatever is kept passes the redaction boundary (src/redact.ts).
  */
 import type { StatusException } from '../../http/classify.ts';
 import { HttpError, type HttpErrorInit, type HttpErrorKind } from '../../http/errors.ts';
@@ -42,6 +44,29 @@ export class ModelServerError extends HttpError {
 export function isModelServerError(e: unknown): e is ModelServerError {
   return e instanceof ModelServerError;
 }
+
+/** TorchServe's exception types (its `{"code","type","message"}` errors): the only ones a message repeats. */
+export const TORCHSERVE_EXCEPTIONS: ReadonlySet<string> = new Set([
+  'BadRequestException',
+  'ConflictStatusException',
+  'DownloadArchiveException',
+  'InternalServerException',
+  'InvalidKeyException',
+  'InvalidModelException',
+  'InvalidModelVersionException',
+  'InvalidSnapshotException',
+  'MethodNotAllowedException',
+  // Java errors TorchServe reports as the type (an old plugin's NoSuchMethodError, a worker's OutOfMemoryError).
+  'NoSuchMethodError',
+  'OutOfMemoryError',
+  'ModelException',
+  'ModelNotFoundException',
+  'ModelVersionNotFoundException',
+  'RequestTimeoutException',
+  'ResourceNotFoundException',
+  'ServiceUnavailableException',
+  'WorkerInitializationException',
+]);
 
 /** TorchServe's exception type for a rejected token: answered with HTTP 400 (it is a ModelException). */
 export const INVALID_KEY_EXCEPTION = 'InvalidKeyException';

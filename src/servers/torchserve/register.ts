@@ -5,7 +5,6 @@
  * A 2xx is not always a success: the third-party plugin reports every failure as HTTP 200 with
  * `{"Status": "<exception message>"}` (possibly invalid JSON), and only the registration message is one.
  */
-import { redactBounded } from '../../redact.ts';
 import type { ModelServerErrorKind } from './errors.ts';
 import type { RegisterRequest, RegisterResult } from './types.ts';
 import { DOWNLOAD_IN_PROGRESS, extractPluginStatus, parseRegisteredMessage } from './wire.ts';
@@ -77,7 +76,10 @@ export function readRegisterAnswer(
   }
   return {
     kind: UNUSABLE_RESPONSE_KIND,
-    message: `${body.validJSON ? 'answer without a Status field' : 'answer is neither JSON nor the plugin Status format'}: ${redactBounded(text, 200)}`,
+    // Not the body: the endpoint may be any address (errors.ts says why).
+    message: body.validJSON
+      ? 'answer without a Status field'
+      : 'answer is neither JSON nor the plugin Status format',
     code: INVALID_RESPONSE,
   };
 }
