@@ -113,6 +113,8 @@ beforeAll(async () => {
   peer = await startPeerProxy();
   manager = await startManagerEmulator({ peer });
   const flags = ['--no-leader-elect', '--leader-election-namespace', opNs, '--manager-url', manager.url];
+  // B's correct Hub redirects its LFS files to the emulator's CDN, plain HTTP on loopback: the admin lists it.
+  flags.push('--allowed-hub-redirect-hosts', 'http://127.0.0.1');
   const polls = ['--poll-backoff-start', '200ms', '--poll-backoff-max', '1s'];
   operator = await startOperatorProcess(
     kubeconfigPath,
