@@ -8,6 +8,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { load } from 'js-yaml';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { DEFAULT_HUB_REDIRECT_HOSTS } from '../../src/huggingface/endpoint.ts';
 import { parseStorageUri } from '../../src/kserve/uri.ts';
 import { KubeClient } from '../../src/runtime/index.ts';
 import { helmTemplate } from '../support/helm.ts';
@@ -85,6 +86,17 @@ describe('the KServe ClusterStorageContainer', () => {
       'kserve.storageContainer.allowedHubHosts[0]': 'http://hf-mirror.corp.example',
     }).filter((m) => m.kind === 'ClusterStorageContainer') as Obj[];
     expect(mirror!.spec.container.command).toContain('--allowed-hub-hosts=http://hf-mirror.corp.example');
+    // An LFS redirect's hosts: the chart's allowedHubRedirectHosts (the public Hub's CDNs), or the container's own.
+    expect(rendered!.spec.container.command).toContain(
+      `--allowed-hub-redirect-hosts=${DEFAULT_HUB_REDIRECT_HOSTS}`,
+    );
+    const [cdn] = helmTemplate('r', 'peerload-system', {
+      'kserve.storageContainer.enabled': 'true',
+      'kserve.storageContainer.allowedHubRedirectHosts[0]': 'http://cdn.hf-mirror.corp.example',
+    }).filter((m) => m.kind === 'ClusterStorageContainer') as Obj[];
+    expect(cdn!.spec.container.command).toContain(
+      '--allowed-hub-redirect-hosts=http://cdn.hf-mirror.corp.example',
+    );
   });
 
   it('an InferenceService with an s3:// storageUri needs no change (accepted as KServe documents it)', async () => {
