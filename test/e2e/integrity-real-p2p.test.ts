@@ -56,7 +56,7 @@ async function agentOf(i: number): Promise<DownloaderConfig> {
     root,
     proxy: bed.network.peers[i]!.proxyURL,
     dispatcher,
-    storageHosts: parseHostRules('127.0.0.0/8'),
+    storageHosts: parseHostRules('http://127.0.0.0/8'),
     credentials: async () => bed.minio.credentials(),
     limits: { ...DEFAULT_LIMITS, minFreeBytes: 0 },
   };
