@@ -274,7 +274,7 @@ describe('a private OCI blob and a gated Hub file, placed on a node peer with th
         ...nodePlacementArgs(peer(0).proxyURL, root),
         '--plain-http',
         '--allowed-registry-hosts',
-        '127.0.0.1',
+        'http://127.0.0.1',
         '--json',
       ]);
     } finally {
@@ -309,7 +309,7 @@ describe('a private OCI blob and a gated Hub file, placed on a node peer with th
         dispatcher,
         plainHTTP: true,
         credentials: registryCredentials(),
-        allowedHosts: parseHostRules('127.0.0.1'),
+        allowedHosts: parseHostRules('http://127.0.0.1'),
       });
       const authorization = (await client.pullAuthorization('tenant-b/private'))!;
       const mine = await viaProxy(peer(0), blobURL, { authorization, [TAG_HEADER]: ociTag });
@@ -330,10 +330,10 @@ describe('a private OCI blob and a gated Hub file, placed on a node peer with th
       root,
       '--endpoint',
       hub.url,
-      '--token-hosts',
-      '127.0.0.1',
+      '--allowed-hub-hosts',
+      'http://127.0.0.1',
       '--allowed-hub-redirect-hosts',
-      '127.0.0.1',
+      'http://127.0.0.1',
       '--token-file',
       tokenPath,
       ...nodePlacementArgs(peer(0).proxyURL, root),
