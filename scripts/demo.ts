@@ -353,7 +353,10 @@ try {
     `ServedModel tiny Ready ${(readyMs / 1000).toFixed(1)} s after apply, on ${endpoints.length} replicas` +
       `; one direct download of its ${directBytes}-byte archive from the origin: ${(directMs / 1000).toFixed(2)} s`,
   );
-  await untilTrue('ModelPreheat', 'modelpreheats', 'llm-shard', 'Succeeded', 120_000);
+  // The replicas join the owned preheat's tasks once its job exists, so the ServedModel can be Ready while the
+  // real manager still reports that job PENDING: the tables below show both preheats once they have succeeded.
+  for (const preheat of ['llm-shard', 'tiny-preheat'])
+    await untilTrue('ModelPreheat', 'modelpreheats', preheat, 'Succeeded', 120_000);
 
   for (const plural of ['modelpreheats', 'servedmodels']) {
     console.log(`\n$ kubectl get ${plural} -n ${ns}`);
