@@ -13,17 +13,13 @@ import {
   ownedPreheatSpec,
   type ServedModel,
 } from '../../src/api/index.ts';
-import {
-  AUTHORIZATION_TTL_MS,
-  OciSources,
-  ociPreheat,
-  type SourceFiles,
-} from '../../src/controllers/servedmodel/oci-source.ts';
+import { AUTHORIZATION_TTL_MS, OciSources, ociPreheat, type SourceFiles } from '../../src/sources/oci.ts';
 import { goalOf, registrationVersion } from '../../src/controllers/servedmodel/goal.ts';
 import { ModelVersionSpecSchema } from '../../src/agent/spec.ts';
 import { newProgress } from '../../src/agent/download.ts';
 import { planPreheat } from '../../src/controllers/modelpreheat/request.ts';
 import type { SecretReader } from '../../src/controllers/secrets.ts';
+import { sourceOwner } from '../../src/sources/index.ts';
 import { parseHostRules } from '../../src/policy/reach.ts';
 import {
   gzip,
@@ -33,6 +29,13 @@ import {
   tarOf,
   type FakeRegistry,
 } from '../support/oci-artifacts.ts';
+
+/** The kind as the ServedModel controller asks it: by the object's key, owner and spec.source.oci. */
+class ServedModelOciSources extends OciSources {
+  of(key: string, sm: ServedModel, spec: ServedModelSpec) {
+    return this.files({ ...sourceOwner(sm), key }, spec.source!.oci!, 'spec.source.oci');
+  }
+}
 
 const RAW = 'application/vnd.cncf.model.weight.v1.raw';
 const b64 = (s: string) => Buffer.from(s).toString('base64');
@@ -99,7 +102,7 @@ function sources(
     basicAuthRegistryHosts?: string;
   } = {},
 ) {
-  return new OciSources({
+  return new ServedModelOciSources({
     secretData: async (_ns, name) => {
       const data = opts.secrets?.[name];
       if (!data)
