@@ -22,6 +22,7 @@ import { lfsLocations } from '../huggingface/locations.ts';
 import type { HostRule } from '../policy/reach.ts';
 import { redact } from '../redact.ts';
 import { hubTokenTag } from '../storage/credential-tag.ts';
+import type { EgressLookup } from '../http/egress.ts';
 
 export interface HubResolverDeps {
   /** One key of a Secret of the namespace. */
@@ -31,6 +32,8 @@ export interface HubResolverDeps {
   /** Hosts an LFS file's redirect may name besides the Hub's own (--allowed-hub-redirect-hosts). */
   redirectHosts: readonly HostRule[];
   dispatcher?: Dispatcher | undefined;
+  /** Name resolution for the anonymous-source check (tests); default the system's. */
+  lookup?: EgressLookup | undefined;
   /** The resolution's bounds the operator sets (--source-timeout); the rest are the budget's defaults. */
   limits?: Partial<HubListingLimits> | undefined;
   now?: () => number;

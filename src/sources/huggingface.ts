@@ -14,7 +14,9 @@ import { isHubError } from '../huggingface/client.ts';
 import { HubReason } from '../huggingface/errors.ts';
 import type { HubListing } from '../huggingface/files.ts';
 import { hubVersionSpec } from '../huggingface/version-spec.ts';
-import type { CredentialReach, HostRule } from '../policy/reach.ts';
+import { hostAllowed, type CredentialReach, type HostRule } from '../policy/reach.ts';
+import { egressRefusal, type EgressLookup } from '../http/egress.ts';
+import { DEFAULT_HUB_ENDPOINT } from '../huggingface/endpoint.ts';
 import { hubReach } from './hub-reach.ts';
 import {
   HubResolver,
@@ -25,7 +27,10 @@ import {
   type HubResolution,
   type HubResolverDeps,
 } from './hub-resolution.ts';
-import type { SourceJob, SourceKind, SourceModelFiles, SourceOwner } from './source.ts';
+import type { SourceFailure, SourceJob, SourceKind, SourceModelFiles, SourceOwner } from './source.ts';
+
+/** A Hub source's reasons: the Hub's, and an endpoint the operator may not reach. */
+export type HubSourceReason = HubReason | 'HubNotAllowed';
 
 type ModelFiles = SourceModelFiles;
 
@@ -51,7 +56,7 @@ export type SourceFiles =
       ok: false;
       /** `final`: only a spec (or annotation) edit tries again; else the next pass does. */
       final: boolean;
-      reason: HubReason;
+      reason: HubSourceReason;
       message: string;
     };
 
@@ -71,11 +76,31 @@ export class HubSources implements SourceKind<HubSource> {
   readonly member = 'huggingface' as const;
   private readonly resolver: HubResolver;
   private readonly tokenHosts: readonly HostRule[];
+  private readonly lookup: EgressLookup | undefined;
   private readonly byKey = new Map<string, Kept>();
 
   constructor(deps: HubSourcesDeps) {
     this.resolver = new HubResolver(deps);
     this.tokenHosts = deps.tokenHosts;
+    this.lookup = deps.lookup;
+  }
+
+  /**
+   * A Hub without a token (any endpoint a tenant names) at an internal address the admin does not list in
+   * --allowed-hub-hosts: refused before anything is asked of it (the cloud's metadata service, the apiserver, a
+   * node's loopback are not Hubs).
+   */
+  private async egress(hf: HubSource, field: string): Promise<SourceFailure<HubSourceReason> | undefined> {
+    if (hf.tokenSecretRef !== undefined) return undefined;
+    const endpoint = (hf.endpoint ?? DEFAULT_HUB_ENDPOINT).replace(/\/$/, '');
+    const refused = await egressRefusal(endpoint, (u) => hostAllowed(u, this.tokenHosts), this.lookup);
+    if (!refused) return undefined;
+    return {
+      ok: false,
+      final: true,
+      reason: 'HubNotAllowed',
+      message: `${field}.endpoint: the Hub ${refused.message}; an admin lists ${endpoint} in --allowed-hub-hosts to allow it`,
+    };
   }
 
   /** The token is read only for an endpoint in --allowed-hub-hosts; a source without one may name any Hub. */
@@ -85,6 +110,8 @@ export class HubSources implements SourceKind<HubSource> {
 
   async files(owner: SourceOwner, hf: HubSource, field: string, signal?: AbortSignal): Promise<SourceFiles> {
     const id = idOf(owner);
+    const refused = await this.egress(hf, field);
+    if (refused) return refused;
     try {
       const r = await this.resolve(owner, hf, signal);
       const kept = this.byKey.get(owner.key);
@@ -110,6 +137,8 @@ export class HubSources implements SourceKind<HubSource> {
       observedGeneration: owner.generation,
       ...(owner.refresh !== '' ? { refresh: owner.refresh } : {}),
     };
+    const refused = await this.egress(hf, field);
+    if (refused) return { ok: false, failure: refused, status: recorded };
     let r: HubResolution;
     try {
       r = await this.resolve(owner, hf, signal);

@@ -3,7 +3,8 @@
  * {@link SourceKind}, added to {@link modelSources}, and its row in src/api/sources.ts; the controllers know only
  * {@link ModelSources}, which picks the kind by the member a spec.source sets.
  */
-import { getGlobalDispatcher, type Dispatcher } from 'undici';
+import type { Dispatcher } from 'undici';
+import { egressGuardedAgent } from '../http/egress.ts';
 import {
   REFRESH_SOURCE_ANNOTATION,
   SOURCE_MEMBERS,
@@ -12,10 +13,9 @@ import {
   type SourceStatus,
 } from '../api/index.ts';
 import type { OperatorConfig } from '../config.ts';
-import type { CredentialReach, HostRule } from '../policy/reach.ts';
-import { HubSources } from './huggingface.ts';
+import { hostAllowed, type CredentialReach, type HostRule } from '../policy/reach.ts';
+import { HubSources, type HubSourceReason } from './huggingface.ts';
 import { OciSources, type SourceReason as OciSourceReason } from './oci.ts';
-import type { HubReason } from '../huggingface/errors.ts';
 import type { SourceFiles, SourceJob, SourceKind, SourceOwner } from './source.ts';
 
 export type {
@@ -29,7 +29,7 @@ export type {
 } from './source.ts';
 
 /** Every reason a source's condition may carry: each kind's own, and a Secret that cannot be read. */
-export type SourceReason = OciSourceReason | HubReason;
+export type SourceReason = OciSourceReason | HubSourceReason;
 
 export interface SourceOptions {
   /** The data of a Secret of the namespace, values base64 as the API returns them. */
@@ -43,7 +43,10 @@ export interface SourceOptions {
   hubRedirectHosts: readonly HostRule[];
   /** One resolution at most, ms (--source-timeout). */
   timeoutMs?: number | undefined;
-  /** Toward the registries and the Hubs (tests reach loopback servers through them). */
+  /**
+   * Toward the registries and the Hubs. Default: agents whose every connection to a host the lists do not name
+   * reaches public addresses only (src/http/egress.ts); tests reach loopback servers through their own.
+   */
   registryDispatcher?: Dispatcher | undefined;
   hubDispatcher?: Dispatcher | undefined;
   maxManifestBytes?: number | undefined;
@@ -82,7 +85,7 @@ export function modelSources(opts: SourceOptions): ModelSources {
   return new ModelSources([
     new OciSources({
       secretData: opts.secretData,
-      dispatcher: opts.registryDispatcher ?? getGlobalDispatcher(),
+      dispatcher: opts.registryDispatcher ?? egressGuardedAgent((u) => hostAllowed(u, opts.registryHosts)),
       registryHosts: opts.registryHosts,
       basicAuthRegistryHosts: opts.basicAuthRegistryHosts,
       maxManifestBytes: opts.maxManifestBytes,
@@ -93,7 +96,7 @@ export function modelSources(opts: SourceOptions): ModelSources {
       secretValue: opts.secretValue,
       tokenHosts: opts.hubHosts,
       redirectHosts: opts.hubRedirectHosts,
-      dispatcher: opts.hubDispatcher,
+      dispatcher: opts.hubDispatcher ?? egressGuardedAgent((u) => hostAllowed(u, opts.hubHosts)),
       limits: { timeoutMs: opts.timeoutMs },
       now: opts.now,
     }),

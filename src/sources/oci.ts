@@ -27,7 +27,8 @@ import type { SourceBudget } from '../http/budget.ts';
 import { redact } from '../redact.ts';
 import { registryCredentialTag } from '../storage/credential-tag.ts';
 import { registryReach } from '../policy/storage-reach.ts';
-import type { CredentialReach } from '../policy/reach.ts';
+import { hostAllowed, type CredentialReach } from '../policy/reach.ts';
+import { egressRefusal, type EgressLookup } from '../http/egress.ts';
 import type {
   SourceFailure,
   SourceJob,
@@ -60,7 +61,7 @@ export type ResolvedArtifact = {
 export type SourceFiles = ResolvedArtifact | (SourceFailure & { reason: SourceReason });
 
 /** The reasons a source is not resolved: the registry's (src/oci/errors.ts), or a missing Secret. */
-export type SourceReason = OciReason | 'SecretNotFound';
+export type SourceReason = OciReason | 'SecretNotFound' | 'RegistryNotAllowed';
 
 /** Reasons a retry cannot fix until the artifact, the tag or the spec changes. */
 const FINAL_REASONS = new Set<string>([
@@ -97,6 +98,8 @@ export interface OciSourcesDeps {
   /** The admin's --allowed-basic-auth-registry-hosts. */
   basicAuthRegistryHosts?: readonly HostRule[] | undefined;
   maxManifestBytes?: number | undefined;
+  /** Name resolution for the anonymous-source check (tests); default the system's. */
+  lookup?: EgressLookup | undefined;
   /** One resolution (manifest, challenge, token, authorization) at most, ms (--source-timeout). */
   timeoutMs?: number | undefined;
   now?: () => number;
@@ -210,6 +213,8 @@ export class OciSources implements SourceKind<OciSource> {
     let budget: SourceBudget<OciError> | undefined;
     try {
       const ref = parseReference(oci.reference);
+      const refused = oci.credentialsSecretRef ? undefined : await this.egress(oci, ref, field);
+      if (refused) return { result: refused };
       // One budget for the resolution (manifest, challenge, token, authorization): one deadline, the bytes bounded.
       budget = ociBudget(ref.registry, { timeoutMs: this.deps.timeoutMs });
       const { client, credentials } = await this.client(owner, oci, ref, budget, signal);
@@ -244,6 +249,30 @@ export class OciSources implements SourceKind<OciSource> {
     } finally {
       budget?.close();
     }
+  }
+
+  /**
+   * An anonymous registry (any host a tenant names) at an internal address the admin does not list: refused before
+   * anything is asked of it (the cloud's metadata service, the apiserver, a node's loopback are not registries).
+   */
+  private async egress(
+    oci: OciSource,
+    ref: OciReference,
+    field: string,
+  ): Promise<Extract<SourceFiles, { ok: false }> | undefined> {
+    const url = `${oci.plainHTTP ? 'http' : 'https'}://${ref.registry}/`;
+    const refused = await egressRefusal(
+      url,
+      (u) => hostAllowed(u, this.deps.registryHosts),
+      this.deps.lookup,
+    );
+    if (!refused) return undefined;
+    return {
+      ok: false,
+      final: true,
+      reason: 'RegistryNotAllowed',
+      message: `${field}.reference: the registry ${refused.message}; an admin lists ${url.slice(0, -1)} in --allowed-registry-hosts to allow it`,
+    };
   }
 
   /** A registry client, with the Secret's credentials when the spec names one (the host was allowed first). */

@@ -1,5 +1,5 @@
 /**
- * One tenant's hostile model sources must not stall or kill the operator for everyone. Tenant A's objects name a
+ * One tenant's hostile model sources must not stall or kill the operator for everyone, nor reach inside the cluster. Tenant A's objects name a
  * Hugging Face Hub and an OCI registry of its own (test/support/hostile-sources.ts; anonymous sources may name any
  * host): ModelPreheats of Hub repositories whose tree pages hold one 12 MiB (or 3 MiB) entry each, forever, whose
  * pages never end, whose answer drips, whose LFS HEADs each answer slowly; ServedModels of registries that answer
@@ -115,6 +115,10 @@ beforeAll(async () => {
   const flags = ['--no-leader-elect', '--leader-election-namespace', opNs, '--manager-url', manager.url];
   // B's correct Hub redirects its LFS files to the emulator's CDN, plain HTTP on loopback: the admin lists it.
   flags.push('--allowed-hub-redirect-hosts', 'http://127.0.0.1');
+  // An anonymous source reaches public addresses, and internal ones an admin lists. Here every server is on
+  // loopback, so the admin's lists name 127.0.0.1 to stand for "a public host of the tenant's choice"; `localhost`,
+  // the same address by another name, stays unlisted: what an internal address is for a tenant.
+  flags.push('--allowed-hub-hosts', 'http://127.0.0.1', '--allowed-registry-hosts', 'http://127.0.0.1');
   const polls = ['--poll-backoff-start', '200ms', '--poll-backoff-max', '1s'];
   operator = await startOperatorProcess(
     kubeconfigPath,
@@ -211,4 +215,34 @@ describe("a tenant's hostile Hub and registry", () => {
     expect(peakRSS).toBeGreaterThan(0);
     expect(peakRSS).toBeLessThan(RSS_BOUND);
   }, 300_000);
+
+  it('an anonymous Hub or registry at an internal address the admin does not list: refused, nothing asked of it', async () => {
+    const port = new URL(hostile.url).port;
+    await hubPreheat(nsA, 'internal-hub', `http://localhost:${port}`, 'hostile/internalhub');
+    await served.create(nsA, 'internal-registry', {
+      modelName: 'internal-registry',
+      version: '1',
+      source: { oci: { reference: `localhost:${port}/hostile/internalregistry:v1`, plainHTTP: true } },
+      modelServer: {
+        driver: 'triton',
+        service: { name: 'triton', port: 'http' },
+        agent: { port: 8095, tokenSecretRef: { name: 'agent-token', key: 'token' } },
+      },
+    });
+    const hubRefused = await until(() => preheats.get(nsA, 'internal-hub'), 'internal-hub', 'HubNotAllowed');
+    expect(hubRefused.message).toBe(
+      `spec.source.huggingface.endpoint: the Hub localhost at 127.0.0.1 is a loopback address: a source without credentials reaches public addresses only; an admin lists http://localhost:${port} in --allowed-hub-hosts to allow it`,
+    );
+    const registryRefused = await until(
+      () => served.get(nsA, 'internal-registry'),
+      'internal-registry',
+      'RegistryNotAllowed',
+    );
+    expect(registryRefused.message).toMatch(
+      /^spec\.source\.oci\.reference: the registry localhost at (127\.0\.0\.1|::1) is a loopback address/,
+    );
+    // The server never saw a request of either.
+    expect(hostile.requests.get('internalhub')).toBeUndefined();
+    expect(hostile.requests.get('internalregistry')).toBeUndefined();
+  }, 60_000);
 });

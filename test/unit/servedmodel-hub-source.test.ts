@@ -18,6 +18,7 @@ import { RELOCATE_AFTER_MS } from '../../src/sources/hub-resolution.ts';
 import { HubSources } from '../../src/sources/huggingface.ts';
 import { sourceOwner } from '../../src/sources/index.ts';
 import { parseHostRules } from '../../src/policy/reach.ts';
+import type { EgressLookup } from '../../src/http/egress.ts';
 import { forgetSecrets } from '../../src/redact.ts';
 import { hubTokenTag } from '../../src/storage/credential-tag.ts';
 import { startHubEmulator, type HubEmulator } from '../support/hub-emulator.ts';
@@ -351,12 +352,40 @@ describe('a Hugging Face source', () => {
   it('a listing time-out is tried again', async () => {
     const s = new HubSources({
       secretValue: async () => '',
-      tokenHosts: [],
+      // The admin lists the loopback Hub: an anonymous source reaches an internal address only then.
+      tokenHosts: parseHostRules('http://127.0.0.1'),
       redirectHosts: [],
       dispatcher,
       limits: { timeoutMs: 1, maxEntries: 100 },
     });
     const found = await of(s, served({ repo: 'org/tiny' }));
     expect(found).toMatchObject({ ok: false, final: false, reason: 'SourceTimeout' });
+  });
+
+  it('a Hub without a token at an internal address the admin does not list is refused before it is asked', async () => {
+    const before = hub.hubRequests.length;
+    const unlisted = (lookup?: EgressLookup) =>
+      new HubSources({
+        secretValue: async () => '',
+        tokenHosts: parseHostRules('huggingface.co'),
+        redirectHosts: [],
+        dispatcher,
+        lookup,
+      });
+    expect(await of(unlisted(), served({ repo: 'org/tiny' }))).toEqual({
+      ok: false,
+      final: true,
+      reason: 'HubNotAllowed',
+      message: `spec.source.huggingface.endpoint: the Hub 127.0.0.1 is a loopback address: a source without credentials reaches public addresses only; an admin lists ${hub.url} in --allowed-hub-hosts to allow it`,
+    });
+    // A name of the tenant's that resolves to the cloud's metadata service.
+    const metadata: EgressLookup = (_h, _o, cb) => cb(null, [{ address: '169.254.169.254', family: 4 }]);
+    const named = served({ repo: 'org/tiny', endpoint: 'http://hub.tenant.example' });
+    expect(await of(unlisted(metadata), named)).toMatchObject({
+      ok: false,
+      reason: 'HubNotAllowed',
+      message: expect.stringContaining('hub.tenant.example at 169.254.169.254 is a link-local address'),
+    });
+    expect(hub.hubRequests.length).toBe(before);
   });
 });

@@ -20,6 +20,7 @@ import { newProgress } from '../../src/agent/download.ts';
 import { planPreheat } from '../../src/controllers/modelpreheat/request.ts';
 import type { SecretReader } from '../../src/controllers/secrets.ts';
 import { sourceOwner } from '../../src/sources/index.ts';
+import type { EgressLookup } from '../../src/http/egress.ts';
 import { parseHostRules } from '../../src/policy/reach.ts';
 import {
   gzip,
@@ -100,6 +101,8 @@ function sources(
     maxManifestBytes?: number;
     now?: () => number;
     basicAuthRegistryHosts?: string;
+    registryHosts?: string;
+    lookup?: EgressLookup;
   } = {},
 ) {
   return new ServedModelOciSources({
@@ -110,7 +113,8 @@ function sources(
       return data;
     },
     dispatcher,
-    registryHosts: parseHostRules(`http://${registry.host}`),
+    registryHosts: parseHostRules(opts.registryHosts ?? `http://${registry.host}`),
+    lookup: opts.lookup,
     basicAuthRegistryHosts:
       opts.basicAuthRegistryHosts !== undefined ? parseHostRules(opts.basicAuthRegistryHosts) : undefined,
     maxManifestBytes: opts.maxManifestBytes,
@@ -305,6 +309,28 @@ describe('resolving spec.source.oci', () => {
 });
 
 describe('bad input: a reason, a message naming the field and the layer, and the retry it deserves', () => {
+  it('an anonymous registry at an internal address the admin does not list: refused before it is asked', async () => {
+    pushModel(registry, 'models/inside', 'v1', layers);
+    const before = registry.requests.length;
+    const s = spec(`${registry.host}/models/inside:v1`);
+    expect(await sources({ registryHosts: 'registry.example.com' }).of('k', sm(s), s)).toEqual({
+      ok: false,
+      final: true,
+      reason: 'RegistryNotAllowed',
+      message: `spec.source.oci.reference: the registry 127.0.0.1 is a loopback address: a source without credentials reaches public addresses only; an admin lists http://${registry.host} in --allowed-registry-hosts to allow it`,
+    });
+    // A name of the tenant's that resolves into the cluster (a Service's address).
+    const cluster: EgressLookup = (_h, _o, cb) => cb(null, [{ address: '10.96.0.1', family: 4 }]);
+    const named = spec('registry.tenant.example/models/inside:v1');
+    expect(
+      await sources({ registryHosts: 'registry.example.com', lookup: cluster }).of('k2', sm(named), named),
+    ).toMatchObject({
+      reason: 'RegistryNotAllowed',
+      message: expect.stringContaining('registry.tenant.example at 10.96.0.1 is a private address'),
+    });
+    expect(registry.requests.length).toBe(before);
+  });
+
   it('not ModelPack, an unknown layer type, a raw layer without a path', async () => {
     const dockerImage = Buffer.from(
       JSON.stringify({

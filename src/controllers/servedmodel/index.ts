@@ -15,7 +15,6 @@ import {
 import type { Dispatcher } from 'undici';
 import type { ModelServerDrivers, Registered } from '../../servers/driver.ts';
 import { modelServerDrivers } from '../../servers/index.ts';
-import { sharedModelServerPool } from '../../servers/pools.ts';
 import {
   Controller,
   specChanged,
@@ -144,7 +143,7 @@ function modelContent(ctx: ControllerContext, secrets: SecretReader, opts: Serve
     ctx.config,
     { secretData, secretValue: (namespace, ref, signal) => secrets.value(namespace, ref, signal) },
     {
-      registryDispatcher: opts.registryDispatcher ?? sharedModelServerPool(),
+      registryDispatcher: opts.registryDispatcher,
       hubDispatcher: opts.hubDispatcher,
       maxManifestBytes: opts.maxManifestBytes,
     },
