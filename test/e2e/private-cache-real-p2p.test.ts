@@ -36,7 +36,7 @@ import { promisify } from 'node:util';
 import { ProxyAgent, request, Agent } from 'undici';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { tokenFile } from '../../src/agent/auth.ts';
-import { DEFAULT_LIMITS, type VersionProgress } from '../../src/agent/download.ts';
+import { DEFAULT_LIMITS, type VersionProgress } from '../../src/place/placer.ts';
 import { startAgentServer, type AgentServer } from '../../src/agent/server.ts';
 import { ModelPreheatSpec } from '../../src/api/index.ts';
 import { planObjects } from '../../src/controllers/modelpreheat/request.ts';

@@ -12,7 +12,7 @@ import { CliError } from '../../src/cli/errors.ts';
 import { isKServeInvocation, patterns, runKServe } from '../../src/cli/fetch-kserve.ts';
 import { run } from '../../src/cli/fetch.ts';
 import { credentialsOf, effectiveEnv, httpHeaders, locationOf } from '../../src/kserve/env.ts';
-import { archiveKind } from '../../src/kserve/place.ts';
+import { archiveKind } from '../../src/place/mount.ts';
 import { parseStorageUri } from '../../src/kserve/uri.ts';
 import { forgetSecrets } from '../../src/redact.ts';
 import { startHubEmulator, type HubEmulator } from '../support/hub-emulator.ts';

@@ -20,8 +20,8 @@ import {
   type SourceFiles,
 } from '../../src/controllers/servedmodel/oci-source.ts';
 import { goalOf, registrationVersion } from '../../src/controllers/servedmodel/goal.ts';
-import { ModelVersionSpecSchema } from '../../src/agent/spec.ts';
-import { newProgress } from '../../src/agent/download.ts';
+import { ModelVersionSpecSchema } from '../../src/place/spec.ts';
+import { newProgress } from '../../src/place/placer.ts';
 import { planPreheat } from '../../src/controllers/modelpreheat/request.ts';
 import type { SecretReader } from '../../src/controllers/secrets.ts';
 import { parseHostRules } from '../../src/policy/reach.ts';
