@@ -1,5 +1,6 @@
 /**
- * `peerload fetch oci://` through the placer (src/oci/place.ts, src/place/placer.ts): where an OCI blob's digest is checked when the daemon hands over its file as a hard link: a body the daemon
+ * `peerload fetch oci://` through the placer (src/oci/place.ts hands the manifest's files to src/place/placer.ts):
+ * where an OCI blob's digest is checked when the daemon hands over its file as a hard link. A body the daemon
  * streamed while filling the link is hashed as it arrives (the file is not read back), and a local hit's link,
  * whose body is never read, is read back. Either way a blob whose bytes are not its digest places nothing.
  */
