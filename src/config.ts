@@ -239,7 +239,7 @@ const OperatorConfigSchema = z
     // The public Hub's CDNs only: a mirror's or an Enterprise Hub's CDN is the admin's to name. https only unless
     // written http://host, like the credential lists: a redirect's signed URL reads a gated file for whoever has it.
     allowedHubRedirectHosts: hostRules('https').default(parseHostRules(DEFAULT_HUB_REDIRECT_HOSTS)),
-    // The source budget's deadline (src/sources/budget.ts): two minutes, as for a bucket listing.
+    // The source budget's deadline (src/http/budget.ts): two minutes, as for a bucket listing.
     sourceTimeout: duration('source timeout').default(120_000),
     pollBackoffStart: duration('poll backoff start').default(2_000),
     pollBackoffMax: duration('poll backoff max').default(60_000),

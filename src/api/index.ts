@@ -5,5 +5,7 @@ export * from './objectstorage.ts';
 export * from './modelpreheat.ts';
 export * from './servedmodel.ts';
 export * from './source-oci.ts';
+export * from './source-huggingface.ts';
+export * from './sources.ts';
 export { KINDS, customResourceDefinition } from './crd.ts';
 export * from './resources.ts';

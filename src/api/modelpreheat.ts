@@ -19,7 +19,7 @@ import {
 } from './common.ts';
 import { ManagerRef } from './manager.ts';
 import { FilteredQueryParams, ObjectStorageSource } from './objectstorage.ts';
-import { HubCommit, HubSource } from './source-huggingface.ts';
+import { PreheatSource, PreheatSourceStatus, SOURCE_MEMBERS } from './sources.ts';
 import { JOB_STATES, PREHEAT_SCOPES } from '../manager/types.ts';
 
 // The manager's job API defines the job states and preheat scopes; the CRD shows and takes them as they are.
@@ -137,15 +137,6 @@ export type PreheatTargets = z.infer<typeof PreheatTargets>;
 /** What a source fixes itself: the task identity the agents and `peerload fetch hf://` use, the token's path. */
 const SOURCE_FIXED = ['filteredQueryParams', 'headers', 'tag', 'application', 'pieceLength'] as const;
 
-/** A ModelPreheat's spec.source: one member (a Hub repository), shaped as a ServedModel's spec.source. */
-export const PreheatSource = z.object({
-  huggingface: HubSource.meta({
-    description:
-      "A Hugging Face repository: the revision resolved to a commit once per generation (or value of the peerload.io/refresh-source annotation; status.source), its files listed at that commit (include/exclude, maxFiles, maxBytes) and preheated in one job as a ServedModel's owned preheat would: the LFS files at their CDN URLs (largest first) with the CDN's query parameters left out of the task ids, the git files at their resolve URLs without a token only, at most 100 URLs. The token goes only to a Hub host in --allowed-hub-hosts and never to the manager.",
-  }),
-});
-export type PreheatSource = z.infer<typeof PreheatSource>;
-
 export const ModelPreheatSpec = withRules(
   z.object({
     type: z.enum(['file', 'image']).default('file').meta({
@@ -163,8 +154,7 @@ export const ModelPreheatSpec = withRules(
         'Objects in a bucket: the operator signs each key and preheats it with the matching filter.',
     }),
     source: PreheatSource.optional().meta({
-      description:
-        "A model from elsewhere than a URL or a bucket: huggingface, a Hub repository's files at the commit its revision resolves to, preheated with the task ids the peerload agent and `peerload fetch hf://` compute.",
+      description: `A model from elsewhere than a URL or a bucket (${SOURCE_MEMBERS.join(' or ')}), resolved as a ServedModel's spec.source is and preheated with the task ids the peerload agent and \`peerload fetch\` compute.`,
     }),
     filteredQueryParams: FilteredQueryParams.optional().meta({
       description:
@@ -244,8 +234,7 @@ export const ModelPreheatSpec = withRules(
   [
     {
       rule: '[has(self.url), has(self.urls), has(self.objectStorage), has(self.source)].filter(x, x).size() == 1',
-      message:
-        'set exactly one of url, urls, objectStorage and source (source.huggingface: a Hugging Face repository)',
+      message: `set exactly one of url, urls, objectStorage and source (${SOURCE_MEMBERS.join(' or ')})`,
       fieldPath: '.url',
       reason: 'FieldValueInvalid',
       check: (s) => countSet(s.url, s.urls, s.objectStorage, s.source) === 1,
@@ -400,25 +389,6 @@ export const DirectoryJob = z.object({
   attempt: z.int().optional().meta({ description: 'The attempt that created it (status.attempts).' }),
 });
 export type DirectoryJob = z.infer<typeof DirectoryJob>;
-
-/** What spec.source resolved to, for one generation (or one value of the refresh annotation). */
-export const PreheatSourceStatus = z.object({
-  huggingface: HubCommit.optional().meta({
-    description: 'The Hugging Face repository and the commit its revision resolved to.',
-  }),
-  observedGeneration: z.int().meta({ description: 'metadata.generation the source was resolved for.' }),
-  refresh: z.string().max(253).optional().meta({
-    description:
-      'The value of the peerload.io/refresh-source annotation the resolution answered: a new value resolves again (picks up a moved tag or branch on purpose) and preheats what it finds.',
-  }),
-  files: z.int().optional().meta({ description: 'Files at the commit after include/exclude.' }),
-  bytes: z.int().optional().meta({ description: 'Bytes those files hold together.' }),
-  preheated: z.int().optional().meta({
-    description:
-      'Files the job preheats: the LFS files, and the git files when no token is needed, at most 100 (status.tasks).',
-  }),
-});
-export type PreheatSourceStatus = z.infer<typeof PreheatSourceStatus>;
 
 export const ModelPreheatStatus = z.object({
   observedGeneration: z

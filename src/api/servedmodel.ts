@@ -19,11 +19,10 @@ import {
 } from './common.ts';
 import { DirectoryPrefix, HAS_SELECTION_CEL, hasSelection, selectionFields } from './fileset.ts';
 import { ManagerRef } from './manager.ts';
-import { HubCommit, HubSource } from './source-huggingface.ts';
 import { ObjectKey } from './objectkey.ts';
 import { ObjectStorageLocation } from './objectstorage.ts';
 import { CacheStatus, PREHEAT_SCOPES, PeerDaemonVersion } from './modelpreheat.ts';
-import { OciSource } from './source-oci.ts';
+import { ModelSource, SOURCE_MEMBERS, SourceStatus, type SourcePreheat } from './sources.ts';
 import {
   DEFAULT_DRIVER,
   DRIVERS,
@@ -207,32 +206,6 @@ export const ModelDirectory = withRules(
 );
 export type ModelDirectory = z.infer<typeof ModelDirectory>;
 
-/**
- * Where a model's files come from when not from a bucket: one member (a Hugging Face repository, an OCI artifact).
- * Placed by the model server's peerload agent, as a directory is.
- */
-export const ModelSource = withRules(
-  z.object({
-    oci: OciSource.optional().meta({
-      description:
-        "A ModelPack artifact in an OCI registry: every layer placed by the agent through the node's peer, checked against its digest (raw layers on their org.cncf.model.filepath, tar layers extracted).",
-    }),
-    huggingface: HubSource.optional().meta({
-      description:
-        'A Hugging Face Hub repository at a revision: every file (or those include/exclude choose) placed as the model directory.',
-    }),
-  }),
-  [
-    {
-      rule: '[has(self.oci), has(self.huggingface)].filter(x, x).size() == 1',
-      message: 'set exactly one source: oci or huggingface',
-      reason: 'FieldValueRequired',
-      check: (s) => countSet(s.oci, s.huggingface) === 1,
-    },
-  ],
-);
-export type ModelSource = z.infer<typeof ModelSource>;
-
 export const PreheatGate = withRules(
   z.object({
     name: ObjectName.optional().meta({ description: 'An existing ModelPreheat that must succeed first.' }),
@@ -364,8 +337,7 @@ export const ServedModelSpec = withRules(
     // fileName's own rules are the object-key rules (objectkey.ts), on the field itself.
     {
       rule: '[has(self.fileName), has(self.files), has(self.source)].filter(x, x).size() == 1',
-      message:
-        'set exactly one of fileName (an archive), files (a directory in a bucket) and source (oci or huggingface)',
+      message: `set exactly one of fileName (an archive), files (a directory in a bucket) and source (${SOURCE_MEMBERS.join(' or ')})`,
       fieldPath: '.fileName',
       reason: 'FieldValueInvalid',
       check: (s) => countSet(s.fileName, s.files, s.source) === 1,
@@ -490,31 +462,6 @@ export const NodePreheatStatus = z.object({
     .meta({ description: 'The first failed nodes.' }),
 });
 
-/** What spec.source resolved to, for one generation (or one value of the refresh annotation). */
-export const SourceStatus = z.object({
-  oci: z
-    .object({
-      reference: z.string().meta({ description: 'spec.source.oci.reference as resolved.' }),
-      digest: z.string().meta({ description: 'The manifest digest the replicas place (sha256:...).' }),
-    })
-    .optional()
-    .meta({ description: 'The OCI artifact placed.' }),
-  huggingface: HubCommit.optional().meta({
-    description: 'The Hugging Face repository and the commit its revision resolved to.',
-  }),
-  observedGeneration: z.int().meta({ description: 'metadata.generation the source was resolved for.' }),
-  refresh: z.string().max(253).optional().meta({
-    description:
-      'The value of the peerload.io/refresh-source annotation the resolution answered: a new value resolves again (picks up a moved tag or branch on purpose).',
-  }),
-  layers: z.int().optional().meta({ description: 'Layers of an OCI artifact.' }),
-  bytes: z.int().optional().meta({ description: 'Bytes of its layers together.' }),
-});
-export type SourceStatus = z.infer<typeof SourceStatus>;
-
-/** The annotation whose new value makes the operator resolve spec.source again. */
-export const REFRESH_SOURCE_ANNOTATION = 'peerload.io/refresh-source';
-
 export const ServedModelStatus = z.object({
   observedGeneration: z
     .int()
@@ -579,28 +526,6 @@ export const targetsNodes = (spec: ServedModelSpec): boolean =>
 export const MAX_TARGET_IPS = 100;
 
 /**
- * What the owned preheat of a spec.source warms: the files' URLs and the query parameters left out of their ids
- * (a file preheat), or an OCI manifest the manager reads itself (an image preheat with the registry's credentials).
- */
-export type SourcePreheat = FilePreheat | ImagePreheat | HubPreheat;
-/** Files by URL, with the query parameters left out of their task ids. */
-export interface FilePreheat {
-  urls: string[];
-  filter: string[];
-}
-/**
- * A Hub repository read with a token, pinned to the commit the ServedModel resolved: the ModelPreheat resolves it
- * itself, so the token's task tag is derived from the Secret when the job is planned and never written to a spec.
- */
-export interface HubPreheat {
-  huggingface: HubSource;
-}
-/** An OCI manifest the manager reads, with the registry Secret it asks a token with. */
-export interface ImagePreheat {
-  image: { url: string; credentialsSecretRef?: { name: string } | undefined };
-}
-
-/**
  * The spec of the ModelPreheat a ServedModel with `preheat.create` owns. With node targeting and known node IPs,
  * it preheats those nodes' peers (scope all_peers, targets.ips); without any, the seed peers (the fallback). A
  * spec.source's content is what its resolution found (`source`), else the bucket's objects.
@@ -634,7 +559,7 @@ function preheatContent(spec: ServedModelSpec, source: SourcePreheat | undefined
       url: source.image.url,
       imageCredentialsSecretRef: source.image.credentialsSecretRef,
     };
-  if ('huggingface' in source) return { type: 'file', source: { huggingface: source.huggingface } };
+  if ('source' in source) return { type: 'file', source: source.source };
   return {
     type: 'file',
     urls: source.urls,

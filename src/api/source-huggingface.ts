@@ -4,7 +4,7 @@
  * directory in a bucket, and the token kept to the Hub hosts the admin allows (`--allowed-hub-hosts`).
  */
 import { z } from 'zod';
-import { COMMIT_SHA, DEFAULT_REVISION, repoProblem, revisionProblem } from '../huggingface/reference.ts';
+import { COMMIT_SHA, DEFAULT_REVISION, repoProblem, revisionProblem } from './hub-reference.ts';
 import { RootURL, SecretKeyRef, withRules } from './common.ts';
 import { selectionFields } from './fileset.ts';
 

@@ -23,7 +23,7 @@ import {
 import { HubError, HubReason, hubBudget } from '../huggingface/errors.ts';
 import { parseHostRules, urlReach } from '../policy/reach.ts';
 import { DEFAULT_LISTING_LIMITS, listRepoFiles } from '../huggingface/files.ts';
-import { parseHubURI } from '../huggingface/reference.ts';
+import { parseHubURI } from '../api/hub-reference.ts';
 import { lfsLocations } from '../huggingface/locations.ts';
 import { hubVersionSpec } from '../huggingface/version-spec.ts';
 import { redact, rememberSecret } from '../redact.ts';

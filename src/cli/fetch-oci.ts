@@ -1,7 +1,7 @@
 /**
  * `peerload fetch oci://registry/repository:tag DIR`: a ModelPack artifact placed into DIR through the node's peer
- * proxy by the placer (src/oci/place.ts resolves the manifest and hands its files to src/place/placer.ts), for an
- * init container. Registry credentials come from a file (a docker config, as a
+ * proxy by the placer (fetch-oci-place.ts resolves the manifest and hands its files to src/place/placer.ts), for
+ * an init container. Registry credentials come from a file (a docker config, as a
  * `kubernetes.io/dockerconfigjson` Secret holds) or a mounted Secret directory (`.dockerconfigjson`, or `username`
  * and `password`), or from the environment, and go only to hosts of `--allowed-registry-hosts` (the same rule
  * syntax as the operator's allow-lists).
@@ -16,7 +16,7 @@ import { RegistryClient } from '../oci/client.ts';
 import { dockerConfigCredentials, secretCredentials, type RegistryCredentials } from '../oci/credentials.ts';
 import { OciError, OciReason } from '../oci/errors.ts';
 import { PlaceError } from '../place/errors.ts';
-import { DEFAULT_PLACE_LIMITS, placeArtifact, type PlaceResult } from '../oci/place.ts';
+import { DEFAULT_PLACE_LIMITS, placeArtifact, type PlaceResult } from './fetch-oci-place.ts';
 import { parseReference } from '../oci/reference.ts';
 import { registryCredentialTag } from '../storage/credential-tag.ts';
 import { downloaderConfig } from './agent.ts';

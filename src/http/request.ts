@@ -42,7 +42,7 @@ export interface HttpRequest {
   secrets?: readonly string[] | undefined;
   /**
    * Reads the body instead of the bounds above: a source's resolution reads every answer through its budget
-   * (src/sources/budget.ts). `ok` is false for an answer that is not a 2xx (its text only feeds a message).
+   * (src/http/budget.ts). `ok` is false for an answer that is not a 2xx (its text only feeds a message).
    */
   read?: ((body: BodyStream, ok: boolean) => Promise<string>) | undefined;
 }

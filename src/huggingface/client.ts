@@ -19,7 +19,7 @@ import {
   treePath,
   type HubEndpoint,
 } from './endpoint.ts';
-import type { SourceBudget } from '../sources/budget.ts';
+import type { SourceBudget } from '../http/budget.ts';
 import { HubError, HubReason, hubBudget, hubError } from './errors.ts';
 import { followSameOrigin, MAX_HUB_REDIRECTS, movedRepository } from './redirects.ts';
 
@@ -33,7 +33,7 @@ export interface HubClientOptions {
   /** Largest answer body read (a tree page of 1,000 entries is about 300 KB); default the budget's. */
   maxResponseBytes?: number | undefined;
   /**
-   * The resolution's budget (src/sources/budget.ts): every answer is read through it. A client serves one
+   * The resolution's budget (src/http/budget.ts): every answer is read through it. A client serves one
    * resolution; without one it has a budget of the default bounds of its own.
    */
   budget?: SourceBudget<HubError> | undefined;

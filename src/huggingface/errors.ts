@@ -11,7 +11,7 @@ import {
   sourceBounds,
   type BoundHit,
   type SourceBounds,
-} from '../sources/budget.ts';
+} from '../http/budget.ts';
 
 export const HubReason = {
   /** 401 without a token: a gated repository, or a private (or missing) one the Hub will not name. */
@@ -34,7 +34,7 @@ export const HubReason = {
   BadAnswer: 'HubBadAnswer',
   /** An LFS file's redirect names a host outside the admin's redirect allow-list (locations.ts). */
   RedirectNotAllowed: 'HubRedirectNotAllowed',
-  /** The resolution passed a bound of its budget in size (src/sources/budget.ts): final for the generation. */
+  /** The resolution passed a bound of its budget in size (src/http/budget.ts): final for the generation. */
   SourceTooLarge: SourceBoundReason.TooLarge,
   /** The resolution did not complete within its deadline: tried again with backoff. */
   SourceTimeout: SourceBoundReason.Timeout,
@@ -75,7 +75,7 @@ export function hubError(
 }
 
 /**
- * One resolution's budget against a Hub (src/sources/budget.ts): every answer of it (revision, tree pages, LFS
+ * One resolution's budget against a Hub (src/http/budget.ts): every answer of it (revision, tree pages, LFS
  * HEADs) read through it, a bound hit a {@link HubError} that names the bound and what to change.
  */
 export function hubBudget(

@@ -2,7 +2,7 @@
  * A repository's files at one commit, as a model directory: the revision resolved to its sha, the tree listed at
  * that sha (nested paths, sizes, LFS sha256), include/exclude and the maxFiles/maxBytes caps applied by the same
  * rules as an object-storage directory (src/storage/fileset.ts). The whole resolution (listing and LFS HEADs) is
- * bounded by the client's budget (src/sources/budget.ts): one deadline, the entries held and their text, the bytes.
+ * bounded by the client's budget (src/http/budget.ts): one deadline, the entries held and their text, the bytes.
  */
 import { DEFAULT_MAX_FILES } from '../api/fileset.ts';
 import { FileSetError, selectFiles, type FileSetSpec } from '../storage/fileset.ts';

@@ -4,7 +4,7 @@
  * The CDN's path names the object by its sha256, so the id is the object's whoever downloads it and whenever,
  * and the Hub's token never travels with it: the token goes to the Hub here, directly, and the peer daemon (which
  * logs a proxied request's headers) never sees it for an LFS file. The HEADs are the resolution's answers like the
- * listing's: read through the client's budget, within its one deadline (src/sources/budget.ts).
+ * listing's: read through the client's budget, within its one deadline (src/http/budget.ts).
  *
  * Whoever runs the Hub chooses the redirect, and the agents fetch it through the node daemons (from inside the
  * cluster, with no hash check for what is not an LFS file's content): so every target is checked against the

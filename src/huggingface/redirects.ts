@@ -8,7 +8,7 @@
  * Pure but for `send`.
  */
 import { headerValue, type HttpResponse } from '../http/request.ts';
-import { repoProblem } from './reference.ts';
+import { repoProblem } from '../api/hub-reference.ts';
 
 /**
  * Hops followed per call. A rename is one (the Hub points an old name straight at the current one); an owner

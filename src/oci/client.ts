@@ -19,7 +19,7 @@ import { hostAllowed, urlReach, type HostRule } from '../policy/reach.ts';
 import { USER_AGENT } from '../version.ts';
 import { parseChallenges, type Challenge } from './challenge.ts';
 import type { RegistryCredentials } from './credentials.ts';
-import type { SourceBudget } from '../sources/budget.ts';
+import type { SourceBudget } from '../http/budget.ts';
 import { DEFAULT_REGISTRY_TIMEOUT_MS, OciError, OciReason, ociBudget } from './errors.ts';
 import { MANIFEST_ACCEPT } from './media-types.ts';
 import { formatReference, type OciReference } from './reference.ts';
@@ -60,7 +60,7 @@ export interface RegistryClientOptions {
   /** Each exchange, ms (default 60 s). */
   timeoutMs?: number | undefined;
   /**
-   * The resolution's budget (src/sources/budget.ts): every answer (manifest, challenge, token) is read through it.
+   * The resolution's budget (src/http/budget.ts): every answer (manifest, challenge, token) is read through it.
    * Without one, each call (a manifest, an authorization) has a budget of the default bounds of its own.
    */
   budget?: SourceBudget<OciError> | undefined;

@@ -10,7 +10,7 @@ import {
   sourceBounds,
   type BoundHit,
   type SourceBounds,
-} from '../sources/budget.ts';
+} from '../http/budget.ts';
 
 export const OciReason = {
   /** The reference is not `registry/repository[:tag][@sha256:…]`. */
@@ -26,7 +26,7 @@ export const OciReason = {
   /** 404: no such repository, tag, manifest or blob. */
   NotFound: 'NotFound',
   /**
-   * The resolution passed a bound of its budget in size (src/sources/budget.ts): a manifest over its cap, a token
+   * The resolution passed a bound of its budget in size (src/http/budget.ts): a manifest over its cap, a token
    * answer, a challenge, the answers together.
    */
   SourceTooLarge: SourceBoundReason.TooLarge,
@@ -82,7 +82,7 @@ export class OciError extends Error {
 export const DEFAULT_REGISTRY_TIMEOUT_MS = 60_000;
 
 /**
- * One resolution's budget against a registry and its token service (src/sources/budget.ts): every answer (the
+ * One resolution's budget against a registry and its token service (src/http/budget.ts): every answer (the
  * manifest, a 401's challenge, the token) read through it, a bound hit an {@link OciError} that says which bound.
  */
 export function ociBudget(registry: string, bounds: Partial<SourceBounds> = {}): SourceBudget<OciError> {

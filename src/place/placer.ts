@@ -1,11 +1,11 @@
 /**
  * The placer: one version of a model directory onto this pod's disk, as a server must see it, all of it or nothing.
  * Every placement goes through here: the agent's (a PUT from the operator), `peerload fetch --spec`, `hf://`,
- * `oci://` (src/oci/place.ts translates the manifest into a spec) and KServe's storage initializer. Every file goes
- * through the node's peer proxy (proxy-fetch.ts) into a temporary directory next to the target, each size checked,
- * each published sha256 checked (checksum.ts; a digest served wrongly before is asked for under a fresh task,
- * refetch.ts), tar archives extracted safely once every file is in (extract.ts), and the directory is put in place
- * only when all of it is complete. Where it goes is the {@link Destination}: renamed to `<root>/<directory>/<version>`
+ * `oci://` (src/cli/fetch-oci-place.ts hands it the manifest's files) and KServe's storage initializer. Every file
+ * goes through the node's peer proxy (proxy-fetch.ts) into a temporary directory next to the target, each size
+ * checked, each published sha256 checked (checksum.ts; a digest served wrongly before is asked for under a fresh
+ * task, refetch.ts), tar archives extracted safely once every file is in (extract.ts), and the directory is put in
+ * place only when all of it is complete. Where it goes is the {@link Destination}: renamed to `<root>/<directory>/<version>`
  * (the agent's layout) or to one given directory (rename(2) of a directory within one file system is atomic), or,
  * for a mount point that cannot be replaced (KServe's emptyDir), staged on the same volume and then moved up. The
  * disk is bounded before anything is written (the known sizes against the byte cap and the free space) and while

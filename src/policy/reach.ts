@@ -63,6 +63,15 @@ export const ReachReason = {
 export type ReachReason = (typeof ReachReason)[keyof typeof ReachReason];
 
 export type Reach = { allowed: true } | { allowed: false; reason: ReachReason; message: string };
+
+/** Why credentials may not go where a spec names: the reasons of a store's or a source's refusal. */
+export type CredentialReachReason = Extract<
+  ReachReason,
+  'StorageEndpointNotAllowed' | 'RegistryNotAllowed' | 'HubNotAllowed'
+>;
+/** Whether a spec's credentials may go where it names. */
+export type CredentialReach =
+  { allowed: true } | { allowed: false; reason: CredentialReachReason; message: string };
 const ALLOWED: Reach = { allowed: true };
 
 export interface ReachPolicy {

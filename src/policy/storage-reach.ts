@@ -22,6 +22,7 @@ import {
   ReachReason,
   refusalText,
   type HostRule,
+  type CredentialReach,
   type Reach,
 } from './reach.ts';
 
@@ -49,7 +50,7 @@ export interface CredentialHostPolicy {
   registryHosts: readonly HostRule[];
 }
 
-const ALLOWED: Reach = { allowed: true };
+const ALLOWED: CredentialReach = { allowed: true };
 
 type Location = Pick<
   ObjectStorageLocation,
@@ -128,7 +129,7 @@ export function registryReach(
   field: string,
   policy: Pick<CredentialHostPolicy, 'registryHosts'>,
   secretField = 'spec.imageCredentialsSecretRef',
-): Reach {
+): CredentialReach {
   if (!withCredentials || url === undefined || hostAllowed(url, policy.registryHosts)) return ALLOWED;
   const plain = !hostAllowed(url.replace(/^http:/i, 'https:'), policy.registryHosts) ? undefined : url;
   const why = plain

@@ -62,4 +62,4 @@ export class ListError extends Error {
 }
 
 /** A bound hit during a listing, before the location is known to the message; list.ts words it. */
-export { BoundHit as ListBoundHit } from '../sources/budget.ts';
+export { BoundHit as ListBoundHit } from '../http/budget.ts';

@@ -10,7 +10,7 @@
  * failed requests, and a page over its cap or a server that does not answer gains nothing from that.
  */
 import { request } from 'undici';
-import { SourceBudget } from '../sources/budget.ts';
+import { SourceBudget } from '../http/budget.ts';
 import type { ListBounds } from './list-bounds.ts';
 
 /**

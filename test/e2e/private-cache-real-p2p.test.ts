@@ -47,7 +47,7 @@ import { signObjectURL } from '../../src/storage/sign.ts';
 import { filterHeaders, TAG_HEADER, taskID } from '../../src/storage/taskid.ts';
 import { hubTokenTag, registryCredentialTag } from '../../src/storage/credential-tag.ts';
 import { RegistryClient } from '../../src/oci/client.ts';
-import type { PlaceResult } from '../../src/oci/place.ts';
+import type { PlaceResult } from '../../src/cli/fetch-oci-place.ts';
 import { forgetSecrets } from '../../src/redact.ts';
 import { startHubEmulator, type HubEmulator } from '../support/hub-emulator.ts';
 import { modctl, nodePlacementArgs, peerloadFetch, pushTritonModel } from '../support/modctl.ts';

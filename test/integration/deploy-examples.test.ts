@@ -14,7 +14,7 @@ import { gvrOf, kustomize, type Manifest } from '../support/runtime-deploy.ts';
 import { serviceAccountIdentity, writeServiceAccountKubeconfig } from '../support/service-account.ts';
 import { kubeconfigFromFile } from '../../src/runtime/kubeconfig.ts';
 import { ModelVersionSpecSchema } from '../../src/place/spec.ts';
-import { parseHubURI } from '../../src/huggingface/reference.ts';
+import { parseHubURI } from '../../src/api/hub-reference.ts';
 import { DEFAULT_MODEL_ROOT } from '../../src/servers/driver.ts';
 import { applyInto } from '../support/example-apply.ts';
 

@@ -366,6 +366,47 @@ describe('preheat.create with a source', () => {
     // The registry served each blob once: to the preheat.
     expect(fake.requests.filter((q) => q.path.includes('/blobs/')).length - before).toBe(2);
   });
+
+  it("a ModelPreheat of spec.source.oci plans the same job: SUCCESS, status.source the digest, the agents' task ids", async () => {
+    const weights = randomBytes(80_000);
+    const digest = pushModel(fake, 'models/alone', 'v1', [
+      { mediaType: 'application/vnd.cncf.model.weight.v1.raw', content: weights, filepath: 'weights.bin' },
+    ]);
+    const url = `${fake.url}/v2/models/alone/blobs/${sha256(weights)}`;
+    const before = fake.requests.filter((q) => q.path.includes('/blobs/')).length;
+    await custom.createNamespacedCustomObject({
+      group: GROUP,
+      version: VERSION,
+      namespace: ns,
+      plural: 'modelpreheats',
+      body: {
+        apiVersion: `${GROUP}/${VERSION}`,
+        kind: 'ModelPreheat',
+        metadata: { name: 'alone' },
+        spec: { source: { oci: { reference: `${fake.host}/models/alone:v1`, plainHTTP: true } } },
+      },
+    });
+    const p = await waitFor('the ModelPreheat of an OCI source to succeed', async () => {
+      const o = (await custom.getNamespacedCustomObject({
+        group: GROUP,
+        version: VERSION,
+        namespace: ns,
+        plural: 'modelpreheats',
+        name: 'alone',
+      })) as ModelPreheat;
+      return o.status?.state === 'SUCCESS' && o;
+    });
+    expect(p.status?.source).toMatchObject({
+      observedGeneration: 1,
+      oci: { reference: `${fake.host}/models/alone:v1`, digest },
+      files: 1,
+      preheated: 1,
+    });
+    // The spec keeps its source: the job's URLs live in status only.
+    expect(p.spec).not.toHaveProperty('urls');
+    expect(p.status?.tasks).toEqual([{ url, taskID: taskID({ url }) }]);
+    expect(fake.requests.filter((q) => q.path.includes('/blobs/')).length - before).toBe(1);
+  });
 });
 
 describe('bad inputs: a clear condition or replica status naming the layer, and nothing placed', () => {

@@ -17,7 +17,7 @@ import {
   type DownloaderConfig,
 } from '../../src/place/placer.ts';
 import { ModelVersionSpecSchema, type ModelVersionSpec } from '../../src/place/spec.ts';
-import { artifactFiles } from '../../src/controllers/servedmodel/oci-source.ts';
+import { artifactFiles } from '../../src/sources/oci.ts';
 import { RegistryClient } from '../../src/oci/client.ts';
 import { parseModelManifest } from '../../src/oci/manifest.ts';
 import { parseReference } from '../../src/oci/reference.ts';

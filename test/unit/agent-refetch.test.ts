@@ -21,7 +21,7 @@ import {
 import { REFETCH_DIR, markPoisoned, refetchCount, refetchTag } from '../../src/place/refetch.ts';
 import { startAgentServer } from '../../src/agent/server.ts';
 import { RegistryClient } from '../../src/oci/client.ts';
-import { DEFAULT_PLACE_LIMITS, placeArtifact } from '../../src/oci/place.ts';
+import { DEFAULT_PLACE_LIMITS, placeArtifact } from '../../src/cli/fetch-oci-place.ts';
 import { parseReference } from '../../src/oci/reference.ts';
 import { ModelVersionSpecSchema } from '../../src/place/spec.ts';
 import { TAG_HEADER, taskID } from '../../src/storage/taskid.ts';

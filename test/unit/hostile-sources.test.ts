@@ -1,6 +1,6 @@
 /**
  * The Hub and registry clients against a tenant's hostile look-alikes (test/support/hostile-sources.ts), each
- * resolution read through one budget (src/sources/budget.ts): huge entries across pages, entries over their length,
+ * resolution read through one budget (src/http/budget.ts): huge entries across pages, entries over their length,
  * endless pages, a dripping answer, LFS HEADs that each answer within a request's time-out but never all within a
  * resolution's; a 1 MiB token, a huge challenge, an endless manifest, dripping manifests and tokens. Each ends in a
  * SourceTooLarge or SourceTimeout that says which bound, having read little, in about the time of its bound.
@@ -16,7 +16,7 @@ import { parseHostRules } from '../../src/policy/reach.ts';
 import { RegistryClient } from '../../src/oci/client.ts';
 import { OciError, OciReason, ociBudget } from '../../src/oci/errors.ts';
 import { parseReference } from '../../src/oci/reference.ts';
-import type { SourceBounds } from '../../src/sources/budget.ts';
+import type { SourceBounds } from '../../src/http/budget.ts';
 import {
   SLOW_HEAD_FILES,
   SLOW_HEAD_MS,

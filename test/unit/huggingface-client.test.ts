@@ -14,7 +14,7 @@ import { HubClient } from '../../src/huggingface/client.ts';
 import { hubEndpoint, resolveURL } from '../../src/huggingface/endpoint.ts';
 import { HubError, HubReason, hubBudget } from '../../src/huggingface/errors.ts';
 import { listRepoFiles } from '../../src/huggingface/files.ts';
-import type { SourceBounds } from '../../src/sources/budget.ts';
+import type { SourceBounds } from '../../src/http/budget.ts';
 import { lfsLocations } from '../../src/huggingface/locations.ts';
 import { parseHostRules } from '../../src/policy/reach.ts';
 import { hubVersionSpec } from '../../src/huggingface/version-spec.ts';

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { endpointProblem, hubEndpoint, tokenAllowed } from '../../src/huggingface/endpoint.ts';
-import { parseHubURI, repoProblem, revisionProblem } from '../../src/huggingface/reference.ts';
+import { parseHubURI, repoProblem, revisionProblem } from '../../src/api/hub-reference.ts';
 
 describe('Hub references', () => {
   it('parses hf://namespace/name with and without a revision', () => {

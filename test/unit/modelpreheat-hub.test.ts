@@ -7,8 +7,13 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Agent } from 'undici';
 import { ModelPreheatSpec, ownedPreheatSpec, type ModelPreheat } from '../../src/api/index.ts';
-import { HubSources } from '../../src/controllers/servedmodel/hub-source.ts';
-import { HubPreheats, HubSourceError, sourceRefreshed } from '../../src/controllers/modelpreheat/hub.ts';
+import { HubSources } from '../../src/sources/huggingface.ts';
+import { modelSources, sourceOwner } from '../../src/sources/index.ts';
+import {
+  SourcePreheats,
+  SourceJobError,
+  sourceRefreshed,
+} from '../../src/controllers/modelpreheat/source.ts';
 import { nextStep } from '../../src/controllers/modelpreheat/decide.ts';
 import { describeFailure } from '../../src/controllers/modelpreheat/failures.ts';
 import { planPreheat } from '../../src/controllers/modelpreheat/request.ts';
@@ -90,15 +95,23 @@ describe('spec.source.huggingface of a ModelPreheat', () => {
   });
 });
 
+/** The ModelPreheat controller's source jobs, with the Hub kind reaching the emulator. */
+const sourcePreheats = () =>
+  new SourcePreheats(
+    modelSources({
+      secretData: () => Promise.reject(new Error('no registry Secret in these cases')),
+      secretValue: secrets.value.bind(secrets),
+      registryHosts: [],
+      hubHosts: tokenHosts,
+      hubRedirectHosts: tokenHosts,
+      hubDispatcher: dispatcher,
+    }),
+    secrets,
+  );
+
 describe('the job of a repository', () => {
   const plan = (spec: ModelPreheatSpec, obj = preheat(spec)) =>
-    new HubPreheats(secrets, { tokenHosts, redirectHosts: tokenHosts, dispatcher }).plan(
-      obj,
-      spec,
-      'bio',
-      '1.4',
-      contentKey,
-    );
+    sourcePreheats().plan(obj, spec, 'bio', '1.4', contentKey);
 
   it("is the job a ServedModel's owned preheat of the same source makes: URLs, filter, no tag or headers, task ids", async () => {
     const spec = preheatSpec({ repo: 'org/tiny' }, { scope: 'all_peers', targets: { ips: ['10.0.0.1'] } });
@@ -112,7 +125,7 @@ describe('the job of a repository', () => {
       tokenHosts,
       redirectHosts: tokenHosts,
       dispatcher,
-    }).of('ns/m', sm, sm.spec);
+    }).files(sourceOwner(sm), sm.spec.source!.huggingface!, 'spec.source.huggingface');
     if (!found.ok) throw new Error(found.message);
     const owned = ModelPreheatSpec.parse(ownedPreheatSpec(sm.spec, [], found.preheat));
     const theirs = await planPreheat(owned, 'ns', secrets, { bio: 'bio' }, new Date(), undefined, '1.4');
@@ -157,15 +170,15 @@ describe('the job of a repository', () => {
     const err = await plan(
       preheatSpec({ repo: 'org/gitonly', tokenSecretRef: { name: 'hf', key: 'token' } }),
     ).catch((e: unknown) => e);
-    expect(err).toBeInstanceOf(HubSourceError);
-    expect((err as HubSourceError).failure).toMatchObject({ final: true, reason: 'HubNoFiles' });
-    expect((err as HubSourceError).message).toMatch(/^spec\.source\.huggingface\.tokenSecretRef: /);
-    expect((err as HubSourceError).record({}).source).toMatchObject({ files: 1, preheated: 0 });
+    expect(err).toBeInstanceOf(SourceJobError);
+    expect((err as SourceJobError).failure).toMatchObject({ final: true, reason: 'HubNoFiles' });
+    expect((err as SourceJobError).message).toMatch(/^spec\.source\.huggingface\.tokenSecretRef: /);
+    expect((err as SourceJobError).record({}).source).toMatchObject({ files: 1, preheated: 0 });
   });
 
   it('a private repository without a token: final, naming tokenSecretRef; read as a Stalled failure', async () => {
-    const err = (await plan(preheatSpec({ repo: 'org/private' })).catch((e: unknown) => e)) as HubSourceError;
-    expect(err).toBeInstanceOf(HubSourceError);
+    const err = (await plan(preheatSpec({ repo: 'org/private' })).catch((e: unknown) => e)) as SourceJobError;
+    expect(err).toBeInstanceOf(SourceJobError);
     const view = describeFailure(err, 'create the preheat job');
     expect(view).toMatchObject({ reason: 'HubTokenRequired', final: true, retry: { kind: 'none' } });
     expect(view.message).toMatch(/^spec\.source\.huggingface\.tokenSecretRef: org\/private@main: /);
@@ -213,9 +226,9 @@ describe('the refresh annotation', () => {
       { annotations: { 'peerload.io/refresh-source': 'x' } },
       done,
     );
-    const err = (await new HubPreheats(secrets, { tokenHosts, redirectHosts: tokenHosts, dispatcher })
+    const err = (await sourcePreheats()
       .plan(annotated, annotated.spec, 'bio', '1.4', contentKey)
-      .catch((e: unknown) => e)) as HubSourceError;
+      .catch((e: unknown) => e)) as SourceJobError;
     const after = err.record(annotated.status as never);
     expect(after.source).toEqual({ observedGeneration: 1, refresh: 'x' });
     expect(after.jobGeneration).toBeUndefined();

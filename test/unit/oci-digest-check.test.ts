@@ -1,6 +1,6 @@
 /**
- * `peerload fetch oci://` through the placer (src/oci/place.ts hands the manifest's files to src/place/placer.ts):
- * where an OCI blob's digest is checked when the daemon hands over its file as a hard link. A body the daemon
+ * `peerload fetch oci://` through the placer (src/cli/fetch-oci-place.ts hands the manifest's files to
+ * src/place/placer.ts): where an OCI blob's digest is checked when the daemon hands over its file as a hard link. A body the daemon
  * streamed while filling the link is hashed as it arrives (the file is not read back), and a local hit's link,
  * whose body is never read, is read back. Either way a blob whose bytes are not its digest places nothing.
  */
@@ -11,7 +11,7 @@ import { Agent } from 'undici';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
 import { RegistryClient } from '../../src/oci/client.ts';
 import { OciError, OciReason } from '../../src/oci/errors.ts';
-import { DEFAULT_PLACE_LIMITS, placeArtifact } from '../../src/oci/place.ts';
+import { DEFAULT_PLACE_LIMITS, placeArtifact } from '../../src/cli/fetch-oci-place.ts';
 import { parseReference } from '../../src/oci/reference.ts';
 import * as checksum from '../../src/place/checksum.ts';
 import { linkingDaemon, type Served } from '../support/linking-daemon.ts';

@@ -16,7 +16,7 @@ import { OciError, OciReason } from '../../src/oci/errors.ts';
 import { PlaceError, PlaceReason } from '../../src/place/errors.ts';
 import { extractLayer, newExtractState } from '../../src/place/extract.ts';
 import { parseModelManifest } from '../../src/oci/manifest.ts';
-import { DEFAULT_PLACE_LIMITS, placeArtifact, type PlaceLimits } from '../../src/oci/place.ts';
+import { DEFAULT_PLACE_LIMITS, placeArtifact, type PlaceLimits } from '../../src/cli/fetch-oci-place.ts';
 import { formatReference, parseReference } from '../../src/oci/reference.ts';
 import { parseHostRules } from '../../src/policy/reach.ts';
 import {

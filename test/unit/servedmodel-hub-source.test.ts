@@ -14,8 +14,9 @@ import {
   type ServedModel,
   type SourcePreheat,
 } from '../../src/api/index.ts';
-import { RELOCATE_AFTER_MS } from '../../src/controllers/hub-resolution.ts';
-import { HubSources } from '../../src/controllers/servedmodel/hub-source.ts';
+import { RELOCATE_AFTER_MS } from '../../src/sources/hub-resolution.ts';
+import { HubSources } from '../../src/sources/huggingface.ts';
+import { sourceOwner } from '../../src/sources/index.ts';
 import { parseHostRules } from '../../src/policy/reach.ts';
 import { forgetSecrets } from '../../src/redact.ts';
 import { hubTokenTag } from '../../src/storage/credential-tag.ts';
@@ -56,7 +57,8 @@ const urlsOf = (p: SourcePreheat | undefined) => {
 
 const served = (huggingface: object, meta: Partial<ServedModel['metadata']> = {}, status?: object) =>
   hubServedModel(hub.url, huggingface, meta, status);
-const of = (s: HubSources, sm: ServedModel) => s.of('ns/m', sm, sm.spec);
+const of = (s: HubSources, sm: ServedModel) =>
+  s.files({ ...sourceOwner(sm), key: 'ns/m' }, sm.spec.source!.huggingface!, 'spec.source.huggingface');
 
 beforeAll(async () => {
   hub = await startHubEmulator({
@@ -205,11 +207,13 @@ describe('a Hugging Face source', () => {
     // derived from the Secret when its job is planned and sits in no spec.
     const commit = priv.status.huggingface!.commit;
     expect(priv.preheat).toMatchObject({
-      huggingface: {
-        repo: 'org/private',
-        revision: commit,
-        tokenSecretRef: { name: 'hf', key: 't' },
-        endpoint: hub.url,
+      source: {
+        huggingface: {
+          repo: 'org/private',
+          revision: commit,
+          tokenSecretRef: { name: 'hf', key: 't' },
+          endpoint: hub.url,
+        },
       },
     });
     const ownedPrivate = ModelPreheatSpec.parse(

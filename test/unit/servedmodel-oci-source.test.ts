@@ -13,17 +13,13 @@ import {
   ownedPreheatSpec,
   type ServedModel,
 } from '../../src/api/index.ts';
-import {
-  AUTHORIZATION_TTL_MS,
-  OciSources,
-  ociPreheat,
-  type SourceFiles,
-} from '../../src/controllers/servedmodel/oci-source.ts';
+import { AUTHORIZATION_TTL_MS, OciSources, ociPreheat, type SourceFiles } from '../../src/sources/oci.ts';
 import { goalOf, registrationVersion } from '../../src/controllers/servedmodel/goal.ts';
 import { ModelVersionSpecSchema } from '../../src/place/spec.ts';
 import { newProgress } from '../../src/place/placer.ts';
 import { planPreheat } from '../../src/controllers/modelpreheat/request.ts';
 import type { SecretReader } from '../../src/controllers/secrets.ts';
+import { sourceOwner } from '../../src/sources/index.ts';
 import { parseHostRules } from '../../src/policy/reach.ts';
 import {
   gzip,
@@ -33,6 +29,13 @@ import {
   tarOf,
   type FakeRegistry,
 } from '../support/oci-artifacts.ts';
+
+/** The kind as the ServedModel controller asks it: by the object's key, owner and spec.source.oci. */
+class ServedModelOciSources extends OciSources {
+  of(key: string, sm: ServedModel, spec: ServedModelSpec) {
+    return this.files({ ...sourceOwner(sm), key }, spec.source!.oci!, 'spec.source.oci');
+  }
+}
 
 const RAW = 'application/vnd.cncf.model.weight.v1.raw';
 const b64 = (s: string) => Buffer.from(s).toString('base64');
@@ -99,7 +102,7 @@ function sources(
     basicAuthRegistryHosts?: string;
   } = {},
 ) {
-  return new OciSources({
+  return new ServedModelOciSources({
     secretData: async (_ns, name) => {
       const data = opts.secrets?.[name];
       if (!data)
@@ -454,5 +457,70 @@ describe('the owned preheat of a source', () => {
     const expected = newProgress('simple', agentSpec).files.map((f) => f.expectedTaskID);
     expect(plan.tasks.map((t) => t.taskID)).toEqual(expected);
     expect(plan.tasks.map((t) => t.url)).toEqual(r.blobURLs);
+  });
+});
+
+describe("a ModelPreheat's spec.source.oci", () => {
+  const owner = (key: string, generation = 1, recorded?: ServedModel['status']) => ({
+    ...sourceOwner(sm(spec(`${registry.host}/models/job:v1`), { generation }, recorded)),
+    key,
+  });
+
+  it("anonymous: one file job of the blob URLs the ServedModel's owned preheat names, status.source saying the digest", async () => {
+    pushModel(registry, 'models/job', 'v1', layers);
+    const oci = spec(`${registry.host}/models/job:v1`).source!.oci!;
+    const job = await sources().job(owner('ns/j'), oci, 'spec.source.oci');
+    if (!job.ok) throw new Error(job.failure.message);
+    const files = ok(
+      await sources().of(
+        'ns/s',
+        sm(spec(`${registry.host}/models/job:v1`)),
+        spec(`${registry.host}/models/job:v1`),
+      ),
+    );
+    expect(job.content).toEqual({ type: 'file', urls: files.blobURLs, filter: [] });
+    expect(job.resolved).toBe(files.digest);
+    expect(job.status).toEqual({
+      observedGeneration: 1,
+      oci: { reference: oci.reference, digest: files.digest },
+      files: layers.length,
+      bytes: files.bytes,
+      preheated: files.blobURLs.length,
+    });
+  });
+
+  it("with credentials: the manager's image preheat of the manifest by digest with the Secret (no token in the job)", async () => {
+    pushModel(registry, 'models/job', 'v1', layers);
+    registry.basic = { username: 'robot', password: 'pw-registry-secret' };
+    registry.bearer = { token: 'short-lived-pull-token', expiresIn: 40 };
+    const config = JSON.stringify({ auths: { [registry.host]: { auth: b64('robot:pw-registry-secret') } } });
+    const src = sources({ secrets: { registry: { '.dockerconfigjson': b64(config) } } });
+    const oci = {
+      ...spec(`${registry.host}/models/job:v1`).source!.oci!,
+      credentialsSecretRef: { name: 'registry' },
+    };
+    const job = await src.job(owner('ns/c'), oci, 'spec.source.oci');
+    if (!job.ok) throw new Error(job.failure.message);
+    expect(job.content).toEqual({
+      type: 'image',
+      url: `${registry.url}/v2/models/job/manifests/${job.resolved}`,
+      credentialsSecretRef: { name: 'registry' },
+    });
+    expect(job.status.preheated).toBe(0);
+    expect(JSON.stringify(job)).not.toMatch(/short-lived-pull-token|pw-registry-secret/);
+  });
+
+  it('a failure is the condition the ServedModel would show, with status.source of the generation only', async () => {
+    const oci = spec(`${registry.host}/models/absent:v1`).source!.oci!;
+    const job = await sources().job(owner('ns/a', 3), oci, 'spec.source.oci');
+    expect(job).toMatchObject({
+      ok: false,
+      failure: {
+        reason: 'NotFound',
+        message: expect.stringMatching(/^spec\.source\.oci\.reference: /),
+      },
+      status: { observedGeneration: 3 },
+    });
+    expect(job.status.oci).toBeUndefined();
   });
 });

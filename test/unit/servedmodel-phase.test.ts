@@ -7,7 +7,8 @@ import { describe, expect, it } from 'vitest';
 import type { ServedModel } from '../../src/api/index.ts';
 import { servedModelPhase, type PhaseInput } from '../../src/controllers/servedmodel/phase.ts';
 import { FINALIZER } from '../../src/controllers/servedmodel/cleanup.ts';
-import { parseHostRules } from '../../src/policy/reach.ts';
+import { parseHostRules, type HostRule } from '../../src/policy/reach.ts';
+import { modelSources } from '../../src/sources/index.ts';
 import { ModelServerDrivers, type ModelLayout, type ModelServerDriver } from '../../src/servers/driver.ts';
 
 const driver = (name: string, layouts: ModelLayout[]): ModelServerDriver =>
@@ -57,6 +58,16 @@ const withCredentials = (reference: string) => ({
   source: { oci: { reference, credentialsSecretRef: { name: 'registry' } } },
 });
 
+/** The operator's sources with the admin lists these cases name (nothing is resolved: only their reach). */
+const sourcesWith = (lists: { hubHosts?: HostRule[] } = {}) =>
+  modelSources({
+    secretData: () => Promise.reject(new Error('not read')),
+    secretValue: () => Promise.reject(new Error('not read')),
+    registryHosts: parseHostRules('registry.example.com'),
+    hubHosts: lists.hubHosts ?? parseHostRules('huggingface.co'),
+    hubRedirectHosts: [],
+  });
+
 const nothingDone = { finalizing: false, resolving: false, gating: false, listing: false, converging: false };
 const input = (over: Partial<PhaseInput>): PhaseInput => ({
   object: sm(ARCHIVE),
@@ -65,9 +76,8 @@ const input = (over: Partial<PhaseInput>): PhaseInput => ({
     managerHosts: [],
     endpointHosts: parseHostRules('198.18.0.0/16', 'any'),
     storageHosts: defaultStorageHosts(),
-    registryHosts: parseHostRules('registry.example.com'),
-    hubHosts: parseHostRules('huggingface.co'),
   },
+  sources: sourcesWith(),
   drivers,
   done: nothingDone,
   ...over,
@@ -152,7 +162,7 @@ describe('servedModelPhase: what stops a pass', () => {
     expect(kind({ object: sm(mirror, deleted) })).toBe('deleting');
     expect(kind({ object: sm(hub(token)) })).toBe('resolving');
     expect(kind({ object: sm(hub({ endpoint: 'http://mirror.example:8080' })) })).toBe('resolving');
-    const none = { ...input({ object: sm(hub(token)) }), policy: { ...input({}).policy, hubHosts: [] } };
+    const none = { ...input({ object: sm(hub(token)) }), sources: sourcesWith({ hubHosts: [] }) };
     expect(servedModelPhase(none)).toMatchObject({ kind: 'refused', reason: 'HubNotAllowed' });
   });
 
@@ -176,7 +186,7 @@ describe('servedModelPhase: what stops a pass', () => {
     });
     const plainAllowed = {
       ...input({ object: sm(spec) }),
-      policy: { ...input({}).policy, hubHosts: parseHostRules('http://huggingface.co') },
+      sources: sourcesWith({ hubHosts: parseHostRules('http://huggingface.co') }),
     };
     expect(servedModelPhase(plainAllowed).kind).not.toBe('refused');
   });

@@ -1,5 +1,5 @@
 /**
- * One resolution's budget (src/sources/budget.ts): each answer within its cap and every answer within the total,
+ * One resolution's budget (src/http/budget.ts): each answer within its cap and every answer within the total,
  * the answers counted, entries bounded in number, in length and in their text together, one deadline over the whole
  * resolution; the first bound hit aborts the resolution's signal with the error the source kind makes of it.
  */
@@ -11,7 +11,7 @@ import {
   SourceBudget,
   sourceBounds,
   type SourceBounds,
-} from '../../src/sources/budget.ts';
+} from '../../src/http/budget.ts';
 
 const budget = (b: Partial<SourceBounds>) => new SourceBudget(sourceBounds(b));
 

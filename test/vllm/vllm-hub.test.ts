@@ -22,7 +22,7 @@ import { tmpdir } from 'node:os';
 import { join, relative } from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { parseHubURI } from '../../src/huggingface/reference.ts';
+import { parseHubURI } from '../../src/api/hub-reference.ts';
 import { startDragonfly, type Dragonfly, type DragonflyPeer } from '../support/dragonfly.ts';
 import { startHubEmulator, type HubEmulator } from '../support/hub-emulator.ts';
 import type { HubCommit } from '../support/hub-emulator-repo.ts';

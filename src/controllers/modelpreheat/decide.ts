@@ -25,7 +25,7 @@ import {
   type PreheatOutcome,
 } from './conditions.ts';
 import type { FailureView } from './failures.ts';
-import { sourceRefreshed } from './hub.ts';
+import { sourceRefreshed } from './source.ts';
 import { peerResults } from './results.ts';
 import { carriedPeers, contentKey, targetOutcomes, targetsToPreheat } from './targets.ts';
 

@@ -9,8 +9,8 @@ import { ListError } from '../../storage/list.ts';
 import type { ReachReason } from '../../policy/reach.ts';
 import { ManagerNotConfiguredError, ReachDeniedError } from '../managers.ts';
 import { SecretNotFoundError } from '../secrets.ts';
-import type { HubReason } from '../../huggingface/errors.ts';
-import { HubSourceError } from './hub.ts';
+import type { SourceReason } from '../../sources/index.ts';
+import { SourceJobError } from './source.ts';
 
 /** The condition reasons of a failed reconcile step (PreheatReason has the controller's own). */
 export type FailureReason =
@@ -26,7 +26,7 @@ export type FailureReason =
   | 'ManagerUnavailable'
   | 'ReconcileError'
   | DirectoryReason
-  | HubReason
+  | SourceReason
   | ReachReason;
 
 /** Why a directory (spec.objectStorage.prefix) cannot be preheated as listed. */
@@ -139,7 +139,7 @@ export const RATE_LIMITED_RETRY_MS = 1_000;
  * the spec, the Secret or the refresh annotation; a Hub that does not answer (or not in time) is tried again with
  * backoff, Stalled meanwhile.
  */
-function hubSourceFailure(err: HubSourceError): FailureView {
+function sourceFailure(err: SourceJobError): FailureView {
   const { reason, message, final } = err.failure;
   return final
     ? { reason, message, retry: { kind: 'none' }, final: true }
@@ -147,7 +147,7 @@ function hubSourceFailure(err: HubSourceError): FailureView {
 }
 
 export function describeFailure(err: unknown, action: string): FailureView {
-  if (err instanceof HubSourceError) return hubSourceFailure(err);
+  if (err instanceof SourceJobError) return sourceFailure(err);
   if (err instanceof FileSetError || err instanceof ListError || err instanceof DirectoryChangedError)
     return directoryFailure(err);
   if (err instanceof ManagerNotConfiguredError) {

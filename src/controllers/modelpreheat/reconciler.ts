@@ -31,7 +31,7 @@ import {
   useClusterManagers,
 } from '../managers.ts';
 import { preheatCredentialReach } from '../../policy/storage-reach.ts';
-import { hubReach } from '../../policy/hub-reach.ts';
+import { operatorSources, type ModelSources } from '../../sources/index.ts';
 import type { Reach } from '../../policy/reach.ts';
 import { operatorMetrics, type OperatorMetrics } from '../metrics.ts';
 import { SecretReader } from '../secrets.ts';
@@ -68,7 +68,7 @@ import {
 import { DirectoryListings, isDirectory } from './directory.ts';
 import { DirectoryStep } from './directory-step.ts';
 import { describeFailure } from './failures.ts';
-import { HubPreheats, HubSourceError } from './hub.ts';
+import { SourcePreheats, SourceJobError } from './source.ts';
 import { planPreheat, ruleOf, type PreheatPlan } from './request.ts';
 import { failureText } from './results.ts';
 import { contentKey, targetsToPreheat } from './targets.ts';
@@ -94,8 +94,10 @@ export class ModelPreheatReconciler {
   private readonly cacheDeps: CacheDeps;
   /** The jobs of a directory (spec.objectStorage.prefix), with its listing per generation. */
   private readonly directory: DirectoryStep;
-  /** A Hub repository's resolution per generation (spec.source.huggingface). */
-  private readonly hub: HubPreheats;
+  /** The model sources (src/sources): where their credentials may go, and what a spec.source resolves to. */
+  private readonly sources: ModelSources;
+  /** A spec.source's job per generation. */
+  private readonly sourceJobs: SourcePreheats;
 
   constructor(ctx: ControllerContext) {
     this.ctx = ctx;
@@ -108,11 +110,11 @@ export class ModelPreheatReconciler {
     this.metrics = operatorMetrics(ctx.metrics);
     this.writeStatus = statusWriter<Obj, Status>(ctx, GVR.modelPreheats);
     const listings = new DirectoryListings();
-    this.hub = new HubPreheats(this.secrets, {
-      tokenHosts: ctx.config.allowedHubHosts,
-      redirectHosts: ctx.config.allowedHubRedirectHosts,
-      limits: { timeoutMs: ctx.config.sourceTimeout },
+    this.sources = operatorSources(ctx.config, {
+      secretData: (namespace, name, signal) => this.secrets.data(namespace, name, signal),
+      secretValue: (namespace, ref, signal) => this.secrets.value(namespace, ref, signal),
     });
+    this.sourceJobs = new SourcePreheats(this.sources, this.secrets);
     this.cacheDeps = {
       ctx,
       secrets: this.secrets,
@@ -139,7 +141,7 @@ export class ModelPreheatReconciler {
     const cached = this.informer.get(key);
     if (!cached) {
       // Deleted: nothing else is kept per resource.
-      this.hub.forget(key);
+      this.sourceJobs.forget(key);
       return this.cacheDeps.listings.forget(key);
     }
     // A requeue that outran the watch of our last write waits for it (it would create a second job).
@@ -222,9 +224,7 @@ export class ModelPreheatReconciler {
    * deletion reads no token, so a refused Hub does not keep the manager from cleaning up).
    */
   private credentialReach(obj: Obj, spec: ModelPreheatSpec): Reach {
-    const hf = spec.source?.huggingface;
-    if (hf && !isBeingDeleted(obj))
-      return hubReach(hf, 'spec.source.huggingface', this.ctx.config.allowedHubHosts);
+    if (spec.source && !isBeingDeleted(obj)) return this.sources.reach(spec.source);
     return preheatCredentialReach(spec, this.ctx.config);
   }
 
@@ -284,7 +284,7 @@ export class ModelPreheatReconciler {
         source: plan.source,
       };
     } catch (err) {
-      const record = err instanceof HubSourceError ? err.record : undefined;
+      const record = err instanceof SourceJobError ? err.record : undefined;
       return this.fail(obj, err, 'create the preheat job', rc, record);
     }
     rc.log.info({ jobID: created.job.id, groupID: created.job.groupID, attempt }, 'created preheat job');
@@ -304,7 +304,7 @@ export class ModelPreheatReconciler {
     return { requeueAfter: this.ctx.config.pollBackoffStart };
   }
 
-  /** The job of the spec: its URLs, or a source's files (hub.ts) as of this generation's resolution. */
+  /** The job of the spec: its URLs, or a source's (source.ts) as of this generation's resolution. */
   private plan(
     obj: Obj,
     spec: ModelPreheatSpec,
@@ -312,7 +312,7 @@ export class ModelPreheatReconciler {
     signal: AbortSignal,
   ): Promise<PreheatPlan & Partial<Pick<CreatedJob, 'contentKey' | 'source'>>> {
     const rule = this.ctx.config.peerDaemonVersion;
-    if (spec.source) return this.hub.plan(obj, spec, bio, ruleOf(spec, rule), contentKey, signal);
+    if (spec.source) return this.sourceJobs.plan(obj, spec, bio, ruleOf(spec, rule), contentKey, signal);
     return planPreheat(spec, obj.metadata.namespace!, this.secrets, { bio }, new Date(), signal, rule);
   }
 

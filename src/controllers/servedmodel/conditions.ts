@@ -13,9 +13,9 @@
  * - `Degraded` (which replicas fail and why) and `Preheated` (the gate) are peerload's own.
  */
 import type { ConditionChange } from '../../runtime/index.ts';
-import type { HubReason } from '../../huggingface/errors.ts';
 import type { Gate, GateReason } from './preheat.ts';
-import type { SourceReason } from './oci-source.ts';
+import type { CredentialReachReason } from '../../policy/reach.ts';
+import type { SourceReason } from '../../sources/index.ts';
 import { withConditionsOf } from '../status.ts';
 
 export const ServedModelCondition = {
@@ -47,11 +47,11 @@ export const ServedModelReason = {
   UnknownDriver: 'UnknownDriver',
   /** The model server's driver does not load the model's layout (a directory for TorchServe). */
   ModelLayoutUnsupported: 'ModelLayoutUnsupported',
-  /** A spec.source.huggingface with a token names a Hub outside the operator's --allowed-hub-hosts. */
+  /** A spec.source whose token would go to a Hub outside the operator's --allowed-hub-hosts (src/sources). */
   HubNotAllowed: 'HubNotAllowed',
   /** spec.files: nothing under the prefix, more than the caps, or the list API failed. */
   DirectoryNotListed: 'DirectoryNotListed',
-  /** spec.source.oci's registry has credentials but is not in the operator's --allowed-registry-hosts. */
+  /** A spec.source with registry credentials names a registry outside --allowed-registry-hosts (src/sources). */
   RegistryNotAllowed: 'RegistryNotAllowed',
   /** Being deleted: unregistering, or waiting for registrations under way or for unreachable replicas. */
   Deleting: 'Deleting',
@@ -83,7 +83,7 @@ export type ServedModelConditionType = ValueOf<typeof ServedModelCondition>;
 export type ReplicaFailureReason = ValueOf<typeof ReplicaFailureReason>;
 /** Every reason a ServedModel condition can give: the controller's own, the preheat gate's, a replica failure's. */
 export type ServedModelConditionReason =
-  ValueOf<typeof ServedModelReason> | GateReason | ReplicaFailureReason | SourceReason | HubReason;
+  ValueOf<typeof ServedModelReason> | GateReason | ReplicaFailureReason | SourceReason;
 /** One change of a ServedModel's conditions: only its own types and reasons compile. */
 export type ServedModelConditionChange = ConditionChange<
   ServedModelConditionType,
@@ -143,11 +143,7 @@ export function invalidSpecConditions(message: string): ServedModelConditionChan
  *  changes. */
 export function endpointNotAllowedConditions(
   message: string,
-  reason:
-    | 'EndpointNotAllowed'
-    | 'StorageEndpointNotAllowed'
-    | 'RegistryNotAllowed'
-    | 'HubNotAllowed' = ServedModelReason.EndpointNotAllowed,
+  reason: 'EndpointNotAllowed' | CredentialReachReason = ServedModelReason.EndpointNotAllowed,
 ): ServedModelConditionChange[] {
   return [
     { type: ServedModelCondition.Ready, status: 'False', reason, message },
@@ -176,10 +172,7 @@ export function directoryConditions(message: string): ServedModelConditionChange
  * UnknownMediaType, Unauthorized, NotFound, SourceTooLarge...) naming the field and the layer, or the Hub's
  * (HubTokenRequired, HubRevisionNotFound, ...).
  */
-export function sourceConditions(
-  reason: SourceReason | HubReason,
-  message: string,
-): ServedModelConditionChange[] {
+export function sourceConditions(reason: SourceReason, message: string): ServedModelConditionChange[] {
   return stalledConditions(reason, message);
 }
 

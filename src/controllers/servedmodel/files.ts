@@ -28,6 +28,7 @@ import { redact } from '../../redact.ts';
 import { effectiveFilter } from '../../storage/objecturl.ts';
 import { DEFAULT_FILTERED_QUERY_PARAMS } from '../../storage/taskid.ts';
 import { listingDigest, operatorLister, type Lister } from '../modelpreheat/directory.ts';
+import { sourceName } from '../../sources/index.ts';
 import { ListError } from '../../storage/list-bounds.ts';
 
 /** A directory's files for one generation, or why there are none. */
@@ -222,7 +223,6 @@ export function modelFiles(
 
 /** The directory a spec names, for messages and the registration's identity. */
 export const directoryName = (spec: ServedModelSpec): string => {
-  const hf = spec.source?.huggingface;
-  if (hf) return `hf://${hf.repo}@${hf.revision}`;
+  if (spec.source) return sourceName(spec.source);
   return directoryOf(spec.files?.prefix ?? '') || '(bucket root)';
 };

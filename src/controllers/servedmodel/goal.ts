@@ -17,7 +17,7 @@ export function goalOf(spec: ServedModelSpec, dir?: ListedDirectory): ReplicaGoa
   return {
     modelName: spec.modelName,
     version: spec.version,
-    fileName: spec.fileName ?? spec.source?.oci?.reference ?? directoryName(spec),
+    fileName: spec.fileName ?? directoryName(spec),
     ...(dir ? { files: dir.files, filesDigest: dir.digest } : {}),
     minWorkers: spec.workers.min,
     maxWorkers: spec.workers.max ?? spec.workers.min,

@@ -28,9 +28,7 @@ import { SecretReader } from '../secrets.ts';
 import { statusWriter } from '../status.ts';
 import { servedModelCleanup } from './cleanup.ts';
 import { ModelDirectories } from './files.ts';
-import { HubSources } from './hub-source.ts';
-import { OciSources } from './oci-source.ts';
-import { ModelSources } from './sources.ts';
+import { operatorSources } from '../../sources/index.ts';
 import { ReplicaGates } from './gates.ts';
 import { NodeAddresses } from './node-addresses.ts';
 import { SERVED_MODEL_LABEL, preheatNameOf } from './preheat.ts';
@@ -142,22 +140,16 @@ export function createServedModelController(
 function modelContent(ctx: ControllerContext, secrets: SecretReader, opts: ServedModelControllerOptions) {
   const secretData = (namespace: string, name: string, signal?: AbortSignal) =>
     secrets.data(namespace, name, signal);
-  const oci = new OciSources({
-    secretData,
-    dispatcher: opts.registryDispatcher ?? sharedModelServerPool(),
-    registryHosts: ctx.config.allowedRegistryHosts,
-    basicAuthRegistryHosts: ctx.config.allowedBasicAuthRegistryHosts,
-    maxManifestBytes: opts.maxManifestBytes,
-    timeoutMs: ctx.config.sourceTimeout,
-  });
-  const hub = new HubSources({
-    secretValue: (namespace, ref, signal) => secrets.value(namespace, ref, signal),
-    tokenHosts: ctx.config.allowedHubHosts,
-    redirectHosts: ctx.config.allowedHubRedirectHosts,
-    dispatcher: opts.hubDispatcher,
-    limits: { timeoutMs: ctx.config.sourceTimeout },
-  });
-  return { directories: new ModelDirectories({ secretData }), sources: new ModelSources(oci, hub) };
+  const sources = operatorSources(
+    ctx.config,
+    { secretData, secretValue: (namespace, ref, signal) => secrets.value(namespace, ref, signal) },
+    {
+      registryDispatcher: opts.registryDispatcher ?? sharedModelServerPool(),
+      hubDispatcher: opts.hubDispatcher,
+      maxManifestBytes: opts.maxManifestBytes,
+    },
+  );
+  return { directories: new ModelDirectories({ secretData }), sources };
 }
 
 /** The informers the controller reads, indexed so that an EndpointSlice or a ModelPreheat event wakes the

@@ -11,11 +11,9 @@
  * gates, a directory's listing, one step on every replica, and the report (status, Ready, Events).
  */
 import { staticAddresses, ServedModelSpec, type ServedModel } from '../../api/index.ts';
-import { endpointsReach, type ReachPolicy } from '../../policy/reach.ts';
-import { hubReach } from '../../policy/hub-reach.ts';
-import type { HostRule } from '../../policy/reach.ts';
-import { registryReach, storageReach, type CredentialHostPolicy } from '../../policy/storage-reach.ts';
-import { parseReference } from '../../oci/reference.ts';
+import { endpointsReach, type CredentialReachReason, type ReachPolicy } from '../../policy/reach.ts';
+import { storageReach, type CredentialHostPolicy } from '../../policy/storage-reach.ts';
+import type { ModelSources } from '../../sources/index.ts';
 import { hasFinalizer, isBeingDeleted } from '../../runtime/index.ts';
 import { layoutRefusal, type ModelServerDrivers } from '../../servers/driver.ts';
 import { specProblem } from '../status.ts';
@@ -29,13 +27,12 @@ export type ServedModelPhase =
   /** The spec does not parse: Stalled, naming the field. */
   | { kind: 'invalid'; message: string }
   /** Static endpoints outside the admin's --allowed-endpoint-hosts (no request at all), or a preheat store outside
-   *  --allowed-storage-hosts (no Secret read, no listing, no location handed to an agent), or a source's registry
-   *  with credentials outside --allowed-registry-hosts (its Secret not read), or a Hub source whose token would go
-   *  to a host outside --allowed-hub-hosts (the token not read). */
+   *  --allowed-storage-hosts (no Secret read, no listing, no location handed to an agent), or a source whose
+   *  credentials would go where the admin's lists do not allow (its Secret not read: src/sources). */
   | {
       kind: 'refused';
       message: string;
-      reason: 'EndpointNotAllowed' | 'StorageEndpointNotAllowed' | 'RegistryNotAllowed' | 'HubNotAllowed';
+      reason: 'EndpointNotAllowed' | CredentialReachReason;
     }
   /** spec.modelServer.driver names no driver the operator has: nothing can be asked of the replicas. */
   | { kind: 'unknownDriver'; message: string }
@@ -63,7 +60,9 @@ export interface PhaseInput {
   /** Whether the cache holds a version our last write replaced. */
   behind: boolean;
   /** Where the admin lets the operator send requests, and storage credentials. */
-  policy: ReachPolicy & CredentialHostPolicy & { hubHosts: readonly HostRule[] };
+  policy: ReachPolicy & Pick<CredentialHostPolicy, 'storageHosts'>;
+  /** Where a spec.source's credentials may go (each kind's own lists). */
+  sources: Pick<ModelSources, 'reach'>;
   drivers: Pick<ModelServerDrivers, 'find' | 'names'>;
   /** The steps of this pass done so far (each runs at most once a pass). */
   done: { finalizing: boolean; resolving: boolean; gating: boolean; listing: boolean; converging: boolean };
@@ -83,13 +82,10 @@ export function servedModelPhase(p: PhaseInput): ServedModelPhase {
   // Deleting needs no storage credentials: a store outside the list still lets the model be unregistered.
   if (store && !store.allowed && !isBeingDeleted(sm))
     return { kind: 'refused', message: store.message, reason: 'StorageEndpointNotAllowed' };
-  const registry = registryRefusal(spec, p.policy);
-  if (registry && !isBeingDeleted(sm))
-    return { kind: 'refused', message: registry, reason: 'RegistryNotAllowed' };
-  const hf = spec.source?.huggingface;
-  const hub = hf && hubReach(hf, 'spec.source.huggingface', p.policy.hubHosts);
-  if (hub && !hub.allowed && !isBeingDeleted(sm))
-    return { kind: 'refused', message: hub.message, reason: 'HubNotAllowed' };
+  // Deleting reads no source credentials either: a refused source still lets the model be unregistered.
+  const source = spec.source && p.sources.reach(spec.source);
+  if (source && !source.allowed && !isBeingDeleted(sm))
+    return { kind: 'refused', message: source.message, reason: source.reason };
   const driver = p.drivers.find(spec.modelServer.driver);
   if (!driver)
     return {
@@ -108,26 +104,4 @@ export function servedModelPhase(p: PhaseInput): ServedModelPhase {
   if (spec.files && !p.done.listing) return { kind: 'listing', spec };
   if (!p.done.converging) return { kind: 'converging', spec };
   return { kind: 'reporting', spec };
-}
-
-/**
- * Why spec.source.oci's credentials may not be read: its registry is not in --allowed-registry-hosts. Anonymous
- * pulls may come from any registry, as for an image preheat.
- */
-function registryRefusal(
-  spec: ServedModelSpec,
-  policy: Pick<CredentialHostPolicy, 'registryHosts'>,
-): string | undefined {
-  const oci = spec.source?.oci;
-  if (!oci?.credentialsSecretRef) return undefined;
-  const ref = parseReference(oci.reference);
-  const url = `${oci.plainHTTP ? 'http' : 'https'}://${ref.registry}/`;
-  const reach = registryReach(
-    url,
-    true,
-    'spec.source.oci.reference',
-    policy,
-    'spec.source.oci.credentialsSecretRef',
-  );
-  return reach.allowed ? undefined : reach.message;
 }

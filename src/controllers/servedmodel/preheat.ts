@@ -3,6 +3,7 @@
  * either named (`preheat.name`) or created and owned by the ServedModel (`preheat.create`), in which case it
  * preheats `fileName` in the bucket with the filter the plugin's download will use, so the task ids match.
  */
+import { pinnedResolution } from '../../sources/index.ts';
 import {
   API_VERSION,
   ModelPreheatSpec,
@@ -132,7 +133,9 @@ async function createUnlessCached(
  */
 function contentKeyOf(spec: unknown): string | undefined {
   const parsed = ModelPreheatSpec.safeParse(spec);
-  return parsed.success ? contentKey(parsed.data, parsed.data.source?.huggingface.revision) : undefined;
+  return parsed.success
+    ? contentKey(parsed.data, parsed.data.source && pinnedResolution(parsed.data.source))
+    : undefined;
 }
 
 /** `desired` with the defaults the apiserver filled into `actual`, so defaulting alone is not a difference. */

@@ -31,9 +31,12 @@ import type { OperatorMetrics } from '../metrics.ts';
 import { CACHE_BEHIND_RETRY_MS, cacheBehind, invalidSpec, type StatusWrite } from '../status.ts';
 import { FINALIZER } from './cleanup.ts';
 import type { ModelDirectories } from './files.ts';
-import type { ModelSources, ResolvedSource } from './sources.ts';
-import { DEFAULT_HUB_TOKEN_HOSTS } from '../../huggingface/endpoint.ts';
-import { parseHostRules } from '../../policy/reach.ts';
+import {
+  sourceOwner,
+  type ModelSources,
+  type ResolvedSource,
+  type SourceReason,
+} from '../../sources/index.ts';
 import {
   directoryConditions,
   sourceConditions,
@@ -59,6 +62,9 @@ import { discoverReplicas, type Discovery, type EndpointSlice, type Replica } fr
 const DIRECTORY_RETRY_MS = 30_000;
 
 type Obj = ServedModel;
+
+/** Without the sources dependency no source is refused; a ServedModel with one then fails its resolving step. */
+const NO_SOURCES: Pick<ModelSources, 'reach'> = { reach: () => ({ allowed: true }) };
 type Status = ServedModelStatus;
 
 /** What the reconciler works with (controller-runtime's Reconciler struct): built once by the controller. */
@@ -69,11 +75,7 @@ export interface ServedModelDeps {
     Partial<
       Pick<
         ControllerContext['config'],
-        | 'allowedManagerHosts'
-        | 'allowedEndpointHosts'
-        | 'allowedStorageHosts'
-        | 'allowedRegistryHosts'
-        | 'allowedHubHosts'
+        'allowedManagerHosts' | 'allowedEndpointHosts' | 'allowedStorageHosts'
       >
     >;
   /** The ServedModel of a key, from the cache. */
@@ -83,9 +85,9 @@ export interface ServedModelDeps {
   gates: Pick<ReplicaGates, 'of' | 'forget'>;
   /** The files of ServedModels that are directories (spec.files); required for those. */
   directories?: Pick<ModelDirectories, 'of' | 'forget'> | undefined;
-  /** The resolved sources of ServedModels with spec.source (an OCI artifact, a Hub repository); required for
-   *  those. */
-  sources?: Pick<ModelSources, 'of' | 'forget'> | undefined;
+  /** The sources of spec.source (src/sources): where their credentials may go, and their files; required for
+   *  ServedModels with a source. */
+  sources?: Pick<ModelSources, 'reach' | 'files' | 'forget'> | undefined;
   drivers: ModelServerDrivers;
   registrations: RegistrationRunner<Registered>;
   /** The status write; a conflict is thrown (StatusConflict). */
@@ -113,7 +115,7 @@ interface Pass {
   discovery?: Discovery & { serviceFound: boolean };
   gating?: ReplicaGating;
   dir?: ListedDirectory;
-  source?: ResolvedSource;
+  source?: ResolvedSource<SourceReason>;
   outcomes?: ReplicaOutcome[];
 }
 
@@ -143,6 +145,7 @@ export class ServedModelReconciler {
       const phase = servedModelPhase({
         ...pass,
         policy: this.policy(),
+        sources: this.deps.sources ?? NO_SOURCES,
         drivers: this.deps.drivers,
         done: done(pass),
       });
@@ -172,7 +175,7 @@ export class ServedModelReconciler {
           pass.finalized = true;
           break;
         case 'resolving': {
-          const resolved = await this.source(key, sm, phase.spec, rc);
+          const resolved = await this.source(sm, phase.spec, rc);
           if (!resolved.ok) return resolved.result;
           pass.source = resolved;
           break;
@@ -219,8 +222,6 @@ export class ServedModelReconciler {
       managerHosts: config.allowedManagerHosts ?? [],
       endpointHosts: config.allowedEndpointHosts ?? [],
       storageHosts: config.allowedStorageHosts ?? defaultStorageHosts(),
-      registryHosts: config.allowedRegistryHosts ?? [],
-      hubHosts: config.allowedHubHosts ?? parseHostRules(DEFAULT_HUB_TOKEN_HOSTS),
     };
   }
 
@@ -303,17 +304,16 @@ export class ServedModelReconciler {
    * annotation can help.
    */
   private async source(
-    key: string,
     sm: Obj,
     spec: ServedModelSpec,
     rc: ReconcileContext,
-  ): Promise<ResolvedSource | { ok: false; result: ReconcileResult | void }> {
+  ): Promise<ResolvedSource<SourceReason> | { ok: false; result: ReconcileResult | void }> {
     if (!this.deps.sources) throw new Error('a ServedModel with spec.source needs the sources dependency');
-    const found = await this.deps.sources.of(key, sm, spec, rc.signal);
+    const found = await this.deps.sources.files(sourceOwner(sm), spec.source!, rc.signal);
     if (found.ok && spec.preheat?.create && !found.preheat) {
-      const message =
-        "spec.preheat.create: the repository has no LFS file, and its git files would need the token in the preheat job: remove preheat (each replica downloads through its node's peer)";
-      await this.stalled(sm, message, sourceConditions('HubNoFiles', message), rc);
+      const { reason, message } = found.unpreheatable!;
+      const text = `spec.preheat.create: ${message}: remove preheat (each replica downloads through its node's peer)`;
+      await this.stalled(sm, text, sourceConditions(reason, text), rc);
       return { ok: false, result: undefined };
     }
     if (found.ok) return found;

@@ -15,53 +15,49 @@
  * others before this runs), and go to that registry and its token service only (src/oci/client.ts).
  */
 import type { Dispatcher } from 'undici';
-import {
-  REFRESH_SOURCE_ANNOTATION,
-  type OciSource,
-  type ServedModel,
-  type ServedModelSpec,
-  type SourcePreheat,
-  type SourceStatus,
-} from '../../api/index.ts';
-import { MAX_HEADER_VALUE } from '../../agent/spec.ts';
-import { RegistryClient, type PullGrant } from '../../oci/client.ts';
-import { base64SecretCredentials, type RegistryCredentials } from '../../oci/credentials.ts';
-import { OciError, OciReason, ociBudget } from '../../oci/errors.ts';
-import { parseModelManifest, type ModelManifest } from '../../oci/manifest.ts';
-import { formatReference, parseReference, type OciReference } from '../../oci/reference.ts';
-import type { HostRule } from '../../policy/reach.ts';
-import type { SourceBudget } from '../../sources/budget.ts';
-import { redact } from '../../redact.ts';
-import { registryCredentialTag } from '../../storage/credential-tag.ts';
-import type { ModelFiles } from '../../servers/driver.ts';
+import type { OciSource, PreheatSourceStatus, SourcePreheat, SourceStatus } from '../api/index.ts';
+import { MAX_HEADER_VALUE } from '../agent/spec.ts';
+import { RegistryClient, type PullGrant } from '../oci/client.ts';
+import { base64SecretCredentials, type RegistryCredentials } from '../oci/credentials.ts';
+import { OciError, OciReason, ociBudget } from '../oci/errors.ts';
+import { parseModelManifest, type ModelManifest } from '../oci/manifest.ts';
+import { formatReference, parseReference, type OciReference } from '../oci/reference.ts';
+import type { HostRule } from '../policy/reach.ts';
+import type { SourceBudget } from '../http/budget.ts';
+import { redact } from '../redact.ts';
+import { registryCredentialTag } from '../storage/credential-tag.ts';
+import { registryReach } from '../policy/storage-reach.ts';
+import type { CredentialReach } from '../policy/reach.ts';
+import type {
+  SourceFailure,
+  SourceJob,
+  SourceJobContent,
+  SourceKind,
+  SourceModelFiles,
+  SourceOwner,
+} from './source.ts';
+
+type ModelFiles = SourceModelFiles;
+
+/** An artifact resolved for this generation, with what a preheat of it reads. */
+export type ResolvedArtifact = {
+  ok: true;
+  files: ModelFiles;
+  /** Layers of the artifact. */
+  count: number;
+  bytes: number;
+  /** The manifest's digest: the registration's identity. */
+  digest: string;
+  status: SourceStatus;
+  /** The manifest's URL by digest (what an image preheat reads) and each distinct blob's URL. */
+  manifestURL: string;
+  blobURLs: string[];
+  /** What the owned preheat warms (ociPreheat). */
+  preheat: SourcePreheat;
+};
 
 /** What a source resolved to for this generation, or why it did not. */
-export type SourceFiles =
-  | {
-      ok: true;
-      files: ModelFiles;
-      /** Layers of the artifact. */
-      count: number;
-      bytes: number;
-      /** The manifest's digest: the registration's identity. */
-      digest: string;
-      status: SourceStatus;
-      /** The manifest's URL by digest (what an image preheat reads) and each distinct blob's URL. */
-      manifestURL: string;
-      blobURLs: string[];
-      /** What the owned preheat warms (ociPreheat). */
-      preheat: SourcePreheat;
-    }
-  | {
-      ok: false;
-      /** Only a spec edit (or the annotation) resolves again; else the next pass tries again. */
-      final: boolean;
-      reason: SourceReason;
-      message: string;
-    };
-
-/** A source resolved for this pass. */
-export type ResolvedSource = Extract<SourceFiles, { ok: true }>;
+export type SourceFiles = ResolvedArtifact | (SourceFailure & { reason: SourceReason });
 
 /** The reasons a source is not resolved: the registry's (src/oci/errors.ts), or a missing Secret. */
 export type SourceReason = OciReason | 'SecretNotFound';
@@ -117,12 +113,9 @@ interface Kept {
   authorizedFor: number;
 }
 
-/** The annotation's value (empty when absent). */
-export const refreshOf = (sm: ServedModel): string =>
-  sm.metadata.annotations?.[REFRESH_SOURCE_ANNOTATION] ?? '';
-
-/** The resolved sources of each ServedModel, per generation and refresh value. */
-export class OciSources {
+/** The resolved artifacts of each object, per generation and refresh value. */
+export class OciSources implements SourceKind<OciSource> {
+  readonly member = 'oci' as const;
   private readonly deps: OciSourcesDeps;
   private readonly byKey = new Map<string, Kept>();
 
@@ -134,23 +127,33 @@ export class OciSources {
     return (this.deps.now ?? Date.now)();
   }
 
-  /** The files of `sm`'s source for its generation (resolved now, or kept from an earlier pass). */
-  async of(key: string, sm: ServedModel, spec: ServedModelSpec, signal?: AbortSignal): Promise<SourceFiles> {
-    const generation = sm.metadata.generation ?? 0;
-    const refresh = refreshOf(sm);
+  /**
+   * Credentials are read only for a registry of the admin's --allowed-registry-hosts; anonymous pulls may come
+   * from any registry, as for an image preheat.
+   */
+  reach(oci: OciSource, field: string): CredentialReach {
+    if (!oci.credentialsSecretRef) return { allowed: true };
+    const ref = parseReference(oci.reference);
+    const url = `${oci.plainHTTP ? 'http' : 'https'}://${ref.registry}/`;
+    const policy = { registryHosts: this.deps.registryHosts };
+    return registryReach(url, true, `${field}.reference`, policy, `${field}.credentialsSecretRef`);
+  }
+
+  /** The files of the owner's artifact for its generation (resolved now, or kept from an earlier pass). */
+  async files(owner: SourceOwner, oci: OciSource, field: string, signal?: AbortSignal): Promise<SourceFiles> {
+    const { key, generation, refresh } = owner;
     const kept = this.byKey.get(key);
-    const same =
-      kept?.uid === (sm.metadata.uid ?? '') && kept.generation === generation && kept.refresh === refresh;
+    const same = kept?.uid === owner.uid && kept.generation === generation && kept.refresh === refresh;
     const fresh =
       kept?.authorizedAt === 0 || this.now() - (kept?.authorizedAt ?? 0) < (kept?.authorizedFor ?? 0);
     if (same && (!kept.result.ok || fresh)) return kept.result;
     // A kept resolution whose Authorization is stale is read again by its digest: the tag is never re-read.
-    const pinned = same && kept.result.ok ? kept.result.digest : pinnedDigest(sm, spec.source!.oci!, refresh);
-    const { result, grant } = await this.resolve(sm, spec.source!.oci!, pinned, signal);
+    const pinned = same && kept.result.ok ? kept.result.digest : pinnedDigest(owner, oci);
+    const { result, grant } = await this.resolve(owner, oci, field, pinned, signal);
     const now = this.now();
     if (result.ok || result.final)
       this.byKey.set(key, {
-        uid: sm.metadata.uid ?? '',
+        uid: owner.uid,
         generation,
         refresh,
         result,
@@ -160,13 +163,47 @@ export class OciSources {
     return result;
   }
 
+  /**
+   * A ModelPreheat of the artifact: what a ServedModel's owned preheat of it warms (ociPreheat), the manifest read
+   * by the digest status.source recorded for this generation.
+   */
+  async job(owner: SourceOwner, oci: OciSource, field: string, signal?: AbortSignal): Promise<SourceJob> {
+    const r = await this.files(owner, oci, field, signal);
+    const recorded: PreheatSourceStatus = {
+      observedGeneration: owner.generation,
+      ...(owner.refresh !== '' ? { refresh: owner.refresh } : {}),
+    };
+    if (!r.ok) return { ok: false, failure: r, status: recorded };
+    const content: SourceJobContent =
+      'image' in r.preheat
+        ? {
+            type: 'image',
+            url: r.preheat.image.url,
+            credentialsSecretRef: r.preheat.image.credentialsSecretRef,
+          }
+        : { type: 'file', urls: (r.preheat as { urls: string[] }).urls, filter: [] };
+    return {
+      ok: true,
+      content,
+      resolved: r.digest,
+      status: {
+        ...recorded,
+        oci: r.status.oci,
+        files: r.count,
+        bytes: r.bytes,
+        preheated: content.type === 'file' ? content.urls.length : 0,
+      },
+    };
+  }
+
   forget(key: string): void {
     this.byKey.delete(key);
   }
 
   private async resolve(
-    sm: ServedModel,
+    owner: SourceOwner,
     oci: OciSource,
+    field: string,
     pinned: string | undefined,
     signal?: AbortSignal,
   ): Promise<{ result: SourceFiles; grant?: PullGrant }> {
@@ -175,7 +212,7 @@ export class OciSources {
       const ref = parseReference(oci.reference);
       // One budget for the resolution (manifest, challenge, token, authorization): one deadline, the bytes bounded.
       budget = ociBudget(ref.registry, { timeoutMs: this.deps.timeoutMs });
-      const { client, credentials } = await this.client(sm, oci, ref, budget, signal);
+      const { client, credentials } = await this.client(owner, oci, ref, budget, signal);
       const at: OciReference = pinned !== undefined ? { ...ref, digest: pinned } : ref;
       const fetched = await client.manifest(at, signal);
       const manifest = parseModelManifest(
@@ -188,8 +225,8 @@ export class OciSources {
       const authorization = boundedAuthorization(grant, ref.registry);
       const status: SourceStatus = {
         oci: { reference: oci.reference, digest: manifest.digest },
-        observedGeneration: sm.metadata.generation ?? 0,
-        refresh: refreshOf(sm) || undefined,
+        observedGeneration: owner.generation,
+        refresh: owner.refresh || undefined,
         layers: manifest.layers.length,
         bytes: manifest.bytes,
       };
@@ -203,7 +240,7 @@ export class OciSources {
       };
     } catch (err) {
       if (signal?.aborted) throw err;
-      return { result: failure(err) };
+      return { result: failure(err, field) };
     } finally {
       budget?.close();
     }
@@ -211,7 +248,7 @@ export class OciSources {
 
   /** A registry client, with the Secret's credentials when the spec names one (the host was allowed first). */
   private async client(
-    sm: ServedModel,
+    owner: SourceOwner,
     oci: OciSource,
     ref: OciReference,
     budget: SourceBudget<OciError>,
@@ -220,10 +257,7 @@ export class OciSources {
     const secret = oci.credentialsSecretRef?.name;
     const credentials =
       secret !== undefined
-        ? base64SecretCredentials(
-            await this.deps.secretData(sm.metadata.namespace!, secret, signal),
-            ref.registry,
-          )
+        ? base64SecretCredentials(await this.deps.secretData(owner.namespace, secret, signal), ref.registry)
         : undefined;
     const client = new RegistryClient(ref.registry, {
       dispatcher: this.deps.dispatcher,
@@ -254,10 +288,10 @@ function boundedAuthorization(grant: PullGrant, registry: string): string | unde
 }
 
 /** The digest status.source recorded for this generation, reference and refresh value, if any. */
-export function pinnedDigest(sm: ServedModel, oci: OciSource, refresh: string): string | undefined {
-  const s = sm.status?.source;
-  if (!s?.oci || s.observedGeneration !== sm.metadata.generation) return undefined;
-  if (s.oci.reference !== oci.reference || (s.refresh ?? '') !== refresh) return undefined;
+export function pinnedDigest(owner: SourceOwner, oci: OciSource): string | undefined {
+  const s = owner.recorded;
+  if (!s?.oci || s.observedGeneration !== owner.generation) return undefined;
+  if (s.oci.reference !== oci.reference || (s.refresh ?? '') !== owner.refresh) return undefined;
   return s.oci.digest;
 }
 
@@ -300,7 +334,7 @@ export function artifactFiles(
   authorization: string | undefined,
   status: SourceStatus,
   maxBytes?: number,
-): Omit<Extract<SourceFiles, { ok: true }>, 'preheat'> {
+): Omit<ResolvedArtifact, 'preheat'> {
   // The Authorization once, in the spec's header set; each file names the set.
   const headers = authorization !== undefined ? { headerSet: REGISTRY_HEADER_SET } : {};
   const seen = new Set<string>();
@@ -343,13 +377,13 @@ export function artifactFiles(
 }
 
 /** A resolution's failure as the condition says it: the field, the registry's reason and what to fix. */
-function failure(err: unknown): Extract<SourceFiles, { ok: false }> {
+function failure(err: unknown, field: string): Extract<SourceFiles, { ok: false }> {
   if (err instanceof OciError)
     return {
       ok: false,
       final: FINAL_REASONS.has(err.reason),
       reason: err.reason,
-      message: `spec.source.oci.reference: ${err.message}`,
+      message: `${field}.reference: ${err.message}`,
     };
   const name = (err as Error).name;
   if (name === 'SecretNotFoundError')
@@ -357,7 +391,7 @@ function failure(err: unknown): Extract<SourceFiles, { ok: false }> {
       ok: false,
       final: false,
       reason: 'SecretNotFound',
-      message: `spec.source.oci.credentialsSecretRef: ${redact((err as Error).message)}`,
+      message: `${field}.credentialsSecretRef: ${redact((err as Error).message)}`,
     };
   return {
     ok: false,

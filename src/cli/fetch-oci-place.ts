@@ -1,11 +1,12 @@
 /**
  * A ModelPack artifact placed into a directory by the placer (src/place/placer.ts), for `peerload fetch oci://`:
- * the manifest is read and checked whole first (nothing is fetched before), translated into the placer's files as
- * the operator's are for its agents (files.ts), and placed with the `directory` destination: every blob through the
- * node's peer proxy, digests checked, tar layers extracted safely, the directory renamed into place whole. What
- * this module adds is the registry's terms: a failure is an {@link OciError} (a 404 of a blob is NotFound, other
- * bytes than the digest DigestMismatch) or the placer's own error (an unsafe tar entry), naming the layer; and the
- * report is per manifest layer.
+ * the manifest is read and checked whole first (nothing is fetched before), translated into the placer's files by
+ * the OCI source kind's own translation (src/sources/oci.ts artifactFiles, what the operator's agents get), and
+ * placed with the `directory` destination (or, for KServe's form, the `mount` one): every blob through the node's
+ * peer proxy, digests checked, tar layers extracted safely, the directory renamed into place whole. What this
+ * module adds is the registry's terms: a failure is an {@link OciError} (a 404 of a blob is NotFound, other bytes
+ * than the digest DigestMismatch) or the placer's own error (an unsafe tar entry), naming the layer; and the report
+ * is per manifest layer. It holds no placement loop.
  */
 import { dirname } from 'node:path';
 import type { Dispatcher } from 'undici';
@@ -23,11 +24,11 @@ import {
   type VersionProgress,
 } from '../place/placer.ts';
 import { ModelVersionSpecSchema, specProblems, type ModelVersionSpec } from '../place/spec.ts';
-import type { RegistryClient } from './client.ts';
-import { OciError, OciReason } from './errors.ts';
-import { artifactFiles, layerFilePath } from './files.ts';
-import { parseModelManifest, type ModelManifest } from './manifest.ts';
-import { formatReference, type OciReference } from './reference.ts';
+import type { RegistryClient } from '../oci/client.ts';
+import { OciError, OciReason } from '../oci/errors.ts';
+import { parseModelManifest, type ModelManifest } from '../oci/manifest.ts';
+import { formatReference, type OciReference } from '../oci/reference.ts';
+import { artifactFiles } from '../sources/oci.ts';
 
 export interface PlaceLimits extends AgentLimits {
   /** Files the artifact may hold, tar layers unpacked. */
@@ -97,6 +98,12 @@ export async function readModelManifest(
   return parseModelManifest(m.body, m.digest, m.contentType, formatReference(ref));
 }
 
+/** The placer's file of manifest layer `index` (a second layer of the same tar blob: the first's file). */
+function layerFilePath(manifest: ModelManifest, index: number): string {
+  const l = manifest.layers[index]!;
+  return l.format === 'raw' ? l.filepath! : `sha256-${l.digest.slice('sha256:'.length)}`;
+}
+
 /** A blob fetch's failure in the registry's terms: the origin's 401, 403 and 404 as the registry's reasons. */
 function fetchReason(fp: FileProgress | undefined): OciReason {
   if (fp?.errorType?.toLowerCase() !== 'backend') return OciReason.DownloadFailed;
@@ -126,7 +133,8 @@ function failure(spec: ModelVersionSpec, p: VersionProgress): Error {
 
 /** The spec of the artifact's files, or an OciError naming what the placer would not take. */
 function artifactSpec(req: PlaceRequest, manifest: ModelManifest, authorization: string | undefined) {
-  const files = artifactFiles(manifest, (d) => req.client.blobURL(req.ref.repository, d), authorization);
+  // No ServedModel status here: the translation's status part is not used.
+  const { files } = artifactFiles(req.client, req.ref, manifest, authorization, { observedGeneration: 0 });
   const parsed = ModelVersionSpecSchema.safeParse({ version: 'artifact', tag: req.tag, ...files });
   if (!parsed.success)
     throw new OciError(

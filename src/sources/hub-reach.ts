@@ -7,9 +7,15 @@
  */
 import type { HubSource } from '../api/source-huggingface.ts';
 import { DEFAULT_HUB_ENDPOINT } from '../huggingface/endpoint.ts';
-import { hostAllowed, ReachReason, refusalText, type HostRule, type Reach } from './reach.ts';
+import {
+  hostAllowed,
+  ReachReason,
+  refusalText,
+  type HostRule,
+  type CredentialReach,
+} from '../policy/reach.ts';
 
-export function hubReach(source: HubSource, field: string, hubHosts: readonly HostRule[]): Reach {
+export function hubReach(source: HubSource, field: string, hubHosts: readonly HostRule[]): CredentialReach {
   if (source.tokenSecretRef === undefined) return { allowed: true };
   const endpoint = source.endpoint ?? DEFAULT_HUB_ENDPOINT;
   if (hostAllowed(endpoint, hubHosts)) return { allowed: true };
