@@ -23,7 +23,7 @@ import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { Agent, request } from 'undici';
-import type { FileProgress, VersionProgress } from '../../src/agent/download.ts';
+import type { FileProgress, VersionProgress } from '../../src/place/placer.ts';
 import type { ModelPreheat, ServedModel } from '../../src/api/index.ts';
 import { signObjectURL } from '../../src/storage/sign.ts';
 import type { ControlPlane } from '../../test/support/controlplane.ts';

@@ -22,7 +22,7 @@ import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { availableParallelism, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ManagerClient } from '../../src/manager/client.ts';
-import type { PlaceResult } from '../../src/oci/place.ts';
+import type { PlaceResult } from '../../src/cli/fetch-oci-place.ts';
 import { signObjectURL } from '../../src/storage/sign.ts';
 import { DEFAULT_FILTERED_QUERY_PARAMS } from '../../src/storage/taskid.ts';
 import { startCountingProxy } from '../../test/support/counting-proxy.ts';

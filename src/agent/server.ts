@@ -25,9 +25,9 @@ import {
   removeEmptyModelDirectory,
   type DownloaderConfig,
   type VersionProgress,
-} from './download.ts';
-import { readRecord, removeRecord } from './record.ts';
-import { MAX_SPEC_BYTES, ModelVersionSpecSchema, SEGMENT, specProblems } from './spec.ts';
+} from '../place/placer.ts';
+import { readRecord, removeRecord } from '../place/record.ts';
+import { MAX_SPEC_BYTES, ModelVersionSpecSchema, SEGMENT, specProblems } from '../place/spec.ts';
 
 /** The operator builds no larger body (spec.ts). */
 const MAX_BODY_BYTES = MAX_SPEC_BYTES;

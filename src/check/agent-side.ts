@@ -1,14 +1,14 @@
 /**
  * `peerload check --agent-spec`: a model directory downloaded by `peerload agent` / `peerload fetch` (a version
- * spec, src/agent/spec.ts) against the ModelPreheats that warm it. Each file of the spec is one download, modelled
- * as the agent sends it (src/agent/download.ts identityHeaders): its object URL signed by the agent
+ * spec, src/place/spec.ts) against the ModelPreheats that warm it. Each file of the spec is one download, modelled
+ * as the agent sends it (src/place/placer.ts identityHeaders): its object URL signed by the agent
  * (`storage.expiresSeconds`) or the signed URL as given, the spec's filter — else the storage kind's default, else
  * none sent (the daemon's default applies) — and the spec's tag, application and piece length. Each is paired
  * with the preheat item of the same key (or object URL) and compared by compare.ts, whose messages call the
  * download side "plugin": here they say "agent".
  */
-import type { ModelVersionSpec } from '../agent/spec.ts';
-import { specLocation } from '../agent/spec.ts';
+import type { ModelVersionSpec } from '../place/spec.ts';
+import { specLocation } from '../place/spec.ts';
 import { effectiveFilter, objectURL, type StorageLocation } from '../storage/objecturl.ts';
 import { DEFAULT_FILTERED_QUERY_PARAMS, type TaskIdRule } from '../storage/taskid.ts';
 import { comparePair, type CheckResult } from './compare.ts';

@@ -5,7 +5,7 @@
 import { Agent } from 'undici';
 import { parseDuration } from '../api/index.ts';
 import { credentialsDir } from '../agent/credentials.ts';
-import { DEFAULT_LIMITS, removeStaleTemporaries, type DownloaderConfig } from '../agent/download.ts';
+import { DEFAULT_LIMITS, removeStaleTemporaries, type DownloaderConfig } from '../place/placer.ts';
 import { tokenFile } from '../agent/auth.ts';
 import { startAgentServer } from '../agent/server.ts';
 import { createLogger } from '../runtime/logger.ts';

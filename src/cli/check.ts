@@ -16,7 +16,7 @@ import {
   type PluginSide,
 } from '../check/consistency.ts';
 import { agentAsDownloadSide, checkAgentSpec } from '../check/agent-side.ts';
-import { ModelVersionSpecSchema, specProblems, type ModelVersionSpec } from '../agent/spec.ts';
+import { ModelVersionSpecSchema, specProblems, type ModelVersionSpec } from '../place/spec.ts';
 import { redact } from '../redact.ts';
 import { DAEMON_VERSION_HINT, DEFAULT_TASK_ID_RULE, taskIdRule } from '../storage/taskid.ts';
 

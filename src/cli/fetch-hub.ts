@@ -10,7 +10,7 @@ import { readFile } from 'node:fs/promises';
 import { pino } from 'pino';
 import { parseDuration } from '../api/index.ts';
 import { DEFAULT_MAX_FILES, MAX_DIRECTORY_FILES } from '../api/fileset.ts';
-import { ModelVersionSpecSchema, SEGMENT, specProblems, type ModelVersionSpec } from '../agent/spec.ts';
+import { ModelVersionSpecSchema, SEGMENT, specProblems, type ModelVersionSpec } from '../place/spec.ts';
 import { HubClient } from '../huggingface/client.ts';
 import {
   DEFAULT_HUB_ENDPOINT,
@@ -216,10 +216,15 @@ async function hubSpec(
   }
 }
 
+/**
+ * Runs the hf:// form. With `mount` (KServe's form), DEST is a mount point the repository's files are moved into
+ * (the placer's `mount` destination) instead of DEST/NAMESPACE/NAME/<sha>.
+ */
 export async function runHub(
   argv: string[],
   given: FetchLines,
   env: NodeJS.ProcessEnv = process.env,
+  mount = false,
 ): Promise<number> {
   const io = redactedLines(given);
   const args = await parseHubArgs(argv, env);
@@ -227,7 +232,10 @@ export async function runHub(
     io.out(HUB_USAGE);
     return 0;
   }
-  const { ref, config } = args;
+  const { ref } = args;
+  const config: typeof args.config = mount
+    ? { ...args.config, destination: { kind: 'mount', path: args.config.root } }
+    : args.config;
   const logger = createLogger(config.logLevel as 'info', pino.destination({ fd: 2, sync: true }));
   try {
     const found = await hubSpec(args, io);

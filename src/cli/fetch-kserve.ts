@@ -8,8 +8,8 @@
  * archive is extracted, as KServe does. docs/kserve.md lists what differs from KServe's own initializer.
  */
 import { createHmac } from 'node:crypto';
-import { readdir, rm } from 'node:fs/promises';
-import { join, resolve } from 'node:path';
+import { readdir } from 'node:fs/promises';
+import { resolve } from 'node:path';
 import { pino, type Logger } from 'pino';
 import {
   DownloadRefused,
@@ -17,20 +17,13 @@ import {
   newProgress,
   preflight,
   type DownloaderConfig,
-} from '../agent/download.ts';
-import { ModelVersionSpecSchema, specProblems, type ModelVersionSpec } from '../agent/spec.ts';
+} from '../place/placer.ts';
+import { ModelVersionSpecSchema, specProblems, type ModelVersionSpec } from '../place/spec.ts';
 import { DEFAULT_MAX_FILES, MAX_DIRECTORY_FILES } from '../api/fileset.ts';
 import { effectiveEnv, credentialsOf, httpHeaders, locationOf } from '../kserve/env.ts';
-import {
-  STAGING_PREFIX,
-  archiveKind,
-  extractArchive,
-  moveEntries,
-  removeStaleStaging,
-  stagingRoot,
-} from '../kserve/place.ts';
+import { STAGING_PREFIX, archiveKind, removeStaleStaging } from '../place/mount.ts';
+import { PlaceReason } from '../place/errors.ts';
 import { fileName, parseStorageUri, StorageUriError, type StorageUri } from '../kserve/uri.ts';
-import { OciError } from '../oci/errors.ts';
 import { storageReach } from '../policy/storage-reach.ts';
 import { redact } from '../redact.ts';
 import { createLogger } from '../runtime/logger.ts';
@@ -216,7 +209,18 @@ function httpPlan(uri: Extract<StorageUri, { kind: 'http' }>, text: string, env:
   return { spec, single: true };
 }
 
-/** Downloads the plan into the staging directory and moves it into DEST. Returns the exit status. */
+/** The reasons of a version refused by what its single archive holds: bad input (exit 2), not a failed download. */
+const ARCHIVE_REASONS: ReadonlySet<string> = new Set([
+  PlaceReason.UnsafeTarEntry,
+  PlaceReason.InvalidArchive,
+  PlaceReason.LimitExceeded,
+  PlaceReason.InsufficientStorage,
+]);
+
+/**
+ * Places the plan into DEST with the placer's `mount` destination: staged whole on DEST's volume, then moved up;
+ * a single tar archive extracted as KServe does. Returns the exit status.
+ */
 async function place(
   plan: Plan,
   text: string,
@@ -226,56 +230,35 @@ async function place(
   io: FetchLines,
   started: number,
 ): Promise<number> {
-  const staging = stagingRoot(dest);
   const cfg: DownloaderConfig = {
     ...config,
-    root: staging,
+    destination: { kind: 'mount', path: dest, extractSingleArchive: plan.single },
+    limits: { ...config.limits, maxFiles: MAX_DIRECTORY_FILES },
     credentials: plan.credentials ? () => Promise.resolve(plan.credentials!) : undefined,
     logger,
   };
   try {
-    try {
-      await preflight('model', plan.spec, cfg);
-    } catch (e) {
-      if (e instanceof DownloadRefused) throw new CliError(`${e.reason}: ${redact(e.message)}`);
-      throw e;
-    }
-    const p = await downloadVersion('model', plan.spec, cfg, newProgress('model', plan.spec, cfg.rule));
-    if (p.state !== 'Ready') {
-      io.err(`peerload fetch: ${text}: ${p.reason}: ${p.error}`);
-      return 1;
-    }
-    const placed = join(staging, 'model', 'files');
-    let files = p.filesDone;
-    const only = plan.spec.files[0]!.path;
-    if (plan.single && archiveKind(only) === 'tar') {
-      const out = join(staging, 'extracted');
-      try {
-        await extractArchive(join(placed, only), out, {
-          maxBytes: config.limits.maxBytes,
-          maxFiles: MAX_DIRECTORY_FILES,
-          minFreeBytes: config.limits.minFreeBytes,
-          freeBytes: config.freeBytes,
-        });
-        files = (await readdir(out, { recursive: true, withFileTypes: true })).filter((e) =>
-          e.isFile(),
-        ).length;
-      } catch (e) {
-        const reason = e instanceof OciError ? e.reason : 'InvalidArchive';
-        io.err(`peerload fetch: ${text}: ${reason}: ${redact((e as Error).message)}`);
-        return 2;
-      }
-      await moveEntries(out, dest);
-    } else await moveEntries(placed, dest);
-    const expected = p.files.filter((f) => f.taskID !== undefined && f.taskID === f.expectedTaskID).length;
-    const seconds = ((Date.now() - started) / 1000).toFixed(1);
-    io.out(
-      `fetched ${text}: ${files} files, ${p.bytesDone} bytes into ${dest} in ${seconds} s (${p.localHits} local hits, ${expected} of ${p.filesTotal} on their expected tasks)`,
-    );
-    return 0;
-  } finally {
-    await rm(staging, { recursive: true, force: true });
+    await preflight('model', plan.spec, cfg);
+  } catch (e) {
+    if (e instanceof DownloadRefused) throw new CliError(`${e.reason}: ${redact(e.message)}`);
+    throw e;
   }
+  const p = await downloadVersion('model', plan.spec, cfg, newProgress('model', plan.spec, cfg.rule));
+  if (p.state !== 'Ready') {
+    io.err(`peerload fetch: ${text}: ${p.reason}: ${p.error}`);
+    return p.reason !== undefined && ARCHIVE_REASONS.has(p.reason) ? 2 : 1;
+  }
+  const extracted = p.files[0]?.extracted !== undefined;
+  // An archive's count is of its regular files, as they are in DEST now (directories are not counted).
+  const files = extracted
+    ? (await readdir(dest, { recursive: true, withFileTypes: true })).filter((e) => e.isFile()).length
+    : p.filesDone;
+  const expected = p.files.filter((f) => f.taskID !== undefined && f.taskID === f.expectedTaskID).length;
+  const seconds = ((Date.now() - started) / 1000).toFixed(1);
+  io.out(
+    `fetched ${text}: ${files} files, ${p.bytesDone} bytes into ${dest} in ${seconds} s (${p.localHits} local hits, ${expected} of ${p.filesTotal} on their expected tasks)`,
+  );
+  return 0;
 }
 
 /** Rewrites a KServe `hf://owner/model[:revision]` into this command's `hf://owner/model[@revision]`. */
@@ -304,7 +287,7 @@ function passOn(values: Values, proxy: string, extra: readonly string[] = []): s
   return out;
 }
 
-/** hf:// and oci://: their own commands into the staging directory, whose result is then moved into DEST. */
+/** hf:// and oci://: their own commands, placing into DEST as the mount point it is (the placer's `mount`). */
 async function handOver(
   uri: StorageUri & { kind: 'hf' | 'oci' },
   dest: string,
@@ -313,31 +296,13 @@ async function handOver(
   io: FetchLines,
   env: NodeJS.ProcessEnv,
 ) {
-  const staging = stagingRoot(dest);
-  try {
-    if (uri.kind === 'hf') {
-      const reference = hubReference(uri.reference);
-      const { runHub } = await import('./fetch-hub.ts');
-      const code = await runHub(
-        [reference, staging, ...passOn(values, proxy, ['allowed-hub-hosts', 'allowed-hub-redirect-hosts'])],
-        io,
-        env,
-      );
-      if (code !== 0) return code;
-      // runHub lands in <staging>/<owner>/<model>/<commit>.
-      const [owner, model] = reference.slice('hf://'.length).split(/[@/]/) as [string, string];
-      const [commit] = (await readdir(join(staging, owner, model))).filter((n) => !n.startsWith('.'));
-      await moveEntries(join(staging, owner, model, commit!), dest);
-      return 0;
-    }
-    const { runOci } = await import('./fetch-oci.ts');
-    const code = await runOci(uri.reference, join(staging, 'artifact'), { ...values, proxy }, io);
-    if (code !== 0) return code;
-    await moveEntries(join(staging, 'artifact'), dest);
-    return 0;
-  } finally {
-    await rm(staging, { recursive: true, force: true });
+  if (uri.kind === 'hf') {
+    const { runHub } = await import('./fetch-hub.ts');
+    const extra = ['allowed-hub-hosts', 'allowed-hub-redirect-hosts'];
+    return runHub([hubReference(uri.reference), dest, ...passOn(values, proxy, extra)], io, env, true);
   }
+  const { runOci } = await import('./fetch-oci.ts');
+  return runOci(uri.reference, dest, { ...values, proxy }, io, true);
 }
 
 export async function runKServe(

@@ -1,6 +1,7 @@
 /**
  * `peerload fetch oci://registry/repository:tag DIR`: a ModelPack artifact placed into DIR through the node's peer
- * proxy (src/oci/place.ts), for an init container. Registry credentials come from a file (a docker config, as a
+ * proxy by the placer (fetch-oci-place.ts resolves the manifest and hands its files to src/place/placer.ts), for
+ * an init container. Registry credentials come from a file (a docker config, as a
  * `kubernetes.io/dockerconfigjson` Secret holds) or a mounted Secret directory (`.dockerconfigjson`, or `username`
  * and `password`), or from the environment, and go only to hosts of `--allowed-registry-hosts` (the same rule
  * syntax as the operator's allow-lists).
@@ -14,10 +15,10 @@ import { createLogger } from '../runtime/logger.ts';
 import { RegistryClient } from '../oci/client.ts';
 import { dockerConfigCredentials, secretCredentials, type RegistryCredentials } from '../oci/credentials.ts';
 import { OciError, OciReason } from '../oci/errors.ts';
-import { DEFAULT_PLACE_LIMITS, placeArtifact, type PlaceResult } from '../oci/place.ts';
+import { PlaceError } from '../place/errors.ts';
+import { DEFAULT_PLACE_LIMITS, placeArtifact, type PlaceResult } from './fetch-oci-place.ts';
 import { parseReference } from '../oci/reference.ts';
 import { registryCredentialTag } from '../storage/credential-tag.ts';
-import { TAG_HEADER } from '../storage/taskid.ts';
 import { downloaderConfig } from './agent.ts';
 import { CliError } from './errors.ts';
 import { redactedLines, type FetchLines } from './fetch-place.ts';
@@ -128,12 +129,16 @@ function ociArgs(
   return { ref, dest, allowedHosts, maxFiles };
 }
 
-/** Runs the OCI form; `values` were parsed with DOWNLOAD_OPTIONS and OCI_OPTIONS. */
+/**
+ * Runs the OCI form; `values` were parsed with DOWNLOAD_OPTIONS and OCI_OPTIONS. With `mount` (KServe's form), DIR
+ * is a mount point the artifact's entries are moved into (the placer's `mount` destination).
+ */
 export async function runOci(
   reference: string,
   destArg: string | undefined,
   values: Values,
   given: FetchLines,
+  mount = false,
 ): Promise<number> {
   const io = redactedLines(given);
   const { ref, dest, allowedHosts, maxFiles } = ociArgs(reference, destArg, values);
@@ -144,10 +149,11 @@ export async function runOci(
   const registryDispatcher = new Agent();
   try {
     if (
-      await stat(dest).then(
+      !mount &&
+      (await stat(dest).then(
         () => true,
         () => false,
-      )
+      ))
     ) {
       io.out(`${reference} is already in ${dest}`);
       return 0;
@@ -168,7 +174,8 @@ export async function runOci(
         client,
         ref,
         dest,
-        headers: tag !== undefined ? { [TAG_HEADER]: tag } : undefined,
+        mount,
+        tag,
         proxy: config.proxy,
         dispatcher: config.dispatcher,
         hardLinkRoot: config.hardLinkRoot,
@@ -177,7 +184,7 @@ export async function runOci(
         logger,
       });
     } catch (e) {
-      if (!(e instanceof OciError)) throw e;
+      if (!(e instanceof OciError || e instanceof PlaceError)) throw e;
       const refused: string[] = [
         OciReason.InvalidReference,
         OciReason.RegistryNotAllowed,

@@ -10,8 +10,8 @@ import {
   preflight,
   versionPath,
   type DownloaderConfig,
-} from '../agent/download.ts';
-import type { ModelVersionSpec } from '../agent/spec.ts';
+} from '../place/placer.ts';
+import type { ModelVersionSpec } from '../place/spec.ts';
 import { MAX_REDACTED_INPUT, redact, redactURLs } from '../redact.ts';
 import { CliError } from './errors.ts';
 

@@ -8,7 +8,7 @@
 import { readFile } from 'node:fs/promises';
 import { pino } from 'pino';
 import { text } from 'node:stream/consumers';
-import { ModelVersionSpecSchema, SEGMENT, specProblems } from '../agent/spec.ts';
+import { ModelVersionSpecSchema, SEGMENT, specProblems } from '../place/spec.ts';
 import { createLogger } from '../runtime/logger.ts';
 import { redact } from '../redact.ts';
 import { DOWNLOAD_OPTIONS, DOWNLOAD_OPTIONS_USAGE, downloaderConfig } from './agent.ts';

@@ -10,7 +10,7 @@
  * file's task the token's tag (storage/credential-tag.ts): a gated or private file is then no task a pod without
  * the token can name through a node's proxy, whether it sits at the Hub or at its CDN.
  */
-import type { ModelVersionSpec } from '../agent/spec.ts';
+import type { ModelVersionSpec } from '../place/spec.ts';
 import { resolveURL, type HubEndpoint } from './endpoint.ts';
 import type { HubListing } from './files.ts';
 
@@ -27,7 +27,7 @@ export interface HubVersionOptions {
   deadlineSeconds?: number | undefined;
 }
 
-/** The spec's header set of the Hub's token (agent/spec.ts headerSets). */
+/** The spec's header set of the Hub's token (place/spec.ts headerSets). */
 export const HUB_HEADER_SET = 'hub';
 
 /** Query parameter names a spec's filter may hold (the agent's spec bound). */

@@ -32,7 +32,7 @@ export const DEFAULT_MAX_MANIFEST_BYTES = 4 * 1024 * 1024;
  */
 export const MAX_TOKEN_RESPONSE_BYTES = 64 * 1024;
 /**
- * A token's characters, so that `Bearer <token>` fits the 8 KiB header value an agent takes (agent/spec.ts) and
+ * A token's characters, so that `Bearer <token>` fits the 8 KiB header value an agent takes (place/spec.ts) and
  * registries' own request-line limits; real tokens are 1–4 KiB.
  */
 export const MAX_TOKEN_CHARS = 8192 - 'Bearer '.length;

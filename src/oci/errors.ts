@@ -40,14 +40,8 @@ export const OciReason = {
   InvalidLayer: 'InvalidLayer',
   /** The bytes served do not hash to the digest asked for. */
   DigestMismatch: 'DigestMismatch',
-  /** A tar entry would land outside the directory, or is a device, or a link leaving it. */
-  UnsafeTarEntry: 'UnsafeTarEntry',
-  /** A layer is not a readable tar (or not the compression its media type says). */
-  InvalidArchive: 'InvalidArchive',
-  /** The artifact is over a byte or file-count cap. */
+  /** The artifact is over the byte cap (the placer's DiskBudgetExceeded, in `peerload fetch oci://`'s terms). */
   LimitExceeded: 'LimitExceeded',
-  /** What an archive unpacks to does not fit in the free space of the volume (less the space that must stay free). */
-  InsufficientStorage: 'InsufficientStorage',
   /**
    * The registry takes only Basic credentials (no token service), and the admin does not allow forwarding them to
    * the agents (--allowed-basic-auth-registry-hosts).
@@ -57,7 +51,10 @@ export const OciReason = {
   TokenTooLarge: 'TokenTooLarge',
   /** The registry answered with something else (5xx, a body that does not parse). */
   RegistryError: 'RegistryError',
-  /** A blob could not be downloaded through the peer proxy. */
+  /**
+   * A blob could not be downloaded through the peer proxy. (What a tar layer holds is refused with the placer's
+   * reasons, src/place/errors.ts: UnsafeTarEntry, InvalidArchive, LimitExceeded, InsufficientStorage.)
+   */
   DownloadFailed: 'DownloadFailed',
 } as const;
 export type OciReason = (typeof OciReason)[keyof typeof OciReason];

@@ -4,6 +4,8 @@
  * writes by default (registries registered their model processors against those names).
  */
 
+import { ARCHIVE_FORMATS } from '../place/spec.ts';
+
 export const OCI_MANIFEST = 'application/vnd.oci.image.manifest.v1+json';
 export const OCI_INDEX = 'application/vnd.oci.image.index.v1+json';
 export const DOCKER_MANIFEST = 'application/vnd.docker.distribution.manifest.v2+json';
@@ -22,7 +24,8 @@ export const MANIFEST_ACCEPT = [OCI_MANIFEST, OCI_INDEX, DOCKER_MANIFEST, DOCKER
 
 export const LAYER_KINDS = ['weight', 'weight.config', 'doc', 'code', 'dataset'] as const;
 export type LayerKind = (typeof LAYER_KINDS)[number];
-export const LAYER_FORMATS = ['raw', 'tar', 'tar+gzip', 'tar+zstd'] as const;
+/** A raw layer is a file; the others are the archives the placer extracts (src/place/spec.ts). */
+export const LAYER_FORMATS = ['raw', ...ARCHIVE_FORMATS] as const;
 export type LayerFormat = (typeof LAYER_FORMATS)[number];
 
 export interface LayerType {

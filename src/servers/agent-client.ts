@@ -10,7 +10,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Dispatcher } from 'undici';
 import { z } from 'zod';
-import { SpecTooLargeError, specBody } from '../agent/spec.ts';
+import { SpecTooLargeError, specBody } from '../place/spec.ts';
 import { parseBody } from '../http/body.ts';
 import { SerializedJSON } from '../http/request.ts';
 import type {
@@ -57,7 +57,7 @@ const TERMINAL_REASONS = new Set([
 
 /**
  * The agent's reasons that are failures of the bytes, not of the network or a server. A checksum mismatch is
- * retryable: the agent asks for the file under a fresh P2P task next time (src/agent/refetch.ts), so a retry reads
+ * retryable: the agent asks for the file under a fresh P2P task next time (src/place/refetch.ts), so a retry reads
  * the origin again. An unsafe archive entry is in bytes that match their digest: the same archive fails again.
  */
 const INTEGRITY_REASONS: Readonly<Record<string, IntegrityFailure>> = {

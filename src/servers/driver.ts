@@ -4,7 +4,7 @@
  * API (TorchServe + the peerload plugin is the first, `src/servers/torchserve/`). A new kind of model server is a
  * new folder with a driver, registered in {@link ModelServerDrivers}: no controller changes.
  */
-import type { ModelVersionSpec } from '../agent/spec.ts';
+import type { ModelVersionSpec } from '../place/spec.ts';
 import type { ModelLayout, Scaling } from '../api/drivers.ts';
 
 export type { ModelLayout } from '../api/drivers.ts';

@@ -12,7 +12,7 @@ import { join } from 'node:path';
 import { Agent } from 'undici';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { credentialsDir } from '../../src/agent/credentials.ts';
-import { DEFAULT_LIMITS } from '../../src/agent/download.ts';
+import { DEFAULT_LIMITS } from '../../src/place/placer.ts';
 import { tokenFile } from '../../src/agent/auth.ts';
 import { startAgentServer, type AgentServer } from '../../src/agent/server.ts';
 import { fileSetEntries, planPreheatJobs, selectFiles } from '../../src/storage/fileset.ts';

@@ -15,7 +15,7 @@ import { join } from 'node:path';
 import { Agent } from 'undici';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { tokenFile } from '../../src/agent/auth.ts';
-import { DEFAULT_LIMITS, type VersionProgress } from '../../src/agent/download.ts';
+import { DEFAULT_LIMITS, type VersionProgress } from '../../src/place/placer.ts';
 import { startAgentServer, type AgentServer } from '../../src/agent/server.ts';
 import { startDragonfly, type Dragonfly } from '../support/dragonfly.ts';
 import { startOrigin, type Origin } from '../support/origin.ts';

@@ -20,7 +20,7 @@ import { join } from 'node:path';
 import { Agent } from 'undici';
 import * as k8s from '@kubernetes/client-node';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { readRecord } from '../../src/agent/record.ts';
+import { readRecord } from '../../src/place/record.ts';
 import { run } from '../../src/cli/fetch.ts';
 import { forgetSecrets } from '../../src/redact.ts';
 import { hubTokenTag } from '../../src/storage/credential-tag.ts';

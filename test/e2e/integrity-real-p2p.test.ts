@@ -21,8 +21,8 @@ import {
   newProgress,
   preflight,
   type DownloaderConfig,
-} from '../../src/agent/download.ts';
-import { ModelVersionSpecSchema } from '../../src/agent/spec.ts';
+} from '../../src/place/placer.ts';
+import { ModelVersionSpecSchema } from '../../src/place/spec.ts';
 import { parseHostRules } from '../../src/policy/reach.ts';
 import { signObjectURL } from '../../src/storage/sign.ts';
 import { TAG_HEADER, USE_P2P_HEADER } from '../../src/storage/taskid.ts';

@@ -19,7 +19,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ManagerClient } from '../../src/manager/client.ts';
 import { ManagerError } from '../../src/manager/errors.ts';
-import type { PlaceResult } from '../../src/oci/place.ts';
+import type { PlaceResult } from '../../src/cli/fetch-oci-place.ts';
 import { taskID } from '../../src/storage/taskid.ts';
 import { startCountingProxy, type CountingProxy } from '../support/counting-proxy.ts';
 import { ROOT_USER, startDragonfly, type Dragonfly } from '../support/dragonfly.ts';

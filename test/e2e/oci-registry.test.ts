@@ -14,7 +14,7 @@ import { Agent } from 'undici';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { RegistryClient } from '../../src/oci/client.ts';
 import { OciError, OciReason } from '../../src/oci/errors.ts';
-import { readModelManifest } from '../../src/oci/place.ts';
+import { readModelManifest } from '../../src/cli/fetch-oci-place.ts';
 import { parseReference } from '../../src/oci/reference.ts';
 import { parseHostRules } from '../../src/policy/reach.ts';
 import { modctl, peerloadFetch, pushTritonModel } from '../support/modctl.ts';

@@ -13,7 +13,7 @@ import { createNamespace, kubeConfig, readManifests, REPO_ROOT, waitFor } from '
 import { gvrOf, kustomize, type Manifest } from '../support/runtime-deploy.ts';
 import { serviceAccountIdentity, writeServiceAccountKubeconfig } from '../support/service-account.ts';
 import { kubeconfigFromFile } from '../../src/runtime/kubeconfig.ts';
-import { ModelVersionSpecSchema } from '../../src/agent/spec.ts';
+import { ModelVersionSpecSchema } from '../../src/place/spec.ts';
 import { parseHubURI } from '../../src/api/hub-reference.ts';
 import { DEFAULT_MODEL_ROOT } from '../../src/servers/driver.ts';
 import { applyInto } from '../support/example-apply.ts';

@@ -15,7 +15,7 @@ import { hubTree, startHubBed, tinyAndPrivate, type HubBed } from '../support/hu
 import type { ManagerEmulator } from '../support/manager-emulator.ts';
 import { capturedLogger, type RunningManager } from '../support/runtime-harness.ts';
 import { modelPreheatController } from '../../src/controllers/modelpreheat/index.ts';
-import { newProgress } from '../../src/agent/download.ts';
+import { newProgress } from '../../src/place/placer.ts';
 import { HubClient } from '../../src/huggingface/client.ts';
 import { hubEndpoint } from '../../src/huggingface/endpoint.ts';
 import { listRepoFiles } from '../../src/huggingface/files.ts';

@@ -17,7 +17,7 @@ import * as k8s from '@kubernetes/client-node';
 import { Agent, request } from 'undici';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { tokenFile } from '../../src/agent/auth.ts';
-import { DEFAULT_LIMITS } from '../../src/agent/download.ts';
+import { DEFAULT_LIMITS } from '../../src/place/placer.ts';
 import { startAgentServer, type AgentServer } from '../../src/agent/server.ts';
 import type { ServedModel } from '../../src/api/index.ts';
 import { createServedModelController } from '../../src/controllers/index.ts';

@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import type { Dispatcher } from 'undici';
 import { tokenFile } from '../../src/agent/auth.ts';
 import { credentialsDir } from '../../src/agent/credentials.ts';
-import { DEFAULT_LIMITS } from '../../src/agent/download.ts';
+import { DEFAULT_LIMITS } from '../../src/place/placer.ts';
 import { startAgentServer, type AgentServer } from '../../src/agent/server.ts';
 import type { DragonflyPeer } from './dragonfly.ts';
 import type { OipServer, OipServerOptions } from './oip-servers.ts';

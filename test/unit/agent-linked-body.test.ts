@@ -3,7 +3,7 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { LinkedBody, SAMPLE_SIZE, SAMPLES } from '../../src/agent/linked-body.ts';
+import { LinkedBody, SAMPLE_SIZE, SAMPLES } from '../../src/place/linked-body.ts';
 
 let dir: string;
 beforeAll(async () => {

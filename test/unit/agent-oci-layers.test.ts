@@ -15,8 +15,8 @@ import {
   newProgress,
   preflight,
   type DownloaderConfig,
-} from '../../src/agent/download.ts';
-import { ModelVersionSpecSchema, type ModelVersionSpec } from '../../src/agent/spec.ts';
+} from '../../src/place/placer.ts';
+import { ModelVersionSpecSchema, type ModelVersionSpec } from '../../src/place/spec.ts';
 import { artifactFiles } from '../../src/sources/oci.ts';
 import { RegistryClient } from '../../src/oci/client.ts';
 import { parseModelManifest } from '../../src/oci/manifest.ts';

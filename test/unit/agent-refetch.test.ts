@@ -1,5 +1,5 @@
 /**
- * A poisoned P2P task heals (src/agent/refetch.ts): an origin that once served other bytes than a layer's digest
+ * A poisoned P2P task heals (src/place/refetch.ts): an origin that once served other bytes than a layer's digest
  * left them in the node's daemon under the blob's task, which the daemon answers from its cache from then on. The
  * agent's next download of that digest asks under a fresh task identity (a `peerload-refetch-<n>` tag component),
  * so it reads the origin again and places the good bytes once the origin serves them. A failed version leaves no
@@ -17,13 +17,13 @@ import {
   newProgress,
   preflight,
   type DownloaderConfig,
-} from '../../src/agent/download.ts';
-import { REFETCH_DIR, markPoisoned, refetchCount, refetchTag } from '../../src/agent/refetch.ts';
+} from '../../src/place/placer.ts';
+import { REFETCH_DIR, markPoisoned, refetchCount, refetchTag } from '../../src/place/refetch.ts';
 import { startAgentServer } from '../../src/agent/server.ts';
 import { RegistryClient } from '../../src/oci/client.ts';
-import { DEFAULT_PLACE_LIMITS, placeArtifact } from '../../src/oci/place.ts';
+import { DEFAULT_PLACE_LIMITS, placeArtifact } from '../../src/cli/fetch-oci-place.ts';
 import { parseReference } from '../../src/oci/reference.ts';
-import { ModelVersionSpecSchema } from '../../src/agent/spec.ts';
+import { ModelVersionSpecSchema } from '../../src/place/spec.ts';
 import { TAG_HEADER, taskID } from '../../src/storage/taskid.ts';
 import { registryCredentialTag } from '../../src/storage/credential-tag.ts';
 import { pushModel, sha256, startFakeRegistry, type FakeRegistry } from '../support/oci-artifacts.ts';
@@ -170,7 +170,7 @@ describe("a private blob's retry keeps its credentials' tag", () => {
         proxy: peer.url,
         dispatcher,
         limits: { ...DEFAULT_PLACE_LIMITS, minFreeBytes: 0 },
-        headers: { [TAG_HEADER]: tag },
+        tag,
       });
     await expect(fetchIt()).rejects.toMatchObject({ reason: 'DigestMismatch' });
     blob.heal();

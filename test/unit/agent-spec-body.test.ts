@@ -1,5 +1,5 @@
 /**
- * What the operator sends an agent is bounded on the sender's side (agent/spec.ts): a source's credential travels
+ * What the operator sends an agent is bounded on the sender's side (place/spec.ts): a source's credential travels
  * once, in `headerSets`, however many files name it; the PUT body is built file by file and refused past the
  * agent's cap before it is whole (a 1 MiB token copied into 480 layers made a 480 MiB string); the agent's schema
  * keeps its own bounds on sets and headers and still takes the per-file headers older operators sent.
@@ -15,7 +15,7 @@ import {
   SpecTooLargeError,
   specBody,
   specProblems,
-} from '../../src/agent/spec.ts';
+} from '../../src/place/spec.ts';
 import { AgentClient } from '../../src/servers/agent-client.ts';
 import type { ModelFiles } from '../../src/servers/driver.ts';
 

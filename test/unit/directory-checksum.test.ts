@@ -9,9 +9,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Agent } from 'undici';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
-import * as checksum from '../../src/agent/checksum.ts';
-import { DEFAULT_LIMITS, downloadVersion, newProgress, preflight } from '../../src/agent/download.ts';
-import { ModelVersionSpecSchema } from '../../src/agent/spec.ts';
+import * as checksum from '../../src/place/checksum.ts';
+import { DEFAULT_LIMITS, downloadVersion, newProgress, preflight } from '../../src/place/placer.ts';
+import { ModelVersionSpecSchema } from '../../src/place/spec.ts';
 import { linkingDaemon, type Served } from '../support/linking-daemon.ts';
 import { sha256 } from '../support/oci-artifacts.ts';
 

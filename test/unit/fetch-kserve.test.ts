@@ -12,10 +12,11 @@ import { CliError } from '../../src/cli/errors.ts';
 import { isKServeInvocation, patterns, runKServe } from '../../src/cli/fetch-kserve.ts';
 import { run } from '../../src/cli/fetch.ts';
 import { credentialsOf, effectiveEnv, httpHeaders, locationOf } from '../../src/kserve/env.ts';
-import { archiveKind } from '../../src/kserve/place.ts';
+import { archiveKind } from '../../src/place/mount.ts';
 import { parseStorageUri } from '../../src/kserve/uri.ts';
 import { forgetSecrets } from '../../src/redact.ts';
 import { startHubEmulator, type HubEmulator } from '../support/hub-emulator.ts';
+import { gzip, tarOf } from '../support/oci-artifacts.ts';
 import { startOrigin, type Origin } from '../support/origin.ts';
 import { startPeerProxy, type PeerProxy } from '../support/peer-proxy.ts';
 
@@ -219,7 +220,21 @@ describe('peerload fetch STORAGE_URI DEST', () => {
 
   beforeAll(async () => {
     dir = await mkdtemp(join(tmpdir(), 'fetch-kserve-'));
-    origin = await startOrigin({ '/models/model.joblib': big, '/models/m.zip': 'zip' });
+    origin = await startOrigin({
+      '/models/model.joblib': big,
+      '/models/m.zip': 'zip',
+      '/models/model.tar.gz': gzip(
+        tarOf([
+          { path: 'config.pbtxt', body: 'name: "m"\n' },
+          { path: '1/', type: 'Directory' },
+          { path: '1/model.onnx', body: 'onnx bytes' },
+        ]),
+      ),
+      '/models/evil.tar': tarOf([
+        { path: 'ok', body: 'x' },
+        { path: '../evil', body: 'x' },
+      ]),
+    });
     peer = await startPeerProxy();
     hub = await startHubEmulator({
       repos: [
@@ -328,6 +343,26 @@ describe('peerload fetch STORAGE_URI DEST', () => {
     expect(ok.code).toBe(0);
     expect(await readFile(join(ok.dest, 'config.json'), 'utf8')).toBe('{"g":1}');
     expect(hub.hubRequests.slice(before).every((q) => q.authorized)).toBe(true);
+  });
+
+  it('a single .tar.gz is extracted into DEST and the archive removed; an unsafe one is exit 2, DEST left empty', async () => {
+    const ok = await fetchKServe([`${origin.url}/models/model.tar.gz`, 'DEST']);
+    expect(ok.err).toBe('');
+    expect(ok.code).toBe(0);
+    expect(ok.out).toContain(': 2 files,');
+    expect((await readdir(ok.dest, { recursive: true })).sort()).toEqual([
+      '1',
+      '1/model.onnx',
+      'config.pbtxt',
+    ]);
+    expect(await readFile(join(ok.dest, '1', 'model.onnx'), 'utf8')).toBe('onnx bytes');
+    const evil = await fetchKServe([`${origin.url}/models/evil.tar`, 'DEST']);
+    expect(evil.code).toBe(2);
+    expect(evil.err).toMatch(
+      /^peerload fetch: http:.*evil\.tar: UnsafeTarEntry: evil\.tar: the tar entry "\.\.\/evil"/,
+    );
+    expect(await readdir(evil.dest)).toEqual([]);
+    await expect(readFile(join(evil.dest, '..', 'evil'))).rejects.toMatchObject({ code: 'ENOENT' });
   });
 
   it('a missing file is exit 1 with the reason; nothing is left in DEST', async () => {

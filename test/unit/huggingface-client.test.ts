@@ -9,7 +9,7 @@ import type { AddressInfo } from 'node:net';
 import { createHash } from 'node:crypto';
 import { Agent } from 'undici';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ModelVersionSpecSchema } from '../../src/agent/spec.ts';
+import { ModelVersionSpecSchema } from '../../src/place/spec.ts';
 import { HubClient } from '../../src/huggingface/client.ts';
 import { hubEndpoint, resolveURL } from '../../src/huggingface/endpoint.ts';
 import { HubError, HubReason, hubBudget } from '../../src/huggingface/errors.ts';

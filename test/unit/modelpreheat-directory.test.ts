@@ -28,7 +28,7 @@ import {
 } from '../../src/controllers/modelpreheat/directory.ts';
 import { describeFailure, LISTING_TIMED_OUT_RETRY_MS } from '../../src/controllers/modelpreheat/failures.ts';
 import { ModelDirectories, modelFiles } from '../../src/controllers/servedmodel/files.ts';
-import { ModelVersionSpecSchema } from '../../src/agent/spec.ts';
+import { ModelVersionSpecSchema } from '../../src/place/spec.ts';
 import { effectiveFilter } from '../../src/storage/objecturl.ts';
 import { planObjects } from '../../src/controllers/modelpreheat/request.ts';
 import type { ManagerJob } from '../../src/manager/types.ts';

@@ -1,5 +1,6 @@
 /**
- * Where an OCI blob's digest is checked when the daemon hands over its file as a hard link: a body the daemon
+ * `peerload fetch oci://` through the placer (src/cli/fetch-oci-place.ts hands the manifest's files to
+ * src/place/placer.ts): where an OCI blob's digest is checked when the daemon hands over its file as a hard link. A body the daemon
  * streamed while filling the link is hashed as it arrives (the file is not read back), and a local hit's link,
  * whose body is never read, is read back. Either way a blob whose bytes are not its digest places nothing.
  */
@@ -10,9 +11,9 @@ import { Agent } from 'undici';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
 import { RegistryClient } from '../../src/oci/client.ts';
 import { OciError, OciReason } from '../../src/oci/errors.ts';
-import { DEFAULT_PLACE_LIMITS, placeArtifact } from '../../src/oci/place.ts';
+import { DEFAULT_PLACE_LIMITS, placeArtifact } from '../../src/cli/fetch-oci-place.ts';
 import { parseReference } from '../../src/oci/reference.ts';
-import * as verify from '../../src/oci/verify.ts';
+import * as checksum from '../../src/place/checksum.ts';
 import { linkingDaemon, type Served } from '../support/linking-daemon.ts';
 import { pushModel, sha256, startFakeRegistry, type FakeRegistry } from '../support/oci-artifacts.ts';
 
@@ -64,7 +65,7 @@ describe("an OCI blob's digest, checked on a hard-linked file", () => {
   }
 
   it('hashes the body of a task the daemon is filling, and does not read the linked file back', async () => {
-    const readBack = vi.spyOn(verify, 'verifyBlob');
+    const readBack = vi.spyOn(checksum, 'sha256File');
     const r = await placeThrough(() => ({ body: weights, finished: false }));
     expect(r.layers[0]).toMatchObject({ hardLink: true, localHit: false, bytes: weights.length });
     expect((await stat(join(dir, 'root', 'm', '1', 'w.bin'))).nlink).toBe(2);
@@ -72,7 +73,7 @@ describe("an OCI blob's digest, checked on a hard-linked file", () => {
   });
 
   it("reads a local hit's link back, since its body was never read", async () => {
-    const readBack = vi.spyOn(verify, 'verifyBlob');
+    const readBack = vi.spyOn(checksum, 'sha256File');
     const r = await placeThrough(() => ({ body: weights, finished: true }));
     expect(r.layers[0]).toMatchObject({ hardLink: true, localHit: true });
     expect(readBack).toHaveBeenCalledTimes(1);
@@ -93,7 +94,9 @@ describe("an OCI blob's digest, checked on a hard-linked file", () => {
       await placeThrough(() => ({ body: other, finished })).catch((e: unknown) => (caught = e));
       expect(caught).toBeInstanceOf(OciError);
       expect((caught as OciError).reason).toBe(OciReason.DigestMismatch);
-      expect((caught as OciError).message).toContain(`hash to ${sha256(other)}, not to the layer's digest`);
+      expect((caught as OciError).message).toContain(
+        `its bytes hash to sha256 ${sha256(other).slice(7)}, not the ${sha256(weights).slice(7)} its source publishes`,
+      );
       expect((caught as OciError).message).toMatch(/^layer 0 \(sha256:[0-9a-f]{12}, w\.bin\)/);
       expect(await readdir(join(dir, 'root', 'm'))).toEqual([]);
     });

@@ -15,8 +15,8 @@ import {
 } from '../../src/api/index.ts';
 import { AUTHORIZATION_TTL_MS, OciSources, ociPreheat, type SourceFiles } from '../../src/sources/oci.ts';
 import { goalOf, registrationVersion } from '../../src/controllers/servedmodel/goal.ts';
-import { ModelVersionSpecSchema } from '../../src/agent/spec.ts';
-import { newProgress } from '../../src/agent/download.ts';
+import { ModelVersionSpecSchema } from '../../src/place/spec.ts';
+import { newProgress } from '../../src/place/placer.ts';
 import { planPreheat } from '../../src/controllers/modelpreheat/request.ts';
 import type { SecretReader } from '../../src/controllers/secrets.ts';
 import { sourceOwner } from '../../src/sources/index.ts';

@@ -21,14 +21,14 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { Pax } from 'tar';
-import { extractArchive } from '../../src/kserve/place.ts';
-import { OciError, OciReason } from '../../src/oci/errors.ts';
+import { extractArchive } from '../../src/place/mount.ts';
+import { PlaceError, PlaceReason } from '../../src/place/errors.ts';
 import {
   extractLayer,
   newExtractState,
   type ExtractLimits,
   type ExtractState,
-} from '../../src/oci/extract.ts';
+} from '../../src/place/extract.ts';
 import { gzip, tarOf, type TarEntry } from '../support/oci-artifacts.ts';
 
 const LAYER = 'layer 2 (sha256:0123456789ab, code)';
@@ -54,13 +54,13 @@ async function extract(
   return extractLayer(blob, 'tar', out, layer, lim, state);
 }
 
-async function refusal(p: Promise<unknown>): Promise<OciError> {
+async function refusal(p: Promise<unknown>): Promise<PlaceError> {
   const e = await p.then(
     () => undefined,
     (err: unknown) => err,
   );
-  expect(e, 'the archive was extracted').toBeInstanceOf(OciError);
-  return e as OciError;
+  expect(e, 'the archive was extracted').toBeInstanceOf(PlaceError);
+  return e as PlaceError;
 }
 
 const sym = (path: string, linkpath: string): TarEntry => ({ path, type: 'SymbolicLink', linkpath });
@@ -98,7 +98,7 @@ describe('symbolic links resolved by path', () => {
     'refuses %s, naming the layer and the entry',
     async (_what, entries, why) => {
       const e = await refusal(extract(entries));
-      expect(e.reason).toBe(OciReason.UnsafeTarEntry);
+      expect(e.reason).toBe(PlaceReason.UnsafeTarEntry);
       expect(e.layer).toBe(LAYER);
       expect(e.message).toMatch(new RegExp(`^${LAYER.replace(/[()]/g, '\\$&')}: the tar entry `));
       expect(e.message).toMatch(why);
@@ -121,7 +121,7 @@ describe('symbolic links resolved by path', () => {
     const state = newExtractState();
     await extract([sym('l', 'x/y/../..')], limits, state, 'layer 0 (sha256:aaaaaaaaaaaa, a)');
     const e = await refusal(extract([sym('x', '.')], limits, state, 'layer 1 (sha256:bbbbbbbbbbbb, b)'));
-    expect(e.reason).toBe(OciReason.UnsafeTarEntry);
+    expect(e.reason).toBe(PlaceReason.UnsafeTarEntry);
     expect(e.message).toMatch(/^layer 0 \(sha256:aaaaaaaaaaaa, a\): the tar entry "l" is refused/);
   });
 
@@ -184,7 +184,7 @@ describe('symbolic links resolved by path', () => {
     ['a link through itself', [sym('s', 's/../..')], /"s" is refused: .*(a loop|leaves the directory)/],
   ] as [string, TarEntry[], RegExp][])('still refuses %s', async (_what, entries, why) => {
     const e = await refusal(extract(entries));
-    expect(e.reason).toBe(OciReason.UnsafeTarEntry);
+    expect(e.reason).toBe(PlaceReason.UnsafeTarEntry);
     expect(e.message).toMatch(why);
   });
 
@@ -206,7 +206,7 @@ describe('symbolic links resolved by path', () => {
 
   it("refuses an empty target (node-tar's parser already does: a link needs a target)", async () => {
     const e = await refusal(extract([sym('l', '')]));
-    expect(e.reason).toBe(OciReason.InvalidArchive);
+    expect(e.reason).toBe(PlaceReason.InvalidArchive);
     expect(e.message).toMatch(/linkpath required/);
   });
 
@@ -250,7 +250,7 @@ describe('uncompressed bytes: the cap and the free space', () => {
   it('refuses before the first entry when the volume has no room past the margin', async () => {
     const r = reading([1000]);
     const e = await refusal(extract(files(1, 10), { ...limits, minFreeBytes: 1000, freeBytes: r.freeBytes }));
-    expect(e.reason).toBe(OciReason.InsufficientStorage);
+    expect(e.reason).toBe(PlaceReason.InsufficientStorage);
     expect(e.message).toBe(
       `${LAYER}: nothing can be unpacked: the volume has 1000 bytes free and 1000 must stay free: free space on the volume or make it larger`,
     );
@@ -263,7 +263,7 @@ describe('uncompressed bytes: the cap and the free space', () => {
     const e = await refusal(
       extract(files(3, 30_000), { ...limits, minFreeBytes: 20_000, freeBytes: r.freeBytes }),
     );
-    expect(e.reason).toBe(OciReason.InsufficientStorage);
+    expect(e.reason).toBe(PlaceReason.InsufficientStorage);
     expect(e.message).toMatch(
       /the tar entry "w\/f2" needs 30000 bytes: the volume has 100000 bytes free and 20000 must stay free/,
     );
@@ -296,7 +296,7 @@ describe('uncompressed bytes: the cap and the free space', () => {
         freeBytes: r.freeBytes,
       }),
     );
-    expect(e.reason).toBe(OciReason.InsufficientStorage);
+    expect(e.reason).toBe(PlaceReason.InsufficientStorage);
     expect(e.message).toMatch(/^model\.tar\.gz: the tar entry "w\/f1" needs 4194304 bytes/);
     await expect(lstat(dest)).rejects.toMatchObject({ code: 'ENOENT' });
   });
@@ -306,7 +306,7 @@ describe('uncompressed bytes: the cap and the free space', () => {
     await writeFile(archive, tarOf([{ path: 'small', body: 'x' }, ...files(1, 2000)]));
     const dest = join(dir, 'extracted');
     const e = await refusal(extractArchive(archive, dest, { maxBytes: 1000, maxFiles: 10 }));
-    expect(e.reason).toBe(OciReason.LimitExceeded);
+    expect(e.reason).toBe(PlaceReason.LimitExceeded);
     await expect(lstat(dest)).rejects.toMatchObject({ code: 'ENOENT' });
   });
 });

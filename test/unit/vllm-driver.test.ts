@@ -13,7 +13,7 @@ import { join } from 'node:path';
 import { Agent } from 'undici';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { tokenFile } from '../../src/agent/auth.ts';
-import { DEFAULT_LIMITS } from '../../src/agent/download.ts';
+import { DEFAULT_LIMITS } from '../../src/place/placer.ts';
 import { startAgentServer, type AgentServer } from '../../src/agent/server.ts';
 import type { ModelFiles, ReplicaAccess, ReplicaServer } from '../../src/servers/driver.ts';
 import { modelServerDrivers } from '../../src/servers/index.ts';

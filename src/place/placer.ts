@@ -1,15 +1,21 @@
 /**
- * One version of a model directory onto this pod's disk, as a server must see it: all of it or nothing. Every
- * file goes through the node's peer proxy (proxy-fetch.ts) into a temporary directory next to the target, each
- * size checked, and the directory is renamed to `<root>/<directory>/<version>` only when every file is complete
- * (rename(2) of a directory within one file system is atomic). The disk is bounded before anything is written (the
- * known sizes against the byte cap and the free space) and while writing (files of unknown size count as they
- * come); the whole download has a deadline. Messages name files by their path in the model, never by URL.
+ * The placer: one version of a model directory onto this pod's disk, as a server must see it, all of it or nothing.
+ * Every placement goes through here: the agent's (a PUT from the operator), `peerload fetch --spec`, `hf://`,
+ * `oci://` (src/cli/fetch-oci-place.ts hands it the manifest's files) and KServe's storage initializer. Every file
+ * goes through the node's peer proxy (proxy-fetch.ts) into a temporary directory next to the target, each size
+ * checked, each published sha256 checked (checksum.ts; a digest served wrongly before is asked for under a fresh
+ * task, refetch.ts), tar archives extracted safely once every file is in (extract.ts), and the directory is put in
+ * place only when all of it is complete. Where it goes is the {@link Destination}: renamed to `<root>/<directory>/<version>`
+ * (the agent's layout) or to one given directory (rename(2) of a directory within one file system is atomic), or,
+ * for a mount point that cannot be replaced (KServe's emptyDir), staged on the same volume and then moved up. The
+ * disk is bounded before anything is written (the known sizes against the byte cap and the free space) and while
+ * writing (files of unknown size count as they come); the whole placement has a deadline. Messages name files by
+ * their path in the model, never by URL; failures carry the reason words of errors.ts.
  */
 import { DEFAULT_FILTERED_QUERY_PARAMS } from '../storage/taskid.ts';
 import { randomBytes } from 'node:crypto';
 import { mkdir, readdir, rename, rm, rmdir, stat, statfs } from 'node:fs/promises';
-import { join } from 'node:path';
+import { basename, dirname, join } from 'node:path';
 import type { Dispatcher } from 'undici';
 import type { Logger } from 'pino';
 import { redact } from '../redact.ts';
@@ -29,13 +35,16 @@ import {
   taskID,
   type TaskIdRule,
 } from '../storage/taskid.ts';
-import { OciError } from '../oci/errors.ts';
-import { extractLayer, newExtractState } from '../oci/extract.ts';
 import { ChecksumMismatch, checkSha256, sha256File } from './checksum.ts';
+import { DownloadRefused, PlaceError, PlaceReason } from './errors.ts';
+import { extractLayer, newExtractState } from './extract.ts';
+import { STAGING_PREFIX, archiveKind, extractArchive, moveEntries } from './mount.ts';
 import { FetchError, fetchFile, fetchLogFields } from './proxy-fetch.ts';
 import { writeRecord } from './record.ts';
-import { markPoisoned, refetchCount, refetchTag } from './refetch.ts';
+import { markPoisoned, poisonedDigests, refetchCount, refetchTag } from './refetch.ts';
 import { specLocation, type ModelVersionSpec } from './spec.ts';
+
+export { DownloadRefused } from './errors.ts';
 
 /** Prefix of the temporary directories: a dot, so a repository scan (Triton's, a human's `ls`) passes them by. */
 export const TEMP_PREFIX = '.peerload-tmp-';
@@ -63,13 +72,34 @@ export const DEFAULT_LIMITS: AgentLimits = {
   concurrency: 4,
 };
 
+/**
+ * Where a placed version goes.
+ * - `version` (the default): `<root>/<directory or name>/<version>`, renamed into place whole; a record of the
+ *   placement is kept (record.ts). The agent's layout, and `peerload fetch --spec` / `hf://`.
+ * - `directory`: exactly `path` (which must not exist yet), renamed into place whole: `peerload fetch oci://`.
+ * - `mount`: `path` is a mount point that exists and cannot be replaced (KServe's emptyDir `/mnt/models`): the
+ *   version is placed whole into a hidden staging directory on the same volume, then its entries are moved up one
+ *   by one (replacing what an earlier run left under the same name). With `extractSingleArchive`, a version of one
+ *   file named as a tar archive (`.tar`, `.tar.gz`, `.tgz`) is extracted there instead, as KServe's initializer does.
+ */
+export type Destination =
+  | { kind: 'version' }
+  | { kind: 'directory'; path: string }
+  | { kind: 'mount'; path: string; extractSingleArchive?: boolean | undefined };
+
 export interface DownloaderConfig {
-  /** The model root as this process sees it. */
+  /** The model root as this process sees it (also where the refetch counts live, refetch.ts). */
   root: string;
+  /** Where the version goes; default `<root>/<directory>/<version>`. */
+  destination?: Destination | undefined;
   /** `http://host:port` of the node's peer proxy. */
   proxy: string;
   dispatcher: Dispatcher;
-  /** The model root as the peer daemon sees it: set, files are first asked for as hard links of its cache. */
+  /**
+   * The model root as the peer daemon sees it (for a `directory` or `mount` destination: the directory that holds
+   * the temporary one, i.e. the path's parent or the mount point): set, files are first asked for as hard links of
+   * the daemon's cache.
+   */
   hardLinkRoot?: string | undefined;
   /**
    * The uid the model server runs as (its container's runAsUser): a hard link is kept only when that uid can
@@ -107,6 +137,10 @@ export interface FileProgress {
   /** A tar layer: the files it unpacked. */
   extracted?: number | undefined;
   error?: string | undefined;
+  /** The HTTP status of a failed fetch, when there was one (the proxy's, or the origin's as it passed it on). */
+  status?: number | undefined;
+  /** Whose answer that status was: the daemon's `X-Dragonfly-Error-Type` (`backend`: the origin's). */
+  errorType?: string | undefined;
 }
 
 export interface VersionProgress {
@@ -127,19 +161,9 @@ export interface VersionProgress {
   error?: string | undefined;
   /** A reason word for the failure: DiskBudgetExceeded, InsufficientStorage, DeadlineExceeded, DownloadFailed... */
   reason?: string | undefined;
+  /** The path of the file whose failure failed the version, when one did. */
+  failedFile?: string | undefined;
   files: FileProgress[];
-}
-
-/** A version that cannot be downloaded at all (before a byte is written): `status` is the HTTP answer. */
-export class DownloadRefused extends Error {
-  readonly status: number;
-  readonly reason: string;
-  constructor(status: number, reason: string, message: string) {
-    super(message);
-    this.name = 'DownloadRefused';
-    this.status = status;
-    this.reason = reason;
-  }
 }
 
 /** `<root>/<directory or name>/<version>`. */
@@ -149,6 +173,26 @@ export function versionPath(
   spec: Pick<ModelVersionSpec, 'directory' | 'version'>,
 ) {
   return join(root, spec.directory ?? name, spec.version);
+}
+
+/** Where a placement lands, and the directory that holds its temporary directory (on the target's volume). */
+function placement(
+  name: string,
+  spec: Pick<ModelVersionSpec, 'directory' | 'version'>,
+  config: Pick<DownloaderConfig, 'root' | 'destination' | 'hardLinkRoot'>,
+): { target: string; parent: string; daemonParent: string | undefined } {
+  const d = config.destination ?? { kind: 'version' };
+  if (d.kind === 'version') {
+    const directory = spec.directory ?? name;
+    const daemonParent = config.hardLinkRoot !== undefined ? join(config.hardLinkRoot, directory) : undefined;
+    return {
+      target: versionPath(config.root, name, spec),
+      parent: join(config.root, directory),
+      daemonParent,
+    };
+  }
+  const parent = d.kind === 'mount' ? d.path : dirname(d.path);
+  return { target: d.path, parent, daemonParent: config.hardLinkRoot };
 }
 
 export function newProgress(name: string, spec: ModelVersionSpec, rule: TaskIdRule = DEFAULT_TASK_ID_RULE) {
@@ -225,12 +269,13 @@ export async function preflight(
   spec: ModelVersionSpec,
   config: DownloaderConfig,
 ): Promise<string | undefined> {
-  const target = versionPath(config.root, name, spec);
-  if (await exists(target)) return undefined;
+  const { target, parent } = placement(name, spec, config);
+  // A mount point exists before anything is placed in it: it is placed every time.
+  if (config.destination?.kind !== 'mount' && (await exists(target))) return undefined;
   if (spec.files.some((f) => f.key !== undefined) && !config.credentials)
     throw new DownloadRefused(
       400,
-      'NoCredentials',
+      PlaceReason.NoCredentials,
       'files give object keys but the agent has no credentials to sign them: mount the storage Secret and pass --credentials-dir, or send signed URLs',
     );
   const location = specLocation(spec);
@@ -244,16 +289,16 @@ export async function preflight(
   if (known > maxBytes)
     throw new DownloadRefused(
       413,
-      'DiskBudgetExceeded',
+      PlaceReason.DiskBudgetExceeded,
       `version ${spec.version} of ${name} holds ${known} bytes, above the cap of ${maxBytes} bytes: raise the agent's --max-bytes (or the request's maxBytes), or make the model smaller`,
     );
-  await mkdir(join(config.root, spec.directory ?? name), { recursive: true });
-  const free = await (config.freeBytes ?? statfsFree)(config.root);
+  await mkdir(parent, { recursive: true });
+  const free = await (config.freeBytes ?? statfsFree)(parent);
   // A hard link takes no blocks of its own, but a refused one is streamed: count every byte.
   if (free - known < config.limits.minFreeBytes)
     throw new DownloadRefused(
       507,
-      'InsufficientStorage',
+      PlaceReason.InsufficientStorage,
       `version ${spec.version} of ${name} needs ${known} bytes; ${free} are free and ${config.limits.minFreeBytes} must stay free (--min-free-bytes): free space on the model volume or make it larger`,
     );
   return target;
@@ -265,10 +310,17 @@ interface Run {
   spec: ModelVersionSpec;
   config: DownloaderConfig;
   progress: VersionProgress;
+  /** Where the version lands (a mount point: where its entries are moved). */
+  target: string;
   tmp: string;
-  tmpName: string;
+  /** `tmp` as the peer daemon sees it, when files are asked for as hard links. */
+  daemonTmp: string | undefined;
   /** Where tar layers wait for their extraction: beside `tmp`, so no archive entry can meet them. */
   blobs: string;
+  /** The only file, a tar archive to extract as KServe's initializer does (a `mount` destination's option). */
+  singleArchive: boolean;
+  /** The digests served wrongly before (refetch.ts), read once for the placement. */
+  poisoned: ReadonlySet<string>;
   signal: AbortSignal;
   deadline: AbortSignal;
   deadlineMs: number;
@@ -280,12 +332,17 @@ interface Run {
 }
 
 /** Marks the version failed (the first failure wins: later ones are its consequences). */
-function fail(run: Run, reason: string, message: string): void {
+function fail(run: Run, reason: string, message: string, file?: string): void {
   if (run.progress.state !== 'Downloading') return;
   run.progress.state = 'Failed';
   run.progress.reason = reason;
   run.progress.error = redact(message);
+  run.progress.failedFile = file;
 }
+
+/** Whether file `i` is an archive to extract: it then waits in `blobs`, never in the version's directory. */
+const isArchive = (run: Run, i: number): boolean =>
+  run.spec.files[i]!.extract !== undefined || run.singleArchive;
 
 /**
  * The signed URL of file `i` and its tag: a URL as given with the spec's tag, or a key signed now with the mounted
@@ -325,7 +382,7 @@ function countBytes(run: Run, i: number, n: number): void {
   if (run.written > run.maxBytes)
     throw new DownloadRefused(
       413,
-      'DiskBudgetExceeded',
+      PlaceReason.DiskBudgetExceeded,
       `version ${run.spec.version} of ${run.name} passed the cap of ${run.maxBytes} bytes while downloading ${run.spec.files[i]!.path}: raise the agent's --max-bytes (or the request's maxBytes)`,
     );
 }
@@ -337,7 +394,7 @@ function countBytes(run: Run, i: number, n: number): void {
 async function checkFile(run: Run, i: number, received: string | undefined, what: string): Promise<void> {
   const file = run.spec.files[i]!;
   if (file.sha256 === undefined) return;
-  const path = join(file.extract ? run.blobs : run.tmp, file.path);
+  const path = join(isArchive(run, i) ? run.blobs : run.tmp, file.path);
   checkSha256(received?.slice('sha256:'.length) ?? (await sha256File(path, run.signal)), file.sha256, what);
 }
 
@@ -350,24 +407,23 @@ function fileFailed(run: Run, i: number, e: unknown): void {
     fp.error = 'deadline exceeded';
     fail(
       run,
-      'DeadlineExceeded',
+      PlaceReason.DeadlineExceeded,
       `version ${spec.version} of ${name} was not complete within ${run.deadlineMs / 1000} s (${progress.filesDone} of ${progress.filesTotal} files)`,
     );
   } else if (run.cancel?.aborted) {
     fp.error = 'cancelled';
-    fail(run, 'Cancelled', `the download of version ${spec.version} of ${name} was cancelled`);
+    fail(run, PlaceReason.Cancelled, `the download of version ${spec.version} of ${name} was cancelled`);
   } else {
     const message = e instanceof Error ? e.message : String(e);
     fp.error = redact(message);
+    if (e instanceof FetchError) Object.assign(fp, { status: e.status || undefined, errorType: e.errorType });
     const reason =
-      e instanceof DownloadRefused || e instanceof OciError
+      e instanceof PlaceError
         ? e.reason
-        : e instanceof ChecksumMismatch
-          ? 'ChecksumMismatch'
-          : e instanceof FetchError
-            ? 'DownloadFailed'
-            : 'WriteFailed';
-    fail(run, reason, message);
+        : e instanceof FetchError
+          ? PlaceReason.DownloadFailed
+          : PlaceReason.WriteFailed;
+    fail(run, reason, message, fp.path);
   }
 }
 
@@ -382,7 +438,10 @@ async function downloadFile(run: Run, i: number): Promise<void> {
     const signed = await urlOf(run, i);
     const { url } = signed;
     // A digest served wrongly before is asked for under a fresh task: the old one holds those bytes (refetch.ts).
-    const tag = refetchTag(signed.tag, file.sha256 ? await refetchCount(config.root, file.sha256) : 0);
+    const tag = refetchTag(
+      signed.tag,
+      file.sha256 ? await refetchCount(config.root, file.sha256, run.poisoned) : 0,
+    );
     fp.expectedTaskID = expectedID(run, url, tag);
     // The file's set (its source's credential, sent once in the spec), then what an older operator put per file.
     const set = file.headerSet !== undefined ? spec.headerSets?.[file.headerSet] : undefined;
@@ -394,16 +453,12 @@ async function downloadFile(run: Run, i: number): Promise<void> {
       proxy: config.proxy,
       url,
       headers,
-      target: join(file.extract ? run.blobs : run.tmp, file.path),
+      target: join(isArchive(run, i) ? run.blobs : run.tmp, file.path),
       expectedSize: file.size,
       // An archive is read once and removed: a link of the daemon's copy would save nothing.
       hardLink:
-        config.hardLinkRoot !== undefined && !file.extract
-          ? {
-              local: run.tmp,
-              daemon: join(config.hardLinkRoot, spec.directory ?? name, run.tmpName),
-              serverUid: config.serverUid,
-            }
+        run.daemonTmp !== undefined && !isArchive(run, i)
+          ? { local: run.tmp, daemon: run.daemonTmp, serverUid: config.serverUid }
           : undefined,
       signal: run.signal,
       what,
@@ -437,13 +492,14 @@ async function downloadFile(run: Run, i: number): Promise<void> {
 
 /**
  * The tar layers, in the spec's order, unpacked over the other files (whose paths an archive may not take), with
- * the version's byte cap and the agent's file cap over all of them. An unsafe entry, an unreadable archive or a cap
- * fails the version, naming the layer; nothing is placed.
+ * the version's byte cap and the agent's file cap over all of them; or the single archive of a `mount`
+ * destination, unpacked alone (mount.ts). An unsafe entry, an unreadable archive or a cap fails the version,
+ * naming the layer; nothing is placed.
  */
 async function extractArchives(run: Run): Promise<void> {
   const { spec } = run;
-  if (!spec.files.some((f) => f.extract)) return;
-  const plain = spec.files.filter((f) => !f.extract);
+  if (!spec.files.some((_, i) => isArchive(run, i))) return;
+  const plain = spec.files.filter((_, i) => !isArchive(run, i));
   const state = newExtractState();
   for (const f of plain) state.regular.add(f.path);
   state.files = plain.length;
@@ -456,44 +512,55 @@ async function extractArchives(run: Run): Promise<void> {
     freeBytes: run.config.freeBytes,
   };
   for (const [i, f] of spec.files.entries()) {
-    if (!f.extract) continue;
+    if (!isArchive(run, i)) continue;
     const what = f.layer ?? `${run.name}/${spec.version}/${f.path}`;
+    const blob = join(run.blobs, f.path);
     try {
-      const r = await extractLayer(join(run.blobs, f.path), f.extract, run.tmp, what, limits, state);
+      const r = f.extract
+        ? await extractLayer(blob, f.extract, run.tmp, what, limits, state)
+        : await extractArchive(blob, run.tmp, limits);
       run.progress.files[i]!.extracted = r.files;
     } catch (e) {
       run.progress.files[i]!.state = 'Failed';
       run.progress.files[i]!.error = redact((e as Error).message);
-      fail(run, e instanceof OciError ? e.reason : 'WriteFailed', (e as Error).message);
+      fail(run, e instanceof PlaceError ? e.reason : PlaceReason.WriteFailed, (e as Error).message, f.path);
       return;
     }
   }
 }
 
-/**
- * Downloads every file of `spec` into a temporary directory and renames it into place; `progress` is updated as
- * it goes (what `GET /v1/models/{name}` reports). Resolves with the final progress (Ready or Failed); never
- * throws for a download's failure. Call {@link preflight} first.
- */
-export async function downloadVersion(
+/** A placement's shared state, with its temporary directories named (not made yet). */
+function newRun(
   name: string,
   spec: ModelVersionSpec,
   config: DownloaderConfig,
   progress: VersionProgress,
-  signal?: AbortSignal,
-): Promise<VersionProgress> {
-  const target = versionPath(config.root, name, spec);
-  const tmpName = `${TEMP_PREFIX}${spec.version}-${randomBytes(4).toString('hex')}`;
+  signal: AbortSignal | undefined,
+  poisoned: ReadonlySet<string>,
+): Run {
+  const { target, parent, daemonParent } = placement(name, spec, config);
+  const d = config.destination;
+  const label = d?.kind === 'directory' ? basename(d.path) : spec.version;
+  // A mount's staging directory carries the prefix a later run's clean-up knows (mount.ts removeStaleStaging).
+  const tmpName = `${d?.kind === 'mount' ? STAGING_PREFIX : `${TEMP_PREFIX}${label}-`}${randomBytes(4).toString('hex')}`;
   const deadlineMs = Math.min(config.limits.deadlineMs, (spec.deadlineSeconds ?? Infinity) * 1000);
   const deadline = AbortSignal.timeout(deadlineMs);
-  const run: Run = {
+  const only = spec.files.length === 1 ? spec.files[0]! : undefined;
+  return {
     name,
     spec,
     config,
     progress,
-    tmp: join(config.root, spec.directory ?? name, tmpName),
-    tmpName,
-    blobs: join(config.root, spec.directory ?? name, `${tmpName}.blobs`),
+    target,
+    tmp: join(parent, tmpName),
+    daemonTmp: daemonParent !== undefined ? join(daemonParent, tmpName) : undefined,
+    blobs: join(parent, `${tmpName}.blobs`),
+    singleArchive:
+      d?.kind === 'mount' &&
+      d.extractSingleArchive === true &&
+      only?.extract === undefined &&
+      archiveKind(only?.path ?? '') === 'tar',
+    poisoned,
     signal: signal ? AbortSignal.any([signal, deadline]) : deadline,
     deadline,
     deadlineMs,
@@ -503,9 +570,44 @@ export async function downloadVersion(
     written: 0,
     log: config.logger?.child({ model: name, version: spec.version }),
   };
+}
+
+/** The complete temporary directory into its destination: renamed whole, or its entries moved into a mount. */
+async function putInPlace(run: Run): Promise<void> {
+  if (run.config.destination?.kind === 'mount') {
+    await moveEntries(run.tmp, run.target);
+    await rm(run.tmp, { recursive: true, force: true });
+    return;
+  }
+  if (await exists(run.target)) throw new Error(`${run.target} appeared while downloading`);
+  await rename(run.tmp, run.target);
+}
+
+/**
+ * Downloads every file of `spec` into a temporary directory and puts it in place (config.destination); `progress`
+ * is updated as it goes (what `GET /v1/models/{name}` reports). Resolves with the final progress (Ready or
+ * Failed); never throws for a download's failure. Call {@link preflight} first.
+ */
+export async function downloadVersion(
+  name: string,
+  spec: ModelVersionSpec,
+  config: DownloaderConfig,
+  progress: VersionProgress,
+  signal?: AbortSignal,
+): Promise<VersionProgress> {
+  const checked = spec.files.some((f) => f.sha256 !== undefined);
+  const run = newRun(
+    name,
+    spec,
+    config,
+    progress,
+    signal,
+    checked ? await poisonedDigests(config.root) : new Set(),
+  );
+  const layout = (config.destination ?? { kind: 'version' }).kind === 'version';
   try {
     await mkdir(run.tmp, { recursive: true });
-    if (spec.files.some((f) => f.extract)) await mkdir(run.blobs);
+    if (spec.files.some((_, i) => isArchive(run, i))) await mkdir(run.blobs);
     let next = 0;
     const worker = async () => {
       while (progress.state === 'Downloading' && next < spec.files.length) await downloadFile(run, next++);
@@ -515,25 +617,26 @@ export async function downloadVersion(
     );
     if (progress.state === 'Downloading') await extractArchives(run);
     if (progress.state === 'Downloading') {
-      if (await exists(target)) throw new Error(`${target} appeared while downloading`);
-      await rename(run.tmp, target);
+      await putInPlace(run);
       progress.state = 'Ready';
     }
   } catch (e) {
     fail(
       run,
-      'WriteFailed',
+      PlaceReason.WriteFailed,
       `cannot place version ${spec.version} of ${name}: ${e instanceof Error ? e.message : String(e)}`,
     );
   } finally {
     if (progress.state !== 'Ready')
       await rm(run.tmp, { recursive: true, force: true }).catch(() => undefined);
     await rm(run.blobs, { recursive: true, force: true }).catch(() => undefined);
-    if (progress.state !== 'Ready') await removeEmptyModelDirectory(config.root, spec.directory ?? name);
+    if (progress.state !== 'Ready' && layout)
+      await removeEmptyModelDirectory(config.root, spec.directory ?? name);
     progress.finishedAt = new Date().toISOString();
   }
   const { filesTotal: files, bytesDone: bytes, localHits, hardLinks, reason, error } = progress;
-  if (progress.state === 'Ready')
+  // The record is of the agent's layout: a version an agent on the same root reports.
+  if (progress.state === 'Ready' && layout)
     await writeRecord(config.root, progress).catch((e: unknown) =>
       run.log?.warn(
         { err: e },

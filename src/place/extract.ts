@@ -23,8 +23,8 @@ import { Transform, Writable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { createGunzip, createZstdDecompress } from 'node:zlib';
 import { Parser, type ReadEntry } from 'tar';
-import { OciError, OciReason } from './errors.ts';
-import type { LayerFormat } from './media-types.ts';
+import { PlaceError, PlaceReason } from './errors.ts';
+import type { ArchiveFormat } from './spec.ts';
 import { describeProblem, isAbsoluteTarget, MAX_PATH_BYTES, resolveLink } from './tar-links.ts';
 
 export interface ExtractLimits {
@@ -123,21 +123,23 @@ function entryPath(raw: string): { path: string } | { problem: string } {
 }
 
 const unsafe = (x: Extraction, name: string, why: string, layer = x.layer) =>
-  new OciError(OciReason.UnsafeTarEntry, `${layer}: the tar entry "${name}" is refused: ${why}`, { layer });
+  new PlaceError(PlaceReason.UnsafeTarEntry, `${layer}: the tar entry "${name}" is refused: ${why}`, {
+    layer,
+  });
 
 const writeError = (x: Extraction, e: unknown, name: string) => {
-  if (e instanceof OciError) return e;
+  if (e instanceof PlaceError) return e;
   const code = (e as { code?: string }).code;
-  return new OciError(
-    OciReason.UnsafeTarEntry,
+  return new PlaceError(
+    PlaceReason.UnsafeTarEntry,
     `${x.layer}: the tar entry "${name}" cannot be written: ${code === 'EEXIST' ? 'another entry or layer already made that path' : (code ?? String(e))}`,
     { layer: x.layer },
   );
 };
 
 const noSpace = (x: Extraction, what: string, free: number) =>
-  new OciError(
-    OciReason.InsufficientStorage,
+  new PlaceError(
+    PlaceReason.InsufficientStorage,
     `${x.layer}: ${what}: the volume has ${free} bytes free and ${x.limits.minFreeBytes ?? 0} must stay free: free space on the volume or make it larger`,
     { layer: x.layer },
   );
@@ -170,8 +172,8 @@ function placeFile(x: Extraction, entry: ReadEntry, path: string, target: string
   const size = entry.size;
   x.state.bytes += size;
   if (x.state.bytes > x.limits.maxBytes)
-    throw new OciError(
-      OciReason.LimitExceeded,
+    throw new PlaceError(
+      PlaceReason.LimitExceeded,
       `${x.layer}: the tar entry "${entry.path}" takes the model past the cap of ${x.limits.maxBytes} bytes: raise the byte cap if it is right`,
       { layer: x.layer },
     );
@@ -237,8 +239,8 @@ function placeEntry(x: Extraction, entry: ReadEntry): Promise<unknown> | undefin
   // A directory entry would be taken as the link's target; anything else would fail on it, less clearly.
   if (linkAt(x, p.path) !== undefined) throw unsafe(x, name, `it would replace the symbolic link ${p.path}`);
   if (++x.state.files > x.limits.maxFiles)
-    throw new OciError(
-      OciReason.LimitExceeded,
+    throw new PlaceError(
+      PlaceReason.LimitExceeded,
       `${x.layer}: the model holds more than ${x.limits.maxFiles} files: raise the file cap if it is right`,
       { layer: x.layer },
     );
@@ -269,7 +271,7 @@ function placeEntry(x: Extraction, entry: ReadEntry): Promise<unknown> | undefin
  * Every symbolic link of the placement resolved again with all links now known: a link made later can change
  * where an earlier target leads (`l -> x/y/../..` is the root until `x -> .` makes it the root's parent).
  */
-function recheckLinks(x: Extraction, linksBefore: number): OciError | undefined {
+function recheckLinks(x: Extraction, linksBefore: number): PlaceError | undefined {
   // Only a new link can change where another leads.
   if (x.state.symlinks.size === linksBefore) return undefined;
   for (const [path, { target, layer }] of x.state.symlinks) {
@@ -290,12 +292,7 @@ function recheckLinks(x: Extraction, linksBefore: number): OciError | undefined 
  * entry above the content: more is a compression bomb), into node-tar's Parser, which is an EventEmitter with
  * write/end rather than a Node stream: a Writable feeds it with back-pressure.
  */
-async function feed(
-  blob: string,
-  format: Exclude<LayerFormat, 'raw'>,
-  parser: Parser,
-  x: Extraction,
-): Promise<void> {
+async function feed(blob: string, format: ArchiveFormat, parser: Parser, x: Extraction): Promise<void> {
   const maxStream = x.limits.maxBytes + (x.limits.maxFiles + 2) * 1536;
   let streamed = 0;
   const bound = new Transform({
@@ -303,9 +300,13 @@ async function feed(
       streamed += chunk.length;
       if (streamed > maxStream)
         cb(
-          new OciError(OciReason.LimitExceeded, `${x.layer}: the archive unpacks past ${maxStream} bytes`, {
-            layer: x.layer,
-          }),
+          new PlaceError(
+            PlaceReason.LimitExceeded,
+            `${x.layer}: the archive unpacks past ${maxStream} bytes`,
+            {
+              layer: x.layer,
+            },
+          ),
         );
       else cb(null, chunk);
     },
@@ -336,11 +337,11 @@ function archiveProblem(e: unknown): string {
 /**
  * Extracts the tar layer in `blob` (compressed as `format` says) into `dir`. `layer` names it in errors; `state`
  * carries the caps and links across the artifact's layers. Resolves with the files and bytes it made; throws an
- * OciError: UnsafeTarEntry, InvalidArchive, LimitExceeded (a cap), InsufficientStorage (the volume's free space).
+ * PlaceError: UnsafeTarEntry, InvalidArchive, LimitExceeded (a cap), InsufficientStorage (the volume's free space).
  */
 export async function extractLayer(
   blob: string,
-  format: Exclude<LayerFormat, 'raw'>,
+  format: ArchiveFormat,
   dir: string,
   layer: string,
   limits: ExtractLimits,
@@ -362,12 +363,12 @@ export async function extractLayer(
   if (before.room <= 0) throw noSpace(x, 'nothing can be unpacked', before.free);
   x.space.room = before.room;
   const writes: Promise<unknown>[] = [];
-  let refusal: OciError | undefined;
+  let refusal: PlaceError | undefined;
   const stop = (e: unknown) => {
     refusal ??=
-      e instanceof OciError
+      e instanceof PlaceError
         ? e
-        : new OciError(OciReason.InvalidArchive, `${layer}: ${String((e as Error)?.message ?? e)}`, {
+        : new PlaceError(PlaceReason.InvalidArchive, `${layer}: ${String((e as Error)?.message ?? e)}`, {
             layer,
           });
     parser.abort(refusal);
@@ -389,10 +390,10 @@ export async function extractLayer(
     await feed(blob, format, parser, x);
   } catch (e) {
     refusal ??=
-      e instanceof OciError
+      e instanceof PlaceError
         ? e
-        : new OciError(
-            OciReason.InvalidArchive,
+        : new PlaceError(
+            PlaceReason.InvalidArchive,
             `${layer} is not a readable ${format} archive: ${archiveProblem(e)}`,
             { layer },
           );

@@ -10,7 +10,7 @@
 import { mkdir, readFile, rename, rm, rmdir, writeFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 
-/** What a record needs of a version's progress (download.ts's VersionProgress). */
+/** What a record needs of a version's progress (placer.ts's VersionProgress). */
 export interface Recorded {
   directory: string;
   version: string;

@@ -1,21 +1,15 @@
 /**
- * Where a KServe fetch lands: KServe's destination (`/mnt/models`) is an emptyDir's mount point, which a rename
- * cannot replace, so the version is downloaded whole into a hidden staging directory on the same volume (the
- * agent's own downloader, atomic there) and its entries are then moved up into the destination one by one. A
- * single file that is an archive KServe extracts (`.tar`, `.tar.gz`, `.tgz`) is extracted there and removed, as
- * KServe's initializer does.
+ * The placer's `mount` destination (placer.ts): KServe's destination (`/mnt/models`) is an emptyDir's mount point,
+ * which a rename cannot replace, so the version is placed whole into a hidden staging directory on the same volume
+ * and its entries are then moved up into the destination one by one. A single file that is an archive KServe
+ * extracts (`.tar`, `.tar.gz`, `.tgz`) is extracted there and removed, as KServe's initializer does.
  */
-import { randomBytes } from 'node:crypto';
 import { mkdir, open, readdir, rename, rm } from 'node:fs/promises';
 import { basename, join } from 'node:path';
-import { extractLayer, newExtractState, type ExtractLimits } from '../oci/extract.ts';
+import { extractLayer, newExtractState, type ExtractLimits } from './extract.ts';
 
 /** The staging directory's prefix: a dot name, so a model server's scan passes it by. */
 export const STAGING_PREFIX = '.peerload-fetch-';
-
-export function stagingRoot(dest: string): string {
-  return join(dest, `${STAGING_PREFIX}${randomBytes(4).toString('hex')}`);
-}
 
 /** Removes staging directories an interrupted earlier run (the init container restarted) left in `dest`. */
 export async function removeStaleStaging(dest: string): Promise<void> {
@@ -51,7 +45,11 @@ export function archiveKind(name: string): 'tar' | 'unsupported' | undefined {
  * refuse the whole archive, and the caps and the volume's free space bound what it may unpack to. A refused
  * archive leaves no `dest` behind (what it unpacked so far is removed).
  */
-export async function extractArchive(file: string, dest: string, limits: ExtractLimits): Promise<void> {
+export async function extractArchive(
+  file: string,
+  dest: string,
+  limits: ExtractLimits,
+): Promise<{ files: number; bytes: number }> {
   const head = Buffer.alloc(2);
   const fd = await open(file, 'r');
   try {
@@ -60,11 +58,13 @@ export async function extractArchive(file: string, dest: string, limits: Extract
     await fd.close();
   }
   const format = head[0] === 0x1f && head[1] === 0x8b ? 'tar+gzip' : 'tar';
+  let made;
   try {
-    await extractLayer(file, format, dest, basename(file), limits, newExtractState());
+    made = await extractLayer(file, format, dest, basename(file), limits, newExtractState());
   } catch (e) {
     await rm(dest, { recursive: true, force: true });
     throw e;
   }
   await rm(file, { force: true });
+  return made;
 }

@@ -11,9 +11,11 @@
  *
  * Kept on the model volume, `<root>/.peerload-refetch/<sha256>` holding the count, so an agent restarted (or
  * `peerload fetch` in a restarted init container) does not fall back onto the poisoned task. A dot name: a
- * repository scan passes it by. One small file per digest that was ever served wrongly.
+ * repository scan passes it by. One small file per digest that was ever served wrongly. A placement reads the folder
+ * once ({@link poisonedDigests}) and a count file only for a digest listed there: a version of ten thousand
+ * checksummed files costs one readdir, not ten thousand failed opens.
  */
-import { mkdir, readFile, rename, writeFile } from 'node:fs/promises';
+import { mkdir, readdir, readFile, rename, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { taskTag } from '../storage/credential-tag.ts';
 
@@ -25,9 +27,22 @@ const HEX64 = /^[0-9a-f]{64}$/;
 /** Highest count kept: past it every retry shares the last task id (an origin that never heals). */
 const MAX_ATTEMPT = 1_000;
 
-/** How many times a file of `sha256` was served other bytes here (0: never, or the count cannot be read). */
-export async function refetchCount(root: string, sha256: string): Promise<number> {
-  if (!HEX64.test(sha256)) return 0;
+/** The digests served wrongly here before: one readdir of the folder (empty when there is none). */
+export async function poisonedDigests(root: string): Promise<ReadonlySet<string>> {
+  const names = await readdir(join(root, REFETCH_DIR)).catch(() => []);
+  return new Set(names.filter((n) => HEX64.test(n)));
+}
+
+/**
+ * How many times a file of `sha256` was served other bytes here (0: never, or the count cannot be read). Given the
+ * placement's {@link poisonedDigests}, a digest not among them is 0 without touching the disk.
+ */
+export async function refetchCount(
+  root: string,
+  sha256: string,
+  poisoned?: ReadonlySet<string>,
+): Promise<number> {
+  if (!HEX64.test(sha256) || poisoned?.has(sha256) === false) return 0;
   try {
     const n = Number.parseInt(await readFile(join(root, REFETCH_DIR, sha256), 'utf8'), 10);
     return Number.isSafeInteger(n) && n > 0 ? Math.min(n, MAX_ATTEMPT) : 0;

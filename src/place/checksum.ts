@@ -5,10 +5,15 @@
  */
 import { createHash } from 'node:crypto';
 import { open } from 'node:fs/promises';
+import { PlaceError, PlaceReason } from './errors.ts';
 
-export class ChecksumMismatch extends Error {
+export class ChecksumMismatch extends PlaceError {
   constructor(what: string, expected: string, actual: string) {
-    super(`${what}: its bytes hash to sha256 ${actual}, not the ${expected} its source publishes`);
+    super(
+      PlaceReason.ChecksumMismatch,
+      `${what}: its bytes hash to sha256 ${actual}, not the ${expected} its source publishes`,
+      { layer: what },
+    );
     this.name = 'ChecksumMismatch';
   }
 }
