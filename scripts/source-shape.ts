@@ -129,6 +129,25 @@ export function imports(files: readonly string[]): Import[] {
   return out;
 }
 
+/**
+ * The imports between top-level folders of src/ (`src/oci`, `src/place`...; a file at src/'s root stands for itself):
+ * a folder is a layer, and layers import one way only. Edges inside a folder are left out.
+ */
+export function folderImports(edges: readonly Import[]): Import[] {
+  const folder = (f: string) => {
+    const parts = f.split('/');
+    return parts.length > 2 ? parts.slice(0, 2).join('/') : f;
+  };
+  const seen = new Map<string, Import>();
+  for (const e of edges) {
+    const from = folder(e.from);
+    const to = folder(e.to);
+    if (from !== to && !seen.has(`${from} ${to}`))
+      seen.set(`${from} ${to}`, { from, to, typeOnly: e.typeOnly });
+  }
+  return [...seen.values()];
+}
+
 /** The cycles of the graph `edges` (each once, as the path from its smallest module back to it). */
 export function cycles(edges: readonly Import[]): string[][] {
   const next = new Map<string, string[]>();

@@ -5,7 +5,7 @@
  */
 import { z } from 'zod';
 import { SecretRef } from './common.ts';
-import { parseReference } from '../oci/reference.ts';
+import { parseOciReference } from './oci-reference.ts';
 
 const HOST_PART = '[a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?';
 const PORT = ':[0-9]{1,5}';
@@ -28,7 +28,7 @@ export const OciSource = z.object({
     )
     .superRefine((text, ctx) => {
       try {
-        parseReference(text);
+        parseOciReference(text);
       } catch (e) {
         ctx.addIssue({ code: 'custom', message: (e as Error).message });
       }

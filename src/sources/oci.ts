@@ -4,7 +4,7 @@
  * (ModelPack or modctl's `vnd.cnai` types), and the files the agent beside each replica places: every blob by its
  * registry URL through the node's peer, with its digest, its path (`org.cncf.model.filepath`) or, for a tar
  * layer, the archive to extract, and the registry's Authorization for that registry only: once, as the spec's
- * `registry` header set the files name (agent/spec.ts), and a short-lived bearer token scoped to pulling the one
+ * `registry` header set the files name (place/spec.ts), and a short-lived bearer token scoped to pulling the one
  * repository, never the Secret's user and password unless the admin allows it (--allowed-basic-auth-registry-hosts).
  * A source with credentials gives its blobs' tasks the credentials' tag (withCredentialTag): derived from the
  * Secret's credentials, not the short-lived token, so the tag stays the same across token re-mints.
@@ -16,7 +16,7 @@
  */
 import type { Dispatcher } from 'undici';
 import type { OciSource, PreheatSourceStatus, SourcePreheat, SourceStatus } from '../api/index.ts';
-import { MAX_HEADER_VALUE } from '../agent/spec.ts';
+import { MAX_HEADER_VALUE } from '../place/spec.ts';
 import { RegistryClient, type PullGrant } from '../oci/client.ts';
 import { base64SecretCredentials, type RegistryCredentials } from '../oci/credentials.ts';
 import { OciError, OciReason, ociBudget } from '../oci/errors.ts';
@@ -85,7 +85,7 @@ const FINAL_REASONS = new Set<string>([
  */
 export const AUTHORIZATION_TTL_MS = 60_000;
 
-/** The spec's header set of the registry's Authorization (agent/spec.ts headerSets). */
+/** The spec's header set of the registry's Authorization (place/spec.ts headerSets). */
 export const REGISTRY_HEADER_SET = 'registry';
 
 export interface OciSourcesDeps {

@@ -14,7 +14,7 @@ import type {
   SourcePreheat,
   SourceStatus,
 } from '../api/index.ts';
-import type { ModelVersionSpec } from '../agent/spec.ts';
+import type { ModelVersionSpec } from '../place/spec.ts';
 import type { CredentialReach } from '../policy/reach.ts';
 
 /** What an agent places for a source: the agent's version spec less the version and directory a driver gives. */

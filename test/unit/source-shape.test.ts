@@ -10,6 +10,7 @@ import {
   OUTSIDE_REFERENCE,
   REPO_ROOT,
   cycles,
+  folderImports,
   imports,
   linesMatching,
   longFunctions,
@@ -46,6 +47,28 @@ describe('the checks themselves', () => {
     }
   });
 
+  it('find a cycle between folders that no two files make alone', () => {
+    const s = scratch({
+      'a/x.ts': "import { y } from '../b/y.ts';\nexport const x = y;\n",
+      'b/y.ts': 'export const y = 1;\n',
+      'b/z.ts': "import { w } from '../a/w.ts';\nexport const z = w;\n",
+      'a/w.ts': 'export const w = 2;\n',
+    });
+    try {
+      // Files: no cycle (x -> y, z -> w); folders: a -> b -> a.
+      expect(cycles(imports(sourceFiles(s.dir)))).toEqual([]);
+      const rel = (f: string) => f.slice(s.dir.length + 1);
+      const shifted = imports(sourceFiles(s.dir)).map((e) => ({
+        ...e,
+        from: `src/${rel(e.from)}`,
+        to: `src/${rel(e.to)}`,
+      }));
+      expect(cycles(folderImports(shifted)).map((c) => [...c].sort())).toEqual([['src/a', 'src/a', 'src/b']]);
+    } finally {
+      s.done();
+    }
+  });
+
   it('find a cycle through re-exports, type imports and dynamic imports', () => {
     const s = scratch({
       'a.ts': "export type { B } from './b.ts';\n",
@@ -73,6 +96,24 @@ describe('src/', () => {
   it('has no import cycle (type-only imports included: they are the design too)', () => {
     expect(src.length).toBeGreaterThan(50);
     expect(cycles(imports(src))).toEqual([]);
+  });
+
+  it('has no import cycle between its folders: each folder is a layer, imported one way', () => {
+    const folders = folderImports(imports(src));
+    expect(folders.length).toBeGreaterThan(30);
+    const found = cycles(folders);
+    // Each cycle with the file-level imports that make it, so the message says what to move.
+    const why = found.map((c) =>
+      c.map((f, i) =>
+        i === 0
+          ? f
+          : `${f} (${imports(src)
+              .filter((e) => e.from.startsWith(`${c[i - 1]}/`) && e.to.startsWith(`${f}/`))
+              .map((e) => `${e.from} -> ${e.to}`)
+              .join(', ')})`,
+      ),
+    );
+    expect(why).toEqual([]);
   });
 
   it('has a runtime that imports only itself and the redaction of secrets', () => {

@@ -153,7 +153,7 @@ export function keepRegistration(
 /**
  * How long a placement whose bytes were not their digest waits before it is retried, after `failures` in a row:
  * doubling from `startMs` up to STALLED_RECHECK_MS. Each retry reads the file again (from the origin, under a fresh
- * task: src/agent/refetch.ts), so an origin that keeps serving other bytes is not read at poll rate.
+ * task: src/place/refetch.ts), so an origin that keeps serving other bytes is not read at poll rate.
  */
 export function integrityBackoff(failures: number, startMs: number): number {
   return Math.min(STALLED_RECHECK_MS, startMs * 2 ** Math.min(Math.max(failures - 1, 0), 30));
