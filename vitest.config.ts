@@ -1,4 +1,5 @@
 import { defineConfig } from 'vitest/config';
+import { SlowestFiles } from './test/support/slowest-files.ts';
 
 // Three projects: unit tests need nothing; integration tests share one real kube-apiserver + etcd started by
 // the global set-up; e2e tests additionally start real model servers (TorchServe) and object stores. Every project
@@ -7,7 +8,8 @@ const setupFiles = ['test/support/byte-equality.ts'];
 
 export default defineConfig({
   test: {
-    reporters: ['default'],
+    // After the default report, the 15 slowest files with their times (where CI's minutes go).
+    reporters: ['default', new SlowestFiles(15)],
     projects: [
       {
         test: {

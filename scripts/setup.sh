@@ -27,15 +27,20 @@ for arg in "$@"; do
 done
 [[ $mode == all ]] && real_p2p=1 torchserve=1
 setup_start=$(date +%s)
+# Each step's time and whether it found its cache, printed at the end (print_step_times).
+step_times=$(mktemp)
+trap 'rm -f "$step_times"' EXIT
 
 # 1. Node packages, including Node 24 itself (the npm `node` package): npm scripts run under
 #    node_modules/.bin/node whatever Node the machine has, since npm puts node_modules/.bin first on PATH.
-stamp=node_modules/.package-lock.json
-if [[ ! -f $stamp || package-lock.json -nt $stamp ]]; then
-  command -v npm >/dev/null || { log "npm is required: apt-get install nodejs npm"; exit 1; }
+node_packages() {
+  local stamp=node_modules/.package-lock.json
+  [[ ! -f $stamp || package-lock.json -nt $stamp ]] || return 0
+  command -v npm >/dev/null || { log "npm is required: apt-get install nodejs npm"; return 1; }
   log "installing node packages (npm ci)"
   npm ci --no-audit --no-fund >&2
-fi
+}
+timed_step "$step_times" "node packages" node_packages
 node_version=$(node_modules/.bin/node --version)
 [[ ${node_version#v} =~ ^(2[2-9]|[3-9][0-9])\. ]] || { log "node_modules/.bin/node is $node_version, need >= 22"; exit 1; }
 
@@ -50,7 +55,7 @@ if [[ $mode != base ]] && (( torchserve )); then
   "${PYTHON:-python3}" -c 'import ensurepip, venv' 2>/dev/null || debs+=(python3-venv)
 fi
 [[ $mode != demo ]] && ! command -v lua5.1 >/dev/null && debs+=(lua5.1)
-apt_install "${debs[@]}"
+timed_step "$step_times" "Debian packages" apt_install "${debs[@]}"
 
 # 3. The steps. A lane runs its steps in order; lanes run side by side, each in its own process group so that an
 #    interrupted set-up stops them (background jobs of a script would otherwise ignore Ctrl-C and build on).
@@ -63,9 +68,10 @@ lane() { # lane NAME FUNCTION
 }
 trap 'for p in "${lane_pids[@]}"; do kill -TERM -- "-$p" 2>/dev/null || true; done; exit 130' INT TERM
 # step NAME NEXT SCRIPT [ARG...]: runs scripts/SCRIPT, telling it what comes next (its progress lines say it).
+# Its time and whether it found its cache go to $step_times (timed_step).
 step() {
   local name=$1 next=$2 script=$3; shift 3
-  PEERLOAD_SETUP_NEXT=$next bash "scripts/$script" "$@" >/dev/null ||
+  PEERLOAD_SETUP_NEXT=$next timed_step "$step_times" "$name" bash "scripts/$script" "$@" >/dev/null ||
     { log "FAILED: $name (scripts/$script; its messages are above)"; return 1; }
 }
 wait_lanes() {
@@ -73,6 +79,7 @@ wait_lanes() {
   for i in "${!lane_pids[@]}"; do wait "${lane_pids[$i]}" || failed+=("${lane_names[$i]}"); done
   lane_pids=() lane_names=()
   if (( ${#failed[@]} )); then
+    print_step_times "$step_times"
     log "set-up failed after $(elapsed $(( $(date +%s) - setup_start ))): $(IFS=,; echo "${failed[*]}" | sed 's/,/, /g')"
     exit 1
   fi
@@ -136,4 +143,5 @@ case $mode in
     wait_lanes
     ;;
 esac
+print_step_times "$step_times"
 log "ready in $(elapsed $(( $(date +%s) - setup_start ))) (node $node_version, cache $PEERLOAD_CACHE)"

@@ -7,15 +7,16 @@ bash scripts/setup.sh --all
 export PATH="$REPO_ROOT/node_modules/.bin:$PATH"
 status=0
 log "plugin: JUnit (Maven Surefire)"
+junit_started=$(now_us)
 bash scripts/build-plugin.sh >/dev/null || status=1
-# Maven runs quietly; say what Surefire counted.
-python3 - <<'PY' || true
-import glob, xml.etree.ElementTree as ET
+# Maven runs quietly; say what Surefire counted, and in how long (the build included).
+JUNIT_SECONDS=$(( ($(now_us) - junit_started) / 1000000 )) python3 - <<'PY' || true
+import glob, os, xml.etree.ElementTree as ET
 t = f = e = s = 0
 for path in glob.glob('plugin/target/surefire-reports/TEST-*.xml') + glob.glob('plugin/target/failsafe-reports/TEST-*.xml'):
     r = ET.parse(path).getroot()
     t += int(r.get('tests', 0)); f += int(r.get('failures', 0)); e += int(r.get('errors', 0)); s += int(r.get('skipped', 0))
-print(f"JUnit: {t - f - e - s} passed, {f + e} failed, {s} skipped")
+print(f"JUnit: {t - f - e - s} passed, {f + e} failed, {s} skipped in {os.environ['JUNIT_SECONDS']} s")
 PY
 log "vitest: unit, integration, e2e"
 node node_modules/vitest/vitest.mjs run "$@" || status=1
