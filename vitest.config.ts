@@ -39,7 +39,8 @@ export default defineConfig({
           name: 'e2e',
           include: ['test/e2e/**/*.test.ts'],
           setupFiles,
-          globalSetup: ['test/support/global-setup.ts'],
+          // The control plane, and the real Dragonfly network shared by the files that ask for it.
+          globalSetup: ['test/support/global-setup.ts', 'test/support/dragonfly-setup.ts'],
           env: { PEERLOAD_METRICS_SECURE: 'false' },
           testTimeout: 600_000,
           hookTimeout: 900_000,

@@ -2,6 +2,8 @@
  * A start of the Dragonfly harness that fails stops what it had started: MariaDB's bootstrap fails (a
  * `mariadb-install-db` that exits 1 comes first on PATH) while Redis, started beside it, is already up; the start
  * rejects with the failure and leaves no Redis behind.
+ *
+ * Its own start, not the run's shared network (test/support/shared-dragonfly.ts): the start itself is what fails.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { chmod, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';

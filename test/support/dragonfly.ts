@@ -15,7 +15,7 @@ import { randomBytes } from 'node:crypto';
 import { mkdir, mkdtemp, readFile, rename, rm, writeFile } from 'node:fs/promises';
 import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
+import { dirname, join, resolve } from 'node:path';
 import { promisify } from 'node:util';
 import { dump } from 'js-yaml';
 import { redact } from '../../src/redact.ts';
@@ -36,7 +36,8 @@ const JOB_QUEUE_DBS = { brokerDB: 1, backendDB: 2 } as const;
 /** The stock daemon proxy rule of the Dragonfly chart and docker-compose templates. */
 export const STOCK_PROXY_RULES = ['blobs/sha256.*'] as const;
 
-export interface DragonflyPeer {
+/** What a test reads of a peer: its addresses, directories and logs (the network's owner also holds its process). */
+export interface DragonflyPeerView {
   name: string;
   /** The peer's own loopback address (127.0.0.x), its host IP as the scheduler sees it. */
   ip: string;
@@ -45,9 +46,12 @@ export interface DragonflyPeer {
   proxyURL: string;
   storageDir: string;
   logDir: string;
-  process: ManagedProcess;
   /** Text of the daemon's logs so far (all files of its log directory). */
   logs(): Promise<string>;
+}
+
+export interface DragonflyPeer extends DragonflyPeerView {
+  process: ManagedProcess;
 }
 
 export interface DragonflyOptions {
@@ -72,23 +76,32 @@ export interface DragonflyOptions {
   schedulerRetries?: { backToSourceLimit: number; limit: number };
 }
 
-export interface Dragonfly {
+/**
+ * What a test uses of a running network: addresses, directories, the manager's API, the processes' report. A
+ * network a test started itself (`Dragonfly`) and the run's shared one (shared-dragonfly.ts) both offer it.
+ */
+export interface DragonflyView {
   /** The manager's REST base address, e.g. http://127.0.0.1:40123. */
   managerURL: string;
   /** Undefined with `managerOnly`. */
-  seedPeer: DragonflyPeer | undefined;
-  peers: DragonflyPeer[];
+  seedPeer: DragonflyPeerView | undefined;
+  peers: DragonflyPeerView[];
   /** Signs in through the manager's REST API and returns the JWT. */
   signIn(user?: { name: string; password: string }): Promise<string>;
   /** Creates a personal access token (for /oapi/v1) through the manager's REST API and returns it. */
   createPersonalAccessToken(name: string, scopes?: string[]): Promise<string>;
-  /** The manager, scheduler and database processes. */
-  processes: ManagedProcess[];
   dir: string;
   /** A line per process (manager, scheduler, stores, peers): running, or how it ended and its output's end. */
   report(): Promise<string>;
   /** Settles once a preheat job can succeed; already settled unless `deferPreheatable` (or with `managerOnly`). */
   preheatable: Promise<void>;
+}
+
+export interface Dragonfly extends DragonflyView {
+  seedPeer: DragonflyPeer | undefined;
+  peers: DragonflyPeer[];
+  /** The manager, scheduler and database processes. */
+  processes: ManagedProcess[];
   stop(): Promise<void>;
 }
 
@@ -202,7 +215,7 @@ async function tailLogs(dir: string): Promise<string> {
   return redact(stdout);
 }
 
-async function createPersonalAccessToken(
+export async function createPersonalAccessToken(
   managerURL: string,
   jwt: string,
   name: string,
@@ -297,7 +310,7 @@ async function queuedGroupState(
 }
 
 /** Signs in; the real manager refuses a sign-in within about a second of the previous one (401), so it retries. */
-async function signIn(managerURL: string, user: { name: string; password: string }): Promise<string> {
+export async function signIn(managerURL: string, user: { name: string; password: string }): Promise<string> {
   for (let attempt = 0; ; attempt++) {
     const res = await fetch(`${managerURL}/api/v1/users/signin`, {
       method: 'POST',
@@ -556,12 +569,7 @@ async function startPeer(
     ['--config', configPath, '--log-dir', logDir, '--log-level', o.opts.logLevel ?? 'info'],
     join(dir, 'dfdaemon.out'),
   );
-  const logs = async () => {
-    const { stdout } = await run('bash', ['-c', `cat "${logDir}"/* "${dir}/dfdaemon.out" 2>/dev/null`], {
-      maxBuffer: 256 << 20,
-    }).catch(() => ({ stdout: '' }));
-    return stdout;
-  };
+  const logs = () => peerLogs(logDir);
   return {
     name,
     ip,
@@ -580,6 +588,15 @@ async function startPeer(
       return startPeer(bin, root, name, ip, managerAddr, o, attempt + 1);
     },
   };
+}
+
+/** Text of a daemon's logs so far: the files of its log directory, then its output (beside the log directory). */
+export async function peerLogs(logDir: string): Promise<string> {
+  const out = join(dirname(logDir), 'dfdaemon.out');
+  const { stdout } = await run('bash', ['-c', `cat "${logDir}"/* "${out}" 2>/dev/null`], {
+    maxBuffer: 256 << 20,
+  }).catch(() => ({ stdout: '' }));
+  return stdout;
 }
 
 interface LaunchedPeer extends DragonflyPeer {

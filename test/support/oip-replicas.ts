@@ -12,13 +12,13 @@ import { tokenFile } from '../../src/agent/auth.ts';
 import { credentialsDir } from '../../src/agent/credentials.ts';
 import { DEFAULT_LIMITS } from '../../src/place/placer.ts';
 import { startAgentServer, type AgentServer } from '../../src/agent/server.ts';
-import type { DragonflyPeer } from './dragonfly.ts';
+import type { DragonflyPeerView } from './dragonfly.ts';
 import type { OipServer, OipServerOptions } from './oip-servers.ts';
 import { freePort } from './ports.ts';
 import { parseHostRules } from '../../src/policy/reach.ts';
 
 export interface AgentReplica {
-  peer: DragonflyPeer;
+  peer: DragonflyPeerView;
   /** The agent's --root: the server's model repository. */
   root: string;
   agent: AgentServer;
@@ -28,7 +28,7 @@ export interface AgentReplica {
 }
 
 export interface AgentReplicaOptions {
-  peer: DragonflyPeer;
+  peer: DragonflyPeerView;
   /** A fresh directory of the replica's own (its model repository, token and credentials go in it). */
   dir: string;
   /** The agent's port on the peer's address. */

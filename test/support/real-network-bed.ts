@@ -1,7 +1,8 @@
 /**
- * What the real-network e2e tests of a ServedModel's preheat start before their operator: the real Dragonfly network,
- * MinIO with one bucket behind a counting proxy (the origin, whose bytes the tests count), a work directory, the
- * namespace's Secrets (storage credentials, the manager's user) and the spec fragments that name them.
+ * What the real-network e2e tests of a ServedModel's preheat start before their operator, beside the run's shared
+ * Dragonfly network (shared-dragonfly.ts): MinIO with one bucket behind a counting proxy (the origin, whose bytes the
+ * tests count: this file's alone), a work directory, the namespace's Secrets (storage credentials, the manager's
+ * user) and the spec fragments that name them. The origin's own port makes its URLs, so its task ids, the file's own.
  */
 import * as k8s from '@kubernetes/client-node';
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
@@ -10,12 +11,12 @@ import { join } from 'node:path';
 import { credentialTag } from '../../src/storage/credential-tag.ts';
 import { signObjectURL } from '../../src/storage/sign.ts';
 import { startCountingProxy, type CountingProxy } from './counting-proxy.ts';
-import { ROOT_USER, startDragonfly, type Dragonfly } from './dragonfly.ts';
+import { ROOT_USER, type DragonflyView } from './dragonfly.ts';
 import { startMinIO, type MinIO } from './minio.ts';
 import { buildLargeModelArchive, buildModelArchive } from './model-archive.ts';
 
 export interface RealNetworkBed {
-  network: Dragonfly;
+  network: DragonflyView;
   minio: MinIO;
   origin: CountingProxy;
   work: string;
@@ -42,21 +43,18 @@ export interface RealNetworkBed {
 export async function startRealNetworkBed(o: {
   prefix: string;
   bucket: string;
-  nodePeers: number;
+  /** The network the bed's origin serves: the run's shared one (`sharedDragonfly`), not stopped with the bed. */
+  network: DragonflyView;
 }): Promise<RealNetworkBed> {
   const work = await mkdtemp(join(tmpdir(), `peerload-${o.prefix}-`));
-  const parts: { network?: Dragonfly; minio?: MinIO; origin?: CountingProxy } = {};
+  const parts: { minio?: MinIO; origin?: CountingProxy } = {};
   const stop = async () => {
     await Promise.allSettled([parts.origin?.close(), parts.minio?.stop()]);
-    await parts.network?.stop();
     await rm(work, { recursive: true, force: true });
   };
   try {
     // The caller awaits `network.preheatable` once its own servers are up.
-    const network = (parts.network = await startDragonfly({
-      nodePeers: o.nodePeers,
-      deferPreheatable: true,
-    }));
+    const network = o.network;
     const minio = (parts.minio = await startMinIO());
     await minio.createBucket(o.bucket);
     const origin = (parts.origin = await startCountingProxy(minio.endpoint));

@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { Agent } from 'undici';
 import { createServedModelController } from '../../src/controllers/index.ts';
 import { modelPreheatController } from '../../src/controllers/modelpreheat/index.ts';
-import { ROOT_USER, type Dragonfly } from './dragonfly.ts';
+import { ROOT_USER, type DragonflyView } from './dragonfly.ts';
 import { ServiceEndpoints, loopbackDispatcher } from './endpointslices.ts';
 import { ECHO_CONFIG_PBTXT } from './oip-exchanges.ts';
 import { portOnAll, startAgentReplica, type AgentReplica } from './oip-replicas.ts';
@@ -41,7 +41,7 @@ export interface TritonFleetOptions {
   core: k8s.CoreV1Api;
   ns: string;
   work: string;
-  network: Dragonfly;
+  network: DragonflyView;
   /** The agents' token (Secret `agent-token`, key `token`). */
   agentToken: string;
   /** Echo models whose config sits beside their versions, as the example's init container copies it. */

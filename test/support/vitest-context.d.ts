@@ -4,5 +4,7 @@ declare module 'vitest' {
   export interface ProvidedContext {
     kubeconfigPath: string;
     apiserverVersion: string;
+    /** The e2e project's service of the run's shared Dragonfly network (test/support/shared-dragonfly.ts). */
+    dragonflyService: string;
   }
 }
