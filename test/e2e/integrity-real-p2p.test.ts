@@ -13,7 +13,7 @@ import { existsSync } from 'node:fs';
 import { mkdir, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { Agent, ProxyAgent, request } from 'undici';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import {
   DEFAULT_LIMITS,
   downloadVersion,
@@ -27,6 +27,7 @@ import { parseHostRules } from '../../src/policy/reach.ts';
 import { signObjectURL } from '../../src/storage/sign.ts';
 import { TAG_HEADER, USE_P2P_HEADER } from '../../src/storage/taskid.ts';
 import { startRealNetworkBed, type RealNetworkBed } from '../support/real-network-bed.ts';
+import { sharedDragonfly } from '../support/shared-dragonfly.ts';
 
 const BUCKET = 'integrity';
 const KEY = 'resnet/1/model.onnx';
@@ -38,7 +39,11 @@ let bed: RealNetworkBed;
 let dispatcher: Agent;
 
 beforeAll(async () => {
-  bed = await startRealNetworkBed({ prefix: 'integrity', bucket: BUCKET, nodePeers: 2 });
+  bed = await startRealNetworkBed({
+    prefix: 'integrity',
+    bucket: BUCKET,
+    network: await sharedDragonfly(inject('dragonflyService'), 2),
+  });
   await bed.minio.putObject(BUCKET, KEY, BODY);
   dispatcher = new Agent();
   await bed.network.preheatable;

@@ -14,7 +14,7 @@ import { randomBytes } from 'node:crypto';
 import { mkdir, readFile, readdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { ProxyAgent, request } from 'undici';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { create as createTar } from 'tar';
 import { runKServe } from '../../src/cli/fetch-kserve.ts';
 import { forgetSecrets } from '../../src/redact.ts';
@@ -23,6 +23,7 @@ import { effectiveFilter } from '../../src/storage/objecturl.ts';
 import { signObjectURL } from '../../src/storage/sign.ts';
 import { filterHeaders, TAG_HEADER } from '../../src/storage/taskid.ts';
 import { startRealNetworkBed, type RealNetworkBed } from '../support/real-network-bed.ts';
+import { sharedDragonfly } from '../support/shared-dragonfly.ts';
 
 const BUCKET = 'kserve-models';
 // Above the daemon's 4 MiB minimum piece length: the content travels between peers.
@@ -41,7 +42,11 @@ let bed: RealNetworkBed;
 let env: Record<string, string>;
 
 beforeAll(async () => {
-  bed = await startRealNetworkBed({ prefix: 'kserve-fetch', bucket: BUCKET, nodePeers: 2 });
+  bed = await startRealNetworkBed({
+    prefix: 'kserve-fetch',
+    bucket: BUCKET,
+    network: await sharedDragonfly(inject('dragonflyService'), 2),
+  });
   const { minio, origin, work: dir } = bed;
   for (const [key, body] of Object.entries(PREFIX)) await minio.putObject(BUCKET, key, body);
   await minio.putObject(BUCKET, 'models/sklearn/model.joblib', SINGLE);

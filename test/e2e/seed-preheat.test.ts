@@ -12,6 +12,7 @@ import { createNamespace, kubeConfig } from '../support/kube.ts';
 import { startModelServerFleet, type ModelServerFleet } from '../support/modelserver-emulator.ts';
 import { startRealNetworkOperator } from '../support/real-operator.ts';
 import { startRealNetworkBed, type RealNetworkBed } from '../support/real-network-bed.ts';
+import { sharedDragonfly } from '../support/shared-dragonfly.ts';
 import { peerloadNamespace, type PeerloadNamespace } from '../support/resources.ts';
 import type { RunningManager } from '../support/runtime-harness.ts';
 
@@ -30,7 +31,11 @@ beforeAll(async () => {
   const kc = kubeConfig(inject('kubeconfigPath'));
   const ns = await createNamespace(kc, 'seed-preheat');
   peerload = peerloadNamespace(kc, ns);
-  bed = await startRealNetworkBed({ prefix: 'seed-preheat', bucket: BUCKET, nodePeers: 2 });
+  bed = await startRealNetworkBed({
+    prefix: 'seed-preheat',
+    bucket: BUCKET,
+    network: await sharedDragonfly(inject('dragonflyService'), 2),
+  });
   size = await bed.putArchive('seed', SIZE, [KEY, T1_KEY]);
 
   // Replica 0 (t1) and 1 download through node peer 0, replica 2 through node peer 1; the URLs are signed at
