@@ -1,7 +1,7 @@
 /**
- * The agent on the REAL Dragonfly network (dfdaemon 1.4.2, test/support/dragonfly.ts): a directory of three files
- * (one above the daemon's 4 MiB minimum piece length) downloaded through a node peer's proxy into the model root,
- * which is on the same file system as the peer's storage.
+ * The agent on the REAL Dragonfly network (dfdaemon 1.4.2, the run's shared one: test/support/shared-dragonfly.ts):
+ * a directory of three files (one above the daemon's 4 MiB minimum piece length) downloaded through a node peer's
+ * proxy into the model root, which is on the same file system as the peer's storage.
  *   - cold: every file through the daemon, each with the task id the agent expects (the daemon's own
  *     X-Dragonfly-Task-ID), placed as a hard link of the file the daemon fills (the body read and checked, not
  *     written), the directory renamed into place whole;
@@ -13,12 +13,13 @@ import { mkdir, mkdtemp, readFile, readdir, rm, stat, writeFile } from 'node:fs/
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Agent } from 'undici';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { tokenFile } from '../../src/agent/auth.ts';
 import { DEFAULT_LIMITS, type VersionProgress } from '../../src/place/placer.ts';
 import { startAgentServer, type AgentServer } from '../../src/agent/server.ts';
-import { startDragonfly, type Dragonfly } from '../support/dragonfly.ts';
+import type { DragonflyView } from '../support/dragonfly.ts';
 import { startOrigin, type Origin } from '../support/origin.ts';
+import { sharedDragonfly } from '../support/shared-dragonfly.ts';
 
 const TOKEN = 'real-p2p-agent-token-0123';
 const FILES: Record<string, Buffer> = {
@@ -28,7 +29,7 @@ const FILES: Record<string, Buffer> = {
 };
 
 describe('the agent on the real Dragonfly network', () => {
-  let network: Dragonfly;
+  let network: DragonflyView;
   let origin: Origin;
   let dispatcher: Agent;
   let dir: string;
@@ -36,7 +37,8 @@ describe('the agent on the real Dragonfly network', () => {
   let agent: AgentServer;
 
   beforeAll(async () => {
-    network = await startDragonfly({ nodePeers: 1, deferPreheatable: true });
+    network = await sharedDragonfly(inject('dragonflyService'), 1);
+    // Its own port: its URLs, so its task ids, are this file's alone on the shared network.
     origin = await startOrigin(FILES);
     dispatcher = new Agent();
     dir = await mkdtemp(join(tmpdir(), 'agent-real-'));
@@ -61,7 +63,6 @@ describe('the agent on the real Dragonfly network', () => {
     await agent?.close();
     await dispatcher?.close();
     await origin?.close();
-    await network?.stop();
     if (dir) await rm(dir, { recursive: true, force: true });
   });
 

@@ -1,9 +1,10 @@
 /**
- * A ModelPreheat of a directory on the REAL Dragonfly network (manager and scheduler v2.5.1, dfdaemon 1.4.2:
- * test/support/dragonfly.ts), with MinIO as the origin: the operator lists the prefix with S3 ListObjectsV2, leaves
- * out what `exclude` names, and preheats every file in ONE manager job (the real manager takes `urls`). The job
- * succeeds; each file's task id in status is a task the seed peer's daemon holds (its file is named by the id), and
- * a download of each file through a node peer, signed at another moment, carries that same X-Dragonfly-Task-ID.
+ * A ModelPreheat of a directory on the REAL Dragonfly network (manager and scheduler v2.5.1, dfdaemon 1.4.2: the
+ * run's shared one, test/support/shared-dragonfly.ts), with MinIO as the origin (its own port: its own task ids):
+ * the operator lists the prefix with S3 ListObjectsV2, leaves out what `exclude` names, and preheats every file in
+ * ONE manager job (the real manager takes `urls`). The job succeeds; each file's task id in status is a task the
+ * seed peer's daemon holds (its file is named by the id), and a download of each file through a node peer, signed
+ * at another moment, carries that same X-Dragonfly-Task-ID.
  */
 import { randomBytes } from 'node:crypto';
 import { readdir } from 'node:fs/promises';
@@ -11,9 +12,10 @@ import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import * as k8s from '@kubernetes/client-node';
 import { ProxyAgent, request } from 'undici';
 import { createNamespace, kubeConfig, waitFor } from '../support/kube.ts';
-import { ROOT_USER, startDragonfly, type Dragonfly, type DragonflyPeer } from '../support/dragonfly.ts';
+import { ROOT_USER, type DragonflyPeerView, type DragonflyView } from '../support/dragonfly.ts';
 import { startMinIO, type MinIO } from '../support/minio.ts';
 import { startManager, type RunningManager } from '../support/runtime-harness.ts';
+import { sharedDragonfly } from '../support/shared-dragonfly.ts';
 import { modelPreheatController } from '../../src/controllers/modelpreheat/index.ts';
 import { signObjectURL } from '../../src/storage/sign.ts';
 import { credentialTag } from '../../src/storage/credential-tag.ts';
@@ -33,7 +35,7 @@ const FILES: Record<string, Buffer> = {
 let kc: k8s.KubeConfig;
 let custom: k8s.CustomObjectsApi;
 let ns: string;
-let network: Dragonfly;
+let network: DragonflyView;
 let minio: MinIO;
 let operator: RunningManager;
 let jwt: string;
@@ -43,7 +45,7 @@ beforeAll(async () => {
   custom = kc.makeApiClient(k8s.CustomObjectsApi);
   const core = kc.makeApiClient(k8s.CoreV1Api);
   ns = await createNamespace(kc, 'dir-p2p');
-  network = await startDragonfly({ nodePeers: 1, deferPreheatable: true });
+  network = await sharedDragonfly(inject('dragonflyService'), 1);
   jwt = await network.signIn();
   minio = await startMinIO();
   await minio.createBucket(BUCKET);
@@ -84,18 +86,17 @@ beforeAll(async () => {
 afterAll(async () => {
   await operator?.stop();
   await minio?.stop();
-  await network?.stop();
 });
 
 /** The daemon's own copy of a task: a file named by the task id under its storage directory. */
-async function holds(peer: DragonflyPeer, taskID: string): Promise<boolean> {
+async function holds(peer: DragonflyPeerView, taskID: string): Promise<boolean> {
   const entries = await readdir(peer.storageDir, { recursive: true, withFileTypes: true });
   return entries.some((e) => e.isFile() && e.name === taskID);
 }
 
 /** A download through a peer's proxy, as a model server's agent or plugin makes it: the daemon's task id. */
 async function download(
-  peer: DragonflyPeer,
+  peer: DragonflyPeerView,
   url: string,
   tag: string,
 ): Promise<{ taskID: string; bytes: number }> {

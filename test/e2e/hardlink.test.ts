@@ -1,6 +1,6 @@
 /**
- * A local hit that costs no copy, on the REAL Dragonfly network (dfdaemon 1.4.2, test/support/dragonfly.ts):
- * TorchServe with the plugin configured with `hard_link_dir`, its model store on the same file system as its node
+ * A local hit that costs no copy, on the REAL Dragonfly network (dfdaemon 1.4.2, the run's shared one:
+ * test/support/shared-dragonfly.ts): TorchServe with the plugin configured with `hard_link_dir`, its model store on the same file system as its node
  * peer's storage. TorchServe runs as a non-root user (uid/gid 1000) with no capabilities, as the `restricted` Pod
  * Security level has it; the daemon runs as root (the test process), so its cache file is root's, 0644.
  *   - what the daemon itself does with `X-Dragonfly-Output-Path` + `X-Dragonfly-Force-Hard-Link: true` for a task
@@ -17,7 +17,7 @@
  *   - `max_bytes` below the held task's size is a 413 that leaves no link of the daemon's file behind;
  *   - a `hard_link_dir` on another file system, or one the daemon does not have, falls back and still registers.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { request } from 'node:http';
 import { execFile } from 'node:child_process';
 import { createHash } from 'node:crypto';
@@ -25,11 +25,12 @@ import { chmod, mkdir, mkdtemp, readFile, readdir, rm, stat } from 'node:fs/prom
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
-import { startDragonfly, type Dragonfly, type DragonflyPeer } from '../support/dragonfly.ts';
+import type { DragonflyPeerView, DragonflyView } from '../support/dragonfly.ts';
 import { startMinIO, type MinIO } from '../support/minio.ts';
 import { buildLargeModelArchive, buildModelArchive, type ModelArchive } from '../support/model-archive.ts';
 import { startTorchServe, type TorchServe } from '../support/torchserve.ts';
 import { minioPluginConfig, pluginJar, writePluginConfig } from '../support/plugin.ts';
+import { sharedDragonfly } from '../support/shared-dragonfly.ts';
 import { signObjectURL } from '../../src/storage/sign.ts';
 import { credentialTag } from '../../src/storage/credential-tag.ts';
 
@@ -44,8 +45,8 @@ const OTHER_FS = '/dev/shm';
 const TS_USER = { uid: 1000, gid: 1000 };
 const run = promisify(execFile);
 
-let network: Dragonfly;
-let peer: DragonflyPeer;
+let network: DragonflyView;
+let peer: DragonflyPeerView;
 let minio: MinIO;
 let ts: TorchServe;
 let work: string;
@@ -60,8 +61,9 @@ beforeAll(async () => {
   await chmod(work, 0o711);
   otherFs = await mkdtemp(join(OTHER_FS, 'peerload-hardlink-'));
   const jarPromise = pluginJar();
-  network = await startDragonfly({ nodePeers: 1, deferPreheatable: true });
+  network = await sharedDragonfly(inject('dragonflyService'), 1);
   peer = network.peers[0]!;
+  // Its own MinIO (its own port): its URLs, so its task ids, are this file's alone on the shared network.
   minio = await startMinIO();
   await minio.createBucket(BUCKET);
   // Above dfdaemon 1.4's 4 MiB direct-from-origin threshold, so the task is stored and scheduled as a model is.
@@ -90,7 +92,6 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await Promise.allSettled([ts?.stop(), minio?.stop()]);
-  await network?.stop();
   if (work) await rm(work, { recursive: true, force: true });
   if (otherFs) await rm(otherFs, { recursive: true, force: true });
 });
@@ -241,14 +242,17 @@ describe('hard-linked local hits on the real network (dfdaemon 1.4.2)', () => {
   });
 
   it('across file systems the daemon refuses (500, dfdaemon) and a plain request still downloads', async () => {
+    const output = join(otherFs, 'x.bin');
     const refused = await throughProxy(XDEV_KEY, {
-      'X-Dragonfly-Output-Path': join(otherFs, 'x.bin'),
+      'X-Dragonfly-Output-Path': output,
       'X-Dragonfly-Force-Hard-Link': 'true',
     });
     expect(refused.status).toBe(500);
     expect(refused.headers['x-dragonfly-error-type']).toBe('dfdaemon');
     expect(refused.body.length).toBe(0);
-    expect(await peer.logs()).toMatch(/hard link .* failed: .*(cross-device|os error 18)/i);
+    // The daemon's line for this output path (its log holds the other files' links too).
+    const line = (await peer.logs()).split('\n').filter((l) => l.includes(output));
+    expect(line.join('\n')).toMatch(/hard link .* failed: .*(cross-device|os error 18)/i);
     const plain = await throughProxy(XDEV_KEY, {});
     expect(plain.status).toBe(200);
     expect(Buffer.compare(plain.body, await readFile(archive.path))).toBe(0);

@@ -1,6 +1,8 @@
 /**
- * A Hugging Face repository on the REAL Dragonfly network (dfdaemon 1.4.2, test/support/dragonfly.ts), from the
- * Hub emulator (a gated repository, so a token is needed; its LFS files redirect to the signed CDN):
+ * A Hugging Face repository on the REAL Dragonfly network (dfdaemon 1.4.2, the run's shared one:
+ * test/support/shared-dragonfly.ts), from the Hub emulator (a gated repository, so a token is needed; its LFS files
+ * redirect to the signed CDN; its own port, so its URLs and task ids are this file's alone, and its tokens no other
+ * file's, so the daemons' lines naming them are this file's):
  *   - what the daemon does with the Hub's 302: its proxy passes a plain request's redirect back to the client; a P2P
  *     request (back-to-source) follows it to the CDN with the task keyed on the `resolve` URL, drops the token on
  *     the way to the CDN, and writes the request, token included, into its log;
@@ -30,12 +32,13 @@ import {
   USE_P2P_HEADER,
   taskID,
 } from '../../src/storage/taskid.ts';
-import { ROOT_USER, startDragonfly, type Dragonfly } from '../support/dragonfly.ts';
+import { ROOT_USER, type DragonflyView } from '../support/dragonfly.ts';
 import { startHubEmulator, type HubEmulator } from '../support/hub-emulator.ts';
 import { createNamespace, kubeConfig } from '../support/kube.ts';
 import { startRealNetworkOperator } from '../support/real-operator.ts';
 import { conditionOf, peerloadNamespace } from '../support/resources.ts';
 import type { RunningManager } from '../support/runtime-harness.ts';
+import { sharedDragonfly } from '../support/shared-dragonfly.ts';
 
 const TOKEN = 'hf_realP2PGrantedToken0123456789abcd';
 /** A token of no account: what the daemon does with an Authorization header, shown without a real one. */
@@ -69,7 +72,7 @@ interface RecordedFile {
 }
 
 describe('a Hub repository on the real Dragonfly network', () => {
-  let network: Dragonfly;
+  let network: DragonflyView;
   let hub: HubEmulator;
   let dir: string;
   let tokenFile: string;
@@ -77,7 +80,7 @@ describe('a Hub repository on the real Dragonfly network', () => {
   const dispatcher = new Agent();
 
   beforeAll(async () => {
-    network = await startDragonfly({ nodePeers: 2 });
+    network = await sharedDragonfly(inject('dragonflyService'), 2);
     hub = await startHubEmulator({
       repos: [
         { id: 'org/model', commits: [FILES], gated: true },
@@ -89,12 +92,12 @@ describe('a Hub repository on the real Dragonfly network', () => {
     dir = await mkdtemp(join(tmpdir(), 'hub-real-'));
     tokenFile = join(dir, 'token');
     await writeFile(tokenFile, TOKEN);
+    await network.preheatable;
   });
   afterAll(async () => {
     await operator?.stop();
     await dispatcher.close();
     await hub?.close();
-    await network?.stop();
     if (dir) await rm(dir, { recursive: true, force: true });
     forgetSecrets();
   });
