@@ -1,8 +1,9 @@
 /**
  * A Triton ServedModel whose model is a Hugging Face repository (spec.source.huggingface), through the OPERATOR,
- * on the REAL Dragonfly network (manager and scheduler v2.5.1, dfdaemon 1.4.2: a seed peer and two node peers on
- * their own 127.0.0.x addresses), from the Hub emulator (a gated repository: the token is needed; its LFS files
- * redirect to the signed CDN). Two real Triton 2.51.0 replicas, each with a real `peerload agent` beside it, found
+ * on the REAL Dragonfly network (manager and scheduler v2.5.1, dfdaemon 1.4.2: the run's shared one,
+ * test/support/shared-dragonfly.ts, its seed peer and two of its node peers), from the Hub emulator (a gated
+ * repository: the token is needed; its LFS files redirect to the signed CDN; its own port, so its URLs and task ids
+ * are this file's alone). Two real Triton 2.51.0 replicas, each with a real `peerload agent` beside it, found
  * through the EndpointSlices of a Service: the operator resolves `main` to its commit (status.source), lists the
  * files at it and hands each agent every file (git files at their `resolve` URL at the commit with the token, LFS
  * files at the CDN with the CDN's query left out of the task id, and their sha256); the agents place the version
@@ -17,13 +18,14 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import type { ServedModel } from '../../src/api/index.ts';
 import { forgetSecrets } from '../../src/redact.ts';
-import { startDragonfly, type Dragonfly } from '../support/dragonfly.ts';
+import type { DragonflyView } from '../support/dragonfly.ts';
 import type { ModelPreheat } from '../../src/api/index.ts';
 import { startHubEmulator, type HubEmulator } from '../support/hub-emulator.ts';
 import { createNamespace, kubeConfig, waitFor } from '../support/kube.ts';
 import { ECHO_MODEL_PY } from '../support/oip-exchanges.ts';
 import { startTritonFleet, type TritonFleet } from '../support/triton-fleet.ts';
 import { type OipServer } from '../support/oip-servers.ts';
+import { sharedDragonfly } from '../support/shared-dragonfly.ts';
 
 const GROUP = 'peerload.io';
 const VERSION = 'v1alpha1';
@@ -49,7 +51,7 @@ let custom: k8s.CustomObjectsApi;
 let core: k8s.CoreV1Api;
 let ns: string;
 let work: string;
-let network: Dragonfly;
+let network: DragonflyView;
 let fleet: TritonFleet;
 let hub: HubEmulator;
 
@@ -59,7 +61,7 @@ beforeAll(async () => {
   core = kc.makeApiClient(k8s.CoreV1Api);
   ns = await createNamespace(kc, 'hub-sm');
   work = await mkdtemp(join(tmpdir(), 'peerload-hub-sm-'));
-  network = await startDragonfly({ nodePeers: 2, deferPreheatable: true });
+  network = await sharedDragonfly(inject('dragonflyService'), 2);
   hub = await startHubEmulator({
     repos: [
       { id: 'org/echo', commits: [TREE], gated: true },
@@ -85,7 +87,6 @@ beforeAll(async () => {
 afterAll(async () => {
   await fleet?.stop();
   await hub?.close();
-  await network?.stop();
   if (work) await rm(work, { recursive: true, force: true });
   forgetSecrets();
 });

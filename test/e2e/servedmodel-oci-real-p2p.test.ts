@@ -1,7 +1,8 @@
 /**
  * ServedModels whose model is an OCI artifact (spec.source.oci) through the OPERATOR, on the REAL Dragonfly network
- * (manager and scheduler v2.5.1, dfdaemon 1.4.2: a seed peer and two node peers on their own 127.0.0.x addresses),
- * from the REAL registry (Distribution v3) behind a counting proxy, for both servers that load directories through
+ * (manager and scheduler v2.5.1, dfdaemon 1.4.2: the run's shared one, test/support/shared-dragonfly.ts, its seed
+ * peer and two of its node peers), from the REAL registry (Distribution v3) behind a counting proxy (its own port:
+ * its blob URLs, so their task ids, are this file's alone), for both servers that load directories through
  * the agent. Real `modctl` pushes one version of each model as a ModelPack artifact; two replicas of each server,
  * each with a real `peerload agent` beside it, listen on their node peer's address and are found through the
  * EndpointSlices of a Service, as in a cluster:
@@ -24,7 +25,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { taskID } from '../../src/storage/taskid.ts';
 import { startCountingProxy, type CountingProxy } from '../support/counting-proxy.ts';
-import { startDragonfly, type Dragonfly } from '../support/dragonfly.ts';
+import type { DragonflyView } from '../support/dragonfly.ts';
 import { createNamespace, kubeConfig, waitFor } from '../support/kube.ts';
 import { modctl, pushMLServerVersion, pushTritonVersion, type Modctl } from '../support/modctl.ts';
 import { blobReads, layerFilePath, pushedManifest, sha256, type Layer } from '../support/oci-blobs.ts';
@@ -34,6 +35,7 @@ import type { AgentReplica } from '../support/oip-replicas.ts';
 import { startTritonFleet, type ServerPair, type TritonFleet } from '../support/triton-fleet.ts';
 import { inferEcho, servedVersions } from '../support/triton-echo.ts';
 import { startRegistry, type Registry } from '../support/registry.ts';
+import { sharedDragonfly } from '../support/shared-dragonfly.ts';
 import {
   GROUP,
   VERSION,
@@ -54,7 +56,7 @@ let peerload: PeerloadNamespace;
 let core: k8s.CoreV1Api;
 let ns: string;
 let work: string;
-let network: Dragonfly;
+let network: DragonflyView;
 let fleet: TritonFleet;
 let registry: Registry;
 let origin: CountingProxy;
@@ -73,7 +75,7 @@ beforeAll(async () => {
   peerload = peerloadNamespace(kc, ns);
   work = await mkdtemp(join(tmpdir(), 'peerload-triton-oci-'));
 
-  network = await startDragonfly({ nodePeers: 2, deferPreheatable: true });
+  network = await sharedDragonfly(inject('dragonflyService'), 2);
   jwt = await network.signIn();
   registry = await startRegistry();
   origin = await startCountingProxy(registry.url);
@@ -103,7 +105,6 @@ afterAll(async () => {
   await fleet?.stop();
   await origin?.close();
   await registry?.stop();
-  await network?.stop();
   if (work) await rm(work, { recursive: true, force: true });
 });
 

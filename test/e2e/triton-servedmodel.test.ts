@@ -1,7 +1,7 @@
 /**
  * A Triton ServedModel of a multi-file model through the OPERATOR, on the REAL Dragonfly network (manager and
- * scheduler v2.5.1, dfdaemon 1.4.2: a seed peer and two node peers on their own 127.0.0.x addresses), from MinIO
- * behind a counting proxy. Two real Triton 2.51.0 replicas, each with a real `peerload agent` beside it, listen on
+ * scheduler v2.5.1, dfdaemon 1.4.2: the run's shared one, test/support/shared-dragonfly.ts, its seed peer and two of
+ * its node peers), from MinIO behind a counting proxy (its own port: its URLs, so its task ids, are this file's alone). Two real Triton 2.51.0 replicas, each with a real `peerload agent` beside it, listen on
  * their node peer's address; the operator (the ModelPreheat and ServedModel controllers, the real manager) finds
  * them through the EndpointSlices of a Service (each endpoint names its node; each Node's InternalIP is its peer's
  * address), as in a cluster:
@@ -24,7 +24,7 @@ import type { ModelPreheat, ServedModel } from '../../src/api/index.ts';
 import { createServedModelController } from '../../src/controllers/index.ts';
 import { modelPreheatController } from '../../src/controllers/modelpreheat/index.ts';
 import { startCountingProxy, type CountingProxy } from '../support/counting-proxy.ts';
-import { ROOT_USER, startDragonfly, type Dragonfly } from '../support/dragonfly.ts';
+import { ROOT_USER, type DragonflyView } from '../support/dragonfly.ts';
 import { ServiceEndpoints, loopbackDispatcher } from '../support/endpointslices.ts';
 import { createNamespace, kubeConfig, waitFor } from '../support/kube.ts';
 import { startMinIO, type MinIO } from '../support/minio.ts';
@@ -33,6 +33,7 @@ import { portOnAll, startAgentReplica, type AgentReplica } from '../support/oip-
 import { startTriton } from '../support/oip-servers.ts';
 import { inferEcho, servedVersions } from '../support/triton-echo.ts';
 import { startManager, type RunningManager } from '../support/runtime-harness.ts';
+import { sharedDragonfly } from '../support/shared-dragonfly.ts';
 
 const GROUP = 'peerload.io';
 const VERSION = 'v1alpha1';
@@ -51,7 +52,7 @@ let custom: k8s.CustomObjectsApi;
 let core: k8s.CoreV1Api;
 let ns: string;
 let work: string;
-let network: Dragonfly;
+let network: DragonflyView;
 let minio: MinIO;
 let origin: CountingProxy;
 let dispatcher: Agent;
@@ -73,7 +74,7 @@ beforeAll(async () => {
   ns = await createNamespace(kc, 'triton-sm');
   work = await mkdtemp(join(tmpdir(), 'peerload-triton-sm-'));
 
-  network = await startDragonfly({ nodePeers: 2, deferPreheatable: true });
+  network = await sharedDragonfly(inject('dragonflyService'), 2);
   jwt = await network.signIn();
   minio = await startMinIO();
   await minio.createBucket(BUCKET);
@@ -148,7 +149,6 @@ afterAll(async () => {
   for (const r of replicas) await r.stop();
   await dispatcher?.close();
   await Promise.allSettled([origin?.close(), minio?.stop()]);
-  await network?.stop();
   if (work) await rm(work, { recursive: true, force: true });
 });
 

@@ -1,6 +1,8 @@
 /**
  * Directory models on REAL OIP servers through the REAL Dragonfly network (manager and scheduler v2.5.1, dfdaemon
- * 1.4.2: a seed peer and two node peers, each on its own 127.0.0.x address), from MinIO behind a counting proxy.
+ * 1.4.2: the run's shared one, test/support/shared-dragonfly.ts, its seed peer and two of its node peers, each on its
+ * own 127.0.0.x address), from MinIO behind a counting proxy (its own port: its URLs, so its task ids, are this
+ * file's alone).
  * Each server runs on two replicas, each with a real `peerload agent` beside it downloading through its node's peer
  * (a replica listens on its node's address, as a pod's traffic reaches its node's daemon; each server's agents on a
  * port of their own, as two ServedModels' agents are). Every version holds a data file above dfdaemon's minimum
@@ -21,7 +23,7 @@ import { mkdir, mkdtemp, readFile, rm, stat, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Agent } from 'undici';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { ManagerClient } from '../../src/manager/client.ts';
 import type { ModelFiles, Registration, ReplicaServer } from '../../src/servers/driver.ts';
 import { MLSERVER, OipDriver, TRITON } from '../../src/servers/oip/driver.ts';
@@ -29,12 +31,13 @@ import { effectiveFilter, type StorageLocation } from '../../src/storage/objectu
 import { signObjectURL } from '../../src/storage/sign.ts';
 import { credentialTag } from '../../src/storage/credential-tag.ts';
 import { startCountingProxy, type CountingProxy } from '../support/counting-proxy.ts';
-import { ROOT_USER, startDragonfly, type Dragonfly, type DragonflyPeer } from '../support/dragonfly.ts';
+import { ROOT_USER, type DragonflyPeerView, type DragonflyView } from '../support/dragonfly.ts';
 import { startMinIO, type MinIO } from '../support/minio.ts';
 import { ECHO_CONFIG_PBTXT, ECHO_MODEL_PY, echoConfig } from '../support/oip-exchanges.ts';
 import { startMLServer, startTriton, writeSklearnModel, type OipServer } from '../support/oip-servers.ts';
 import { portOnAll, startAgentReplica, type AgentReplica } from '../support/oip-replicas.ts';
 import { waitFor } from '../support/process.ts';
+import { sharedDragonfly } from '../support/shared-dragonfly.ts';
 
 const TOKEN = 'oip-e2e-agent-token-0123456789';
 const BUCKET = 'models';
@@ -45,7 +48,7 @@ const IRIS_FILES = ['model-settings.json', 'model.joblib', WEIGHTS];
 
 type Replica = AgentReplica;
 
-let network: Dragonfly;
+let network: DragonflyView;
 let minio: MinIO;
 let origin: CountingProxy;
 let location: StorageLocation & { type: 's3' };
@@ -181,7 +184,7 @@ const registrationOf = (s: Subject, version: string, r: Replica): Registration =
  * Preheats a version into one node's peer only (scope all_peers, its address), as a ModelPreheat targeting that
  * node does. Returns what MinIO served for each file by then (`reads`).
  */
-async function preheatNode(s: Subject, version: string, peer: DragonflyPeer): Promise<number[]> {
+async function preheatNode(s: Subject, version: string, peer: DragonflyPeerView): Promise<number[]> {
   const prefix = prefixOf(s, version);
   const before = reads(prefix, s.files);
   const manager = new ManagerClient({
@@ -307,7 +310,7 @@ async function unregisterOnBoth(s: Subject, last: string, pair: [Replica, Replic
 }
 
 beforeAll(async () => {
-  network = await startDragonfly({ nodePeers: 2, deferPreheatable: true });
+  network = await sharedDragonfly(inject('dragonflyService'), 2);
   minio = await startMinIO();
   await minio.createBucket(BUCKET);
   origin = await startCountingProxy(minio.endpoint);
@@ -338,7 +341,6 @@ afterAll(async () => {
   await dispatcher?.close();
   await origin?.close();
   await minio?.stop();
-  await network?.stop();
   if (work) await rm(work, { recursive: true, force: true });
 });
 
