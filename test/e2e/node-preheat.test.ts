@@ -17,12 +17,13 @@ import { ProxyAgent, request } from 'undici';
 import { createNamespace, kubeConfig, waitFor } from '../support/kube.ts';
 import { ServiceEndpoints } from '../support/endpointslices.ts';
 import type { CountingProxy } from '../support/counting-proxy.ts';
-import type { Dragonfly, DragonflyPeer } from '../support/dragonfly.ts';
+import type { DragonflyPeerView, DragonflyView } from '../support/dragonfly.ts';
 import type { MinIO } from '../support/minio.ts';
 import { startModelServerFleet, type ModelServerFleet } from '../support/modelserver-emulator.ts';
 import { startRealNetworkOperator } from '../support/real-operator.ts';
 import type { RunningManager } from '../support/runtime-harness.ts';
 import { startRealNetworkBed, type RealNetworkBed } from '../support/real-network-bed.ts';
+import { sharedDragonfly } from '../support/shared-dragonfly.ts';
 import { peerloadNamespace, type PeerloadNamespace } from '../support/resources.ts';
 import { signObjectURL } from '../../src/storage/sign.ts';
 import type { ModelPreheat, ServedModel } from '../../src/api/index.ts';
@@ -39,7 +40,7 @@ let core: k8s.CoreV1Api;
 let ns: string;
 let bed: RealNetworkBed;
 let peerload: PeerloadNamespace;
-let network: Dragonfly;
+let network: DragonflyView;
 let minio: MinIO;
 let origin: CountingProxy;
 let fleets: ModelServerFleet[] = [];
@@ -56,7 +57,11 @@ beforeAll(async () => {
   ns = await createNamespace(kc, 'node-preheat');
   peerload = peerloadNamespace(kc, ns);
 
-  bed = await startRealNetworkBed({ prefix: 'node-preheat', bucket: BUCKET, nodePeers: 3 });
+  bed = await startRealNetworkBed({
+    prefix: 'node-preheat',
+    bucket: BUCKET,
+    network: await sharedDragonfly(inject('dragonflyService'), 3),
+  });
   ({ network, minio, origin, tag } = bed);
   jwt = await network.signIn();
   // Larger than 4 MiB: dfdaemon 1.4 fetches smaller content straight from the origin, without the scheduler.
@@ -133,7 +138,7 @@ async function managerJob(id: number): Promise<{ args: { ips?: string[] | null; 
 
 /** Downloads `url` through a peer's proxy as the plugin does; says whether it was a local hit. */
 /** A GET through `peer` as the plugin makes it: with the tag the storage credentials give the task. */
-async function download(peer: DragonflyPeer, url: string): Promise<{ localHit: boolean; bytes: number }> {
+async function download(peer: DragonflyPeerView, url: string): Promise<{ localHit: boolean; bytes: number }> {
   const agent = new ProxyAgent(peer.proxyURL);
   try {
     const headers = { 'X-Dragonfly-Use-P2P': 'true', 'X-Dragonfly-Tag': tag };
