@@ -1,6 +1,7 @@
 /**
- * peerload on the REAL Dragonfly network (test/support/dragonfly.ts: manager and scheduler v2.5.1, dfdaemon
- * 1.4.2 as a seed peer and two node peers, MariaDB, Redis), with MinIO as the origin behind a counting proxy, the
+ * peerload on the REAL Dragonfly network (the run's shared one, test/support/shared-dragonfly.ts: manager and
+ * scheduler v2.5.1, dfdaemon 1.4.2 as a seed peer and node peers, of which this file uses two, MariaDB, Redis), with
+ * MinIO as the origin behind a counting proxy (its own port: its URLs, so its task ids, are this file's alone), the
  * real operator's controllers, one real TorchServe with the plugin and one emulated replica:
  *   - a ModelPreheat of an S3 object reaches SUCCESS on the real manager (JWT sign-in), the seed peer in status;
  *   - the plugin in TorchServe downloads it through a node peer: same task id as status, origin served once;
@@ -18,7 +19,7 @@ import { join } from 'node:path';
 import { createNamespace, kubeConfig, waitFor } from '../support/kube.ts';
 import { ServiceEndpoints, loopbackDispatcher } from '../support/endpointslices.ts';
 import { startCountingProxy, type CountingProxy } from '../support/counting-proxy.ts';
-import { ROOT_USER, startDragonfly, type Dragonfly } from '../support/dragonfly.ts';
+import { ROOT_USER, type DragonflyView } from '../support/dragonfly.ts';
 import { startMinIO, type MinIO } from '../support/minio.ts';
 import { buildLargeModelArchive, buildModelArchive, type ModelArchive } from '../support/model-archive.ts';
 import { startModelServerFleet, type ModelServerFleet } from '../support/modelserver-emulator.ts';
@@ -26,6 +27,7 @@ import { startOrigin, type Origin } from '../support/origin.ts';
 import { startManager, type RunningManager } from '../support/runtime-harness.ts';
 import { startTorchServe, type TorchServe } from '../support/torchserve.ts';
 import { minioPluginConfig, pluginJar, writePluginConfig } from '../support/plugin.ts';
+import { sharedDragonfly } from '../support/shared-dragonfly.ts';
 import { modelPreheatController } from '../../src/controllers/modelpreheat/index.ts';
 import { createServedModelController } from '../../src/controllers/index.ts';
 import { signObjectURL } from '../../src/storage/sign.ts';
@@ -44,7 +46,7 @@ let custom: k8s.CustomObjectsApi;
 let core: k8s.CoreV1Api;
 let ns: string;
 let work: string;
-let network: Dragonfly;
+let network: DragonflyView;
 let minio: MinIO;
 let origin: CountingProxy;
 let ts: TorchServe;
@@ -60,7 +62,7 @@ beforeAll(async () => {
   work = await mkdtemp(join(tmpdir(), 'peerload-real-p2p-'));
   const jarPromise = pluginJar();
 
-  network = await startDragonfly({ nodePeers: 2, deferPreheatable: true });
+  network = await sharedDragonfly(inject('dragonflyService'), 2);
   minio = await startMinIO();
   await minio.createBucket(BUCKET);
   // Signed URLs name the counting proxy as the endpoint: MinIO verifies the signature over the same Host.
@@ -142,7 +144,6 @@ beforeAll(async () => {
 afterAll(async () => {
   await operator?.stop();
   await Promise.allSettled([ts?.stop(), fleet?.close(), origin?.close(), minio?.stop()]);
-  await network?.stop();
   if (work) await rm(work, { recursive: true, force: true });
 });
 
