@@ -1,6 +1,7 @@
 /**
- * ModelPack artifacts on the REAL Dragonfly network (manager + scheduler v2.5.1, dfdaemon 1.4.2) from the REAL
- * registry (Distribution v3, test/support/registry.ts) behind the counting proxy: modctl builds and pushes a
+ * ModelPack artifacts on the REAL Dragonfly network (manager + scheduler v2.5.1, dfdaemon 1.4.2; the run's shared one,
+ * test/support/shared-dragonfly.ts) from the REAL registry (Distribution v3, test/support/registry.ts) behind the
+ * counting proxy (its own port: its blob URLs, so their task ids, are this file's alone): modctl builds and pushes a
  * Triton-style model (a 6 MiB raw weights layer, a raw config layer, a tar code layer), and `peerload fetch
  * oci://…` places it on two node peers through each node's proxy. The weights blob crosses from the registry once
  * for both (blobs up to the 4 MiB minimum piece length once per node at most: the daemon does not share them), the
@@ -16,16 +17,17 @@ import { createHash, randomBytes } from 'node:crypto';
 import { mkdir, mkdtemp, readFile, rm, stat } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { ManagerClient } from '../../src/manager/client.ts';
 import { ManagerError } from '../../src/manager/errors.ts';
 import type { PlaceResult } from '../../src/cli/fetch-oci-place.ts';
 import { taskID } from '../../src/storage/taskid.ts';
 import { startCountingProxy, type CountingProxy } from '../support/counting-proxy.ts';
-import { ROOT_USER, startDragonfly, type Dragonfly } from '../support/dragonfly.ts';
+import { ROOT_USER, type DragonflyView } from '../support/dragonfly.ts';
 import { modctl, nodePlacementArgs, peerloadFetch, pushTritonModel, type Modctl } from '../support/modctl.ts';
 import { jobEnd } from '../support/job-end.ts';
 import { startRegistry, type Registry } from '../support/registry.ts';
+import { sharedDragonfly } from '../support/shared-dragonfly.ts';
 
 /** The daemon's minimum piece length: content up to it is not shared between peers. */
 const MIN_PIECE = 4 * 1024 * 1024;
@@ -37,7 +39,7 @@ const FILES = {
 };
 
 describe('ModelPack artifacts on the real Dragonfly network', () => {
-  let network: Dragonfly;
+  let network: DragonflyView;
   let registry: Registry;
   let counting: CountingProxy;
   let dir: string;
@@ -56,7 +58,7 @@ describe('ModelPack artifacts on the real Dragonfly network', () => {
     dir = await mkdtemp(join(tmpdir(), 'oci-real-'));
     registry = await startRegistry();
     counting = await startCountingProxy(registry.url);
-    network = await startDragonfly({ nodePeers: 2, deferPreheatable: true });
+    network = await sharedDragonfly(inject('dragonflyService'), 2);
     reference = `${new URL(counting.url).host}/models/simple:v1`;
     tool = await modctl(join(dir, 'modctl'));
     await pushTritonModel(tool, join(dir, 'src'), reference, FILES);
@@ -64,7 +66,6 @@ describe('ModelPack artifacts on the real Dragonfly network', () => {
     await network.preheatable;
   });
   afterAll(async () => {
-    await network?.stop();
     await counting?.close();
     await registry?.stop();
     if (dir) await rm(dir, { recursive: true, force: true });
@@ -182,7 +183,9 @@ describe('ModelPack artifacts on the real Dragonfly network', () => {
       const job = await manager.createPreheatJob({
         type: 'file',
         urls: manifest.layers.map((l) => blobURL(l.digest)),
+        // This file's node peers (the shared network has more): the seed peer and these two read the blobs.
         scope: 'all_peers',
+        ips: network.peers.map((p) => p.ip),
       });
       const done = await jobEnd(manager, job.id, { timeoutMs: 180_000, intervalMs: 1000 });
       expect(done.state, JSON.stringify(done.result)).toBe('SUCCESS');
