@@ -1,7 +1,8 @@
 /**
- * A private object in the REAL Dragonfly network's caches (manager and scheduler v2.5.1, dfdaemon 1.4.2:
- * test/support/dragonfly.ts), MinIO as the origin (a private bucket: 403 without a signature) behind a counting
- * proxy.
+ * A private object in the REAL Dragonfly network's caches (manager and scheduler v2.5.1, dfdaemon 1.4.2: the run's
+ * shared one, test/support/shared-dragonfly.ts), MinIO as the origin (a private bucket: 403 without a signature)
+ * behind a counting proxy. Every origin here (MinIO's proxy, the registry, the Hub) listens on a port of its own: its
+ * URLs, so its task ids, bare or tagged, are this file's alone on the shared network.
  *
  * Confidentiality: the object is preheated with credentials onto both node peers (the operator's own request,
  * src/controllers/modelpreheat/request.ts, sent to the real manager: scope all_peers, the peers' ips), so its task
@@ -34,7 +35,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { ProxyAgent, request, Agent } from 'undici';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { tokenFile } from '../../src/agent/auth.ts';
 import { DEFAULT_LIMITS, type VersionProgress } from '../../src/place/placer.ts';
 import { startAgentServer, type AgentServer } from '../../src/agent/server.ts';
@@ -54,9 +55,10 @@ import { modctl, nodePlacementArgs, peerloadFetch, pushTritonModel } from '../su
 import { startTokenServer, type TokenServer } from '../support/registry-token.ts';
 import { startRegistry, type Registry } from '../support/registry.ts';
 import { startCountingProxy, type CountingProxy } from '../support/counting-proxy.ts';
-import { ROOT_USER, startDragonfly, type Dragonfly, type DragonflyPeer } from '../support/dragonfly.ts';
+import { ROOT_USER, type DragonflyPeerView, type DragonflyView } from '../support/dragonfly.ts';
 import { startMinIO, type MinIO } from '../support/minio.ts';
 import { waitFor } from '../support/process.ts';
+import { sharedDragonfly } from '../support/shared-dragonfly.ts';
 
 const BUCKET = 'private-models';
 const KEY = 'tenant-b/secret-weights.bin';
@@ -72,7 +74,7 @@ const HUB_CONFIG = '{"model_type":"llama","private":true}';
 /** The model server's uid for the linked case: not root, not the daemon's (root here). */
 const SERVER_UID = 1000;
 
-let network: Dragonfly;
+let network: DragonflyView;
 let minio: MinIO;
 let origin: CountingProxy;
 let manager: ManagerClient;
@@ -84,10 +86,10 @@ let registry: Registry;
 let hub: HubEmulator;
 
 const location = () => ({ ...minio.location(BUCKET), endpoint: origin.url });
-const peer = (i: number): DragonflyPeer => network.peers[i]!;
+const peer = (i: number): DragonflyPeerView => network.peers[i]!;
 
 beforeAll(async () => {
-  network = await startDragonfly({ nodePeers: 2, deferPreheatable: true });
+  network = await sharedDragonfly(inject('dragonflyService'), 2);
   minio = await startMinIO();
   await minio.createBucket(BUCKET);
   await minio.putObject(BUCKET, KEY, BODY);
@@ -142,19 +144,18 @@ afterAll(async () => {
   await manager?.close();
   await origin?.close();
   await minio?.stop();
-  await network?.stop();
   if (dir) await rm(dir, { recursive: true, force: true });
 });
 
 /** The daemon's own copy of a task: the file named by the task id under its storage directory. */
-async function taskFile(p: DragonflyPeer, taskID: string): Promise<string | undefined> {
+async function taskFile(p: DragonflyPeerView, taskID: string): Promise<string | undefined> {
   const entries = await readdir(p.storageDir, { recursive: true, withFileTypes: true });
   const e = entries.find((x) => x.isFile() && x.name === taskID);
   return e ? join(e.parentPath, e.name) : undefined;
 }
 
 /** A GET through a peer's proxy (absolute-form, as the agent and the plugin send it), the body read. */
-async function viaProxy(p: DragonflyPeer, url: string, headers: Record<string, string> = {}) {
+async function viaProxy(p: DragonflyPeerView, url: string, headers: Record<string, string> = {}) {
   const agent = new ProxyAgent(p.proxyURL);
   try {
     const res = await request(url, {
