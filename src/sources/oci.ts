@@ -30,6 +30,7 @@ import { registryReach } from '../policy/storage-reach.ts';
 import { hostAllowed, type CredentialReach } from '../policy/reach.ts';
 import { egressRefusal, type EgressLookup } from '../http/egress.ts';
 import type {
+  ResolvedSource,
   SourceFailure,
   SourceJob,
   SourceJobContent,
@@ -41,19 +42,11 @@ import type {
 type ModelFiles = SourceModelFiles;
 
 /** An artifact resolved for this generation, with what a preheat of it reads. */
-export type ResolvedArtifact = {
-  ok: true;
-  files: ModelFiles;
-  /** Layers of the artifact. */
-  count: number;
-  bytes: number;
-  /** The manifest's digest: the registration's identity. */
-  digest: string;
-  status: SourceStatus;
+export type ResolvedArtifact = ResolvedSource<SourceReason> & {
   /** The manifest's URL by digest (what an image preheat reads) and each distinct blob's URL. */
   manifestURL: string;
   blobURLs: string[];
-  /** What the owned preheat warms (ociPreheat). */
+  /** What the owned preheat warms (ociPreheat): an artifact always has one. */
   preheat: SourcePreheat;
 };
 

@@ -30,6 +30,7 @@ import { RegistryClient } from '../../src/oci/client.ts';
 import { parseReference } from '../../src/oci/reference.ts';
 import { parseHostRules } from '../../src/policy/reach.ts';
 import { createNamespace, kubeConfig, waitFor } from '../support/kube.ts';
+import { peerloadNamespace } from '../support/resources.ts';
 import { modctl, pushTritonVersion, type Modctl } from '../support/modctl.ts';
 import {
   gzip,
@@ -374,28 +375,11 @@ describe('preheat.create with a source', () => {
     ]);
     const url = `${fake.url}/v2/models/alone/blobs/${sha256(weights)}`;
     const before = fake.requests.filter((q) => q.path.includes('/blobs/')).length;
-    await custom.createNamespacedCustomObject({
-      group: GROUP,
-      version: VERSION,
-      namespace: ns,
-      plural: 'modelpreheats',
-      body: {
-        apiVersion: `${GROUP}/${VERSION}`,
-        kind: 'ModelPreheat',
-        metadata: { name: 'alone' },
-        spec: { source: { oci: { reference: `${fake.host}/models/alone:v1`, plainHTTP: true } } },
-      },
+    const preheats = peerloadNamespace(kc, ns);
+    await preheats.createModelPreheat('alone', {
+      source: { oci: { reference: `${fake.host}/models/alone:v1`, plainHTTP: true } },
     });
-    const p = await waitFor('the ModelPreheat of an OCI source to succeed', async () => {
-      const o = (await custom.getNamespacedCustomObject({
-        group: GROUP,
-        version: VERSION,
-        namespace: ns,
-        plural: 'modelpreheats',
-        name: 'alone',
-      })) as ModelPreheat;
-      return o.status?.state === 'SUCCESS' && o;
-    });
+    const p = await preheats.untilModelPreheat('alone', 'SUCCESS', (o) => o.status?.state === 'SUCCESS');
     expect(p.status?.source).toMatchObject({
       observedGeneration: 1,
       oci: { reference: `${fake.host}/models/alone:v1`, digest },
