@@ -9,8 +9,8 @@ import { existsSync } from 'node:fs';
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { Agent, request } from 'undici';
-import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { request } from 'undici';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import {
   DEFAULT_LIMITS,
   downloadVersion,
@@ -26,33 +26,21 @@ import { parseReference } from '../../src/oci/reference.ts';
 import { ModelVersionSpecSchema } from '../../src/place/spec.ts';
 import { TAG_HEADER, taskID } from '../../src/storage/taskid.ts';
 import { registryCredentialTag } from '../../src/storage/credential-tag.ts';
-import { pushModel, sha256, startFakeRegistry, type FakeRegistry } from '../support/oci-artifacts.ts';
-import { startPeerProxy, type PeerProxy } from '../support/peer-proxy.ts';
+import { pushModel, sha256, startFakeRegistry } from '../support/oci-artifacts.ts';
+import { peerBed } from '../support/peer-bed.ts';
 
-let registry: FakeRegistry;
-let peer: PeerProxy;
-let dispatcher: Agent;
 let root: string;
-beforeAll(async () => {
-  registry = await startFakeRegistry();
-  peer = await startPeerProxy();
-  dispatcher = new Agent();
-});
-afterAll(async () => {
-  await registry.close();
-  await peer.close();
-  await dispatcher.close();
-});
+const bed = peerBed('registry', startFakeRegistry);
 beforeEach(async () => {
   root = await mkdtemp(join(tmpdir(), 'agent-refetch-'));
-  peer.reset();
+  bed.peer.reset();
 });
 afterEach(() => rm(root, { recursive: true, force: true }));
 
 const config = (): DownloaderConfig => ({
   root,
-  proxy: peer.url,
-  dispatcher,
+  proxy: bed.peer.url,
+  dispatcher: bed.dispatcher,
   limits: { ...DEFAULT_LIMITS, minFreeBytes: 0 },
 });
 
@@ -62,8 +50,8 @@ function poisonedBlob(repo: string) {
   const bad = Buffer.from(good);
   bad.writeUInt8(bad.readUInt8(1234) ^ 0x01, 1234); // one flipped bit, as a tampering proxy in front of the origin would
   const digest = sha256(good);
-  registry.putWrongBlob(repo, digest, bad);
-  const url = `${registry.url}/v2/${repo}/blobs/${digest}`;
+  bed.registry.putWrongBlob(repo, digest, bad);
+  const url = `${bed.registry.url}/v2/${repo}/blobs/${digest}`;
   const spec = (version: string) =>
     ModelVersionSpecSchema.parse({
       version,
@@ -77,7 +65,7 @@ function poisonedBlob(repo: string) {
         },
       ],
     });
-  return { good, digest, url, spec, heal: () => registry.putBlob(repo, good) };
+  return { good, digest, url, spec, heal: () => bed.registry.putBlob(repo, good) };
 }
 
 async function place(name: string, spec: ReturnType<ReturnType<typeof poisonedBlob>['spec']>) {
@@ -106,16 +94,16 @@ describe('a digest mismatch poisons no retry', () => {
     const blob = poisonedBlob('models/heal');
     expect((await place('heal', blob.spec('1'))).progress.state).toBe('Failed');
     const poisoned = taskID({ url: blob.url });
-    expect(peer.hasTask(poisoned)).toBe(true); // the daemon holds the other bytes under the blob's task
+    expect(bed.peer.hasTask(poisoned)).toBe(true); // the daemon holds the other bytes under the blob's task
     blob.heal();
-    const originBefore = peer.stats.originRequests;
+    const originBefore = bed.peer.stats.originRequests;
     const { target, progress } = await place('heal', blob.spec('1'));
     expect(progress.state).toBe('Ready');
     expect(await readFile(join(target!, 'w.bin'))).toEqual(blob.good);
     const fresh = taskID({ url: blob.url, tag: 'peerload-refetch-1' });
     expect(progress.files[0]).toMatchObject({ taskID: fresh, expectedTaskID: fresh, localHit: false });
-    expect(peer.stats.originRequests - originBefore).toBe(1);
-    expect(peer.requests.at(-1)!.headers[TAG_HEADER.toLowerCase()]).toBe('peerload-refetch-1');
+    expect(bed.peer.stats.originRequests - originBefore).toBe(1);
+    expect(bed.peer.requests.at(-1)!.headers[TAG_HEADER.toLowerCase()]).toBe('peerload-refetch-1');
     // Another version of the same layer (or this agent after a restart) asks for the healed task: a local hit.
     const again = await place('heal', blob.spec('2'));
     expect(again.progress.files[0]).toMatchObject({ taskID: fresh, localHit: true });
@@ -138,7 +126,7 @@ describe("a private blob's retry keeps its credentials' tag", () => {
   // The fresh task of a retry is the blob's credential-tagged task plus the refetch component: without the
   // credentials' tag the retry would be a public task any pod could name at the node's proxy.
   const credTag = (repo: string) =>
-    registryCredentialTag(registry.url, repo, { username: 'robot', password: 'registry-secret-7' });
+    registryCredentialTag(bed.registry.url, repo, { username: 'robot', password: 'registry-secret-7' });
 
   it("the agent: the first download under the credentials' tag, the retry under it and peerload-refetch-1", async () => {
     const blob = poisonedBlob('models/private-heal');
@@ -152,23 +140,23 @@ describe("a private blob's retry keeps its credentials' tag", () => {
     expect(progress.state).toBe('Ready');
     const fresh = taskID({ url: blob.url, tag: `${tag}/peerload-refetch-1` });
     expect(progress.files[0]).toMatchObject({ taskID: fresh, expectedTaskID: fresh });
-    expect(peer.requests.at(-1)!.headers[TAG_HEADER.toLowerCase()]).toBe(`${tag}/peerload-refetch-1`);
+    expect(bed.peer.requests.at(-1)!.headers[TAG_HEADER.toLowerCase()]).toBe(`${tag}/peerload-refetch-1`);
   });
 
   it("peerload fetch oci://: the retry's tag is the credentials' tag with peerload-refetch-1", async () => {
     const blob = poisonedBlob('models/private-fetched');
     const tag = credTag('models/private-fetched');
-    pushModel(registry, 'models/private-fetched', 'v1', [
+    pushModel(bed.registry, 'models/private-fetched', 'v1', [
       { mediaType: 'application/vnd.cncf.model.weight.v1.raw', content: blob.good, filepath: 'w.bin' },
     ]);
-    registry.putWrongBlob('models/private-fetched', blob.digest, Buffer.from(blob.good).fill(1, 0, 1));
+    bed.registry.putWrongBlob('models/private-fetched', blob.digest, Buffer.from(blob.good).fill(1, 0, 1));
     const fetchIt = () =>
       placeArtifact({
-        client: new RegistryClient(registry.host, { dispatcher, plainHTTP: true }),
-        ref: parseReference(`${registry.host}/models/private-fetched:v1`),
+        client: new RegistryClient(bed.registry.host, { dispatcher: bed.dispatcher, plainHTTP: true }),
+        ref: parseReference(`${bed.registry.host}/models/private-fetched:v1`),
         dest: join(root, 'private-fetched', '1'),
-        proxy: peer.url,
-        dispatcher,
+        proxy: bed.peer.url,
+        dispatcher: bed.dispatcher,
         limits: { ...DEFAULT_PLACE_LIMITS, minFreeBytes: 0 },
         tag,
       });
@@ -176,24 +164,24 @@ describe("a private blob's retry keeps its credentials' tag", () => {
     blob.heal();
     const placed = await fetchIt();
     expect(placed.layers[0]!.taskID).toBe(taskID({ url: blob.url, tag: `${tag}/peerload-refetch-1` }));
-    expect(peer.requests.at(-1)!.headers[TAG_HEADER.toLowerCase()]).toBe(`${tag}/peerload-refetch-1`);
+    expect(bed.peer.requests.at(-1)!.headers[TAG_HEADER.toLowerCase()]).toBe(`${tag}/peerload-refetch-1`);
   });
 });
 
 describe('peerload fetch oci:// heals the same way', () => {
   it('a blob served wrongly is asked for under a fresh task next time, and placed once the registry heals', async () => {
     const blob = poisonedBlob('models/fetched');
-    pushModel(registry, 'models/fetched', 'v1', [
+    pushModel(bed.registry, 'models/fetched', 'v1', [
       { mediaType: 'application/vnd.cncf.model.weight.v1.raw', content: blob.good, filepath: 'w.bin' },
     ]);
-    registry.putWrongBlob('models/fetched', blob.digest, Buffer.from(blob.good).fill(1, 0, 1));
+    bed.registry.putWrongBlob('models/fetched', blob.digest, Buffer.from(blob.good).fill(1, 0, 1));
     const fetchIt = () =>
       placeArtifact({
-        client: new RegistryClient(registry.host, { dispatcher, plainHTTP: true }),
-        ref: parseReference(`${registry.host}/models/fetched:v1`),
+        client: new RegistryClient(bed.registry.host, { dispatcher: bed.dispatcher, plainHTTP: true }),
+        ref: parseReference(`${bed.registry.host}/models/fetched:v1`),
         dest: join(root, 'fetched', '1'),
-        proxy: peer.url,
-        dispatcher,
+        proxy: bed.peer.url,
+        dispatcher: bed.dispatcher,
         limits: { ...DEFAULT_PLACE_LIMITS, minFreeBytes: 0 },
       });
     await expect(fetchIt()).rejects.toMatchObject({ reason: 'DigestMismatch' });
@@ -233,7 +221,7 @@ describe("the agent's delete", () => {
     const call = (method: 'PUT' | 'DELETE', path: string, body?: unknown) =>
       request(`${agent.url}${path}`, {
         method,
-        dispatcher,
+        dispatcher: bed.dispatcher,
         headers: { authorization: 'Bearer agent-token-refetch-0123', 'content-type': 'application/json' },
         body: body === undefined ? undefined : JSON.stringify(body),
       }).then(async (r) => ({ status: r.statusCode, body: await r.body.text() }));

@@ -7,8 +7,7 @@
 import { mkdir, mkdtemp, rm, stat, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { Agent } from 'undici';
-import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { DEFAULT_LIMITS } from '../../src/place/placer.ts';
 import { startAgentServer, type AgentServer } from '../../src/agent/server.ts';
 import type { ModelFiles, ReplicaAccess, ReplicaServer } from '../../src/servers/driver.ts';
@@ -17,9 +16,9 @@ import { MLSERVER, OipDriver, TRITON, type OipFlavour } from '../../src/servers/
 import { ReplicaError } from '../../src/servers/endpoint.ts';
 import { startOipEmulator, type OipEmulator } from '../support/oip-emulator.ts';
 import { ECHO_MODEL_PY, echoConfig } from '../support/oip-exchanges.ts';
-import { startOrigin, type Origin } from '../support/origin.ts';
+import { startOrigin } from '../support/origin.ts';
 import { acrossRestart, expectNoFlip } from '../support/restart.ts';
-import { startPeerProxy, type PeerProxy } from '../support/peer-proxy.ts';
+import { peerBed } from '../support/peer-bed.ts';
 
 const TOKEN = 'oip-agent-token-0123456789abcdef';
 const SECRET_IN_REASON = 'X-Amz-Signature=0123456789abcdef0123456789abcdef';
@@ -40,38 +39,26 @@ const FILES: Record<string, string> = {
   '/m/iris/v2/model.joblib': 'joblib v2',
 };
 
-let origin: Origin;
-let peer: PeerProxy;
-let dispatcher: Agent;
 let dir: string;
 let root: string;
 let agent: AgentServer;
 let emulator: OipEmulator;
 let secretReads: { namespace: string; name: string; key: string }[];
 
-beforeAll(async () => {
-  origin = await startOrigin(FILES);
-  peer = await startPeerProxy();
-  dispatcher = new Agent();
-});
-afterAll(async () => {
-  await peer.close();
-  await origin.close();
-  await dispatcher.close();
-});
+const bed = peerBed('origin', () => startOrigin(FILES));
 
 async function setUp(flavour: OipFlavour) {
   dir = await mkdtemp(join(tmpdir(), 'oip-driver-'));
   root = join(dir, 'models');
   await mkdir(root);
   await writeFile(join(dir, 'token'), TOKEN);
-  peer.reset();
+  bed.peer.reset();
   secretReads = [];
   agent = await startAgentServer({
     root,
     host: '127.0.0.1',
-    proxy: peer.url,
-    dispatcher,
+    proxy: bed.peer.url,
+    dispatcher: bed.dispatcher,
     limits: { ...DEFAULT_LIMITS, minFreeBytes: 0 },
     token: () => Promise.resolve(TOKEN),
   });
@@ -84,7 +71,7 @@ afterEach(async () => {
 });
 
 const files = (model: string, version: string, paths: string[], directory?: string): ModelFiles => ({
-  files: paths.map((p) => ({ path: p, url: `${origin.url}/m/${model}/${version}/${p}` })),
+  files: paths.map((p) => ({ path: p, url: `${bed.origin.url}/m/${model}/${version}/${p}` })),
   ...(directory ? { directory } : {}),
 });
 
@@ -97,7 +84,7 @@ function replica(
       secretReads.push({ namespace, ...ref });
       return Promise.resolve(ref.key === 'wrong' ? 'not-the-token-abcdefgh' : TOKEN);
     },
-    dispatcher,
+    dispatcher: bed.dispatcher,
     placePollMs: 20,
   });
   const server = driver.replica(
@@ -153,8 +140,8 @@ describe('Triton', () => {
     });
     // The agent's token, from the Secret key named by the pod.
     expect(secretReads).toContainEqual({ namespace: 'ml', name: 'agent-token', key: 'triton-0' });
-    expect(peer.requests.map((r) => r.url).sort()).toEqual(
-      ECHO.map((p) => `${origin.url}/m/echo/1/${p}`).sort(),
+    expect(bed.peer.requests.map((r) => r.url).sort()).toEqual(
+      ECHO.map((p) => `${bed.origin.url}/m/echo/1/${p}`).sort(),
     );
 
     await server.scale('echo', '1', { min: 1, max: 3 }, {});
@@ -192,8 +179,8 @@ describe('Triton', () => {
 
   it("loads with the registration's config, and a preheated version is every file a local hit", async () => {
     const { server } = replica(TRITON);
-    for (const p of ECHO) await peer.preheat(`${origin.url}/m/echo/1/${p}`);
-    const originReads = origin.stats.requests;
+    for (const p of ECHO) await bed.peer.preheat(`${bed.origin.url}/m/echo/1/${p}`);
+    const originReads = bed.origin.stats.requests;
     const config = JSON.stringify(echoConfig([1], 2));
     const reg = {
       fileName: 'm/echo/1/',
@@ -203,7 +190,7 @@ describe('Triton', () => {
       options: { config },
     };
     expect(await server.register(reg, {})).toEqual({ version: '1', localHit: true });
-    expect(origin.stats.requests).toBe(originReads);
+    expect(bed.origin.stats.requests).toBe(originReads);
     expect(emulator.configOf('echo')).toMatchObject({ backend: 'python', instance_group: [{ count: 2 }] });
   });
 
