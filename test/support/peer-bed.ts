@@ -6,6 +6,7 @@
  */
 import { Agent } from 'undici';
 import { afterAll, beforeAll } from 'vitest';
+import { DEFAULT_LIMITS, type DownloaderConfig } from '../../src/place/placer.ts';
 import { startPeerProxy, type PeerProxy } from './peer-proxy.ts';
 
 export type PeerBed<K extends string, O> = { [k in K]: O } & { peer: PeerProxy; dispatcher: Agent };
@@ -27,4 +28,17 @@ export function peerBed<K extends string, O extends { close(): Promise<unknown> 
     await bed.dispatcher?.close();
   });
   return bed;
+}
+
+/** The agent's downloader placing into `root` through the bed's peer, with no free-space floor (a test's files are small). */
+export function downloaderConfig(
+  bed: { peer: PeerProxy; dispatcher: Agent },
+  root: string,
+): DownloaderConfig {
+  return {
+    root,
+    proxy: bed.peer.url,
+    dispatcher: bed.dispatcher,
+    limits: { ...DEFAULT_LIMITS, minFreeBytes: 0 },
+  };
 }

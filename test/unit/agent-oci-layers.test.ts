@@ -8,13 +8,7 @@ import { mkdtemp, readdir, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import {
-  DEFAULT_LIMITS,
-  downloadVersion,
-  newProgress,
-  preflight,
-  type DownloaderConfig,
-} from '../../src/place/placer.ts';
+import { downloadVersion, newProgress, preflight, type DownloaderConfig } from '../../src/place/placer.ts';
 import { ModelVersionSpecSchema, type ModelVersionSpec } from '../../src/place/spec.ts';
 import { artifactFiles } from '../../src/sources/oci.ts';
 import { RegistryClient } from '../../src/oci/client.ts';
@@ -22,7 +16,7 @@ import { parseModelManifest } from '../../src/oci/manifest.ts';
 import { parseReference } from '../../src/oci/reference.ts';
 import { parseHostRules } from '../../src/policy/reach.ts';
 import { gzip, pushModel, sha256, startFakeRegistry, tarOf, zstd } from '../support/oci-artifacts.ts';
-import { peerBed } from '../support/peer-bed.ts';
+import { downloaderConfig, peerBed } from '../support/peer-bed.ts';
 
 const RAW = 'application/vnd.cncf.model.weight.v1.raw';
 
@@ -37,12 +31,7 @@ beforeEach(async () => {
 });
 afterEach(() => rm(root, { recursive: true, force: true }));
 
-const config = (): DownloaderConfig => ({
-  root,
-  proxy: bed.peer.url,
-  dispatcher: bed.dispatcher,
-  limits: { ...DEFAULT_LIMITS, minFreeBytes: 0 },
-});
+const config = () => downloaderConfig(bed, root);
 
 /** The agent's spec for `tag` of `repo`, as the operator makes it (oci-source.ts). */
 async function specOf(

@@ -11,13 +11,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { request } from 'undici';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import {
-  DEFAULT_LIMITS,
-  downloadVersion,
-  newProgress,
-  preflight,
-  type DownloaderConfig,
-} from '../../src/place/placer.ts';
+import { downloadVersion, newProgress, preflight } from '../../src/place/placer.ts';
 import { REFETCH_DIR, markPoisoned, refetchCount, refetchTag } from '../../src/place/refetch.ts';
 import { startAgentServer } from '../../src/agent/server.ts';
 import { RegistryClient } from '../../src/oci/client.ts';
@@ -27,7 +21,7 @@ import { ModelVersionSpecSchema } from '../../src/place/spec.ts';
 import { TAG_HEADER, taskID } from '../../src/storage/taskid.ts';
 import { registryCredentialTag } from '../../src/storage/credential-tag.ts';
 import { pushModel, sha256, startFakeRegistry } from '../support/oci-artifacts.ts';
-import { peerBed } from '../support/peer-bed.ts';
+import { downloaderConfig, peerBed } from '../support/peer-bed.ts';
 
 let root: string;
 const bed = peerBed('registry', startFakeRegistry);
@@ -37,12 +31,27 @@ beforeEach(async () => {
 });
 afterEach(() => rm(root, { recursive: true, force: true }));
 
-const config = (): DownloaderConfig => ({
-  root,
-  proxy: bed.peer.url,
-  dispatcher: bed.dispatcher,
-  limits: { ...DEFAULT_LIMITS, minFreeBytes: 0 },
-});
+const config = () => downloaderConfig(bed, root);
+
+/** `repo`:v1 of one layer, `blob`'s published bytes, whose registry serves other bytes for it until blob.heal(). */
+function pushPoisoned(repo: string, blob: { good: Buffer; digest: string }): void {
+  pushModel(bed.registry, repo, 'v1', [
+    { mediaType: 'application/vnd.cncf.model.weight.v1.raw', content: blob.good, filepath: 'w.bin' },
+  ]);
+  bed.registry.putWrongBlob(repo, blob.digest, Buffer.from(blob.good).fill(1, 0, 1));
+}
+
+/** `peerload fetch oci://` of `repo`:v1 into root/<its last part>/1 through the bed's peer, with `tag` when given. */
+const fetchOf = (repo: string, tag?: string) => () =>
+  placeArtifact({
+    client: new RegistryClient(bed.registry.host, { dispatcher: bed.dispatcher, plainHTTP: true }),
+    ref: parseReference(`${bed.registry.host}/${repo}:v1`),
+    dest: join(root, repo.split('/').pop()!, '1'),
+    proxy: bed.peer.url,
+    dispatcher: bed.dispatcher,
+    limits: { ...DEFAULT_PLACE_LIMITS, minFreeBytes: 0 },
+    ...(tag === undefined ? {} : { tag }),
+  });
 
 /** A blob of `repo` whose origin serves other bytes until `heal()`; the spec of a version holding it. */
 function poisonedBlob(repo: string) {
@@ -146,20 +155,8 @@ describe("a private blob's retry keeps its credentials' tag", () => {
   it("peerload fetch oci://: the retry's tag is the credentials' tag with peerload-refetch-1", async () => {
     const blob = poisonedBlob('models/private-fetched');
     const tag = credTag('models/private-fetched');
-    pushModel(bed.registry, 'models/private-fetched', 'v1', [
-      { mediaType: 'application/vnd.cncf.model.weight.v1.raw', content: blob.good, filepath: 'w.bin' },
-    ]);
-    bed.registry.putWrongBlob('models/private-fetched', blob.digest, Buffer.from(blob.good).fill(1, 0, 1));
-    const fetchIt = () =>
-      placeArtifact({
-        client: new RegistryClient(bed.registry.host, { dispatcher: bed.dispatcher, plainHTTP: true }),
-        ref: parseReference(`${bed.registry.host}/models/private-fetched:v1`),
-        dest: join(root, 'private-fetched', '1'),
-        proxy: bed.peer.url,
-        dispatcher: bed.dispatcher,
-        limits: { ...DEFAULT_PLACE_LIMITS, minFreeBytes: 0 },
-        tag,
-      });
+    pushPoisoned('models/private-fetched', blob);
+    const fetchIt = fetchOf('models/private-fetched', tag);
     await expect(fetchIt()).rejects.toMatchObject({ reason: 'DigestMismatch' });
     blob.heal();
     const placed = await fetchIt();
@@ -171,19 +168,8 @@ describe("a private blob's retry keeps its credentials' tag", () => {
 describe('peerload fetch oci:// heals the same way', () => {
   it('a blob served wrongly is asked for under a fresh task next time, and placed once the registry heals', async () => {
     const blob = poisonedBlob('models/fetched');
-    pushModel(bed.registry, 'models/fetched', 'v1', [
-      { mediaType: 'application/vnd.cncf.model.weight.v1.raw', content: blob.good, filepath: 'w.bin' },
-    ]);
-    bed.registry.putWrongBlob('models/fetched', blob.digest, Buffer.from(blob.good).fill(1, 0, 1));
-    const fetchIt = () =>
-      placeArtifact({
-        client: new RegistryClient(bed.registry.host, { dispatcher: bed.dispatcher, plainHTTP: true }),
-        ref: parseReference(`${bed.registry.host}/models/fetched:v1`),
-        dest: join(root, 'fetched', '1'),
-        proxy: bed.peer.url,
-        dispatcher: bed.dispatcher,
-        limits: { ...DEFAULT_PLACE_LIMITS, minFreeBytes: 0 },
-      });
+    pushPoisoned('models/fetched', blob);
+    const fetchIt = fetchOf('models/fetched');
     await expect(fetchIt()).rejects.toMatchObject({ reason: 'DigestMismatch' });
     expect(await refetchCount(root, blob.digest.slice(7))).toBe(1);
     blob.heal();

@@ -8,12 +8,12 @@ import * as fsp from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
-import { DEFAULT_LIMITS, downloadVersion, newProgress, preflight } from '../../src/place/placer.ts';
+import { downloadVersion, newProgress, preflight } from '../../src/place/placer.ts';
 import { REFETCH_DIR, markPoisoned } from '../../src/place/refetch.ts';
 import { ModelVersionSpecSchema } from '../../src/place/spec.ts';
 import { TAG_HEADER } from '../../src/storage/taskid.ts';
 import { sha256, startFakeRegistry } from '../support/oci-artifacts.ts';
-import { peerBed } from '../support/peer-bed.ts';
+import { downloaderConfig, peerBed } from '../support/peer-bed.ts';
 
 vi.mock('node:fs/promises', async (original) => {
   const actual = await original<typeof import('node:fs/promises')>();
@@ -44,12 +44,7 @@ describe('refetch counts during a placement', () => {
     const poisoned = files[3]!.sha256;
     expect(await markPoisoned(root, poisoned)).toBe(1);
     const spec = ModelVersionSpecSchema.parse({ version: '1', files });
-    const config = {
-      root,
-      proxy: bed.peer.url,
-      dispatcher: bed.dispatcher,
-      limits: { ...DEFAULT_LIMITS, minFreeBytes: 0 },
-    };
+    const config = downloaderConfig(bed, root);
     const refetchDir = join(root, REFETCH_DIR);
     const readFile = vi.mocked(fsp.readFile);
     const readdir = vi.mocked(fsp.readdir);
