@@ -6,6 +6,19 @@ import { createNamespace, kubeConfig, readManifests, REPO_ROOT } from '../suppor
 import { INVALID } from '../fixtures/invalid-resources.ts';
 import { peerloadNamespace, type PeerloadNamespace } from '../support/resources.ts';
 
+/** The columns `kubectl get servedmodels` shows (Message only with -o wide). */
+const SERVED_MODEL_COLUMNS = [
+  'Name',
+  'Model',
+  'Version',
+  'Ready',
+  'Replicas',
+  'Reason',
+  'File',
+  'Message',
+  'Age',
+];
+
 let kc: k8s.KubeConfig;
 let objects: k8s.KubernetesObjectApi;
 let resources: PeerloadNamespace;
@@ -114,17 +127,7 @@ describe('CRDs on the real apiserver', () => {
       return { names, wide, row: Object.fromEntries(names.map((n, i) => [n, t.rows[0].cells[i]])) };
     };
     const sm = await table('servedmodels', 'no-service');
-    expect(sm.names).toEqual([
-      'Name',
-      'Model',
-      'Version',
-      'Ready',
-      'Replicas',
-      'Reason',
-      'File',
-      'Message',
-      'Age',
-    ]);
+    expect(sm.names).toEqual(SERVED_MODEL_COLUMNS);
     expect(sm.row).toMatchObject({
       Ready: 'False',
       Replicas: '0/0',
@@ -150,16 +153,6 @@ describe('CRDs on the real apiserver', () => {
 
   it('prints the columns kubectl get shows', async () => {
     const table = (await resources.table('servedmodels')) as any;
-    expect(table.columnDefinitions.map((c: { name: string }) => c.name)).toEqual([
-      'Name',
-      'Model',
-      'Version',
-      'Ready',
-      'Replicas',
-      'Reason',
-      'File',
-      'Message',
-      'Age',
-    ]);
+    expect(table.columnDefinitions.map((c: { name: string }) => c.name)).toEqual(SERVED_MODEL_COLUMNS);
   });
 });

@@ -108,19 +108,27 @@ async function failureOf(driver: OipDriver, p: Promise<unknown>) {
 const ECHO = ['model.py', 'offset.json'];
 const IRIS = ['model-settings.json', 'model.joblib'];
 
+/** The registration of `model`'s `version`, its files those of the origin's m/<model>/<version>/ directory. */
+const registration = (
+  model: string,
+  version: string,
+  paths: string[],
+  options: Record<string, string> = {},
+) => ({
+  fileName: `m/${model}/${version}/`,
+  modelName: model,
+  version,
+  files: files(model, version, paths),
+  options,
+});
+
 describe('Triton', () => {
   beforeEach(() => setUp(TRITON));
 
   it('registers a version: the agent places its files, then a load; progress, versions, workers', async () => {
     const { server } = replica(TRITON);
     const progress: string[] = [];
-    const reg = {
-      fileName: 'm/echo/1/',
-      modelName: 'echo',
-      version: '1',
-      files: files('echo', '1', ECHO),
-      options: {},
-    };
+    const reg = registration('echo', '1', ECHO);
     await writeFile(join(root, 'config.pbtxt'), 'not read: the model directory is echo/');
     await mkdir(join(root, 'echo'), { recursive: true });
     await writeFile(join(root, 'echo/config.pbtxt'), 'instance_group [ { count: 1, kind: KIND_CPU } ]\n');
@@ -182,13 +190,7 @@ describe('Triton', () => {
     for (const p of ECHO) await bed.peer.preheat(`${bed.origin.url}/m/echo/1/${p}`);
     const originReads = bed.origin.stats.requests;
     const config = JSON.stringify(echoConfig([1], 2));
-    const reg = {
-      fileName: 'm/echo/1/',
-      modelName: 'echo',
-      version: '1',
-      files: files('echo', '1', ECHO),
-      options: { config },
-    };
+    const reg = registration('echo', '1', ECHO, { config });
     expect(await server.register(reg, {})).toEqual({ version: '1', localHit: true });
     expect(bed.origin.stats.requests).toBe(originReads);
     expect(emulator.configOf('echo')).toMatchObject({ backend: 'python', instance_group: [{ count: 2 }] });
@@ -196,13 +198,7 @@ describe('Triton', () => {
 
   it('reads every failure as a kind, redacted', async () => {
     const { driver, server } = replica(TRITON);
-    const reg = {
-      fileName: 'm/echo/1/',
-      modelName: 'echo',
-      version: '1',
-      files: files('echo', '1', ECHO),
-      options: {},
-    };
+    const reg = registration('echo', '1', ECHO);
     // Placed where Triton does not look for echo: its "failed to poll from model repository" 500.
     const elsewhere = await failureOf(
       driver,
@@ -253,13 +249,7 @@ describe('MLServer', () => {
 
   it('registers, rolls to v2 (v1 dropped by its directory going and a reload), refuses worker counts it cannot set', async () => {
     const { driver, server } = replica(MLSERVER);
-    const reg = {
-      fileName: 'm/iris/v1/',
-      modelName: 'iris',
-      version: 'v1',
-      files: files('iris', 'v1', IRIS),
-      options: {},
-    };
+    const reg = registration('iris', 'v1', IRIS);
     expect(await server.register(reg, {})).toEqual({ version: 'v1', localHit: false });
     expect(await server.describe('iris', undefined, {})).toEqual({
       version: 'v1',
@@ -284,13 +274,7 @@ describe('MLServer', () => {
 
   it("reads MLServer's failures: 404 unknown, 422 a model file missing, a version its settings do not name", async () => {
     const { driver, server } = replica(MLSERVER);
-    const reg = {
-      fileName: 'm/iris/v1/',
-      modelName: 'iris',
-      version: 'v1',
-      files: files('iris', 'v1', IRIS),
-      options: {},
-    };
+    const reg = registration('iris', 'v1', IRIS);
     // model-settings.json left out: nothing names iris.
     const unknown = await failureOf(
       driver,
