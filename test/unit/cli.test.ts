@@ -3,7 +3,7 @@ import { runPeerload } from '../support/process.ts';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { TASKID_VECTORS, type TaskIdVector } from '../support/taskid-vectors.ts';
+import { TASKID_VECTORS, type TaskIdVector } from '../fixtures/taskid-vectors.ts';
 import { credentialTag } from '../../src/storage/credential-tag.ts';
 import { defaultFilter } from '../../src/storage/objecturl.ts';
 import { DEFAULT_FILTERED_QUERY_PARAMS, taskID } from '../../src/storage/taskid.ts';

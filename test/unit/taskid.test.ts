@@ -14,7 +14,7 @@ import {
   taskIdRule,
   type TaskIdRule,
 } from '../../src/storage/taskid.ts';
-import { TASKID_VECTORS, type TaskIdVector } from '../support/taskid-vectors.ts';
+import { TASKID_VECTORS, type TaskIdVector } from '../fixtures/taskid-vectors.ts';
 
 type Vector = TaskIdVector;
 const file = TASKID_VECTORS;
