@@ -89,7 +89,7 @@ export class HubSources implements SourceKind<HubSource> {
     };
   }
 
-  /** The token is read only for an endpoint in --allowed-hub-hosts; a source without one may name any Hub. */
+  /** The token is read only for an endpoint in --allowed-hub-hosts; a source without one may name any public Hub. */
   reach(hf: HubSource, field: string): CredentialReach {
     return hubReach(hf, field, this.tokenHosts);
   }

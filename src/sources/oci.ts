@@ -125,7 +125,7 @@ export class OciSources implements SourceKind<OciSource> {
 
   /**
    * Credentials are read only for a registry of the admin's --allowed-registry-hosts; anonymous pulls may come
-   * from any registry, as for an image preheat.
+   * from any registry at a public address (the resolution's egress check: an internal one only when listed).
    */
   reach(oci: OciSource, field: string): CredentialReach {
     if (!oci.credentialsSecretRef) return { allowed: true };
@@ -285,7 +285,7 @@ export class OciSources implements SourceKind<OciSource> {
       dispatcher: this.deps.dispatcher,
       plainHTTP: oci.plainHTTP === true,
       credentials,
-      // Anonymous pulls may come from any registry, as for an image preheat; credentials only from allowed ones.
+      // Anonymous pulls may come from any public registry (egress above); credentials only from allowed ones.
       allowedHosts: credentials ? this.deps.registryHosts : undefined,
       basicForwardHosts: this.deps.basicAuthRegistryHosts,
       maxManifestBytes: this.deps.maxManifestBytes,
