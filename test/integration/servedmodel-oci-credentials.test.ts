@@ -19,7 +19,7 @@ import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import type { ServedModel } from '../../src/api/index.ts';
 import { createServedModelController } from '../../src/controllers/index.ts';
 import { modelPreheatController } from '../../src/controllers/modelpreheat/index.ts';
-import { createNamespace, createRegistrySecret, createSecret, kubeConfig, waitFor } from '../support/kube.ts';
+import { createNamespace, createRegistrySecret, createSecret, kubeConfig } from '../support/kube.ts';
 import { conditionOf, peerloadNamespace, type PeerloadNamespace } from '../support/resources.ts';
 import {
   modelManifest,
@@ -204,8 +204,6 @@ async function pushToRegistry(repo: string, tag: string, layers: LayerSpec[]): P
   });
   expect(m.status).toBe(201);
 }
-
-const get = (name: string) => sms.getServedModel(name);
 
 const create = (name: string, reference: string, withCredentials: boolean) =>
   sms.createServedModel(name, {
