@@ -47,8 +47,8 @@ export function conditionOf(
   return o.status?.conditions?.find((c) => c.type === type);
 }
 
-export function peerloadNamespace(kc: k8s.KubeConfig, namespace: string) {
-  const custom = kc.makeApiClient(k8s.CustomObjectsApi);
+/** peerload's objects of one namespace through the apiserver's custom-objects API, by plural. */
+function customObjects(custom: k8s.CustomObjectsApi, namespace: string) {
   const get = async <T>(plural: Plural, name: string): Promise<T> =>
     (await custom.getNamespacedCustomObject({
       group: GROUP,
@@ -91,6 +91,20 @@ export function peerloadNamespace(kc: k8s.KubeConfig, namespace: string) {
       ? custom.listNamespacedCustomObject(at, asTable)
       : custom.getNamespacedCustomObject({ ...at, name }, asTable);
   };
+  const list = async <T>(plural: Plural) =>
+    (
+      (await custom.listNamespacedCustomObject({ group: GROUP, version: VERSION, namespace, plural })) as {
+        items: T[];
+      }
+    ).items;
+  return { get, create, patch, remove, gone, patchStatus, table, list };
+}
+
+export function peerloadNamespace(kc: k8s.KubeConfig, namespace: string) {
+  const { get, create, patch, remove, gone, patchStatus, table, list } = customObjects(
+    kc.makeApiClient(k8s.CustomObjectsApi),
+    namespace,
+  );
   /** Polls `name` until `ok` returns something (that is the result); the description names the wait's goal. */
   const until = <T, R>(
     plural: Plural,
@@ -122,10 +136,7 @@ export function peerloadNamespace(kc: k8s.KubeConfig, namespace: string) {
     /** Whether the ServedModel is gone (reading it fails). */
     servedModelGone: (name: string) => gone('servedmodels', name),
     modelPreheatGone: (name: string) => gone('modelpreheats', name),
-    listModelPreheats: async () => {
-      const at = { group: GROUP, version: VERSION, namespace, plural: 'modelpreheats' };
-      return ((await custom.listNamespacedCustomObject(at)) as { items: ModelPreheat[] }).items;
-    },
+    listModelPreheats: () => list<ModelPreheat>('modelpreheats'),
 
     /**
      * The ServedModel once its condition Ready is True on `replicas` ready replicas (and, when `reason` is given,
