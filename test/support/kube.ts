@@ -44,9 +44,13 @@ export async function installCRDs(kubeconfigPath: string): Promise<void> {
 }
 
 /** Creates a namespace with a unique name for one test file. */
+/** The namespaces this test file created: namespace-cleanup.ts empties them of peerload objects after the file. */
+export const createdNamespaces: string[] = [];
+
 export async function createNamespace(kc: k8s.KubeConfig, prefix: string): Promise<string> {
   const name = `${prefix}-${randomBytes(3).toString('hex')}`.toLowerCase();
   await kc.makeApiClient(k8s.CoreV1Api).createNamespace({ body: { metadata: { name } } });
+  createdNamespaces.push(name);
   return name;
 }
 
