@@ -5,6 +5,9 @@ import { SlowestFiles } from './test/support/slowest-files.ts';
 // the global set-up; e2e tests additionally start real model servers (TorchServe) and object stores. Every project
 // compares byte arrays whole (test/support/byte-equality.ts).
 const setupFiles = ['test/support/byte-equality.ts'];
+// The projects on the shared control plane also empty each file's namespaces of peerload objects after it
+// (test/support/namespace-cleanup.ts): a later file's operator would reconcile what an earlier one left.
+const sharedPlaneSetupFiles = [...setupFiles, 'test/support/namespace-cleanup.ts'];
 
 export default defineConfig({
   test: {
@@ -23,7 +26,7 @@ export default defineConfig({
         test: {
           name: 'integration',
           include: ['test/integration/**/*.test.ts'],
-          setupFiles,
+          setupFiles: sharedPlaneSetupFiles,
           globalSetup: ['test/support/global-setup.ts'],
           // Operators the tests start (in-process or as processes inheriting this environment) serve plain
           // HTTP as in local development; test/integration/metrics-auth.test.ts turns HTTPS and auth on.
@@ -38,7 +41,7 @@ export default defineConfig({
         test: {
           name: 'e2e',
           include: ['test/e2e/**/*.test.ts'],
-          setupFiles,
+          setupFiles: sharedPlaneSetupFiles,
           // The control plane, and the real Dragonfly network shared by the files that ask for it.
           globalSetup: ['test/support/global-setup.ts', 'test/support/dragonfly-setup.ts'],
           env: { PEERLOAD_METRICS_SECURE: 'false' },

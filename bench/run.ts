@@ -12,7 +12,8 @@
  * artifact and the directory; default 2048), --n12 <list> (scenario 12's replica
  * counts; default 1,2,4), --retries12 <back-to-source limit>,<limit> (scenario 12's scheduler retries as an admin
  * sets them; default the stock 4,5), --seed-first12 (scenario 12: a seed-peer job of the same URLs before each
- * node-targeted one), --checksums12 (scenario 12: also the S3 directory with each file's sha256 checked, what the
+ * node-targeted one), --hub12 (scenario 12: also the shards as a Hugging Face repository's LFS files, rows 12h),
+ * --checksums12 (scenario 12: also the S3 directory with each file's sha256 checked, what the
  * artifact's digest check costs), --size13-mib <n> (scenario 13, one object per run;
  * default 256).
  */
@@ -56,6 +57,7 @@ const { values } = parseArgs({
     retries12: { type: 'string' },
     'seed-first12': { type: 'boolean' },
     checksums12: { type: 'boolean' },
+    hub12: { type: 'boolean' },
     'size13-mib': { type: 'string' },
   },
   strict: true,
@@ -164,6 +166,7 @@ async function main(): Promise<number> {
         schedulerRetries: retries12,
         seedFirst: values['seed-first12'] === true,
         checksums: values['checksums12'] === true,
+        hub: values['hub12'] === true,
       }),
     );
   if (only.has(13))

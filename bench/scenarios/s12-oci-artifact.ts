@@ -30,6 +30,14 @@ import { ROOT_USER, type DragonflyOptions } from '../../test/support/dragonfly.t
 import { modctl, modctlBuild, nodePlacementArgs, type Modctl } from '../../test/support/modctl.ts';
 import { jobEnd } from '../../test/support/job-end.ts';
 import { startRegistry } from '../../test/support/registry.ts';
+import { startHubEmulator } from '../../test/support/hub-emulator.ts';
+import { getGlobalDispatcher } from 'undici';
+import { HubClient } from '../../src/huggingface/client.ts';
+import { hubEndpoint } from '../../src/huggingface/endpoint.ts';
+import { listRepoFiles } from '../../src/huggingface/files.ts';
+import { lfsLocations } from '../../src/huggingface/locations.ts';
+import { hubVersionSpec } from '../../src/huggingface/version-spec.ts';
+import { parseHostRules } from '../../src/policy/reach.ts';
 import { coresBusySince, cpuSeconds, machineTicks } from '../lib/cpu.ts';
 import { dropPageCache } from '../lib/disk.ts';
 import { peerloadFetchProcess } from '../lib/fetch-process.ts';
@@ -38,8 +46,11 @@ import { progress, stat, type Row } from '../lib/report.ts';
 
 const BUCKET = 'bench12';
 const NS = [1, 2, 4] as const;
-/** s3sum: the S3 directory with each file's sha256 in the spec, so the agent checks it as it checks a layer. */
-type Mode = 's3' | 'oci' | 's3sum';
+/**
+ * s3sum: the S3 directory with each file's sha256 in the spec, so the agent checks it as it checks a layer; hub: the
+ * shards as a Hugging Face repository's LFS files.
+ */
+type Mode = 's3' | 'oci' | 's3sum' | 'hub';
 const SHARDS = 8;
 const shardName = (i: number) => `shard-${String(i + 1).padStart(2, '0')}-of-${SHARDS}.bin`;
 const SHARD_NAMES = Array.from({ length: SHARDS }, (_, i) => shardName(i));
@@ -62,6 +73,12 @@ export interface S12Options {
    * every layer of an artifact): what the digest check costs, apart from the registry; in the row's notes.
    */
   checksums?: boolean;
+  /**
+   * Also place the shards as a Hugging Face repository's LFS files (the Hub emulator, its CDN on loopback): a file
+   * preheat of their CDN URLs, then `peerload fetch hf://` on each node; its own rows (12h), against the same S3
+   * directory.
+   */
+  hub?: boolean;
 }
 
 interface Run {
@@ -139,9 +156,14 @@ async function repetition(
   rep: number,
   shard: Buffer,
   ns: readonly number[],
-  { schedulerRetries, seedFirst, checksums }: S12Options,
+  { schedulerRetries, seedFirst, checksums, hub: withHub }: S12Options,
 ): Promise<Run[]> {
-  const modes: Mode[] = checksums ? ['s3', 'oci', 's3sum'] : ['s3', 'oci'];
+  const modes: Mode[] = [
+    's3',
+    'oci',
+    ...(checksums ? ['s3sum' as const] : []),
+    ...(withHub ? ['hub' as const] : []),
+  ];
   const cleanup: realnet.Cleanup = [];
   const work = await mkdtemp(join(tmpdir(), 'peerload-bench12-'));
   cleanup.push(() => rm(work, { recursive: true, force: true }));
@@ -176,18 +198,22 @@ async function repetition(
      * node-targeted replica's gate opens when its node's job is created (docs/dragonfly.md). `ended()` waits for
      * the job's SUCCESS (the manager writes it on its own poll, tens of seconds later) and returns when it saw it.
      */
-    const preheat = async (urls: string[], n: number) => {
+    const preheat = async (
+      urls: string[],
+      n: number,
+      filter: string[] = [...DEFAULT_FILTERED_QUERY_PARAMS],
+    ) => {
       if (seedFirst)
         await manager.createPreheatJob({
           type: 'file',
           urls,
-          filteredQueryParams: [...DEFAULT_FILTERED_QUERY_PARAMS],
+          filteredQueryParams: filter,
           scope: 'single_seed_peer',
         });
       const job = await manager.createPreheatJob({
         type: 'file',
         urls,
-        filteredQueryParams: [...DEFAULT_FILTERED_QUERY_PARAMS],
+        filteredQueryParams: filter,
         scope: 'all_peers',
         ips: network.peers.slice(0, n).map((p) => p.ip),
       });
@@ -411,14 +437,105 @@ async function repetition(
       };
     }
 
+    /**
+     * The shards as a Hub repository's LFS files, served by the Hub emulator (its CDN on loopback, behind nothing:
+     * it counts its own bytes): the file preheat of their CDN URLs as a ModelPreheat of the source plans it (the
+     * CDN's query left out of the ids), then `peerload fetch hf://` on each node.
+     */
+    async function hub(n: number, name: string): Promise<Run> {
+      const repo = `bench/${name}`;
+      const shards = SHARD_NAMES.map(() => Buffer.from(nextShard()));
+      const emulator = await startHubEmulator({
+        repos: [
+          {
+            id: repo,
+            commits: [Object.fromEntries(SHARD_NAMES.map((p, i) => [p, { content: shards[i]!, lfs: true }]))],
+          },
+        ],
+      });
+      try {
+        settle();
+        const endpoint = hubEndpoint(emulator.url, 'http://127.0.0.1');
+        const client = new HubClient({ endpoint, dispatcher: getGlobalDispatcher() });
+        const listing = await listRepoFiles(client, repo, 'main', {});
+        const located = await lfsLocations(client, listing, {
+          hosts: parseHostRules('http://127.0.0.1'),
+          flag: '--allowed-hub-redirect-hosts',
+        });
+        const spec = hubVersionSpec(endpoint, listing, located, { headers: {} });
+        const counts0 = await peerCounts();
+        const cpu0 = cpuNow();
+        cuts = 0;
+        agentCpu = 0;
+        const ticks0 = machineTicks();
+        const t0 = performance.now();
+        const startedAt = Date.now();
+        // The CDN's query parameters left out of the ids, as the source's ModelPreheat plans its job.
+        const job = await preheat(
+          spec.files.map((f) => f.url!),
+          n,
+          spec.filter ?? [],
+        );
+        const lines = await Promise.all(
+          Array.from({ length: n }, async (_, i) => {
+            const root = join(work, `node-${i}`, 'hub');
+            await mkdir(root, { recursive: true });
+            return fetched(
+              name,
+              await peerloadFetchProcess([
+                `hf://${repo}`,
+                root,
+                '--endpoint',
+                emulator.url,
+                '--allowed-hub-redirect-hosts',
+                'http://127.0.0.1',
+                ...fetchArgs(i, root),
+              ]),
+            )[0]!;
+          }),
+        );
+        const totalMs = performance.now() - t0;
+        const busyCores = coresBusySince(ticks0, availableParallelism());
+        const preheatMs = (await job.ended()) - t0;
+        const counts = lines.map((l) => /\((\d+) local hits, (\d+) hard links\)/.exec(l));
+        if (counts.some((c) => !c)) throw new Error(`unexpected fetch output: ${lines.join('; ')}`);
+        const sha = (b: Buffer) => createHash('sha256').update(b).digest('hex');
+        const perFile = shards.map((b) => emulator.cdnBytes(sha(b)) / b.length);
+        return {
+          mode: 'hub',
+          n,
+          rep,
+          totalMs,
+          startedAt,
+          busyCores,
+          cores: availableParallelism(),
+          preheatMs,
+          originBytes: shards.reduce((sum, b) => sum + emulator.cdnBytes(sha(b)), 0),
+          maxBlobReads: Math.max(...perFile),
+          localHits: counts.reduce((sum, c) => sum + Number(c![1]), 0),
+          hardLinks: counts.reduce((sum, c) => sum + Number(c![2]), 0),
+          cutRetries: cuts,
+          backToSource: await since(counts0),
+          cpu: { ...cpuSince(cpu0), agents: agentCpu },
+        };
+      } finally {
+        await emulator.close();
+      }
+    }
+
     const runs: Run[] = [];
     for (const n of [...ns].sort((a, b) => b - a))
       for (const mode of rep % 2 === 0 ? modes : [...modes].reverse()) {
         const name = `${mode}-${n}-${rep}`;
-        const r = mode === 'oci' ? await oci(n, name, tool) : await s3(n, name, mode === 's3sum');
+        const r =
+          mode === 'oci'
+            ? await oci(n, name, tool)
+            : mode === 'hub'
+              ? await hub(n, name)
+              : await s3(n, name, mode === 's3sum');
         runs.push(r);
         progress(`s12 ${JSON.stringify(r)}`);
-        if (mode !== 'oci')
+        if (mode === 's3' || mode === 's3sum')
           await realnet.dropObjects(
             net,
             BUCKET,
@@ -459,7 +576,48 @@ const windowOf = (r: Run) =>
     : '—';
 const b2s = (r: Run) => `${r.backToSource.scheduler}+${r.backToSource.schedulerError}`;
 
-function rowsOf(
+function rowsOf(runs: Run[], shardBytes: number, ns: readonly number[], o: S12Options): Row[] {
+  return [...ociRows(runs, shardBytes, ns, o), ...hubRows(runs, shardBytes, ns)];
+}
+
+/** Rows 12h: the shards as a Hub repository's LFS files against the same S3 directory, per N. */
+function hubRows(runs: Run[], shardBytes: number, ns: readonly number[]): Row[] {
+  const MiB = (b: number) => `${(b / 2 ** 20).toFixed(0)} MiB`;
+  if (!runs.some((r) => r.mode === 'hub')) return [];
+  return ns.map((n) => {
+    const h = runs.filter((r) => r.mode === 'hub' && r.n === n);
+    const s = runs.filter((r) => r.mode === 's3' && r.n === n);
+    const ratio = stat(
+      h.map((r) => {
+        const ref = s.find((x) => x.rep === r.rep);
+        return ref ? r.totalMs / ref.totalMs : NaN;
+      }),
+    );
+    const once = h.every((r) => r.maxBlobReads !== undefined && r.maxBlobReads <= 1.01);
+    const linked = h.every((r) => r.hardLinks === n * SHARDS);
+    return {
+      id: `12h-${n}`,
+      scenario: `12h a ${MiB(shardBytes * SHARDS)} Hugging Face repository of ${SHARDS} LFS files to ${n} node(s) through the agent's fetch, real network`,
+      metric:
+        'preheat (file job of the CDN URLs, node-targeted) → placed on every node, vs the same files as an S3 directory',
+      unit: 's',
+      value: stat(h.map((r) => r.totalMs / 1000)),
+      reference: stat(s.map((r) => r.totalMs / 1000)),
+      referenceLabel: '(S3 directory, same N, same run)',
+      ratio,
+      target: '≤ 1.1× the S3 directory, the CDN read once per file, every file a hard link',
+      pass: h.length > 0 && ratio.median <= 1.1 && once && linked,
+      notes:
+        `CDN bytes per run ${h.map((r) => MiB(r.originBytes)).join(', ')} (max per file ${h.map((r) => r.maxBlobReads?.toFixed(4)).join(', ')}×); ` +
+        `hard links ${h.map((r) => `${r.hardLinks}/${n * SHARDS}`).join(', ')}; local hits ${h.map((r) => `${r.localHits}/${n * SHARDS}`).join(', ')}; ` +
+        `node peers sent to the origin ${h.map(b2s).join(', ')}; CPU s ${h.map(cpuOf).join(', ')}; ` +
+        `busy cores ${h.map((r) => r.busyCores?.toFixed(2)).join(', ')}`,
+    };
+  });
+}
+
+/** Rows 12a–c: the artifact against the same S3 directory, per N. */
+function ociRows(
   runs: Run[],
   shardBytes: number,
   ns: readonly number[],

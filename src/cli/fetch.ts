@@ -1,9 +1,9 @@
 /**
  * `peerload fetch`: the agent's download once, for an init container (a server without a load API starts on a
  * complete directory). Prints one line; exit 0 when the version is in place, 1 when the download failed, 2 on bad
- * input or a refusal (byte cap, free space, credentials). Given an `oci://` reference it places a ModelPack
- * artifact instead (fetch-oci.ts); given a KServe storage URI (or `--kserve`) it is KServe's storage initializer
- * (fetch-kserve.ts).
+ * input or a refusal (byte cap, free space, credentials). Its forms are a table ({@link FORMS}): the first whose
+ * `matches` takes the arguments runs them, parsing them once; the version spec of the operator's agents is the form
+ * when none does. A new source's form is a row (and its file), not a branch here.
  */
 import { readFile } from 'node:fs/promises';
 import { pino } from 'pino';
@@ -33,29 +33,82 @@ ${OCI_USAGE}`;
 
 export type FetchIO = FetchLines;
 
+/** Options every form but KServe's and the Hub's parses: a spec's, and an artifact's (each refused for the other). */
+const SHARED_OPTIONS = {
+  ...DOWNLOAD_OPTIONS,
+  ...OCI_OPTIONS,
+  name: { type: 'string' },
+  spec: { type: 'string' },
+} as const;
+
+/** One form of `peerload fetch`: the arguments it takes (by the source's URI scheme, or a flag) and its run. */
+interface FetchForm {
+  /** What it fetches, for messages. */
+  what: string;
+  matches(argv: readonly string[]): boolean | Promise<boolean>;
+  run(argv: string[], io: FetchLines): Promise<number>;
+}
+
+/**
+ * Every form but the version spec's, in the order they are asked: KServe's storage initializer first (its URI may
+ * be any scheme it hands over, and `--kserve` says it outright), then each source's own URI scheme.
+ */
+const FORMS: readonly FetchForm[] = [
+  {
+    what: "KServe's storage URI",
+    matches: async (argv) => (await import('./fetch-kserve.ts')).isKServeInvocation(argv),
+    run: async (argv, io) => (await import('./fetch-kserve.ts')).runKServe(argv, io),
+  },
+  {
+    what: 'a Hugging Face repository',
+    matches: (argv) => argv[0]?.startsWith('hf://') === true,
+    run: async (argv, io) => (await import('./fetch-hub.ts')).runHub(argv, io),
+  },
+  {
+    what: 'an OCI artifact',
+    // Parsed to find the reference: a flag's value (`--proxy http://…`) is not it. Arguments that do not parse
+    // are not this form's; the version spec's form says what is wrong with them.
+    matches: (argv) => {
+      try {
+        return (
+          parseCommandArgs([...argv], SHARED_OPTIONS, true).positionals[0]?.startsWith('oci://') === true
+        );
+      } catch {
+        return false;
+      }
+    },
+    run: runOciForm,
+  },
+];
+
 export async function run(
   argv: string[],
   given: FetchIO = { out: console.log, err: console.error },
 ): Promise<number> {
   const io = redactedLines(given);
-  const kserve = await import('./fetch-kserve.ts');
-  if (kserve.isKServeInvocation(argv)) return kserve.runKServe(argv, io);
-  if (argv[0]?.startsWith('hf://')) return (await import('./fetch-hub.ts')).runHub(argv, io);
-  const { values, positionals } = parseCommandArgs(
-    argv,
-    { ...DOWNLOAD_OPTIONS, ...OCI_OPTIONS, name: { type: 'string' }, spec: { type: 'string' } },
-    true,
-    USAGE,
-  );
+  for (const form of FORMS) if (await form.matches(argv)) return form.run(argv, io);
+  return runSpecForm(argv, io);
+}
+
+/** `peerload fetch oci://REGISTRY/REPOSITORY:TAG DIR`. */
+async function runOciForm(argv: string[], io: FetchLines): Promise<number> {
+  const { values, positionals } = parseCommandArgs(argv, SHARED_OPTIONS, true, USAGE);
   if (values.help) {
     io.out(USAGE);
     return 0;
   }
-  if (positionals[0]?.startsWith('oci://')) {
-    if (positionals.length > 2) throw new CliError(`unexpected argument "${positionals[2]}"`);
-    if (values.name !== undefined || values.spec !== undefined || values.root !== undefined)
-      throw new CliError('an oci:// reference takes a directory, not --name, --spec or --root');
-    return runOci(positionals[0], positionals[1], values, io);
+  if (positionals.length > 2) throw new CliError(`unexpected argument "${positionals[2]}"`);
+  if (values.name !== undefined || values.spec !== undefined || values.root !== undefined)
+    throw new CliError('an oci:// reference takes a directory, not --name, --spec or --root');
+  return runOci(positionals[0]!, positionals[1], values, io);
+}
+
+/** `peerload fetch --name MODEL --spec FILE --root DIR`: the version spec of the operator's agents. */
+async function runSpecForm(argv: string[], io: FetchLines): Promise<number> {
+  const { values, positionals } = parseCommandArgs(argv, SHARED_OPTIONS, true, USAGE);
+  if (values.help) {
+    io.out(USAGE);
+    return 0;
   }
   if (positionals.length > 0)
     throw new CliError(

@@ -3,7 +3,8 @@
  * tokenSecretRef must be in the admin's `--allowed-hub-hosts` (default huggingface.co, https only; plain HTTP only
  * to a host listed as `http://host`). Asked before the Secret is
  * read, so a refused endpoint never receives the token (not the listing's, not a file's header). A source without
- * a token sends nothing secret and may name any Hub (a public mirror). Pure.
+ * a token sends nothing secret and may name any Hub at a public address (a public mirror; an internal address only
+ * when listed: huggingface.ts asks src/http/egress.ts). Pure.
  */
 import type { HubSource } from '../api/source-huggingface.ts';
 import { DEFAULT_HUB_ENDPOINT } from '../huggingface/endpoint.ts';

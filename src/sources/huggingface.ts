@@ -9,7 +9,7 @@
  * so a moved branch changes nothing until the spec or the annotation does. The CDN URLs are signed for a while
  * (about an hour on the Hub), so they are asked for again when older than half of that; the task ids do not change.
  */
-import type { HubSource, PreheatSourceStatus, SourcePreheat, SourceStatus } from '../api/index.ts';
+import type { HubSource, PreheatSourceStatus, SourcePreheat } from '../api/index.ts';
 import { isHubError } from '../huggingface/client.ts';
 import { HubReason } from '../huggingface/errors.ts';
 import type { HubListing } from '../huggingface/files.ts';
@@ -27,22 +27,14 @@ import {
   type HubResolution,
   type HubResolverDeps,
 } from './hub-resolution.ts';
-import type { SourceFailure, SourceJob, SourceKind, SourceModelFiles, SourceOwner } from './source.ts';
+import type { ResolvedSource, SourceFailure, SourceJob, SourceKind, SourceOwner } from './source.ts';
 
 /** A Hub source's reasons: the Hub's, and an endpoint the operator may not reach. */
 export type HubSourceReason = HubReason | 'HubNotAllowed';
 
-type ModelFiles = SourceModelFiles;
-
 /** A source's files for one generation, or why there are none. */
 export type SourceFiles =
-  | {
-      ok: true;
-      files: ModelFiles;
-      count: number;
-      bytes: number;
-      digest: string;
-      status: SourceStatus;
+  | (ResolvedSource<HubSourceReason> & {
       listing: HubListing;
       /**
        * What the owned preheat warms. Without a token: the URLs of the generation's first listing (a preheat job
@@ -51,14 +43,8 @@ export type SourceFiles =
        * token's task tag comes from the Secret when its job is planned and never sits in its spec.
        */
       preheat: SourcePreheat | undefined;
-    }
-  | {
-      ok: false;
-      /** `final`: only a spec (or annotation) edit tries again; else the next pass does. */
-      final: boolean;
-      reason: HubSourceReason;
-      message: string;
-    };
+    })
+  | SourceFailure<HubSourceReason>;
 
 export type HubSourcesDeps = HubResolverDeps;
 
@@ -103,7 +89,7 @@ export class HubSources implements SourceKind<HubSource> {
     };
   }
 
-  /** The token is read only for an endpoint in --allowed-hub-hosts; a source without one may name any Hub. */
+  /** The token is read only for an endpoint in --allowed-hub-hosts; a source without one may name any public Hub. */
   reach(hf: HubSource, field: string): CredentialReach {
     return hubReach(hf, field, this.tokenHosts);
   }

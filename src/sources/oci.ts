@@ -30,6 +30,7 @@ import { registryReach } from '../policy/storage-reach.ts';
 import { hostAllowed, type CredentialReach } from '../policy/reach.ts';
 import { egressRefusal, type EgressLookup } from '../http/egress.ts';
 import type {
+  ResolvedSource,
   SourceFailure,
   SourceJob,
   SourceJobContent,
@@ -41,19 +42,11 @@ import type {
 type ModelFiles = SourceModelFiles;
 
 /** An artifact resolved for this generation, with what a preheat of it reads. */
-export type ResolvedArtifact = {
-  ok: true;
-  files: ModelFiles;
-  /** Layers of the artifact. */
-  count: number;
-  bytes: number;
-  /** The manifest's digest: the registration's identity. */
-  digest: string;
-  status: SourceStatus;
+export type ResolvedArtifact = ResolvedSource<SourceReason> & {
   /** The manifest's URL by digest (what an image preheat reads) and each distinct blob's URL. */
   manifestURL: string;
   blobURLs: string[];
-  /** What the owned preheat warms (ociPreheat). */
+  /** What the owned preheat warms (ociPreheat): an artifact always has one. */
   preheat: SourcePreheat;
 };
 
@@ -132,7 +125,7 @@ export class OciSources implements SourceKind<OciSource> {
 
   /**
    * Credentials are read only for a registry of the admin's --allowed-registry-hosts; anonymous pulls may come
-   * from any registry, as for an image preheat.
+   * from any registry at a public address (the resolution's egress check: an internal one only when listed).
    */
   reach(oci: OciSource, field: string): CredentialReach {
     if (!oci.credentialsSecretRef) return { allowed: true };
@@ -292,7 +285,7 @@ export class OciSources implements SourceKind<OciSource> {
       dispatcher: this.deps.dispatcher,
       plainHTTP: oci.plainHTTP === true,
       credentials,
-      // Anonymous pulls may come from any registry, as for an image preheat; credentials only from allowed ones.
+      // Anonymous pulls may come from any public registry (egress above); credentials only from allowed ones.
       allowedHosts: credentials ? this.deps.registryHosts : undefined,
       basicForwardHosts: this.deps.basicAuthRegistryHosts,
       maxManifestBytes: this.deps.maxManifestBytes,

@@ -9,6 +9,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { createNamespace, kubeConfig, REPO_ROOT, waitFor } from '../support/kube.ts';
+import { peerloadNamespace, type PeerloadNamespace } from '../support/resources.ts';
 
 const kubeconfigPath = inject('kubeconfigPath');
 const kc = kubeConfig(kubeconfigPath);
@@ -17,9 +18,11 @@ const NODE = join(REPO_ROOT, 'node_modules/.bin/node');
 const BIN = join(REPO_ROOT, 'bin/peerload.js');
 const FIXTURES = join(REPO_ROOT, 'test/fixtures/check');
 let ns: string;
+let resources: PeerloadNamespace;
 
 beforeAll(async () => {
   ns = await createNamespace(kc, 'cli-wait');
+  resources = peerloadNamespace(kc, ns);
 });
 afterAll(async () => {
   await kc
@@ -56,11 +59,8 @@ const cond = (type: string, status: string, reason: string, message: string) => 
   observedGeneration: 1,
   lastTransitionTime: new Date().toISOString().replace(/\.\d+Z$/, 'Z'),
 });
-async function setStatus(plural: string, name: string, status: object) {
-  await custom.patchNamespacedCustomObjectStatus(
-    { group: 'peerload.io', version: 'v1alpha1', namespace: ns, plural, name, body: { status } },
-    k8s.setHeaderOptions('Content-Type', k8s.PatchStrategy.MergePatch),
-  );
+async function setStatus(name: string, status: object) {
+  await resources.patchModelPreheatStatus(name, status);
 }
 const progress = (r: Run) => r.stderr().trim().split('\n').filter(Boolean);
 
@@ -77,33 +77,30 @@ describe('peerload preheat and wait', () => {
     ]);
     expect(await created.code).toBe(0);
     expect(created.stdout()).toBe(`modelpreheat.peerload.io/p1 created in namespace ${ns}\n`);
-    const obj = (await custom.getNamespacedCustomObject({
-      group: 'peerload.io',
-      version: 'v1alpha1',
-      namespace: ns,
-      plural: 'modelpreheats',
-      name: 'p1',
-    })) as { spec: { url: string }; metadata: { managedFields: { manager: string }[] } };
+    const obj = await resources.get<{
+      spec: { url: string };
+      metadata: { managedFields: { manager: string }[] };
+    }>('modelpreheats', 'p1');
     expect(obj.spec.url).toBe('http://127.0.0.1:9/model.bin');
     expect(obj.metadata.managedFields.map((f) => f.manager)).toEqual(['peerload-cli']);
 
     const wait = peerload(['wait', 'mph/p1', ...kube, ns, '--timeout', '60s', '--interval', '100ms']);
     await waitFor('first progress line', async () => progress(wait).length >= 1 || undefined);
     const created1 = cond('Reconciling', 'True', 'JobCreated', 'preheat job 7 created');
-    await setStatus('modelpreheats', 'p1', {
+    await setStatus('p1', {
       observedGeneration: 1,
       phase: 'PENDING',
       conditions: [created1],
     });
     await waitFor('JobCreated seen', async () => /JobCreated/.test(wait.stderr()) || undefined);
-    await setStatus('modelpreheats', 'p1', {
+    await setStatus('p1', {
       phase: 'RETRYING',
       conditions: [
         cond('Reconciling', 'True', 'JobFailedWillRetry', 'attempt 1 of 4 failed; retrying in 30s'),
       ],
     });
     await waitFor('retry seen', async () => /RETRYING/.test(wait.stderr()) || undefined);
-    await setStatus('modelpreheats', 'p1', {
+    await setStatus('p1', {
       phase: 'SUCCESS',
       conditions: [cond('Ready', 'True', 'JobSucceeded', 'preheat job 8 succeeded on 1 peer(s)')],
     });
@@ -141,7 +138,7 @@ describe('peerload preheat and wait', () => {
     ]);
     await waitFor('started', async () => progress(wait).length >= 1 || undefined);
     const why = 'preheat failed after 4 attempt(s): job 9 ended in FAILURE: origin answered 404';
-    await setStatus('modelpreheats', 'p2', {
+    await setStatus('p2', {
       observedGeneration: 1,
       phase: 'FAILURE',
       conditions: [cond('Ready', 'False', 'JobFailed', why), cond('Stalled', 'True', 'JobFailed', why)],

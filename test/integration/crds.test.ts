@@ -4,24 +4,33 @@ import { readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { createNamespace, kubeConfig, readManifests, REPO_ROOT } from '../support/kube.ts';
 import { INVALID } from '../fixtures/invalid-resources.ts';
+import { peerloadNamespace, type PeerloadNamespace } from '../support/resources.ts';
 
-const GROUP = 'peerload.io';
-const VERSION = 'v1alpha1';
+/** The columns `kubectl get servedmodels` shows (Message only with -o wide). */
+const SERVED_MODEL_COLUMNS = [
+  'Name',
+  'Model',
+  'Version',
+  'Ready',
+  'Replicas',
+  'Reason',
+  'File',
+  'Message',
+  'Age',
+];
 
 let kc: k8s.KubeConfig;
 let objects: k8s.KubernetesObjectApi;
-let custom: k8s.CustomObjectsApi;
+let resources: PeerloadNamespace;
 let ns: string;
 
 beforeAll(async () => {
   kc = kubeConfig(inject('kubeconfigPath'));
   objects = k8s.KubernetesObjectApi.makeApiClient(kc);
-  custom = kc.makeApiClient(k8s.CustomObjectsApi);
   ns = await createNamespace(kc, 'crds');
+  resources = peerloadNamespace(kc, ns);
   console.log(`apiserver under test: ${inject('apiserverVersion')}`);
 });
-
-const plural = (kind: string) => (kind === 'ModelPreheat' ? 'modelpreheats' : 'servedmodels');
 
 describe('CRDs on the real apiserver', () => {
   it('serves a real kube-apiserver of 1.31 or newer', async () => {
@@ -47,24 +56,11 @@ describe('CRDs on the real apiserver', () => {
 
   for (const [i, c] of INVALID.entries()) {
     it(`rejects: ${c.name} (message names ${c.field})`, async () => {
-      const body = {
-        apiVersion: `${GROUP}/${VERSION}`,
-        kind: c.kind,
-        metadata: { name: `invalid-${i}` },
-        spec: c.spec,
-      };
-      const err = await custom
-        .createNamespacedCustomObject({
-          group: GROUP,
-          version: VERSION,
-          namespace: ns,
-          plural: plural(c.kind),
-          body,
-        })
-        .then(
-          () => undefined,
-          (e: unknown) => e as k8s.ApiException<string>,
-        );
+      const create = c.kind === 'ModelPreheat' ? resources.createModelPreheat : resources.createServedModel;
+      const err = await create(`invalid-${i}`, c.spec).then(
+        () => undefined,
+        (e: unknown) => e as k8s.ApiException<string>,
+      );
       expect(err, 'the apiserver accepted an invalid resource').toBeDefined();
       expect(err!.code).toBe(422);
       const message = JSON.parse(err!.body).message as string;
@@ -75,50 +71,13 @@ describe('CRDs on the real apiserver', () => {
 
   it('writing /status does not change metadata.generation', async () => {
     const name = 'status-generation';
-    await custom.createNamespacedCustomObject({
-      group: GROUP,
-      version: VERSION,
-      namespace: ns,
-      plural: 'modelpreheats',
-      body: {
-        apiVersion: `${GROUP}/${VERSION}`,
-        kind: 'ModelPreheat',
-        metadata: { name },
-        spec: { url: 'http://x/y' },
-      },
-    });
-    const before = (await custom.getNamespacedCustomObject({
-      group: GROUP,
-      version: VERSION,
-      namespace: ns,
-      plural: 'modelpreheats',
-      name,
-    })) as any;
-    const patched = (await custom.patchNamespacedCustomObjectStatus(
-      {
-        group: GROUP,
-        version: VERSION,
-        namespace: ns,
-        plural: 'modelpreheats',
-        name,
-        body: { status: { state: 'PENDING', jobID: 7 } },
-      },
-      k8s.setHeaderOptions('Content-Type', k8s.PatchStrategy.MergePatch),
-    )) as any;
+    await resources.createModelPreheat(name, { url: 'http://x/y' });
+    const before = (await resources.getModelPreheat(name)) as any;
+    const patched = (await resources.patchModelPreheatStatus(name, { state: 'PENDING', jobID: 7 })) as any;
     expect(patched.status).toMatchObject({ state: 'PENDING', jobID: 7 });
     expect(patched.metadata.generation).toBe(before.metadata.generation);
     // A spec change, by contrast, moves the generation: the controllers rely on the difference.
-    const specPatched = (await custom.patchNamespacedCustomObject(
-      {
-        group: GROUP,
-        version: VERSION,
-        namespace: ns,
-        plural: 'modelpreheats',
-        name,
-        body: { spec: { url: 'http://x/z' } },
-      },
-      k8s.setHeaderOptions('Content-Type', k8s.PatchStrategy.MergePatch),
-    )) as any;
+    const specPatched = (await resources.patchModelPreheat(name, { spec: { url: 'http://x/z' } })) as any;
     expect(specPatched.metadata.generation).toBe(before.metadata.generation + 1);
   });
 
@@ -133,17 +92,13 @@ describe('CRDs on the real apiserver', () => {
       spec: object,
       status: object,
     ) => {
-      await custom.createNamespacedCustomObject({
-        group: GROUP,
-        version: VERSION,
-        namespace: ns,
-        plural: plural(kind),
-        body: { apiVersion: `${GROUP}/${VERSION}`, kind, metadata: { name }, spec },
-      });
-      await custom.patchNamespacedCustomObjectStatus(
-        { group: GROUP, version: VERSION, namespace: ns, plural: plural(kind), name, body: { status } },
-        k8s.setHeaderOptions('Content-Type', k8s.PatchStrategy.MergePatch),
-      );
+      if (kind === 'ModelPreheat') {
+        await resources.createModelPreheat(name, spec);
+        await resources.patchModelPreheatStatus(name, status);
+      } else {
+        await resources.createServedModel(name, spec);
+        await resources.patchServedModelStatus(name, status);
+      }
     };
     await failing(
       'ServedModel',
@@ -165,27 +120,14 @@ describe('CRDs on the real apiserver', () => {
         conditions: conditions('JobFailedWillRetry', 'attempt 1 of 4 failed: origin 404; retrying in 30s'),
       },
     );
-    const table = async (plural: string, name: string) => {
-      const t = (await custom.getNamespacedCustomObject(
-        { group: GROUP, version: VERSION, namespace: ns, plural, name },
-        k8s.setHeaderOptions('Accept', 'application/json;as=Table;v=v1;g=meta.k8s.io'),
-      )) as any;
+    const table = async (plural: 'modelpreheats' | 'servedmodels', name: string) => {
+      const t = (await resources.table(plural, name)) as any;
       const names = t.columnDefinitions.map((c: { name: string }) => c.name) as string[];
       const wide = t.columnDefinitions.map((c: { priority: number }) => c.priority > 0) as boolean[];
       return { names, wide, row: Object.fromEntries(names.map((n, i) => [n, t.rows[0].cells[i]])) };
     };
     const sm = await table('servedmodels', 'no-service');
-    expect(sm.names).toEqual([
-      'Name',
-      'Model',
-      'Version',
-      'Ready',
-      'Replicas',
-      'Reason',
-      'File',
-      'Message',
-      'Age',
-    ]);
+    expect(sm.names).toEqual(SERVED_MODEL_COLUMNS);
     expect(sm.row).toMatchObject({
       Ready: 'False',
       Replicas: '0/0',
@@ -210,22 +152,7 @@ describe('CRDs on the real apiserver', () => {
   });
 
   it('prints the columns kubectl get shows', async () => {
-    const table = (await kc
-      .makeApiClient(k8s.CustomObjectsApi)
-      .listNamespacedCustomObject(
-        { group: GROUP, version: VERSION, namespace: ns, plural: 'servedmodels' },
-        k8s.setHeaderOptions('Accept', 'application/json;as=Table;v=v1;g=meta.k8s.io'),
-      )) as any;
-    expect(table.columnDefinitions.map((c: { name: string }) => c.name)).toEqual([
-      'Name',
-      'Model',
-      'Version',
-      'Ready',
-      'Replicas',
-      'Reason',
-      'File',
-      'Message',
-      'Age',
-    ]);
+    const table = (await resources.table('servedmodels')) as any;
+    expect(table.columnDefinitions.map((c: { name: string }) => c.name)).toEqual(SERVED_MODEL_COLUMNS);
   });
 });

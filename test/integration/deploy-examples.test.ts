@@ -16,7 +16,7 @@ import { kubeconfigFromFile } from '../../src/runtime/kubeconfig.ts';
 import { ModelVersionSpecSchema } from '../../src/place/spec.ts';
 import { parseHubURI } from '../../src/api/hub-reference.ts';
 import { DEFAULT_MODEL_ROOT } from '../../src/servers/driver.ts';
-import { applyInto } from '../support/example-apply.ts';
+import { podSecurityViolations, applyInto } from '../support/example-apply.ts';
 
 const kubeconfigPath = inject('kubeconfigPath');
 const kc = kubeConfig(kubeconfigPath);
@@ -26,6 +26,19 @@ afterAll(() => kube.close());
 const torchserve = kustomize(join(REPO_ROOT, 'deploy/examples/torchserve'));
 const one = (ms: Manifest[], kind: string, name?: string) =>
   ms.find((m) => m.kind === kind && (!name || m.metadata.name === name)) as any;
+
+/** A server-side apply (dry run) of a ServedModel example into a new namespace: what the apiserver makes of it. */
+const dryRunServedModel = async (prefix: string, sm: any) => {
+  const ns = await createNamespace(kc, prefix);
+  return kube
+    .resource(GVR.servedModels)
+    .patch(
+      ns,
+      sm.metadata.name,
+      { ...sm, metadata: { ...sm.metadata, namespace: ns } },
+      { type: 'apply', fieldManager: 'peerload-tests', dryRun: true },
+    );
+};
 
 describe('deploy/examples/torchserve', () => {
   const pod = one(torchserve, 'Deployment').spec.template.spec;
@@ -135,17 +148,7 @@ describe('deploy/examples/torchserve', () => {
       service: { name: one(torchserve, 'Service').metadata.name, port: 'management' },
       managementTokenSecretRef: { name: 'torchserve-keys', key: '{pod}.json' },
     });
-    const ns = await createNamespace(kc, 'example-sm');
-    const r = await kube.resource(GVR.servedModels).patch(
-      ns,
-      sm.metadata.name,
-      { ...sm, metadata: { ...sm.metadata, namespace: ns } },
-      {
-        type: 'apply',
-        fieldManager: 'peerload-tests',
-        dryRun: true,
-      },
-    );
+    const r = await dryRunServedModel('example-sm', sm);
     expect(r.metadata.name).toBe('resnet18');
   });
 });
@@ -172,11 +175,12 @@ async function restrictedNamespace(prefix: string): Promise<string> {
 /** Applies (server-side) into `ns`, returning the apiserver's warnings; cluster-scoped objects as they are. */
 const applyAll = (ms: Manifest[], ns: string, dryRun = false) => applyInto(kube, ms, ns, dryRun);
 
-const podOf = (ms: Manifest[], name: string, ns: string): Manifest =>
+/** The pod of the example's Deployment, as its ReplicaSet would create it (`app` its app.kubernetes.io/name). */
+const podOf = (ms: Manifest[], name: string, ns: string, app = 'torchserve'): Manifest =>
   ({
     apiVersion: 'v1',
     kind: 'Pod',
-    metadata: { name, namespace: ns, labels: { 'app.kubernetes.io/name': 'torchserve' } },
+    metadata: { name, namespace: ns, labels: { 'app.kubernetes.io/name': app } },
     spec: one(ms, 'Deployment').spec.template.spec,
   }) as Manifest;
 
@@ -337,10 +341,9 @@ describe('deploy/examples/torchserve-hardlink under Pod Security', () => {
       () => new Error('admitted'),
       (e: Error) => e,
     );
-    const m = /violates PodSecurity "restricted:latest": (.*)$/.exec(err.message);
-    expect(m, err.message).not.toBeNull();
     // "check (detail), check (detail)": the checks and what each names.
-    const violations = m![1]!.split(/\), (?=[a-zA-Z])/).map((v) => v.replace(/\)$/, ''));
+    const violations = podSecurityViolations(err.message)!;
+    expect(violations, err.message).not.toBeNull();
     expect(violations.map((v) => v.split(' (')[0]).sort()).toEqual([
       'restricted volume types',
       'runAsNonRoot != true',
@@ -399,13 +402,7 @@ describe('deploy/examples/vllm', () => {
   it('is applied and its pod admitted under Pod Security `restricted` with no warning', async () => {
     const ns = await restrictedNamespace('example-vllm');
     expect(await applyAll(vllm, ns)).toEqual([]);
-    const podManifest = {
-      apiVersion: 'v1',
-      kind: 'Pod',
-      metadata: { name: 'vllm-0', namespace: ns, labels: { 'app.kubernetes.io/name': 'vllm' } },
-      spec: pod,
-    } as Manifest;
-    expect(await applyAll([podManifest], ns)).toEqual([]);
+    expect(await applyAll([podOf(vllm, 'vllm-0', ns, 'vllm')], ns)).toEqual([]);
   });
 
   it('servedmodel-adapter.yaml names this Service, the agent and the API key, and the CRD accepts it', async () => {
@@ -420,17 +417,7 @@ describe('deploy/examples/vllm', () => {
     expect(one(vllm, 'Secret', managementTokenSecretRef.name).stringData).toHaveProperty(
       managementTokenSecretRef.key,
     );
-    const ns = await createNamespace(kc, 'example-vllm-sm');
-    const r = await kube.resource(GVR.servedModels).patch(
-      ns,
-      sm.metadata.name,
-      { ...sm, metadata: { ...sm.metadata, namespace: ns } },
-      {
-        type: 'apply',
-        fieldManager: 'peerload-tests',
-        dryRun: true,
-      },
-    );
+    const r = await dryRunServedModel('example-vllm-sm', sm);
     expect(r.metadata.name).toBe('sql-adapter');
   });
 });
@@ -461,13 +448,7 @@ describe('deploy/examples/vllm-hub', () => {
   it('is applied and its pod admitted under Pod Security `restricted` with no warning', async () => {
     const ns = await restrictedNamespace('example-vllm-hub');
     expect(await applyAll(ms, ns)).toEqual([]);
-    const podManifest = {
-      apiVersion: 'v1',
-      kind: 'Pod',
-      metadata: { name: 'vllm-hub-0', namespace: ns, labels: { 'app.kubernetes.io/name': 'vllm-hub' } },
-      spec: pod,
-    } as Manifest;
-    expect(await applyAll([podManifest], ns)).toEqual([]);
+    expect(await applyAll([podOf(ms, 'vllm-hub-0', ns, 'vllm-hub')], ns)).toEqual([]);
   });
 });
 

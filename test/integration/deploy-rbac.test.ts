@@ -21,11 +21,12 @@ import {
   type KubeObject,
   type RequestRecord,
 } from '../../src/runtime/index.ts';
-import { createNamespace, impersonating, kubeConfig, waitFor } from '../support/kube.ts';
+import { createNamespace, createSecret, impersonating, kubeConfig, waitFor } from '../support/kube.ts';
+import { applyInto } from '../support/example-apply.ts';
 import { startManagerEmulator, type ManagerEmulator } from '../support/manager-emulator.ts';
 import { startPeerProxy, type PeerProxy } from '../support/peer-proxy.ts';
 import { rbacOf, startManager } from '../support/runtime-harness.ts';
-import { gvrOf, kustomize, type Manifest } from '../support/runtime-deploy.ts';
+import { kustomize, type Manifest } from '../support/runtime-deploy.ts';
 import { REPO_ROOT } from '../support/kube.ts';
 import { serviceAccountIdentity } from '../support/service-account.ts';
 import { Agent, fetch } from 'undici';
@@ -50,24 +51,17 @@ type MP = KubeObject & Pick<ModelPreheat, 'spec' | 'status'>;
 type SM = KubeObject & Pick<ServedModel, 'spec' | 'status'>;
 
 beforeAll(async () => {
-  for (const m of base.filter((m) => rbacKinds.includes(m.kind))) {
-    await admin.resource(gvrOf(m)).patch(m.metadata.namespace, m.metadata.name, m, {
-      type: 'apply',
-      fieldManager: 'peerload-tests',
-      force: true,
-    });
-  }
+  await applyInto(
+    admin,
+    base.filter((m) => rbacKinds.includes(m.kind)),
+    undefined,
+  );
   await admin
     .resource(GVR.leases)
     .delete(SA_NS, 'peerload-operator')
     .catch(() => undefined);
   ns = await createNamespace(kc, 'rbac');
-  await admin.resource(GVR.secrets).create({
-    apiVersion: 'v1',
-    kind: 'Secret',
-    metadata: { name: 'token', namespace: ns },
-    stringData: { token: 'not-a-real-token' },
-  } as KubeObject);
+  await createSecret(kc, ns, 'token', { token: 'not-a-real-token' });
 });
 
 afterAll(async () => {

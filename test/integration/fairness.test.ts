@@ -15,19 +15,19 @@ import { startPeerProxy, type PeerProxy } from '../support/peer-proxy.ts';
 import { startOrigin, type Origin } from '../support/origin.ts';
 import { startThrottle, type Throttle } from '../support/bench-throttle.ts';
 import { startModelServerFleet, type ModelServerFleet } from '../support/modelserver-emulator.ts';
-import { startManager, type RunningManager } from '../support/runtime-harness.ts';
+import { soloOperatorFlags, startManager, type RunningManager } from '../support/runtime-harness.ts';
+import { peerloadNamespace, type PeerloadNamespace } from '../support/resources.ts';
 import { modelPreheatController } from '../../src/controllers/modelpreheat/index.ts';
 import { servedModelController } from '../../src/controllers/index.ts';
 import type { ModelPreheat, ServedModel } from '../../src/api/index.ts';
 
-const GROUP = 'peerload.io';
-const VERSION = 'v1alpha1';
 const GIB = 1024 * 1024 * 1024;
 
 let kc: k8s.KubeConfig;
-let custom: k8s.CustomObjectsApi;
 let nsA: string;
 let nsB: string;
+let resourcesA: PeerloadNamespace;
+let resourcesB: PeerloadNamespace;
 let origin: Origin;
 let throttle: Throttle;
 let peer: PeerProxy;
@@ -39,9 +39,10 @@ let operator: RunningManager;
 
 beforeAll(async () => {
   kc = kubeConfig(inject('kubeconfigPath'));
-  custom = kc.makeApiClient(k8s.CustomObjectsApi);
   nsA = await createNamespace(kc, 'fair-a');
   nsB = await createNamespace(kc, 'fair-b');
+  resourcesA = peerloadNamespace(kc, nsA);
+  resourcesB = peerloadNamespace(kc, nsB);
   origin = await startOrigin({ '/models/small.mar': 'small weights' });
   // One 1 GiB buffer served under 20 keys (the origin's map holds references, not copies).
   const big = Buffer.alloc(GIB, 1);
@@ -63,13 +64,9 @@ beforeAll(async () => {
   operator = await startManager(
     kc,
     [
-      '--no-leader-elect',
+      ...soloOperatorFlags(),
       '--manager-url',
       manager.url,
-      '--poll-backoff-start',
-      '200ms',
-      '--poll-backoff-max',
-      '1s',
       // The tenants name loopback managers and endpoints: the admin allows them here.
       '--allowed-manager-hosts',
       '127.0.0.1',
@@ -105,25 +102,15 @@ async function startBlackHole() {
   return { server, sockets, url: `http://127.0.0.1:${(server.address() as AddressInfo).port}` };
 }
 
+const resources = (ns: string) => (ns === nsA ? resourcesA : resourcesB);
+
 async function create(ns: string, kind: 'ModelPreheat' | 'ServedModel', name: string, spec: object) {
-  await custom.createNamespacedCustomObject({
-    group: GROUP,
-    version: VERSION,
-    namespace: ns,
-    plural: kind === 'ModelPreheat' ? 'modelpreheats' : 'servedmodels',
-    body: { apiVersion: `${GROUP}/${VERSION}`, kind, metadata: { name }, spec },
-  });
+  if (kind === 'ModelPreheat') await resources(ns).createModelPreheat(name, spec);
+  else await resources(ns).createServedModel(name, spec);
 }
 
-async function get<T>(ns: string, plural: string, name: string): Promise<T> {
-  return (await custom.getNamespacedCustomObject({
-    group: GROUP,
-    version: VERSION,
-    namespace: ns,
-    plural,
-    name,
-  })) as T;
-}
+const get = <T>(ns: string, plural: 'modelpreheats' | 'servedmodels', name: string) =>
+  resources(ns).get<T>(plural, name);
 
 const condition = (o: ModelPreheat | ServedModel, type: string) =>
   o.status?.conditions?.find((c) => c.type === type && c.observedGeneration === o.metadata.generation);

@@ -7,13 +7,13 @@
  * 2x its time alone while A's objects are worked on, the operator must not restart, its RSS stays bounded, and
  * each of A's objects ends with a condition that names the bound and the field to change.
  */
-import { readFile } from 'node:fs/promises';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import * as k8s from '@kubernetes/client-node';
-import { createNamespace, kubeConfig, peerloadResources, waitFor } from '../support/kube.ts';
+import { createNamespace, createSecret, kubeConfig, peerloadResources, waitFor } from '../support/kube.ts';
+import { soloOperatorFlags } from '../support/runtime-harness.ts';
 import { startManagerEmulator, type ManagerEmulator } from '../support/manager-emulator.ts';
 import { startPeerProxy, type PeerProxy } from '../support/peer-proxy.ts';
-import { startOperatorProcess, type OperatorProcess } from '../support/operator-process.ts';
+import { rssOf, sampleRSS, startOperatorProcess, type OperatorProcess } from '../support/operator-process.ts';
 import { startHostileStorage, type HostileStorage } from '../support/hostile-storage.ts';
 import type { Condition, ModelPreheat } from '../../src/api/index.ts';
 
@@ -23,7 +23,6 @@ const NODE_OPTIONS = '--max-old-space-size=160 --max-semi-space-size=4';
 const RSS_BOUND = 320 * 1024 * 1024;
 
 let kc: k8s.KubeConfig;
-let core: k8s.CoreV1Api;
 let nsA: string;
 let nsB: string;
 let opNs: string;
@@ -32,13 +31,7 @@ let peer: PeerProxy;
 let manager: ManagerEmulator;
 let operator: OperatorProcess;
 let pid: number;
-let peakRSS = 0;
-let sampler: NodeJS.Timeout | undefined;
-
-async function rssOf(p: number): Promise<number> {
-  const status = await readFile(`/proc/${p}/status`, 'utf8');
-  return Number(/VmRSS:\s+(\d+) kB/.exec(status)?.[1] ?? 0) * 1024;
-}
+let rss: ReturnType<typeof sampleRSS> | undefined;
 
 let preheats: ReturnType<typeof peerloadResources<ModelPreheat>>;
 
@@ -82,7 +75,6 @@ beforeAll(async () => {
   const kubeconfigPath = inject('kubeconfigPath');
   kc = kubeConfig(kubeconfigPath);
   preheats = peerloadResources<ModelPreheat>(kc, 'ModelPreheat', 'modelpreheats');
-  core = kc.makeApiClient(k8s.CoreV1Api);
   nsA = await createNamespace(kc, 'hostile-a');
   nsB = await createNamespace(kc, 'hostile-b');
   opNs = await createNamespace(kc, 'hostile-operator');
@@ -92,33 +84,24 @@ beforeAll(async () => {
     secret_key: 'hostile-test-secret-key-0123456789abcdef',
     account_key: Buffer.from('hostile-test-account-key-0123456789').toString('base64'),
   };
-  await Promise.all(
-    [nsA, nsB].map((namespace) =>
-      core.createNamespacedSecret({ namespace, body: { metadata: { name: 'store' }, stringData: store } }),
-    ),
-  );
+  await Promise.all([nsA, nsB].map((namespace) => createSecret(kc, namespace, 'store', store)));
   storage = await startHostileStorage();
   peer = await startPeerProxy();
   manager = await startManagerEmulator({ peer });
   // The operator as the Deployment runs it (its heap bound), polling the manager briskly for the test's pace.
-  const flags = ['--no-leader-elect', '--leader-election-namespace', opNs, '--manager-url', manager.url];
-  const polls = ['--poll-backoff-start', '200ms', '--poll-backoff-max', '1s'];
+  const flags = [...soloOperatorFlags(), '--leader-election-namespace', opNs, '--manager-url', manager.url];
   // The admin allows the stores on loopback: the bounds under test apply to allowed hosts too.
   const reach = ['--allowed-storage-hosts', 'http://127.0.0.1'];
-  operator = await startOperatorProcess(kubeconfigPath, [...flags, ...polls, ...reach], {
+  operator = await startOperatorProcess(kubeconfigPath, [...flags, ...reach], {
     name: 'hostile-operator',
     env: { NODE_OPTIONS },
   });
   pid = operator.process.child.pid!;
-  sampler = setInterval(() => {
-    void rssOf(pid)
-      .then((r) => (peakRSS = Math.max(peakRSS, r)))
-      .catch(() => undefined);
-  }, 50);
+  rss = sampleRSS(pid);
 }, 120_000);
 
 afterAll(async () => {
-  if (sampler) clearInterval(sampler);
+  rss?.stop();
   await operator?.stop();
   await Promise.all([storage?.close(), manager?.close(), peer?.close()]);
 });
@@ -186,10 +169,10 @@ describe("a tenant's hostile object storage", () => {
     const log = await operator.logs();
     expect(log).not.toMatch(/heap limit|out of memory/i);
     console.log(
-      `operator RSS idle ${(rssIdle / 2 ** 20).toFixed(0)} MiB, peak ${(peakRSS / 2 ** 20).toFixed(0)} MiB; ` +
+      `operator RSS idle ${(rssIdle / 2 ** 20).toFixed(0)} MiB, peak ${(rss!.peak() / 2 ** 20).toFixed(0)} MiB; ` +
         `store sent ${(storage.bytesSent() / 2 ** 20).toFixed(0)} MiB in all`,
     );
-    expect(peakRSS).toBeGreaterThan(0);
-    expect(peakRSS).toBeLessThan(RSS_BOUND);
+    expect(rss!.peak()).toBeGreaterThan(0);
+    expect(rss!.peak()).toBeLessThan(RSS_BOUND);
   }, 300_000);
 });

@@ -10,15 +10,15 @@
  * ends with SourceTooLarge (final: not asked again) or SourceTimeout naming the field. Before the source budget the
  * 12 MiB entries killed the operator ("JavaScript heap out of memory") within seconds.
  */
-import { readFile } from 'node:fs/promises';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { createNamespace, kubeConfig, peerloadResources, waitFor } from '../support/kube.ts';
 import { startHubEmulator, type HubEmulator } from '../support/hub-emulator.ts';
 import { tinyAndPrivate } from '../support/hub-bed.ts';
 import { startManagerEmulator, type ManagerEmulator } from '../support/manager-emulator.ts';
 import { startPeerProxy, type PeerProxy } from '../support/peer-proxy.ts';
-import { startOperatorProcess, type OperatorProcess } from '../support/operator-process.ts';
+import { rssOf, sampleRSS, startOperatorProcess, type OperatorProcess } from '../support/operator-process.ts';
 import { startHostileSources, type HostileSources } from '../support/hostile-sources.ts';
+import { soloOperatorFlags } from '../support/runtime-harness.ts';
 import type { Condition, ModelPreheat, ServedModel } from '../../src/api/index.ts';
 
 /** The Deployment's (deploy/base/deployment.yaml, charts/peerload/values.yaml). */
@@ -36,15 +36,9 @@ let peer: PeerProxy;
 let manager: ManagerEmulator;
 let operator: OperatorProcess;
 let pid: number;
-let peakRSS = 0;
-let sampler: NodeJS.Timeout | undefined;
+let rss: ReturnType<typeof sampleRSS> | undefined;
 let preheats: ReturnType<typeof peerloadResources<ModelPreheat>>;
 let served: ReturnType<typeof peerloadResources<ServedModel>>;
-
-async function rssOf(p: number): Promise<number> {
-  const status = await readFile(`/proc/${p}/status`, 'utf8');
-  return Number(/VmRSS:\s+(\d+) kB/.exec(status)?.[1] ?? 0) * 1024;
-}
 
 const hubPreheat = (ns: string, name: string, endpoint: string, repo: string) =>
   preheats.create(ns, name, { source: { huggingface: { endpoint, repo, exclude: ['.gitattributes'] } } });
@@ -112,29 +106,24 @@ beforeAll(async () => {
   hub = await startHubEmulator({ repos: tinyAndPrivate(Buffer.alloc(64 * 1024, 7)) });
   peer = await startPeerProxy();
   manager = await startManagerEmulator({ peer });
-  const flags = ['--no-leader-elect', '--leader-election-namespace', opNs, '--manager-url', manager.url];
+  const flags = [...soloOperatorFlags(), '--leader-election-namespace', opNs, '--manager-url', manager.url];
   // B's correct Hub redirects its LFS files to the emulator's CDN, plain HTTP on loopback: the admin lists it.
   flags.push('--allowed-hub-redirect-hosts', 'http://127.0.0.1');
   // An anonymous source reaches public addresses, and internal ones an admin lists. Here every server is on
   // loopback, so the admin's lists name 127.0.0.1 to stand for "a public host of the tenant's choice"; `localhost`,
   // the same address by another name, stays unlisted: what an internal address is for a tenant.
   flags.push('--allowed-hub-hosts', 'http://127.0.0.1', '--allowed-registry-hosts', 'http://127.0.0.1');
-  const polls = ['--poll-backoff-start', '200ms', '--poll-backoff-max', '1s'];
   operator = await startOperatorProcess(
     kubeconfigPath,
-    [...flags, ...polls, '--source-timeout', `${SOURCE_TIMEOUT_S}s`],
+    [...flags, '--source-timeout', `${SOURCE_TIMEOUT_S}s`],
     { name: 'hostile-sources-operator', env: { NODE_OPTIONS } },
   );
   pid = operator.process.child.pid!;
-  sampler = setInterval(() => {
-    void rssOf(pid)
-      .then((r) => (peakRSS = Math.max(peakRSS, r)))
-      .catch(() => undefined);
-  }, 50);
+  rss = sampleRSS(pid);
 }, 120_000);
 
 afterAll(async () => {
-  if (sampler) clearInterval(sampler);
+  rss?.stop();
   await operator?.stop();
   await Promise.all([hostile?.close(), hub?.close(), manager?.close(), peer?.close()]);
 });
@@ -209,11 +198,11 @@ describe("a tenant's hostile Hub and registry", () => {
     expect(log).not.toMatch(/heap limit|out of memory/i);
     expect(log).not.toContain('t'.repeat(1000)); // the token never reached a log line
     console.log(
-      `operator RSS idle ${(rssIdle / 2 ** 20).toFixed(0)} MiB, peak ${(peakRSS / 2 ** 20).toFixed(0)} MiB; ` +
+      `operator RSS idle ${(rssIdle / 2 ** 20).toFixed(0)} MiB, peak ${(rss!.peak() / 2 ** 20).toFixed(0)} MiB; ` +
         `hostile hosts sent ${(hostile.bytesSent() / 2 ** 20).toFixed(0)} MiB in all`,
     );
-    expect(peakRSS).toBeGreaterThan(0);
-    expect(peakRSS).toBeLessThan(RSS_BOUND);
+    expect(rss!.peak()).toBeGreaterThan(0);
+    expect(rss!.peak()).toBeLessThan(RSS_BOUND);
   }, 300_000);
 
   it('an anonymous Hub or registry at an internal address the admin does not list: refused, nothing asked of it', async () => {

@@ -14,6 +14,7 @@ import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { KubeClient, selfSignedCertificate, type KubeObject } from '../../src/runtime/index.ts';
 import { createNamespace, impersonating, kubeConfig, REPO_ROOT, waitFor } from '../support/kube.ts';
 import { startManager, type RunningManager } from '../support/runtime-harness.ts';
+import { applyInto } from '../support/example-apply.ts';
 import { gvrOf, kustomize } from '../support/runtime-deploy.ts';
 import { serviceAccountIdentity } from '../support/service-account.ts';
 
@@ -53,13 +54,11 @@ const reviews = (op: RunningManager) =>
     .map((r) => `${r.path.split('/').pop()} ${r.status}`);
 
 beforeAll(async () => {
-  for (const m of base.filter((m) => rbacKinds.includes(m.kind))) {
-    await admin.resource(gvrOf(m)).patch(m.metadata.namespace, m.metadata.name, m, {
-      type: 'apply',
-      fieldManager: 'peerload-tests',
-      force: true,
-    });
-  }
+  await applyInto(
+    admin,
+    base.filter((m) => rbacKinds.includes(m.kind)),
+    undefined,
+  );
   ns = await createNamespace(kc, 'metrics-auth');
   readerToken = (await serviceAccountIdentity(kubeconfigPath, ns, 'prometheus')).token;
   otherToken = (await serviceAccountIdentity(kubeconfigPath, ns, 'someone')).token;

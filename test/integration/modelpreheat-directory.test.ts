@@ -8,22 +8,19 @@
  */
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import * as k8s from '@kubernetes/client-node';
-import { createNamespace, kubeConfig, waitFor } from '../support/kube.ts';
+import { createNamespace, createSecret, kubeConfig, waitFor } from '../support/kube.ts';
+import { conditionOf, peerloadNamespace, type PeerloadNamespace } from '../support/resources.ts';
 import { startManagerEmulator, type ManagerEmulator } from '../support/manager-emulator.ts';
 import { startMinIO, type MinIO } from '../support/minio.ts';
 import { startPeerProxy, type PeerProxy } from '../support/peer-proxy.ts';
-import { startManager, type RunningManager } from '../support/runtime-harness.ts';
+import { soloOperatorFlags, startManager, type RunningManager } from '../support/runtime-harness.ts';
 import { modelPreheatController } from '../../src/controllers/modelpreheat/index.ts';
-import type { ModelPreheat } from '../../src/api/index.ts';
 
-const GROUP = 'peerload.io';
-const VERSION = 'v1alpha1';
-const PLURAL = 'modelpreheats';
 const BUCKET = 'weights';
 const FILES = 250;
 
 let kc: k8s.KubeConfig;
-let custom: k8s.CustomObjectsApi;
+let preheats: PeerloadNamespace;
 let ns: string;
 let minio: MinIO;
 let peer: PeerProxy;
@@ -34,8 +31,8 @@ const shard = (i: number) => `shard-${String(i).padStart(4, '0')}.bin`;
 
 beforeAll(async () => {
   kc = kubeConfig(inject('kubeconfigPath'));
-  custom = kc.makeApiClient(k8s.CustomObjectsApi);
   ns = await createNamespace(kc, 'mph-dir');
+  preheats = peerloadNamespace(kc, ns);
   minio = await startMinIO();
   await minio.createBucket(BUCKET);
   const puts: Promise<void>[] = [];
@@ -45,44 +42,14 @@ beforeAll(async () => {
   puts.push(minio.putObject(BUCKET, 'models/small/a.json', '{}'));
   puts.push(minio.putObject(BUCKET, 'models/small/b.bin', 'bb'));
   await Promise.all(puts);
-  await kc.makeApiClient(k8s.CoreV1Api).createNamespacedSecret({
-    namespace: ns,
-    body: {
-      metadata: { name: 's3' },
-      stringData: { access_key: minio.accessKey, secret_key: minio.secretKey },
-    },
-  });
+  await createSecret(kc, ns, 's3', { access_key: minio.accessKey, secret_key: minio.secretKey });
   peer = await startPeerProxy();
   manager = await startManagerEmulator({ peer });
-  operator = await startManager(
-    kc,
-    [
-      '--no-leader-elect',
-      '--manager-url',
-      manager.url,
-      '--poll-backoff-start',
-      '200ms',
-      '--poll-backoff-max',
-      '1s',
-    ],
-    [modelPreheatController],
-  );
+  operator = await startOperator();
 }, 180_000);
 
 const startOperator = () =>
-  startManager(
-    kc,
-    [
-      '--no-leader-elect',
-      '--manager-url',
-      manager.url,
-      '--poll-backoff-start',
-      '200ms',
-      '--poll-backoff-max',
-      '1s',
-    ],
-    [modelPreheatController],
-  );
+  startManager(kc, [...soloOperatorFlags(), '--manager-url', manager.url], [modelPreheatController]);
 
 afterAll(async () => {
   await operator?.stop();
@@ -99,35 +66,17 @@ function objectStorage(extra: Record<string, unknown>, secret = 's3') {
 }
 
 async function create(name: string, spec: Record<string, unknown>): Promise<void> {
-  await custom.createNamespacedCustomObject({
-    group: GROUP,
-    version: VERSION,
-    namespace: ns,
-    plural: PLURAL,
-    body: { apiVersion: `${GROUP}/${VERSION}`, kind: 'ModelPreheat', metadata: { name }, spec },
-  });
-}
-
-async function get(name: string): Promise<ModelPreheat> {
-  return (await custom.getNamespacedCustomObject({
-    group: GROUP,
-    version: VERSION,
-    namespace: ns,
-    plural: PLURAL,
-    name,
-  })) as ModelPreheat;
+  await preheats.createModelPreheat(name, spec);
 }
 
 /** Waits for condition `type` to be `status` with `reason` for the current generation. */
 function until(name: string, type: string, status: string, reason: string, timeoutMs = 60_000) {
-  return waitFor(
-    `${name} ${type}=${status} (${reason})`,
-    async () => {
-      const o = await get(name);
-      const c = o.status?.conditions?.find((x) => x.type === type);
-      return c?.status === status && c.reason === reason && c.observedGeneration === o.metadata.generation
-        ? o
-        : undefined;
+  return preheats.untilModelPreheat(
+    name,
+    `${type}=${status} (${reason})`,
+    (o) => {
+      const c = conditionOf(o, type);
+      return c?.status === status && c.reason === reason && c.observedGeneration === o.metadata.generation;
     },
     { timeoutMs, intervalMs: 100 },
   );
@@ -224,17 +173,7 @@ describe('ModelPreheat of a directory', () => {
       { ip: '127.0.0.1', hostname: 'seed-peer-0', state: 'Preheated', jobID: first.status!.jobID },
     ]);
     expect(jobsOf('targeted').map((j) => j.args['ips'])).toEqual([['127.0.0.1']]);
-    await custom.patchNamespacedCustomObject(
-      {
-        group: GROUP,
-        version: VERSION,
-        namespace: ns,
-        plural: PLURAL,
-        name: 'targeted',
-        body: { spec: { targets: { ips: ['127.0.0.1', '127.0.0.2'] } } },
-      },
-      k8s.setHeaderOptions('Content-Type', k8s.PatchStrategy.MergePatch),
-    );
+    await preheats.patchModelPreheat('targeted', { spec: { targets: { ips: ['127.0.0.1', '127.0.0.2'] } } });
     const second = await until('targeted', 'Ready', 'True', 'JobSucceeded');
     expect(second.metadata.generation).toBe(2);
     // The new generation's job names the new peer only (the emulated scheduler knows none there).
@@ -263,13 +202,7 @@ describe('ModelPreheat of a directory', () => {
       'no object under prefix "models/none/" matches include/exclude (0 listed)',
     );
 
-    await kc.makeApiClient(k8s.CoreV1Api).createNamespacedSecret({
-      namespace: ns,
-      body: {
-        metadata: { name: 'wrong' },
-        stringData: { access_key: minio.accessKey, secret_key: 'wrong-secret-value-42' },
-      },
-    });
+    await createSecret(kc, ns, 'wrong', { access_key: minio.accessKey, secret_key: 'wrong-secret-value-42' });
     await create('refused', { objectStorage: objectStorage({ prefix: 'models/small/' }, 'wrong') });
     const refused = await until('refused', 'Stalled', 'True', 'ListFailed');
     const message = refused.status!.conditions!.find((c) => c.type === 'Stalled')!.message;
@@ -298,37 +231,18 @@ describe('ModelPreheat of a directory', () => {
     const done = await until('evict', 'Ready', 'True', 'JobSucceeded');
     const jobIDs = done.status!.jobs!.map((j) => j.id);
     const all = new Set(jobsOf('evict').flatMap((j) => Object.values(j.internal.taskIDs)));
-    const others = (await custom.listNamespacedCustomObject({
-      group: GROUP,
-      version: VERSION,
-      namespace: ns,
-      plural: PLURAL,
-    })) as { items: ModelPreheat[] };
+    const others = await preheats.listModelPreheats();
     const inUse = new Set(
-      others.items
+      others
         .filter((o) => o.metadata.name !== 'evict')
         .flatMap((o) => (o.status?.tasks ?? []).map((t) => t.taskID)),
     );
     const before = [...manager.jobs.values()].filter((j) => j.type === 'delete_task').length;
-    await custom.deleteNamespacedCustomObject({
-      group: GROUP,
-      version: VERSION,
-      namespace: ns,
-      plural: PLURAL,
-      name: 'evict',
+    await preheats.deleteModelPreheat('evict');
+    await waitFor('evict to be gone', () => preheats.modelPreheatGone('evict'), {
+      timeoutMs: 90_000,
+      intervalMs: 200,
     });
-    await waitFor(
-      'evict to be gone',
-      async () => {
-        try {
-          await get('evict');
-          return false;
-        } catch {
-          return true;
-        }
-      },
-      { timeoutMs: 90_000, intervalMs: 200 },
-    );
     const deletes = [...manager.jobs.values()].filter((j) => j.type === 'delete_task').slice(before);
     // Every file's task, but those another live resource's status names (evictOnDelete keeps a task in use).
     const evicted = deletes.map((j) => String(j.args['task_id']));

@@ -3,12 +3,13 @@
  */
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import * as k8s from '@kubernetes/client-node';
-import { createNamespace, kubeConfig, waitFor } from '../support/kube.ts';
+import { createNamespace, createSecret, kubeConfig, waitFor } from '../support/kube.ts';
+import { conditionOf, peerloadNamespace, type PeerloadNamespace } from '../support/resources.ts';
 import { startManagerEmulator, type ManagerEmulator } from '../support/manager-emulator.ts';
 import { startPeerProxy, type PeerProxy } from '../support/peer-proxy.ts';
 import { startOciRegistry, type OciRegistry } from '../support/oci-registry.ts';
 import { startOrigin, type Origin } from '../support/origin.ts';
-import { startManager, type RunningManager } from '../support/runtime-harness.ts';
+import { soloOperatorFlags, startManager, type RunningManager } from '../support/runtime-harness.ts';
 import { modelPreheatController } from '../../src/controllers/modelpreheat/index.ts';
 import { taskID } from '../../src/storage/taskid.ts';
 import type { ModelPreheat } from '../../src/api/index.ts';
@@ -19,7 +20,7 @@ const PLURAL = 'modelpreheats';
 
 let kc: k8s.KubeConfig;
 let custom: k8s.CustomObjectsApi;
-let core: k8s.CoreV1Api;
+let preheats: PeerloadNamespace;
 let ns: string;
 let peer: PeerProxy;
 let origin: Origin;
@@ -28,23 +29,19 @@ let manager: ManagerEmulator;
 let operator: RunningManager;
 
 const OPERATOR_FLAGS = () => [
-  '--no-leader-elect',
+  ...soloOperatorFlags(),
   '--manager-url',
   manager.url,
   // The emulators that spec.manager.url names here (docs/security.md: refused unless allowed).
   '--allowed-manager-hosts',
   '127.0.0.1',
-  '--poll-backoff-start',
-  '200ms',
-  '--poll-backoff-max',
-  '1s',
 ];
 
 beforeAll(async () => {
   kc = kubeConfig(inject('kubeconfigPath'));
   custom = kc.makeApiClient(k8s.CustomObjectsApi);
-  core = kc.makeApiClient(k8s.CoreV1Api);
   ns = await createNamespace(kc, 'mph');
+  preheats = peerloadNamespace(kc, ns);
   origin = await startOrigin({
     '/models/resnet-18.mar': 'resnet weights',
     '/models/bert.mar': 'bert weights',
@@ -61,24 +58,10 @@ afterAll(async () => {
 });
 
 async function create(name: string, spec: Record<string, unknown>): Promise<void> {
-  await custom.createNamespacedCustomObject({
-    group: GROUP,
-    version: VERSION,
-    namespace: ns,
-    plural: PLURAL,
-    body: { apiVersion: `${GROUP}/${VERSION}`, kind: 'ModelPreheat', metadata: { name }, spec },
-  });
+  await preheats.createModelPreheat(name, spec);
 }
 
-async function get(name: string): Promise<ModelPreheat> {
-  return (await custom.getNamespacedCustomObject({
-    group: GROUP,
-    version: VERSION,
-    namespace: ns,
-    plural: PLURAL,
-    name,
-  })) as ModelPreheat;
-}
+const get = (name: string) => preheats.getModelPreheat(name);
 
 /** Waits until the Succeeded condition has `status` (and optionally `reason`) and returns the object. */
 async function until(
@@ -87,17 +70,17 @@ async function until(
   reason?: string,
   timeoutMs = 30_000,
 ) {
-  return waitFor(
-    `${name} Succeeded=${status}${reason ? ` (${reason})` : ''}`,
-    async () => {
-      const o = await get(name);
-      const c = o.status?.conditions?.find((x) => x.type === 'Succeeded');
-      return c &&
+  return preheats.untilModelPreheat(
+    name,
+    `Succeeded=${status}${reason ? ` (${reason})` : ''}`,
+    (o) => {
+      const c = conditionOf(o, 'Succeeded');
+      return (
+        !!c &&
         c.status === status &&
         (!reason || c.reason === reason) &&
         c.observedGeneration === o.metadata.generation
-        ? o
-        : undefined;
+      );
     },
     { timeoutMs, intervalMs: 100 },
   );
@@ -108,9 +91,7 @@ async function events(name: string): Promise<string[]> {
   return list.items.filter((e) => e.regarding?.name === name).map((e) => `${e.type}/${e.reason}`);
 }
 
-async function secret(name: string, data: Record<string, string>): Promise<void> {
-  await core.createNamespacedSecret({ namespace: ns, body: { metadata: { name }, stringData: data } });
-}
+const secret = (name: string, data: Record<string, string>) => createSecret(kc, ns, name, data);
 
 const fileURL = (path: string, signature = 'sig-1') =>
   `${origin.url}${path}?Expires=1700000000&Signature=${signature}`;
@@ -251,17 +232,7 @@ describe('ModelPreheat', () => {
   it('a spec change creates a new job for the new generation', async () => {
     await create('spec-change', { url: fileURL('/models/bert.mar') });
     const first = await until('spec-change', 'True', 'JobSucceeded');
-    await custom.patchNamespacedCustomObject(
-      {
-        group: GROUP,
-        version: VERSION,
-        namespace: ns,
-        plural: PLURAL,
-        name: 'spec-change',
-        body: { spec: { url: fileURL('/models/resnet-18.mar') } },
-      },
-      k8s.setHeaderOptions('Content-Type', k8s.PatchStrategy.MergePatch),
-    );
+    await preheats.patchModelPreheat('spec-change', { spec: { url: fileURL('/models/resnet-18.mar') } });
     const second = await waitFor('generation 2 succeeded', async () => {
       const o = await get('spec-change');
       return o.status?.jobGeneration === 2 && o.status.state === 'SUCCESS' ? o : undefined;
@@ -438,19 +409,8 @@ describe('ModelPreheat', () => {
     expect(done.metadata.finalizers).toContain('peerload.io/delete-manager-job');
     const jobID = done.status!.jobID!;
     expect(manager.jobs.has(jobID)).toBe(true);
-    await custom.deleteNamespacedCustomObject({
-      group: GROUP,
-      version: VERSION,
-      namespace: ns,
-      plural: PLURAL,
-      name: 'cleanup',
-    });
-    await waitFor('resource gone', async () =>
-      get('cleanup').then(
-        () => false,
-        () => true,
-      ),
-    );
+    await preheats.deleteModelPreheat('cleanup');
+    await waitFor('resource gone', () => preheats.modelPreheatGone('cleanup'));
     expect(manager.jobs.has(jobID)).toBe(false);
   });
 

@@ -10,8 +10,9 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { GVR, KubeClient, type KubeObject } from '../../src/runtime/index.ts';
 import { kubeconfigFromFile } from '../../src/runtime/kubeconfig.ts';
-import { createNamespace, kubeConfig, REPO_ROOT, waitFor } from '../support/kube.ts';
-import { gvrOf, kustomize } from '../support/runtime-deploy.ts';
+import { createNamespace, createSecret, kubeConfig, REPO_ROOT, waitFor } from '../support/kube.ts';
+import { applyInto } from '../support/example-apply.ts';
+import { kustomize } from '../support/runtime-deploy.ts';
 import { serviceAccountIdentity, writeServiceAccountKubeconfig } from '../support/service-account.ts';
 
 type Secret = KubeObject & { data?: Record<string, string> };
@@ -67,27 +68,16 @@ beforeAll(async () => {
   work = mkdtempSync(join(tmpdir(), 'peerload-publish-keys-'));
   ns = await createNamespace(kc, 'keys');
   const example = kustomize(join(REPO_ROOT, 'deploy/examples/torchserve'));
-  for (const m of example.filter((m) =>
-    ['ServiceAccount', 'Role', 'RoleBinding', 'Secret'].includes(m.kind),
-  )) {
-    if (m.metadata.name === 'p2p-endpoint-config') continue;
-    await admin.resource(gvrOf(m)).patch(
-      ns,
-      m.metadata.name,
-      { ...m, metadata: { ...m.metadata, namespace: ns } },
-      {
-        type: 'apply',
-        fieldManager: 'peerload-tests',
-        force: true,
-      },
-    );
-  }
-  await admin.resource(GVR.secrets).create({
-    apiVersion: 'v1',
-    kind: 'Secret',
-    metadata: { name: 'other', namespace: ns },
-    stringData: { x: 'y' },
-  } as KubeObject);
+  await applyInto(
+    admin,
+    example.filter(
+      (m) =>
+        ['ServiceAccount', 'Role', 'RoleBinding', 'Secret'].includes(m.kind) &&
+        m.metadata.name !== 'p2p-endpoint-config',
+    ),
+    ns,
+  );
+  await createSecret(kc, ns, 'other', { x: 'y' });
   const id = await serviceAccountIdentity(kubeconfigPath, ns, 'torchserve');
   saKubeconfig = join(work, 'sa.kubeconfig');
   writeServiceAccountKubeconfig(saKubeconfig, id);

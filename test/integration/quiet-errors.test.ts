@@ -20,7 +20,7 @@ import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import type { Condition } from '../../src/api/index.ts';
 import { createServedModelController } from '../../src/controllers/index.ts';
 import { modelPreheatController } from '../../src/controllers/modelpreheat/index.ts';
-import { createNamespace, kubeConfig, peerloadResources, waitFor } from '../support/kube.ts';
+import { createNamespace, createSecret, kubeConfig, peerloadResources, waitFor } from '../support/kube.ts';
 import { capturedLogger, startManager, type RunningManager } from '../support/runtime-harness.ts';
 
 const AKIA = `AKIA${randomBytes(8).toString('hex').toUpperCase()}`;
@@ -89,12 +89,9 @@ beforeAll(async () => {
   await new Promise<void>((r) => hostile.listen(0, '127.0.0.1', r));
   host = `127.0.0.1:${(hostile.address() as AddressInfo).port}`;
   url = `http://${host}`;
-  await kc.makeApiClient(k8s.CoreV1Api).createNamespacedSecret({
-    namespace: ns,
-    body: {
-      metadata: { name: 'store' },
-      stringData: { access_key: 'AKIAQUIETTESTKEY0001', secret_key: 'quiet-test-secret-key-0123456789' },
-    },
+  await createSecret(kc, ns, 'store', {
+    access_key: 'AKIAQUIETTESTKEY0001',
+    secret_key: 'quiet-test-secret-key-0123456789',
   });
   operator = await startManager(
     kc,

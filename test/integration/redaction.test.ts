@@ -11,16 +11,13 @@ import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import * as k8s from '@kubernetes/client-node';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { createNamespace, kubeConfig, waitFor } from '../support/kube.ts';
+import { createNamespace, createSecret, kubeConfig, waitFor } from '../support/kube.ts';
 import { startModelServerEmulator, type ModelServerEmulator } from '../support/modelserver-emulator.ts';
 import { ServiceEndpoints, loopbackDispatcher } from '../support/endpointslices.ts';
 import { capturedLogger, startManager, type RunningManager } from '../support/runtime-harness.ts';
 import { modelPreheatController } from '../../src/controllers/modelpreheat/index.ts';
 import { createServedModelController } from '../../src/controllers/index.ts';
-import type { ModelPreheat, ServedModel } from '../../src/api/index.ts';
-
-const GROUP = 'peerload.io';
-const VERSION = 'v1alpha1';
+import { peerloadNamespace, type PeerloadNamespace } from '../support/resources.ts';
 
 // Planted in Secrets the operator reads.
 const ACCESS_KEY = 'AKIAPLANTEDACCESSKEY7';
@@ -77,8 +74,7 @@ const QUOTING =
 const STRADDLING = `${'x'.repeat(1011)} ${MANAGER_TOKEN} and more`;
 
 let kc: k8s.KubeConfig;
-let custom: k8s.CustomObjectsApi;
-let core: k8s.CoreV1Api;
+let sms: PeerloadNamespace;
 let ns = '';
 let operator: RunningManager;
 let manager: Server;
@@ -156,15 +152,12 @@ async function startRecordedManager(): Promise<void> {
   managerURL = `http://127.0.0.1:${(manager.address() as AddressInfo).port}`;
 }
 
-async function secret(name: string, stringData: Record<string, string>): Promise<void> {
-  await core.createNamespacedSecret({ namespace: ns, body: { metadata: { name }, stringData } });
-}
+const secret = (name: string, stringData: Record<string, string>) => createSecret(kc, ns, name, stringData);
 
 beforeAll(async () => {
   kc = kubeConfig(inject('kubeconfigPath'));
-  custom = kc.makeApiClient(k8s.CustomObjectsApi);
-  core = kc.makeApiClient(k8s.CoreV1Api);
   ns = await createNamespace(kc, 'redact');
+  sms = peerloadNamespace(kc, ns);
   await startRecordedManager();
   for (const i of [0, 1]) {
     replicas.push(
@@ -218,37 +211,14 @@ const preheatSpec = {
 };
 
 async function createPreheat(name: string): Promise<void> {
-  await custom.createNamespacedCustomObject({
-    group: GROUP,
-    version: VERSION,
-    namespace: ns,
-    plural: 'modelpreheats',
-    body: {
-      apiVersion: `${GROUP}/${VERSION}`,
-      kind: 'ModelPreheat',
-      metadata: { name },
-      spec: { ...preheatSpec, manager: { ...preheatSpec.manager, url: managerURL } },
-    },
+  await sms.createModelPreheat(name, {
+    ...preheatSpec,
+    manager: { ...preheatSpec.manager, url: managerURL },
   });
 }
 
-const getPreheat = async (name: string) =>
-  (await custom.getNamespacedCustomObject({
-    group: GROUP,
-    version: VERSION,
-    namespace: ns,
-    plural: 'modelpreheats',
-    name,
-  })) as ModelPreheat;
-
-const getServedModel = async (name: string) =>
-  (await custom.getNamespacedCustomObject({
-    group: GROUP,
-    version: VERSION,
-    namespace: ns,
-    plural: 'servedmodels',
-    name,
-  })) as ServedModel;
+const getPreheat = (name: string) => sms.getModelPreheat(name);
+const getServedModel = (name: string) => sms.getServedModel(name);
 
 /** Every place a secret would be a leak, in any of its forms, or the start of the straddling token. */
 function leaks(text: string): string[] {
@@ -305,27 +275,20 @@ describe('redaction (planted secrets)', () => {
       message: `${QUOTING}; management key ${MGMT_KEYS[1]}, API key ${API_KEYS[1]}, inference ${INFERENCE_KEYS[1]}`,
       routes: ['POST /{plugin}/models'],
     });
-    const svc = new ServiceEndpoints(kc, ns, 'ts');
-    for (const [i, r] of replicas.entries()) await svc.add(`ts-${i}`, r.url);
-    await custom.createNamespacedCustomObject({
-      group: GROUP,
-      version: VERSION,
-      namespace: ns,
-      plural: 'servedmodels',
-      body: {
-        apiVersion: `${GROUP}/${VERSION}`,
-        kind: 'ServedModel',
-        metadata: { name: 'served' },
-        spec: {
-          modelName: 'resnet-18',
-          fileName: 'models/resnet-18.mar',
-          modelServer: {
-            service: { name: 'ts' },
-            managementTokenSecretRef: { name: 'ts-keys', key: '{pod}.json' },
-          },
-          rollout: { seedFirst: false },
-        },
+    await ServiceEndpoints.of(
+      kc,
+      ns,
+      'ts',
+      replicas.map((r) => r.url),
+    );
+    await sms.createServedModel('served', {
+      modelName: 'resnet-18',
+      fileName: 'models/resnet-18.mar',
+      modelServer: {
+        service: { name: 'ts' },
+        managementTokenSecretRef: { name: 'ts-keys', key: '{pod}.json' },
       },
+      rollout: { seedFirst: false },
     });
     const served = await waitFor('1 ready, 1 failing', async () => {
       const o = await getServedModel('served');
@@ -339,19 +302,8 @@ describe('redaction (planted secrets)', () => {
     expect(failing.message).not.toContain('X-Amz-Signature');
 
     // Deletion: unregisters and lets go (its Events pass the same boundary).
-    await custom.deleteNamespacedCustomObject({
-      group: GROUP,
-      version: VERSION,
-      namespace: ns,
-      plural: 'servedmodels',
-      name: 'served',
-    });
-    await waitFor('ServedModel released', () =>
-      getServedModel('served').then(
-        () => false,
-        () => true,
-      ),
-    );
+    await sms.deleteServedModel('served');
+    await waitFor('ServedModel released', () => sms.servedModelGone('served'));
     await operator.manager.events.flush();
     const events = await kc.makeApiClient(k8s.EventsV1Api).listNamespacedEvent({ namespace: ns });
     const reasons = events.items.map((e) => e.reason);

@@ -8,30 +8,28 @@ import * as k8s from '@kubernetes/client-node';
 import { createNamespace, kubeConfig, waitFor } from '../support/kube.ts';
 import { startModelServerFleet, type ModelServerFleet } from '../support/modelserver-emulator.ts';
 import { ServiceEndpoints, loopbackDispatcher } from '../support/endpointslices.ts';
-import { startManager, type RunningManager } from '../support/runtime-harness.ts';
+import { soloOperatorFlags, startManager, type RunningManager } from '../support/runtime-harness.ts';
+import { peerloadNamespace, type PeerloadNamespace } from '../support/resources.ts';
 import { createServedModelController } from '../../src/controllers/index.ts';
-import type { ServedModel } from '../../src/api/index.ts';
 
-const GROUP = 'peerload.io';
-const VERSION = 'v1alpha1';
 /** How long the emulated plugin takes for one download + registration. */
 const REGISTRATION_MS = 2_000;
 
 let kc: k8s.KubeConfig;
-let custom: k8s.CustomObjectsApi;
+let sms: PeerloadNamespace;
 let ns = '';
 let operator: RunningManager;
 let fleet: ModelServerFleet | undefined;
 
 beforeAll(async () => {
   kc = kubeConfig(inject('kubeconfigPath'));
-  custom = kc.makeApiClient(k8s.CustomObjectsApi);
   ns = await createNamespace(kc, 'smrace');
+  sms = peerloadNamespace(kc, ns);
   operator = await startManager(
     kc,
     // Its own namespace only: objects other files leave behind (whose EndpointSlices may name ports this file's
     // emulators reuse) are not this operator's to reconcile.
-    ['--namespace', ns, '--no-leader-elect', '--poll-backoff-start', '200ms', '--poll-backoff-max', '2s'],
+    ['--namespace', ns, ...soloOperatorFlags('2s')],
     [(ctx) => createServedModelController(ctx, { dispatcher: loopbackDispatcher() })],
   );
 });
@@ -41,41 +39,27 @@ afterAll(async () => {
   await fleet?.close();
 });
 
-const crd = () => ({ group: GROUP, version: VERSION, namespace: ns, plural: 'servedmodels' });
-const gone = (name: string) =>
-  custom.getNamespacedCustomObject({ ...crd(), name }).then(
-    () => false,
-    () => true,
-  );
+const gone = (name: string) => sms.servedModelGone(name);
 
 describe('ServedModel deleted mid-registration', () => {
   it('ends with the model registered on no replica and the finalizer removed', async () => {
     fleet = await startModelServerFleet(3, { registrationLatencyMs: REGISTRATION_MS, workerStartMs: 20 });
-    const svc = new ServiceEndpoints(kc, ns, 'ts');
-    for (const [i, url] of fleet.urls.entries()) await svc.add(`ts-${i}`, url);
-    await custom.createNamespacedCustomObject({
-      ...crd(),
-      body: {
-        apiVersion: `${GROUP}/${VERSION}`,
-        kind: 'ServedModel',
-        metadata: { name: 'race' },
-        spec: {
-          modelName: 'resnet-18',
-          fileName: 'models/resnet-18.mar',
-          modelServer: { service: { name: 'ts' } },
-          // One at a time, the seed first: when the deletion comes, one registration runs, the others wait.
-          rollout: { maxConcurrent: 1, seedFirst: true },
-          deletion: { gracePeriod: '30s' },
-        },
-      },
+    await ServiceEndpoints.of(kc, ns, 'ts', fleet.urls);
+    await sms.createServedModel('race', {
+      modelName: 'resnet-18',
+      fileName: 'models/resnet-18.mar',
+      modelServer: { service: { name: 'ts' } },
+      // One at a time, the seed first: when the deletion comes, one registration runs, the others wait.
+      rollout: { maxConcurrent: 1, seedFirst: true },
+      deletion: { gracePeriod: '30s' },
     });
     const posted = () => fleet!.stats().registrationAttempts + fleet!.stats().pluginRegistrationsStarted;
     await waitFor('a registration POSTed', async () => posted() > 0, { timeoutMs: 20_000, intervalMs: 20 });
-    const sm = (await custom.getNamespacedCustomObject({ ...crd(), name: 'race' })) as ServedModel;
+    const sm = await sms.getServedModel('race');
     expect(sm.metadata.finalizers).toContain('peerload.io/unregister-model');
     expect(fleet.instances.flatMap((e) => e.modelNames())).toEqual([]); // still downloading
 
-    await custom.deleteNamespacedCustomObject({ ...crd(), name: 'race' });
+    await sms.deleteServedModel('race');
     await waitFor('finalizer removed, object gone', () => gone('race'), {
       timeoutMs: 30_000,
       intervalMs: 100,

@@ -8,23 +8,20 @@ import * as k8s from '@kubernetes/client-node';
 import { createNamespace, kubeConfig, waitFor } from '../support/kube.ts';
 import { startModelServerFleet, type ModelServerFleet } from '../support/modelserver-emulator.ts';
 import { ServiceEndpoints, loopbackDispatcher } from '../support/endpointslices.ts';
-import { startManager, type RunningManager } from '../support/runtime-harness.ts';
+import { soloOperatorFlags, startManager, type RunningManager } from '../support/runtime-harness.ts';
+import { peerloadNamespace, type PeerloadNamespace } from '../support/resources.ts';
 import { createServedModelController } from '../../src/controllers/index.ts';
-import type { ServedModel } from '../../src/api/index.ts';
-
-const GROUP = 'peerload.io';
-const VERSION = 'v1alpha1';
 
 let kc: k8s.KubeConfig;
-let custom: k8s.CustomObjectsApi;
+let sms: PeerloadNamespace;
 let ns = '';
 let operator: RunningManager;
 let fleet: ModelServerFleet | undefined;
 
 beforeAll(async () => {
   kc = kubeConfig(inject('kubeconfigPath'));
-  custom = kc.makeApiClient(k8s.CustomObjectsApi);
   ns = await createNamespace(kc, 'smdel');
+  sms = peerloadNamespace(kc, ns);
   // The operator's default grace is long: the 30 s below comes from the ServedModel's own spec.
   operator = await startManager(
     kc,
@@ -33,11 +30,7 @@ beforeAll(async () => {
       // emulators reuse) are not this operator's to reconcile.
       '--namespace',
       ns,
-      '--no-leader-elect',
-      '--poll-backoff-start',
-      '200ms',
-      '--poll-backoff-max',
-      '5s',
+      ...soloOperatorFlags('5s'),
       '--cleanup-grace-period',
       '10m',
     ],
@@ -50,14 +43,8 @@ afterAll(async () => {
   await fleet?.close();
 });
 
-const crd = () => ({ group: GROUP, version: VERSION, namespace: ns, plural: 'servedmodels' });
-const get = async (name: string) =>
-  (await custom.getNamespacedCustomObject({ ...crd(), name })) as ServedModel;
-const gone = (name: string) =>
-  get(name).then(
-    () => false,
-    () => true,
-  );
+const get = (name: string) => sms.getServedModel(name);
+const gone = (name: string) => sms.servedModelGone(name);
 
 async function notes(name: string, reason: string): Promise<string[]> {
   const list = await kc.makeApiClient(k8s.EventsV1Api).listNamespacedEvent({ namespace: ns });
@@ -67,21 +54,12 @@ async function notes(name: string, reason: string): Promise<string[]> {
 describe('ServedModel deletion', () => {
   it('10 replicas, 3 unreachable, grace 30 s: says so at once, released in 30-40 s naming each abandoned one', async () => {
     fleet = await startModelServerFleet(10, { workerStartMs: 20 });
-    const svc = new ServiceEndpoints(kc, ns, 'ts');
-    for (const [i, url] of fleet.urls.entries()) await svc.add(`ts-${i}`, url);
-    await custom.createNamespacedCustomObject({
-      ...crd(),
-      body: {
-        apiVersion: `${GROUP}/${VERSION}`,
-        kind: 'ServedModel',
-        metadata: { name: 'del' },
-        spec: {
-          modelName: 'resnet-18',
-          fileName: 'models/resnet-18.mar',
-          modelServer: { service: { name: 'ts' } },
-          deletion: { gracePeriod: '30s' },
-        },
-      },
+    await ServiceEndpoints.of(kc, ns, 'ts', fleet.urls);
+    await sms.createServedModel('del', {
+      modelName: 'resnet-18',
+      fileName: 'models/resnet-18.mar',
+      modelServer: { service: { name: 'ts' } },
+      deletion: { gracePeriod: '30s' },
     });
     await waitFor('10/10 ready', async () => (await get('del')).status?.ready === '10/10', {
       timeoutMs: 60_000,
@@ -91,7 +69,7 @@ describe('ServedModel deletion', () => {
     const downPods = down.map((i) => `ts-${i}`);
 
     const deletedAt = Date.now();
-    await custom.deleteNamespacedCustomObject({ ...crd(), name: 'del' });
+    await sms.deleteServedModel('del');
 
     // At once: the Ready condition and an Event name the replicas left and the deadline.
     const pending = await waitFor(

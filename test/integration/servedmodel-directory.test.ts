@@ -7,19 +7,17 @@
  */
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import * as k8s from '@kubernetes/client-node';
-import { createNamespace, kubeConfig, waitFor } from '../support/kube.ts';
+import { createNamespace, createSecret, kubeConfig } from '../support/kube.ts';
+import { conditionOf, peerloadNamespace, type PeerloadNamespace } from '../support/resources.ts';
 import { startManagerEmulator, type ManagerEmulator } from '../support/manager-emulator.ts';
 import { startMinIO, type MinIO } from '../support/minio.ts';
 import { startPeerProxy, type PeerProxy } from '../support/peer-proxy.ts';
-import { startManager, type RunningManager } from '../support/runtime-harness.ts';
+import { soloOperatorFlags, startManager, type RunningManager } from '../support/runtime-harness.ts';
 import { createServedModelController } from '../../src/controllers/index.ts';
 import { modelPreheatController } from '../../src/controllers/modelpreheat/index.ts';
 import { ModelServerDrivers } from '../../src/servers/driver.ts';
 import { DirectoryDriver } from '../support/directory-driver.ts';
-import type { ModelPreheat, ServedModel } from '../../src/api/index.ts';
 
-const GROUP = 'peerload.io';
-const VERSION = 'v1alpha1';
 const BUCKET = 'weights';
 const ENDPOINTS = ['http://198.18.7.1:8000', 'http://198.18.7.2:8000'];
 const FILES: Record<string, string> = {
@@ -30,7 +28,7 @@ const FILES: Record<string, string> = {
 };
 
 let kc: k8s.KubeConfig;
-let custom: k8s.CustomObjectsApi;
+let resources: PeerloadNamespace;
 let ns: string;
 let minio: MinIO;
 let peer: PeerProxy;
@@ -40,34 +38,18 @@ const driver = new DirectoryDriver(ENDPOINTS);
 
 beforeAll(async () => {
   kc = kubeConfig(inject('kubeconfigPath'));
-  custom = kc.makeApiClient(k8s.CustomObjectsApi);
   ns = await createNamespace(kc, 'sm-dir');
+  resources = peerloadNamespace(kc, ns);
   minio = await startMinIO();
   await minio.createBucket(BUCKET);
   for (const [path, body] of Object.entries(FILES)) await minio.putObject(BUCKET, `llm/tiny/${path}`, body);
   await minio.putObject(BUCKET, 'llm/tiny/README.md', 'left out');
-  await kc.makeApiClient(k8s.CoreV1Api).createNamespacedSecret({
-    namespace: ns,
-    body: {
-      metadata: { name: 's3' },
-      stringData: { access_key: minio.accessKey, secret_key: minio.secretKey },
-    },
-  });
+  await createSecret(kc, ns, 's3', { access_key: minio.accessKey, secret_key: minio.secretKey });
   peer = await startPeerProxy();
   manager = await startManagerEmulator({ peer });
   operator = await startManager(
     kc,
-    [
-      '--no-leader-elect',
-      '--manager-url',
-      manager.url,
-      '--allowed-endpoint-hosts',
-      '198.18.0.0/16',
-      '--poll-backoff-start',
-      '200ms',
-      '--poll-backoff-max',
-      '1s',
-    ],
+    [...soloOperatorFlags(), '--manager-url', manager.url, '--allowed-endpoint-hosts', '198.18.0.0/16'],
     [
       modelPreheatController,
       (ctx) => createServedModelController(ctx, { drivers: new ModelServerDrivers([driver]) }),
@@ -81,23 +63,7 @@ afterAll(async () => {
   await minio?.stop();
 });
 
-const get = <T>(plural: string, name: string) =>
-  custom.getNamespacedCustomObject({
-    group: GROUP,
-    version: VERSION,
-    namespace: ns,
-    plural,
-    name,
-  }) as Promise<T>;
-
-const create = (name: string, spec: Record<string, unknown>) =>
-  custom.createNamespacedCustomObject({
-    group: GROUP,
-    version: VERSION,
-    namespace: ns,
-    plural: 'servedmodels',
-    body: { apiVersion: `${GROUP}/${VERSION}`, kind: 'ServedModel', metadata: { name }, spec },
-  });
+const create = (name: string, spec: Record<string, unknown>) => resources.createServedModel(name, spec);
 
 const objectStorage = () => ({
   ...minio.location(BUCKET),
@@ -120,21 +86,20 @@ describe('a ServedModel that is a directory', () => {
       modelServer: { endpoints: ENDPOINTS, driver: 'directories' },
       preheat: { create: true, scope: 'single_seed_peer', objectStorage: objectStorage() },
     });
-    const sm = await waitFor(
-      'tiny Ready',
-      async () => {
-        const o = await get<ServedModel>('servedmodels', 'tiny');
-        return o.status?.conditions?.find((c) => c.type === 'Ready')?.status === 'True' ? o : undefined;
+    const sm = await resources.untilServedModel(
+      'tiny',
+      'Ready',
+      (o) => conditionOf(o, 'Ready')?.status === 'True',
+      {
+        timeoutMs: 60_000,
+        intervalMs: 200,
       },
-      { timeoutMs: 60_000, intervalMs: 200 },
     );
     // The replicas registered once the preheat's job was underway; the job ends on its own.
-    const preheat = await waitFor(
-      'tiny-preheat succeeded',
-      async () => {
-        const o = await get<ModelPreheat>('modelpreheats', 'tiny-preheat');
-        return o.status?.files?.jobsSucceeded === 1 ? o : undefined;
-      },
+    const preheat = await resources.untilModelPreheat(
+      'tiny-preheat',
+      'succeeded',
+      (o) => o.status?.files?.jobsSucceeded === 1,
       { timeoutMs: 60_000, intervalMs: 200 },
     );
     expect(preheat.spec.objectStorage).toMatchObject({ prefix: 'llm/tiny/', exclude: ['*.md'] });

@@ -7,18 +7,12 @@
  */
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import * as k8s from '@kubernetes/client-node';
-import { createNamespace, kubeConfig } from '../support/kube.ts';
-import {
-  GROUP,
-  VERSION,
-  emulatedManagerPreheat,
-  peerloadNamespace,
-  type PeerloadNamespace,
-} from '../support/resources.ts';
+import { createNamespace, createSecret, kubeConfig } from '../support/kube.ts';
+import { emulatedManagerPreheat, peerloadNamespace, type PeerloadNamespace } from '../support/resources.ts';
 import { ServiceEndpoints, loopbackDispatcher } from '../support/endpointslices.ts';
 import { startManagerEmulator, type ManagerEmulator } from '../support/manager-emulator.ts';
 import { startModelServerFleet, type ModelServerFleet } from '../support/modelserver-emulator.ts';
-import { startManager, type RunningManager } from '../support/runtime-harness.ts';
+import { soloOperatorFlags, startManager, type RunningManager } from '../support/runtime-harness.ts';
 import { modelPreheatController } from '../../src/controllers/modelpreheat/index.ts';
 import { createServedModelController } from '../../src/controllers/index.ts';
 import type { ModelPreheat, ServedModel } from '../../src/api/index.ts';
@@ -26,7 +20,6 @@ import type { ModelPreheat, ServedModel } from '../../src/api/index.ts';
 const NODES = 130;
 
 let kc: k8s.KubeConfig;
-let custom: k8s.CustomObjectsApi;
 let core: k8s.CoreV1Api;
 let ns: string;
 let peerload: PeerloadNamespace;
@@ -39,7 +32,6 @@ const ipOf = (i: number) => `10.77.${Math.floor(i / 200)}.${(i % 200) + 1}`;
 
 beforeAll(async () => {
   kc = kubeConfig(inject('kubeconfigPath'));
-  custom = kc.makeApiClient(k8s.CustomObjectsApi);
   core = kc.makeApiClient(k8s.CoreV1Api);
   ns = await createNamespace(kc, 'smfleet');
   peerload = peerloadNamespace(kc, ns);
@@ -57,22 +49,11 @@ beforeAll(async () => {
     await ServiceEndpoints.createNode(kc, nodeNames[i]!, ipOf(i));
   }
   for (let i = 0; i < NODES; i++) await svc.add(`pod-${i}`, fleet.urls[i]!, true, nodeNames[i]);
-  for (const [name, stringData] of [
-    ['s3', { access_key: 'AKIAEXAMPLE', secret_key: 'secret-example' }],
-    ['manager-user', { username: 'root', password: 'dragonfly' }],
-  ] as const)
-    await core.createNamespacedSecret({ namespace: ns, body: { metadata: { name }, stringData } });
+  await createSecret(kc, ns, 's3', { access_key: 'AKIAEXAMPLE', secret_key: 'secret-example' });
+  await createSecret(kc, ns, 'manager-user', { username: 'root', password: 'dragonfly' });
   operator = await startManager(
     kc,
-    [
-      '--no-leader-elect',
-      '--allowed-manager-hosts',
-      '127.0.0.1',
-      '--poll-backoff-start',
-      '200ms',
-      '--poll-backoff-max',
-      '1s',
-    ],
+    [...soloOperatorFlags(), '--allowed-manager-hosts', '127.0.0.1'],
     [
       modelPreheatController,
       (ctx) =>
@@ -88,13 +69,7 @@ afterAll(async () => {
 });
 
 async function preheats(): Promise<ModelPreheat[]> {
-  const list = (await custom.listNamespacedCustomObject({
-    group: GROUP,
-    version: VERSION,
-    namespace: ns,
-    plural: 'modelpreheats',
-  })) as { items: ModelPreheat[] };
-  return list.items.sort((a, b) => a.metadata.name.localeCompare(b.metadata.name));
+  return (await peerload.listModelPreheats()).sort((a, b) => a.metadata.name.localeCompare(b.metadata.name));
 }
 
 const preheatJobs = () =>

@@ -18,13 +18,12 @@ import { hubTokenTag } from '../../src/storage/credential-tag.ts';
 import { createServedModelController } from '../../src/controllers/index.ts';
 import { ModelServerDrivers } from '../../src/servers/driver.ts';
 import { DirectoryDriver } from '../support/directory-driver.ts';
-import type { ModelPreheat, ServedModel } from '../../src/api/index.ts';
+import type { ServedModel } from '../../src/api/index.ts';
+import type { PeerloadNamespace } from '../support/resources.ts';
 
 /** The recording driver places nothing itself, but a source's spec names the agent beside each replica. */
 const AGENT = { port: 8200, tokenSecretRef: { name: 'agent', key: 'token' } };
 
-const GROUP = 'peerload.io';
-const VERSION = 'v1alpha1';
 const ENDPOINTS = ['http://198.18.9.1:8000', 'http://198.18.9.2:8000'];
 const TOKEN = 'hf_integrationHubToken0123456789abcdef';
 const WEIGHTS = Buffer.alloc(5 * 1024 * 1024 + 17, 9);
@@ -32,7 +31,7 @@ const HOSTILE_TARGET = 'http://169.254.169.254/latest/meta-data/iam/security-cre
 
 let bed: HubBed;
 let kc: k8s.KubeConfig;
-let custom: k8s.CustomObjectsApi;
+let sms: PeerloadNamespace;
 let ns: string;
 let hub: HubEmulator;
 const driver = new DirectoryDriver(ENDPOINTS);
@@ -59,21 +58,14 @@ beforeAll(async () => {
       (ctx) => createServedModelController(ctx, { drivers: new ModelServerDrivers([driver]) }),
     ],
   });
-  ({ kc, custom, ns, hub } = bed);
+  ({ kc, ns, hub, resources: sms } = bed);
 }, 180_000);
 
 afterAll(async () => {
   await bed?.close();
 });
 
-const get = (name: string) =>
-  custom.getNamespacedCustomObject({
-    group: GROUP,
-    version: VERSION,
-    namespace: ns,
-    plural: 'servedmodels',
-    name,
-  }) as Promise<ServedModel>;
+const get = (name: string) => sms.getServedModel(name);
 
 const create = (
   name: string,
@@ -81,48 +73,23 @@ const create = (
   endpoints = ENDPOINTS,
   extra: Record<string, unknown> = {},
 ) =>
-  custom.createNamespacedCustomObject({
-    group: GROUP,
-    version: VERSION,
-    namespace: ns,
-    plural: 'servedmodels',
-    body: {
-      apiVersion: `${GROUP}/${VERSION}`,
-      kind: 'ServedModel',
-      metadata: { name },
-      spec: {
-        modelName: name,
-        source: { huggingface: { endpoint: hub.url, ...huggingface } },
-        modelServer: { endpoints, driver: 'directories', agent: AGENT },
-        ...extra,
-      },
-    },
+  sms.createServedModel(name, {
+    modelName: name,
+    source: { huggingface: { endpoint: hub.url, ...huggingface } },
+    modelServer: { endpoints, driver: 'directories', agent: AGENT },
+    ...extra,
   });
 
 const annotate = (name: string, value: string) =>
-  custom.patchNamespacedCustomObject(
-    {
-      group: GROUP,
-      version: VERSION,
-      namespace: ns,
-      plural: 'servedmodels',
-      name,
-      body: { metadata: { annotations: { 'peerload.io/refresh-source': value } } },
-    },
-    k8s.setHeaderOptions('Content-Type', k8s.PatchStrategy.MergePatch),
-  );
+  sms.patchServedModel(name, { metadata: { annotations: { 'peerload.io/refresh-source': value } } });
 
 const condition = (o: ServedModel, type: string) => o.status?.conditions?.find((c) => c.type === type);
 
 const readyWith = (name: string, commit: string) =>
-  waitFor(
-    `${name} Ready at ${commit.slice(0, 7)}`,
-    async () => {
-      const o = await get(name);
-      return condition(o, 'Ready')?.status === 'True' && o.status?.source?.huggingface?.commit === commit
-        ? o
-        : undefined;
-    },
+  sms.untilServedModel(
+    name,
+    `Ready at ${commit.slice(0, 7)}`,
+    (o) => condition(o, 'Ready')?.status === 'True' && o.status?.source?.huggingface?.commit === commit,
     { timeoutMs: 60_000, intervalMs: 200 },
   );
 
@@ -174,17 +141,7 @@ describe('a ServedModel from a Hugging Face repository', () => {
     hub.setRef('org/tiny', 'main', 0);
     await new Promise((r) => setTimeout(r, 1500));
     expect((await get('tiny')).status!.source!.huggingface!.commit).toBe(c1!.sha);
-    await custom.patchNamespacedCustomObject(
-      {
-        group: GROUP,
-        version: VERSION,
-        namespace: ns,
-        plural: 'servedmodels',
-        name: 'tiny',
-        body: { spec: { version: '2' } },
-      },
-      k8s.setHeaderOptions('Content-Type', k8s.PatchStrategy.MergePatch),
-    );
+    await sms.patchServedModel('tiny', { spec: { version: '2' } });
     await readyWith('tiny', c0!.sha);
     await waitFor('both replicas at version 2', async () =>
       [...driver.servers.values()].every((s) => s.registered.length === 2) ? true : undefined,
@@ -198,14 +155,7 @@ describe('a ServedModel from a Hugging Face repository', () => {
 
   it('a private repository is Stalled without a token, naming the field, and Ready with one', async () => {
     await create('private-none', { repo: 'org/private' }, [ENDPOINTS[0]!]);
-    const stalled = await waitFor(
-      'private-none Stalled',
-      async () => {
-        const o = await get('private-none');
-        return condition(o, 'Stalled')?.status === 'True' ? o : undefined;
-      },
-      { timeoutMs: 60_000, intervalMs: 200 },
-    );
+    const stalled = await sms.untilStalled('private-none', { timeoutMs: 60_000, intervalMs: 200 });
     expect(condition(stalled!, 'Stalled')).toMatchObject({
       reason: 'HubTokenRequired',
       message: expect.stringMatching(
@@ -235,20 +185,7 @@ describe('a ServedModel from a Hugging Face repository', () => {
       preheat: { create: true, scope: 'single_seed_peer' },
     });
     await readyWith('warm', c0!.sha);
-    const preheat = (await waitFor(
-      'warm-preheat SUCCESS',
-      async () => {
-        const o = (await custom.getNamespacedCustomObject({
-          group: GROUP,
-          version: VERSION,
-          namespace: ns,
-          plural: 'modelpreheats',
-          name: 'warm-preheat',
-        })) as ModelPreheat;
-        return o.status?.state === 'SUCCESS' ? o : undefined;
-      },
-      { timeoutMs: 60_000, intervalMs: 200 },
-    ))!;
+    const preheat = await sms.untilState('warm-preheat', 'SUCCESS', { timeoutMs: 60_000, intervalMs: 200 });
     const reg = driver.servers.get(ENDPOINTS[0]!)!.registered.find((r) => r.modelName === 'warm')!;
     const lfs = reg.files!.files.find((f) => f.path === 'weights/model.safetensors')!;
     // The LFS file first, then every git file (a public repository: no token in the job).
@@ -278,20 +215,10 @@ describe('a ServedModel from a Hugging Face repository', () => {
       { preheat: { create: true, scope: 'single_seed_peer' } },
     );
     await readyWith('warm-private', c0!.sha);
-    const preheat = (await waitFor(
-      'warm-private-preheat SUCCESS',
-      async () => {
-        const o = (await custom.getNamespacedCustomObject({
-          group: GROUP,
-          version: VERSION,
-          namespace: ns,
-          plural: 'modelpreheats',
-          name: 'warm-private-preheat',
-        })) as ModelPreheat;
-        return o.status?.state === 'SUCCESS' ? o : undefined;
-      },
-      { timeoutMs: 60_000, intervalMs: 200 },
-    ))!;
+    const preheat = await sms.untilState('warm-private-preheat', 'SUCCESS', {
+      timeoutMs: 60_000,
+      intervalMs: 200,
+    });
     const tag = hubTokenTag(hub.url, 'org/private', TOKEN);
     // The spec names the repository at the commit and the Secret, never the tag nor the token.
     expect(preheat.spec.source?.huggingface).toMatchObject({ repo: 'org/private', revision: c0!.sha });
@@ -313,14 +240,7 @@ describe('a ServedModel from a Hugging Face repository', () => {
 
   it('an LFS file redirected outside --allowed-hub-redirect-hosts: Stalled HubRedirectNotAllowed naming the file and the flag, no replica told', async () => {
     await create('hostile', { repo: 'org/hostile' }, [ENDPOINTS[0]!]);
-    const o = await waitFor(
-      'hostile Stalled',
-      async () => {
-        const x = await get('hostile');
-        return condition(x, 'Stalled')?.status === 'True' ? x : undefined;
-      },
-      { timeoutMs: 60_000, intervalMs: 200 },
-    );
+    const o = await sms.untilStalled('hostile', { timeoutMs: 60_000, intervalMs: 200 });
     const stalled = condition(o!, 'Stalled')!;
     expect(stalled.reason).toBe('HubRedirectNotAllowed');
     expect(stalled.message).toMatch(
@@ -332,36 +252,18 @@ describe('a ServedModel from a Hugging Face repository', () => {
   });
 
   it('a token toward a Hub outside --allowed-hub-hosts: HubNotAllowed, the Secret not read', async () => {
-    await custom.createNamespacedCustomObject({
-      group: GROUP,
-      version: VERSION,
-      namespace: ns,
-      plural: 'servedmodels',
-      body: {
-        apiVersion: `${GROUP}/${VERSION}`,
-        kind: 'ServedModel',
-        metadata: { name: 'elsewhere' },
-        spec: {
-          modelName: 'elsewhere',
-          source: {
-            huggingface: {
-              repo: 'org/private',
-              endpoint: 'http://localhost:9',
-              tokenSecretRef: { name: 'hf', key: 'token' },
-            },
-          },
-          modelServer: { endpoints: [ENDPOINTS[0]!], driver: 'directories', agent: AGENT },
+    await sms.createServedModel('elsewhere', {
+      modelName: 'elsewhere',
+      source: {
+        huggingface: {
+          repo: 'org/private',
+          endpoint: 'http://localhost:9',
+          tokenSecretRef: { name: 'hf', key: 'token' },
         },
       },
+      modelServer: { endpoints: [ENDPOINTS[0]!], driver: 'directories', agent: AGENT },
     });
-    const o = await waitFor(
-      'elsewhere Stalled',
-      async () => {
-        const x = await get('elsewhere');
-        return condition(x, 'Stalled')?.status === 'True' ? x : undefined;
-      },
-      { timeoutMs: 60_000, intervalMs: 200 },
-    );
+    const o = await sms.untilStalled('elsewhere', { timeoutMs: 60_000, intervalMs: 200 });
     expect(condition(o!, 'Stalled')).toMatchObject({
       reason: 'HubNotAllowed',
       message: expect.stringContaining(

@@ -11,19 +11,17 @@
  * - Deleted, neither leaves anything in the servers' repositories: no model directory, empty or not.
  */
 import { randomBytes } from 'node:crypto';
-import { mkdir, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, readdir, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import * as k8s from '@kubernetes/client-node';
 import { Agent } from 'undici';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { tokenFile } from '../../src/agent/auth.ts';
-import { DEFAULT_LIMITS } from '../../src/place/placer.ts';
-import { startAgentServer, type AgentServer } from '../../src/agent/server.ts';
 import type { ServedModel } from '../../src/api/index.ts';
 import { createServedModelController } from '../../src/controllers/index.ts';
 import { taskID } from '../../src/storage/taskid.ts';
-import { createNamespace, kubeConfig, waitFor } from '../support/kube.ts';
+import { createNamespace, createSecret, kubeConfig, waitFor } from '../support/kube.ts';
+import { peerloadNamespace, type PeerloadNamespace } from '../support/resources.ts';
 import {
   gzip,
   pushModel,
@@ -32,19 +30,20 @@ import {
   tarOf,
   type FakeRegistry,
 } from '../support/oci-artifacts.ts';
-import { startOipEmulator, type OipEmulator } from '../support/oip-emulator.ts';
-import { portOnAll } from '../support/oip-replicas.ts';
+import {
+  startEmulatedReplicas,
+  type EmulatedReplica,
+  type EmulatedReplicas,
+} from '../support/oip-replicas.ts';
 import { startPeerProxy, type PeerProxy } from '../support/peer-proxy.ts';
-import { startManager, type RunningManager } from '../support/runtime-harness.ts';
+import { soloOperatorFlags, startManager, type RunningManager } from '../support/runtime-harness.ts';
 
-const GROUP = 'peerload.io';
-const VERSION = 'v1alpha1';
 const TOKEN = 'agent-token-integrity-0123456789';
 const IPS = ['127.0.0.85', '127.0.0.86'];
 const RAW = 'application/vnd.cncf.model.weight.v1.raw';
 
 let kc: k8s.KubeConfig;
-let custom: k8s.CustomObjectsApi;
+let sms: PeerloadNamespace;
 let ns: string;
 let work: string;
 let fake: FakeRegistry;
@@ -52,116 +51,57 @@ let peer: PeerProxy;
 let dispatcher: Agent;
 let operator: RunningManager;
 let agentPort: number;
-const replicas: { root: string; agent: AgentServer; server: OipEmulator }[] = [];
+let emulated: EmulatedReplicas;
+let replicas: EmulatedReplica[] = [];
 
 beforeAll(async () => {
   kc = kubeConfig(inject('kubeconfigPath'));
-  custom = kc.makeApiClient(k8s.CustomObjectsApi);
   ns = await createNamespace(kc, 'sm-integrity');
+  sms = peerloadNamespace(kc, ns);
   work = await mkdtemp(join(tmpdir(), 'peerload-sm-integrity-'));
   fake = await startFakeRegistry();
-  await kc.makeApiClient(k8s.CoreV1Api).createNamespacedSecret({
-    namespace: ns,
-    body: { metadata: { name: 'agent-token' }, stringData: { token: TOKEN } },
-  });
+  await createSecret(kc, ns, 'agent-token', { token: TOKEN });
   peer = await startPeerProxy();
   dispatcher = new Agent();
-  agentPort = await portOnAll(IPS);
-  for (const [i, ip] of IPS.entries()) {
-    const root = join(work, `replica-${i}`, 'models');
-    await mkdir(root, { recursive: true });
-    await writeFile(join(work, `replica-${i}`, 'token'), TOKEN);
-    const agent = await startAgentServer({
-      root,
-      host: ip,
-      port: agentPort,
-      proxy: peer.url,
-      dispatcher,
-      limits: { ...DEFAULT_LIMITS, minFreeBytes: 0 },
-      token: tokenFile(join(work, `replica-${i}`, 'token')),
-    });
-    replicas.push({ root, agent, server: await startOipEmulator('triton', root, ip) });
-  }
+  emulated = await startEmulatedReplicas({ ips: IPS, dir: work, token: TOKEN, proxy: peer.url, dispatcher });
+  ({ port: agentPort, replicas } = emulated);
   operator = await startManager(
     kc,
-    [
-      '--no-leader-elect',
-      '--allowed-endpoint-hosts',
-      '127.0.0.0/8',
-      '--poll-backoff-start',
-      '200ms',
-      '--poll-backoff-max',
-      '1s',
-    ],
+    [...soloOperatorFlags(), '--allowed-endpoint-hosts', '127.0.0.0/8'],
     [(ctx) => createServedModelController(ctx, {})],
   );
 }, 120_000);
 
 afterAll(async () => {
   await operator?.stop();
-  for (const r of replicas) {
-    await r.agent.close();
-    await r.server.close();
-  }
+  await emulated?.close();
   await dispatcher?.close();
   await peer?.close();
   await fake?.close();
   if (work) await rm(work, { recursive: true, force: true });
 });
 
-const get = (name: string) =>
-  custom.getNamespacedCustomObject({
-    group: GROUP,
-    version: VERSION,
-    namespace: ns,
-    plural: 'servedmodels',
-    name,
-  }) as Promise<ServedModel>;
+const get = (name: string) => sms.getServedModel(name);
 
 const create = (name: string, repo: string) =>
-  custom.createNamespacedCustomObject({
-    group: GROUP,
-    version: VERSION,
-    namespace: ns,
-    plural: 'servedmodels',
-    body: {
-      apiVersion: `${GROUP}/${VERSION}`,
-      kind: 'ServedModel',
-      metadata: { name },
-      spec: {
-        modelName: name,
-        version: '1',
-        source: { oci: { reference: `${fake.host}/${repo}:v1`, plainHTTP: true } },
-        // Both replicas at once, so each says it.
-        rollout: { seedFirst: false },
-        modelServer: {
-          driver: 'triton',
-          endpoints: replicas.map((r) => r.server.url),
-          agent: { port: agentPort, tokenSecretRef: { name: 'agent-token', key: 'token' } },
-        },
-      },
+  sms.createServedModel(name, {
+    modelName: name,
+    version: '1',
+    source: { oci: { reference: `${fake.host}/${repo}:v1`, plainHTTP: true } },
+    // Both replicas at once, so each says it.
+    rollout: { seedFirst: false },
+    modelServer: {
+      driver: 'triton',
+      endpoints: replicas.map((r) => r.server.url),
+      agent: { port: agentPort, tokenSecretRef: { name: 'agent-token', key: 'token' } },
     },
   });
 
 const condition = (o: ServedModel, type: string) => o.status?.conditions?.find((c) => c.type === type);
 
 async function deleteAndWait(name: string) {
-  await custom.deleteNamespacedCustomObject({
-    group: GROUP,
-    version: VERSION,
-    namespace: ns,
-    plural: 'servedmodels',
-    name,
-  });
-  await waitFor(
-    `${name} gone`,
-    () =>
-      get(name).then(
-        () => undefined,
-        () => true,
-      ),
-    { timeoutMs: 60_000, intervalMs: 300 },
-  );
+  await sms.deleteServedModel(name);
+  await waitFor(`${name} gone`, () => sms.servedModelGone(name), { timeoutMs: 60_000, intervalMs: 300 });
 }
 
 describe('a layer whose bytes are not its digest', () => {

@@ -9,20 +9,18 @@
  *   agent reads stays small (the token once, not 480 times); a 16 KiB token is refused (TokenTooLarge) before
  *   anything reaches an agent.
  */
-import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { createServer, type IncomingMessage, type Server } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import * as k8s from '@kubernetes/client-node';
 import { Agent, request } from 'undici';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { tokenFile } from '../../src/agent/auth.ts';
-import { DEFAULT_LIMITS } from '../../src/place/placer.ts';
-import { startAgentServer, type AgentServer } from '../../src/agent/server.ts';
 import type { ServedModel } from '../../src/api/index.ts';
 import { createServedModelController } from '../../src/controllers/index.ts';
 import { modelPreheatController } from '../../src/controllers/modelpreheat/index.ts';
-import { createNamespace, kubeConfig, waitFor } from '../support/kube.ts';
+import { createNamespace, createRegistrySecret, createSecret, kubeConfig } from '../support/kube.ts';
+import { conditionOf, peerloadNamespace, type PeerloadNamespace } from '../support/resources.ts';
 import {
   modelManifest,
   pushModel,
@@ -30,16 +28,18 @@ import {
   type FakeRegistry,
   type LayerSpec,
 } from '../support/oci-artifacts.ts';
-import { startOipEmulator, type OipEmulator } from '../support/oip-emulator.ts';
-import { portOnAll } from '../support/oip-replicas.ts';
+import {
+  portOnAll,
+  startEmulatedReplicas,
+  type EmulatedReplica,
+  type EmulatedReplicas,
+} from '../support/oip-replicas.ts';
 import { startPeerProxy, type PeerProxy } from '../support/peer-proxy.ts';
 import { TOKEN_SERVICE, startTokenServer, type TokenServer } from '../support/registry-token.ts';
 import { startRegistry, type Registry } from '../support/registry.ts';
 import { startManagerEmulator, type ManagerEmulator } from '../support/manager-emulator.ts';
-import { startManager, type RunningManager } from '../support/runtime-harness.ts';
+import { soloOperatorFlags, startManager, type RunningManager } from '../support/runtime-harness.ts';
 
-const GROUP = 'peerload.io';
-const VERSION = 'v1alpha1';
 const AGENT_TOKEN = 'agent-token-oci-creds-0123';
 const PASSWORD = 'alice-registry-password-credentials-91';
 const IP = '127.0.0.93';
@@ -48,7 +48,7 @@ const BIG_TOKEN = `big-${'t'.repeat(7996)}`;
 const b64 = (s: string) => Buffer.from(s).toString('base64');
 
 let kc: k8s.KubeConfig;
-let custom: k8s.CustomObjectsApi;
+let sms: PeerloadNamespace;
 let ns: string;
 let work: string;
 let tokens: TokenServer;
@@ -63,16 +63,16 @@ let dispatcher: Agent;
 let operator: RunningManager;
 let manager: ManagerEmulator;
 let agentPort: number;
-let agent: AgentServer;
-let server: OipEmulator;
+let emulated: EmulatedReplicas;
+let replica: EmulatedReplica;
 let recorder: Server;
 /** Every request the agent received: method, path and body. */
 const received: { method: string; path: string; body: string }[] = [];
 
 beforeAll(async () => {
   kc = kubeConfig(inject('kubeconfigPath'));
-  custom = kc.makeApiClient(k8s.CustomObjectsApi);
   ns = await createNamespace(kc, 'sm-oci-creds');
+  sms = peerloadNamespace(kc, ns);
   work = await mkdtemp(join(tmpdir(), 'peerload-sm-oci-creds-'));
   tokens = await startTokenServer({ users: { alice: PASSWORD } });
   registry = await startRegistry({ tokens });
@@ -83,47 +83,31 @@ beforeAll(async () => {
   for (const r of [basicRefused, basicListed]) r.basic = { username: 'robot', password: PASSWORD };
   bigToken.bearer = { token: BIG_TOKEN, expiresIn: 300 };
   hugeToken.bearer = { token: 'h'.repeat(16 * 1024) };
-  const core = kc.makeApiClient(k8s.CoreV1Api);
-  const auths = {
-    [registry.host]: { auth: b64(`alice:${PASSWORD}`) },
-    [basicRefused.host]: { auth: b64(`robot:${PASSWORD}`) },
-    [basicListed.host]: { auth: b64(`robot:${PASSWORD}`) },
-  };
-  await core.createNamespacedSecret({
-    namespace: ns,
-    body: {
-      metadata: { name: 'registry' },
-      type: 'kubernetes.io/dockerconfigjson',
-      stringData: { '.dockerconfigjson': JSON.stringify({ auths }) },
-    },
+  await createRegistrySecret(kc, ns, 'registry', {
+    [registry.host]: `alice:${PASSWORD}`,
+    [basicRefused.host]: `robot:${PASSWORD}`,
+    [basicListed.host]: `robot:${PASSWORD}`,
   });
-  await core.createNamespacedSecret({
-    namespace: ns,
-    body: { metadata: { name: 'agent-token' }, stringData: { token: AGENT_TOKEN } },
-  });
+  await createSecret(kc, ns, 'agent-token', { token: AGENT_TOKEN });
   peer = await startPeerProxy();
   dispatcher = new Agent();
   agentPort = await portOnAll([IP]);
-  const innerPort = await portOnAll([IP]);
-  const root = join(work, 'replica', 'models');
-  await mkdir(root, { recursive: true });
-  await writeFile(join(work, 'replica', 'token'), AGENT_TOKEN);
-  agent = await startAgentServer({
-    root,
-    host: IP,
-    port: innerPort,
+  // The agent listens on a port of its own; the recorder in front of it on the one the ServedModel names.
+  emulated = await startEmulatedReplicas({
+    ips: [IP],
+    dir: work,
+    token: AGENT_TOKEN,
     proxy: peer.url,
     dispatcher,
-    limits: { ...DEFAULT_LIMITS, minFreeBytes: 0 },
-    token: tokenFile(join(work, 'replica', 'token')),
+    port: await portOnAll([IP]),
   });
-  server = await startOipEmulator('triton', root, IP);
-  recorder = await startRecorder(IP, agentPort, `http://${IP}:${innerPort}`);
+  replica = emulated.replicas[0]!;
+  recorder = await startRecorder(IP, agentPort, `http://${IP}:${emulated.port}`);
   manager = await startManagerEmulator({ peer });
   operator = await startManager(
     kc,
     [
-      '--no-leader-elect',
+      ...soloOperatorFlags(),
       '--manager-url',
       manager.url,
       '--allowed-endpoint-hosts',
@@ -133,10 +117,6 @@ beforeAll(async () => {
       // This one registry's Basic credentials may go to the agents; the other Basic-only one is refused.
       '--allowed-basic-auth-registry-hosts',
       `http://${basicListed.host}`,
-      '--poll-backoff-start',
-      '200ms',
-      '--poll-backoff-max',
-      '1s',
     ],
     [modelPreheatController, (ctx) => createServedModelController(ctx, {})],
   );
@@ -148,8 +128,7 @@ afterAll(async () => {
     recorder.closeAllConnections();
     await new Promise((r) => recorder.close(r));
   }
-  await agent?.close();
-  await server?.close();
+  await emulated?.close();
   await dispatcher?.close();
   await manager?.close();
   await peer?.close();
@@ -226,67 +205,36 @@ async function pushToRegistry(repo: string, tag: string, layers: LayerSpec[]): P
   expect(m.status).toBe(201);
 }
 
-const get = (name: string) =>
-  custom.getNamespacedCustomObject({
-    group: GROUP,
-    version: VERSION,
-    namespace: ns,
-    plural: 'servedmodels',
-    name,
-  }) as Promise<ServedModel>;
-
 const create = (name: string, reference: string, withCredentials: boolean) =>
-  custom.createNamespacedCustomObject({
-    group: GROUP,
-    version: VERSION,
-    namespace: ns,
-    plural: 'servedmodels',
-    body: {
-      apiVersion: `${GROUP}/${VERSION}`,
-      kind: 'ServedModel',
-      metadata: { name },
-      spec: {
-        modelName: name,
-        version: '1',
-        source: {
-          oci: {
-            reference,
-            plainHTTP: true,
-            ...(withCredentials ? { credentialsSecretRef: { name: 'registry' } } : {}),
-          },
-        },
-        modelServer: {
-          driver: 'triton',
-          endpoints: [server.url],
-          agent: { port: agentPort, tokenSecretRef: { name: 'agent-token', key: 'token' } },
-        },
+  sms.createServedModel(name, {
+    modelName: name,
+    version: '1',
+    source: {
+      oci: {
+        reference,
+        plainHTTP: true,
+        ...(withCredentials ? { credentialsSecretRef: { name: 'registry' } } : {}),
       },
+    },
+    modelServer: {
+      driver: 'triton',
+      endpoints: [replica.server.url],
+      agent: { port: agentPort, tokenSecretRef: { name: 'agent-token', key: 'token' } },
     },
   });
 
 async function ready(name: string): Promise<ServedModel> {
-  return (await waitFor(
-    `${name} Ready 1/1`,
-    async () => {
-      const o = await get(name);
-      const r = o.status?.conditions?.find((c) => c.type === 'Ready');
-      return o.status?.ready === '1/1' && r?.status === 'True' ? o : undefined;
-    },
+  return sms.untilServedModel(
+    name,
+    'Ready 1/1',
+    (o) => o.status?.ready === '1/1' && conditionOf(o, 'Ready')?.status === 'True',
     { timeoutMs: 120_000, intervalMs: 300 },
-  ))!;
+  );
 }
 
 async function stalled(name: string, reason: string): Promise<string> {
-  const o = (await waitFor(
-    `${name} Stalled ${reason}`,
-    async () => {
-      const o = await get(name);
-      const s = o.status?.conditions?.find((c) => c.type === 'Stalled');
-      return s?.status === 'True' && s.reason === reason ? o : undefined;
-    },
-    { timeoutMs: 60_000, intervalMs: 300 },
-  ))!;
-  return o.status!.conditions!.find((c) => c.type === 'Stalled')!.message!;
+  const o = await sms.untilStalled(name, { reason, timeoutMs: 60_000, intervalMs: 300 });
+  return conditionOf(o, 'Stalled')!.message!;
 }
 
 interface ReceivedSpec {
@@ -304,9 +252,7 @@ describe("what the agent receives for a registry's credentials", () => {
     const before = tokens.requests.length;
     await create('private', `${registry.host}/models/private:v1`, true);
     await ready('private');
-    expect(await readFile(join(work, 'replica', 'models', 'private', '1', '1', 'weights.bin'))).toEqual(
-      weights,
-    );
+    expect(await readFile(join(replica.root, 'private', '1', '1', 'weights.bin'))).toEqual(weights);
     const [body] = puts('private');
     const spec = JSON.parse(body!) as ReceivedSpec;
     const authorization = spec.headerSets?.['registry']?.['authorization'];

@@ -10,26 +10,23 @@
  *   replica's status names the reason and the layer, and nothing is placed.
  */
 import { createHash, randomBytes } from 'node:crypto';
-import { mkdir, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, readdir, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import * as k8s from '@kubernetes/client-node';
 import { Agent } from 'undici';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { tokenFile } from '../../src/agent/auth.ts';
-import { DEFAULT_LIMITS } from '../../src/place/placer.ts';
-import { startAgentServer, type AgentServer } from '../../src/agent/server.ts';
 import type { ServedModel } from '../../src/api/index.ts';
 import { createServedModelController } from '../../src/controllers/index.ts';
 import { modelPreheatController } from '../../src/controllers/modelpreheat/index.ts';
-import type { ModelPreheat } from '../../src/api/index.ts';
 import { taskID } from '../../src/storage/taskid.ts';
 import { registryCredentialTag } from '../../src/storage/credential-tag.ts';
 import { startManagerEmulator, type ManagerEmulator } from '../support/manager-emulator.ts';
 import { RegistryClient } from '../../src/oci/client.ts';
 import { parseReference } from '../../src/oci/reference.ts';
 import { parseHostRules } from '../../src/policy/reach.ts';
-import { createNamespace, kubeConfig, waitFor } from '../support/kube.ts';
+import { createNamespace, createRegistrySecret, createSecret, kubeConfig, waitFor } from '../support/kube.ts';
+import { conditionOf, peerloadNamespace, type PeerloadNamespace } from '../support/resources.ts';
 import { modctl, pushTritonVersion, type Modctl } from '../support/modctl.ts';
 import {
   gzip,
@@ -39,15 +36,16 @@ import {
   tarOf,
   type FakeRegistry,
 } from '../support/oci-artifacts.ts';
-import { startOipEmulator, type OipEmulator } from '../support/oip-emulator.ts';
-import { portOnAll } from '../support/oip-replicas.ts';
+import {
+  startEmulatedReplicas,
+  type EmulatedReplica,
+  type EmulatedReplicas,
+} from '../support/oip-replicas.ts';
 import { startPeerProxy, type PeerProxy } from '../support/peer-proxy.ts';
 import { startTokenServer, type TokenServer } from '../support/registry-token.ts';
 import { startRegistry, type Registry } from '../support/registry.ts';
-import { startManager, type RunningManager } from '../support/runtime-harness.ts';
+import { soloOperatorFlags, startManager, type RunningManager } from '../support/runtime-harness.ts';
 
-const GROUP = 'peerload.io';
-const VERSION = 'v1alpha1';
 const TOKEN = 'agent-token-oci-0123456789';
 const PASSWORD = 'alice-registry-password-77';
 const IPS = ['127.0.0.71', '127.0.0.72'];
@@ -55,8 +53,8 @@ const CODE = 'def execute(requests):\n    return requests\n';
 const WEIGHTS: Record<string, Buffer> = { '1': randomBytes(200_000), '2': randomBytes(150_000) };
 
 let kc: k8s.KubeConfig;
-let custom: k8s.CustomObjectsApi;
 let ns: string;
+let sms: PeerloadNamespace;
 let work: string;
 let tokens: TokenServer;
 let registry: Registry;
@@ -67,12 +65,13 @@ let dispatcher: Agent;
 let operator: RunningManager;
 let manager: ManagerEmulator;
 let agentPort: number;
-const replicas: { root: string; agent: AgentServer; server: OipEmulator }[] = [];
+let emulated: EmulatedReplicas;
+let replicas: EmulatedReplica[] = [];
 
 beforeAll(async () => {
   kc = kubeConfig(inject('kubeconfigPath'));
-  custom = kc.makeApiClient(k8s.CustomObjectsApi);
   ns = await createNamespace(kc, 'sm-oci');
+  sms = peerloadNamespace(kc, ns);
   work = await mkdtemp(join(tmpdir(), 'peerload-sm-oci-'));
   tokens = await startTokenServer({ users: { alice: PASSWORD } });
   registry = await startRegistry({ tokens });
@@ -83,53 +82,24 @@ beforeAll(async () => {
     work,
   );
   await push('1');
-  const core = kc.makeApiClient(k8s.CoreV1Api);
-  const auth = Buffer.from(`alice:${PASSWORD}`).toString('base64');
-  await core.createNamespacedSecret({
-    namespace: ns,
-    body: {
-      metadata: { name: 'registry' },
-      type: 'kubernetes.io/dockerconfigjson',
-      stringData: { '.dockerconfigjson': JSON.stringify({ auths: { [registry.host]: { auth } } }) },
-    },
-  });
-  await core.createNamespacedSecret({
-    namespace: ns,
-    body: { metadata: { name: 'agent-token' }, stringData: { token: TOKEN } },
-  });
+  await createRegistrySecret(kc, ns, 'registry', { [registry.host]: `alice:${PASSWORD}` });
+  await createSecret(kc, ns, 'agent-token', { token: TOKEN });
   peer = await startPeerProxy();
   dispatcher = new Agent();
-  agentPort = await portOnAll(IPS);
-  for (const [i, ip] of IPS.entries()) {
-    const root = join(work, `replica-${i}`, 'models');
-    await mkdir(join(root, 'echo'), { recursive: true });
-    await writeFile(join(work, `replica-${i}`, 'token'), TOKEN);
-    const agent = await startAgentServer({
-      root,
-      host: ip,
-      port: agentPort,
-      proxy: peer.url,
-      dispatcher,
-      limits: { ...DEFAULT_LIMITS, minFreeBytes: 0 },
-      token: tokenFile(join(work, `replica-${i}`, 'token')),
-    });
-    replicas.push({ root, agent, server: await startOipEmulator('triton', root, ip) });
-  }
+  emulated = await startEmulatedReplicas({ ips: IPS, dir: work, token: TOKEN, proxy: peer.url, dispatcher });
+  ({ port: agentPort, replicas } = emulated);
+  for (const r of replicas) await mkdir(join(r.root, 'echo'));
   manager = await startManagerEmulator({ peer });
   operator = await startManager(
     kc,
     [
-      '--no-leader-elect',
+      ...soloOperatorFlags(),
       '--manager-url',
       manager.url,
       '--allowed-endpoint-hosts',
       '127.0.0.0/8',
       '--allowed-registry-hosts',
       'http://127.0.0.1',
-      '--poll-backoff-start',
-      '200ms',
-      '--poll-backoff-max',
-      '1s',
     ],
     [modelPreheatController, (ctx) => createServedModelController(ctx, {})],
   );
@@ -137,10 +107,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await operator?.stop();
-  for (const r of replicas) {
-    await r.agent.close();
-    await r.server.close();
-  }
+  await emulated?.close();
   await dispatcher?.close();
   await manager?.close();
   await peer?.close();
@@ -158,29 +125,9 @@ const push = (v: string) =>
     code: CODE,
   });
 
-const get = (name: string) =>
-  custom.getNamespacedCustomObject({
-    group: GROUP,
-    version: VERSION,
-    namespace: ns,
-    plural: 'servedmodels',
-    name,
-  }) as Promise<ServedModel>;
-
-const create = (name: string, spec: Record<string, unknown>) =>
-  custom.createNamespacedCustomObject({
-    group: GROUP,
-    version: VERSION,
-    namespace: ns,
-    plural: 'servedmodels',
-    body: { apiVersion: `${GROUP}/${VERSION}`, kind: 'ServedModel', metadata: { name }, spec },
-  });
-
-const patch = (name: string, body: Record<string, unknown>) =>
-  custom.patchNamespacedCustomObject(
-    { group: GROUP, version: VERSION, namespace: ns, plural: 'servedmodels', name, body },
-    k8s.setHeaderOptions('Content-Type', k8s.PatchStrategy.MergePatch),
-  );
+const get = (name: string) => sms.getServedModel(name);
+const create = (name: string, spec: Record<string, unknown>) => sms.createServedModel(name, spec);
+const patch = (name: string, body: Record<string, unknown>) => sms.patchServedModel(name, body);
 
 const endpoints = () => replicas.map((r) => r.server.url);
 
@@ -198,33 +145,21 @@ function spec(modelName: string, reference: string, extra: Record<string, unknow
 }
 
 async function readyAt(name: string, version: string): Promise<ServedModel> {
-  return (await waitFor(
-    `${name} Ready 2/2 at version ${version}`,
-    async () => {
-      const o = await get(name);
-      const ready = o.status?.conditions?.find((c) => c.type === 'Ready');
-      return o.status?.ready === '2/2' &&
-        o.status.observedGeneration === o.metadata.generation &&
-        ready?.status === 'True' &&
-        o.status.replicas?.every((r) => r.version === version)
-        ? o
-        : undefined;
-    },
+  return sms.untilServedModel(
+    name,
+    `Ready 2/2 at version ${version}`,
+    (o) =>
+      o.status?.ready === '2/2' &&
+      o.status.observedGeneration === o.metadata.generation &&
+      conditionOf(o, 'Ready')?.status === 'True' &&
+      !!o.status.replicas?.every((r) => r.version === version),
     { timeoutMs: 120_000, intervalMs: 500 },
-  ))!;
+  );
 }
 
 async function stalled(name: string, reason: string): Promise<string> {
-  const o = (await waitFor(
-    `${name} Stalled ${reason}`,
-    async () => {
-      const o = await get(name);
-      const s = o.status?.conditions?.find((c) => c.type === 'Stalled');
-      return s?.status === 'True' && s.reason === reason ? o : undefined;
-    },
-    { timeoutMs: 60_000, intervalMs: 300 },
-  ))!;
-  return o.status!.conditions!.find((c) => c.type === 'Stalled')!.message!;
+  const o = await sms.untilStalled(name, { reason, timeoutMs: 60_000, intervalMs: 300 });
+  return conditionOf(o, 'Stalled')!.message!;
 }
 
 const fileDigest = async (path: string) =>
@@ -345,13 +280,7 @@ describe('preheat.create with a source', () => {
     const before = fake.requests.filter((q) => q.path.includes('/blobs/')).length;
     await create('warm', { ...spec('warm', `${fake.host}/models/warm:v1`), preheat: { create: true } });
     await readyAt('warm', '1');
-    const p = (await custom.getNamespacedCustomObject({
-      group: GROUP,
-      version: VERSION,
-      namespace: ns,
-      plural: 'modelpreheats',
-      name: 'warm-preheat',
-    })) as ModelPreheat;
+    const p = await sms.getModelPreheat('warm-preheat');
     expect(p.spec).toMatchObject({ type: 'file', urls: blobURLs });
     expect(p.status?.state).toBe('SUCCESS');
     // An anonymous artifact keeps no tag: its tasks are shared by every tenant that pulls it.
@@ -374,28 +303,10 @@ describe('preheat.create with a source', () => {
     ]);
     const url = `${fake.url}/v2/models/alone/blobs/${sha256(weights)}`;
     const before = fake.requests.filter((q) => q.path.includes('/blobs/')).length;
-    await custom.createNamespacedCustomObject({
-      group: GROUP,
-      version: VERSION,
-      namespace: ns,
-      plural: 'modelpreheats',
-      body: {
-        apiVersion: `${GROUP}/${VERSION}`,
-        kind: 'ModelPreheat',
-        metadata: { name: 'alone' },
-        spec: { source: { oci: { reference: `${fake.host}/models/alone:v1`, plainHTTP: true } } },
-      },
+    await sms.createModelPreheat('alone', {
+      source: { oci: { reference: `${fake.host}/models/alone:v1`, plainHTTP: true } },
     });
-    const p = await waitFor('the ModelPreheat of an OCI source to succeed', async () => {
-      const o = (await custom.getNamespacedCustomObject({
-        group: GROUP,
-        version: VERSION,
-        namespace: ns,
-        plural: 'modelpreheats',
-        name: 'alone',
-      })) as ModelPreheat;
-      return o.status?.state === 'SUCCESS' && o;
-    });
+    const p = await sms.untilModelPreheat('alone', 'SUCCESS', (o) => o.status?.state === 'SUCCESS');
     expect(p.status?.source).toMatchObject({
       observedGeneration: 1,
       oci: { reference: `${fake.host}/models/alone:v1`, digest },

@@ -9,23 +9,20 @@ import { createNamespace, kubeConfig, waitFor } from '../support/kube.ts';
 import { startModelServerFleet, type ModelServerFleet } from '../support/modelserver-emulator.ts';
 import { ServiceEndpoints, loopbackDispatcher } from '../support/endpointslices.ts';
 import { startManager, type RunningManager } from '../support/runtime-harness.ts';
+import { peerloadNamespace, type PeerloadNamespace } from '../support/resources.ts';
 import { createServedModelController } from '../../src/controllers/index.ts';
 import type { ServedModel } from '../../src/api/index.ts';
 
-const GROUP = 'peerload.io';
-const VERSION = 'v1alpha1';
-const crd = { group: GROUP, version: VERSION, plural: 'servedmodels' };
-
 let kc: k8s.KubeConfig;
-let custom: k8s.CustomObjectsApi;
+let sms: PeerloadNamespace;
 let ns = '';
 const cleanups: (() => Promise<unknown>)[] = [];
 const dispatcher = loopbackDispatcher();
 
 beforeAll(async () => {
   kc = kubeConfig(inject('kubeconfigPath'));
-  custom = kc.makeApiClient(k8s.CustomObjectsApi);
   ns = await createNamespace(kc, 'smroll');
+  sms = peerloadNamespace(kc, ns);
 });
 
 afterAll(async () => {
@@ -65,36 +62,24 @@ async function fleet(
  * file's models there.
  */
 async function service(name: string, urls: string[]): Promise<void> {
-  const svc = new ServiceEndpoints(kc, ns, name);
-  const pods = urls.map((_, i) => `${name}-${i}`);
-  for (const [i, url] of urls.entries()) await svc.add(pods[i]!, url);
+  const svc = await ServiceEndpoints.of(kc, ns, name, urls);
   cleanups.push(async () => {
-    for (const pod of pods) await svc.remove(pod);
+    for (const pod of [...svc.pods.keys()]) await svc.remove(pod);
   });
 }
 
 async function create(name: string, svc: string, extra: Record<string, unknown> = {}): Promise<void> {
-  await custom.createNamespacedCustomObject({
-    ...crd,
-    namespace: ns,
-    body: {
-      apiVersion: `${GROUP}/${VERSION}`,
-      kind: 'ServedModel',
-      metadata: { name },
-      spec: {
-        modelName: name,
-        fileName: `models/${name}.mar`,
-        modelServer: { service: { name: svc, port: 'management' } },
-        workers: { min: 1 },
-        rollout: { seedFirst: false, maxConcurrent: 20 },
-        ...extra,
-      },
-    },
+  await sms.createServedModel(name, {
+    modelName: name,
+    fileName: `models/${name}.mar`,
+    modelServer: { service: { name: svc, port: 'management' } },
+    workers: { min: 1 },
+    rollout: { seedFirst: false, maxConcurrent: 20 },
+    ...extra,
   });
 }
 
-const get = async (name: string) =>
-  (await custom.getNamespacedCustomObject({ ...crd, namespace: ns, name })) as ServedModel;
+const get = (name: string) => sms.getServedModel(name);
 const isReady = (o: ServedModel) =>
   o.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True');
 

@@ -10,7 +10,7 @@ import { createNamespace, kubeConfig, waitFor } from '../support/kube.ts';
 import { conditionOf as condition, peerloadNamespace, type PeerloadNamespace } from '../support/resources.ts';
 import { ServiceEndpoints, loopbackDispatcher } from '../support/endpointslices.ts';
 import { startModelServerFleet, type ModelServerFleet } from '../support/modelserver-emulator.ts';
-import { startManager, type RunningManager } from '../support/runtime-harness.ts';
+import { soloOperatorFlags, startManager, type RunningManager } from '../support/runtime-harness.ts';
 import { createServedModelController } from '../../src/controllers/index.ts';
 
 const BEFORE = 250;
@@ -28,11 +28,10 @@ beforeAll(async () => {
   ns = await createNamespace(kc, 'smscale');
   peerload = peerloadNamespace(kc, ns);
   fleet = await startModelServerFleet(AFTER, { registrationLatencyMs: 20, workerStartMs: 20 });
-  svc = new ServiceEndpoints(kc, ns, 'fleet');
-  for (let i = 0; i < BEFORE; i++) await svc.add(`pod-${i}`, fleet.urls[i]!);
+  svc = await ServiceEndpoints.of(kc, ns, 'fleet', fleet.urls.slice(0, BEFORE), 'pod');
   operator = await startManager(
     kc,
-    ['--namespace', ns, '--no-leader-elect', '--poll-backoff-start', '200ms', '--poll-backoff-max', '1s'],
+    ['--namespace', ns, ...soloOperatorFlags()],
     [(ctx) => createServedModelController(ctx, { dispatcher: loopbackDispatcher() })],
   );
 }, 180_000);

@@ -12,6 +12,7 @@ import {
 } from '../support/modelserver-emulator.ts';
 import { ServiceEndpoints, loopbackDispatcher } from '../support/endpointslices.ts';
 import { startManager, type RunningManager } from '../support/runtime-harness.ts';
+import { peerloadNamespace, type PeerloadNamespace } from '../support/resources.ts';
 import { createServedModelController } from '../../src/controllers/index.ts';
 import type { ServedModel } from '../../src/api/index.ts';
 
@@ -21,6 +22,7 @@ const VERSION = 'v1alpha1';
 let kc: k8s.KubeConfig;
 let custom: k8s.CustomObjectsApi;
 let core: k8s.CoreV1Api;
+let sms: PeerloadNamespace;
 let ns = '';
 let operator: RunningManager;
 const cleanups: (() => Promise<unknown>)[] = [];
@@ -31,6 +33,7 @@ beforeAll(async () => {
   custom = kc.makeApiClient(k8s.CustomObjectsApi);
   core = kc.makeApiClient(k8s.CoreV1Api);
   ns = await createNamespace(kc, 'sm');
+  sms = peerloadNamespace(kc, ns);
   operator = await startManager(
     kc,
     ['--no-leader-elect', '--poll-backoff-start', '100ms', '--poll-backoff-max', '1s'],
@@ -52,31 +55,16 @@ async function fleet(
   return f;
 }
 
-async function service(name: string, urls: string[]): Promise<ServiceEndpoints> {
-  const svc = new ServiceEndpoints(kc, ns, name);
-  for (const [i, url] of urls.entries()) await svc.add(`${name}-${i}`, url);
-  return svc;
-}
-
-const crd = { group: GROUP, version: VERSION, namespace: ns, plural: 'servedmodels' };
+const service = (name: string, urls: string[]) => ServiceEndpoints.of(kc, ns, name, urls);
 
 async function create(name: string, spec: Record<string, unknown>): Promise<void> {
-  await custom.createNamespacedCustomObject({
-    ...crd,
-    namespace: ns,
-    body: { apiVersion: `${GROUP}/${VERSION}`, kind: 'ServedModel', metadata: { name }, spec },
-  });
+  await sms.createServedModel(name, spec);
 }
 
-async function get(name: string): Promise<ServedModel> {
-  return (await custom.getNamespacedCustomObject({ ...crd, namespace: ns, name })) as ServedModel;
-}
+const get = (name: string) => sms.getServedModel(name);
 
 async function patchSpec(name: string, spec: Record<string, unknown>): Promise<void> {
-  await custom.patchNamespacedCustomObject(
-    { ...crd, namespace: ns, name, body: { spec } },
-    k8s.setHeaderOptions('Content-Type', k8s.PatchStrategy.MergePatch),
-  );
+  await sms.patchServedModel(name, { spec });
 }
 
 const cond = (o: ServedModel, type: string) => o.status?.conditions?.find((c) => c.type === type);
@@ -135,7 +123,7 @@ describe('ServedModel', () => {
     );
 
     const table = (await custom.listNamespacedCustomObject(
-      { ...crd, namespace: ns },
+      { group: GROUP, version: VERSION, namespace: ns, plural: 'servedmodels' },
       k8s.setHeaderOptions('Accept', 'application/json;as=Table;v=v1;g=meta.k8s.io'),
     )) as { columnDefinitions: { name: string }[]; rows: { cells: unknown[] }[] };
     const row = table.rows.find((r) => r.cells[0] === 'twenty')!;
@@ -231,13 +219,8 @@ describe('ServedModel', () => {
     await f.instances[3]!.inject(undefined);
     await untilReady('degraded', '4/4');
 
-    await custom.deleteNamespacedCustomObject({ ...crd, namespace: ns, name: 'degraded' });
-    await waitFor('deleted', async () =>
-      get('degraded').then(
-        () => false,
-        () => true,
-      ),
-    );
+    await sms.deleteServedModel('degraded');
+    await waitFor('deleted', () => sms.servedModelGone('degraded'));
     for (const inst of f.instances) expect(inst.modelNames()).toEqual([]);
   });
 
@@ -264,19 +247,11 @@ describe('ServedModel', () => {
     await untilReady('gone', '3/3');
     await f.instances[1]!.inject({ mode: 'down' });
     await f.instances[2]!.inject({ mode: 'down' });
-    await custom.deleteNamespacedCustomObject({ ...crd, namespace: ns, name: 'gone' });
+    await sms.deleteServedModel('gone');
     await waitFor('reachable replica cleaned', () => f.instances[0]!.modelNames().length === 0);
     expect((await get('gone')).metadata.finalizers).toContain('peerload.io/unregister-model');
     await f.instances[1]!.inject(undefined); // back within the grace period: cleaned too
-    await waitFor(
-      'deleted',
-      async () =>
-        get('gone').then(
-          () => false,
-          () => true,
-        ),
-      { timeoutMs: 30_000 },
-    );
+    await waitFor('deleted', () => sms.servedModelGone('gone'), { timeoutMs: 30_000 });
     expect(f.instances[1]!.modelNames()).toEqual([]);
     expect(f.instances[2]!.modelNames()).toEqual(['resnet-18']); // never answered: left behind, and said so
     expect(await events('gone')).toContain('Warning/CleanupAbandoned');
@@ -343,43 +318,23 @@ describe('ServedModel', () => {
     expect(f.stats().registrationAttempts).toBe(0);
 
     // A ModelPreheat whose status says Succeeded (no manager needed for the gate itself).
-    await custom.createNamespacedCustomObject({
-      group: GROUP,
-      version: VERSION,
-      namespace: ns,
-      plural: 'modelpreheats',
-      body: {
-        apiVersion: `${GROUP}/${VERSION}`,
-        kind: 'ModelPreheat',
-        metadata: { name: 'gate-preheat' },
-        spec: { url: 'http://origin.invalid/m.mar', manager: { url: 'http://127.0.0.1:1' } },
-      },
+    await sms.createModelPreheat('gate-preheat', {
+      url: 'http://origin.invalid/m.mar',
+      manager: { url: 'http://127.0.0.1:1' },
     });
-    await custom.patchNamespacedCustomObjectStatus(
-      {
-        group: GROUP,
-        version: VERSION,
-        namespace: ns,
-        plural: 'modelpreheats',
-        name: 'gate-preheat',
-        body: {
-          status: {
-            state: 'SUCCESS',
-            conditions: [
-              {
-                type: 'Succeeded',
-                status: 'True',
-                reason: 'JobSucceeded',
-                message: 'done',
-                observedGeneration: 1,
-                lastTransitionTime: new Date().toISOString(),
-              },
-            ],
-          },
+    await sms.patchModelPreheatStatus('gate-preheat', {
+      state: 'SUCCESS',
+      conditions: [
+        {
+          type: 'Succeeded',
+          status: 'True',
+          reason: 'JobSucceeded',
+          message: 'done',
+          observedGeneration: 1,
+          lastTransitionTime: new Date().toISOString(),
         },
-      },
-      k8s.setHeaderOptions('Content-Type', k8s.PatchStrategy.MergePatch),
-    );
+      ],
+    });
     const ready = await untilReady('gated', '2/2');
     expect(cond(ready, 'Preheated')).toMatchObject({ status: 'True', reason: 'PreheatSucceeded' });
   });

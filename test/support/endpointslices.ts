@@ -31,6 +31,19 @@ export class ServiceEndpoints {
     this.service = service;
   }
 
+  /** Service `service` with one ready pod per URL, pod i named `${podPrefix}-${i}` (the Service's name by default). */
+  static async of(
+    kc: k8s.KubeConfig,
+    namespace: string,
+    service: string,
+    urls: string[],
+    podPrefix = service,
+  ): Promise<ServiceEndpoints> {
+    const svc = new ServiceEndpoints(kc, namespace, service);
+    for (const [i, url] of urls.entries()) await svc.add(`${podPrefix}-${i}`, url);
+    return svc;
+  }
+
   private sliceName(pod: string): string {
     return `${this.service}-${pod}`.slice(0, 63);
   }

@@ -24,11 +24,14 @@ export async function podSecurityNamespace(
   return name;
 }
 
-/** Applies (server-side) into `ns`, cluster-scoped objects as they are; the apiserver's warnings. */
+/**
+ * Applies (server-side, as the field manager `peerload-tests`) into `ns` (undefined: each into its own namespace),
+ * cluster-scoped objects as they are; the apiserver's warnings.
+ */
 export async function applyInto(
   kube: KubeClient,
   ms: Manifest[],
-  ns: string,
+  ns: string | undefined,
   dryRun = false,
 ): Promise<string[]> {
   const warnings: string[] = [];
@@ -36,7 +39,7 @@ export async function applyInto(
   try {
     for (const m of ms) {
       const gvr = gvrOf(m);
-      const namespace = gvr.namespaced ? ns : undefined;
+      const namespace = gvr.namespaced ? (ns ?? m.metadata.namespace) : undefined;
       const body = { ...m, metadata: { ...m.metadata, ...(namespace ? { namespace } : {}) } };
       const r = await kube.resource(gvr).patch(namespace, m.metadata.name, body, {
         type: 'apply',
@@ -51,4 +54,13 @@ export async function applyInto(
     off();
   }
   return warnings;
+}
+
+/**
+ * The checks a Pod Security refusal names, each as the apiserver words it ("check (detail)", the detail's last
+ * parenthesis dropped); null when `message` is no such refusal.
+ */
+export function podSecurityViolations(message: string): string[] | null {
+  const m = /violates PodSecurity "restricted:latest": (.*)$/.exec(message);
+  return m ? m[1]!.split(/\), (?=[a-zA-Z])/).map((v) => v.replace(/\)$/, '')) : null;
 }

@@ -7,9 +7,10 @@ import * as k8s from '@kubernetes/client-node';
 import { inject } from 'vitest';
 import type { ControllerFactory, Logger } from '../../src/runtime/index.ts';
 import { startHubEmulator, type HubEmulator, type HubEmulatorOptions } from './hub-emulator.ts';
-import { createNamespace, kubeConfig } from './kube.ts';
+import { createNamespace, createSecret, kubeConfig } from './kube.ts';
 import { startManagerEmulator, type ManagerEmulator } from './manager-emulator.ts';
 import { startPeerProxy, type PeerProxy } from './peer-proxy.ts';
+import { peerloadNamespace, type PeerloadNamespace } from './resources.ts';
 import { startManager, type RunningManager } from './runtime-harness.ts';
 
 /** A small model repository: a git config, a nested git file, an LFS weights file, and `.gitattributes`. */
@@ -34,6 +35,8 @@ export interface HubBed {
   kc: k8s.KubeConfig;
   custom: k8s.CustomObjectsApi;
   ns: string;
+  /** peerload's resources in `ns`. */
+  resources: PeerloadNamespace;
   hub: HubEmulator;
   peer: PeerProxy;
   manager: ManagerEmulator;
@@ -54,10 +57,7 @@ export async function startHubBed(o: {
   const kc = kubeConfig(inject('kubeconfigPath'));
   const ns = await createNamespace(kc, o.namespace);
   const hub = await startHubEmulator(o.hub);
-  await kc.makeApiClient(k8s.CoreV1Api).createNamespacedSecret({
-    namespace: ns,
-    body: { metadata: { name: 'hf' }, stringData: { token: o.token } },
-  });
+  await createSecret(kc, ns, 'hf', { token: o.token });
   const peer = await startPeerProxy();
   const manager = await startManagerEmulator({ peer });
   const flags = [
@@ -81,6 +81,7 @@ export async function startHubBed(o: {
     kc,
     custom: kc.makeApiClient(k8s.CustomObjectsApi),
     ns,
+    resources: peerloadNamespace(kc, ns),
     hub,
     peer,
     manager,

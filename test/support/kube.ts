@@ -44,13 +44,56 @@ export async function installCRDs(kubeconfigPath: string): Promise<void> {
 }
 
 /** Creates a namespace with a unique name for one test file. */
+/** The namespaces this test file created: namespace-cleanup.ts empties them of peerload objects after the file. */
+export const createdNamespaces: string[] = [];
+
 export async function createNamespace(kc: k8s.KubeConfig, prefix: string): Promise<string> {
   const name = `${prefix}-${randomBytes(3).toString('hex')}`.toLowerCase();
   await kc.makeApiClient(k8s.CoreV1Api).createNamespace({ body: { metadata: { name } } });
+  createdNamespaces.push(name);
   return name;
 }
 
 export { waitFor };
+
+/** Creates Secret `name` in `namespace` holding `stringData` (Opaque unless `type` says otherwise). */
+export async function createSecret(
+  kc: k8s.KubeConfig,
+  namespace: string,
+  name: string,
+  stringData: Record<string, string>,
+  type?: string,
+): Promise<void> {
+  await kc.makeApiClient(k8s.CoreV1Api).createNamespacedSecret({
+    namespace,
+    body: { metadata: { name }, ...(type ? { type } : {}), stringData },
+  });
+}
+
+/**
+ * Creates a `kubernetes.io/dockerconfigjson` Secret, as `kubectl create secret docker-registry` writes it: `auths`
+ * maps each registry host to its `user:password`.
+ */
+export function createRegistrySecret(
+  kc: k8s.KubeConfig,
+  namespace: string,
+  name: string,
+  auths: Record<string, string>,
+): Promise<void> {
+  const entries = Object.entries(auths).map(([host, userPass]) => [
+    host,
+    { auth: Buffer.from(userPass).toString('base64') },
+  ]);
+  return createSecret(
+    kc,
+    namespace,
+    name,
+    {
+      '.dockerconfigjson': JSON.stringify({ auths: Object.fromEntries(entries) }),
+    },
+    'kubernetes.io/dockerconfigjson',
+  );
+}
 
 /** peerload's resources of one plural (`modelpreheats`, `servedmodels`) as plain JSON: create and read. */
 export function peerloadResources<T>(kc: k8s.KubeConfig, kind: string, plural: string) {

@@ -47,17 +47,7 @@ import {
   userJSON,
 } from './manager-json.ts';
 
-export type {
-  EmulatedJobState,
-  PersonalAccessToken,
-  ManagerEmulatorOptions,
-  EmulatedNodePeer,
-  EmulatedHolder,
-  EmulatedJob,
-  ManagerEmulatorCounters,
-  RecordedManagerRequest,
-  ManagerEmulator,
-} from './manager-emulator-types.ts';
+export type * from './manager-emulator-types.ts';
 import type {
   PersonalAccessToken,
   ManagerEmulatorOptions,

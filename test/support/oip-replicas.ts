@@ -8,6 +8,7 @@ import { mkdir, writeFile } from 'node:fs/promises';
 import { createServer } from 'node:net';
 import { join } from 'node:path';
 import type { Dispatcher } from 'undici';
+import { startOipEmulator, type OipEmulator, type OipFlavour } from './oip-emulator.ts';
 import { tokenFile } from '../../src/agent/auth.ts';
 import { credentialsDir } from '../../src/agent/credentials.ts';
 import { DEFAULT_LIMITS } from '../../src/place/placer.ts';
@@ -83,6 +84,66 @@ export async function startAgentReplica(opts: AgentReplicaOptions): Promise<Agen
     async stop() {
       await server.stop().catch(() => undefined);
       await agent.close().catch(() => undefined);
+    },
+  };
+}
+
+/** One emulated replica: an OIP emulator over `root`, with a real agent placing into it. */
+export interface EmulatedReplica {
+  root: string;
+  agent: AgentServer;
+  server: OipEmulator;
+}
+
+export interface EmulatedReplicas {
+  /** The agents' port, the same on every replica's address (what the ServedModel's agent.port names). */
+  port: number;
+  replicas: EmulatedReplica[];
+  close(): Promise<void>;
+}
+
+/**
+ * The model servers of an integration test, without real servers or a real network: on each address of `ips` an
+ * OIP emulator (Triton unless `flavour` says otherwise) with a real `peerload agent` beside it, downloading through
+ * `proxy` (the peer-proxy emulator). Replica i keeps its model repository (`models`) and the agent's token under
+ * `dir`/replica-i. The agents listen on `port` when given (a test that puts something in front of them), else on
+ * one port free on every address.
+ */
+export async function startEmulatedReplicas(o: {
+  ips: string[];
+  dir: string;
+  token: string;
+  proxy: string;
+  dispatcher: Dispatcher;
+  port?: number;
+  flavour?: OipFlavour;
+}): Promise<EmulatedReplicas> {
+  const port = o.port ?? (await portOnAll(o.ips));
+  const replicas: EmulatedReplica[] = [];
+  for (const [i, ip] of o.ips.entries()) {
+    const dir = join(o.dir, `replica-${i}`);
+    const root = join(dir, 'models');
+    await mkdir(root, { recursive: true });
+    await writeFile(join(dir, 'token'), o.token);
+    const agent = await startAgentServer({
+      root,
+      host: ip,
+      port,
+      proxy: o.proxy,
+      dispatcher: o.dispatcher,
+      limits: { ...DEFAULT_LIMITS, minFreeBytes: 0 },
+      token: tokenFile(join(dir, 'token')),
+    });
+    replicas.push({ root, agent, server: await startOipEmulator(o.flavour ?? 'triton', root, ip) });
+  }
+  return {
+    port,
+    replicas,
+    async close() {
+      for (const r of replicas) {
+        await r.agent.close();
+        await r.server.close();
+      }
     },
   };
 }

@@ -69,3 +69,20 @@ export async function startOperatorProcess(
   }
   return { process: proc, url, logs, stop };
 }
+
+/** The resident set size of process `pid` now, in bytes (VmRSS of /proc/<pid>/status). */
+export async function rssOf(pid: number): Promise<number> {
+  const status = await readFile(`/proc/${pid}/status`, 'utf8');
+  return Number(/VmRSS:\s+(\d+) kB/.exec(status)?.[1] ?? 0) * 1024;
+}
+
+/** Samples `pid`'s RSS every `everyMs` until stop(): how a test bounds a process's memory under load. */
+export function sampleRSS(pid: number, everyMs = 50): { peak(): number; stop(): void } {
+  let peak = 0;
+  const timer = setInterval(() => {
+    void rssOf(pid)
+      .then((r) => (peak = Math.max(peak, r)))
+      .catch(() => undefined);
+  }, everyMs);
+  return { peak: () => peak, stop: () => clearInterval(timer) };
+}

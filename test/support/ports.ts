@@ -1,4 +1,5 @@
-import { createServer } from 'node:net';
+import type { Server as HttpServer } from 'node:http';
+import { createServer, type AddressInfo, type Server as NetServer } from 'node:net';
 
 /** Asks the kernel for a free loopback TCP port. */
 export function freePort(host = '127.0.0.1'): Promise<number> {
@@ -11,4 +12,16 @@ export function freePort(host = '127.0.0.1'): Promise<number> {
       srv.close(() => (addr && typeof addr === 'object' ? resolve(addr.port) : reject(new Error('no port'))));
     });
   });
+}
+
+/** Listens `server` on an ephemeral port of `host`; its base URL. */
+export async function listenOnLoopback(server: NetServer, host = '127.0.0.1'): Promise<string> {
+  await new Promise<void>((resolve) => server.listen(0, host, resolve));
+  return `http://${host}:${(server.address() as AddressInfo).port}`;
+}
+
+/** Closes `server` at once: its open connections first (a kept-alive one would hold close() back). */
+export async function closeNow(server: HttpServer): Promise<void> {
+  server.closeAllConnections();
+  await new Promise<void>((resolve) => server.close(() => resolve()));
 }

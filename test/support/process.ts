@@ -1,5 +1,7 @@
-import { spawn, type ChildProcess, type SpawnOptions } from 'node:child_process';
+import { execFile, spawn, type ChildProcess, type SpawnOptions } from 'node:child_process';
 import { createWriteStream } from 'node:fs';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
 
 export interface ManagedProcess {
   name: string;
@@ -65,4 +67,27 @@ export async function waitFor<T>(
     }
     await new Promise((r) => setTimeout(r, intervalMs));
   }
+}
+
+/** bin/peerload.js: the CLI as a user runs it. */
+export const PEERLOAD_BIN = join(import.meta.dirname, '../../bin/peerload.js');
+
+/**
+ * Runs `peerload args` with this Node (given `nodeArgs` before the script) and `env` (the test's own by default);
+ * resolves with its exit code and output whatever the code, for the test to assert on.
+ */
+export function runPeerload(
+  args: string[],
+  o: { nodeArgs?: string[]; env?: NodeJS.ProcessEnv } = {},
+): Promise<{ code: number; stdout: string; stderr: string }> {
+  return promisify(execFile)(process.execPath, [...(o.nodeArgs ?? []), PEERLOAD_BIN, ...args], {
+    env: o.env ?? process.env,
+  }).then(
+    (r) => ({ code: 0, stdout: r.stdout, stderr: r.stderr }),
+    (e: { code: number; stdout: string; stderr: string }) => ({
+      code: e.code,
+      stdout: e.stdout,
+      stderr: e.stderr,
+    }),
+  );
 }

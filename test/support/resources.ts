@@ -47,8 +47,8 @@ export function conditionOf(
   return o.status?.conditions?.find((c) => c.type === type);
 }
 
-export function peerloadNamespace(kc: k8s.KubeConfig, namespace: string) {
-  const custom = kc.makeApiClient(k8s.CustomObjectsApi);
+/** peerload's objects of one namespace through the apiserver's custom-objects API, by plural. */
+function customObjects(custom: k8s.CustomObjectsApi, namespace: string) {
   const get = async <T>(plural: Plural, name: string): Promise<T> =>
     (await custom.getNamespacedCustomObject({
       group: GROUP,
@@ -65,6 +65,46 @@ export function peerloadNamespace(kc: k8s.KubeConfig, namespace: string) {
       plural,
       body: { apiVersion: `${GROUP}/${VERSION}`, kind: KIND[plural], metadata: { name }, spec },
     });
+  const patch = (plural: Plural, name: string, body: object) =>
+    custom.patchNamespacedCustomObject(
+      { group: GROUP, version: VERSION, namespace, plural, name, body },
+      k8s.setHeaderOptions('Content-Type', k8s.PatchStrategy.MergePatch),
+    );
+  const remove = (plural: Plural, name: string) =>
+    custom.deleteNamespacedCustomObject({ group: GROUP, version: VERSION, namespace, plural, name });
+  const gone = (plural: Plural, name: string) =>
+    get(plural, name).then(
+      () => false,
+      () => true,
+    );
+  /** Writes `status` through the /status subresource, as a controller does (the spec's generation stays). */
+  const patchStatus = (plural: Plural, name: string, status: object) =>
+    custom.patchNamespacedCustomObjectStatus(
+      { group: GROUP, version: VERSION, namespace, plural, name, body: { status } },
+      k8s.setHeaderOptions('Content-Type', k8s.PatchStrategy.MergePatch),
+    );
+  /** `kubectl get` of every object of `plural` (or of `name`) as the apiserver's Table: the printer columns. */
+  const table = (plural: Plural, name?: string): Promise<unknown> => {
+    const asTable = k8s.setHeaderOptions('Accept', 'application/json;as=Table;v=v1;g=meta.k8s.io');
+    const at = { group: GROUP, version: VERSION, namespace, plural };
+    return name === undefined
+      ? custom.listNamespacedCustomObject(at, asTable)
+      : custom.getNamespacedCustomObject({ ...at, name }, asTable);
+  };
+  const list = async <T>(plural: Plural) =>
+    (
+      (await custom.listNamespacedCustomObject({ group: GROUP, version: VERSION, namespace, plural })) as {
+        items: T[];
+      }
+    ).items;
+  return { get, create, patch, remove, gone, patchStatus, table, list };
+}
+
+export function peerloadNamespace(kc: k8s.KubeConfig, namespace: string) {
+  const { get, create, patch, remove, gone, patchStatus, table, list } = customObjects(
+    kc.makeApiClient(k8s.CustomObjectsApi),
+    namespace,
+  );
   /** Polls `name` until `ok` returns something (that is the result); the description names the wait's goal. */
   const until = <T, R>(
     plural: Plural,
@@ -81,10 +121,22 @@ export function peerloadNamespace(kc: k8s.KubeConfig, namespace: string) {
   return {
     namespace,
     get,
+    table,
     getServedModel: (name: string) => get<ServedModel>('servedmodels', name),
     getModelPreheat: (name: string) => get<ModelPreheat>('modelpreheats', name),
     createServedModel: (name: string, spec: object) => create('servedmodels', name, spec),
     createModelPreheat: (name: string, spec: object) => create('modelpreheats', name, spec),
+    /** A JSON merge patch of the ServedModel (`{ spec: … }`, `{ metadata: { annotations: … } }`). */
+    patchServedModel: (name: string, body: object) => patch('servedmodels', name, body),
+    patchModelPreheat: (name: string, body: object) => patch('modelpreheats', name, body),
+    patchServedModelStatus: (name: string, status: object) => patchStatus('servedmodels', name, status),
+    patchModelPreheatStatus: (name: string, status: object) => patchStatus('modelpreheats', name, status),
+    deleteServedModel: (name: string) => remove('servedmodels', name),
+    deleteModelPreheat: (name: string) => remove('modelpreheats', name),
+    /** Whether the ServedModel is gone (reading it fails). */
+    servedModelGone: (name: string) => gone('servedmodels', name),
+    modelPreheatGone: (name: string) => gone('modelpreheats', name),
+    listModelPreheats: () => list<ModelPreheat>('modelpreheats'),
 
     /**
      * The ServedModel once its condition Ready is True on `replicas` ready replicas (and, when `reason` is given,
@@ -102,6 +154,24 @@ export function peerloadNamespace(kc: k8s.KubeConfig, namespace: string) {
             (o.reason === undefined || ready.reason === o.reason) &&
             sm.status?.readyReplicas === replicas;
           return ok ? sm : undefined;
+        },
+        o,
+      ),
+
+    /**
+     * The ServedModel once its condition Stalled is True (and, when `reason` is given, for that reason); its message
+     * says why.
+     */
+    untilStalled: (name: string, o: Poll & { reason?: string } = {}) =>
+      until<ServedModel, ServedModel>(
+        'servedmodels',
+        name,
+        `Stalled${o.reason ? ` ${o.reason}` : ''}`,
+        (sm) => {
+          const stalled = conditionOf(sm, 'Stalled');
+          return stalled?.status === 'True' && (o.reason === undefined || stalled.reason === o.reason)
+            ? sm
+            : undefined;
         },
         o,
       ),

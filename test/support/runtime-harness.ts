@@ -26,6 +26,14 @@ export function testConfig(flags: string[]): OperatorConfig {
   return loaded.config;
 }
 
+/**
+ * The flags of an operator a test starts on its own: no leader election (nothing to share the work with), and
+ * retries 200 ms apart at first, growing to `maxBackoff` (a test waits seconds, not the defaults' minutes).
+ */
+export function soloOperatorFlags(maxBackoff = '1s'): string[] {
+  return ['--no-leader-elect', '--poll-backoff-start', '200ms', '--poll-backoff-max', maxBackoff];
+}
+
 export interface RunningManager {
   manager: Manager;
   kube: KubeClient;

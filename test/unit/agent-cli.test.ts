@@ -2,12 +2,12 @@
  * `peerload fetch` and `peerload agent` as processes, against the peer-proxy emulator and an origin: exit codes,
  * the one-line summary, and the agent serving its API until SIGTERM.
  */
-import { execFile, spawn } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { runPeerload } from '../support/process.ts';
 import { startOrigin, type Origin } from '../support/origin.ts';
 import { startPeerProxy, type PeerProxy } from '../support/peer-proxy.ts';
 import { freePort } from '../support/ports.ts';
@@ -30,15 +30,7 @@ afterAll(async () => {
   await rm(dir, { recursive: true, force: true });
 });
 
-const run = (args: string[]) =>
-  promisify(execFile)(process.execPath, [BIN, ...args]).then(
-    (r) => ({ code: 0, stdout: r.stdout, stderr: r.stderr }),
-    (e: { code: number; stdout: string; stderr: string }) => ({
-      code: e.code,
-      stdout: e.stdout,
-      stderr: e.stderr,
-    }),
-  );
+const run = (args: string[]) => runPeerload(args);
 
 const url = (p: string) => `${origin.url}${p}?X-Amz-Signature=${SIGNATURE}`;
 

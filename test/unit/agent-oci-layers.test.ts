@@ -7,63 +7,31 @@
 import { mkdtemp, readdir, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { Agent } from 'undici';
-import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import {
-  DEFAULT_LIMITS,
-  downloadVersion,
-  newProgress,
-  preflight,
-  type DownloaderConfig,
-} from '../../src/place/placer.ts';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { downloadVersion, newProgress, preflight, type DownloaderConfig } from '../../src/place/placer.ts';
 import { ModelVersionSpecSchema, type ModelVersionSpec } from '../../src/place/spec.ts';
 import { artifactFiles } from '../../src/sources/oci.ts';
 import { RegistryClient } from '../../src/oci/client.ts';
 import { parseModelManifest } from '../../src/oci/manifest.ts';
 import { parseReference } from '../../src/oci/reference.ts';
 import { parseHostRules } from '../../src/policy/reach.ts';
-import {
-  gzip,
-  pushModel,
-  sha256,
-  startFakeRegistry,
-  tarOf,
-  zstd,
-  type FakeRegistry,
-} from '../support/oci-artifacts.ts';
-import { startPeerProxy, type PeerProxy } from '../support/peer-proxy.ts';
+import { gzip, pushModel, sha256, startFakeRegistry, tarOf, zstd } from '../support/oci-artifacts.ts';
+import { downloaderConfig, peerBed } from '../support/peer-bed.ts';
 
 const RAW = 'application/vnd.cncf.model.weight.v1.raw';
 
-let registry: FakeRegistry;
-let peer: PeerProxy;
-let dispatcher: Agent;
+const bed = peerBed('registry', startFakeRegistry);
 let root: string;
-beforeAll(async () => {
-  registry = await startFakeRegistry();
-  peer = await startPeerProxy();
-  dispatcher = new Agent();
-});
-afterAll(async () => {
-  await registry.close();
-  await peer.close();
-  await dispatcher.close();
-});
 beforeEach(async () => {
   root = await mkdtemp(join(tmpdir(), 'agent-oci-'));
-  peer.reset();
-  registry.basic = undefined;
-  registry.bearer = undefined;
-  registry.requests.length = 0;
+  bed.peer.reset();
+  bed.registry.basic = undefined;
+  bed.registry.bearer = undefined;
+  bed.registry.requests.length = 0;
 });
 afterEach(() => rm(root, { recursive: true, force: true }));
 
-const config = (): DownloaderConfig => ({
-  root,
-  proxy: peer.url,
-  dispatcher,
-  limits: { ...DEFAULT_LIMITS, minFreeBytes: 0 },
-});
+const config = () => downloaderConfig(bed, root);
 
 /** The agent's spec for `tag` of `repo`, as the operator makes it (oci-source.ts). */
 async function specOf(
@@ -72,13 +40,13 @@ async function specOf(
   version = '1',
   maxBytes?: number,
 ): Promise<ModelVersionSpec> {
-  const client = new RegistryClient(registry.host, {
-    dispatcher,
+  const client = new RegistryClient(bed.registry.host, {
+    dispatcher: bed.dispatcher,
     plainHTTP: true,
-    credentials: registry.basic,
-    allowedHosts: registry.basic ? parseHostRules(`http://${registry.host}`) : undefined,
+    credentials: bed.registry.basic,
+    allowedHosts: bed.registry.basic ? parseHostRules(`http://${bed.registry.host}`) : undefined,
   });
-  const ref = parseReference(`${registry.host}/${repo}:${tag}`);
+  const ref = parseReference(`${bed.registry.host}/${repo}:${tag}`);
   const m = await client.manifest(ref);
   const manifest = parseModelManifest(m.body, m.digest, m.contentType, repo);
   const auth = await client.pullAuthorization(ref.repository);
@@ -123,7 +91,7 @@ const good = [
 
 describe('the agent places an OCI artifact', () => {
   it('raw layers on their path, tar and tar+zstd layers extracted, every blob once through the proxy, each layer reported', async () => {
-    pushModel(registry, 'models/simple', 'v1', good);
+    pushModel(bed.registry, 'models/simple', 'v1', good);
     const spec = await specOf('models/simple', 'v1');
     const { target, progress } = await place(spec);
     expect(progress.state).toBe('Ready');
@@ -142,43 +110,43 @@ describe('the agent places an OCI artifact', () => {
       [good[3]!.content.length, false, 1],
     ]);
     expect(progress.files.every((f) => f.taskID !== undefined && f.taskID === f.expectedTaskID)).toBe(true);
-    const blobGets = peer.requests.map((q) => q.url).sort();
+    const blobGets = bed.peer.requests.map((q) => q.url).sort();
     expect(blobGets).toEqual(
-      good.map((l) => `${registry.url}/v2/models/simple/blobs/${sha256(l.content)}`).sort(),
+      good.map((l) => `${bed.registry.url}/v2/models/simple/blobs/${sha256(l.content)}`).sort(),
     );
     // A second replica's placement on the same node: every layer a local hit, the registry not read again.
-    const reads = registry.requests.filter((q) => q.path.includes('/blobs/')).length;
+    const reads = bed.registry.requests.filter((q) => q.path.includes('/blobs/')).length;
     await rm(join(root, 'simple'), { recursive: true });
     const again = await place(spec);
     expect(again.progress.localHits).toBe(4);
-    expect(registry.requests.filter((q) => q.path.includes('/blobs/')).length).toBe(reads);
+    expect(bed.registry.requests.filter((q) => q.path.includes('/blobs/')).length).toBe(reads);
   });
 
   it("sends the registry's token (the spec's header set, named by each file) with each blob, so a private registry serves them", async () => {
-    registry.basic = { username: 'robot', password: 'pw-secret-0042' };
-    registry.bearer = { token: 'pull-token-0042' };
-    pushModel(registry, 'models/private', 'v1', good.slice(0, 2));
+    bed.registry.basic = { username: 'robot', password: 'pw-secret-0042' };
+    bed.registry.bearer = { token: 'pull-token-0042' };
+    pushModel(bed.registry, 'models/private', 'v1', good.slice(0, 2));
     const spec = await specOf('models/private', 'v1');
     expect(spec.headerSets).toEqual({ registry: { authorization: 'Bearer pull-token-0042' } });
     expect(spec.files.every((f) => f.headerSet === 'registry' && f.headers === undefined)).toBe(true);
     const { progress } = await place(spec);
     expect(progress.state).toBe('Ready');
-    const blobs = registry.requests.filter((q) => q.path.includes('/blobs/'));
+    const blobs = bed.registry.requests.filter((q) => q.path.includes('/blobs/'));
     expect(blobs.length).toBe(2);
     expect(blobs.every((q) => q.status === 200 && q.authorization === 'Bearer pull-token-0042')).toBe(true);
     expect(JSON.stringify(progress)).not.toContain('pull-token-0042');
   });
 
   it('still places the spec of an operator before header sets: the Authorization on each file', async () => {
-    registry.bearer = { token: 'older-operator-token' };
-    pushModel(registry, 'models/older', 'v1', good.slice(0, 2));
+    bed.registry.bearer = { token: 'older-operator-token' };
+    pushModel(bed.registry, 'models/older', 'v1', good.slice(0, 2));
     const { headerSets, ...spec } = await specOf('models/older', 'v1');
     const older = ModelVersionSpecSchema.parse({
       ...spec,
       files: spec.files.map(({ headerSet: _set, ...f }) => ({ ...f, headers: headerSets!['registry'] })),
     });
     expect((await place(older)).progress.state).toBe('Ready');
-    const blobs = registry.requests.filter((q) => q.path.includes('/blobs/'));
+    const blobs = bed.registry.requests.filter((q) => q.path.includes('/blobs/'));
     expect(blobs.every((q) => q.status === 200 && q.authorization === 'Bearer older-operator-token')).toBe(
       true,
     );
@@ -186,8 +154,8 @@ describe('the agent places an OCI artifact', () => {
 
   it('a blob whose bytes are not its digest places nothing, and the failure names the layer', async () => {
     const layers = [good[0]!, { mediaType: RAW, content: Buffer.from('the real bytes'), filepath: 'b.bin' }];
-    pushModel(registry, 'models/tampered', 'v1', layers);
-    registry.putWrongBlob('models/tampered', sha256(layers[1]!.content), Buffer.from('other  bytes!!'));
+    pushModel(bed.registry, 'models/tampered', 'v1', layers);
+    bed.registry.putWrongBlob('models/tampered', sha256(layers[1]!.content), Buffer.from('other  bytes!!'));
     const { progress } = await place(await specOf('models/tampered', 'v1'));
     expect(progress.state).toBe('Failed');
     expect(progress.reason).toBe('ChecksumMismatch');
@@ -197,7 +165,7 @@ describe('the agent places an OCI artifact', () => {
 
   it('a tar entry that escapes the directory places nothing, and the failure names the layer and the entry', async () => {
     const escape = tarOf([{ path: '../../outside.txt', body: 'x' }]);
-    pushModel(registry, 'models/escape', 'v1', [
+    pushModel(bed.registry, 'models/escape', 'v1', [
       good[0]!,
       { mediaType: 'application/vnd.cncf.model.code.v1.tar', content: escape, filepath: 'code' },
     ]);
@@ -215,7 +183,7 @@ describe('the agent places an OCI artifact', () => {
 
   it("a tar entry over a raw layer's file, and a symbolic link out of the directory, place nothing", async () => {
     const over = tarOf([{ path: '1/model.onnx', body: 'not the weights' }]);
-    pushModel(registry, 'models/over', 'v1', [
+    pushModel(bed.registry, 'models/over', 'v1', [
       good[0]!,
       { mediaType: 'application/vnd.cncf.model.code.v1.tar', content: over, filepath: 'x' },
     ]);
@@ -223,7 +191,7 @@ describe('the agent places an OCI artifact', () => {
     expect(a.progress.reason).toBe('UnsafeTarEntry');
     await nothingPlaced();
     const link = tarOf([{ path: 'l', type: 'SymbolicLink', linkpath: '/etc' }]);
-    pushModel(registry, 'models/link', 'v1', [
+    pushModel(bed.registry, 'models/link', 'v1', [
       good[0]!,
       { mediaType: 'application/vnd.cncf.model.code.v1.tar', content: link, filepath: 'l' },
     ]);
@@ -233,7 +201,7 @@ describe('the agent places an OCI artifact', () => {
   });
 
   it('an archive that is not its media type places nothing, naming the layer', async () => {
-    pushModel(registry, 'models/notgzip', 'v1', [
+    pushModel(bed.registry, 'models/notgzip', 'v1', [
       good[0]!,
       {
         mediaType: 'application/vnd.cncf.model.code.v1.tar+gzip',
@@ -250,7 +218,7 @@ describe('the agent places an OCI artifact', () => {
   it('a tar layer that unpacks past the free space of the model volume places nothing, naming the layer', async () => {
     // 12 MiB of zeros in a gzip layer of some KiB: the preflight sees the blob, only the extraction sees the rest.
     const bomb = gzip(tarOf([{ path: 'zeros', body: Buffer.alloc(12 << 20) }]));
-    pushModel(registry, 'models/bomb', 'v1', [
+    pushModel(bed.registry, 'models/bomb', 'v1', [
       good[0]!,
       { mediaType: 'application/vnd.cncf.model.code.v1.tar+gzip', content: bomb, filepath: 'x' },
     ]);
@@ -274,7 +242,7 @@ describe('the agent places an OCI artifact', () => {
 
   it("holds the spec's byte cap (spec.source.oci.maxBytes) over what the tar layers unpack, not the agent's 1 TiB", async () => {
     const big = gzip(tarOf([{ path: 'zeros', body: Buffer.alloc(1 << 20) }]));
-    pushModel(registry, 'models/big', 'v1', [
+    pushModel(bed.registry, 'models/big', 'v1', [
       good[0]!,
       { mediaType: 'application/vnd.cncf.model.code.v1.tar+gzip', content: big, filepath: 'x' },
     ]);
@@ -291,7 +259,7 @@ describe('the agent places an OCI artifact', () => {
 
   it("holds the agent's file cap over what the tar layers unpack", async () => {
     const many = tarOf(Array.from({ length: 5 }, (_, i) => ({ path: `f${i}`, body: 'x' })));
-    pushModel(registry, 'models/many', 'v1', [
+    pushModel(bed.registry, 'models/many', 'v1', [
       good[0]!,
       { mediaType: 'application/vnd.cncf.model.code.v1.tar', content: many, filepath: 'x' },
     ]);

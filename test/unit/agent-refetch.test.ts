@@ -9,15 +9,9 @@ import { existsSync } from 'node:fs';
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { Agent, request } from 'undici';
-import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import {
-  DEFAULT_LIMITS,
-  downloadVersion,
-  newProgress,
-  preflight,
-  type DownloaderConfig,
-} from '../../src/place/placer.ts';
+import { request } from 'undici';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { downloadVersion, newProgress, preflight } from '../../src/place/placer.ts';
 import { REFETCH_DIR, markPoisoned, refetchCount, refetchTag } from '../../src/place/refetch.ts';
 import { startAgentServer } from '../../src/agent/server.ts';
 import { RegistryClient } from '../../src/oci/client.ts';
@@ -26,35 +20,38 @@ import { parseReference } from '../../src/oci/reference.ts';
 import { ModelVersionSpecSchema } from '../../src/place/spec.ts';
 import { TAG_HEADER, taskID } from '../../src/storage/taskid.ts';
 import { registryCredentialTag } from '../../src/storage/credential-tag.ts';
-import { pushModel, sha256, startFakeRegistry, type FakeRegistry } from '../support/oci-artifacts.ts';
-import { startPeerProxy, type PeerProxy } from '../support/peer-proxy.ts';
+import { pushModel, sha256, startFakeRegistry } from '../support/oci-artifacts.ts';
+import { downloaderConfig, peerBed } from '../support/peer-bed.ts';
 
-let registry: FakeRegistry;
-let peer: PeerProxy;
-let dispatcher: Agent;
 let root: string;
-beforeAll(async () => {
-  registry = await startFakeRegistry();
-  peer = await startPeerProxy();
-  dispatcher = new Agent();
-});
-afterAll(async () => {
-  await registry.close();
-  await peer.close();
-  await dispatcher.close();
-});
+const bed = peerBed('registry', startFakeRegistry);
 beforeEach(async () => {
   root = await mkdtemp(join(tmpdir(), 'agent-refetch-'));
-  peer.reset();
+  bed.peer.reset();
 });
 afterEach(() => rm(root, { recursive: true, force: true }));
 
-const config = (): DownloaderConfig => ({
-  root,
-  proxy: peer.url,
-  dispatcher,
-  limits: { ...DEFAULT_LIMITS, minFreeBytes: 0 },
-});
+const config = () => downloaderConfig(bed, root);
+
+/** `repo`:v1 of one layer, `blob`'s published bytes, whose registry serves other bytes for it until blob.heal(). */
+function pushPoisoned(repo: string, blob: { good: Buffer; digest: string }): void {
+  pushModel(bed.registry, repo, 'v1', [
+    { mediaType: 'application/vnd.cncf.model.weight.v1.raw', content: blob.good, filepath: 'w.bin' },
+  ]);
+  bed.registry.putWrongBlob(repo, blob.digest, Buffer.from(blob.good).fill(1, 0, 1));
+}
+
+/** `peerload fetch oci://` of `repo`:v1 into root/<its last part>/1 through the bed's peer, with `tag` when given. */
+const fetchOf = (repo: string, tag?: string) => () =>
+  placeArtifact({
+    client: new RegistryClient(bed.registry.host, { dispatcher: bed.dispatcher, plainHTTP: true }),
+    ref: parseReference(`${bed.registry.host}/${repo}:v1`),
+    dest: join(root, repo.split('/').pop()!, '1'),
+    proxy: bed.peer.url,
+    dispatcher: bed.dispatcher,
+    limits: { ...DEFAULT_PLACE_LIMITS, minFreeBytes: 0 },
+    ...(tag === undefined ? {} : { tag }),
+  });
 
 /** A blob of `repo` whose origin serves other bytes until `heal()`; the spec of a version holding it. */
 function poisonedBlob(repo: string) {
@@ -62,8 +59,8 @@ function poisonedBlob(repo: string) {
   const bad = Buffer.from(good);
   bad.writeUInt8(bad.readUInt8(1234) ^ 0x01, 1234); // one flipped bit, as a tampering proxy in front of the origin would
   const digest = sha256(good);
-  registry.putWrongBlob(repo, digest, bad);
-  const url = `${registry.url}/v2/${repo}/blobs/${digest}`;
+  bed.registry.putWrongBlob(repo, digest, bad);
+  const url = `${bed.registry.url}/v2/${repo}/blobs/${digest}`;
   const spec = (version: string) =>
     ModelVersionSpecSchema.parse({
       version,
@@ -77,7 +74,7 @@ function poisonedBlob(repo: string) {
         },
       ],
     });
-  return { good, digest, url, spec, heal: () => registry.putBlob(repo, good) };
+  return { good, digest, url, spec, heal: () => bed.registry.putBlob(repo, good) };
 }
 
 async function place(name: string, spec: ReturnType<ReturnType<typeof poisonedBlob>['spec']>) {
@@ -106,16 +103,16 @@ describe('a digest mismatch poisons no retry', () => {
     const blob = poisonedBlob('models/heal');
     expect((await place('heal', blob.spec('1'))).progress.state).toBe('Failed');
     const poisoned = taskID({ url: blob.url });
-    expect(peer.hasTask(poisoned)).toBe(true); // the daemon holds the other bytes under the blob's task
+    expect(bed.peer.hasTask(poisoned)).toBe(true); // the daemon holds the other bytes under the blob's task
     blob.heal();
-    const originBefore = peer.stats.originRequests;
+    const originBefore = bed.peer.stats.originRequests;
     const { target, progress } = await place('heal', blob.spec('1'));
     expect(progress.state).toBe('Ready');
     expect(await readFile(join(target!, 'w.bin'))).toEqual(blob.good);
     const fresh = taskID({ url: blob.url, tag: 'peerload-refetch-1' });
     expect(progress.files[0]).toMatchObject({ taskID: fresh, expectedTaskID: fresh, localHit: false });
-    expect(peer.stats.originRequests - originBefore).toBe(1);
-    expect(peer.requests.at(-1)!.headers[TAG_HEADER.toLowerCase()]).toBe('peerload-refetch-1');
+    expect(bed.peer.stats.originRequests - originBefore).toBe(1);
+    expect(bed.peer.requests.at(-1)!.headers[TAG_HEADER.toLowerCase()]).toBe('peerload-refetch-1');
     // Another version of the same layer (or this agent after a restart) asks for the healed task: a local hit.
     const again = await place('heal', blob.spec('2'));
     expect(again.progress.files[0]).toMatchObject({ taskID: fresh, localHit: true });
@@ -138,7 +135,7 @@ describe("a private blob's retry keeps its credentials' tag", () => {
   // The fresh task of a retry is the blob's credential-tagged task plus the refetch component: without the
   // credentials' tag the retry would be a public task any pod could name at the node's proxy.
   const credTag = (repo: string) =>
-    registryCredentialTag(registry.url, repo, { username: 'robot', password: 'registry-secret-7' });
+    registryCredentialTag(bed.registry.url, repo, { username: 'robot', password: 'registry-secret-7' });
 
   it("the agent: the first download under the credentials' tag, the retry under it and peerload-refetch-1", async () => {
     const blob = poisonedBlob('models/private-heal');
@@ -152,50 +149,27 @@ describe("a private blob's retry keeps its credentials' tag", () => {
     expect(progress.state).toBe('Ready');
     const fresh = taskID({ url: blob.url, tag: `${tag}/peerload-refetch-1` });
     expect(progress.files[0]).toMatchObject({ taskID: fresh, expectedTaskID: fresh });
-    expect(peer.requests.at(-1)!.headers[TAG_HEADER.toLowerCase()]).toBe(`${tag}/peerload-refetch-1`);
+    expect(bed.peer.requests.at(-1)!.headers[TAG_HEADER.toLowerCase()]).toBe(`${tag}/peerload-refetch-1`);
   });
 
   it("peerload fetch oci://: the retry's tag is the credentials' tag with peerload-refetch-1", async () => {
     const blob = poisonedBlob('models/private-fetched');
     const tag = credTag('models/private-fetched');
-    pushModel(registry, 'models/private-fetched', 'v1', [
-      { mediaType: 'application/vnd.cncf.model.weight.v1.raw', content: blob.good, filepath: 'w.bin' },
-    ]);
-    registry.putWrongBlob('models/private-fetched', blob.digest, Buffer.from(blob.good).fill(1, 0, 1));
-    const fetchIt = () =>
-      placeArtifact({
-        client: new RegistryClient(registry.host, { dispatcher, plainHTTP: true }),
-        ref: parseReference(`${registry.host}/models/private-fetched:v1`),
-        dest: join(root, 'private-fetched', '1'),
-        proxy: peer.url,
-        dispatcher,
-        limits: { ...DEFAULT_PLACE_LIMITS, minFreeBytes: 0 },
-        tag,
-      });
+    pushPoisoned('models/private-fetched', blob);
+    const fetchIt = fetchOf('models/private-fetched', tag);
     await expect(fetchIt()).rejects.toMatchObject({ reason: 'DigestMismatch' });
     blob.heal();
     const placed = await fetchIt();
     expect(placed.layers[0]!.taskID).toBe(taskID({ url: blob.url, tag: `${tag}/peerload-refetch-1` }));
-    expect(peer.requests.at(-1)!.headers[TAG_HEADER.toLowerCase()]).toBe(`${tag}/peerload-refetch-1`);
+    expect(bed.peer.requests.at(-1)!.headers[TAG_HEADER.toLowerCase()]).toBe(`${tag}/peerload-refetch-1`);
   });
 });
 
 describe('peerload fetch oci:// heals the same way', () => {
   it('a blob served wrongly is asked for under a fresh task next time, and placed once the registry heals', async () => {
     const blob = poisonedBlob('models/fetched');
-    pushModel(registry, 'models/fetched', 'v1', [
-      { mediaType: 'application/vnd.cncf.model.weight.v1.raw', content: blob.good, filepath: 'w.bin' },
-    ]);
-    registry.putWrongBlob('models/fetched', blob.digest, Buffer.from(blob.good).fill(1, 0, 1));
-    const fetchIt = () =>
-      placeArtifact({
-        client: new RegistryClient(registry.host, { dispatcher, plainHTTP: true }),
-        ref: parseReference(`${registry.host}/models/fetched:v1`),
-        dest: join(root, 'fetched', '1'),
-        proxy: peer.url,
-        dispatcher,
-        limits: { ...DEFAULT_PLACE_LIMITS, minFreeBytes: 0 },
-      });
+    pushPoisoned('models/fetched', blob);
+    const fetchIt = fetchOf('models/fetched');
     await expect(fetchIt()).rejects.toMatchObject({ reason: 'DigestMismatch' });
     expect(await refetchCount(root, blob.digest.slice(7))).toBe(1);
     blob.heal();
@@ -233,7 +207,7 @@ describe("the agent's delete", () => {
     const call = (method: 'PUT' | 'DELETE', path: string, body?: unknown) =>
       request(`${agent.url}${path}`, {
         method,
-        dispatcher,
+        dispatcher: bed.dispatcher,
         headers: { authorization: 'Bearer agent-token-refetch-0123', 'content-type': 'application/json' },
         body: body === undefined ? undefined : JSON.stringify(body),
       }).then(async (r) => ({ status: r.statusCode, body: await r.body.text() }));

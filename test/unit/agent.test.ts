@@ -12,8 +12,7 @@ import { chmod, chown, link, mkdir, mkdtemp, readdir, readFile, rm, stat, writeF
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
-import { Agent } from 'undici';
-import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { credentialTag } from '../../src/storage/credential-tag.ts';
 import { tokenMatches } from '../../src/agent/auth.ts';
 import { DEFAULT_LIMITS, type AgentLimits } from '../../src/place/placer.ts';
@@ -23,8 +22,8 @@ import { createLogger } from '../../src/runtime/logger.ts';
 import { tokenFile } from '../../src/agent/auth.ts';
 import { taskID } from '../../src/storage/taskid.ts';
 import { parseHostRules } from '../../src/policy/reach.ts';
-import { startOrigin, type Origin } from '../support/origin.ts';
-import { startPeerProxy, type PeerProxy } from '../support/peer-proxy.ts';
+import { startOrigin } from '../support/origin.ts';
+import { peerBed } from '../support/peer-bed.ts';
 
 const TOKEN = 'agent-token-0123456789abcdef';
 const SIGNATURE = 'sig-value-that-must-never-leak-42';
@@ -35,30 +34,18 @@ const FILES: Record<string, Buffer> = {
   '/weights/m/sub/tokenizer.json': Buffer.from('{"v":1}'),
 };
 
-let origin: Origin;
-let peer: PeerProxy;
-let dispatcher: Agent;
 let dir: string;
 let root: string;
 let agent: AgentServer | undefined;
 let logLines: string[];
 
-beforeAll(async () => {
-  origin = await startOrigin(FILES);
-  peer = await startPeerProxy();
-  dispatcher = new Agent();
-});
-afterAll(async () => {
-  await peer.close();
-  await origin.close();
-  await dispatcher.close();
-});
+const bed = peerBed('origin', () => startOrigin(FILES));
 beforeEach(async () => {
   dir = await mkdtemp(join(tmpdir(), 'agent-test-'));
   root = join(dir, 'models');
   await mkdir(root);
   await writeFile(join(dir, 'token'), `${TOKEN}\n`);
-  peer.reset();
+  bed.peer.reset();
   logLines = [];
 });
 afterEach(async () => {
@@ -86,8 +73,8 @@ async function start(
   });
   agent = await startAgentServer({
     root,
-    proxy: opts.proxy ?? peer.url,
-    dispatcher,
+    proxy: opts.proxy ?? bed.peer.url,
+    dispatcher: bed.dispatcher,
     hardLinkRoot: opts.hardLinkRoot,
     serverUid: opts.serverUid,
     limits: { ...DEFAULT_LIMITS, minFreeBytes: 0, ...opts.limits },
@@ -120,7 +107,7 @@ async function call(method: string, path: string, body?: unknown, token: string 
 }
 
 const signed = (path: string) =>
-  `${origin.url}${path}?X-Amz-Date=20260101T000000Z&X-Amz-Signature=${SIGNATURE}`;
+  `${bed.origin.url}${path}?X-Amz-Date=20260101T000000Z&X-Amz-Signature=${SIGNATURE}`;
 
 function spec(over: Record<string, unknown> = {}) {
   return {
@@ -155,7 +142,7 @@ describe('authentication', () => {
     const wrong = await call('PUT', '/v1/models/m', spec(), 'not-the-token');
     expect(wrong.status).toBe(403);
     expect(wrong.body.error.reason).toBe('Forbidden');
-    expect(peer.stats.requests).toBe(0);
+    expect(bed.peer.stats.requests).toBe(0);
     expect((await call('GET', '/v1/models/m')).status).toBe(404);
     expect((await fetch(`${agent!.url}/healthz`)).status).toBe(200);
   });
@@ -194,8 +181,8 @@ describe('downloading a version', () => {
       expect(await readFile(join(root, 'm', '1', rel))).toEqual(body);
     }
     expect(await readdir(join(root, 'm'))).toEqual(['1']); // no temporary directory left
-    expect(peer.requests).toHaveLength(3);
-    for (const r of peer.requests) {
+    expect(bed.peer.requests).toHaveLength(3);
+    for (const r of bed.peer.requests) {
       expect(r.headers['x-dragonfly-use-p2p']).toBe('true');
       expect(r.headers['x-dragonfly-filtered-query-params']).toBe('X-Amz-Signature,X-Amz-Date');
       expect(r.headers['x-dragonfly-filter']).toBe('X-Amz-Signature&X-Amz-Date');
@@ -215,31 +202,32 @@ describe('downloading a version', () => {
       expect(f.taskID).toBe(f.expectedTaskID);
     }
     expect(v.files[0].expectedTaskID).toBe(
-      taskID({ url: `${origin.url}/weights/m/config.json`, filter: [], tag: 'llama', rule: '1.4' }),
+      taskID({ url: `${bed.origin.url}/weights/m/config.json`, filter: [], tag: 'llama', rule: '1.4' }),
     );
     // Already in place: 200, nothing downloaded.
     const again = await call('PUT', '/v1/models/m', spec());
     expect(again.status).toBe(200);
     expect(again.body.state).toBe('Ready');
-    expect(peer.requests).toHaveLength(3);
+    expect(bed.peer.requests).toHaveLength(3);
   });
 
   it('reports local hits of preheated files, and the origin is not read again', async () => {
     await start();
-    for (const path of Object.keys(FILES)) await peer.preheat(signed(path), { filter: FILTER, tag: 'llama' });
-    const originRequests = origin.stats.requests;
+    for (const path of Object.keys(FILES))
+      await bed.peer.preheat(signed(path), { filter: FILTER, tag: 'llama' });
+    const originRequests = bed.origin.stats.requests;
     expect((await call('PUT', '/v1/models/m', spec())).status).toBe(202);
     await agent!.idle();
     const [v] = (await call('GET', '/v1/models/m')).body.versions;
     expect(v).toMatchObject({ state: 'Ready', localHits: 3 });
     expect(v.files.map((f: { localHit: boolean }) => f.localHit)).toEqual([true, true, true]);
-    expect(origin.stats.requests).toBe(originRequests);
+    expect(bed.origin.stats.requests).toBe(originRequests);
   });
 
   it('signs object keys itself with the mounted credentials, for a store in its --allowed-storage-hosts only', async () => {
     const body = {
       version: '2',
-      storage: { type: 's3', bucket: 'weights', endpoint: origin.url, pathStyle: true },
+      storage: { type: 's3', bucket: 'weights', endpoint: bed.origin.url, pathStyle: true },
       files: [{ path: 'config.json', key: 'm/config.json' }],
     };
     // By default only the storage services' hosts: the origin on loopback is refused before a credential is read.
@@ -248,12 +236,12 @@ describe('downloading a version', () => {
     const refused = await call('PUT', '/v1/models/m', body);
     expect(refused.status).toBe(422);
     expect(refused.body.error.reason).toBe('StorageEndpointNotAllowed');
-    expect(refused.body.error.message).toContain(`storage.endpoint: host ${new URL(origin.url).host}`);
+    expect(refused.body.error.message).toContain(`storage.endpoint: host ${new URL(bed.origin.url).host}`);
     expect(refused.body.error.message).toContain(
       "not in the agent's --allowed-storage-hosts (s3.amazonaws.com",
     );
     expect(credentialReads).toBe(0);
-    expect(peer.requests).toEqual([]);
+    expect(bed.peer.requests).toEqual([]);
     await agent!.close();
 
     // The loopback range without a scheme allows it over https only: the origin speaks plain HTTP.
@@ -261,7 +249,7 @@ describe('downloading a version', () => {
     const plain = await call('PUT', '/v1/models/m', body);
     expect(plain.status).toBe(422);
     expect(plain.body.error.message).toContain(
-      `${origin.url} is plain HTTP: the agent's --allowed-storage-hosts allows ${new URL(origin.url).host} over https only`,
+      `${bed.origin.url} is plain HTTP: the agent's --allowed-storage-hosts allows ${new URL(bed.origin.url).host} over https only`,
     );
     expect(credentialReads).toBe(0);
     await agent!.close();
@@ -272,7 +260,7 @@ describe('downloading a version', () => {
     await agent!.idle();
     expect(credentialReads).toBe(1);
     expect(await readFile(join(root, 'm', '2', 'config.json'), 'utf8')).toBe('{"layers":2}');
-    const [r] = peer.requests;
+    const [r] = bed.peer.requests;
     expect(r!.url).toContain('X-Amz-Signature=');
     // The s3 default filter goes with it, so the id is the preheat's of the bare object URL.
     expect(r!.headers['x-dragonfly-filtered-query-params']).toContain('X-Amz-Credential');
@@ -285,10 +273,10 @@ describe('downloading a version', () => {
     const [v] = (await call('GET', '/v1/models/m')).body.versions;
     expect(v.files[0].taskID).toBe(v.files[0].expectedTaskID);
     // With the spec's own tag, both.
-    peer.requests.length = 0;
+    bed.peer.requests.length = 0;
     expect((await call('PUT', '/v1/models/m', { ...body, version: '3', tag: 'llama' })).status).toBe(202);
     await agent!.idle();
-    expect(peer.requests[0]!.headers['x-dragonfly-tag']).toBe(`llama/${tag}`);
+    expect(bed.peer.requests[0]!.headers['x-dragonfly-tag']).toBe(`llama/${tag}`);
   });
 
   it('starts one download for two PUTs that arrive together', async () => {
@@ -299,7 +287,7 @@ describe('downloading a version', () => {
     ]);
     expect([a.status, b.status]).toEqual([202, 202]);
     await agent!.idle();
-    expect(peer.requests).toHaveLength(3);
+    expect(bed.peer.requests).toHaveLength(3);
     expect((await call('GET', '/v1/models/m')).body.versions[0].state).toBe('Ready');
   });
 
@@ -363,7 +351,7 @@ describe('failures', () => {
     expect(before.status).toBe(413);
     expect(before.body.error.reason).toBe('DiskBudgetExceeded');
     expect(before.body.error.message).toContain("above the cap of 1000 bytes: raise the agent's --max-bytes");
-    expect(peer.stats.requests).toBe(0);
+    expect(bed.peer.stats.requests).toBe(0);
     const unknown = spec({ files: [{ path: 'a', url: signed('/weights/m/model-1.safetensors') }] });
     expect((await call('PUT', '/v1/models/m', unknown)).status).toBe(202);
     await agent!.idle();
@@ -446,7 +434,8 @@ describe('deleting a version', () => {
 describe('a version placed by an earlier process', () => {
   it('is reported with the local hits its record kept, and deleting it removes the record', async () => {
     await start();
-    for (const path of Object.keys(FILES)) await peer.preheat(signed(path), { filter: FILTER, tag: 'llama' });
+    for (const path of Object.keys(FILES))
+      await bed.peer.preheat(signed(path), { filter: FILTER, tag: 'llama' });
     await call('PUT', '/v1/models/m', spec());
     await agent!.idle();
     // Another process now (peerload fetch before the agent, or the agent restarted): it knows only the disk.

@@ -1,22 +1,13 @@
 /** The CLI as pipelines use it: --version, usage on bad options, the engine check, wait's readiness rules. */
-import { execFile } from 'node:child_process';
 import { join } from 'node:path';
-import { promisify } from 'node:util';
 import { describe, expect, it } from 'vitest';
+import { runPeerload } from '../support/process.ts';
 import { readiness } from '../../src/cli/wait.ts';
 import { VERSION } from '../../src/version.ts';
 
-const BIN = join(import.meta.dirname, '../../bin/peerload.js');
 const OLD_NODE = join(import.meta.dirname, '../support/old-node.mjs');
-const run = async (args: string[], nodeArgs: string[] = [], env: NodeJS.ProcessEnv = process.env) =>
-  promisify(execFile)(process.execPath, [...nodeArgs, BIN, ...args], { env }).then(
-    (r) => ({ code: 0, stdout: r.stdout, stderr: r.stderr }),
-    (e: { code: number; stdout: string; stderr: string }) => ({
-      code: e.code,
-      stdout: e.stdout,
-      stderr: e.stderr,
-    }),
-  );
+const run = (args: string[], nodeArgs: string[] = [], env: NodeJS.ProcessEnv = process.env) =>
+  runPeerload(args, { nodeArgs, env });
 
 describe('peerload CLI for pipelines', () => {
   it('--version prints the package version, for the program and every command', async () => {

@@ -1,20 +1,8 @@
-import { execFile } from 'node:child_process';
-import { join } from 'node:path';
-import { promisify } from 'node:util';
 import { describe, expect, it } from 'vitest';
+import { runPeerload } from '../support/process.ts';
 
-const BIN = join(import.meta.dirname, '../../bin/peerload.js');
-const run = async (args: string[], env: Record<string, string> = {}) =>
-  promisify(execFile)(process.execPath, [BIN, 'publish-keys', ...args], {
-    env: { PATH: process.env.PATH ?? '', ...env },
-  }).then(
-    (r) => ({ code: 0, stdout: r.stdout, stderr: r.stderr }),
-    (e: { code: number; stdout: string; stderr: string }) => ({
-      code: e.code,
-      stdout: e.stdout,
-      stderr: e.stderr,
-    }),
-  );
+const run = (args: string[], env: Record<string, string> = {}) =>
+  runPeerload(['publish-keys', ...args], { env: { PATH: process.env.PATH ?? '', ...env } });
 
 describe('peerload publish-keys (flags)', () => {
   it('needs the Secret, and says so', async () => {
@@ -39,7 +27,8 @@ describe('peerload publish-keys (flags)', () => {
     const help = await run(['--help']);
     expect(help.code).toBe(0);
     expect(help.stdout).toMatch(/<pod>\.json/);
-    const usage = await promisify(execFile)(process.execPath, [BIN, '--help']);
+    const usage = await runPeerload(['--help']);
+    expect(usage.code).toBe(0);
     expect(usage.stdout).toMatch(/publish-keys/);
   });
 });

@@ -1,37 +1,18 @@
 import { describe, expect, it } from 'vitest';
-import { execFile } from 'node:child_process';
+import { runPeerload } from '../support/process.ts';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { promisify } from 'node:util';
-import vectors from '../vectors/taskid.json' with { type: 'json' };
+import { TASKID_VECTORS, type TaskIdVector } from '../fixtures/taskid-vectors.ts';
 import { credentialTag } from '../../src/storage/credential-tag.ts';
 import { defaultFilter } from '../../src/storage/objecturl.ts';
 import { DEFAULT_FILTERED_QUERY_PARAMS, taskID } from '../../src/storage/taskid.ts';
 
-const BIN = join(import.meta.dirname, '../../bin/peerload.js');
-const run = async (...args: string[]) =>
-  promisify(execFile)(process.execPath, [BIN, ...args]).then(
-    (r) => ({ code: 0, stdout: r.stdout, stderr: r.stderr }),
-    (e: { code: number; stdout: string; stderr: string }) => ({
-      code: e.code,
-      stdout: e.stdout,
-      stderr: e.stderr,
-    }),
-  );
+const run = (...args: string[]) => runPeerload(args);
 
 describe('peerload taskid', () => {
-  type Rule = '1.4' | '1.5.3+';
-  interface V {
-    url: string;
-    filter: string[];
-    tag: string | null;
-    application: string | null;
-    revision: string | null;
-    pieceLength: number | null;
-    expected: Record<Rule, { canonicalURL: string; taskID: string }>;
-  }
-  const all = (vectors.vectors as V[]).filter((v) => !v.revision && !/[ \u0080-\uffff]/.test(v.url));
+  type V = TaskIdVector;
+  const all = TASKID_VECTORS.vectors.filter((v) => !v.revision && !/[ \u0080-\uffff]/.test(v.url));
   // Cases where the two rules give different ids, with tags, applications and piece lengths among them.
   const cases = all.filter((v) => v.expected['1.4'].taskID !== v.expected['1.5.3+'].taskID).slice(-6);
   const argsOf = (v: V) => {

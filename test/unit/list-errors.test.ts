@@ -4,8 +4,8 @@
  * ListError (message, fields, cause) holds none of it; the status and a documented code are kept.
  */
 import { createServer, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { closeNow, listenOnLoopback } from '../support/ports.ts';
 import { ListError, listPrefix } from '../../src/storage/list.ts';
 import type { StorageCredentials } from '../../src/storage/credentials.ts';
 import type { StorageLocation } from '../../src/storage/objecturl.ts';
@@ -48,13 +48,9 @@ const server = createServer((req, res) => {
 });
 
 beforeAll(async () => {
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-  url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  url = await listenOnLoopback(server);
 });
-afterAll(async () => {
-  server.closeAllConnections();
-  await new Promise<void>((r) => server.close(() => r()));
-});
+afterAll(() => closeNow(server));
 
 const KINDS = ['s3', 'gcs', 'abs'] as const;
 

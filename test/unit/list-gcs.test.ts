@@ -4,8 +4,8 @@
  */
 import { generateKeyPairSync } from 'node:crypto';
 import { createServer } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { closeNow, listenOnLoopback } from '../support/ports.ts';
 import { selectFiles } from '../../src/storage/fileset.ts';
 import { ListError, listPrefix } from '../../src/storage/list.ts';
 import type { GCSCredentials } from '../../src/storage/credentials.ts';
@@ -42,13 +42,9 @@ const credentials: GCSCredentials = {
 };
 
 beforeAll(async () => {
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-  url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  url = await listenOnLoopback(server);
 });
-afterAll(async () => {
-  server.closeAllConnections();
-  await new Promise<void>((r) => server.close(() => r()));
-});
+afterAll(() => closeNow(server));
 
 describe('listPrefix on gcs', () => {
   it('follows the pages and reads sizes', async () => {

@@ -1,6 +1,6 @@
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it } from 'vitest';
 import { ManagerClient, type ManagerClientOptions } from '../../src/manager/client.ts';
 import { kindForStatus as httpKind } from '../../src/http/classify.ts';
 import { MANAGER_STATUS_EXCEPTIONS, ManagerError, extractManagerMessage } from '../../src/manager/errors.ts';
@@ -23,11 +23,12 @@ import {
   type ManagerEmulator,
   type ManagerEmulatorOptions,
 } from '../support/manager-emulator.ts';
-import { startOciRegistry, type OciRegistry } from '../support/oci-registry.ts';
-import { startPeerProxy, type PeerProxy } from '../support/peer-proxy.ts';
+import { startOciRegistry } from '../support/oci-registry.ts';
+import { peerBed } from '../support/peer-bed.ts';
 
-let registry: OciRegistry;
-let peer: PeerProxy;
+const bed = peerBed('registry', () =>
+  startOciRegistry({ auth: { username: 'u', password: 'registry-pass' } }),
+);
 const emulators: ManagerEmulator[] = [];
 const clients: ManagerClient[] = [];
 
@@ -35,7 +36,7 @@ async function setup(
   emu: ManagerEmulatorOptions = {},
   client: Partial<ManagerClientOptions> = {},
 ): Promise<{ m: ManagerEmulator; c: ManagerClient }> {
-  const m = await startManagerEmulator({ peer, ...emu });
+  const m = await startManagerEmulator({ peer: bed.peer, ...emu });
   emulators.push(m);
   const c = new ManagerClient({ baseURL: m.url, requestTimeoutMs: 5_000, ...client });
   clients.push(c);
@@ -59,25 +60,17 @@ const lastBody = (m: ManagerEmulator, method = 'POST') =>
     scheduler_cluster_ids?: number[];
   };
 
-beforeAll(async () => {
-  registry = await startOciRegistry({ auth: { username: 'u', password: 'registry-pass' } });
-  peer = await startPeerProxy();
-});
 afterEach(async () => {
   await Promise.all(clients.splice(0).map((c) => c.close()));
   await Promise.all(emulators.splice(0).map((m) => m.close()));
-  peer.reset();
-});
-afterAll(async () => {
-  await peer.close();
-  await registry.close();
+  bed.peer.reset();
 });
 
 describe('ManagerClient against the emulator', () => {
   it('creates a file job (current dialect, timeout in ns, top-level scheduler_cluster_ids) and follows it', async () => {
     const { m, c } = await setup();
-    const blob = registry.putBlob('f', 'content');
-    const url = `${registry.url}/v2/f/blobs/${blob}?X-Amz-Signature=abc`;
+    const blob = bed.registry.putBlob('f', 'content');
+    const url = `${bed.registry.url}/v2/f/blobs/${blob}?X-Amz-Signature=abc`;
     const job = await c.createPreheatJob({
       type: 'file',
       url,
@@ -133,7 +126,7 @@ describe('ManagerClient against the emulator', () => {
 
   it('creates an image job with credentials and platform; reads PascalCase results', async () => {
     const { m, c } = await setup({ resultCase: 'pascal' });
-    const img = registry.pushImage('lib/model', 'v2', { platforms: ['linux/amd64', 'linux/arm64'] });
+    const img = bed.registry.pushImage('lib/model', 'v2', { platforms: ['linux/amd64', 'linux/arm64'] });
     const job = await c.createPreheatJob({
       type: 'image',
       url: img.manifestURL,

@@ -1,21 +1,22 @@
 import { Pool } from 'undici';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it } from 'vitest';
 import { RAW_DEFAULT_FILTERED_QUERY_PARAMS, taskID } from '../../src/storage/taskid.ts';
 import {
   startManagerEmulator,
   type ManagerEmulator,
   type ManagerEmulatorOptions,
 } from '../support/manager-emulator.ts';
-import { startOciRegistry, type OciRegistry } from '../support/oci-registry.ts';
-import { startPeerProxy, type PeerProxy } from '../support/peer-proxy.ts';
+import { startOciRegistry } from '../support/oci-registry.ts';
+import { peerBed } from '../support/peer-bed.ts';
 
-let registry: OciRegistry;
-let peer: PeerProxy;
+const bed = peerBed('registry', () =>
+  startOciRegistry({ auth: { username: 'puller', password: 'pull-secret' } }),
+);
 const emulators: ManagerEmulator[] = [];
 const pools: Pool[] = [];
 
 async function emulator(opts: ManagerEmulatorOptions = {}): Promise<{ m: ManagerEmulator; call: Call }> {
-  const m = await startManagerEmulator({ peer, ...opts });
+  const m = await startManagerEmulator({ peer: bed.peer, ...opts });
   emulators.push(m);
   const pool = new Pool(m.url, { connections: 32 });
   pools.push(pool);
@@ -51,24 +52,16 @@ type Call = (
   headers?: Record<string, string>,
 ) => Promise<{ status: number; headers: Record<string, string>; text: string; json: Json }>;
 
-beforeAll(async () => {
-  registry = await startOciRegistry({ auth: { username: 'puller', password: 'pull-secret' } });
-  peer = await startPeerProxy();
-});
 afterEach(async () => {
   await Promise.all(pools.splice(0).map((p) => p.close()));
   await Promise.all(emulators.splice(0).map((m) => m.close()));
-  peer.reset();
-});
-afterAll(async () => {
-  await peer.close();
-  await registry.close();
+  bed.peer.reset();
 });
 
 describe('manager emulator: preheat really downloads', () => {
   it('image preheat resolves the manifest list for the platform and preheats every blob', async () => {
     const { m, call } = await emulator();
-    const img = registry.pushImage('models/resnet', 'v1', { platforms: ['linux/amd64', 'linux/arm64'] });
+    const img = bed.registry.pushImage('models/resnet', 'v1', { platforms: ['linux/amd64', 'linux/arm64'] });
     const arm = img.images.find((i) => i.platform === 'linux/arm64')!;
     const res = await call('POST', '/api/v1/jobs', {
       type: 'preheat',
@@ -86,13 +79,13 @@ describe('manager emulator: preheat really downloads', () => {
     expect(job.state).toBe('SUCCESS');
     expect(job.internal.urls).toEqual(arm.blobURLs);
     for (const u of arm.blobURLs)
-      expect(peer.hasTask(taskID({ url: u, filter: RAW_DEFAULT_FILTERED_QUERY_PARAMS.split('&') }))).toBe(
+      expect(bed.peer.hasTask(taskID({ url: u, filter: RAW_DEFAULT_FILTERED_QUERY_PARAMS.split('&') }))).toBe(
         true,
       );
-    expect(peer.stats.originBytes).toBe(arm.bytes);
+    expect(bed.peer.stats.originBytes).toBe(arm.bytes);
     // amd64 blobs were not downloaded.
     const amd = img.images.find((i) => i.platform === 'linux/amd64')!;
-    expect(registry.requests.some((r) => amd.blobURLs.some((u) => u.endsWith(r.path)))).toBe(false);
+    expect(bed.registry.requests.some((r) => amd.blobURLs.some((u) => u.endsWith(r.path)))).toBe(false);
 
     const got = await call('GET', `/api/v1/jobs/${job.id}`);
     expect(got.json.state).toBe('SUCCESS');
@@ -104,7 +97,7 @@ describe('manager emulator: preheat really downloads', () => {
 
   it('image preheat without registry credentials ends in FAILURE with the reason', async () => {
     const { m, call } = await emulator();
-    const img = registry.pushImage('models/private', 'v1');
+    const img = bed.registry.pushImage('models/private', 'v1');
     const res = await call('POST', '/api/v1/jobs', {
       type: 'preheat',
       args: { type: 'image', url: img.manifestURL },
@@ -117,11 +110,11 @@ describe('manager emulator: preheat really downloads', () => {
 
   it('file preheat fills defaults, downloads url + urls and reports both task lists', async () => {
     const { m, call } = await emulator();
-    const blob1 = registry.putBlob('files', 'file-one');
-    const blob2 = registry.putBlob('files', 'file-two');
+    const blob1 = bed.registry.putBlob('files', 'file-one');
+    const blob2 = bed.registry.putBlob('files', 'file-two');
     const auth = 'Basic ' + Buffer.from('puller:pull-secret').toString('base64');
-    const u1 = `${registry.url}/v2/files/blobs/${blob1}`;
-    const u2 = `${registry.url}/v2/files/blobs/${blob2}`;
+    const u1 = `${bed.registry.url}/v2/files/blobs/${blob1}`;
+    const u2 = `${bed.registry.url}/v2/files/blobs/${blob2}`;
     const res = await call('POST', '/api/v1/jobs', {
       type: 'preheat',
       args: { type: 'file', url: u1, urls: [u2], headers: { Authorization: auth }, tag: 't1' },
@@ -152,7 +145,7 @@ describe('manager emulator: preheat really downloads', () => {
     expect(job.internal.taskIDs[u1]).toBe(
       taskID({ url: u1, filter: RAW_DEFAULT_FILTERED_QUERY_PARAMS.split('&'), tag: 't1' }),
     );
-    expect(peer.hasTask(job.internal.taskIDs[u1]!)).toBe(true);
+    expect(bed.peer.hasTask(job.internal.taskIDs[u1]!)).toBe(true);
     const second = await call('POST', '/api/v1/jobs', { type: 'preheat', args: { type: 'file', url: u1 } });
     expect(second.json.id).toBe(2);
   });
@@ -163,7 +156,7 @@ describe('manager emulator: preheat really downloads', () => {
       type: 'preheat',
       args: {
         type: 'file',
-        url: `${registry.url}/v2/x/blobs/sha256:${'0'.repeat(64)}?Expires=1&Signature=2`,
+        url: `${bed.registry.url}/v2/x/blobs/sha256:${'0'.repeat(64)}?Expires=1&Signature=2`,
         filter: 'Expires&Signature',
       },
     });

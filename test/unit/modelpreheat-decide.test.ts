@@ -1,7 +1,7 @@
 /** The ModelPreheat reconciler's decisions (src/controllers/modelpreheat/decide.ts), case by case. */
 import { describe, expect, it } from 'vitest';
 import { ModelPreheatSpec, type ModelPreheat, type ModelPreheatStatus } from '../../src/api/index.ts';
-import { JobSchema, normaliseJob, type ManagerJob } from '../../src/manager/types.ts';
+import { preheatJob } from '../fixtures/preheats.ts';
 import {
   MAX_RETRY_DELAY_MS,
   alreadyPreheatedStatus,
@@ -36,16 +36,7 @@ const obj = (status?: ModelPreheatStatus, generation = 3): ModelPreheat =>
     ...(status ? { status } : {}),
   }) as ModelPreheat;
 
-const job = (state: string, results: object[] = []): ManagerJob =>
-  normaliseJob(
-    JobSchema.parse({
-      id: 7,
-      type: 'preheat',
-      state,
-      task_id: 'group_x',
-      result: { job_states: [{ state, results }] },
-    }),
-  );
+const job = preheatJob;
 const peerOK = { success_tasks: [{ url: 'http://origin/m.mar', ip: '10.0.0.1', hostname: 'n1' }] };
 
 describe('nextStep: the state machine of one generation', () => {

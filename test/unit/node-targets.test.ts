@@ -6,7 +6,7 @@ import {
   type ModelPreheat,
 } from '../../src/api/index.ts';
 import type { ManagerJob } from '../../src/manager/types.ts';
-import { jobTaskPeers, normaliseJob, JobSchema } from '../../src/manager/types.ts';
+import { jobTaskPeers } from '../../src/manager/types.ts';
 import {
   carriedPeers,
   contentKey,
@@ -22,29 +22,11 @@ import {
 } from '../../src/controllers/servedmodel/preheat.ts';
 import { discoverReplicas } from '../../src/controllers/servedmodel/replicas.ts';
 import { closedGate as closed } from '../fixtures/gates.ts';
+import { preheatJob, targetedS3Preheat } from '../fixtures/preheats.ts';
 
-const spec = ModelPreheatSpec.parse({
-  objectStorage: {
-    type: 's3',
-    bucket: 'b',
-    region: 'us-east-1',
-    keys: ['m.mar'],
-    credentialsSecretRef: { name: 'c' },
-  },
-  scope: 'all_peers',
-  targets: { ips: ['10.0.0.1', '10.0.0.2'] },
-});
+const spec = targetedS3Preheat(['10.0.0.1', '10.0.0.2']);
 
-const job = (results: object[], state = 'SUCCESS'): ManagerJob =>
-  normaliseJob(
-    JobSchema.parse({
-      id: 7,
-      type: 'preheat',
-      state,
-      task_id: 'group_x',
-      result: { job_states: [{ state, results }] },
-    }),
-  );
+const job = (results: object[], state = 'SUCCESS'): ManagerJob => preheatJob(state, results);
 
 describe('node-targeted preheat: which peers still need the content', () => {
   it('the content key ignores where and how, not what', () => {

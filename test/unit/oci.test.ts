@@ -7,8 +7,7 @@ import { randomBytes } from 'node:crypto';
 import { mkdtemp, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { Agent } from 'undici';
-import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { parseChallenges } from '../../src/oci/challenge.ts';
 import { RegistryClient } from '../../src/oci/client.ts';
 import { dockerConfigCredentials, secretCredentials } from '../../src/oci/credentials.ts';
@@ -27,10 +26,9 @@ import {
   startFakeRegistry,
   tarOf,
   zstd,
-  type FakeRegistry,
   type TarEntry,
 } from '../support/oci-artifacts.ts';
-import { startPeerProxy, type PeerProxy } from '../support/peer-proxy.ts';
+import { peerBed } from '../support/peer-bed.ts';
 import { registryCredentialTag } from '../../src/storage/credential-tag.ts';
 
 const RAW = 'application/vnd.cncf.model.weight.v1.raw';
@@ -359,31 +357,19 @@ describe('tar extraction', () => {
 });
 
 describe('placing an artifact through the peer proxy', () => {
-  let registry: FakeRegistry;
-  let peer: PeerProxy;
-  let dispatcher: Agent;
   let dir: string;
   const limits: PlaceLimits = { ...DEFAULT_PLACE_LIMITS, minFreeBytes: 0 };
-  beforeAll(async () => {
-    registry = await startFakeRegistry();
-    peer = await startPeerProxy();
-    dispatcher = new Agent();
-  });
-  afterAll(async () => {
-    await registry.close();
-    await peer.close();
-    await dispatcher.close();
-  });
+  const bed = peerBed('registry', startFakeRegistry);
   beforeEach(async () => {
     dir = await mkdtemp(join(tmpdir(), 'oci-place-'));
-    registry.failPaths.clear();
-    registry.basic = undefined;
-    peer.reset();
+    bed.registry.failPaths.clear();
+    bed.registry.basic = undefined;
+    bed.peer.reset();
   });
   afterEach(async () => rm(dir, { recursive: true, force: true }));
 
   const client = (opts: Partial<ConstructorParameters<typeof RegistryClient>[1]> = {}) =>
-    new RegistryClient(registry.host, { dispatcher, plainHTTP: true, ...opts });
+    new RegistryClient(bed.registry.host, { dispatcher: bed.dispatcher, plainHTTP: true, ...opts });
   const place = (
     tag: string,
     opts: Partial<ConstructorParameters<typeof RegistryClient>[1]> = {},
@@ -391,10 +377,10 @@ describe('placing an artifact through the peer proxy', () => {
   ) =>
     placeArtifact({
       client: client(opts),
-      ref: parseReference(`${registry.host}/models/m:${tag}`),
+      ref: parseReference(`${bed.registry.host}/models/m:${tag}`),
       dest: join(dir, 'm', '1'),
-      proxy: peer.url,
-      dispatcher,
+      proxy: bed.peer.url,
+      dispatcher: bed.dispatcher,
       limits: lim,
     });
   /** Nothing placed: no version directory, and no temporary left beside it. */
@@ -419,7 +405,7 @@ describe('placing an artifact through the peer proxy', () => {
   ];
 
   it('places raw and tar layers, every blob through the proxy by its registry URL, and reports each layer', async () => {
-    const digest = pushModel(registry, 'models/m', 'good', good);
+    const digest = pushModel(bed.registry, 'models/m', 'good', good);
     const r = await place('good');
     expect(r.digest).toBe(digest);
     expect(await readFile(join(dir, 'm/1/1/weights.bin'))).toEqual(weights);
@@ -431,18 +417,18 @@ describe('placing an artifact through the peer proxy', () => {
       [2, good[2]!.content.length, 2, false],
     ]);
     expect(r.layers.every((l) => l.taskID !== undefined)).toBe(true);
-    const blobGets = peer.requests.filter((q) => q.url.includes('/blobs/sha256:')).map((q) => q.url);
+    const blobGets = bed.peer.requests.filter((q) => q.url.includes('/blobs/sha256:')).map((q) => q.url);
     expect(blobGets.sort()).toEqual(
-      good.map((l) => `${registry.url}/v2/models/m/blobs/${sha256(l.content)}`).sort(),
+      good.map((l) => `${bed.registry.url}/v2/models/m/blobs/${sha256(l.content)}`).sort(),
     );
     expect((await readdir(join(dir, 'm'))).sort()).toEqual(['1']);
     // Again into another directory: every blob a local hit of the node's peer.
     const again = await placeArtifact({
       client: client(),
-      ref: parseReference(`${registry.host}/models/m:good`),
+      ref: parseReference(`${bed.registry.host}/models/m:good`),
       dest: join(dir, 'm', '2'),
-      proxy: peer.url,
-      dispatcher,
+      proxy: bed.peer.url,
+      dispatcher: bed.dispatcher,
       limits,
     });
     expect(again.localHits).toBe(3);
@@ -450,8 +436,8 @@ describe('placing an artifact through the peer proxy', () => {
 
   it('refuses a blob whose bytes are not its digest, naming the layer, and places nothing', async () => {
     const layers = [good[0]!, { mediaType: RAW, content: Buffer.from('the real bytes'), filepath: 'b.bin' }];
-    pushModel(registry, 'models/m', 'tampered', layers);
-    registry.putWrongBlob('models/m', sha256(layers[1]!.content), Buffer.from('other  bytes!!'));
+    pushModel(bed.registry, 'models/m', 'tampered', layers);
+    bed.registry.putWrongBlob('models/m', sha256(layers[1]!.content), Buffer.from('other  bytes!!'));
     const e = await refusal(place('tampered'));
     expect(e.reason).toBe(OciReason.DigestMismatch);
     expect(e.message).toMatch(
@@ -461,7 +447,7 @@ describe('placing an artifact through the peer proxy', () => {
   });
 
   it('refuses an unsafe tar layer after downloading, and places nothing', async () => {
-    pushModel(registry, 'models/m', 'escape', [
+    pushModel(bed.registry, 'models/m', 'escape', [
       good[0]!,
       { mediaType: TAR, content: tarOf([{ path: '../../evil', body: 'x' }]), filepath: 'evil' },
     ]);
@@ -474,27 +460,27 @@ describe('placing an artifact through the peer proxy', () => {
 
   it('refuses a manifest that is not ModelPack, or has an unknown layer type, before any blob is fetched', async () => {
     pushModel(
-      registry,
+      bed.registry,
       'models/m',
       'image',
       [{ mediaType: 'application/vnd.oci.image.layer.v1.tar+gzip', content: gzip(code) }],
       { artifactType: null, configType: 'application/vnd.oci.image.config.v1+json' },
     );
     expect((await refusal(place('image'))).reason).toBe(OciReason.NotModelPack);
-    pushModel(registry, 'models/m', 'unknown', [
+    pushModel(bed.registry, 'models/m', 'unknown', [
       good[0]!,
       { mediaType: 'application/vnd.cncf.model.weight.v1.tar+lz4', content: Buffer.from('x'), filepath: 'x' },
     ]);
     const e = await refusal(place('unknown'));
     expect(e.reason).toBe(OciReason.UnknownMediaType);
     expect(e.layer).toMatch(/^layer 1 /);
-    expect(peer.requests.filter((q) => q.url.includes('/blobs/'))).toEqual([]);
+    expect(bed.peer.requests.filter((q) => q.url.includes('/blobs/'))).toEqual([]);
     await nothingPlaced();
   });
 
   it('says 401, 403 and 404 from the registry in its terms, for the manifest and for a blob', async () => {
-    pushModel(registry, 'models/m', 'auth', good);
-    registry.basic = { username: 'u', password: 'registry-password-1' };
+    pushModel(bed.registry, 'models/m', 'auth', good);
+    bed.registry.basic = { username: 'u', password: 'registry-password-1' };
     const anonymous = await refusal(place('auth', { allowedHosts: parseHostRules('http://127.0.0.1') }));
     expect([anonymous.reason, anonymous.status]).toEqual([OciReason.Unauthorized, 401]);
     expect(anonymous.message).toMatch(/requires credentials/);
@@ -513,18 +499,18 @@ describe('placing an artifact through the peer proxy', () => {
     });
     expect(ok.files).toBe(4);
     await rm(join(dir, 'm'), { recursive: true });
-    registry.basic = undefined;
-    registry.failPaths.set('/manifests/', 403);
+    bed.registry.basic = undefined;
+    bed.registry.failPaths.set('/manifests/', 403);
     expect((await refusal(place('auth'))).reason).toBe(OciReason.Forbidden);
-    registry.failPaths.clear();
+    bed.registry.failPaths.clear();
     expect((await refusal(place('missing-tag'))).reason).toBe(OciReason.NotFound);
-    registry.failPaths.set(`/blobs/${sha256(weights)}`, 404);
-    peer.reset();
+    bed.registry.failPaths.set(`/blobs/${sha256(weights)}`, 404);
+    bed.peer.reset();
     const blob = await refusal(place('auth'));
     expect(blob.reason).toBe(OciReason.NotFound);
     expect(blob.layer).toMatch(/^layer 0 .*1\/weights\.bin/);
-    registry.failPaths.set(`/blobs/${sha256(weights)}`, 403);
-    peer.reset();
+    bed.registry.failPaths.set(`/blobs/${sha256(weights)}`, 403);
+    bed.peer.reset();
     expect((await refusal(place('auth'))).reason).toBe(OciReason.Forbidden);
     await nothingPlaced();
   });
@@ -537,7 +523,7 @@ describe('placing an artifact through the peer proxy', () => {
         filepath: `w${i}`,
       })),
     );
-    registry.putManifest('models/m', 'huge', body);
+    bed.registry.putManifest('models/m', 'huge', body);
     const e = await refusal(place('huge', { maxManifestBytes: 4096 }));
     expect(e.reason).toBe(OciReason.SourceTooLarge);
     expect(e.message).toMatch(/the registry answer for .* was larger than 4096 bytes/);
@@ -552,7 +538,7 @@ describe('placing an artifact through the peer proxy', () => {
 
   it("peerload fetch oci:// with credentials: every blob's task carries the credentials' tag; anonymous, none", async () => {
     const { run: fetchCommand } = await import('../../src/cli/fetch.ts');
-    pushModel(registry, 'models/m', 'good', good);
+    pushModel(bed.registry, 'models/m', 'good', good);
     const fetchWith = async (dest: string, env: Record<string, string>) => {
       const saved = { ...process.env };
       Object.assign(process.env, env);
@@ -560,11 +546,11 @@ describe('placing an artifact through the peer proxy', () => {
       try {
         const code = await fetchCommand(
           [
-            `oci://${registry.host}/models/m:good`,
+            `oci://${bed.registry.host}/models/m:good`,
             join(dir, dest),
             '--plain-http',
             '--proxy',
-            peer.url,
+            bed.peer.url,
             '--min-free-bytes',
             '0',
             '--allowed-registry-hosts',
@@ -579,48 +565,48 @@ describe('placing an artifact through the peer proxy', () => {
       }
     };
     const blobTags = () =>
-      peer.requests.filter((q) => q.url.includes('/blobs/')).map((q) => q.headers['x-dragonfly-tag']);
-    registry.basic = { username: 'robot', password: 'registry-secret-99' };
+      bed.peer.requests.filter((q) => q.url.includes('/blobs/')).map((q) => q.headers['x-dragonfly-tag']);
+    bed.registry.basic = { username: 'robot', password: 'registry-secret-99' };
     expect(
       await fetchWith('private', {
         PEERLOAD_REGISTRY_USERNAME: 'robot',
         PEERLOAD_REGISTRY_PASSWORD: 'registry-secret-99',
       }),
     ).toBe(0);
-    const tag = registryCredentialTag(registry.url, 'models/m', {
+    const tag = registryCredentialTag(bed.registry.url, 'models/m', {
       username: 'robot',
       password: 'registry-secret-99',
     });
     expect(blobTags()).toEqual([tag, tag, tag]);
-    registry.basic = undefined;
-    peer.reset();
+    bed.registry.basic = undefined;
+    bed.peer.reset();
     expect(await fetchWith('public', {})).toBe(0);
     expect(blobTags()).toEqual([undefined, undefined, undefined]);
   });
 
   it('plain HTTP: credentials go to a registry without TLS only when it is listed as http://host', async () => {
-    const before = registry.requests.length;
+    const before = bed.registry.requests.length;
     const credentials = { username: 'u', password: 'registry-password-1' };
     const plain = await refusal(() => client({ allowedHosts: parseHostRules('127.0.0.1'), credentials }));
     expect(plain.reason).toBe(OciReason.RegistryNotAllowed);
     expect(plain.message).toContain('is plain HTTP');
     expect(plain.message).toContain('an admin adds http://127.0.0.1:');
     expect(plain.message).not.toContain('registry-password-1');
-    expect(registry.requests.length).toBe(before);
+    expect(bed.registry.requests.length).toBe(before);
     expect(() => client({ allowedHosts: parseHostRules('http://127.0.0.1'), credentials })).not.toThrow();
   });
 
   it('refuses an artifact over the byte cap before downloading', async () => {
-    pushModel(registry, 'models/m', 'good', good);
+    pushModel(bed.registry, 'models/m', 'good', good);
     const e = await refusal(place('good', {}, { ...limits, maxBytes: 1000 }));
     expect(e.reason).toBe(OciReason.LimitExceeded);
-    expect(peer.requests).toEqual([]);
+    expect(bed.peer.requests).toEqual([]);
     await nothingPlaced();
   });
 
   it('a tar layer that unpacks past the free space places nothing, though its blob fitted', async () => {
     const bomb = gzip(tarOf([{ path: 'zeros', body: Buffer.alloc(12 << 20) }]));
-    pushModel(registry, 'models/m', 'bomb', [
+    pushModel(bed.registry, 'models/m', 'bomb', [
       good[0]!,
       { mediaType: 'application/vnd.cncf.model.code.v1.tar+gzip', content: bomb, filepath: 'x' },
     ]);

@@ -7,8 +7,7 @@
 import { mkdir, mkdtemp, rm, stat, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { Agent } from 'undici';
-import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { DEFAULT_LIMITS } from '../../src/place/placer.ts';
 import { startAgentServer, type AgentServer } from '../../src/agent/server.ts';
 import type { ModelFiles, ReplicaAccess, ReplicaServer } from '../../src/servers/driver.ts';
@@ -17,9 +16,9 @@ import { MLSERVER, OipDriver, TRITON, type OipFlavour } from '../../src/servers/
 import { ReplicaError } from '../../src/servers/endpoint.ts';
 import { startOipEmulator, type OipEmulator } from '../support/oip-emulator.ts';
 import { ECHO_MODEL_PY, echoConfig } from '../support/oip-exchanges.ts';
-import { startOrigin, type Origin } from '../support/origin.ts';
+import { startOrigin } from '../support/origin.ts';
 import { acrossRestart, expectNoFlip } from '../support/restart.ts';
-import { startPeerProxy, type PeerProxy } from '../support/peer-proxy.ts';
+import { peerBed } from '../support/peer-bed.ts';
 
 const TOKEN = 'oip-agent-token-0123456789abcdef';
 const SECRET_IN_REASON = 'X-Amz-Signature=0123456789abcdef0123456789abcdef';
@@ -40,38 +39,26 @@ const FILES: Record<string, string> = {
   '/m/iris/v2/model.joblib': 'joblib v2',
 };
 
-let origin: Origin;
-let peer: PeerProxy;
-let dispatcher: Agent;
 let dir: string;
 let root: string;
 let agent: AgentServer;
 let emulator: OipEmulator;
 let secretReads: { namespace: string; name: string; key: string }[];
 
-beforeAll(async () => {
-  origin = await startOrigin(FILES);
-  peer = await startPeerProxy();
-  dispatcher = new Agent();
-});
-afterAll(async () => {
-  await peer.close();
-  await origin.close();
-  await dispatcher.close();
-});
+const bed = peerBed('origin', () => startOrigin(FILES));
 
 async function setUp(flavour: OipFlavour) {
   dir = await mkdtemp(join(tmpdir(), 'oip-driver-'));
   root = join(dir, 'models');
   await mkdir(root);
   await writeFile(join(dir, 'token'), TOKEN);
-  peer.reset();
+  bed.peer.reset();
   secretReads = [];
   agent = await startAgentServer({
     root,
     host: '127.0.0.1',
-    proxy: peer.url,
-    dispatcher,
+    proxy: bed.peer.url,
+    dispatcher: bed.dispatcher,
     limits: { ...DEFAULT_LIMITS, minFreeBytes: 0 },
     token: () => Promise.resolve(TOKEN),
   });
@@ -84,7 +71,7 @@ afterEach(async () => {
 });
 
 const files = (model: string, version: string, paths: string[], directory?: string): ModelFiles => ({
-  files: paths.map((p) => ({ path: p, url: `${origin.url}/m/${model}/${version}/${p}` })),
+  files: paths.map((p) => ({ path: p, url: `${bed.origin.url}/m/${model}/${version}/${p}` })),
   ...(directory ? { directory } : {}),
 });
 
@@ -97,7 +84,7 @@ function replica(
       secretReads.push({ namespace, ...ref });
       return Promise.resolve(ref.key === 'wrong' ? 'not-the-token-abcdefgh' : TOKEN);
     },
-    dispatcher,
+    dispatcher: bed.dispatcher,
     placePollMs: 20,
   });
   const server = driver.replica(
@@ -121,19 +108,27 @@ async function failureOf(driver: OipDriver, p: Promise<unknown>) {
 const ECHO = ['model.py', 'offset.json'];
 const IRIS = ['model-settings.json', 'model.joblib'];
 
+/** The registration of `model`'s `version`, its files those of the origin's m/<model>/<version>/ directory. */
+const registration = (
+  model: string,
+  version: string,
+  paths: string[],
+  options: Record<string, string> = {},
+) => ({
+  fileName: `m/${model}/${version}/`,
+  modelName: model,
+  version,
+  files: files(model, version, paths),
+  options,
+});
+
 describe('Triton', () => {
   beforeEach(() => setUp(TRITON));
 
   it('registers a version: the agent places its files, then a load; progress, versions, workers', async () => {
     const { server } = replica(TRITON);
     const progress: string[] = [];
-    const reg = {
-      fileName: 'm/echo/1/',
-      modelName: 'echo',
-      version: '1',
-      files: files('echo', '1', ECHO),
-      options: {},
-    };
+    const reg = registration('echo', '1', ECHO);
     await writeFile(join(root, 'config.pbtxt'), 'not read: the model directory is echo/');
     await mkdir(join(root, 'echo'), { recursive: true });
     await writeFile(join(root, 'echo/config.pbtxt'), 'instance_group [ { count: 1, kind: KIND_CPU } ]\n');
@@ -153,8 +148,8 @@ describe('Triton', () => {
     });
     // The agent's token, from the Secret key named by the pod.
     expect(secretReads).toContainEqual({ namespace: 'ml', name: 'agent-token', key: 'triton-0' });
-    expect(peer.requests.map((r) => r.url).sort()).toEqual(
-      ECHO.map((p) => `${origin.url}/m/echo/1/${p}`).sort(),
+    expect(bed.peer.requests.map((r) => r.url).sort()).toEqual(
+      ECHO.map((p) => `${bed.origin.url}/m/echo/1/${p}`).sort(),
     );
 
     await server.scale('echo', '1', { min: 1, max: 3 }, {});
@@ -192,30 +187,18 @@ describe('Triton', () => {
 
   it("loads with the registration's config, and a preheated version is every file a local hit", async () => {
     const { server } = replica(TRITON);
-    for (const p of ECHO) await peer.preheat(`${origin.url}/m/echo/1/${p}`);
-    const originReads = origin.stats.requests;
+    for (const p of ECHO) await bed.peer.preheat(`${bed.origin.url}/m/echo/1/${p}`);
+    const originReads = bed.origin.stats.requests;
     const config = JSON.stringify(echoConfig([1], 2));
-    const reg = {
-      fileName: 'm/echo/1/',
-      modelName: 'echo',
-      version: '1',
-      files: files('echo', '1', ECHO),
-      options: { config },
-    };
+    const reg = registration('echo', '1', ECHO, { config });
     expect(await server.register(reg, {})).toEqual({ version: '1', localHit: true });
-    expect(origin.stats.requests).toBe(originReads);
+    expect(bed.origin.stats.requests).toBe(originReads);
     expect(emulator.configOf('echo')).toMatchObject({ backend: 'python', instance_group: [{ count: 2 }] });
   });
 
   it('reads every failure as a kind, redacted', async () => {
     const { driver, server } = replica(TRITON);
-    const reg = {
-      fileName: 'm/echo/1/',
-      modelName: 'echo',
-      version: '1',
-      files: files('echo', '1', ECHO),
-      options: {},
-    };
+    const reg = registration('echo', '1', ECHO);
     // Placed where Triton does not look for echo: its "failed to poll from model repository" 500.
     const elsewhere = await failureOf(
       driver,
@@ -266,13 +249,7 @@ describe('MLServer', () => {
 
   it('registers, rolls to v2 (v1 dropped by its directory going and a reload), refuses worker counts it cannot set', async () => {
     const { driver, server } = replica(MLSERVER);
-    const reg = {
-      fileName: 'm/iris/v1/',
-      modelName: 'iris',
-      version: 'v1',
-      files: files('iris', 'v1', IRIS),
-      options: {},
-    };
+    const reg = registration('iris', 'v1', IRIS);
     expect(await server.register(reg, {})).toEqual({ version: 'v1', localHit: false });
     expect(await server.describe('iris', undefined, {})).toEqual({
       version: 'v1',
@@ -297,13 +274,7 @@ describe('MLServer', () => {
 
   it("reads MLServer's failures: 404 unknown, 422 a model file missing, a version its settings do not name", async () => {
     const { driver, server } = replica(MLSERVER);
-    const reg = {
-      fileName: 'm/iris/v1/',
-      modelName: 'iris',
-      version: 'v1',
-      files: files('iris', 'v1', IRIS),
-      options: {},
-    };
+    const reg = registration('iris', 'v1', IRIS);
     // model-settings.json left out: nothing names iris.
     const unknown = await failureOf(
       driver,

@@ -7,14 +7,13 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import * as fsp from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { Agent } from 'undici';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
-import { DEFAULT_LIMITS, downloadVersion, newProgress, preflight } from '../../src/place/placer.ts';
+import { downloadVersion, newProgress, preflight } from '../../src/place/placer.ts';
 import { REFETCH_DIR, markPoisoned } from '../../src/place/refetch.ts';
 import { ModelVersionSpecSchema } from '../../src/place/spec.ts';
 import { TAG_HEADER } from '../../src/storage/taskid.ts';
-import { sha256, startFakeRegistry, type FakeRegistry } from '../support/oci-artifacts.ts';
-import { startPeerProxy, type PeerProxy } from '../support/peer-proxy.ts';
+import { sha256, startFakeRegistry } from '../support/oci-artifacts.ts';
+import { downloaderConfig, peerBed } from '../support/peer-bed.ts';
 
 vi.mock('node:fs/promises', async (original) => {
   const actual = await original<typeof import('node:fs/promises')>();
@@ -22,30 +21,22 @@ vi.mock('node:fs/promises', async (original) => {
 });
 
 describe('refetch counts during a placement', () => {
-  let registry: FakeRegistry;
-  let peer: PeerProxy;
-  let dispatcher: Agent;
   let root: string;
+  const bed = peerBed('registry', startFakeRegistry);
   beforeAll(async () => {
-    registry = await startFakeRegistry();
-    peer = await startPeerProxy();
-    dispatcher = new Agent();
     root = await mkdtemp(join(tmpdir(), 'place-refetch-'));
   });
   afterAll(async () => {
-    await registry.close();
-    await peer.close();
-    await dispatcher.close();
     await rm(root, { recursive: true, force: true });
   });
 
   it('read the folder once and only the count of a digest listed there', async () => {
     const blobs = Array.from({ length: 12 }, (_, i) => Buffer.from(`file ${i} `.repeat(100)));
     const files = blobs.map((b, i) => {
-      const digest = registry.putBlob('models/many', b);
+      const digest = bed.registry.putBlob('models/many', b);
       return {
         path: `f${i}.bin`,
-        url: `${registry.url}/v2/models/many/blobs/${digest}`,
+        url: `${bed.registry.url}/v2/models/many/blobs/${digest}`,
         size: b.length,
         sha256: sha256(b).slice(7),
       };
@@ -53,7 +44,7 @@ describe('refetch counts during a placement', () => {
     const poisoned = files[3]!.sha256;
     expect(await markPoisoned(root, poisoned)).toBe(1);
     const spec = ModelVersionSpecSchema.parse({ version: '1', files });
-    const config = { root, proxy: peer.url, dispatcher, limits: { ...DEFAULT_LIMITS, minFreeBytes: 0 } };
+    const config = downloaderConfig(bed, root);
     const refetchDir = join(root, REFETCH_DIR);
     const readFile = vi.mocked(fsp.readFile);
     const readdir = vi.mocked(fsp.readdir);
@@ -67,7 +58,7 @@ describe('refetch counts during a placement', () => {
     // The old per-file reads: 12 opens of <root>/.peerload-refetch/<sha256>. Now one readdir and one count.
     expect(under(readdir.mock.calls)).toEqual([refetchDir]);
     expect(under(readFile.mock.calls)).toEqual([join(refetchDir, poisoned)]);
-    const tags = peer.requests.map((q) => [q.url, q.headers[TAG_HEADER.toLowerCase()]]);
+    const tags = bed.peer.requests.map((q) => [q.url, q.headers[TAG_HEADER.toLowerCase()]]);
     expect(tags.filter(([, tag]) => tag !== undefined)).toEqual([[files[3]!.url, 'peerload-refetch-1']]);
   });
 });

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { ModelPreheatSpec, type ModelPreheat } from '../../src/api/index.ts';
+import { type ModelPreheat } from '../../src/api/index.ts';
+import { targetedS3Preheat } from '../fixtures/preheats.ts';
 import { contentKey } from '../../src/controllers/modelpreheat/targets.ts';
 import { jobRunningOn, replicaGate, type Gate } from '../../src/controllers/servedmodel/preheat.ts';
 import {
@@ -20,17 +21,7 @@ const preheat = (
   status: Partial<NonNullable<ModelPreheat['status']>>,
   generation = 2,
 ): ModelPreheat => {
-  const spec = ModelPreheatSpec.parse({
-    objectStorage: {
-      type: 's3',
-      bucket: 'b',
-      region: 'us-east-1',
-      keys: ['m.mar'],
-      credentialsSecretRef: { name: 'c' },
-    },
-    scope: 'all_peers',
-    targets: { ips: targets },
-  });
+  const spec = targetedS3Preheat(targets);
   return {
     apiVersion: 'peerload.io/v1alpha1',
     kind: 'ModelPreheat',

@@ -23,6 +23,18 @@ import type {
 } from '../../src/servers/driver.ts';
 
 const ENDPOINT = 'http://198.18.0.7:8081';
+/** A registration the server answers with an error of `kind`. */
+const refuse = (kind: ConstructorParameters<typeof FakeError>[0], message: string) => () => {
+  throw new FakeError(kind, message);
+};
+/** The replica's status after a pass that found version 2.0 ready on 2 workers. */
+const readyOn20 = (): ReplicaStatus => ({
+  endpoint: ENDPOINT,
+  registered: true,
+  readyWorkers: 2,
+  ready: true,
+  version: '2.0',
+});
 const replica = { endpoint: ENDPOINT, pod: 'ts-0', podUID: 'u-0', node: 'n1' };
 const goal: ReplicaGoal = {
   modelName: 'resnet',
@@ -182,9 +194,7 @@ describe('convergeReplica (background registration)', () => {
 
   it('409 (registered by an attempt whose answer was lost): no failure, the model is described again', async () => {
     const h = harness();
-    h.server.onRegister = () => {
-      throw new FakeError('conflict', 'Model version 2.0 is already registered');
-    };
+    h.server.onRegister = refuse('conflict', 'Model version 2.0 is already registered');
     await h.step();
     await h.ended();
     h.server.calls.length = 0;
@@ -208,13 +218,7 @@ describe('convergeReplica (background registration)', () => {
   it('READY workers >= min with the wanted counts: Ready, nothing sent but the describe', async () => {
     const h = harness();
     h.server.add('2.0', 3, 2, 2);
-    const previous: ReplicaStatus = {
-      endpoint: ENDPOINT,
-      registered: true,
-      readyWorkers: 2,
-      ready: true,
-      version: '2.0',
-    };
+    const previous = readyOn20();
     const o = await h.step(previous);
     expect(h.server.calls).toEqual(['describe resnet default']);
     expect(o.status).toMatchObject({ ready: true, readyWorkers: 3, phase: 'Ready', version: '2.0' });
@@ -273,9 +277,7 @@ describe('convergeReplica (background registration)', () => {
 
   it('an archive the model server rejects: RegistrationRejected, not retryable, with the server words', async () => {
     const h = harness();
-    h.server.onRegister = () => {
-      throw new FakeError('terminal', 'DownloadArchiveException: not a model archive');
-    };
+    h.server.onRegister = refuse('terminal', 'DownloadArchiveException: not a model archive');
     await h.step();
     await h.ended();
     const o = await h.step();
@@ -306,13 +308,7 @@ describe('convergeReplica (background registration)', () => {
 
   it('a replica that lost the model it had (restarted): says so and registers again', async () => {
     const h = harness();
-    const previous: ReplicaStatus = {
-      endpoint: ENDPOINT,
-      registered: true,
-      readyWorkers: 2,
-      ready: true,
-      version: '2.0',
-    };
+    const previous = readyOn20();
     const o = await h.step(previous);
     expect(o.events.map((e) => e.reason)).toEqual(['ReplicaRestarted']);
     expect(o.status.phase).toBe('Downloading');

@@ -14,24 +14,10 @@ import {
   taskIdRule,
   type TaskIdRule,
 } from '../../src/storage/taskid.ts';
+import { TASKID_VECTORS, type TaskIdVector } from '../fixtures/taskid-vectors.ts';
 
-interface Vector {
-  url: string;
-  filter: string[];
-  tag: string | null;
-  application: string | null;
-  revision: string | null;
-  pieceLength: number | null;
-  note?: string;
-  /** `daemon`: from the daemon's own tests (its 1.5.3+ values); `added`: cases where the two rules part. */
-  source: 'daemon' | 'added';
-  expected: Record<TaskIdRule, { canonicalURL: string; taskID: string }>;
-}
-
-const file = JSON.parse(readFileSync(new URL('../vectors/taskid.json', import.meta.url), 'utf8')) as {
-  vectors: Vector[];
-  queryEscape: { in: string; out: string }[];
-};
+type Vector = TaskIdVector;
+const file = TASKID_VECTORS;
 
 const identity = (v: Vector, rule: TaskIdRule) => ({
   url: v.url,

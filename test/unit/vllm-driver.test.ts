@@ -10,16 +10,15 @@ import type { AddressInfo } from 'node:net';
 import { access, mkdir, mkdtemp, readdir, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { Agent } from 'undici';
-import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { tokenFile } from '../../src/agent/auth.ts';
 import { DEFAULT_LIMITS } from '../../src/place/placer.ts';
 import { startAgentServer, type AgentServer } from '../../src/agent/server.ts';
 import type { ModelFiles, ReplicaAccess, ReplicaServer } from '../../src/servers/driver.ts';
 import { modelServerDrivers } from '../../src/servers/index.ts';
 import { VllmDriver, versionOf } from '../../src/servers/vllm/driver.ts';
-import { startOrigin, type Origin } from '../support/origin.ts';
-import { startPeerProxy, type PeerProxy } from '../support/peer-proxy.ts';
+import { startOrigin } from '../support/origin.ts';
+import { peerBed } from '../support/peer-bed.ts';
 import { acrossRestart, expectNoFlip } from '../support/restart.ts';
 
 const AGENT_TOKEN = 'agent-token-for-the-vllm-test-0123';
@@ -118,25 +117,13 @@ async function startFakeVllm(): Promise<FakeVllm> {
   });
 }
 
-let origin: Origin;
-let peer: PeerProxy;
-let dispatcher: Agent;
 let dir: string;
 let root: string;
 let agent: AgentServer;
 let vllm: FakeVllm;
 let secrets: Record<string, string>;
 
-beforeAll(async () => {
-  origin = await startOrigin({ ...ADAPTER('v1'), ...ADAPTER('v2') });
-  peer = await startPeerProxy();
-  dispatcher = new Agent();
-});
-afterAll(async () => {
-  await peer.close();
-  await origin.close();
-  await dispatcher.close();
-});
+const bed = peerBed('origin', () => startOrigin({ ...ADAPTER('v1'), ...ADAPTER('v2') }));
 beforeEach(async () => {
   dir = await mkdtemp(join(tmpdir(), 'vllm-driver-'));
   root = join(dir, 'models');
@@ -144,8 +131,8 @@ beforeEach(async () => {
   await writeFile(join(dir, 'token'), AGENT_TOKEN);
   agent = await startAgentServer({
     root,
-    proxy: peer.url,
-    dispatcher,
+    proxy: bed.peer.url,
+    dispatcher: bed.dispatcher,
     limits: { ...DEFAULT_LIMITS, minFreeBytes: 0 },
     token: tokenFile(join(dir, 'token')),
   });
@@ -161,7 +148,7 @@ afterEach(async () => {
 const files = (v: string): ModelFiles => ({
   files: ['adapter_config.json', 'adapter_model.safetensors'].map((path) => ({
     path,
-    url: `${origin.url}/lora/${v}/${path}`,
+    url: `${bed.origin.url}/lora/${v}/${path}`,
   })),
 });
 
@@ -172,7 +159,7 @@ const newDriver = () =>
       if (v === undefined) throw new Error(`no key ${ref.key} in Secret ${ref.name}`);
       return v;
     },
-    dispatcher,
+    dispatcher: bed.dispatcher,
     agentPollMs: 20,
   });
 
@@ -243,7 +230,7 @@ describe('a LoRA adapter placed by the agent and loaded', () => {
       { fileName: 'x', modelName: 'sql', version: 'v1', files: files('v1'), options: {} },
       call,
     );
-    const reads = origin.stats.requests;
+    const reads = bed.origin.stats.requests;
     vllm.adapters.clear(); // a restarted vLLM holds no adapter
     expect(await server.describe('sql', undefined, call)).toBeUndefined();
     await server.register(
@@ -251,7 +238,7 @@ describe('a LoRA adapter placed by the agent and loaded', () => {
       call,
     );
     expect(vllm.adapters.get('sql')).toBe(join(root, 'sql', 'v1'));
-    expect(origin.stats.requests).toBe(reads);
+    expect(bed.origin.stats.requests).toBe(reads);
   });
 
   it('holds several adapters side by side and deletes one with all its versions', async () => {
@@ -289,7 +276,7 @@ describe('a LoRA adapter placed by the agent and loaded', () => {
     vllm.healthy = false;
     expect((await server.describe('sql', 'v1', call))?.readyWorkers).toBe(0);
     vllm.healthy = true;
-    const restarted = new VllmDriver({ secret: async () => AGENT_TOKEN, dispatcher }).replica(
+    const restarted = new VllmDriver({ secret: async () => AGENT_TOKEN, dispatcher: bed.dispatcher }).replica(
       { uid: 'u1', namespace: 'ns' },
       { agent: { port: agent.port, tokenSecretRef: { name: 'agent', key: 'token' }, root } },
       { endpoint: vllm.url },
@@ -349,20 +336,20 @@ describe('failures', () => {
 
   it("a name of vLLM's base model is the base model: its files are the ones fetched before start, nothing is placed", async () => {
     const { server } = replica();
-    const reads = origin.stats.requests;
+    const reads = bed.origin.stats.requests;
     expect(
       await server.register(
         { fileName: 'x', modelName: 'llama', version: 'v1', files: files('v1'), options: {} },
         call,
       ),
     ).toEqual({ version: 'base-1' });
-    expect(origin.stats.requests).toBe(reads);
+    expect(bed.origin.stats.requests).toBe(reads);
     expect(await readdir(root)).toEqual([]);
   });
 
   it('says whether the base model was a local hit when fetched, from the record the agent reads', async () => {
     // What `peerload fetch` leaves: the version in place and its record (the agent places it the same way).
-    peer.reset(); // a peer that holds nothing yet: every file comes from the origin
+    bed.peer.reset(); // a peer that holds nothing yet: every file comes from the origin
     const base = (v: string) => ({ ...files(v), directory: 'llama' });
     await fetch(`${agent.url}/v1/models/llama`, {
       method: 'PUT',
@@ -427,7 +414,7 @@ describe('failures', () => {
   it('a download the agent cannot make is a retryable failure naming the file', async () => {
     const { server, driver } = replica();
     const missing: ModelFiles = {
-      files: [{ path: 'adapter_config.json', url: `${origin.url}/lora/none/adapter_config.json` }],
+      files: [{ path: 'adapter_config.json', url: `${bed.origin.url}/lora/none/adapter_config.json` }],
     };
     const f = await failureOf(
       server.register({ fileName: 'x', modelName: 'sql', version: 'v9', files: missing, options: {} }, call),
