@@ -270,6 +270,55 @@ async function repetition(
       };
     };
 
+    /**
+     * The timed part every directory-shaped mode shares: the preheat of `urls` (with `filter` left out of the ids)
+     * created, each of the N nodes' `peerload fetch` started at once (`argvOf(node, root)`, its one output line
+     * "… (L local hits, H hard links)"), then the job's end; what every mode's Run holds besides its origin.
+     */
+    async function timedPlacement(
+      n: number,
+      name: string,
+      urls: string[],
+      filter: string[],
+      argvOf: (node: number, root: string) => string[],
+    ) {
+      const counts0 = await peerCounts();
+      const cpu0 = cpuNow();
+      cuts = 0;
+      agentCpu = 0;
+      const ticks0 = machineTicks();
+      const t0 = performance.now();
+      const startedAt = Date.now();
+      const job = await preheat(urls, n, filter);
+      const lines = await Promise.all(
+        Array.from({ length: n }, async (_, i) => {
+          const root = join(work, `node-${i}`, name);
+          await mkdir(root, { recursive: true });
+          return fetched(name, await peerloadFetchProcess([...argvOf(i, root), ...fetchArgs(i, root)]))[0]!;
+        }),
+      );
+      const totalMs = performance.now() - t0;
+      const busyCores = coresBusySince(ticks0, availableParallelism());
+      const preheatMs = (await job.ended()) - t0;
+      const counts = lines.map((l) => /\((\d+) local hits, (\d+) hard links\)/.exec(l));
+      if (counts.some((c) => !c)) throw new Error(`unexpected fetch output: ${lines.join('; ')}`);
+      return {
+        t0,
+        n,
+        rep,
+        totalMs,
+        startedAt,
+        busyCores,
+        cores: availableParallelism(),
+        preheatMs,
+        localHits: counts.reduce((sum, c) => sum + Number(c![1]), 0),
+        hardLinks: counts.reduce((sum, c) => sum + Number(c![2]), 0),
+        cutRetries: cuts,
+        backToSource: await since(counts0),
+        cpu: { ...cpuSince(cpu0), agents: agentCpu },
+      };
+    }
+
     async function s3(n: number, name: string, sums: boolean): Promise<Run> {
       const digests: string[] = [];
       for (const p of SHARD_NAMES) {
@@ -299,57 +348,18 @@ async function repetition(
         }),
       );
       const before = served(origin, `/${BUCKET}/${name}/`);
-      const counts0 = await peerCounts();
-      const cpu0 = cpuNow();
-      cuts = 0;
-      agentCpu = 0;
-      const ticks0 = machineTicks();
-      const t0 = performance.now();
-      const startedAt = Date.now();
-      const job = await preheat(
-        files.map((f) => f.url),
+      const { t0, ...timed } = await timedPlacement(
         n,
+        name,
+        files.map((f) => f.url),
+        [...DEFAULT_FILTERED_QUERY_PARAMS],
+        (_, root) => ['--name', name, '--spec', spec, '--root', root],
       );
-      const lines = await Promise.all(
-        Array.from({ length: n }, async (_, i) => {
-          const root = join(work, `node-${i}`, 's3');
-          await mkdir(root, { recursive: true });
-          return fetched(
-            name,
-            await peerloadFetchProcess([
-              '--name',
-              name,
-              '--spec',
-              spec,
-              '--root',
-              root,
-              ...fetchArgs(i, root),
-            ]),
-          )[0]!;
-        }),
-      );
-      const totalMs = performance.now() - t0;
-      const busyCores = coresBusySince(ticks0, availableParallelism());
-      const preheatMs = (await job.ended()) - t0;
-      // "fetched …: 8 files, … (L local hits, H hard links)"
-      const counts = lines.map((l) => /\((\d+) local hits, (\d+) hard links\)/.exec(l));
-      if (counts.some((c) => !c)) throw new Error(`unexpected fetch output: ${lines.join('; ')}`);
       return {
         mode: sums ? 's3sum' : 's3',
-        n,
-        rep,
-        totalMs,
-        startedAt,
-        busyCores,
-        cores: availableParallelism(),
-        preheatMs,
+        ...timed,
         originBytes: served(origin, `/${BUCKET}/${name}/`) - before,
         originWindow: originWindow(origin, `/${BUCKET}/${name}/`, t0),
-        localHits: counts.reduce((s, c) => s + Number(c![1]), 0),
-        hardLinks: counts.reduce((s, c) => s + Number(c![2]), 0),
-        cutRetries: cuts,
-        backToSource: await since(counts0),
-        cpu: { ...cpuSince(cpu0), agents: agentCpu },
       };
     }
 
@@ -463,60 +473,27 @@ async function repetition(
           flag: '--allowed-hub-redirect-hosts',
         });
         const spec = hubVersionSpec(endpoint, listing, located, { headers: {} });
-        const counts0 = await peerCounts();
-        const cpu0 = cpuNow();
-        cuts = 0;
-        agentCpu = 0;
-        const ticks0 = machineTicks();
-        const t0 = performance.now();
-        const startedAt = Date.now();
         // The CDN's query parameters left out of the ids, as the source's ModelPreheat plans its job.
-        const job = await preheat(
-          spec.files.map((f) => f.url!),
+        const { t0: _t0, ...timed } = await timedPlacement(
           n,
+          name,
+          spec.files.map((f) => f.url!),
           spec.filter ?? [],
+          (_, root) => [
+            `hf://${repo}`,
+            root,
+            '--endpoint',
+            emulator.url,
+            '--allowed-hub-redirect-hosts',
+            'http://127.0.0.1',
+          ],
         );
-        const lines = await Promise.all(
-          Array.from({ length: n }, async (_, i) => {
-            const root = join(work, `node-${i}`, 'hub');
-            await mkdir(root, { recursive: true });
-            return fetched(
-              name,
-              await peerloadFetchProcess([
-                `hf://${repo}`,
-                root,
-                '--endpoint',
-                emulator.url,
-                '--allowed-hub-redirect-hosts',
-                'http://127.0.0.1',
-                ...fetchArgs(i, root),
-              ]),
-            )[0]!;
-          }),
-        );
-        const totalMs = performance.now() - t0;
-        const busyCores = coresBusySince(ticks0, availableParallelism());
-        const preheatMs = (await job.ended()) - t0;
-        const counts = lines.map((l) => /\((\d+) local hits, (\d+) hard links\)/.exec(l));
-        if (counts.some((c) => !c)) throw new Error(`unexpected fetch output: ${lines.join('; ')}`);
         const sha = (b: Buffer) => createHash('sha256').update(b).digest('hex');
-        const perFile = shards.map((b) => emulator.cdnBytes(sha(b)) / b.length);
         return {
           mode: 'hub',
-          n,
-          rep,
-          totalMs,
-          startedAt,
-          busyCores,
-          cores: availableParallelism(),
-          preheatMs,
+          ...timed,
           originBytes: shards.reduce((sum, b) => sum + emulator.cdnBytes(sha(b)), 0),
-          maxBlobReads: Math.max(...perFile),
-          localHits: counts.reduce((sum, c) => sum + Number(c![1]), 0),
-          hardLinks: counts.reduce((sum, c) => sum + Number(c![2]), 0),
-          cutRetries: cuts,
-          backToSource: await since(counts0),
-          cpu: { ...cpuSince(cpu0), agents: agentCpu },
+          maxBlobReads: Math.max(...shards.map((b) => emulator.cdnBytes(sha(b)) / b.length)),
         };
       } finally {
         await emulator.close();
