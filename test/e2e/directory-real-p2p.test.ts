@@ -15,7 +15,7 @@ import { createNamespace, kubeConfig, waitFor } from '../support/kube.ts';
 import { ROOT_USER, type DragonflyPeerView, type DragonflyView } from '../support/dragonfly.ts';
 import { startMinIO, type MinIO } from '../support/minio.ts';
 import { startManager, type RunningManager } from '../support/runtime-harness.ts';
-import { sharedDragonfly } from '../support/shared-dragonfly.ts';
+import { sharedDragonfly, fileBucket } from '../support/shared-dragonfly.ts';
 import { modelPreheatController } from '../../src/controllers/modelpreheat/index.ts';
 import { signObjectURL } from '../../src/storage/sign.ts';
 import { credentialTag } from '../../src/storage/credential-tag.ts';
@@ -23,7 +23,7 @@ import type { ModelPreheat } from '../../src/api/index.ts';
 
 const GROUP = 'peerload.io';
 const VERSION = 'v1alpha1';
-const BUCKET = 'models';
+const BUCKET = fileBucket('models');
 const PREFIX = 'llm/tiny/';
 // Above 4 MiB each: dfdaemon 1.4 fetches smaller content straight from the origin, without the scheduler.
 const FILES: Record<string, Buffer> = {

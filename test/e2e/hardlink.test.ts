@@ -30,11 +30,11 @@ import { startMinIO, type MinIO } from '../support/minio.ts';
 import { buildLargeModelArchive, buildModelArchive, type ModelArchive } from '../support/model-archive.ts';
 import { startTorchServe, type TorchServe } from '../support/torchserve.ts';
 import { minioPluginConfig, pluginJar, writePluginConfig } from '../support/plugin.ts';
-import { sharedDragonfly } from '../support/shared-dragonfly.ts';
+import { sharedDragonfly, fileBucket } from '../support/shared-dragonfly.ts';
 import { signObjectURL } from '../../src/storage/sign.ts';
 import { credentialTag } from '../../src/storage/credential-tag.ts';
 
-const BUCKET = 'models';
+const BUCKET = fileBucket('models');
 const KEY = 'hl/linked.mar';
 /** Objects for the daemon-only probes: each is a task the daemon does not hold when it is first asked for. */
 const COLD_KEY = 'hl/cold.mar';

@@ -27,9 +27,9 @@ import { parseHostRules } from '../../src/policy/reach.ts';
 import { signObjectURL } from '../../src/storage/sign.ts';
 import { TAG_HEADER, USE_P2P_HEADER } from '../../src/storage/taskid.ts';
 import { startRealNetworkBed, type RealNetworkBed } from '../support/real-network-bed.ts';
-import { sharedDragonfly } from '../support/shared-dragonfly.ts';
+import { sharedDragonfly, fileBucket } from '../support/shared-dragonfly.ts';
 
-const BUCKET = 'integrity';
+const BUCKET = fileBucket('integrity');
 const KEY = 'resnet/1/model.onnx';
 const BODY = randomBytes(5 << 20);
 const SHA = createHash('sha256').update(BODY).digest('hex');

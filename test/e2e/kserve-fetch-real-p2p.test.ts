@@ -23,9 +23,9 @@ import { effectiveFilter } from '../../src/storage/objecturl.ts';
 import { signObjectURL } from '../../src/storage/sign.ts';
 import { filterHeaders, TAG_HEADER } from '../../src/storage/taskid.ts';
 import { startRealNetworkBed, type RealNetworkBed } from '../support/real-network-bed.ts';
-import { sharedDragonfly } from '../support/shared-dragonfly.ts';
+import { sharedDragonfly, fileBucket } from '../support/shared-dragonfly.ts';
 
-const BUCKET = 'kserve-models';
+const BUCKET = fileBucket('kserve-models');
 // Above the daemon's 4 MiB minimum piece length: the content travels between peers.
 const SHARD = randomBytes((5 << 20) + 1234);
 const SINGLE = randomBytes((4 << 20) + 4321 + 1024 * 1024);

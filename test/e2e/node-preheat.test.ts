@@ -23,14 +23,14 @@ import { startModelServerFleet, type ModelServerFleet } from '../support/modelse
 import { startRealNetworkOperator } from '../support/real-operator.ts';
 import type { RunningManager } from '../support/runtime-harness.ts';
 import { startRealNetworkBed, type RealNetworkBed } from '../support/real-network-bed.ts';
-import { sharedDragonfly } from '../support/shared-dragonfly.ts';
+import { sharedDragonfly, fileBucket } from '../support/shared-dragonfly.ts';
 import { peerloadNamespace, type PeerloadNamespace } from '../support/resources.ts';
 import { signObjectURL } from '../../src/storage/sign.ts';
 import type { ModelPreheat, ServedModel } from '../../src/api/index.ts';
 
 const GROUP = 'peerload.io';
 const VERSION = 'v1alpha1';
-const BUCKET = 'models';
+const BUCKET = fileBucket('models');
 const SM_KEY = 'nodes/tiny.mar';
 const EVICT_KEY = 'nodes/evict.mar';
 

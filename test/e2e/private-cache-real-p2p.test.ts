@@ -58,9 +58,9 @@ import { startCountingProxy, type CountingProxy } from '../support/counting-prox
 import { ROOT_USER, type DragonflyPeerView, type DragonflyView } from '../support/dragonfly.ts';
 import { startMinIO, type MinIO } from '../support/minio.ts';
 import { waitFor } from '../support/process.ts';
-import { sharedDragonfly } from '../support/shared-dragonfly.ts';
+import { sharedDragonfly, fileBucket } from '../support/shared-dragonfly.ts';
 
-const BUCKET = 'private-models';
+const BUCKET = fileBucket('private-models');
 const KEY = 'tenant-b/secret-weights.bin';
 // Above the daemon's 4 MiB minimum piece length: the content travels between peers.
 const BODY = randomBytes(6 << 20);

@@ -27,7 +27,7 @@ import { startOrigin, type Origin } from '../support/origin.ts';
 import { startManager, type RunningManager } from '../support/runtime-harness.ts';
 import { startTorchServe, type TorchServe } from '../support/torchserve.ts';
 import { minioPluginConfig, pluginJar, writePluginConfig } from '../support/plugin.ts';
-import { sharedDragonfly } from '../support/shared-dragonfly.ts';
+import { sharedDragonfly, fileBucket } from '../support/shared-dragonfly.ts';
 import { modelPreheatController } from '../../src/controllers/modelpreheat/index.ts';
 import { createServedModelController } from '../../src/controllers/index.ts';
 import { signObjectURL } from '../../src/storage/sign.ts';
@@ -37,7 +37,7 @@ import type { ModelPreheat, ServedModel } from '../../src/api/index.ts';
 
 const GROUP = 'peerload.io';
 const VERSION = 'v1alpha1';
-const BUCKET = 'models';
+const BUCKET = fileBucket('models');
 const KEY = 'real/tiny.mar';
 const SM_KEY = 'real/tiny-sm.mar';
 

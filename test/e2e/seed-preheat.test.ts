@@ -12,11 +12,11 @@ import { createNamespace, kubeConfig } from '../support/kube.ts';
 import { startModelServerFleet, type ModelServerFleet } from '../support/modelserver-emulator.ts';
 import { startRealNetworkOperator } from '../support/real-operator.ts';
 import { startRealNetworkBed, type RealNetworkBed } from '../support/real-network-bed.ts';
-import { sharedDragonfly } from '../support/shared-dragonfly.ts';
+import { sharedDragonfly, fileBucket } from '../support/shared-dragonfly.ts';
 import { peerloadNamespace, type PeerloadNamespace } from '../support/resources.ts';
 import type { RunningManager } from '../support/runtime-harness.ts';
 
-const BUCKET = 'models';
+const BUCKET = fileBucket('models');
 const KEY = 'seed/model.mar';
 const T1_KEY = 'seed/t1.mar';
 const SIZE = 64 << 20;

@@ -33,11 +33,11 @@ import { portOnAll, startAgentReplica, type AgentReplica } from '../support/oip-
 import { startTriton } from '../support/oip-servers.ts';
 import { inferEcho, servedVersions } from '../support/triton-echo.ts';
 import { startManager, type RunningManager } from '../support/runtime-harness.ts';
-import { sharedDragonfly } from '../support/shared-dragonfly.ts';
+import { sharedDragonfly, fileBucket } from '../support/shared-dragonfly.ts';
 
 const GROUP = 'peerload.io';
 const VERSION = 'v1alpha1';
-const BUCKET = 'models';
+const BUCKET = fileBucket('models');
 const TOKEN = 'triton-sm-agent-token-0123456789';
 const FILES = ['model.py', 'offset.json', 'weights.bin'];
 const WEIGHTS: Record<string, Buffer> = {

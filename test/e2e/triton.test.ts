@@ -37,10 +37,10 @@ import { ECHO_CONFIG_PBTXT, ECHO_MODEL_PY, echoConfig } from '../support/oip-exc
 import { startMLServer, startTriton, writeSklearnModel, type OipServer } from '../support/oip-servers.ts';
 import { portOnAll, startAgentReplica, type AgentReplica } from '../support/oip-replicas.ts';
 import { waitFor } from '../support/process.ts';
-import { sharedDragonfly } from '../support/shared-dragonfly.ts';
+import { sharedDragonfly, fileBucket } from '../support/shared-dragonfly.ts';
 
 const TOKEN = 'oip-e2e-agent-token-0123456789';
-const BUCKET = 'models';
+const BUCKET = fileBucket('models');
 /** Every version's data file: above the minimum piece length, so the peers pass it to each other. */
 const WEIGHTS = 'weights.bin';
 const ECHO_FILES = ['model.py', 'offset.json', WEIGHTS];

@@ -10,6 +10,7 @@
  * reads, the lines of a daemon's log naming its task ids, jobs by their id). A file that breaks the network (kills
  * a daemon, restarts the scheduler) starts its own with startDragonfly.
  */
+import { randomBytes } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { Agent, request } from 'undici';
 import {
@@ -25,6 +26,13 @@ import {
 
 /** Node peers of the shared network: as many as the file that needs the most (node-preheat.test.ts) targets. */
 export const SHARED_NODE_PEERS = 3;
+
+/**
+ * A bucket name of this file's own on the shared network: `prefix` and a random suffix. The daemons keep every
+ * earlier file's tasks, and an origin's port may come round again; with the same bucket and key a later file's URL
+ * would name an earlier file's task and be served its bytes. A name of its own keeps the task ids apart.
+ */
+export const fileBucket = (prefix: string): string => `${prefix}-${randomBytes(3).toString('hex')}`;
 
 type PeerDescription = Omit<DragonflyPeerView, 'logs'>;
 
