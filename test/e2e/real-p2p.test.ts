@@ -34,6 +34,7 @@ import { signObjectURL } from '../../src/storage/sign.ts';
 import { credentialTag } from '../../src/storage/credential-tag.ts';
 import { taskID } from '../../src/storage/taskid.ts';
 import type { ModelPreheat, ServedModel } from '../../src/api/index.ts';
+import { TASKID_VECTORS } from '../fixtures/taskid-vectors.ts';
 
 const GROUP = 'peerload.io';
 const VERSION = 'v1alpha1';
@@ -371,18 +372,7 @@ describe('task identity on the real daemon', () => {
   afterAll(() => files?.close());
 
   it('`peerload taskid` equals X-Dragonfly-Task-ID for every vector the proxy can carry', async () => {
-    const { vectors } = JSON.parse(
-      await readFile(join(import.meta.dirname, '../vectors/taskid.json'), 'utf8'),
-    ) as {
-      vectors: {
-        url: string;
-        filter: string[];
-        tag: string | null;
-        application: string | null;
-        revision: string | null;
-        pieceLength: number | null;
-      }[];
-    };
+    const { vectors } = TASKID_VECTORS;
     // A fragment never reaches a proxy (it is not sent), the proxy has no revision header, and the daemon refuses
     // the vectors' 1 KiB piece length (500, error type proxy: below its minimum piece length).
     const carried = vectors.filter(
