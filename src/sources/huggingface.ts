@@ -96,7 +96,9 @@ export class HubSources implements SourceKind<HubSource> {
 
   async files(owner: SourceOwner, hf: HubSource, field: string, signal?: AbortSignal): Promise<SourceFiles> {
     const id = idOf(owner);
-    const refused = await this.egress(hf, field);
+    // Checked when this generation's listing is made, not on every pass that reuses it (the guarded Agent still
+    // meets each later connection, a CDN URL asked for again included).
+    const refused = this.byKey.get(owner.key)?.id === id ? undefined : await this.egress(hf, field);
     if (refused) return refused;
     try {
       const r = await this.resolve(owner, hf, signal);
