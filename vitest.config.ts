@@ -1,9 +1,9 @@
 import { defineConfig } from 'vitest/config';
 import { SlowestFiles } from './test/support/slowest-files.ts';
 
-// Three projects: unit tests need nothing; integration tests share one real kube-apiserver + etcd started by
-// the global set-up; e2e tests additionally start real model servers (TorchServe) and object stores. Every project
-// compares byte arrays whole (test/support/byte-equality.ts).
+// Four projects: unit tests need nothing; integration tests share one real kube-apiserver + etcd started by
+// the global set-up; e2e tests additionally start real model servers (TorchServe) and object stores; cluster tests get
+// a real two-node cluster of processes (kubelets, containerd, CoreDNS). Every project compares byte arrays whole (test/support/byte-equality.ts).
 const setupFiles = ['test/support/byte-equality.ts'];
 // The projects on the shared control plane also empty each file's namespaces of peerload objects after it
 // (test/support/namespace-cleanup.ts): a later file's operator would reconcile what an earlier one left.
@@ -47,6 +47,19 @@ export default defineConfig({
           env: { PEERLOAD_METRICS_SECURE: 'false' },
           testTimeout: 600_000,
           hookTimeout: 900_000,
+          fileParallelism: false,
+        },
+      },
+      {
+        test: {
+          name: 'cluster',
+          include: ['test/cluster/**/*.test.ts'],
+          setupFiles,
+          // A real two-node cluster (kubelets, containerd, CoreDNS) for the run; its teardown fails the run when
+          // its stop left anything on the machine.
+          globalSetup: ['test/support/cluster-setup.ts'],
+          testTimeout: 300_000,
+          hookTimeout: 600_000,
           fileParallelism: false,
         },
       },

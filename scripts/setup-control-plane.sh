@@ -3,10 +3,9 @@
 # $PEERLOAD_CACHE/control-plane-k8s<ver>-etcd<ver>/bin. Idempotent: a second run only checks the binaries.
 # Prints the bin directory on stdout.
 source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/lib-k8s.sh"
 
-K8S_VERSION="${PEERLOAD_K8S_VERSION:-1.33.13}"
 ETCD_VERSION="${PEERLOAD_ETCD_VERSION:-3.5.21}"
-STAGING_VERSION="v0.${K8S_VERSION#1.}"
 OUT="$PEERLOAD_CACHE/control-plane-k8s${K8S_VERSION}-etcd${ETCD_VERSION}"
 BIN="$OUT/bin"
 
@@ -23,14 +22,7 @@ work="$(mktemp -d)"; trap 'rm -rf "$work"' EXIT
 # server in its module graph, so kube-apiserver's dependencies are the versions it was released with.
 log "building kube-apiserver v$K8S_VERSION and etcd v$ETCD_VERSION (several minutes on 2 cores; cached afterwards)"
 mkdir -p "$work/k8s/etcd" && cd "$work/k8s"
-go mod init peerload.local/controlplane >/dev/null 2>&1
-go mod edit -require="k8s.io/kubernetes@v$K8S_VERSION"
-modfile=$(with_progress "downloading k8s.io/kubernetes v$K8S_VERSION" "building kube-apiserver and etcd" \
-  go mod download -json "k8s.io/kubernetes@v$K8S_VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
-# k8s.io/kubernetes refers to its staging modules as v0.0.0 and replaces them with ./staging paths, which a
-# dependent module cannot use; replace each with its published release.
-staging=$(awk '/^replace|^\t/ && /=> .\/staging/ {print $1}' "$modfile" | grep '^k8s.io/' | sort -u)
-for m in $staging; do go mod edit -replace="$m=$m@$STAGING_VERSION"; done
+k8s_wrapper_module peerload.local/controlplane "building kube-apiserver and etcd" >/dev/null
 go mod edit -require="go.etcd.io/etcd/server/v3@v$ETCD_VERSION"
 cat > tools.go <<'GO'
 //go:build tools
@@ -61,8 +53,7 @@ build_control_plane() { # tidy may complain about test-only imports the build ne
     return 1
   fi
   mkdir -p "$work/out"
-  CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=v$K8S_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=${K8S_VERSION#1.}" \
-    -o "$work/out/" k8s.io/kubernetes/cmd/kube-apiserver ./etcd
+  CGO_ENABLED=0 go build -trimpath -ldflags "$(k8s_ldflags)" -o "$work/out/" k8s.io/kubernetes/cmd/kube-apiserver ./etcd
 }
 with_progress "building kube-apiserver v$K8S_VERSION and etcd v$ETCD_VERSION side by side (modules, then compiling)" \
   "$(next_step)" build_control_plane

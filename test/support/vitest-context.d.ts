@@ -1,4 +1,5 @@
 import 'vitest';
+import type { ClusterInfo } from './cluster.ts';
 
 declare module 'vitest' {
   export interface ProvidedContext {
@@ -6,5 +7,7 @@ declare module 'vitest' {
     apiserverVersion: string;
     /** The e2e project's service of the run's shared Dragonfly network (test/support/shared-dragonfly.ts). */
     dragonflyService: string;
+    /** The cluster project's real two-node cluster (test/support/cluster-setup.ts). */
+    cluster: ClusterInfo;
   }
 }

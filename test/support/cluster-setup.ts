@@ -1,0 +1,29 @@
+/**
+ * The cluster project's global set-up: one real two-node cluster (cluster.ts) per run, its ClusterInfo provided as
+ * `inject('cluster')`. The teardown stops it and fails the run when anything it added is left on the machine
+ * (processes, mounts, links, routes, rules, iptables chains, cgroups) or a sysctl differs from before the start.
+ */
+import type { TestProject } from 'vitest/node';
+import { clusterInfo, startCluster, type Cluster } from './cluster.ts';
+import { hostState, leftovers, type HostState } from './cluster-host.ts';
+
+let cluster: Cluster | undefined;
+let before: HostState | undefined;
+
+export async function setup(project: TestProject): Promise<void> {
+  before = await hostState();
+  const t0 = Date.now();
+  cluster = await startCluster({ log: (l) => console.log(l) });
+  console.log(`[cluster] started in ${((Date.now() - t0) / 1000).toFixed(1)} s; logs in ${cluster.logDir}`);
+  project.provide('cluster', clusterInfo(cluster));
+}
+
+export async function teardown(): Promise<void> {
+  if (!cluster || !before) return;
+  const t0 = Date.now();
+  await cluster.stop();
+  console.log(`[cluster] stopped in ${((Date.now() - t0) / 1000).toFixed(1)} s`);
+  const left = leftovers(before, await hostState(), cluster.dir);
+  if (left.length) throw new Error(`the cluster's stop left behind:\n${left.join('\n')}`);
+  console.log('[cluster] nothing left behind; sysctls as before the start');
+}
