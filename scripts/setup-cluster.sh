@@ -29,7 +29,7 @@ done
 command -v gcc >/dev/null || debs+=(gcc libc6-dev)
 apt_install "${debs[@]}"
 
-control_plane_bin=$(bash "$(dirname "$0")/setup-control-plane.sh")
+control_plane_bin=$(PEERLOAD_SETUP_NEXT="the cluster's node binaries" bash "$(dirname "$0")/setup-control-plane.sh")
 mkdir -p "$BIN" "$IMAGES"
 work="$(mktemp -d)"; trap 'rm -rf "$work"' EXIT
 

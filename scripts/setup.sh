@@ -8,8 +8,9 @@
 #   scripts/setup.sh --demo --real-p2p   the same plus the real Dragonfly network (`npm run demo -- --real-p2p`)
 #   scripts/setup.sh --demo --no-torchserve   without TorchServe and the plugin (`npm run demo -- --no-torchserve`)
 #   scripts/setup.sh --all               everything `npm test` needs: the above, the real Dragonfly network, Triton
-#                                        and MLServer, the image tools and bases, the OCI registry and modctl (the
-#                                        plugin's JUnit suite is scripts/test.sh's)
+#                                        and MLServer, the image tools and bases, the OCI registry and modctl, the
+#                                        real two-node cluster's binaries and images (the plugin's JUnit suite is
+#                                        scripts/test.sh's)
 # Independent steps run side by side (most are downloads or one-core-bound phases); a failed step is named at the
 # end, with its script, and the set-up exits non-zero.
 source "$(dirname "$0")/lib.sh"
@@ -97,7 +98,9 @@ control_plane() { step "the control plane" "$then_" setup-control-plane.sh; }
 # The jar without JUnit: the demo does not run it, and `npm test` runs it right after the set-up (scripts/test.sh).
 plugin_jar() { PEERLOAD_SKIP_PLUGIN_TESTS=1 step "the plugin jar" "${1:-$then_}" build-plugin.sh; }
 tools() { # what reads resource health and metrics as users' tools do; the control plane first (it is the longest)
-  step "the control plane" "helm" setup-control-plane.sh
+  step "the control plane" "$([[ $mode == all ]] && echo "the cluster" || echo helm)" setup-control-plane.sh
+  # The real cluster's node binaries, CoreDNS and images (--all): the same Go build cache as the control plane's.
+  if [[ $mode == all ]]; then step "the cluster" "helm" setup-cluster.sh; fi
   step "helm" "kustomize" setup-helm.sh
   step "kustomize" "kstatus" setup-kustomize.sh
   step "kstatus" "promtool" setup-kstatus.sh
@@ -135,7 +138,7 @@ case $mode in
   all)
     # The real network is the longest build (the Rust peer daemon): everything else runs beside it.
     lane "the real Dragonfly network" dragonfly
-    lane "the control plane and the health tools" tools
+    lane "the control plane, the cluster and the health tools" tools
     lane "TorchServe" torchserve
     lane "Triton and MLServer" oip_servers
     lane "MinIO, the plugin and the image tools" minio_then_e2e

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `npm test`: set up what is missing, then run every test: vitest (unit, integration against a real
-# kube-apiserver, e2e with real TorchServe and object stores) and the plugin's JUnit suite.
+# kube-apiserver, e2e with real TorchServe and object stores, cluster on a real two-node cluster) and the plugin's
+# JUnit suite.
 source "$(dirname "$0")/lib.sh"
 cd "$REPO_ROOT"
 bash scripts/setup.sh --all
@@ -18,6 +19,6 @@ for path in glob.glob('plugin/target/surefire-reports/TEST-*.xml') + glob.glob('
     t += int(r.get('tests', 0)); f += int(r.get('failures', 0)); e += int(r.get('errors', 0)); s += int(r.get('skipped', 0))
 print(f"JUnit: {t - f - e - s} passed, {f + e} failed, {s} skipped in {os.environ['JUNIT_SECONDS']} s")
 PY
-log "vitest: unit, integration, e2e"
+log "vitest: unit, integration, e2e, cluster"
 node node_modules/vitest/vitest.mjs run "$@" || status=1
 exit $status

@@ -30,7 +30,7 @@ export const nodeIP = (i: number) => `10.244.${i}.1`;
 export const podCIDR = (i: number) => `10.244.${i}.0/24`;
 export const bridgeName = (i: number) => `plcluster${i}`;
 /** Each kubelet's own cgroup root (a kubelet removes cgroups under its root that it does not know). */
-export const cgroupRoot = (i: number) => `/peerload-${nodeName(i)}`;
+export const cgroupRoot = (i: number) => `/${nodeName(i)}`;
 /** The routing table traffic from the bridges looks up: the pod and service ranges, nothing else. */
 const POD_TABLE = 4244;
 const RULE_PREF = 4244;

@@ -48,6 +48,6 @@ it('every project of every vitest configuration loads the set-up file', () => {
     kserveSuite.test!,
     vllmSuite.test!,
   ];
-  expect(projects.map((t) => t.name)).toEqual(['unit', 'integration', 'e2e', 'kserve', 'vllm']);
+  expect(projects.map((t) => t.name)).toEqual(['unit', 'integration', 'e2e', 'cluster', 'kserve', 'vllm']);
   for (const t of projects) expect(t.setupFiles, String(t.name)).toContain('test/support/byte-equality.ts');
 });
