@@ -2,14 +2,16 @@
  * The real two-node cluster (test/support/cluster.ts) does what the e2e on it relies on: both nodes Ready, a
  * Deployment spread over both nodes, pod-to-pod traffic across nodes, a Service reached by its DNS names from a pod
  * (CoreDNS and kube-proxy), the downward API's status.hostIP, a hostPath volume. That its stop leaves nothing behind
- * is the global teardown's check (test/support/cluster-setup.ts).
+ * is the global teardown's check (test/support/cluster-setup.ts); here, that the check finds what a running cluster
+ * added.
  */
 import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { connect } from 'node:net';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { clusterKubectl } from '../support/cluster.ts';
+import { clusterKubectl, hostStateBefore } from '../support/cluster.ts';
+import { hostState, leftovers, readSysctls } from '../support/cluster-host.ts';
 import { waitFor } from '../support/process.ts';
 
 const cluster = inject('cluster');
@@ -194,5 +196,28 @@ describe('the real two-node cluster', () => {
     const lookup = await kubectl(['-n', ns, 'exec', client, '--', 'nslookup', `web.${ns}.svc.cluster.local`]);
     expect(lookup).toContain(`Server:\t\t${cluster.clusterDNS}`);
     expect(lookup).toContain(`Address: ${svc.spec.clusterIP}`);
+  });
+
+  it('is seen by the leftover check while it runs (what the teardown checks after its stop)', async () => {
+    const left = leftovers(hostStateBefore(cluster.dir), await hostState(), cluster.dir);
+    for (const n of cluster.nodes) {
+      expect(left).toContain(`link: ${n.bridge}`);
+      expect(left.some((l) => l.startsWith(`cgroup: /sys/fs/cgroup/memory${n.cgroupRoot}`))).toBe(true);
+      expect(left.some((l) => l.startsWith('process ') && l.includes(`--hostname-override=${n.name}`))).toBe(
+        true,
+      );
+      expect(
+        left.some((l) => l.startsWith('process ') && l.includes(` in ${n.cgroupRoot}: /bin/pause`)),
+      ).toBe(true);
+    }
+    expect(left.some((l) => l.startsWith('rule: ') && l.includes('lookup 4244'))).toBe(true);
+    expect(left.some((l) => /^iptables chain: iptables nat KUBE-SERVICES$/.test(l))).toBe(true);
+    expect(left.some((l) => l.startsWith('mount: ') && l.includes('/kubelet/pods/'))).toBe(true);
+    // The kubelets set kernel defaults (kernel.panic 10, ...): each that differs from before is named.
+    const before = hostStateBefore(cluster.dir).sysctls;
+    const now = readSysctls();
+    for (const k of Object.keys(before).filter((k) => before[k] !== now[k])) {
+      expect(left).toContain(`sysctl ${k}: ${before[k]} before, ${now[k]} now`);
+    }
   });
 });

@@ -1,7 +1,9 @@
 /**
  * The cluster project's global set-up: one real two-node cluster (cluster.ts) per run, its ClusterInfo provided as
  * `inject('cluster')`. The teardown stops it and fails the run when anything it added is left on the machine
- * (processes, mounts, links, routes, rules, iptables chains, cgroups) or a sysctl differs from before the start.
+ * (processes, mounts, links, routes, rules, iptables chains, cgroups) or a sysctl differs from before the start:
+ * vitest reports an error thrown by a global teardown but exits 0, so the teardown sets the exit code itself
+ * (test/cluster/cluster.test.ts holds the check to finding what a running cluster added).
  */
 import type { TestProject } from 'vitest/node';
 import { clusterInfo, startCluster, type Cluster } from './cluster.ts';
@@ -24,6 +26,10 @@ export async function teardown(): Promise<void> {
   await cluster.stop();
   console.log(`[cluster] stopped in ${((Date.now() - t0) / 1000).toFixed(1)} s`);
   const left = leftovers(before, await hostState(), cluster.dir);
-  if (left.length) throw new Error(`the cluster's stop left behind:\n${left.join('\n')}`);
+  if (left.length) {
+    console.error(`[cluster] FAILED: the cluster's stop left behind:\n${left.join('\n')}`);
+    process.exitCode = 1;
+    return;
+  }
   console.log('[cluster] nothing left behind; sysctls as before the start');
 }

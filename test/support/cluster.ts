@@ -703,6 +703,11 @@ export async function stopClusterDir(dir: string, keepDir = false): Promise<void
   await stopCluster(state, [], keepDir);
 }
 
+/** What the machine had before the start of the cluster of `dir` (as its stop compares). */
+export function hostStateBefore(dir: string): HostState {
+  return (JSON.parse(readFileSync(join(dir, STATE_FILE), 'utf8')) as ClusterState).before;
+}
+
 /** The cluster directories on this machine (running or left behind). */
 export function clusterDirs(): string[] {
   return listDir('/tmp')
