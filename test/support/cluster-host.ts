@@ -135,7 +135,7 @@ export function createCgroupRoot(root: string): void {
   }
 }
 /** Every cgroup directory under `root` in every hierarchy, deepest first. */
-export function cgroupDirs(root: string): string[] {
+function cgroupDirs(root: string): string[] {
   const dirs: string[] = [];
   const walk = (dir: string) => {
     let entries: string[];
@@ -201,7 +201,7 @@ export function pidsNaming(dir: string): number[] {
 }
 
 /** Mount points at or under `dir`, deepest first. */
-export function mountsUnder(dir: string): string[] {
+function mountsUnder(dir: string): string[] {
   return readFileSync('/proc/self/mountinfo', 'utf8')
     .split('\n')
     .map((l) => l.split(' ')[4]?.replace(/\\040/g, ' '))

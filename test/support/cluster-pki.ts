@@ -18,7 +18,7 @@ export interface KeyPair {
   key: string;
 }
 
-export interface CertRequest {
+interface CertRequest {
   /** File name stem under the PKI directory. */
   name: string;
   cn: string;
