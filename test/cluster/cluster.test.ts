@@ -116,8 +116,11 @@ describe('the real two-node cluster', () => {
   beforeAll(async () => {
     await kubectl(['create', 'namespace', ns]);
     await kubectl(['apply', '-f', '-'], { input: JSON.stringify(manifests()) });
-    await kubectl(['-n', ns, 'rollout', 'status', 'deployment/web', '--timeout=120s'], {
-      timeoutMs: 130_000,
+    const rollout = ['-n', ns, 'rollout', 'status', 'deployment/web', '--timeout=120s'];
+    await kubectl(rollout, { timeoutMs: 130_000 }).catch(async (err: unknown) => {
+      // What the pods and the events say, for the failure's report (each process's log is in cluster.logDir).
+      console.error(await kubectl(['-n', ns, 'get', 'pods,events', '-o', 'wide']).catch(String));
+      throw err;
     });
     pods = await webPods();
   });
@@ -145,6 +148,11 @@ describe('the real two-node cluster', () => {
       expect(n.status.nodeInfo.kubeletVersion).toBe('v1.33.13');
       expect(n.status.nodeInfo.containerRuntimeVersion).toMatch(/^containerd:\/\//);
     }
+  });
+
+  it("serves kubectl logs through a kubelet (the apiserver's kubelet client certificate, the kubelet's webhook authz)", async () => {
+    const logs = await kubectl(['-n', 'kube-system', 'logs', 'deployment/coredns']);
+    expect(logs).toMatch(/CoreDNS-1\.\d+\.\d+/);
   });
 
   it('spreads a 2-replica Deployment over both nodes, each pod in its node pod range', () => {

@@ -15,7 +15,11 @@ let before: HostState | undefined;
 export async function setup(project: TestProject): Promise<void> {
   before = await hostState();
   const t0 = Date.now();
-  cluster = await startCluster({ log: (l) => console.log(l) });
+  // PEERLOAD_CLUSTER_KEEP_DIR=1 keeps the cluster's directory (logs, kubelet roots) after the run, for debugging.
+  cluster = await startCluster({
+    log: (l) => console.log(l),
+    keepDir: !!process.env.PEERLOAD_CLUSTER_KEEP_DIR,
+  });
   console.log(`[cluster] started in ${((Date.now() - t0) / 1000).toFixed(1)} s; logs in ${cluster.logDir}`);
   project.provide('cluster', clusterInfo(cluster));
 }

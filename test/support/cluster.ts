@@ -585,6 +585,15 @@ async function startKubelet(
       // Imported images cannot be pulled again: never collect them.
       imageGCHighThresholdPercent: 100,
       imageGCLowThresholdPercent: 99,
+      // The machine's disk is shared with builds (buildah's vfs copies whole file systems): the default thresholds
+      // (10 % and 15 % free) evicted every pod at 13 % free. 1 GiB left is the signal here.
+      evictionHard: {
+        'memory.available': '100Mi',
+        'nodefs.available': '1Gi',
+        'imagefs.available': '1Gi',
+        'nodefs.inodesFree': '1%',
+        'imagefs.inodesFree': '1%',
+      },
       podLogsDir: join(nd, 'pod-logs'),
       volumePluginDir: join(nd, 'volume-plugins'),
       rotateCertificates: false,
