@@ -156,7 +156,8 @@ image_busybox() {
 # --- Triton: NVIDIA's layout (/opt/tritonserver/{bin,backends,caches}, the server's defaults, so no wrapper and
 # no flags), the wheel's bundled libraries in /opt/tritonserver/lib, the Python the venv was made with in
 # /opt/python with the venv's numpy (the python backend's stub runs model.py with the `python3` it finds on PATH),
-# and the Debian libraries `ldd` names. A user triton-server (1000) as in NVIDIA's image.
+# and the Debian libraries `ldd` names. A user triton-server (1000) as in NVIDIA's image. On Debian's essential set,
+# not on libraries alone: the python backend runs `chmod` on its stub through /bin/sh before each model loads.
 TRITON_LIBS=libc6,libgcc-s1,libstdc++6,zlib1g,libbz2-1.0,libcrypt1,libffi8,liblzma5,libncursesw6,libtinfo6,libreadline8,libsqlite3-0,libssl3,libuuid1
 TRITON_TAR='' PY_HOME='' PY_MINOR=''
 triton_site() { printf '%s/lib/python%s/site-packages' "$TRITON_VENV" "$PY_MINOR"; }
@@ -164,7 +165,9 @@ recipe_triton() {
   local ctr=$1 r=$2 site
   site=$(triton_site)
   tar -C "$r" -xf "$TRITON_TAR"
-  passwd_files "$r" triton-server:1000
+  echo 'triton-server:x:1000:1000::/home/triton-server:/bin/sh' >>"$r/etc/passwd"
+  echo 'triton-server:x:1000:' >>"$r/etc/group"
+  mkdir -p "$r/home/triton-server" && chown 1000:1000 "$r/home/triton-server"
   mkdir -p "$r/opt/tritonserver/bin" "$r/opt/tritonserver/lib" "$r/opt/python/bin" "$r/opt/python/lib"
   cp -a "$TRITON_VENV/server/bin/tritonserver.real" "$r/opt/tritonserver/bin/tritonserver"
   cp -a "$TRITON_VENV/server/backends" "$TRITON_VENV/server/caches" "$r/opt/tritonserver/"
@@ -194,9 +197,9 @@ image_triton() {
   PY_HOME=$(sed -n 's/^home = //p' "$TRITON_VENV/pyvenv.cfg"); PY_HOME=${PY_HOME%/bin}
   PY_MINOR=$(sed -n 's/^version = \([0-9]*\.[0-9]*\).*/\1/p' "$TRITON_VENV/pyvenv.cfg")
   [[ -x $PY_HOME/bin/python$PY_MINOR ]] || { log "the venv's Python $PY_HOME is gone"; return 1; }
-  TRITON_TAR=$(debian_rootfs triton extract "$TRITON_LIBS")
+  TRITON_TAR=$(debian_rootfs triton essential "$TRITON_LIBS")
   local hash
-  hash=$( { echo "r$REV"; declare -f recipe_triton passwd_files; sha256sum "$TRITON_TAR"
+  hash=$( { echo "r$REV"; declare -f recipe_triton; sha256sum "$TRITON_TAR"
     tree_stamp "$TRITON_VENV/server" "$(triton_site)/nvidia_pytriton.libs" "$(triton_site)/numpy" "$PY_HOME/lib/python$PY_MINOR/lib-dynload"
     ls -l "$PY_HOME/bin/python$PY_MINOR" "$PY_HOME/lib/libpython$PY_MINOR.so.1.0"; } | sha256sum | cut -c1-32)
   build triton nvcr.io/nvidia/tritonserver:24.10-py3 "$hash" recipe_triton
@@ -256,7 +259,9 @@ recipe_mariadb() {
   local ctr=$1 r=$2
   tar -C "$r" -xf "$DB_TAR"
   mkdir -p "$r/usr/local/bin" && install -m 755 scripts/cluster-images/mariadb-entrypoint.sh "$r/usr/local/bin/docker-entrypoint.sh"
-  mkdir -p "$r/var/lib/mysql" "$r/run/mysqld"
+  # Emptied: the package's set-up initialised a data directory without the manager's database and user; the
+  # entrypoint initialises the (volume's) directory on the first start.
+  rm -rf "$r/var/lib/mysql" && mkdir -p "$r/var/lib/mysql" "$r/run/mysqld"
   chown "$(awk -F: '$1=="mysql"{print $3":"$4}' "$r/etc/passwd")" "$r/var/lib/mysql" "$r/run/mysqld"
   "${BUILDAH[@]}" config --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     --entrypoint '["/usr/local/bin/docker-entrypoint.sh"]' --port 3306 "$ctr"
