@@ -12,7 +12,9 @@
 #   mariadb    peerload.local/mariadb:<Debian version>  Debian's mariadb-server; the entrypoint makes the database
 #   redis      peerload.local/redis:<Debian version>    Debian's redis-server; the entrypoint runs it in the foreground
 #
-#   scripts/build-cluster-images.sh [NAME...]   (default: all of the above)
+#   plugin     ghcr.io/peerload/peerload-torchserve-plugin:<version>  scripts/build-image.sh --image plugin
+#
+#   scripts/build-cluster-images.sh [NAME...]   (default: all of the above but plugin)
 # Prints one `<tag>\t<archive>` line per image. Each image is cached by a hash of its inputs (kept as the label
 # io.peerload.inputs, as scripts/build-image.sh does) and its archive is named by that hash, so a second run only
 # hashes and prints. The Debian root file systems are cached as tarballs beside the archives.
@@ -89,6 +91,10 @@ up_to_date() { # tag hash
     2>/dev/null) == "$2" ]]
 }
 
+# The working container of a build that stopped half-way is removed (a copy of a whole file system with vfs).
+WORKING=''
+trap '[[ -z $WORKING ]] || "${BUILDAH[@]}" rm "$WORKING" >/dev/null 2>&1 || true' EXIT
+
 # build name tag hash recipe: when the image is not up to date, runs `recipe <container> <mounted root>` on a
 # new container from scratch and commits it with the hash as its label.
 build() {
@@ -97,14 +103,14 @@ build() {
     log "building $tag"
     local ctr mnt
     ctr=$("${BUILDAH[@]}" from --quiet scratch)
+    WORKING=$ctr
     mnt=$("${BUILDAH[@]}" mount "$ctr")
-    if ! "$recipe" "$ctr" "$mnt"; then
-      "${BUILDAH[@]}" rm "$ctr" >/dev/null 2>&1 || true
-      log "building $tag failed"; return 1
-    fi
+    # Called plainly, not in a condition, so that `set -e` stops the recipe at its first failing step.
+    "$recipe" "$ctr" "$mnt"
     "${BUILDAH[@]}" umount "$ctr" >/dev/null
     "${BUILDAH[@]}" config --label "io.peerload.inputs=$hash" "$ctr"
     "${BUILDAH[@]}" commit --quiet --rm "$ctr" "$tag" >/dev/null
+    WORKING=''
     "${BUILDAH[@]}" rmi --prune >/dev/null 2>&1 || true # the previous build of this tag, now untagged
   fi
   emit "$name" "$tag" "$hash"
@@ -134,6 +140,15 @@ image_peerload() {
   tag=$(bash scripts/build-image.sh --debian-bases)
   hash=$("${BUILDAH[@]}" inspect --type image --format '{{index .OCIv1.Config.Labels "io.peerload.inputs"}}' "$tag")
   emit peerload "$tag" "$hash"
+}
+
+# --- the TorchServe plugin's jar image (deploy/examples/torchserve's init container): not built by default, as
+# TorchServe itself has no image here yet.
+image_plugin() {
+  local tag hash
+  tag=$(bash scripts/build-image.sh --debian-bases --image plugin)
+  hash=$("${BUILDAH[@]}" inspect --type image --format '{{index .OCIv1.Config.Labels "io.peerload.inputs"}}' "$tag")
+  emit plugin "$tag" "$hash"
 }
 
 # --- busybox: the static binary alone, with a link per applet in /bin as in the busybox image (`sh -c`, `chown`).
@@ -292,10 +307,11 @@ image_store() { # mariadb|redis
 for name in "$@"; do
   case $name in
     peerload) image_peerload ;;
+    plugin) image_plugin ;;
     busybox) image_busybox ;;
     triton) image_triton ;;
     manager | scheduler | client) image_dragonfly "$name" ;;
     mariadb | redis) image_store "$name" ;;
-    *) log "unknown image $name (one of: ${ALL[*]})"; exit 2 ;;
+    *) log "unknown image $name (one of: ${ALL[*]} plugin)"; exit 2 ;;
   esac
 done
