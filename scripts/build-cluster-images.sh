@@ -11,10 +11,10 @@
 #   client     dragonflyoss/client:v1.4.2    /  (dfdaemon: node peers and the seed peer)
 #   mariadb    peerload.local/mariadb:<Debian version>  Debian's mariadb-server; the entrypoint makes the database
 #   redis      peerload.local/redis:<Debian version>    Debian's redis-server; the entrypoint runs it in the foreground
-#
 #   plugin     ghcr.io/peerload/peerload-torchserve-plugin:<version>  scripts/build-image.sh --image plugin
+#   torchserve pytorch/torchserve:0.12.0-cpu  TorchServe 0.12 of scripts/setup-torchserve.sh (about 5 GB: see below)
 #
-#   scripts/build-cluster-images.sh [NAME...]   (default: all of the above but plugin)
+#   scripts/build-cluster-images.sh [NAME...]   (default: all of the above)
 # Prints one `<tag>\t<archive>` line per image. Each image is cached by a hash of its inputs (kept as the label
 # io.peerload.inputs, as scripts/build-image.sh does) and its archive is named by that hash, so a second run only
 # hashes and prints. The Debian root file systems are cached as tarballs beside the archives.
@@ -29,7 +29,7 @@ DRAGONFLY_BIN="${PEERLOAD_DRAGONFLY_BIN:-$PEERLOAD_CACHE/dragonfly-v2.5.1-client
 REV=1 # bump when a recipe below changes in a way the hashed inputs do not show
 DIR="$PEERLOAD_CACHE/cluster-images-debian-$SUITE-r$REV"
 mkdir -p "$DIR"
-ALL=(peerload busybox triton manager scheduler client mariadb redis)
+ALL=(peerload busybox triton manager scheduler client mariadb redis plugin torchserve)
 (($#)) || set -- "${ALL[@]}"
 
 # The hash of a tree that the set-up caches by version and never changes in place: paths, sizes and times (reading
@@ -142,8 +142,7 @@ image_peerload() {
   emit peerload "$tag" "$hash"
 }
 
-# --- the TorchServe plugin's jar image (deploy/examples/torchserve's init container): not built by default, as
-# TorchServe itself has no image here yet.
+# --- the TorchServe plugin's jar image (deploy/examples/torchserve's init container).
 image_plugin() {
   local tag hash
   tag=$(bash scripts/build-image.sh --debian-bases --image plugin)
@@ -168,27 +167,20 @@ image_busybox() {
   build busybox busybox:1.37 "$hash" recipe_busybox
 }
 
-# --- Triton: NVIDIA's layout (/opt/tritonserver/{bin,backends,caches}, the server's defaults, so no wrapper and
-# no flags), the wheel's bundled libraries in /opt/tritonserver/lib, the Python the venv was made with in
-# /opt/python with the venv's numpy (the python backend's stub runs model.py with the `python3` it finds on PATH),
-# and the Debian libraries `ldd` names. A user triton-server (1000) as in NVIDIA's image. On Debian's essential set,
-# not on libraries alone: the python backend runs `chmod` on its stub through /bin/sh before each model loads.
-TRITON_LIBS=libc6,libgcc-s1,libstdc++6,zlib1g,libbz2-1.0,libcrypt1,libffi8,liblzma5,libncursesw6,libtinfo6,libreadline8,libsqlite3-0,libssl3,libuuid1
-TRITON_TAR='' PY_HOME='' PY_MINOR=''
-triton_site() { printf '%s/lib/python%s/site-packages' "$TRITON_VENV" "$PY_MINOR"; }
-recipe_triton() {
-  local ctr=$1 r=$2 site
-  site=$(triton_site)
-  tar -C "$r" -xf "$TRITON_TAR"
-  echo 'triton-server:x:1000:1000::/home/triton-server:/bin/sh' >>"$r/etc/passwd"
-  echo 'triton-server:x:1000:' >>"$r/etc/group"
-  mkdir -p "$r/home/triton-server" && chown 1000:1000 "$r/home/triton-server"
-  mkdir -p "$r/opt/tritonserver/bin" "$r/opt/tritonserver/lib" "$r/opt/python/bin" "$r/opt/python/lib"
-  cp -a "$TRITON_VENV/server/bin/tritonserver.real" "$r/opt/tritonserver/bin/tritonserver"
-  cp -a "$TRITON_VENV/server/backends" "$TRITON_VENV/server/caches" "$r/opt/tritonserver/"
-  cp -a "$site/nvidia_pytriton.libs/." "$r/opt/tritonserver/lib/"
-  # The interpreter without what a server never imports (its tests, Tk, IDLE, the build configuration) and without
-  # the site-packages of the machine's Python: the image's are the venv's numpy only.
+# The Python a cached venv was made with (pyvenv.cfg): sets PY_HOME and PY_MINOR.
+PY_HOME='' PY_MINOR=''
+venv_python() { # venv
+  PY_HOME=$(sed -n 's/^home = //p' "$1/pyvenv.cfg"); PY_HOME=${PY_HOME%/bin}
+  PY_MINOR=$(sed -n 's/^version = \([0-9]*\.[0-9]*\).*/\1/p' "$1/pyvenv.cfg")
+  [[ -x $PY_HOME/bin/python$PY_MINOR ]] || { log "the Python of $1 ($PY_HOME) is gone"; return 1; }
+}
+python_stamp() { tree_stamp "$PY_HOME/lib/python$PY_MINOR/lib-dynload"; ls -l "$PY_HOME/bin/python$PY_MINOR" "$PY_HOME/lib/libpython$PY_MINOR.so.1.0"; }
+# That interpreter in /opt/python without what a server never imports (its tests, Tk, IDLE, the build
+# configuration) and without the machine's site-packages; its library in the loader's cache (the binary's RUNPATH
+# names the build machine's directory), so neither LD_LIBRARY_PATH nor a wrapper is needed.
+add_python() { # rootfs
+  local r=$1
+  mkdir -p "$r/opt/python/bin" "$r/opt/python/lib" "$r/etc/ld.so.conf.d"
   cp -a "$PY_HOME/bin/python$PY_MINOR" "$r/opt/python/bin/"
   ln -s "python$PY_MINOR" "$r/opt/python/bin/python3"
   ln -s python3 "$r/opt/python/bin/python"
@@ -197,27 +189,91 @@ recipe_triton() {
     --exclude="python$PY_MINOR/idlelib" --exclude="python$PY_MINOR/tkinter" --exclude="python$PY_MINOR/turtledemo" \
     --exclude="python$PY_MINOR/ensurepip" --exclude="python$PY_MINOR/lib2to3" --exclude="python$PY_MINOR/config-*" \
     --exclude='_tkinter.*' --exclude='nis.*' --exclude='_test*.so' "python$PY_MINOR" | tar -C "$r/opt/python/lib" -xf -
+  echo 'include /etc/ld.so.conf.d/*.conf' >"$r/etc/ld.so.conf"
+  echo /opt/python/lib >"$r/etc/ld.so.conf.d/python.conf"
+}
+
+# --- Triton: NVIDIA's layout (/opt/tritonserver/{bin,backends,caches}, the server's defaults, so no wrapper and
+# no flags), the wheel's bundled libraries in /opt/tritonserver/lib, the Python the venv was made with in
+# /opt/python with the venv's numpy (the python backend's stub runs model.py with the `python3` it finds on PATH),
+# and the Debian libraries `ldd` names. A user triton-server (1000) as in NVIDIA's image. On Debian's essential set,
+# not on libraries alone: the python backend runs `chmod` on its stub through /bin/sh before each model loads.
+TRITON_LIBS=libc6,libgcc-s1,libstdc++6,zlib1g,libbz2-1.0,libcrypt1,libffi8,liblzma5,libncursesw6,libtinfo6,libreadline8,libsqlite3-0,libssl3,libuuid1
+TRITON_TAR=''
+triton_site() { printf '%s/lib/python%s/site-packages' "$TRITON_VENV" "$PY_MINOR"; }
+recipe_triton() {
+  local ctr=$1 r=$2 site
+  site=$(triton_site)
+  tar -C "$r" -xf "$TRITON_TAR"
+  echo 'triton-server:x:1000:1000::/home/triton-server:/bin/sh' >>"$r/etc/passwd"
+  echo 'triton-server:x:1000:' >>"$r/etc/group"
+  mkdir -p "$r/home/triton-server" && chown 1000:1000 "$r/home/triton-server"
+  mkdir -p "$r/opt/tritonserver/bin" "$r/opt/tritonserver/lib"
+  cp -a "$TRITON_VENV/server/bin/tritonserver.real" "$r/opt/tritonserver/bin/tritonserver"
+  cp -a "$TRITON_VENV/server/backends" "$TRITON_VENV/server/caches" "$r/opt/tritonserver/"
+  cp -a "$site/nvidia_pytriton.libs/." "$r/opt/tritonserver/lib/"
+  add_python "$r"
   cp -a "$site"/numpy "$site"/numpy.libs "$site"/numpy-*.dist-info "$r/opt/python/lib/python$PY_MINOR/site-packages/"
   # The libraries' directories in the loader's cache, so neither LD_LIBRARY_PATH nor a wrapper is needed (the
   # Python binary's RUNPATH names the build machine's directory).
-  mkdir -p "$r/etc/ld.so.conf.d"
-  echo 'include /etc/ld.so.conf.d/*.conf' >"$r/etc/ld.so.conf"
-  printf '/opt/tritonserver/lib\n/opt/python/lib\n' >"$r/etc/ld.so.conf.d/tritonserver.conf"
+  echo /opt/tritonserver/lib >"$r/etc/ld.so.conf.d/tritonserver.conf"
   ldconfig -r "$r"
   "${BUILDAH[@]}" config --env PATH=/opt/tritonserver/bin:/opt/python/bin:/usr/local/bin:/usr/bin:/bin \
     --env TRITON_SERVER_VERSION=2.51.0 --workingdir /opt/tritonserver --cmd tritonserver "$ctr"
 }
 image_triton() {
   [[ -f $TRITON_VENV/.complete ]] || { log "no Triton at $TRITON_VENV: run scripts/setup-triton.sh"; return 1; }
-  PY_HOME=$(sed -n 's/^home = //p' "$TRITON_VENV/pyvenv.cfg"); PY_HOME=${PY_HOME%/bin}
-  PY_MINOR=$(sed -n 's/^version = \([0-9]*\.[0-9]*\).*/\1/p' "$TRITON_VENV/pyvenv.cfg")
-  [[ -x $PY_HOME/bin/python$PY_MINOR ]] || { log "the venv's Python $PY_HOME is gone"; return 1; }
+  venv_python "$TRITON_VENV"
   TRITON_TAR=$(debian_rootfs triton essential "$TRITON_LIBS")
   local hash
-  hash=$( { echo "r$REV"; declare -f recipe_triton; sha256sum "$TRITON_TAR"
-    tree_stamp "$TRITON_VENV/server" "$(triton_site)/nvidia_pytriton.libs" "$(triton_site)/numpy" "$PY_HOME/lib/python$PY_MINOR/lib-dynload"
-    ls -l "$PY_HOME/bin/python$PY_MINOR" "$PY_HOME/lib/libpython$PY_MINOR.so.1.0"; } | sha256sum | cut -c1-32)
+  hash=$( { echo "r$REV"; declare -f recipe_triton add_python; sha256sum "$TRITON_TAR"
+    tree_stamp "$TRITON_VENV/server" "$(triton_site)/nvidia_pytriton.libs" "$(triton_site)/numpy"
+    python_stamp; } | sha256sum | cut -c1-32)
   build triton nvcr.io/nvidia/tritonserver:24.10-py3 "$hash" recipe_triton
+}
+
+# --- TorchServe: the set-up's venv as the pytorch/torchserve image lays it out (/home/venv first on PATH, user
+# model-server 1000 in /home/model-server), its Python in /opt/python, Java 17 from Debian for the frontend. The
+# venv's torch is PyPI's CUDA build, whose import loads its 2.7 GB of NVIDIA libraries, so the image is about 5 GB
+# (OpenAI's triton compiler, 0.5 GB that torch imports only to compile, is left out).
+TORCHSERVE_VENV="${PEERLOAD_TORCHSERVE_VENV:-$PEERLOAD_CACHE/torchserve-0.12.0-torch2.5.1}"
+TORCHSERVE_TAR=''
+recipe_torchserve() {
+  local ctr=$1 r=$2 f
+  tar -C "$r" -xf "$TORCHSERVE_TAR"
+  echo 'model-server:x:1000:1000::/home/model-server:/bin/sh' >>"$r/etc/passwd"
+  echo 'model-server:x:1000:' >>"$r/etc/group"
+  mkdir -p "$r/home/model-server/tmp" && chown -R 1000:1000 "$r/home/model-server"
+  add_python "$r"
+  ldconfig -r "$r"
+  mkdir -p "$r/home/venv/bin" "$r/home/venv/lib/python$PY_MINOR"
+  tar -C "$TORCHSERVE_VENV/lib/python$PY_MINOR" -cf - --exclude='site-packages/triton' site-packages |
+    tar -C "$r/home/venv/lib/python$PY_MINOR" -xf -
+  ln -s lib "$r/home/venv/lib64"
+  printf 'home = /opt/python/bin\ninclude-system-site-packages = false\nversion = %s\n' \
+    "$(sed -n 's/^version = //p' "$TORCHSERVE_VENV/pyvenv.cfg")" >"$r/home/venv/pyvenv.cfg"
+  ln -s "/opt/python/bin/python$PY_MINOR" "$r/home/venv/bin/python3"
+  ln -s python3 "$r/home/venv/bin/python"
+  ln -s python3 "$r/home/venv/bin/python$PY_MINOR"
+  # The venv's console scripts (torchserve, torch-model-archiver, ...) with their interpreter line moved.
+  for f in "$TORCHSERVE_VENV"/bin/*; do
+    [[ -f $f && ! -L $f ]] || continue
+    if head -c 2 "$f" | grep -q '^#!'; then
+      sed "1s|^#!$TORCHSERVE_VENV/bin/|#!/home/venv/bin/|" "$f" >"$r/home/venv/bin/${f##*/}"
+      chmod 755 "$r/home/venv/bin/${f##*/}"
+    fi
+  done
+  "${BUILDAH[@]}" config --env PATH=/home/venv/bin:/usr/local/bin:/usr/bin:/bin --env TEMP=/home/model-server/tmp \
+    --workingdir /home/model-server --user 1000:1000 --cmd torchserve --port 8080 --port 8081 --port 8082 "$ctr"
+}
+image_torchserve() {
+  [[ -f $TORCHSERVE_VENV/.complete ]] || { log "no TorchServe at $TORCHSERVE_VENV: run scripts/setup-torchserve.sh"; return 1; }
+  venv_python "$TORCHSERVE_VENV"
+  TORCHSERVE_TAR=$(debian_rootfs torchserve essential openjdk-17-jre-headless,zlib1g,libbz2-1.0,libcrypt1,libffi8,liblzma5,libncursesw6,libtinfo6,libreadline8,libsqlite3-0,libssl3,libuuid1)
+  local hash
+  hash=$( { echo "r$REV"; declare -f recipe_torchserve add_python; sha256sum "$TORCHSERVE_TAR"
+    tree_stamp "$TORCHSERVE_VENV/bin" "$TORCHSERVE_VENV/lib"; python_stamp; } | sha256sum | cut -c1-32)
+  build torchserve pytorch/torchserve:0.12.0-cpu "$hash" recipe_torchserve
 }
 
 # --- Dragonfly: the paths and entrypoints of Dragonfly's images (manager /opt/dragonfly/bin/server, scheduler
@@ -308,10 +364,11 @@ for name in "$@"; do
   case $name in
     peerload) image_peerload ;;
     plugin) image_plugin ;;
+    torchserve) image_torchserve ;;
     busybox) image_busybox ;;
     triton) image_triton ;;
     manager | scheduler | client) image_dragonfly "$name" ;;
     mariadb | redis) image_store "$name" ;;
-    *) log "unknown image $name (one of: ${ALL[*]} plugin)"; exit 2 ;;
+    *) log "unknown image $name (one of: ${ALL[*]})"; exit 2 ;;
   esac
 done
