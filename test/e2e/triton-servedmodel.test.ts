@@ -32,6 +32,7 @@ import { ECHO_CONFIG_PBTXT, ECHO_MODEL_PY } from '../support/oip-exchanges.ts';
 import { portOnAll, startAgentReplica, type AgentReplica } from '../support/oip-replicas.ts';
 import { startTriton } from '../support/oip-servers.ts';
 import { inferEcho, servedVersions } from '../support/triton-echo.ts';
+import { expectCrossings, PREHEATED_ON_BOTH, type CrossingBounds } from '../support/origin-crossings.ts';
 import { startManager, type RunningManager } from '../support/runtime-harness.ts';
 import { sharedDragonfly, fileBucket } from '../support/shared-dragonfly.ts';
 
@@ -44,8 +45,6 @@ const WEIGHTS: Record<string, Buffer> = {
   '1': randomBytes(5 * 1024 * 1024),
   '2': randomBytes(5 * 1024 * 1024),
 };
-/** The minimum piece length of dfdaemon 1.4.2: content up to it is fetched by each peer from the origin itself. */
-const MIN_PIECE = 4 * 1024 * 1024;
 
 let kc: k8s.KubeConfig;
 let custom: k8s.CustomObjectsApi;
@@ -210,40 +209,13 @@ async function managerJob(id: number): Promise<{ args: { urls?: string[]; ips?: 
   return (await res.json()) as { args: { urls?: string[]; ips?: string[] | null } };
 }
 
-/** Body bytes MinIO served for each file of a version, in FILES order. */
-const reads = (version: string) =>
-  FILES.map((p) => origin.bytesServed(`/${BUCKET}/${prefixOf(version)}${p}`));
-
-/**
- * What MinIO served for a version's files, preheat and placements together: a file above the minimum piece
- * length crossed `crossings` times at most, plus one 1-byte range probe per download (the daemon's, made on a hit
- * as well); a file up to it may cross once per downloading peer (`smallCrossings`), since such content never
- * travels between peers (docs/dragonfly.md). Every file crossed at least once.
- */
-function expectServed(
-  version: string,
-  bounds: { crossings: number; smallCrossings: number; downloads: number },
-) {
-  const now = reads(version);
-  FILES.forEach((p, i) => {
-    const size = sizes.get(`${prefixOf(version)}${p}`)!;
-    const crossings = size > MIN_PIECE ? bounds.crossings : bounds.smallCrossings;
-    expect(now[i]!, p).toBeGreaterThanOrEqual(size);
-    expect(now[i]!, p).toBeLessThanOrEqual(crossings * size + bounds.downloads);
-  });
-  return now;
-}
-
-/**
- * A version preheated on both node peers and placed by both agents through them: the data file crossed once (the
- * seed peer's fetch), a smaller file once per node peer (and the seed peer's, if the scheduler sent it). 1-byte
- * probes: dfdaemon 1.4.2 probes the origin when a download starts on a task whose size it does not know yet
- * (Task::download_started; a task it holds or is filling is reused without one), and nothing serialises two
- * starts of one task on one daemon. So the seed peer probes once, each node peer once for its preheat, and once
- * more for its agent's placement when that arrives while the preheat's own probe is in flight (replicas are
- * placed as soon as their node's job exists): 3 to 5.
- */
-const PREHEATED_ON_BOTH = { crossings: 1, smallCrossings: 3, downloads: 5 };
+/** What MinIO served for a version's files, preheat and placements together, within `bounds`. */
+const expectServed = (version: string, bounds: CrossingBounds) =>
+  expectCrossings(
+    FILES.map((p) => [`${prefixOf(version)}${p}`, sizes.get(`${prefixOf(version)}${p}`)!]),
+    (key) => origin.bytesServed(`/${BUCKET}/${key}`),
+    bounds,
+  );
 
 /** What MinIO was asked for a version's files (method, range, status, body bytes), for the log. */
 const originRequests = (version: string) =>

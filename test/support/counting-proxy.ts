@@ -10,7 +10,7 @@ import type { AddressInfo } from 'node:net';
 import type { OriginRequest } from './origin.ts';
 
 export interface CountingProxy {
-  /** `http://127.0.0.1:<port>`: use it as the origin's endpoint. */
+  /** `http://<host>:<port>`: use it as the origin's endpoint. */
   url: string;
   requests: OriginRequest[];
   /** Body bytes of the GET responses for paths that contain `pathPart`. */
@@ -21,7 +21,8 @@ export interface CountingProxy {
   close(): Promise<void>;
 }
 
-export async function startCountingProxy(target: string): Promise<CountingProxy> {
+/** `host`: the address it listens on (default loopback; a real cluster's pods reach the host on a node address). */
+export async function startCountingProxy(target: string, host = '127.0.0.1'): Promise<CountingProxy> {
   const upstream = new URL(target);
   const requests: OriginRequest[] = [];
   let tampering: { pathPart: string; offset: number } | undefined;
@@ -68,10 +69,10 @@ export async function startCountingProxy(target: string): Promise<CountingProxy>
     });
     req.pipe(out);
   });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  await new Promise<void>((resolve) => server.listen(0, host, resolve));
   const port = (server.address() as AddressInfo).port;
   return {
-    url: `http://127.0.0.1:${port}`,
+    url: `http://${host}:${port}`,
     requests,
     bytesServed: (pathPart) =>
       requests

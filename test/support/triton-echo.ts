@@ -5,7 +5,7 @@
 import type { OipServer } from './oip-servers.ts';
 
 /** The versions of `model` the server serves (its repository index, state READY): Triton or MLServer. */
-export async function servedVersions(server: OipServer, model: string): Promise<string[]> {
+export async function servedVersions(server: Pick<OipServer, 'url'>, model: string): Promise<string[]> {
   // MLServer answers with the index only to a body declared JSON.
   const res = await fetch(`${server.url}/v2/repository/index`, {
     method: 'POST',
@@ -22,7 +22,7 @@ export async function servedVersions(server: OipServer, model: string): Promise<
 
 /** One inference of the echo model; throws unless Triton answers 200. */
 export async function inferEcho(
-  server: OipServer,
+  server: Pick<OipServer, 'url'>,
   data: number[],
 ): Promise<{ model_version: string; outputs: { data: number[] }[] }> {
   const res = await fetch(`${server.url}/v2/models/echo/infer`, {
