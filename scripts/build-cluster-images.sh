@@ -63,7 +63,9 @@ debian_rootfs() { # name variant packages -> prints the tarball's path
 
 # The version of a Debian package in the suite, from a root file system tarball's dpkg status (essential variant).
 deb_version() { # tarball package
-  tar -xOf "$1" ./var/lib/dpkg/status | awk -v p="$2" '$1=="Package:"{m=($2==p)} m&&$1=="Version:"{print $2; exit}'
+  # awk reads to the end: an early exit would fail tar with SIGPIPE now and then, and pipefail the script with it.
+  tar -xOf "$1" ./var/lib/dpkg/status |
+    awk -v p="$2" '$1=="Package:"{m=($2==p)} m&&$1=="Version:"&&!v{v=$2} END{print v}'
 }
 
 # The reference as the container runtime normalises it (busybox:1.37 is docker.io/library/busybox:1.37): the

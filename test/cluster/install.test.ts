@@ -3,16 +3,23 @@
  * cluster project's global set-up): Dragonfly as pods (its daemon a DaemonSet on both nodes, its cache on the
  * node), `helm install peerload charts/peerload` with the values an admin sets, Triton from
  * deploy/examples/triton-hardlink itself, and the ServedModel of deploy/examples/triton with the bucket's endpoint
- * filled in. The origin is MinIO on the machine behind a counting proxy on node 0's address. Then:
- *   - the model Ready on the Triton pods of both nodes, answering an inference; every object read from the origin
- *     once; each pod's files hard links of its node's daemon's cache; `kubectl get` and `describe` as the README
+ * filled in. The origin is MinIO on the machine behind a counting proxy on node 0's address. In order:
+ *   - the model Ready on the Triton pods of both nodes, answering an inference; the weights read from the origin
+ *     once; each pod's files hard links of its node daemon's cache; `kubectl get` and `describe` as the README
  *     shows them;
- *   - ... (scale, pod deletion, drain, leader election, upgrade, deletion follow).
+ *   - a ModelPreheat (deploy/examples/modelpreheat-objectstorage.yaml, for the next version) reaches SUCCESS;
+ *   - scaled 2 → 4 over both nodes: the new pods serve the model, no Warning; a deleted pod's replacement too;
+ *   - the operator's leader pod deleted mid-rollout: the other replica takes the lease and finishes it, each pod
+ *     loading the version once; `helm upgrade` to a new image tag mid-rollout: the same;
+ *   - the Triton pods drained off a node: the model is loaded where they land;
+ *   - the ServedModel deleted: unloaded on every pod, its version directories removed.
  */
 import { afterAll, beforeAll, describe, expect, inject, it, onTestFailed } from 'vitest';
+import { execFile } from 'node:child_process';
 import { mkdir, mkdtemp, readFile, readdir, rm, stat, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join, relative } from 'node:path';
+import { promisify } from 'node:util';
 import { dump, load } from 'js-yaml';
 import { clusterKubectl, type Cluster, type ClusterInfo } from '../support/cluster.ts';
 import {
@@ -20,6 +27,7 @@ import {
   importClusterImages,
   installDragonfly,
   rolledOut,
+  type ClusterImages,
   type InstalledDragonfly,
 } from '../support/cluster-install.ts';
 import { startCountingProxy, type CountingProxy } from '../support/counting-proxy.ts';
@@ -28,26 +36,28 @@ import { REPO_ROOT } from '../support/kube.ts';
 import { startMinIO, type MinIO } from '../support/minio.ts';
 import { ECHO_MODEL_PY } from '../support/oip-exchanges.ts';
 import { waitFor } from '../support/process.ts';
-import { inferEcho } from '../support/triton-echo.ts';
+import { inferEcho, servedVersions } from '../support/triton-echo.ts';
 import { expectCrossings, PREHEATED_ON_BOTH } from '../support/origin-crossings.ts';
 
+const run = promisify(execFile);
 const NS = 'models';
+const OPERATOR_NS = 'peerload-system';
 const BUCKET = 'models';
 const TOKEN = 'cluster-e2e-agent-token-0123456789abcdef';
-/** Large enough that each daemon downloads it in pieces (4 MiB each) from another peer. */
-const WEIGHTS = Buffer.alloc(12 << 20, 7);
-const FILES: Record<string, Buffer> = {
-  'triton/echo/1/model.py': Buffer.from(ECHO_MODEL_PY),
-  'triton/echo/1/offset.json': Buffer.from(JSON.stringify({ offset: 1 })),
-  'triton/echo/1/weights.bin': WEIGHTS,
-};
+const VERSIONS = ['1', '2', '3'] as const;
+/** A version's objects; the weights large enough that each daemon downloads them in pieces from another peer. */
+const filesOf = (v: string): Record<string, Buffer> => ({
+  [`triton/echo/${v}/model.py`]: Buffer.from(ECHO_MODEL_PY),
+  [`triton/echo/${v}/offset.json`]: Buffer.from(JSON.stringify({ offset: Number(v) })),
+  [`triton/echo/${v}/weights.bin`]: Buffer.alloc(12 << 20, Number(v)),
+});
 /** The node volume both the daemons and the Triton pods mount (deploy/examples/triton-hardlink). */
 const NODE_VOLUME = '/var/lib/dragonfly';
 
 let info: ClusterInfo;
 let kubectl: Cluster['kubectl'];
-let kubeconfig: string;
 let dragonfly: InstalledDragonfly;
+let images: ClusterImages;
 let minio: MinIO;
 let origin: CountingProxy;
 let work: string;
@@ -57,79 +67,192 @@ interface Pod {
   spec: { nodeName: string };
   status: { podIP?: string; conditions?: { type: string; status: string }[] };
 }
-const ready = (p: Pod) => p.status.conditions?.some((c) => c.type === 'Ready' && c.status === 'True') ?? false;
+const ready = (p: Pod) =>
+  p.status.conditions?.some((c) => c.type === 'Ready' && c.status === 'True') ?? false;
 
-async function tritonPods(): Promise<Pod[]> {
-  const list = JSON.parse(
-    await kubectl(['get', 'pods', '-n', NS, '-l', 'app.kubernetes.io/name=triton', '-o', 'json']),
-  ) as { items: Pod[] };
+async function podsOf(ns: string, selector: string): Promise<Pod[]> {
+  const list = JSON.parse(await kubectl(['get', 'pods', '-n', ns, '-l', selector, '-o', 'json'])) as {
+    items: Pod[];
+  };
   return list.items.filter((p) => !p.metadata.deletionTimestamp);
 }
+const tritonPods = () => podsOf(NS, 'app.kubernetes.io/name=triton');
 
-interface ServedModelStatus {
-  conditions?: { type: string; status: string; reason?: string; message?: string }[];
-  replicas?: { pod?: string; state?: string }[];
-  readyReplicas?: number;
-  desiredReplicas?: number;
-}
-async function servedModel(): Promise<{ status?: ServedModelStatus }> {
-  return JSON.parse(await kubectl(['get', 'servedmodel', 'echo', '-n', NS, '-o', 'json'])) as {
-    status?: ServedModelStatus;
+interface ServedModel {
+  metadata: { generation: number };
+  status?: {
+    observedGeneration?: number;
+    conditions?: { type: string; status: string; reason?: string; message?: string }[];
+    replicas?: { pod?: string; endpoint: string; version?: string; ready: boolean; node?: string }[];
   };
 }
+const servedModel = async () =>
+  JSON.parse(await kubectl(['get', 'servedmodel', 'echo', '-n', NS, '-o', 'json'])) as ServedModel;
+const atVersion = (sm: ServedModel, v: string) =>
+  (sm.status?.replicas ?? []).filter((r) => r.ready && r.version === v).length;
 
-/** The ServedModel Ready on `n` replicas, every Triton pod Ready. */
-async function untilServedOn(n: number, what: string): Promise<Pod[]> {
+/** The ServedModel Ready at `version` on exactly the `n` Triton pods there are, every one of them Ready. */
+async function untilServed(n: number, version: string): Promise<Pod[]> {
   return waitFor(
-    what,
+    `echo Ready at version ${version} on ${n} Triton pods`,
     async () => {
       const [pods, sm] = [await tritonPods(), await servedModel()];
       const isReady = sm.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True');
-      if (!isReady || sm.status?.readyReplicas !== n) return undefined;
-      return pods.length === n && pods.every(ready) ? pods : undefined;
+      if (!isReady || sm.status?.observedGeneration !== sm.metadata.generation) return undefined;
+      const names = new Set((sm.status?.replicas ?? []).map((r) => r.pod));
+      const served = pods.length === n && pods.every((p) => ready(p) && names.has(p.metadata.name));
+      return served && atVersion(sm, version) === n ? pods : undefined;
     },
-    { timeoutMs: 300_000, intervalMs: 2_000 },
+    { timeoutMs: 240_000, intervalMs: 1_000 },
+  );
+}
+
+/** Each pod answers an inference with `version` (offset = version), and serves no other version of echo. */
+async function expectAnswers(pods: Pod[], version: string): Promise<void> {
+  for (const pod of pods) {
+    const server = { url: `http://${pod.status.podIP}:8000` };
+    const v = Number(version);
+    expect(await inferEcho(server, [1, 2])).toMatchObject({
+      model_version: version,
+      outputs: [{ data: [1 + v, 2 + v] }],
+    });
+    expect(await servedVersions(server, 'echo')).toEqual([version]);
+  }
+}
+
+/** Each pod's weights of `version` are a hard link of a file in its own node daemon's cache. */
+async function expectLinked(pods: Pod[], version: string): Promise<void> {
+  for (const pod of pods) {
+    const placed = await stat(
+      join(NODE_VOLUME, 'model-roots', pod.metadata.name, `echo/${version}/weights.bin`),
+    );
+    expect(placed.nlink, pod.metadata.name).toBeGreaterThanOrEqual(2);
+    const cached = await inodesUnder(join(NODE_VOLUME, 'nodes', pod.spec.nodeName));
+    expect(cached.has(placed.ino), `${pod.metadata.name}: a link into ${pod.spec.nodeName}'s cache`).toBe(
+      true,
+    );
+  }
+}
+
+interface Event {
+  type: string;
+  reason: string;
+  message: string;
+  count?: number;
+}
+const servedModelEvents = async () =>
+  (
+    JSON.parse(
+      await kubectl([
+        'get',
+        'events',
+        '-n',
+        NS,
+        '--field-selector',
+        'involvedObject.kind=ServedModel,involvedObject.name=echo',
+        '-o',
+        'json',
+      ]),
+    ) as { items: Event[] }
+  ).items;
+
+/**
+ * No pod had `version` registered twice: the operator's ModelRegistered events for it (repeats counted) are at most
+ * one per pod (none when a leader stopped between a load and its event), and Triton's own log shows every pod
+ * going through the same loads of it ("loading: echo:<version>"), which a second registration would repeat.
+ */
+async function expectRegisteredOnce(pods: Pod[], version: string): Promise<void> {
+  const events = await servedModelEvents();
+  for (const p of pods) {
+    const registered = events
+      .filter(
+        (e) =>
+          e.reason === 'ModelRegistered' &&
+          e.message.includes(`registered echo ${version} on pod ${p.metadata.name} `),
+      )
+      .reduce((n, e) => n + (e.count ?? 1), 0);
+    expect(registered, p.metadata.name).toBeLessThanOrEqual(1);
+  }
+  const loads = await Promise.all(
+    pods.map(async (p) => {
+      const log = await kubectl(['logs', '-n', NS, p.metadata.name, '-c', 'triton']);
+      return log.split('\n').filter((l) => l.includes(`"loading: echo:${version}"`)).length;
+    }),
+  );
+  expect(loads[0]).toBeGreaterThan(0);
+  expect(loads, 'Triton loads per pod').toEqual(pods.map(() => loads[0]));
+}
+
+/** The operator pod holding the leader lease. */
+async function leader(): Promise<string> {
+  const leases = JSON.parse(await kubectl(['get', 'leases', '-n', OPERATOR_NS, '-o', 'json'])) as {
+    items: { spec: { holderIdentity?: string } }[];
+  };
+  const operators = new Set(
+    (await podsOf(OPERATOR_NS, 'app.kubernetes.io/name=peerload')).map((p) => p.metadata.name),
+  );
+  const holder = leases.items
+    .map((l) => l.spec.holderIdentity ?? '')
+    .find((h) => [...operators].some((pod) => h.startsWith(pod)));
+  if (!holder) throw new Error('no operator pod holds a lease');
+  return [...operators].find((pod) => holder.startsWith(pod))!;
+}
+
+/**
+ * Sets spec.version and the version's files (one replica at a time, so a rollout lasts) and waits until the first
+ * replica runs it.
+ */
+async function startRollout(version: string): Promise<void> {
+  await kubectl([
+    'patch',
+    'servedmodel',
+    'echo',
+    '-n',
+    NS,
+    '--type=merge',
+    '-p',
+    JSON.stringify({
+      spec: { version, files: { prefix: `triton/echo/${version}/` }, rollout: { maxConcurrent: 1 } },
+    }),
+  ]);
+  await waitFor(
+    `the first replica at version ${version}`,
+    async () => atVersion(await servedModel(), version) > 0,
+    {
+      timeoutMs: 120_000,
+      intervalMs: 200,
+    },
   );
 }
 
 beforeAll(async () => {
   info = inject('cluster');
   kubectl = clusterKubectl(info);
-  kubeconfig = info.kubeconfigPath;
   work = await mkdtemp(join(tmpdir(), 'peerload-cluster-install-'));
-  const images = await importClusterImages(info);
+  images = await importClusterImages(info);
 
   // The origin: MinIO on the machine, reached by the pods through a counting proxy on node 0's address.
   minio = await startMinIO();
   await minio.createBucket(BUCKET);
-  for (const [key, body] of Object.entries(FILES)) await minio.putObject(BUCKET, key, body);
+  for (const v of VERSIONS)
+    for (const [key, body] of Object.entries(filesOf(v))) await minio.putObject(BUCKET, key, body);
   origin = await startCountingProxy(minio.endpoint, info.nodes[0]!.ip);
 
   dragonfly = await installDragonfly(kubectl, images);
 
   // The install, as docs/operations.md has it: the manager's token in a Secret, then the chart with the values an
   // admin sets for this cluster (its manager, the token, and the S3-compatible store the models come from).
-  await kubectl(['create', 'namespace', 'peerload-system']);
+  await kubectl(['create', 'namespace', OPERATOR_NS]);
   await kubectl([
     'create',
     'secret',
     'generic',
     'dragonfly-token',
     '-n',
-    'peerload-system',
+    OPERATOR_NS,
     `--from-literal=token=${dragonfly.token}`,
   ]);
-  const tag = images.peerload.slice(images.peerload.lastIndexOf(':') + 1);
-  helm([
-    'install',
-    'peerload',
-    CHART,
-    '--kubeconfig',
-    kubeconfig,
-    '--namespace',
-    'peerload-system',
-    '--set',
-    `image.tag=${tag}`,
+  helmOperator('install', images.peerload.slice(images.peerload.lastIndexOf(':') + 1), [
     '--set',
     `manager.url=${dragonfly.inClusterURL}`,
     '--set',
@@ -138,9 +261,6 @@ beforeAll(async () => {
     'manager.tokenSecret=dragonfly-token',
     '--set-json',
     `allowedStorageHosts=${JSON.stringify([origin.url])}`,
-    '--wait',
-    '--timeout',
-    '5m',
   ]);
 
   // Triton from the example itself; only its two Secrets' placeholders are replaced, as the example asks.
@@ -179,10 +299,29 @@ beforeAll(async () => {
   const sm = load(await readFile(join(REPO_ROOT, 'deploy/examples/triton/servedmodel.yaml'), 'utf8')) as {
     spec: { preheat: { objectStorage: Record<string, unknown> } };
   };
-  sm.spec.preheat.objectStorage['endpoint'] = origin.url;
-  sm.spec.preheat.objectStorage['pathStyle'] = true;
+  Object.assign(sm.spec.preheat.objectStorage, { endpoint: origin.url, pathStyle: true });
   await kubectl(['apply', '-n', NS, '-f', '-'], { input: JSON.stringify(sm) });
 }, 1_800_000);
+
+/** `helm install|upgrade peerload charts/peerload` into the operator's namespace at an image tag, waiting for it. */
+function helmOperator(verb: 'install' | 'upgrade', tag: string, values: string[] = []): void {
+  helm([
+    verb,
+    'peerload',
+    CHART,
+    '--kubeconfig',
+    info.kubeconfigPath,
+    '--namespace',
+    OPERATOR_NS,
+    ...(verb === 'upgrade' ? ['--reuse-values'] : []),
+    '--set',
+    `image.tag=${tag}`,
+    ...values,
+    '--wait',
+    '--timeout',
+    '5m',
+  ]);
+}
 
 function secretPatch(name: string, stringData: Record<string, string>): { patch: string } {
   return { patch: dump({ apiVersion: 'v1', kind: 'Secret', metadata: { name }, stringData }) };
@@ -204,7 +343,7 @@ describe('peerload installed with Helm in a real two-node cluster', () => {
       console.log(
         await clusterReport(kubectl, {
           [NS]: 'app.kubernetes.io/name=triton',
-          'peerload-system': 'app.kubernetes.io/name=peerload',
+          [OPERATOR_NS]: 'app.kubernetes.io/name=peerload',
           'dragonfly-system': 'component in (client,seed-client)',
         }),
       );
@@ -212,35 +351,158 @@ describe('peerload installed with Helm in a real two-node cluster', () => {
 
   it('serves the model on the Triton pods of both nodes, the origin read once, each file a link of its node cache', async () => {
     report();
-    const pods = await untilServedOn(2, 'echo Ready on both Triton pods');
+    const pods = await untilServed(2, '1');
     expect(new Set(pods.map((p) => p.spec.nodeName)).size).toBe(2);
-
-    for (const pod of pods) {
-      const answer = await inferEcho({ url: `http://${pod.status.podIP}:8000` }, [1, 2]);
-      expect(answer).toMatchObject({ model_version: '1', outputs: [{ data: [2, 3] }] });
-    }
+    await expectAnswers(pods, '1');
     // The weights crossed from the origin once (the seed peer's fetch): both nodes' daemons had them from peers.
     // The small files, which never travel between peers, once per peer at most.
     expectCrossings(
-      Object.entries(FILES).map(([key, body]) => [key, body.length]),
+      Object.entries(filesOf('1')).map(([key, body]) => [key, body.length]),
       (key) => origin.bytesServed(`/${BUCKET}/${key}`),
       PREHEATED_ON_BOTH,
     );
+    await expectLinked(pods, '1');
 
-    // Each pod's weights are a hard link of a file in its own node's daemon cache.
-    for (const pod of pods) {
-      const placed = await stat(join(NODE_VOLUME, 'model-roots', pod.metadata.name, 'echo/1/weights.bin'));
-      expect(placed.nlink).toBeGreaterThanOrEqual(2);
-      const cached = await inodesUnder(join(NODE_VOLUME, 'nodes', pod.spec.nodeName));
-      expect(cached.has(placed.ino)).toBe(true);
-    }
-
+    // What the README shows: the columns, and the events of a rollout.
     const table = await kubectl(['get', 'servedmodels', '-n', NS]);
-    expect(table).toMatch(/^NAME\s+MODEL\s+/);
-    expect(table).toMatch(/echo\s+echo\s+.*True/);
+    expect(table).toMatch(/^NAME\s+MODEL\s+VERSION\s+READY\s+REPLICAS\s+REASON\s+/);
+    expect(table).toMatch(/\necho\s+echo\s+1\s+True\s+2\/2\s+AllReplicasReady\s/);
     const described = await kubectl(['describe', 'servedmodel', 'echo', '-n', NS]);
-    expect(described).toContain('Ready');
+    expect(described).toMatch(/Normal\s+ModelRegistered\s+.*registered echo 1 on pod triton-\S+ \(http:\/\//);
+    expect(described).toMatch(/Normal\s+Ready\s+.*echo is ready on 2\/2 replica\(s\)/);
     expect(described).not.toMatch(/Warning/);
+  });
+
+  it('preheats the next version with the ModelPreheat of deploy/examples', async () => {
+    report();
+    // The example, with this store's bucket, endpoint, keys and Secret.
+    const preheat = load(
+      await readFile(join(REPO_ROOT, 'deploy/examples/modelpreheat-objectstorage.yaml'), 'utf8'),
+    ) as { spec: { objectStorage: Record<string, unknown> } };
+    Object.assign(preheat.spec.objectStorage, {
+      region: 'us-east-1',
+      endpoint: origin.url,
+      pathStyle: true,
+      keys: Object.keys(filesOf('2')),
+      credentialsSecretRef: { name: 'triton-model-storage' },
+    });
+    await kubectl(['apply', '-n', NS, '-f', '-'], { input: JSON.stringify(preheat) });
+    await kubectl(
+      [
+        'wait',
+        '-n',
+        NS,
+        'modelpreheat/bucket-models',
+        '--for=jsonpath={.status.state}=SUCCESS',
+        '--timeout=180s',
+      ],
+      { timeoutMs: 190_000 },
+    );
+    // The seed peer read each object: once.
+    for (const [key, body] of Object.entries(filesOf('2')))
+      expect(origin.bytesServed(`/${BUCKET}/${key}`)).toBeGreaterThanOrEqual(body.length);
+    expect(await kubectl(['get', 'modelpreheats', '-n', NS])).toMatch(
+      /\nbucket-models\s+file\s+SUCCESS\s+True\s/,
+    );
+  });
+
+  it("scaled to 4 over both nodes, the new pods serve the model; a deleted pod's replacement too", async () => {
+    report();
+    await kubectl(['scale', '-n', NS, 'deployment/triton', '--replicas=4']);
+    let pods = await untilServed(4, '1');
+    expect(new Set(pods.map((p) => p.spec.nodeName)).size).toBe(2);
+    await expectAnswers(pods, '1');
+    await expectLinked(pods, '1');
+
+    const gone = pods[0]!.metadata.name;
+    await kubectl(['delete', 'pod', '-n', NS, gone, '--wait=true']);
+    pods = await untilServed(4, '1');
+    expect(pods.map((p) => p.metadata.name)).not.toContain(gone);
+    await expectAnswers(pods, '1');
+    await expectLinked(pods, '1');
+    expect((await servedModelEvents()).filter((e) => e.type === 'Warning')).toEqual([]);
+  });
+
+  it('finishes a rollout whose leader pod is deleted mid-way: the other replica takes over, one load per pod', async () => {
+    report();
+    const before = await leader();
+    await startRollout('2');
+    const midway = atVersion(await servedModel(), '2');
+    await kubectl(['delete', 'pod', '-n', OPERATOR_NS, before, '--wait=false']);
+    expect(midway).toBeLessThan(4);
+
+    const pods = await untilServed(4, '2');
+    expect(await leader()).not.toBe(before);
+    await expectAnswers(pods, '2');
+    await expectLinked(pods, '2');
+    await expectRegisteredOnce(pods, '2');
+  });
+
+  it('finishes a rollout through a helm upgrade to a new image tag, one load per pod', async () => {
+    report();
+    // The same image under a new tag, as a release would bring one.
+    const tag = 'upgrade-e2e';
+    await Promise.all(
+      info.nodes.map((n) =>
+        run('ctr', [
+          '--address',
+          n.containerdSocket,
+          '-n',
+          'k8s.io',
+          'images',
+          'tag',
+          '--force',
+          images.peerload,
+          `ghcr.io/peerload/peerload:${tag}`,
+        ]),
+      ),
+    );
+    await startRollout('3');
+    helmOperator('upgrade', tag);
+    const operators = await podsOf(OPERATOR_NS, 'app.kubernetes.io/name=peerload');
+    expect(operators.length).toBe(2);
+
+    const pods = await untilServed(4, '3');
+    await expectAnswers(pods, '3');
+    await expectRegisteredOnce(pods, '3');
+  });
+
+  it('loads the model where the pods land when a node is drained of them', async () => {
+    report();
+    const node = info.nodes[1]!.name;
+    // The Triton pods only: Dragonfly's MariaDB and manager keep their state in the pod here (no volumes).
+    await kubectl(['cordon', node]);
+    try {
+      await kubectl(
+        [
+          'drain',
+          node,
+          '--pod-selector=app.kubernetes.io/name=triton',
+          '--delete-emptydir-data',
+          '--timeout=180s',
+        ],
+        { timeoutMs: 190_000 },
+      );
+      const pods = await untilServed(4, '3');
+      expect(pods.every((p) => p.spec.nodeName !== node)).toBe(true);
+      await expectAnswers(pods, '3');
+      await expectLinked(pods, '3');
+    } finally {
+      await kubectl(['uncordon', node]);
+    }
+  });
+
+  it('unloads the model from every pod and removes its files when the ServedModel is deleted', async () => {
+    report();
+    const pods = await tritonPods();
+    await kubectl(['delete', 'servedmodel', 'echo', '-n', NS, '--wait=true', '--timeout=180s'], {
+      timeoutMs: 190_000,
+    });
+    for (const pod of pods) {
+      expect(await servedVersions({ url: `http://${pod.status.podIP}:8000` }, 'echo')).toEqual([]);
+      const left = await readdir(join(NODE_VOLUME, 'model-roots', pod.metadata.name, 'echo'));
+      expect(left.filter((f) => /^\d+$/.test(f))).toEqual([]);
+    }
   });
 });
 
