@@ -11,8 +11,6 @@
 #   client     dragonflyoss/client:v1.4.2    /  (dfdaemon: node peers and the seed peer)
 #   mariadb    peerload.local/mariadb:<Debian version>  Debian's mariadb-server; the entrypoint makes the database
 #   redis      peerload.local/redis:<Debian version>    Debian's redis-server; the entrypoint runs it in the foreground
-#   plugin     ghcr.io/peerload/peerload-torchserve-plugin:<version>  scripts/build-image.sh --image plugin
-#   torchserve pytorch/torchserve:0.12.0-cpu  TorchServe 0.12 of scripts/setup-torchserve.sh (about 5 GB: see below)
 #
 #   scripts/build-cluster-images.sh [NAME...]   (default: all of the above)
 # Prints one `<tag>\t<archive>` line per image. Each image is cached by a hash of its inputs (kept as the label
@@ -29,7 +27,7 @@ DRAGONFLY_BIN="${PEERLOAD_DRAGONFLY_BIN:-$PEERLOAD_CACHE/dragonfly-v2.5.1-client
 REV=1 # bump when a recipe below changes in a way the hashed inputs do not show
 DIR="$PEERLOAD_CACHE/cluster-images-debian-$SUITE-r$REV"
 mkdir -p "$DIR"
-ALL=(peerload busybox triton manager scheduler client mariadb redis plugin torchserve)
+ALL=(peerload busybox triton manager scheduler client mariadb redis)
 (($#)) || set -- "${ALL[@]}"
 
 # The hash of a tree that the set-up caches by version and never changes in place: paths, sizes and times (reading
@@ -144,14 +142,6 @@ image_peerload() {
   emit peerload "$tag" "$hash"
 }
 
-# --- the TorchServe plugin's jar image (deploy/examples/torchserve's init container).
-image_plugin() {
-  local tag hash
-  tag=$(bash scripts/build-image.sh --debian-bases --image plugin)
-  hash=$("${BUILDAH[@]}" inspect --type image --format '{{index .OCIv1.Config.Labels "io.peerload.inputs"}}' "$tag")
-  emit plugin "$tag" "$hash"
-}
-
 # --- busybox: the static binary alone, with a link per applet in /bin as in the busybox image (`sh -c`, `chown`).
 BUSYBOX_TAR=''
 recipe_busybox() {
@@ -232,50 +222,6 @@ image_triton() {
     tree_stamp "$TRITON_VENV/server" "$(triton_site)/nvidia_pytriton.libs" "$(triton_site)/numpy"
     python_stamp; } | sha256sum | cut -c1-32)
   build triton nvcr.io/nvidia/tritonserver:24.10-py3 "$hash" recipe_triton
-}
-
-# --- TorchServe: the set-up's venv as the pytorch/torchserve image lays it out (/home/venv first on PATH, user
-# model-server 1000 in /home/model-server), its Python in /opt/python, Java 17 from Debian for the frontend. The
-# venv's torch is PyPI's CUDA build, whose import loads its 2.7 GB of NVIDIA libraries, so the image is about 5 GB
-# (OpenAI's triton compiler, 0.5 GB that torch imports only to compile, is left out).
-TORCHSERVE_VENV="${PEERLOAD_TORCHSERVE_VENV:-$PEERLOAD_CACHE/torchserve-0.12.0-torch2.5.1}"
-TORCHSERVE_TAR=''
-recipe_torchserve() {
-  local ctr=$1 r=$2 f
-  tar -C "$r" -xf "$TORCHSERVE_TAR"
-  echo 'model-server:x:1000:1000::/home/model-server:/bin/sh' >>"$r/etc/passwd"
-  echo 'model-server:x:1000:' >>"$r/etc/group"
-  mkdir -p "$r/home/model-server/tmp" && chown -R 1000:1000 "$r/home/model-server"
-  add_python "$r"
-  ldconfig -r "$r"
-  mkdir -p "$r/home/venv/bin" "$r/home/venv/lib/python$PY_MINOR"
-  tar -C "$TORCHSERVE_VENV/lib/python$PY_MINOR" -cf - --exclude='site-packages/triton' site-packages |
-    tar -C "$r/home/venv/lib/python$PY_MINOR" -xf -
-  ln -s lib "$r/home/venv/lib64"
-  printf 'home = /opt/python/bin\ninclude-system-site-packages = false\nversion = %s\n' \
-    "$(sed -n 's/^version = //p' "$TORCHSERVE_VENV/pyvenv.cfg")" >"$r/home/venv/pyvenv.cfg"
-  ln -s "/opt/python/bin/python$PY_MINOR" "$r/home/venv/bin/python3"
-  ln -s python3 "$r/home/venv/bin/python"
-  ln -s python3 "$r/home/venv/bin/python$PY_MINOR"
-  # The venv's console scripts (torchserve, torch-model-archiver, ...) with their interpreter line moved.
-  for f in "$TORCHSERVE_VENV"/bin/*; do
-    [[ -f $f && ! -L $f ]] || continue
-    if head -c 2 "$f" | grep -q '^#!'; then
-      sed "1s|^#!$TORCHSERVE_VENV/bin/|#!/home/venv/bin/|" "$f" >"$r/home/venv/bin/${f##*/}"
-      chmod 755 "$r/home/venv/bin/${f##*/}"
-    fi
-  done
-  "${BUILDAH[@]}" config --env PATH=/home/venv/bin:/usr/local/bin:/usr/bin:/bin --env TEMP=/home/model-server/tmp \
-    --workingdir /home/model-server --user 1000:1000 --cmd torchserve --port 8080 --port 8081 --port 8082 "$ctr"
-}
-image_torchserve() {
-  [[ -f $TORCHSERVE_VENV/.complete ]] || { log "no TorchServe at $TORCHSERVE_VENV: run scripts/setup-torchserve.sh"; return 1; }
-  venv_python "$TORCHSERVE_VENV"
-  TORCHSERVE_TAR=$(debian_rootfs torchserve essential openjdk-17-jre-headless,zlib1g,libbz2-1.0,libcrypt1,libffi8,liblzma5,libncursesw6,libtinfo6,libreadline8,libsqlite3-0,libssl3,libuuid1)
-  local hash
-  hash=$( { echo "r$REV"; declare -f recipe_torchserve add_python; sha256sum "$TORCHSERVE_TAR"
-    tree_stamp "$TORCHSERVE_VENV/bin" "$TORCHSERVE_VENV/lib"; python_stamp; } | sha256sum | cut -c1-32)
-  build torchserve pytorch/torchserve:0.12.0-cpu "$hash" recipe_torchserve
 }
 
 # --- Dragonfly: the paths and entrypoints of Dragonfly's images (manager /opt/dragonfly/bin/server, scheduler
@@ -365,8 +311,6 @@ image_store() { # mariadb|redis
 for name in "$@"; do
   case $name in
     peerload) image_peerload ;;
-    plugin) image_plugin ;;
-    torchserve) image_torchserve ;;
     busybox) image_busybox ;;
     triton) image_triton ;;
     manager | scheduler | client) image_dragonfly "$name" ;;

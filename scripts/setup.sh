@@ -144,6 +144,8 @@ case $mode in
     lane "MinIO, the plugin and the image tools" minio_then_e2e
     lane "the OCI registry and modctl" oci_tools
     wait_lanes
+    # The real cluster's images take what the lanes built (the Dragonfly binaries, Triton, the image bases).
+    step "the cluster images" "$then_" build-cluster-images.sh || { print_step_times "$step_times"; exit 1; }
     ;;
 esac
 print_step_times "$step_times"

@@ -7,14 +7,11 @@
  *   - Triton serves a python-backend model as uid 1000 with the arguments of deploy/examples/triton;
  *   - MariaDB and Redis, started by their entrypoints from the environment, carry a real Dragonfly manager, whose
  *     scheduler becomes active and whose seed peer (the client image) announces itself, each reading its
- *     configuration where Dragonfly's chart mounts it (/etc/dragonfly/<name>.yaml);
- *   - the plugin image's init container and TorchServe run as deploy/examples/torchserve has them, and a model whose
- *     handler imports torch is registered and answers.
+ *     configuration where Dragonfly's chart mounts it (/etc/dragonfly/<name>.yaml).
  */
 import { execFile } from 'node:child_process';
 import {
   chmodSync,
-  chownSync,
   mkdirSync,
   mkdtempSync,
   readdirSync,
@@ -31,7 +28,6 @@ import { dump, load } from 'js-yaml';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildah, BUILDAH, buildahAvailable } from '../support/buildah.ts';
 import { REPO_ROOT } from '../support/kube.ts';
-import { buildModelArchive, LABELS } from '../support/model-archive.ts';
 import { ECHO_CONFIG_PBTXT, ECHO_MODEL_PY } from '../support/oip-exchanges.ts';
 import { freePort } from '../support/ports.ts';
 import { startProcess, waitFor, type ManagedProcess } from '../support/process.ts';
@@ -46,25 +42,7 @@ const TAGS = {
   manager: 'dragonflyoss/manager:v2.5.1',
   scheduler: 'dragonflyoss/scheduler:v2.5.1',
   client: 'dragonflyoss/client:v1.4.2',
-  plugin: 'ghcr.io/peerload/peerload-torchserve-plugin:0.1.0',
-  torchserve: 'pytorch/torchserve:0.12.0-cpu',
 } as const;
-
-interface Container {
-  name: string;
-  image: string;
-  command: string[];
-  args?: string[];
-  workingDir?: string;
-  env?: { name: string; value?: string }[];
-}
-/** A Deployment of deploy/examples/ as written there. */
-function exampleDeployment(path: string): { initContainers: Container[]; containers: Container[] } {
-  const d = load(readFileSync(join(REPO_ROOT, 'deploy/examples', path), 'utf8')) as {
-    spec: { template: { spec: { initContainers: Container[]; containers: Container[] } } };
-  };
-  return d.spec.template.spec;
-}
 
 let work: string;
 /** tag -> OCI archive, as the script printed them. */
@@ -98,9 +76,6 @@ function serve(name: string, id: string, args: string[], opts: string[] = []): M
   processes.push(p);
   return p;
 }
-
-/** Hands a directory to uid 1000, as fsGroup and the examples' init containers do for a pod's volumes. */
-const chown = (dir: string) => chownSync(dir, 1000, 1000);
 
 const log = (name: string) => readFileSync(join(work, `${name}.log`), 'utf8');
 
@@ -428,98 +403,5 @@ describeImages('cluster images (scripts/build-cluster-images.sh)', () => {
     ).catch((err: Error) => {
       throw new Error(`${err.message}\n${log('seed-peer').slice(-2000)}`);
     });
-  });
-
-  it('TorchServe: the plugin image’s init container and TorchServe as deploy/examples/torchserve runs them, as uid 1000', async () => {
-    const spec = exampleDeployment('torchserve/deployment.yaml');
-    const init = spec.initContainers.find((c) => c.image === TAGS.plugin)!;
-    const plugins = join(work, 'ts-plugins');
-    mkdirSync(plugins);
-    chown(plugins);
-    const plugin = await container(TAGS.plugin);
-    await runIn(plugin.id, init.command, ['--user', '1000:1000', '-v', `${plugins}:/plugins`]);
-    expect(readdirSync(plugins)).toEqual(['peerload-torchserve-plugin.jar']);
-
-    const ts = spec.containers.find((c) => c.name === 'torchserve')!;
-    expect(ts.image).toBe(TAGS.torchserve);
-    const [inference, management, metrics, grpcInference, grpcManagement] = await Promise.all(
-      Array.from({ length: 5 }, () => freePort()),
-    );
-    // The example's config.properties, on free loopback ports (the host's network is shared here).
-    const configMap = load(
-      readFileSync(join(REPO_ROOT, 'deploy/examples/torchserve/configmap.yaml'), 'utf8'),
-    ) as {
-      data: Record<string, string>;
-    };
-    const properties = configMap.data['config.properties']!.replace(
-      /^(inference|management|metrics)_address=.*$/gm,
-      (_, api: string) =>
-        `${api}_address=http://127.0.0.1:${{ inference, management, metrics }[api as 'inference']}`,
-    );
-    const etc = join(work, 'ts-config');
-    mkdirSync(etc);
-    writeFileSync(
-      join(etc, 'config.properties'),
-      `${properties}grpc_inference_port=${grpcInference}\ngrpc_management_port=${grpcManagement}\n`,
-    );
-    const endpoint = join(work, 'ts-endpoint');
-    mkdirSync(endpoint);
-    writeFileSync(
-      join(endpoint, 'config.json'),
-      JSON.stringify({ addr: 'http://127.0.0.1:4001', header: {} }),
-    );
-    const [runDir, store] = [join(work, 'ts-run'), join(work, 'ts-model-store')];
-    for (const d of [runDir, store]) mkdirSync(d);
-    const mar = await buildModelArchive(store);
-    for (const d of [runDir, store]) chown(d);
-
-    const server = await container(TAGS.torchserve);
-    const env = (ts.env ?? []).flatMap((e) => ['--env', `${e.name}=${e.value}`]);
-    serve(
-      'torchserve',
-      server.id,
-      [...ts.command, ...ts.args!],
-      [
-        '--user',
-        '1000:1000',
-        '--workingdir',
-        ts.workingDir!,
-        ...env,
-        '-v',
-        `${runDir}:/home/model-server/run`,
-        '-v',
-        `${plugins}:/plugins:ro`,
-        '-v',
-        `${store}:/home/model-server/model-store`,
-        '-v',
-        `${etc}:/etc/torchserve:ro`,
-        '-v',
-        `${endpoint}:/etc/p2p-endpoint:ro`,
-      ],
-    );
-    const keys = await waitFor(
-      'TorchServe to start and write its keys',
-      () => {
-        if (!log('torchserve').includes('Model server started')) return undefined;
-        const file = join(runDir, 'key_file.json');
-        return JSON.parse(readFileSync(file, 'utf8')) as Record<'management' | 'inference', { key: string }>;
-      },
-      { timeoutMs: 120_000, intervalMs: 500 },
-    ).catch((err: Error) => {
-      throw new Error(`${err.message}\n${log('torchserve').slice(-3000)}`);
-    });
-    const registered = await fetch(
-      `http://127.0.0.1:${management}/models?url=${mar.modelName}.mar&initial_workers=1&synchronous=true`,
-      { method: 'POST', headers: { authorization: `Bearer ${keys.management.key}` } },
-    );
-    expect(registered.status, await registered.text()).toBe(200);
-    // The worker's handler imports torch: the image's Python, venv and libraries as a worker process uses them.
-    const scores = await fetch(`http://127.0.0.1:${inference}/predictions/${mar.modelName}`, {
-      method: 'POST',
-      headers: { authorization: `Bearer ${keys.inference.key}` },
-      body: 'hello',
-    });
-    expect(scores.status).toBe(200);
-    expect(Object.keys((await scores.json()) as object).sort()).toEqual([...LABELS].sort());
   });
 });
