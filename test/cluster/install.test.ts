@@ -158,8 +158,10 @@ const servedModelEvents = async () =>
 
 /**
  * No pod had `version` registered twice: the operator's ModelRegistered events for it (repeats counted) are at most
- * one per pod (none when a leader stopped between a load and its event), and Triton's own log shows every pod
- * going through the same loads of it ("loading: echo:<version>"), which a second registration would repeat.
+ * one per pod (none when a leader stopped between a load and its event), and Triton's own log ("loading:
+ * echo:<version>", one line per load that names the version) shows at most one switch's loads: the load beside the
+ * old version, the reload that sets the workers when they differ, the reload without the old version. A second
+ * registration would load it beside itself again.
  */
 async function expectRegisteredOnce(pods: Pod[], version: string): Promise<void> {
   const events = await servedModelEvents();
@@ -179,8 +181,10 @@ async function expectRegisteredOnce(pods: Pod[], version: string): Promise<void>
       return log.split('\n').filter((l) => l.includes(`"loading: echo:${version}"`)).length;
     }),
   );
-  expect(loads[0]).toBeGreaterThan(0);
-  expect(loads, 'Triton loads per pod').toEqual(pods.map(() => loads[0]));
+  for (const n of loads) {
+    expect(n, `Triton loads of ${version} per pod: ${loads.join(', ')}`).toBeGreaterThan(0);
+    expect(n, `Triton loads of ${version} per pod: ${loads.join(', ')}`).toBeLessThanOrEqual(3);
+  }
 }
 
 /** The operator pod holding the leader lease. */
