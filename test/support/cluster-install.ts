@@ -86,7 +86,9 @@ export async function installDragonfly(
     'statefulset/dragonfly-seed-client',
     'daemonset/dragonfly-client',
   ]);
-  const ip = (await kubectl(['get', 'service', '-n', ns, 'dragonfly-manager', '-o', 'jsonpath={.spec.clusterIP}'])).trim();
+  const ip = (
+    await kubectl(['get', 'service', '-n', ns, 'dragonfly-manager', '-o', 'jsonpath={.spec.clusterIP}'])
+  ).trim();
   const managerURL = `http://${ip}:8080`;
   const jwt = await waitFor('the manager to take sign-ins', () => signIn(managerURL, ROOT_USER), {
     timeoutMs: 120_000,
