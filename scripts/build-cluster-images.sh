@@ -230,24 +230,19 @@ image_triton() {
 # glibc and libstdc++: the runtime base (glibc, libstdc++, libgcc) serves all three.
 RUNTIME_TAR=''
 dragonfly_dirs() { mkdir -p "$1/etc/dragonfly" "$1/var/log/dragonfly" "$1/var/lib/dragonfly" "$1/var/run/dragonfly"; }
-recipe_manager() {
-  local ctr=$1 r=$2
+# go_service ctr root binary name port...: a Dragonfly Go service at /opt/dragonfly/bin/<name>, its entrypoint.
+go_service() {
+  local ctr=$1 r=$2 binary=$3 name=$4 ports=() p; shift 4
+  for p in "$@"; do ports+=(--port "$p"); done
   tar -C "$r" -xf "$RUNTIME_TAR"; passwd_files "$r"; dragonfly_dirs "$r"
   mkdir -p "$r/opt/dragonfly/bin"
-  cp -a "$DRAGONFLY_BIN/manager" "$r/opt/dragonfly/bin/server"
+  cp -a "$DRAGONFLY_BIN/$binary" "$r/opt/dragonfly/bin/$name"
   echo 'hosts: files dns' >"$r/etc/nsswitch.conf"
   "${BUILDAH[@]}" config --env PATH=/opt/dragonfly/bin:/usr/local/bin:/usr/bin:/bin --workingdir /opt/dragonfly \
-    --entrypoint '["/opt/dragonfly/bin/server"]' --port 8080 --port 65003 "$ctr"
+    --entrypoint "[\"/opt/dragonfly/bin/$name\"]" "${ports[@]}" "$ctr"
 }
-recipe_scheduler() {
-  local ctr=$1 r=$2
-  tar -C "$r" -xf "$RUNTIME_TAR"; passwd_files "$r"; dragonfly_dirs "$r"
-  mkdir -p "$r/opt/dragonfly/bin"
-  cp -a "$DRAGONFLY_BIN/scheduler" "$r/opt/dragonfly/bin/scheduler"
-  echo 'hosts: files dns' >"$r/etc/nsswitch.conf"
-  "${BUILDAH[@]}" config --env PATH=/opt/dragonfly/bin:/usr/local/bin:/usr/bin:/bin \
-    --entrypoint '["/opt/dragonfly/bin/scheduler"]' --port 8002 "$ctr"
-}
+recipe_manager() { go_service "$1" "$2" manager server 8080 65003; }
+recipe_scheduler() { go_service "$1" "$2" scheduler scheduler 8002; }
 recipe_client() {
   local ctr=$1 r=$2
   tar -C "$r" -xf "$RUNTIME_TAR"; passwd_files "$r"; dragonfly_dirs "$r"
@@ -266,7 +261,7 @@ image_dragonfly() { # manager|scheduler|client
   [[ $tag != *: ]] || { log "cannot tell the version of $DRAGONFLY_BIN/$bin"; return 1; }
   RUNTIME_TAR=$(debian_rootfs runtime extract libc6,libgcc-s1,libstdc++6)
   local hash
-  hash=$( { echo "r$REV"; declare -f "recipe_$name" passwd_files dragonfly_dirs; sha256sum "$RUNTIME_TAR"
+  hash=$( { echo "r$REV"; declare -f "recipe_$name" go_service passwd_files dragonfly_dirs; sha256sum "$RUNTIME_TAR"
     tree_stamp "$DRAGONFLY_BIN/$bin"; } | sha256sum | cut -c1-32)
   build "$name" "$tag" "$hash" "recipe_$name"
 }

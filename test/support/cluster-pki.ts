@@ -26,18 +26,16 @@ interface CertRequest {
   server?: { ips: string[]; dns: string[] };
 }
 
+/** `openssl req` options for a new unencrypted P-256 key, written to the path that follows. */
+const NEW_KEY = ['-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-keyout'];
+
 export async function makeCA(dir: string): Promise<KeyPair> {
   const cert = join(dir, 'ca.crt');
   const key = join(dir, 'ca.key');
   await exec('openssl', [
     'req',
     '-x509',
-    '-newkey',
-    'ec',
-    '-pkeyopt',
-    'ec_paramgen_curve:prime256v1',
-    '-nodes',
-    '-keyout',
+    ...NEW_KEY,
     key,
     '-out',
     cert,
@@ -59,21 +57,7 @@ export async function makeCert(dir: string, ca: KeyPair, req: CertRequest): Prom
   const cert = join(dir, `${req.name}.crt`);
   const ext = join(dir, `${req.name}.ext`);
   const subj = `/CN=${req.cn}${req.org ? `/O=${req.org}` : ''}`;
-  await exec('openssl', [
-    'req',
-    '-new',
-    '-newkey',
-    'ec',
-    '-pkeyopt',
-    'ec_paramgen_curve:prime256v1',
-    '-nodes',
-    '-keyout',
-    key,
-    '-out',
-    csr,
-    '-subj',
-    subj,
-  ]);
+  await exec('openssl', ['req', '-new', ...NEW_KEY, key, '-out', csr, '-subj', subj]);
   const lines = ['basicConstraints=CA:FALSE', 'keyUsage=critical,digitalSignature,keyEncipherment'];
   if (req.server) {
     const sans = [...req.server.ips.map((ip) => `IP:${ip}`), ...req.server.dns.map((d) => `DNS:${d}`)];
