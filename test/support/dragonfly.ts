@@ -77,6 +77,14 @@ export interface DragonflyOptions {
 }
 
 /**
+ * The window docs/operations.md tells an admin to give the scheduler (about 10 s of parent look-ups). The run's
+ * shared network uses it: its files show that node peers join the seed peer's task (no node peer reads the origin),
+ * and with the stock 1.6 s that depends on how fast the seed peer's first request to the origin is answered on a
+ * loaded 2-core machine, not on anything peerload does.
+ */
+export const ADMIN_SCHEDULER_RETRIES = { backToSourceLimit: 20, limit: 25 } as const;
+
+/**
  * What a test uses of a running network: addresses, directories, the manager's API, the processes' report. A
  * network a test started itself (`Dragonfly`) and the run's shared one (shared-dragonfly.ts) both offer it.
  */

@@ -14,6 +14,7 @@ import { randomBytes } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { Agent, request } from 'undici';
 import {
+  ADMIN_SCHEDULER_RETRIES,
   ROOT_USER,
   createPersonalAccessToken,
   peerLogs,
@@ -110,7 +111,11 @@ export async function serveSharedDragonfly(): Promise<{ url: string; close(): Pr
       await running.stop();
     }
     // A start that failed is tried again by the next file, as when each file started its own.
-    network = startDragonfly({ nodePeers: SHARED_NODE_PEERS, deferPreheatable: true });
+    network = startDragonfly({
+      nodePeers: SHARED_NODE_PEERS,
+      deferPreheatable: true,
+      schedulerRetries: ADMIN_SCHEDULER_RETRIES,
+    });
     const started = await network;
     started.preheatable.catch(() => unready.add(started));
     console.log(`[shared dragonfly] manager ${started.managerURL}, ${started.peers.length} node peers`);
