@@ -12,6 +12,7 @@ import {
   type RequestRecord,
 } from '../../src/runtime/index.ts';
 import type * as k8s from '@kubernetes/client-node';
+import type { LevelWithSilent } from 'pino';
 
 /**
  * Operator config for tests: flags as the CLI takes them, after the loopback profile (test/support/loopback-profile.ts:
@@ -117,8 +118,15 @@ export function rbacOf(r: RequestRecord): {
   return { verb, group, resource: sub ? `${resource}/${sub}` : resource, namespaced };
 }
 
-/** A debug logger whose lines are kept, for tests that look for what must never be logged (secrets). */
-export function capturedLogger(): { logger: Logger; text(): string } {
+/**
+ * A logger (debug unless `level` says otherwise) whose lines are kept, for tests that look for what must never be
+ * logged (secrets): `lines` one a record, `text()` all of them.
+ */
+export function capturedLogger(level: LevelWithSilent = 'debug'): {
+  logger: Logger;
+  lines: string[];
+  text(): string;
+} {
   const lines: string[] = [];
   const sink = new Writable({
     write(chunk, _enc, done) {
@@ -126,5 +134,5 @@ export function capturedLogger(): { logger: Logger; text(): string } {
       done();
     },
   });
-  return { logger: createLogger('debug', sink), text: () => lines.join('') };
+  return { logger: createLogger(level, sink), lines, text: () => lines.join('') };
 }
