@@ -9,6 +9,7 @@ import {
 } from '../../src/controllers/servedmodel/conditions.ts';
 import { applyConditions, getCondition } from '../../src/runtime/conditions.ts';
 import type { Condition } from '../../src/api/index.ts';
+import { closedGate, gateClosedBy } from '../fixtures/gates.ts';
 
 const base: ServedModelObservation = {
   modelName: 'resnet',
@@ -22,10 +23,6 @@ const base: ServedModelObservation = {
 const conditions = (o: Partial<ServedModelObservation>, before?: Condition[]) =>
   applyConditions(before, servedModelConditions({ ...base, ...o }), 4, new Date('2026-01-01T00:00:00Z'));
 const get = (cs: Condition[], type: string) => getCondition(cs, type);
-type ClosedGate = Extract<ServedModelObservation['gate'], { state: 'closed' }>;
-/** The gate an owned preheat `preheatName` keeps closed for `reason`; `final` when no retry will open it. */
-const closedGate = (preheatName: string, reason: ClosedGate['reason'], message: string, final: boolean) =>
-  ({ state: 'closed', preheatName, reason, message, final }) as const;
 /** Replica `replica` failing for `reason`; `retryable` when the next pass tries it again. */
 const failing = (replica: string, reason: ReplicaFailure['reason'], message: string, retryable: boolean) => ({
   replica,
@@ -62,7 +59,7 @@ describe('ServedModel conditions', () => {
     });
 
     it("new replicas waiting for their node's preheat are on their way too", () => {
-      const gate = closedGate(
+      const gate = gateClosedBy(
         'resnet-preheat',
         'PreheatInProgress',
         "20 of 270 replica(s) waiting for their node's preheat",
@@ -93,7 +90,7 @@ describe('ServedModel conditions', () => {
       expect(health(conditions({ ready: 0, desired: 3, wasReady: true }))).toBe(
         'Ready=False/Progressing Reconciling=True/Progressing Stalled=-',
       );
-      const failed = closedGate('p', 'PreheatFailed', 'ModelPreheat p failed', true);
+      const failed = gateClosedBy('p', 'PreheatFailed', 'ModelPreheat p failed', true);
       expect(health(conditions({ ready: 2, desired: 3, wasReady: true, gate: failed }))).toBe(
         'Ready=False/PreheatFailed Reconciling=- Stalled=True/PreheatFailed',
       );
@@ -146,7 +143,7 @@ describe('ServedModel conditions', () => {
 
   it('preheat failed after its retries: Stalled/PreheatFailed, not WaitingForPreheat', () => {
     const cs = conditions({
-      gate: closedGate(
+      gate: gateClosedBy(
         'resnet-preheat',
         'PreheatFailed',
         'ModelPreheat resnet-preheat failed: preheat failed after 4 attempt(s)',
@@ -159,7 +156,12 @@ describe('ServedModel conditions', () => {
 
   it('a stalled (not yet final) preheat stalls the ServedModel too', () => {
     const cs = conditions({
-      gate: closedGate('p', 'PreheatStalled', 'ModelPreheat p is stalled: manager refused the token', false),
+      gate: gateClosedBy(
+        'p',
+        'PreheatStalled',
+        'ModelPreheat p is stalled: manager refused the token',
+        false,
+      ),
     });
     expect(health(cs)).toBe('Ready=False/PreheatStalled Reconciling=- Stalled=True/PreheatStalled');
     expect(get(cs, 'Preheated')?.status).toBe('Unknown');
@@ -167,7 +169,7 @@ describe('ServedModel conditions', () => {
 
   it('preheat running: Reconciling/WaitingForPreheat', () => {
     const cs = conditions({
-      gate: closedGate('p', 'PreheatInProgress', 'waiting', false),
+      gate: closedGate,
     });
     expect(health(cs)).toBe('Ready=False/WaitingForPreheat Reconciling=True/WaitingForPreheat Stalled=-');
   });
@@ -210,8 +212,8 @@ describe('ServedModel conditions', () => {
     const gates: ServedModelObservation['gate'][] = [
       { state: 'none' },
       { state: 'open', preheatName: 'p', message: 'ok' },
-      closedGate('p', 'PreheatNotFound', 'm', false),
-      closedGate('p', 'PreheatConflict', 'm', true),
+      gateClosedBy('p', 'PreheatNotFound', 'm', false),
+      gateClosedBy('p', 'PreheatConflict', 'm', true),
     ];
     for (const gate of gates)
       for (const desired of [0, 2])
