@@ -8,7 +8,12 @@
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import * as k8s from '@kubernetes/client-node';
 import { createNamespace, createSecret, kubeConfig } from '../support/kube.ts';
-import { emulatedManagerPreheat, peerloadNamespace, type PeerloadNamespace } from '../support/resources.ts';
+import {
+  archiveServedModel,
+  emulatedManagerPreheat,
+  peerloadNamespace,
+  type PeerloadNamespace,
+} from '../support/resources.ts';
 import { ServiceEndpoints, loopbackDispatcher } from '../support/endpointslices.ts';
 import { startManagerEmulator, type ManagerEmulator } from '../support/manager-emulator.ts';
 import { startModelServerFleet, type ModelServerFleet } from '../support/modelserver-emulator.ts';
@@ -91,13 +96,13 @@ const untilReady = (ready: number) => peerload.untilReady('fleet', ready, { time
 
 describe('node targeting on more than 100 nodes', () => {
   it('splits the nodes into owned ModelPreheats of at most 100, one job each; the rate limit is no failure', async () => {
-    await peerload.createServedModel('fleet', {
-      modelName: 'fleet',
-      fileName: 'models/fleet.mar',
-      modelServer: { service: { name: 'fleet' } },
-      rollout: { maxConcurrent: 50 },
-      preheat: emulatedManagerPreheat(manager.url),
-    });
+    await peerload.createServedModel(
+      'fleet',
+      archiveServedModel('fleet', 'fleet', {
+        rollout: { maxConcurrent: 50 },
+        preheat: emulatedManagerPreheat(manager.url),
+      }),
+    );
     const ready = await untilReady(NODES);
     // Ready without waiting for the jobs' end: each replica's gate opened once its node's job was created.
     expect(ready.status!.nodePreheat!.nodes).toBe(NODES);

@@ -7,11 +7,15 @@
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import * as k8s from '@kubernetes/client-node';
 import { createNamespace, kubeConfig, waitFor } from '../support/kube.ts';
-import { conditionOf as condition, peerloadNamespace, type PeerloadNamespace } from '../support/resources.ts';
-import { ServiceEndpoints, loopbackDispatcher } from '../support/endpointslices.ts';
+import {
+  archiveServedModel,
+  conditionOf as condition,
+  peerloadNamespace,
+  type PeerloadNamespace,
+} from '../support/resources.ts';
+import { ServiceEndpoints } from '../support/endpointslices.ts';
 import { startModelServerFleet, type ModelServerFleet } from '../support/modelserver-emulator.ts';
-import { soloOperatorFlags, startManager, type RunningManager } from '../support/runtime-harness.ts';
-import { createServedModelController } from '../../src/controllers/index.ts';
+import { startServedModelOperator, type RunningManager } from '../support/runtime-harness.ts';
 
 const BEFORE = 250;
 const AFTER = 270;
@@ -29,11 +33,7 @@ beforeAll(async () => {
   peerload = peerloadNamespace(kc, ns);
   fleet = await startModelServerFleet(AFTER, { registrationLatencyMs: 20, workerStartMs: 20 });
   svc = await ServiceEndpoints.of(kc, ns, 'fleet', fleet.urls.slice(0, BEFORE), 'pod');
-  operator = await startManager(
-    kc,
-    ['--namespace', ns, ...soloOperatorFlags()],
-    [(ctx) => createServedModelController(ctx, { dispatcher: loopbackDispatcher() })],
-  );
+  operator = await startServedModelOperator(kc, ns);
 }, 180_000);
 
 afterAll(async () => {
@@ -55,12 +55,10 @@ const untilReady = (replicas: number) =>
 
 describe('scale-out of a ServedModel on 250 replicas', () => {
   it('250 → 270 replicas: Ready stays True, Reconciling says ScalingOut, no Warning Event', async () => {
-    await peerload.createServedModel('fleet', {
-      modelName: 'fleet',
-      fileName: 'models/fleet.mar',
-      modelServer: { service: { name: 'fleet' } },
-      rollout: { maxConcurrent: 50 },
-    });
+    await peerload.createServedModel(
+      'fleet',
+      archiveServedModel('fleet', 'fleet', { rollout: { maxConcurrent: 50 } }),
+    );
     await untilReady(BEFORE);
     expect((await events()).filter((e) => e.startsWith('Normal/Ready'))).toHaveLength(1);
 

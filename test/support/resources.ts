@@ -39,6 +39,19 @@ export function emulatedManagerPreheat(managerURL: string) {
   };
 }
 
+/**
+ * The spec of a ServedModel of one model archive, `models/<modelName>.mar`, registered on the replicas behind
+ * Service `service`; `extra` adds to it (rollout, deletion, preheat…).
+ */
+export function archiveServedModel(modelName: string, service: string, extra: object = {}) {
+  return {
+    modelName,
+    fileName: `models/${modelName}.mar`,
+    modelServer: { service: { name: service } },
+    ...extra,
+  };
+}
+
 /** The condition `type` of an object's status, if any. */
 export function conditionOf(
   o: { status?: { conditions?: Condition[] } },
@@ -154,6 +167,23 @@ export function peerloadNamespace(kc: k8s.KubeConfig, namespace: string) {
             (o.reason === undefined || ready.reason === o.reason) &&
             sm.status?.readyReplicas === replicas;
           return ok ? sm : undefined;
+        },
+        o,
+      ),
+
+    /**
+     * The ServedModel once Ready is True with `ready` as its status.ready (`2/2`: ready on 2 of the 2 replicas
+     * found). While it is Stalled the wait goes on but records why, so that a time-out names its conditions.
+     */
+    untilReadyOn: (name: string, ready: string, o: Poll = {}) =>
+      until<ServedModel, ServedModel>(
+        'servedmodels',
+        name,
+        `Ready ${ready}`,
+        (sm) => {
+          if (conditionOf(sm, 'Stalled')?.status === 'True')
+            throw new Error(`Stalled: ${JSON.stringify(sm.status?.conditions)}`);
+          return conditionOf(sm, 'Ready')?.status === 'True' && sm.status?.ready === ready ? sm : undefined;
         },
         o,
       ),

@@ -1,7 +1,8 @@
 /** In-process managers for runtime integration tests: config, request recording, start/stop. */
 import { Writable } from 'node:stream';
 import { loadConfig, type OperatorConfig } from '../../src/config.ts';
-import { OPERATOR_IDENTITY } from '../../src/controllers/index.ts';
+import { OPERATOR_IDENTITY, createServedModelController } from '../../src/controllers/index.ts';
+import { loopbackDispatcher } from './endpointslices.ts';
 import { loopbackOperatorFlags } from './loopback-profile.ts';
 import {
   KubeClient,
@@ -116,6 +117,23 @@ export function rbacOf(r: RequestRecord): {
           r.method
         ]!;
   return { verb, group, resource: sub ? `${resource}/${sub}` : resource, namespaced };
+}
+
+/**
+ * The ServedModel controller alone, reconciling namespace `ns` only (objects other files leave behind, whose
+ * EndpointSlices may name ports this file's emulators reuse, are not its to reconcile) and reaching the emulated
+ * replicas on loopback. Retries grow to `maxBackoff`; `flags` come last.
+ */
+export function startServedModelOperator(
+  kc: k8s.KubeConfig,
+  ns: string,
+  o: { maxBackoff?: string; flags?: string[] } = {},
+): Promise<RunningManager> {
+  return startManager(
+    kc,
+    ['--namespace', ns, ...soloOperatorFlags(o.maxBackoff), ...(o.flags ?? [])],
+    [(ctx) => createServedModelController(ctx, { dispatcher: loopbackDispatcher() })],
+  );
 }
 
 /**
