@@ -3,13 +3,13 @@
  * waiting for a slot) ends unregistered everywhere with its finalizer removed: no registration started or finished
  * by the operator lands after the deletion's unregister pass (the race of commit 8901d2c).
  */
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import * as k8s from '@kubernetes/client-node';
-import { createNamespace, kubeConfig, waitFor } from '../support/kube.ts';
+import { waitFor } from '../support/kube.ts';
 import { startModelServerFleet, type ModelServerFleet } from '../support/modelserver-emulator.ts';
 import { ServiceEndpoints } from '../support/endpointslices.ts';
 import { startServedModelOperator, type RunningManager } from '../support/runtime-harness.ts';
-import { archiveServedModel, peerloadNamespace, type PeerloadNamespace } from '../support/resources.ts';
+import { archiveServedModel, testNamespace, type PeerloadNamespace } from '../support/resources.ts';
 
 /** How long the emulated plugin takes for one download + registration. */
 const REGISTRATION_MS = 2_000;
@@ -21,9 +21,7 @@ let operator: RunningManager;
 let fleet: ModelServerFleet | undefined;
 
 beforeAll(async () => {
-  kc = kubeConfig(inject('kubeconfigPath'));
-  ns = await createNamespace(kc, 'smrace');
-  sms = peerloadNamespace(kc, ns);
+  ({ kc, ns, peerload: sms } = await testNamespace('smrace'));
   operator = await startServedModelOperator(kc, ns, { maxBackoff: '2s' });
 });
 

@@ -3,13 +3,13 @@
  * when it waits (condition + Event), and it is released within 10 s of its grace deadline, naming each replica it
  * let go of.
  */
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import * as k8s from '@kubernetes/client-node';
-import { createNamespace, kubeConfig, waitFor } from '../support/kube.ts';
+import { waitFor } from '../support/kube.ts';
 import { startModelServerFleet, type ModelServerFleet } from '../support/modelserver-emulator.ts';
 import { ServiceEndpoints } from '../support/endpointslices.ts';
 import { startServedModelOperator, type RunningManager } from '../support/runtime-harness.ts';
-import { archiveServedModel, peerloadNamespace, type PeerloadNamespace } from '../support/resources.ts';
+import { archiveServedModel, testNamespace, type PeerloadNamespace } from '../support/resources.ts';
 
 let kc: k8s.KubeConfig;
 let sms: PeerloadNamespace;
@@ -18,9 +18,7 @@ let operator: RunningManager;
 let fleet: ModelServerFleet | undefined;
 
 beforeAll(async () => {
-  kc = kubeConfig(inject('kubeconfigPath'));
-  ns = await createNamespace(kc, 'smdel');
-  sms = peerloadNamespace(kc, ns);
+  ({ kc, ns, peerload: sms } = await testNamespace('smdel'));
   // The operator's default grace is long: the 30 s below comes from the ServedModel's own spec.
   operator = await startServedModelOperator(kc, ns, {
     maxBackoff: '5s',

@@ -5,14 +5,14 @@
  * node scheduled later joins the batch with room in one job of its own; the manager's rate limit (lowered to one
  * creation per second here, so the two batches meet it) is waited out without a Warning Event or a failed status.
  */
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import * as k8s from '@kubernetes/client-node';
-import { createNamespace, createSecret, kubeConfig } from '../support/kube.ts';
+import { createSecret } from '../support/kube.ts';
 import {
   archiveServedModel,
   emulatedManagerPreheat,
-  peerloadNamespace,
   type PeerloadNamespace,
+  testNamespace,
 } from '../support/resources.ts';
 import { ServiceEndpoints, loopbackDispatcher } from '../support/endpointslices.ts';
 import { startManagerEmulator, type ManagerEmulator } from '../support/manager-emulator.ts';
@@ -36,10 +36,7 @@ const nodeNames: string[] = [];
 const ipOf = (i: number) => `10.77.${Math.floor(i / 200)}.${(i % 200) + 1}`;
 
 beforeAll(async () => {
-  kc = kubeConfig(inject('kubeconfigPath'));
-  core = kc.makeApiClient(k8s.CoreV1Api);
-  ns = await createNamespace(kc, 'smfleet');
-  peerload = peerloadNamespace(kc, ns);
+  ({ kc, ns, core, peerload } = await testNamespace('smfleet'));
   manager = await startManagerEmulator({
     version: 'v2.5.1',
     jobRateLimit: 1,

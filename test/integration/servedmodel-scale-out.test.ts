@@ -4,14 +4,14 @@
  * Normal ScalingOut then ScaledOut, and no Warning is recorded; a replica that then loses the model turns Ready
  * False with a Warning NotReady.
  */
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import * as k8s from '@kubernetes/client-node';
-import { createNamespace, kubeConfig, waitFor } from '../support/kube.ts';
+import { waitFor } from '../support/kube.ts';
 import {
   archiveServedModel,
   conditionOf as condition,
-  peerloadNamespace,
   type PeerloadNamespace,
+  testNamespace,
 } from '../support/resources.ts';
 import { ServiceEndpoints } from '../support/endpointslices.ts';
 import { startModelServerFleet, type ModelServerFleet } from '../support/modelserver-emulator.ts';
@@ -28,9 +28,7 @@ let svc: ServiceEndpoints;
 let operator: RunningManager;
 
 beforeAll(async () => {
-  kc = kubeConfig(inject('kubeconfigPath'));
-  ns = await createNamespace(kc, 'smscale');
-  peerload = peerloadNamespace(kc, ns);
+  ({ kc, ns, peerload } = await testNamespace('smscale'));
   fleet = await startModelServerFleet(AFTER, { registrationLatencyMs: 20, workerStartMs: 20 });
   svc = await ServiceEndpoints.of(kc, ns, 'fleet', fleet.urls.slice(0, BEFORE), 'pod');
   operator = await startServedModelOperator(kc, ns);

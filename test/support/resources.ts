@@ -4,6 +4,8 @@
  */
 import * as k8s from '@kubernetes/client-node';
 import type { Condition, ModelPreheat, ServedModel } from '../../src/api/index.ts';
+import { inject } from 'vitest';
+import { createNamespace, kubeConfig } from './kube.ts';
 import { waitFor } from './process.ts';
 
 export const GROUP = 'peerload.io';
@@ -227,3 +229,19 @@ export function peerloadNamespace(kc: k8s.KubeConfig, namespace: string) {
 }
 
 export type PeerloadNamespace = ReturnType<typeof peerloadNamespace>;
+
+/**
+ * A namespace of its own (`<prefix>-<random>`) on the test apiserver, for one integration or e2e file: the admin's
+ * KubeConfig and clients, and peerload's resources in it. namespace-cleanup.ts empties it after the file.
+ */
+export async function testNamespace(prefix: string) {
+  const kc = kubeConfig(inject('kubeconfigPath'));
+  const ns = await createNamespace(kc, prefix);
+  return {
+    kc,
+    ns,
+    core: kc.makeApiClient(k8s.CoreV1Api),
+    custom: kc.makeApiClient(k8s.CustomObjectsApi),
+    peerload: peerloadNamespace(kc, ns),
+  };
+}
