@@ -11,8 +11,11 @@
 #   client     dragonflyoss/client:v1.4.2    /  (dfdaemon: node peers and the seed peer)
 #   mariadb    peerload.local/mariadb:<Debian version>  Debian's mariadb-server; the entrypoint makes the database
 #   redis      peerload.local/redis:<Debian version>    Debian's redis-server; the entrypoint runs it in the foreground
+#   kserve     kserve/kserve-controller:v0.20.0   KServe's controller manager of scripts/setup-kserve.sh (which builds
+#              it once, about 10 minutes) as /manager, user 65532, as KServe's distroless image; for the opt-in
+#              KServe suite only, so not among the defaults
 #
-#   scripts/build-cluster-images.sh [NAME...]   (default: all of the above)
+#   scripts/build-cluster-images.sh [NAME...]   (default: all of the above but kserve)
 # Prints one `<tag>\t<archive>` line per image. Each image is cached by a hash of its inputs (kept as the label
 # io.peerload.inputs, as scripts/build-image.sh does) and its archive is named by that hash, so a second run only
 # hashes and prints. The Debian root file systems are cached as tarballs beside the archives.
@@ -28,6 +31,7 @@ REV=1 # bump when a recipe below changes in a way the hashed inputs do not show
 DIR="$PEERLOAD_CACHE/cluster-images-debian-$SUITE-r$REV"
 mkdir -p "$DIR"
 ALL=(peerload busybox triton manager scheduler client mariadb redis)
+OPTIONAL=(kserve)
 (($#)) || set -- "${ALL[@]}"
 
 # The hash of a tree that the set-up caches by version and never changes in place: paths, sizes and times (reading
@@ -303,6 +307,24 @@ image_store() { # mariadb|redis
   build "$name" "peerload.local/$name:$version" "$hash" "recipe_$name"
 }
 
+# --- KServe's controller manager: a static Go binary (CGO_ENABLED=0), so an empty root with the users' files and
+# /tmp, as KServe's own image (distroless static, nonroot). The webhook's certificate is mounted under /tmp by the
+# Deployment; nothing else is written (readOnlyRootFilesystem in KServe's manifest).
+KSERVE_DIR=''
+recipe_kserve() {
+  local ctr=$1 r=$2
+  mkdir -p "$r/etc" "$r/tmp" && chmod 1777 "$r/tmp"
+  passwd_files "$r"
+  cp -a "$KSERVE_DIR/bin/manager" "$r/manager"
+  "${BUILDAH[@]}" config --user 65532:65532 --entrypoint '["/manager"]' "$ctr"
+}
+image_kserve() {
+  KSERVE_DIR=$(bash scripts/setup-kserve.sh | tail -n 1)
+  local version=${KSERVE_DIR##*/kserve-} hash
+  hash=$( { echo "r$REV"; declare -f recipe_kserve passwd_files; tree_stamp "$KSERVE_DIR/bin"; } | sha256sum | cut -c1-32)
+  build kserve "kserve/kserve-controller:$version" "$hash" recipe_kserve
+}
+
 for name in "$@"; do
   case $name in
     peerload) image_peerload ;;
@@ -310,6 +332,7 @@ for name in "$@"; do
     triton) image_triton ;;
     manager | scheduler | client) image_dragonfly "$name" ;;
     mariadb | redis) image_store "$name" ;;
-    *) log "unknown image $name (one of: ${ALL[*]})"; exit 2 ;;
+    kserve) image_kserve ;;
+    *) log "unknown image $name (one of: ${ALL[*]} ${OPTIONAL[*]})"; exit 2 ;;
   esac
 done

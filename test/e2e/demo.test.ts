@@ -114,7 +114,9 @@ function readmeSample(): RegExp[] {
     });
 }
 
-describe('npm run demo', () => {
+// The three runs are independent processes, each with its own control plane, servers and ports: side by side they
+// take about the longest one's time instead of the sum.
+describe.concurrent('npm run demo', () => {
   it("runs as a user runs it and prints the README's output", async () => {
     const run = await runDemo([]);
     expectDemoOutput(run, 4);

@@ -1,7 +1,8 @@
 /**
  * No test file leaves peerload objects behind for a later file's operator to reconcile (test/support/
- * namespace-cleanup.ts). Run after others (the suite's order puts short files late), it sees what they left; it
- * failed after deploy-rbac.test.ts before the clean-up existed.
+ * namespace-cleanup.ts). Run after the other integration files (vitest puts short files late; the integration
+ * project runs before the e2e one), it sees what they left; it failed after deploy-rbac.test.ts before the clean-up
+ * existed.
  */
 import * as k8s from '@kubernetes/client-node';
 import { expect, inject, it } from 'vitest';

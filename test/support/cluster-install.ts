@@ -27,9 +27,13 @@ export interface ClusterImages {
   tagOf(prefix: string): string;
 }
 
-/** Builds (cached by their inputs) and imports into both nodes every image the install and the examples run. */
-export async function importClusterImages(info: ClusterInfo): Promise<ClusterImages> {
-  const { stdout } = await run('bash', [join(REPO_ROOT, 'scripts/build-cluster-images.sh'), ...IMAGES], {
+/**
+ * Builds (cached by their inputs) and imports into both nodes every image the install and the examples run, and
+ * the `extra` images of build-cluster-images.sh a test names (e.g. `kserve`).
+ */
+export async function importClusterImages(info: ClusterInfo, extra: string[] = []): Promise<ClusterImages> {
+  const names = [...IMAGES, ...extra];
+  const { stdout } = await run('bash', [join(REPO_ROOT, 'scripts/build-cluster-images.sh'), ...names], {
     maxBuffer: 16 << 20,
     timeout: 3_600_000,
   });

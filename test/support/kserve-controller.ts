@@ -60,8 +60,18 @@ export interface KServeController {
   stop(): Promise<void>;
 }
 
+/** The CRDs the controller manager watches (it fails to start without them), under the CRD directory. */
+export const KSERVE_CRD_FILES = [
+  'serving.kserve.io_inferenceservices.yaml',
+  'serving.kserve.io_servingruntimes.yaml',
+  'serving.kserve.io_clusterservingruntimes.yaml',
+  'serving.kserve.io_trainedmodels.yaml',
+  'serving.kserve.io_inferencegraphs.yaml',
+  'clusterstoragecontainer/serving.kserve.io_clusterstoragecontainers.yaml',
+];
+
 /** KServe's ConfigMap as the module ships it, set to raw Deployments and no ingress objects. */
-function inferenceServiceConfig(dir: string): KubeObject & { data: Record<string, string> } {
+export function inferenceServiceConfig(dir: string): KubeObject & { data: Record<string, string> } {
   const cm = load(readFileSync(join(dir, 'inferenceservice-config.yaml'), 'utf8')) as KubeObject & {
     data: Record<string, string>;
   };
@@ -77,14 +87,7 @@ export async function startKServeController(
   logDir: string,
 ): Promise<KServeController> {
   const dir = kserveDir();
-  await installKServeCrds(kube, [
-    'serving.kserve.io_inferenceservices.yaml',
-    'serving.kserve.io_servingruntimes.yaml',
-    'serving.kserve.io_clusterservingruntimes.yaml',
-    'serving.kserve.io_trainedmodels.yaml',
-    'serving.kserve.io_inferencegraphs.yaml',
-    'clusterstoragecontainer/serving.kserve.io_clusterstoragecontainers.yaml',
-  ]);
+  await installKServeCrds(kube, KSERVE_CRD_FILES);
   await kube
     .resource(GVR.namespace)
     .create({ apiVersion: 'v1', kind: 'Namespace', metadata: { name: KSERVE_NAMESPACE } })

@@ -45,9 +45,17 @@ it('every project of every vitest configuration loads the set-up file', () => {
   type Project = { name?: unknown; setupFiles?: string | string[] | undefined };
   const projects: Project[] = [
     ...(suite.test!.projects as { test: Project }[]).map((p) => p.test),
-    kserveSuite.test!,
+    ...(kserveSuite.test!.projects as { test: Project }[]).map((p) => p.test),
     vllmSuite.test!,
   ];
-  expect(projects.map((t) => t.name)).toEqual(['unit', 'integration', 'e2e', 'cluster', 'kserve', 'vllm']);
+  expect(projects.map((t) => t.name)).toEqual([
+    'unit',
+    'integration',
+    'e2e',
+    'cluster',
+    'kserve',
+    'kserve-cluster',
+    'vllm',
+  ]);
   for (const t of projects) expect(t.setupFiles, String(t.name)).toContain('test/support/byte-equality.ts');
 });
