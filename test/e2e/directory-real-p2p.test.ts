@@ -11,18 +11,16 @@ import { readdir } from 'node:fs/promises';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import * as k8s from '@kubernetes/client-node';
 import { ProxyAgent, request } from 'undici';
-import { createNamespace, kubeConfig, waitFor } from '../support/kube.ts';
+
 import { ROOT_USER, type DragonflyPeerView, type DragonflyView } from '../support/dragonfly.ts';
 import { startMinIO, type MinIO } from '../support/minio.ts';
-import { startManager, type RunningManager } from '../support/runtime-harness.ts';
+import type { RunningManager } from '../support/runtime-harness.ts';
+import { startRealNetworkOperator } from '../support/real-operator.ts';
+import { conditionOf, testNamespace, type PeerloadNamespace } from '../support/resources.ts';
 import { sharedDragonfly, fileBucket } from '../support/shared-dragonfly.ts';
-import { modelPreheatController } from '../../src/controllers/modelpreheat/index.ts';
 import { signObjectURL } from '../../src/storage/sign.ts';
 import { credentialTag } from '../../src/storage/credential-tag.ts';
-import type { ModelPreheat } from '../../src/api/index.ts';
 
-const GROUP = 'peerload.io';
-const VERSION = 'v1alpha1';
 const BUCKET = fileBucket('models');
 const PREFIX = 'llm/tiny/';
 // Above 4 MiB each: dfdaemon 1.4 fetches smaller content straight from the origin, without the scheduler.
@@ -33,18 +31,16 @@ const FILES: Record<string, Buffer> = {
 };
 
 let kc: k8s.KubeConfig;
-let custom: k8s.CustomObjectsApi;
 let ns: string;
+let peerload: PeerloadNamespace;
 let network: DragonflyView;
 let minio: MinIO;
 let operator: RunningManager;
 let jwt: string;
 
 beforeAll(async () => {
-  kc = kubeConfig(inject('kubeconfigPath'));
-  custom = kc.makeApiClient(k8s.CustomObjectsApi);
+  ({ kc, ns, peerload } = await testNamespace('dir-p2p'));
   const core = kc.makeApiClient(k8s.CoreV1Api);
-  ns = await createNamespace(kc, 'dir-p2p');
   network = await sharedDragonfly(inject('dragonflyService'), 1);
   jwt = await network.signIn();
   minio = await startMinIO();
@@ -65,21 +61,7 @@ beforeAll(async () => {
       stringData: { username: ROOT_USER.name, password: ROOT_USER.password },
     },
   });
-  operator = await startManager(
-    kc,
-    [
-      '--no-leader-elect',
-      '--manager-url',
-      network.managerURL,
-      '--allowed-manager-hosts',
-      '127.0.0.1',
-      '--poll-backoff-start',
-      '1s',
-      '--poll-backoff-max',
-      '5s',
-    ],
-    [modelPreheatController],
-  );
+  operator = await startRealNetworkOperator(kc, network.managerURL, [], { servedModels: false });
   await network.preheatable;
 }, 1_800_000);
 
@@ -118,43 +100,26 @@ async function download(
 describe('a directory preheated on the real Dragonfly network', () => {
   it('one job for every file of the prefix; each file task id is in the seed daemon and in a later download', async () => {
     const location = minio.location(BUCKET);
-    await custom.createNamespacedCustomObject({
-      group: GROUP,
-      version: VERSION,
-      namespace: ns,
-      plural: 'modelpreheats',
-      body: {
-        apiVersion: `${GROUP}/${VERSION}`,
-        kind: 'ModelPreheat',
-        metadata: { name: 'tiny-dir' },
-        spec: {
-          objectStorage: {
-            ...location,
-            credentialsSecretRef: { name: 's3-credentials' },
-            prefix: PREFIX,
-            exclude: ['*.md'],
-          },
-          manager: { url: network.managerURL, signInSecretRef: { name: 'manager-user' } },
-          retry: { limit: 0 },
-        },
+    await peerload.createModelPreheat('tiny-dir', {
+      objectStorage: {
+        ...location,
+        credentialsSecretRef: { name: 's3-credentials' },
+        prefix: PREFIX,
+        exclude: ['*.md'],
       },
+      manager: { url: network.managerURL, signInSecretRef: { name: 'manager-user' } },
+      retry: { limit: 0 },
     });
-    const done = await waitFor(
-      'tiny-dir settled',
-      async () => {
-        const o = (await custom.getNamespacedCustomObject({
-          group: GROUP,
-          version: VERSION,
-          namespace: ns,
-          plural: 'modelpreheats',
-          name: 'tiny-dir',
-        })) as ModelPreheat;
-        const c = o.status?.conditions?.find((x) => x.type === 'Succeeded');
-        return c && c.status !== 'Unknown' && c.observedGeneration === o.metadata.generation ? o : undefined;
+    const done = await peerload.untilModelPreheat(
+      'tiny-dir',
+      'settled',
+      (o) => {
+        const c = conditionOf(o, 'Succeeded');
+        return !!c && c.status !== 'Unknown' && c.observedGeneration === o.metadata.generation;
       },
       { timeoutMs: 300_000, intervalMs: 1000 },
     );
-    const s = done!.status!;
+    const s = done.status!;
     const ready = s.conditions!.find((c) => c.type === 'Succeeded')!;
     expect(ready, JSON.stringify(s)).toMatchObject({ status: 'True', reason: 'JobSucceeded' });
     const paths = Object.keys(FILES).sort();

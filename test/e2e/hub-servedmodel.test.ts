@@ -16,19 +16,16 @@ import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import type { ServedModel } from '../../src/api/index.ts';
 import { forgetSecrets } from '../../src/redact.ts';
 import type { DragonflyView } from '../support/dragonfly.ts';
-import type { ModelPreheat } from '../../src/api/index.ts';
 import { startHubEmulator, type HubEmulator } from '../support/hub-emulator.ts';
-import { createNamespace, kubeConfig, waitFor } from '../support/kube.ts';
+
 import { ECHO_MODEL_PY } from '../support/oip-exchanges.ts';
 import { startTritonFleet, type TritonFleet } from '../support/triton-fleet.ts';
 import { type OipServer } from '../support/oip-servers.ts';
 import { sharedDragonfly } from '../support/shared-dragonfly.ts';
+import { testNamespace, type PeerloadNamespace } from '../support/resources.ts';
 
-const GROUP = 'peerload.io';
-const VERSION = 'v1alpha1';
 const AGENT_TOKEN = 'hub-sm-agent-token-0123456789abcd';
 const HF_TOKEN = 'hf_hubServedModelToken0123456789abcd';
 const WEIGHTS = randomBytes(5 * 1024 * 1024 + 321);
@@ -47,19 +44,16 @@ const WARM_TREE = {
 const sha256 = (b: Buffer | string) => createHash('sha256').update(b).digest('hex');
 
 let kc: k8s.KubeConfig;
-let custom: k8s.CustomObjectsApi;
 let core: k8s.CoreV1Api;
 let ns: string;
+let peerload: PeerloadNamespace;
 let work: string;
 let network: DragonflyView;
 let fleet: TritonFleet;
 let hub: HubEmulator;
 
 beforeAll(async () => {
-  kc = kubeConfig(inject('kubeconfigPath'));
-  custom = kc.makeApiClient(k8s.CustomObjectsApi);
-  core = kc.makeApiClient(k8s.CoreV1Api);
-  ns = await createNamespace(kc, 'hub-sm');
+  ({ kc, ns, core, peerload } = await testNamespace('hub-sm'));
   work = await mkdtemp(join(tmpdir(), 'peerload-hub-sm-'));
   network = await sharedDragonfly(inject('dragonflyService'), 2);
   hub = await startHubEmulator({
@@ -91,6 +85,13 @@ afterAll(async () => {
   forgetSecrets();
 });
 
+/** The Triton replicas behind Service `triton`, each with its agent. */
+const tritonServer = () => ({
+  driver: 'triton',
+  service: { name: 'triton' },
+  agent: { port: fleet.agentPort, tokenSecretRef: { name: 'agent-token', key: 'token' } },
+});
+
 async function infer(server: OipServer, data: number[]) {
   const res = await fetch(`${server.url}/v2/models/echo/infer`, {
     method: 'POST',
@@ -104,50 +105,15 @@ async function infer(server: OipServer, data: number[]) {
 describe('a Triton ServedModel from a Hugging Face repository, on the real network', () => {
   it('is Ready on 2 replicas with the commit in status; the CDN read once for the LFS file; files as the Hub says', async () => {
     const commit = hub.repos.get('org/echo')!.commits[0]!;
-    await custom.createNamespacedCustomObject({
-      group: GROUP,
-      version: VERSION,
-      namespace: ns,
-      plural: 'servedmodels',
-      body: {
-        apiVersion: `${GROUP}/${VERSION}`,
-        kind: 'ServedModel',
-        metadata: { name: 'echo' },
-        spec: {
-          modelName: 'echo',
-          version: '1',
-          source: {
-            huggingface: {
-              repo: 'org/echo',
-              endpoint: hub.url,
-              tokenSecretRef: { name: 'hf', key: 'token' },
-            },
-          },
-          modelServer: {
-            driver: 'triton',
-            service: { name: 'triton' },
-            agent: { port: fleet.agentPort, tokenSecretRef: { name: 'agent-token', key: 'token' } },
-          },
-        },
+    await peerload.createServedModel('echo', {
+      modelName: 'echo',
+      version: '1',
+      source: {
+        huggingface: { repo: 'org/echo', endpoint: hub.url, tokenSecretRef: { name: 'hf', key: 'token' } },
       },
+      modelServer: tritonServer(),
     });
-    const sm = (await waitFor(
-      'echo Ready 2/2',
-      async () => {
-        const o = (await custom.getNamespacedCustomObject({
-          group: GROUP,
-          version: VERSION,
-          namespace: ns,
-          plural: 'servedmodels',
-          name: 'echo',
-        })) as ServedModel;
-        const ready = o.status?.conditions?.find((c) => c.type === 'Ready');
-        if (o.status?.conditions?.find((c) => c.type === 'Stalled')?.status === 'True')
-          throw new Error(`Stalled: ${JSON.stringify(o.status.conditions)}`);
-        return ready?.status === 'True' && o.status?.ready === '2/2' ? o : undefined;
-      },
-      { timeoutMs: 300_000, intervalMs: 1000 },
-    ))!;
+    const sm = await peerload.untilReadyOn('echo', '2/2', { timeoutMs: 300_000, intervalMs: 1000 });
     console.log(`echo Ready: ${JSON.stringify(sm.status?.replicas)}`);
     expect(sm.status!.source).toEqual({
       huggingface: { repo: 'org/echo', revision: 'main', commit: commit.sha },
@@ -179,60 +145,21 @@ describe('a Triton ServedModel from a Hugging Face repository, on the real netwo
 
   it('preheat.create: the owned ModelPreheat warms the files on both nodes; the agents join its tasks, the CDN read once', async () => {
     const commit = hub.repos.get('org/warm')!.commits[0]!;
-    await custom.createNamespacedCustomObject({
-      group: GROUP,
-      version: VERSION,
-      namespace: ns,
-      plural: 'servedmodels',
-      body: {
-        apiVersion: `${GROUP}/${VERSION}`,
-        kind: 'ServedModel',
-        metadata: { name: 'warm' },
-        spec: {
-          modelName: 'warm',
-          version: '1',
-          source: { huggingface: { repo: 'org/warm', endpoint: hub.url } },
-          modelServer: {
-            driver: 'triton',
-            service: { name: 'triton' },
-            agent: { port: fleet.agentPort, tokenSecretRef: { name: 'agent-token', key: 'token' } },
-          },
-          preheat: {
-            create: true,
-            manager: { url: network.managerURL, signInSecretRef: { name: 'manager-user' } },
-          },
-        },
+    await peerload.createServedModel('warm', {
+      modelName: 'warm',
+      version: '1',
+      source: { huggingface: { repo: 'org/warm', endpoint: hub.url } },
+      modelServer: tritonServer(),
+      preheat: {
+        create: true,
+        manager: { url: network.managerURL, signInSecretRef: { name: 'manager-user' } },
       },
     });
-    const get = <T>(plural: string, name: string) =>
-      custom.getNamespacedCustomObject({
-        group: GROUP,
-        version: VERSION,
-        namespace: ns,
-        plural,
-        name,
-      }) as Promise<T>;
-    await waitFor(
-      'warm Ready 2/2',
-      async () => {
-        const o = await get<ServedModel>('servedmodels', 'warm');
-        if (o.status?.conditions?.find((c) => c.type === 'Stalled')?.status === 'True')
-          throw new Error(`Stalled: ${JSON.stringify(o.status.conditions)}`);
-        return o.status?.conditions?.find((c) => c.type === 'Ready')?.status === 'True' &&
-          o.status.ready === '2/2'
-          ? o
-          : undefined;
-      },
-      { timeoutMs: 300_000, intervalMs: 1000 },
-    );
-    const preheat = (await waitFor(
-      'warm-preheat SUCCESS',
-      async () => {
-        const o = await get<ModelPreheat>('modelpreheats', 'warm-preheat');
-        return o.status?.state === 'SUCCESS' ? o : undefined;
-      },
-      { timeoutMs: 180_000, intervalMs: 1000 },
-    ))!;
+    await peerload.untilReadyOn('warm', '2/2', { timeoutMs: 300_000, intervalMs: 1000 });
+    const preheat = await peerload.untilState('warm-preheat', 'SUCCESS', {
+      timeoutMs: 180_000,
+      intervalMs: 1000,
+    });
     const weights = commit.files.get('weights.bin')!;
     expect(preheat.spec.targets?.ips?.slice().sort()).toEqual(network.peers.map((p) => p.ip).sort());
     const task = preheat.status!.tasks!.find((t) => t.url.includes(`/${weights.sha256}?`));

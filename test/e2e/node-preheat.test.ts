@@ -14,7 +14,7 @@
 import { afterAll, afterEach, beforeAll, describe, expect, inject, it } from 'vitest';
 import * as k8s from '@kubernetes/client-node';
 import { ProxyAgent, request } from 'undici';
-import { createNamespace, kubeConfig, waitFor } from '../support/kube.ts';
+import { waitFor } from '../support/kube.ts';
 import { ServiceEndpoints } from '../support/endpointslices.ts';
 import type { CountingProxy } from '../support/counting-proxy.ts';
 import type { DragonflyPeerView, DragonflyView } from '../support/dragonfly.ts';
@@ -24,18 +24,14 @@ import { startRealNetworkOperator } from '../support/real-operator.ts';
 import type { RunningManager } from '../support/runtime-harness.ts';
 import { startRealNetworkBed, type RealNetworkBed } from '../support/real-network-bed.ts';
 import { sharedDragonfly, fileBucket } from '../support/shared-dragonfly.ts';
-import { peerloadNamespace, type PeerloadNamespace } from '../support/resources.ts';
+import { testNamespace, type PeerloadNamespace } from '../support/resources.ts';
 import { signObjectURL } from '../../src/storage/sign.ts';
-import type { ModelPreheat, ServedModel } from '../../src/api/index.ts';
 
-const GROUP = 'peerload.io';
-const VERSION = 'v1alpha1';
 const BUCKET = fileBucket('models');
 const SM_KEY = 'nodes/tiny.mar';
 const EVICT_KEY = 'nodes/evict.mar';
 
 let kc: k8s.KubeConfig;
-let custom: k8s.CustomObjectsApi;
 let core: k8s.CoreV1Api;
 let ns: string;
 let bed: RealNetworkBed;
@@ -51,11 +47,7 @@ let jwt: string;
 let tag: string;
 
 beforeAll(async () => {
-  kc = kubeConfig(inject('kubeconfigPath'));
-  custom = kc.makeApiClient(k8s.CustomObjectsApi);
-  core = kc.makeApiClient(k8s.CoreV1Api);
-  ns = await createNamespace(kc, 'node-preheat');
-  peerload = peerloadNamespace(kc, ns);
+  ({ kc, ns, core, peerload } = await testNamespace('node-preheat'));
 
   bed = await startRealNetworkBed({
     prefix: 'node-preheat',
@@ -104,11 +96,13 @@ afterAll(async () => {
 afterEach(async ({ task }) => {
   if (task.result?.state !== 'fail') return;
   const objects = await Promise.all(
-    [
-      ['servedmodels', 'tiny'],
-      ['modelpreheats', 'tiny-preheat'],
-    ].map(([plural, name]) =>
-      get<{ status?: unknown }>(plural!, name!).then(
+    (
+      [
+        ['servedmodels', 'tiny'],
+        ['modelpreheats', 'tiny-preheat'],
+      ] as const
+    ).map(([plural, name]) =>
+      peerload.get<{ status?: unknown }>(plural, name).then(
         (o) => `${plural}/${name}: ${JSON.stringify(o.status)}`,
         (err: Error) => `${plural}/${name}: ${err.message}`,
       ),
@@ -117,14 +111,6 @@ afterEach(async ({ task }) => {
   console.error(`${await network.report()}\n${objects.join('\n')}`);
 });
 
-const get = <T>(plural: string, name: string) =>
-  custom.getNamespacedCustomObject({
-    group: GROUP,
-    version: VERSION,
-    namespace: ns,
-    plural,
-    name,
-  }) as Promise<T>;
 const storageLocation = () => bed.objectStorage();
 const manager = () => bed.manager();
 
@@ -164,7 +150,7 @@ describe('node-targeted preheat on the real network', () => {
     const [p0, p1] = network.peers;
     // Ready before the manager ended the job (its first poll is 30 s after the create): the replicas' gates opened
     // when their nodes' job was created, and their downloads joined the task it runs on their nodes' peers.
-    const running = await get<ModelPreheat>('modelpreheats', 'tiny-preheat');
+    const running = await peerload.getModelPreheat('tiny-preheat');
     expect(running.status?.state, `Ready after ${readyAfterMs} ms`).not.toBe('SUCCESS');
     expect(sm.status!.replicas!.every((r) => r.message === undefined || !/waiting/.test(r.message))).toBe(
       true,
@@ -213,7 +199,7 @@ describe('node-targeted preheat on the real network', () => {
     const warmed = await waitFor(
       'node 2 preheated',
       async () => {
-        const o = await get<ModelPreheat>('modelpreheats', 'tiny-preheat');
+        const o = await peerload.getModelPreheat('tiny-preheat');
         return o.status?.peers?.find((p) => p.ip === p2.ip && p.state === 'Preheated') ? o : undefined;
       },
       { timeoutMs: 180_000, intervalMs: 1000 },
@@ -221,7 +207,7 @@ describe('node-targeted preheat on the real network', () => {
     // The new job named node 2 only: nodes 0 and 1 hold the content already.
     expect((await managerJob(warmed!.status!.jobID!)).args.ips).toEqual([p2.ip]);
     // No replica of it yet: the pod is not ready.
-    expect((await get<ServedModel>('servedmodels', 'tiny')).status?.ready).toBe('2/2');
+    expect((await peerload.getServedModel('tiny')).status?.ready).toBe('2/2');
 
     await svc.setReady('pod-2', true);
     const sm = await peerload.untilReady('tiny', 3, { timeoutMs: 120_000, intervalMs: 1000 });
@@ -231,21 +217,13 @@ describe('node-targeted preheat on the real network', () => {
   });
 
   it('status.cache lists the peers that hold the task, on demand', async () => {
-    await custom.patchNamespacedCustomObject(
-      {
-        group: GROUP,
-        version: VERSION,
-        namespace: ns,
-        plural: 'modelpreheats',
-        name: 'tiny-preheat',
-        body: { metadata: { annotations: { 'peerload.io/refresh-cache': 'now' } } },
-      },
-      k8s.setHeaderOptions('Content-Type', k8s.PatchStrategy.MergePatch),
-    );
+    await peerload.patchModelPreheat('tiny-preheat', {
+      metadata: { annotations: { 'peerload.io/refresh-cache': 'now' } },
+    });
     const preheat = await waitFor(
       'cache observed',
       async () => {
-        const o = await get<ModelPreheat>('modelpreheats', 'tiny-preheat');
+        const o = await peerload.getModelPreheat('tiny-preheat');
         return o.status?.cache?.observedAt && o.status.cache.requested === 'now' ? o : undefined;
       },
       { timeoutMs: 180_000, intervalMs: 1000 },
@@ -258,7 +236,7 @@ describe('node-targeted preheat on the real network', () => {
     // The ServedModel shows the same.
     await waitFor(
       'ServedModel cache',
-      async () => (await get<ServedModel>('servedmodels', 'tiny')).status?.cache?.observedAt,
+      async () => (await peerload.getServedModel('tiny')).status?.cache?.observedAt,
       {
         timeoutMs: 30_000,
       },
@@ -277,29 +255,18 @@ describe('node-targeted preheat on the real network', () => {
     });
     await waitFor(
       'evict preheated',
-      async () => (await get<ModelPreheat>('modelpreheats', 'evict')).status?.state === 'SUCCESS',
+      async () => (await peerload.getModelPreheat('evict')).status?.state === 'SUCCESS',
       { timeoutMs: 180_000, intervalMs: 1000 },
     );
     const location = { ...minio.location(BUCKET), endpoint: origin.url };
     const { url } = await signObjectURL(location, EVICT_KEY, minio.credentials(), { expiresSeconds: 600 });
     expect((await download(p0, url)).localHit).toBe(true);
 
-    await custom.deleteNamespacedCustomObject({
-      group: GROUP,
-      version: VERSION,
-      namespace: ns,
-      plural: 'modelpreheats',
-      name: 'evict',
+    await peerload.deleteModelPreheat('evict');
+    await waitFor('evict gone', () => peerload.modelPreheatGone('evict'), {
+      timeoutMs: 180_000,
+      intervalMs: 1000,
     });
-    await waitFor(
-      'evict gone',
-      async () =>
-        get<ModelPreheat>('modelpreheats', 'evict').then(
-          () => false,
-          () => true,
-        ),
-      { timeoutMs: 180_000, intervalMs: 1000 },
-    );
     const events = await core.listNamespacedEvent({
       namespace: ns,
       fieldSelector: 'involvedObject.name=evict',

@@ -16,36 +16,34 @@ import * as k8s from '@kubernetes/client-node';
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { createNamespace, kubeConfig, waitFor } from '../support/kube.ts';
-import { ServiceEndpoints, loopbackDispatcher } from '../support/endpointslices.ts';
+import { waitFor } from '../support/kube.ts';
+import { ServiceEndpoints } from '../support/endpointslices.ts';
 import { startCountingProxy, type CountingProxy } from '../support/counting-proxy.ts';
 import { ROOT_USER, type DragonflyView } from '../support/dragonfly.ts';
 import { startMinIO, type MinIO } from '../support/minio.ts';
 import { buildLargeModelArchive, buildModelArchive, type ModelArchive } from '../support/model-archive.ts';
 import { startModelServerFleet, type ModelServerFleet } from '../support/modelserver-emulator.ts';
 import { startOrigin, type Origin } from '../support/origin.ts';
-import { startManager, type RunningManager } from '../support/runtime-harness.ts';
+import type { RunningManager } from '../support/runtime-harness.ts';
+import { startRealNetworkOperator } from '../support/real-operator.ts';
+import { testNamespace, type PeerloadNamespace } from '../support/resources.ts';
 import { startTorchServe, type TorchServe } from '../support/torchserve.ts';
 import { minioPluginConfig, pluginJar, writePluginConfig } from '../support/plugin.ts';
 import { sharedDragonfly, fileBucket } from '../support/shared-dragonfly.ts';
-import { modelPreheatController } from '../../src/controllers/modelpreheat/index.ts';
-import { createServedModelController } from '../../src/controllers/index.ts';
 import { signObjectURL } from '../../src/storage/sign.ts';
 import { credentialTag } from '../../src/storage/credential-tag.ts';
 import { taskID } from '../../src/storage/taskid.ts';
-import type { ModelPreheat, ServedModel } from '../../src/api/index.ts';
+import type { ModelPreheat } from '../../src/api/index.ts';
 import { TASKID_VECTORS } from '../fixtures/taskid-vectors.ts';
 
-const GROUP = 'peerload.io';
-const VERSION = 'v1alpha1';
 const BUCKET = fileBucket('models');
 const KEY = 'real/tiny.mar';
 const SM_KEY = 'real/tiny-sm.mar';
 
 let kc: k8s.KubeConfig;
-let custom: k8s.CustomObjectsApi;
 let core: k8s.CoreV1Api;
 let ns: string;
+let peerload: PeerloadNamespace;
 let work: string;
 let network: DragonflyView;
 let minio: MinIO;
@@ -56,10 +54,7 @@ let archive: ModelArchive;
 let operator: RunningManager;
 
 beforeAll(async () => {
-  kc = kubeConfig(inject('kubeconfigPath'));
-  custom = kc.makeApiClient(k8s.CustomObjectsApi);
-  core = kc.makeApiClient(k8s.CoreV1Api);
-  ns = await createNamespace(kc, 'real-p2p');
+  ({ kc, ns, core, peerload } = await testNamespace('real-p2p'));
   work = await mkdtemp(join(tmpdir(), 'peerload-real-p2p-'));
   const jarPromise = pluginJar();
 
@@ -120,25 +115,7 @@ beforeAll(async () => {
   await svc.add('ts-0', ts.managementURL);
   await svc.add('emulated-0', fleet.urls[0]!);
 
-  const dispatcher = loopbackDispatcher();
-  operator = await startManager(
-    kc,
-    [
-      '--no-leader-elect',
-      '--manager-url',
-      network.managerURL,
-      '--poll-backoff-start',
-      '1s',
-      '--poll-backoff-max',
-      '5s',
-      '--workers',
-      '16',
-      // The /oapi/v1 test names the manager in spec.manager.url (refused unless allowed).
-      '--allowed-manager-hosts',
-      '127.0.0.1',
-    ],
-    [modelPreheatController, (ctx) => createServedModelController(ctx, { dispatcher })],
-  );
+  operator = await startRealNetworkOperator(kc, network.managerURL, ['--workers', '16']);
   await network.preheatable;
 }, 1_800_000);
 
@@ -147,23 +124,6 @@ afterAll(async () => {
   await Promise.allSettled([ts?.stop(), fleet?.close(), origin?.close(), minio?.stop()]);
   if (work) await rm(work, { recursive: true, force: true });
 });
-
-const get = <T>(plural: string, name: string) =>
-  custom.getNamespacedCustomObject({
-    group: GROUP,
-    version: VERSION,
-    namespace: ns,
-    plural,
-    name,
-  }) as Promise<T>;
-const create = (plural: string, kind: string, name: string, spec: Record<string, unknown>) =>
-  custom.createNamespacedCustomObject({
-    group: GROUP,
-    version: VERSION,
-    namespace: ns,
-    plural,
-    body: { apiVersion: `${GROUP}/${VERSION}`, kind, metadata: { name }, spec },
-  });
 
 const jwtManager = () => ({ url: network.managerURL, signInSecretRef: { name: 'manager-user' } });
 const storageLocation = () => ({
@@ -181,14 +141,14 @@ async function settled(name: string, timeoutMs = 300_000): Promise<ModelPreheat>
   return waitFor(
     `${name} settled`,
     async () => {
-      const o = await get<ModelPreheat>('modelpreheats', name);
+      const o = await peerload.getModelPreheat(name);
       const c = o.status?.conditions?.find((x) => x.type === 'Succeeded');
       return c && c.status !== 'Unknown' ? o : undefined;
     },
     { timeoutMs, intervalMs: 1000 },
   ).catch(async (err) => {
     throw new Error(
-      `${(err as Error).message}: ${JSON.stringify((await get<ModelPreheat>('modelpreheats', name)).status)}`,
+      `${(err as Error).message}: ${JSON.stringify((await peerload.getModelPreheat(name)).status)}`,
     );
   });
 }
@@ -199,7 +159,7 @@ describe('peerload on the real Dragonfly network', () => {
   let preheatTask: string;
 
   it('a ModelPreheat of an S3 object succeeds on the real manager (JWT) with the seed peer in status', async () => {
-    await create('modelpreheats', 'ModelPreheat', 'tiny', {
+    await peerload.createModelPreheat('tiny', {
       type: 'file',
       objectStorage: objectStorage([KEY]),
       manager: jwtManager(),
@@ -241,7 +201,7 @@ describe('peerload on the real Dragonfly network', () => {
 
   it('a ServedModel with preheat.create registers on 2 replicas, each behind its own node peer', async () => {
     const key = SM_KEY;
-    await create('servedmodels', 'ServedModel', 'tiny-sm', {
+    await peerload.createServedModel('tiny-sm', {
       modelName: 'tiny-sm',
       fileName: key,
       modelServer: {
@@ -254,7 +214,7 @@ describe('peerload on the real Dragonfly network', () => {
     await waitFor(
       'tiny-sm Ready 2/2',
       async () => {
-        const o = await get<ServedModel>('servedmodels', 'tiny-sm');
+        const o = await peerload.getServedModel('tiny-sm');
         return (
           o.status?.conditions?.find((c) => c.type === 'Ready')?.status === 'True' && o.status.ready === '2/2'
         );
@@ -262,14 +222,14 @@ describe('peerload on the real Dragonfly network', () => {
       { timeoutMs: 600_000, intervalMs: 1000 },
     ).catch(async (err) => {
       throw new Error(
-        `${(err as Error).message}: ${JSON.stringify((await get<ServedModel>('servedmodels', 'tiny-sm')).status)}`,
+        `${(err as Error).message}: ${JSON.stringify((await peerload.getServedModel('tiny-sm')).status)}`,
       );
     });
     // The replicas' gate opens once the preheat's job is underway, so Ready may come before the manager reports the
     // job's SUCCESS on its next state sync: the preheat is waited for, not assumed.
     await waitFor(
       'tiny-sm-preheat SUCCESS',
-      async () => (await get<ModelPreheat>('modelpreheats', 'tiny-sm-preheat')).status?.state === 'SUCCESS',
+      async () => (await peerload.getModelPreheat('tiny-sm-preheat')).status?.state === 'SUCCESS',
       { timeoutMs: 120_000, intervalMs: 1000 },
     );
     // The object once, to the seed peer, plus one 1-byte range probe per peer (the seed and both node peers).
@@ -278,7 +238,7 @@ describe('peerload on the real Dragonfly network', () => {
   });
 
   it('/oapi/v1 with a personal access token created through the manager API', async () => {
-    await create('modelpreheats', 'ModelPreheat', 'tiny-pat', {
+    await peerload.createModelPreheat('tiny-pat', {
       type: 'file',
       objectStorage: objectStorage([KEY]),
       manager: {
@@ -293,7 +253,7 @@ describe('peerload on the real Dragonfly network', () => {
   });
 
   it('an origin 404 is never reported as success', async () => {
-    await create('modelpreheats', 'ModelPreheat', 'missing', {
+    await peerload.createModelPreheat('missing', {
       type: 'file',
       objectStorage: objectStorage(['real/does-not-exist.mar']),
       manager: jwtManager(),
@@ -305,7 +265,7 @@ describe('peerload on the real Dragonfly network', () => {
   });
 
   it('an unknown scheduler cluster is a clear error, not an endless rate limit', async () => {
-    await create('modelpreheats', 'ModelPreheat', 'cluster-7', {
+    await peerload.createModelPreheat('cluster-7', {
       type: 'file',
       objectStorage: objectStorage([KEY]),
       manager: jwtManager(),
@@ -320,7 +280,7 @@ describe('peerload on the real Dragonfly network', () => {
     const names = Array.from({ length: 30 }, (_, i) => `burst-${i}`);
     await Promise.all(
       names.map((n) =>
-        create('modelpreheats', 'ModelPreheat', n, {
+        peerload.createModelPreheat(n, {
           type: 'file',
           objectStorage: objectStorage([KEY]),
           manager: jwtManager(),
@@ -333,15 +293,10 @@ describe('peerload on the real Dragonfly network', () => {
     // The manager's 429 is its pace, not a failure: no Event says it; the objects' status does while they wait.
     const limited = new Set<string>();
     const watching = setInterval(() => {
-      custom
-        .listNamespacedCustomObject({
-          group: GROUP,
-          version: VERSION,
-          namespace: ns,
-          plural: 'modelpreheats',
-        })
-        .then((list) => {
-          for (const o of (list as { items: ModelPreheat[] }).items)
+      peerload
+        .listModelPreheats()
+        .then((items) => {
+          for (const o of items)
             if (o.status?.conditions?.some((c) => c.reason === 'ManagerRateLimited'))
               limited.add(o.metadata.name);
         })

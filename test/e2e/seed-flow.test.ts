@@ -5,14 +5,14 @@
  *   peerload plugin, every download through a node peer that finds the task in the network (same task id) →
  *   min_worker scaled → READY → an inference call answers label→score JSON (the test archive's handler).
  */
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import * as k8s from '@kubernetes/client-node';
 import { execFile } from 'node:child_process';
 import { mkdtemp, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { promisify } from 'node:util';
-import { createNamespace, kubeConfig, waitFor } from '../support/kube.ts';
+import { waitFor } from '../support/kube.ts';
 import { ServiceEndpoints, loopbackDispatcher } from '../support/endpointslices.ts';
 import { startManagerEmulator, type ManagerEmulator } from '../support/manager-emulator.ts';
 import { startMinIO, type MinIO } from '../support/minio.ts';
@@ -20,23 +20,21 @@ import { buildModelArchive, LABELS, type ModelArchive } from '../support/model-a
 import { startModelServerFleet, type ModelServerFleet } from '../support/modelserver-emulator.ts';
 import { startPeerProxy, type PeerProxy } from '../support/peer-proxy.ts';
 import { startManager, type RunningManager } from '../support/runtime-harness.ts';
+import { testNamespace, type PeerloadNamespace } from '../support/resources.ts';
 import { startTorchServe, type TorchServe } from '../support/torchserve.ts';
 import { minioPluginConfig, pluginJar, writePluginConfig } from '../support/plugin.ts';
 import { modelPreheatController } from '../../src/controllers/modelpreheat/index.ts';
 import { createServedModelController } from '../../src/controllers/index.ts';
 import { signObjectURL } from '../../src/storage/sign.ts';
 import { credentialTag } from '../../src/storage/credential-tag.ts';
-import type { ModelPreheat, ServedModel } from '../../src/api/index.ts';
 
 const run = promisify(execFile);
 const REPO_ROOT = resolve(import.meta.dirname, '../..');
-const GROUP = 'peerload.io';
-const VERSION = 'v1alpha1';
 const BUCKET = 'models';
 const KEY = 'serving/tiny.mar';
 
 let kc: k8s.KubeConfig;
-let custom: k8s.CustomObjectsApi;
+let peerload: PeerloadNamespace;
 let ns: string;
 let work: string;
 let minio: MinIO;
@@ -49,9 +47,7 @@ let archive: ModelArchive;
 let operator: RunningManager;
 
 beforeAll(async () => {
-  kc = kubeConfig(inject('kubeconfigPath'));
-  custom = kc.makeApiClient(k8s.CustomObjectsApi);
-  ns = await createNamespace(kc, 'seed-flow');
+  ({ kc, ns, peerload } = await testNamespace('seed-flow'));
   work = await mkdtemp(join(tmpdir(), 'peerload-seed-flow-'));
 
   const jar = await pluginJar();
@@ -140,22 +136,8 @@ afterAll(async () => {
   if (work) await rm(work, { recursive: true, force: true });
 });
 
-const sm = (name: string) =>
-  custom.getNamespacedCustomObject({
-    group: GROUP,
-    version: VERSION,
-    namespace: ns,
-    plural: 'servedmodels',
-    name,
-  }) as Promise<ServedModel>;
-const mph = (name: string) =>
-  custom.getNamespacedCustomObject({
-    group: GROUP,
-    version: VERSION,
-    namespace: ns,
-    plural: 'modelpreheats',
-    name,
-  }) as Promise<ModelPreheat>;
+const sm = (name: string) => peerload.getServedModel(name);
+const mph = (name: string) => peerload.getModelPreheat(name);
 
 /** A ServedModel of an object in the MinIO bucket, preheated by the operator (`preheat.create`). */
 async function createServedModel(
@@ -169,38 +151,27 @@ async function createServedModel(
     rollout?: Record<string, unknown>;
   },
 ): Promise<void> {
-  await custom.createNamespacedCustomObject({
-    group: GROUP,
-    version: VERSION,
-    namespace: ns,
-    plural: 'servedmodels',
-    body: {
-      apiVersion: `${GROUP}/${VERSION}`,
-      kind: 'ServedModel',
-      metadata: { name },
-      spec: {
-        modelName: o.modelName,
-        fileName: o.fileName,
-        modelServer: {
-          service: { name: o.service },
-          managementTokenSecretRef: { name: 'torchserve-keys', key: '{pod}.json' },
-        },
-        workers: { min: o.minWorkers },
-        preheat: {
-          create: true,
-          objectStorage: {
-            type: 's3',
-            bucket: BUCKET,
-            endpoint: minio.endpoint,
-            pathStyle: true,
-            region: minio.region,
-            credentialsSecretRef: { name: 's3-credentials' },
-            ...(o.filteredQueryParams ? { filteredQueryParams: o.filteredQueryParams } : {}),
-          },
-        },
-        ...(o.rollout ? { rollout: o.rollout } : {}),
+  await peerload.createServedModel(name, {
+    modelName: o.modelName,
+    fileName: o.fileName,
+    modelServer: {
+      service: { name: o.service },
+      managementTokenSecretRef: { name: 'torchserve-keys', key: '{pod}.json' },
+    },
+    workers: { min: o.minWorkers },
+    preheat: {
+      create: true,
+      objectStorage: {
+        type: 's3',
+        bucket: BUCKET,
+        endpoint: minio.endpoint,
+        pathStyle: true,
+        region: minio.region,
+        credentialsSecretRef: { name: 's3-credentials' },
+        ...(o.filteredQueryParams ? { filteredQueryParams: o.filteredQueryParams } : {}),
       },
     },
+    ...(o.rollout ? { rollout: o.rollout } : {}),
   });
 }
 

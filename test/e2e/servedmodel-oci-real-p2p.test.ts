@@ -26,7 +26,7 @@ import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { taskID } from '../../src/storage/taskid.ts';
 import { startCountingProxy, type CountingProxy } from '../support/counting-proxy.ts';
 import type { DragonflyView } from '../support/dragonfly.ts';
-import { createNamespace, kubeConfig, waitFor } from '../support/kube.ts';
+import { waitFor } from '../support/kube.ts';
 import { modctl, pushMLServerVersion, pushTritonVersion, type Modctl } from '../support/modctl.ts';
 import { blobReads, layerFilePath, pushedManifest, sha256, type Layer } from '../support/oci-blobs.ts';
 import { ECHO_MODEL_PY } from '../support/oip-exchanges.ts';
@@ -36,13 +36,7 @@ import { startTritonFleet, type ServerPair, type TritonFleet } from '../support/
 import { inferEcho, servedVersions } from '../support/triton-echo.ts';
 import { startRegistry, type Registry } from '../support/registry.ts';
 import { sharedDragonfly } from '../support/shared-dragonfly.ts';
-import {
-  GROUP,
-  VERSION,
-  conditionOf,
-  peerloadNamespace,
-  type PeerloadNamespace,
-} from '../support/resources.ts';
+import { conditionOf, testNamespace, type PeerloadNamespace } from '../support/resources.ts';
 
 const TOKEN = 'triton-oci-agent-token-0123456789';
 const WEIGHTS = randomBytes(6 * 1024 * 1024);
@@ -51,7 +45,6 @@ const OFFSET = 3;
 const MIN_PIECE = 4 * 1024 * 1024;
 
 let kc: k8s.KubeConfig;
-let custom: k8s.CustomObjectsApi;
 let peerload: PeerloadNamespace;
 let core: k8s.CoreV1Api;
 let ns: string;
@@ -68,11 +61,7 @@ let reference: string;
 let pushed: number;
 
 beforeAll(async () => {
-  kc = kubeConfig(inject('kubeconfigPath'));
-  custom = kc.makeApiClient(k8s.CustomObjectsApi);
-  core = kc.makeApiClient(k8s.CoreV1Api);
-  ns = await createNamespace(kc, 'triton-oci');
-  peerload = peerloadNamespace(kc, ns);
+  ({ kc, ns, core, peerload } = await testNamespace('triton-oci'));
   work = await mkdtemp(join(tmpdir(), 'peerload-triton-oci-'));
 
   network = await sharedDragonfly(inject('dragonflyService'), 2);
@@ -260,22 +249,11 @@ function expectBlobReads(layers: Layer[], since: number): number {
 
 /** Deletes the ServedModel `name` and waits until its finalizer let it go. */
 async function deleteServedModel(name: string): Promise<void> {
-  await custom.deleteNamespacedCustomObject({
-    group: GROUP,
-    version: VERSION,
-    namespace: ns,
-    plural: 'servedmodels',
-    name,
+  await peerload.deleteServedModel(name);
+  await waitFor(`${name} gone`, () => peerload.servedModelGone(name), {
+    timeoutMs: 180_000,
+    intervalMs: 1000,
   });
-  await waitFor(
-    `${name} gone`,
-    () =>
-      peerload.getServedModel(name).then(
-        () => false,
-        () => true,
-      ),
-    { timeoutMs: 180_000, intervalMs: 1000 },
-  );
 }
 
 describe('a Triton ServedModel from a modctl-pushed ModelPack artifact through the operator, on the real network', () => {

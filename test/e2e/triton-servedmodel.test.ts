@@ -21,23 +21,21 @@ import { join } from 'node:path';
 import { Agent } from 'undici';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import type { ModelPreheat, ServedModel } from '../../src/api/index.ts';
-import { createServedModelController } from '../../src/controllers/index.ts';
-import { modelPreheatController } from '../../src/controllers/modelpreheat/index.ts';
 import { startCountingProxy, type CountingProxy } from '../support/counting-proxy.ts';
 import { ROOT_USER, type DragonflyView } from '../support/dragonfly.ts';
-import { ServiceEndpoints, loopbackDispatcher } from '../support/endpointslices.ts';
-import { createNamespace, kubeConfig, waitFor } from '../support/kube.ts';
+import { ServiceEndpoints } from '../support/endpointslices.ts';
+import { waitFor } from '../support/kube.ts';
 import { startMinIO, type MinIO } from '../support/minio.ts';
 import { ECHO_CONFIG_PBTXT, ECHO_MODEL_PY } from '../support/oip-exchanges.ts';
 import { portOnAll, startAgentReplica, type AgentReplica } from '../support/oip-replicas.ts';
 import { startTriton } from '../support/oip-servers.ts';
 import { inferEcho, servedVersions } from '../support/triton-echo.ts';
 import { expectCrossings, PREHEATED_ON_BOTH, type CrossingBounds } from '../support/origin-crossings.ts';
-import { startManager, type RunningManager } from '../support/runtime-harness.ts';
+import type { RunningManager } from '../support/runtime-harness.ts';
+import { startRealNetworkOperator } from '../support/real-operator.ts';
+import { testNamespace, type PeerloadNamespace } from '../support/resources.ts';
 import { sharedDragonfly, fileBucket } from '../support/shared-dragonfly.ts';
 
-const GROUP = 'peerload.io';
-const VERSION = 'v1alpha1';
 const BUCKET = fileBucket('models');
 const TOKEN = 'triton-sm-agent-token-0123456789';
 const FILES = ['model.py', 'offset.json', 'weights.bin'];
@@ -47,9 +45,9 @@ const WEIGHTS: Record<string, Buffer> = {
 };
 
 let kc: k8s.KubeConfig;
-let custom: k8s.CustomObjectsApi;
 let core: k8s.CoreV1Api;
 let ns: string;
+let peerload: PeerloadNamespace;
 let work: string;
 let network: DragonflyView;
 let minio: MinIO;
@@ -67,10 +65,7 @@ const prefixOf = (version: string) => `triton/echo/${version}/`;
 const nodeOf = (i: number) => `${ns}-node-${i}`;
 
 beforeAll(async () => {
-  kc = kubeConfig(inject('kubeconfigPath'));
-  custom = kc.makeApiClient(k8s.CustomObjectsApi);
-  core = kc.makeApiClient(k8s.CoreV1Api);
-  ns = await createNamespace(kc, 'triton-sm');
+  ({ kc, ns, core, peerload } = await testNamespace('triton-sm'));
   work = await mkdtemp(join(tmpdir(), 'peerload-triton-sm-'));
 
   network = await sharedDragonfly(inject('dragonflyService'), 2);
@@ -119,26 +114,8 @@ beforeAll(async () => {
   svc = new ServiceEndpoints(kc, ns, 'triton');
   for (const [i, r] of replicas.entries()) await svc.add(`triton-${i}`, r.server.url, true, nodeOf(i));
 
-  operator = await startManager(
-    kc,
-    [
-      '--no-leader-elect',
-      '--manager-url',
-      network.managerURL,
-      // The ServedModel names the real manager on loopback: the admin allows it.
-      '--allowed-manager-hosts',
-      '127.0.0.1',
-      '--poll-backoff-start',
-      '1s',
-      '--poll-backoff-max',
-      '5s',
-    ],
-    [
-      modelPreheatController,
-      // Slices hold 198.18.x addresses: the operator reaches each replica (server and agent) at its peer's address.
-      (ctx) => createServedModelController(ctx, { dispatcher: loopbackDispatcher((a) => svc.hostOf(a)) }),
-    ],
-  );
+  // Slices hold 198.18.x addresses: the operator reaches each replica (server and agent) at its peer's address.
+  operator = await startRealNetworkOperator(kc, network.managerURL, [], { hosts: (a) => svc.hostOf(a) });
   await network.preheatable;
 }, 1_800_000);
 
@@ -150,15 +127,6 @@ afterAll(async () => {
   await Promise.allSettled([origin?.close(), minio?.stop()]);
   if (work) await rm(work, { recursive: true, force: true });
 });
-
-const get = <T>(plural: string, name: string) =>
-  custom.getNamespacedCustomObject({
-    group: GROUP,
-    version: VERSION,
-    namespace: ns,
-    plural,
-    name,
-  }) as Promise<T>;
 
 const spec = (version: string) => ({
   modelName: 'echo',
@@ -188,7 +156,7 @@ async function readyAt(version: string, timeoutMs = 300_000): Promise<ServedMode
   return (await waitFor(
     `echo Ready 2/2 at version ${version}`,
     async () => {
-      const o = await get<ServedModel>('servedmodels', 'echo');
+      const o = await peerload.getServedModel('echo');
       const ready = o.status?.conditions?.find((c) => c.type === 'Ready');
       return o.status?.ready === '2/2' &&
         o.status.observedGeneration === o.metadata?.generation &&
@@ -231,7 +199,7 @@ async function expectPreheated(version: string): Promise<ModelPreheat> {
   const preheat = (await waitFor(
     `echo-preheat SUCCESS for version ${version}`,
     async () => {
-      const o = await get<ModelPreheat>('modelpreheats', 'echo-preheat');
+      const o = await peerload.getModelPreheat('echo-preheat');
       return o.spec.objectStorage?.prefix === prefixOf(version) && o.status?.state === 'SUCCESS'
         ? o
         : undefined;
@@ -309,18 +277,7 @@ async function expectServing(version: string, sm: ServedModel): Promise<void> {
 
 describe('a Triton ServedModel of a directory through the operator, on the real network', () => {
   it('preheats the nodes in one job; both replicas place version 1 through their node’s peer and load it: Ready 2/2', async () => {
-    await custom.createNamespacedCustomObject({
-      group: GROUP,
-      version: VERSION,
-      namespace: ns,
-      plural: 'servedmodels',
-      body: {
-        apiVersion: `${GROUP}/${VERSION}`,
-        kind: 'ServedModel',
-        metadata: { name: 'echo' },
-        spec: spec('1'),
-      },
-    });
+    await peerload.createServedModel('echo', spec('1'));
     const sm = await readyAt('1');
     const seen = JSON.stringify(sm.status?.replicas);
     console.log(`version 1 Ready: ${seen}`);
@@ -342,17 +299,7 @@ describe('a Triton ServedModel of a directory through the operator, on the real 
   });
 
   it('rolls both replicas to version 2 (another prefix): version 1 is unloaded and its directory removed', async () => {
-    await custom.patchNamespacedCustomObject(
-      {
-        group: GROUP,
-        version: VERSION,
-        namespace: ns,
-        plural: 'servedmodels',
-        name: 'echo',
-        body: { spec: { version: '2', files: { prefix: prefixOf('2') } } },
-      },
-      k8s.setHeaderOptions('Content-Type', k8s.PatchStrategy.MergePatch),
-    );
+    await peerload.patchServedModel('echo', { spec: { version: '2', files: { prefix: prefixOf('2') } } });
     const sm = await readyAt('2');
     console.log(`version 2 Ready: ${JSON.stringify(sm.status?.replicas)}`);
     expect(sm.status?.servedVersion).toBe('2');
@@ -381,22 +328,11 @@ describe('a Triton ServedModel of a directory through the operator, on the real 
   });
 
   it('deleting the ServedModel unloads the model on both replicas and lets the finalizer go', async () => {
-    await custom.deleteNamespacedCustomObject({
-      group: GROUP,
-      version: VERSION,
-      namespace: ns,
-      plural: 'servedmodels',
-      name: 'echo',
+    await peerload.deleteServedModel('echo');
+    await waitFor('echo gone', () => peerload.servedModelGone('echo'), {
+      timeoutMs: 180_000,
+      intervalMs: 1000,
     });
-    await waitFor(
-      'echo gone',
-      () =>
-        get<ServedModel>('servedmodels', 'echo').then(
-          () => false,
-          () => true,
-        ),
-      { timeoutMs: 180_000, intervalMs: 1000 },
-    );
     for (const r of replicas) {
       expect(await servedVersions(r.server, 'echo')).toEqual([]);
       await expect(stat(join(r.root, 'echo/2'))).rejects.toThrow(/ENOENT/);

@@ -8,7 +8,8 @@ import { afterAll, describe, expect, inject, it } from 'vitest';
 import { GVR, KubeClient } from '../../src/runtime/index.ts';
 import { CHART, helm, helmTemplate } from '../support/helm.ts';
 import { createNamespace, kubeConfig, REPO_ROOT } from '../support/kube.ts';
-import { gvrOf, kustomize, type Manifest } from '../support/runtime-deploy.ts';
+import { gvrOf, kustomize, serverSideApply, type Manifest } from '../support/runtime-deploy.ts';
+import { METRICS_SCRAPE_ENDPOINT } from '../fixtures/metrics-scrape.ts';
 import { DEFAULT_STORAGE_HOSTS } from '../../src/policy/storage-reach.ts';
 import { DEFAULT_HUB_REDIRECT_HOSTS } from '../../src/huggingface/endpoint.ts';
 
@@ -26,12 +27,7 @@ const one = (ms: Manifest[], kind: string) => {
 };
 
 const apply = (m: Manifest, dryRun: boolean) =>
-  kube.resource(gvrOf(m)).patch(m.metadata.namespace, m.metadata.name, m, {
-    type: 'apply',
-    fieldManager: 'peerload-chart-test',
-    force: true,
-    dryRun,
-  });
+  serverSideApply(kube, m, { dryRun, fieldManager: 'peerload-chart-test' });
 
 describe('charts/peerload', () => {
   it('passes helm lint, with the defaults and with every toggle', () => {
@@ -184,15 +180,7 @@ describe('charts/peerload', () => {
     ]);
     expect(ms.filter((m) => m.kind === 'PodDisruptionBudget')).toEqual([]); // one replica: nothing to keep
     const sm = one(ms, 'ServiceMonitor');
-    expect(sm.spec.endpoints[0]).toEqual({
-      port: 'metrics',
-      path: '/metrics',
-      interval: '30s',
-      honorLabels: true,
-      scheme: 'https',
-      bearerTokenFile: '/var/run/secrets/kubernetes.io/serviceaccount/token',
-      tlsConfig: { insecureSkipVerify: true },
-    });
+    expect(sm.spec.endpoints[0]).toEqual(METRICS_SCRAPE_ENDPOINT);
     expect(sm.spec.selector.matchLabels).toEqual(one(ms, 'Service').spec.selector);
   });
 

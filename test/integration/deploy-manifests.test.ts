@@ -6,7 +6,7 @@ import * as k8s from '@kubernetes/client-node';
 import { describe, expect, inject, it } from 'vitest';
 import { KubeClient } from '../../src/runtime/index.ts';
 import { kubeConfig } from '../support/kube.ts';
-import { gvrOf, renderDefault, type Manifest } from '../support/runtime-deploy.ts';
+import { gvrOf, renderDefault, serverSideApply, type Manifest } from '../support/runtime-deploy.ts';
 
 const kc = kubeConfig(inject('kubeconfigPath'));
 const manifests = renderDefault();
@@ -128,13 +128,7 @@ describe('deploy/default', () => {
     // The runtime's own client sends the YAML as is (client-node's typed serialisation drops x-kubernetes-*).
     const kube = new KubeClient(kc);
     try {
-      const apply = (m: Manifest, dryRun: boolean) =>
-        kube.resource(gvrOf(m)).patch(m.metadata.namespace, m.metadata.name, m, {
-          type: 'apply',
-          fieldManager: 'peerload-tests',
-          force: true,
-          dryRun,
-        });
+      const apply = (m: Manifest, dryRun: boolean) => serverSideApply(kube, m, { dryRun });
       // Objects in a namespace need the namespace to exist, even in a dry run: create it for real.
       await apply(find('Namespace')[0]!, false);
       const accepted: string[] = [];

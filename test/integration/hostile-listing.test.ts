@@ -13,7 +13,7 @@ import { createNamespace, createSecret, kubeConfig, peerloadResources, waitFor }
 import { soloOperatorFlags } from '../support/runtime-harness.ts';
 import { startManagerEmulator, type ManagerEmulator } from '../support/manager-emulator.ts';
 import { startPeerProxy, type PeerProxy } from '../support/peer-proxy.ts';
-import { rssOf, sampleRSS, startOperatorProcess, type OperatorProcess } from '../support/operator-process.ts';
+import { startOperatorProcess, watchOperator, type OperatorProcess } from '../support/operator-process.ts';
 import { startHostileStorage, type HostileStorage } from '../support/hostile-storage.ts';
 import type { Condition, ModelPreheat } from '../../src/api/index.ts';
 
@@ -30,8 +30,8 @@ let storage: HostileStorage;
 let peer: PeerProxy;
 let manager: ManagerEmulator;
 let operator: OperatorProcess;
-let pid: number;
-let rss: ReturnType<typeof sampleRSS> | undefined;
+/** The operator's pid and memory through the test. */
+let watch: ReturnType<typeof watchOperator> | undefined;
 
 let preheats: ReturnType<typeof peerloadResources<ModelPreheat>>;
 
@@ -96,12 +96,11 @@ beforeAll(async () => {
     name: 'hostile-operator',
     env: { NODE_OPTIONS },
   });
-  pid = operator.process.child.pid!;
-  rss = sampleRSS(pid);
+  watch = watchOperator(operator);
 }, 120_000);
 
 afterAll(async () => {
-  rss?.stop();
+  watch?.stop();
   await operator?.stop();
   await Promise.all([storage?.close(), manager?.close(), peer?.close()]);
 });
@@ -109,7 +108,7 @@ afterAll(async () => {
 describe("a tenant's hostile object storage", () => {
   it("neither stalls nor kills the operator: B's directory preheat within 2x its time alone, A's objects end with clear conditions", async () => {
     const alone = await tenantB('alone');
-    const rssIdle = await rssOf(pid);
+    const rssIdle = await watch!.idleRSS();
 
     const hostile: [string, Record<string, unknown>][] = [
       ['endless', s3('endless')],
@@ -125,8 +124,7 @@ describe("a tenant's hostile object storage", () => {
       "A's listings started",
       async () => {
         // Before bounded listings, the operator died here: "JavaScript heap out of memory".
-        if (operator.process.child.exitCode !== null || operator.process.child.signalCode !== null)
-          throw new Error(`the operator exited:\n${(await operator.logs()).slice(-2_000)}`);
+        await watch!.failIfExited();
         return (
           ['endless', 'huge', 'silent', 'errorbody'].every((b) => (storage.requests.get(b) ?? 0) > 0) ||
           undefined
@@ -162,17 +160,12 @@ describe("a tenant's hostile object storage", () => {
       expect(storage.requests.get(b), b).toBe(requests.get(b));
 
     // Never restarted, never near its memory limit; the 100 MB page was never read whole.
-    expect(operator.process.child.exitCode).toBeNull();
-    expect(operator.process.child.signalCode).toBeNull();
-    expect(operator.process.child.pid).toBe(pid);
-    expect((await fetch(operator.url('/readyz'))).status).toBe(200);
-    const log = await operator.logs();
-    expect(log).not.toMatch(/heap limit|out of memory/i);
+    await watch!.expectUnharmed();
     console.log(
-      `operator RSS idle ${(rssIdle / 2 ** 20).toFixed(0)} MiB, peak ${(rss!.peak() / 2 ** 20).toFixed(0)} MiB; ` +
+      `operator RSS idle ${(rssIdle / 2 ** 20).toFixed(0)} MiB, peak ${(watch!.peakRSS() / 2 ** 20).toFixed(0)} MiB; ` +
         `store sent ${(storage.bytesSent() / 2 ** 20).toFixed(0)} MiB in all`,
     );
-    expect(rss!.peak()).toBeGreaterThan(0);
-    expect(rss!.peak()).toBeLessThan(RSS_BOUND);
+    expect(watch!.peakRSS()).toBeGreaterThan(0);
+    expect(watch!.peakRSS()).toBeLessThan(RSS_BOUND);
   }, 300_000);
 });

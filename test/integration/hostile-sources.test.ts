@@ -16,7 +16,7 @@ import { startHubEmulator, type HubEmulator } from '../support/hub-emulator.ts';
 import { tinyAndPrivate } from '../support/hub-bed.ts';
 import { startManagerEmulator, type ManagerEmulator } from '../support/manager-emulator.ts';
 import { startPeerProxy, type PeerProxy } from '../support/peer-proxy.ts';
-import { rssOf, sampleRSS, startOperatorProcess, type OperatorProcess } from '../support/operator-process.ts';
+import { startOperatorProcess, watchOperator, type OperatorProcess } from '../support/operator-process.ts';
 import { startHostileSources, type HostileSources } from '../support/hostile-sources.ts';
 import { soloOperatorFlags } from '../support/runtime-harness.ts';
 import type { Condition, ModelPreheat, ServedModel } from '../../src/api/index.ts';
@@ -35,8 +35,8 @@ let hub: HubEmulator;
 let peer: PeerProxy;
 let manager: ManagerEmulator;
 let operator: OperatorProcess;
-let pid: number;
-let rss: ReturnType<typeof sampleRSS> | undefined;
+/** The operator's pid and memory through the test. */
+let watch: ReturnType<typeof watchOperator> | undefined;
 let preheats: ReturnType<typeof peerloadResources<ModelPreheat>>;
 let served: ReturnType<typeof peerloadResources<ServedModel>>;
 
@@ -66,8 +66,7 @@ function until(
   return waitFor(
     `${what} Stalled (${reason})`,
     async () => {
-      if (operator.process.child.exitCode !== null || operator.process.child.signalCode !== null)
-        throw new Error(`the operator exited:\n${(await operator.logs()).slice(-2_000)}`);
+      await watch!.failIfExited();
       const o = await get();
       const c = o.status?.conditions?.find((x) => x.type === 'Stalled');
       return c?.status === 'True' && c.reason === reason && c.observedGeneration === o.metadata.generation
@@ -118,12 +117,11 @@ beforeAll(async () => {
     [...flags, '--source-timeout', `${SOURCE_TIMEOUT_S}s`],
     { name: 'hostile-sources-operator', env: { NODE_OPTIONS } },
   );
-  pid = operator.process.child.pid!;
-  rss = sampleRSS(pid);
+  watch = watchOperator(operator);
 }, 120_000);
 
 afterAll(async () => {
-  rss?.stop();
+  watch?.stop();
   await operator?.stop();
   await Promise.all([hostile?.close(), hub?.close(), manager?.close(), peer?.close()]);
 });
@@ -136,7 +134,7 @@ const OCI_SLOW = ['slow', 'slowtoken'];
 describe("a tenant's hostile Hub and registry", () => {
   it("neither stall nor kill the operator: B's Hub preheat within 2x its time alone, A's objects end with clear conditions", async () => {
     const alone = await tenantB('alone');
-    const rssIdle = await rssOf(pid);
+    const rssIdle = await watch!.idleRSS();
 
     for (const mode of [...HUB_TOO_LARGE, ...HUB_SLOW])
       await hubPreheat(nsA, mode, hostile.url, `hostile/${mode}`);
@@ -145,8 +143,7 @@ describe("a tenant's hostile Hub and registry", () => {
     await waitFor(
       "A's resolutions started",
       async () => {
-        if (operator.process.child.exitCode !== null || operator.process.child.signalCode !== null)
-          throw new Error(`the operator exited:\n${(await operator.logs()).slice(-2_000)}`);
+        await watch!.failIfExited();
         return (
           [...HUB_TOO_LARGE, ...HUB_SLOW, ...OCI_TOO_LARGE, ...OCI_SLOW].every(
             (m) => (hostile.requests.get(m) ?? 0) > 0,
@@ -190,19 +187,14 @@ describe("a tenant's hostile Hub and registry", () => {
       expect(hostile.requests.get(m), m).toBe(requests.get(m));
 
     // Never restarted, never near its memory limit; the huge answers were never read whole.
-    expect(operator.process.child.exitCode).toBeNull();
-    expect(operator.process.child.signalCode).toBeNull();
-    expect(operator.process.child.pid).toBe(pid);
-    expect((await fetch(operator.url('/readyz'))).status).toBe(200);
-    const log = await operator.logs();
-    expect(log).not.toMatch(/heap limit|out of memory/i);
+    const log = await watch!.expectUnharmed();
     expect(log).not.toContain('t'.repeat(1000)); // the token never reached a log line
     console.log(
-      `operator RSS idle ${(rssIdle / 2 ** 20).toFixed(0)} MiB, peak ${(rss!.peak() / 2 ** 20).toFixed(0)} MiB; ` +
+      `operator RSS idle ${(rssIdle / 2 ** 20).toFixed(0)} MiB, peak ${(watch!.peakRSS() / 2 ** 20).toFixed(0)} MiB; ` +
         `hostile hosts sent ${(hostile.bytesSent() / 2 ** 20).toFixed(0)} MiB in all`,
     );
-    expect(rss!.peak()).toBeGreaterThan(0);
-    expect(rss!.peak()).toBeLessThan(RSS_BOUND);
+    expect(watch!.peakRSS()).toBeGreaterThan(0);
+    expect(watch!.peakRSS()).toBeLessThan(RSS_BOUND);
   }, 300_000);
 
   it('an anonymous Hub or registry at an internal address the admin does not list: refused, nothing asked of it', async () => {

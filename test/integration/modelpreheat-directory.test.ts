@@ -6,10 +6,10 @@
  * an operator restart (the listing lost with the process) continues the same jobs, and a retry that lists again and
  * finds other content stops (DirectoryChanged).
  */
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import * as k8s from '@kubernetes/client-node';
-import { createNamespace, createSecret, kubeConfig, waitFor } from '../support/kube.ts';
-import { conditionOf, peerloadNamespace, type PeerloadNamespace } from '../support/resources.ts';
+import { createSecret, waitFor } from '../support/kube.ts';
+import { conditionOf, testNamespace, type PeerloadNamespace } from '../support/resources.ts';
 import { startManagerEmulator, type ManagerEmulator } from '../support/manager-emulator.ts';
 import { startMinIO, type MinIO } from '../support/minio.ts';
 import { startPeerProxy, type PeerProxy } from '../support/peer-proxy.ts';
@@ -30,9 +30,7 @@ let operator: RunningManager;
 const shard = (i: number) => `shard-${String(i).padStart(4, '0')}.bin`;
 
 beforeAll(async () => {
-  kc = kubeConfig(inject('kubeconfigPath'));
-  ns = await createNamespace(kc, 'mph-dir');
-  preheats = peerloadNamespace(kc, ns);
+  ({ kc, ns, peerload: preheats } = await testNamespace('mph-dir'));
   minio = await startMinIO();
   await minio.createBucket(BUCKET);
   const puts: Promise<void>[] = [];

@@ -1,10 +1,10 @@
 /**
  * The ModelPreheat controller against the real apiserver and the manager + peer emulators.
  */
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import * as k8s from '@kubernetes/client-node';
-import { createNamespace, createSecret, kubeConfig, waitFor } from '../support/kube.ts';
-import { conditionOf, peerloadNamespace, type PeerloadNamespace } from '../support/resources.ts';
+import { createSecret, waitFor } from '../support/kube.ts';
+import { conditionOf, testNamespace, type PeerloadNamespace } from '../support/resources.ts';
 import { startManagerEmulator, type ManagerEmulator } from '../support/manager-emulator.ts';
 import { startPeerProxy, type PeerProxy } from '../support/peer-proxy.ts';
 import { startOciRegistry, type OciRegistry } from '../support/oci-registry.ts';
@@ -38,10 +38,7 @@ const OPERATOR_FLAGS = () => [
 ];
 
 beforeAll(async () => {
-  kc = kubeConfig(inject('kubeconfigPath'));
-  custom = kc.makeApiClient(k8s.CustomObjectsApi);
-  ns = await createNamespace(kc, 'mph');
-  preheats = peerloadNamespace(kc, ns);
+  ({ kc, ns, custom, peerload: preheats } = await testNamespace('mph'));
   origin = await startOrigin({
     '/models/resnet-18.mar': 'resnet weights',
     '/models/bert.mar': 'bert weights',

@@ -14,6 +14,7 @@ import { operatorMetrics } from '../../src/controllers/metrics.ts';
 import { Metrics } from '../../src/runtime/metrics.ts';
 import { REPO_ROOT } from '../support/kube.ts';
 import { kustomize } from '../support/runtime-deploy.ts';
+import { METRICS_SCRAPE_ENDPOINT } from '../fixtures/metrics-scrape.ts';
 
 const manifests = kustomize(join(REPO_ROOT, 'deploy/monitoring')) as any[];
 const rule = manifests.find((m) => m.kind === 'PrometheusRule');
@@ -36,6 +37,28 @@ function metricNames(expr: string): string[] {
   return words.filter((w) => !['by', 'without', 'on', 'ignoring', 'le'].includes(w));
 }
 
+/**
+ * promtool's checks of one alert: silent at `silentAt`, firing at `firingAt` with these labels, summary and
+ * description (and no other alert of its name).
+ */
+function silentThenFiring(
+  alertname: string,
+  silentAt: string,
+  firingAt: string,
+  labels: Record<string, string>,
+  summary: string,
+  description: string,
+) {
+  return [
+    { eval_time: silentAt, alertname, exp_alerts: [] },
+    {
+      eval_time: firingAt,
+      alertname,
+      exp_alerts: [{ exp_labels: labels, exp_annotations: { summary, description } }],
+    },
+  ];
+}
+
 describe('deploy/monitoring', () => {
   it('renders a ServiceMonitor on the metrics Service, a PrometheusRule and the dashboard ConfigMap', () => {
     expect(manifests.map((m) => `${m.kind}/${m.metadata.name}`).sort()).toEqual([
@@ -44,17 +67,7 @@ describe('deploy/monitoring', () => {
       'ServiceMonitor/peerload-operator',
     ]);
     const sm = manifests.find((m) => m.kind === 'ServiceMonitor');
-    // /metrics is HTTPS with authentication and authorization (test/integration/metrics-auth.test.ts): Prometheus
-    // sends its ServiceAccount token; the operator's certificate is self-signed unless one is mounted.
-    expect(sm.spec.endpoints[0]).toEqual({
-      port: 'metrics',
-      path: '/metrics',
-      interval: '30s',
-      honorLabels: true,
-      scheme: 'https',
-      bearerTokenFile: '/var/run/secrets/kubernetes.io/serviceaccount/token',
-      tlsConfig: { insecureSkipVerify: true },
-    });
+    expect(sm.spec.endpoints[0]).toEqual(METRICS_SCRAPE_ENDPOINT);
     const service = kustomize(join(REPO_ROOT, 'deploy/base')).find((m) => m.kind === 'Service') as any;
     expect(service.spec.ports.map((p: { name: string }) => p.name)).toContain(sm.spec.endpoints[0].port);
     expect(service.metadata.labels).toMatchObject(sm.spec.selector.matchLabels);
@@ -121,73 +134,40 @@ describe('deploy/monitoring', () => {
           ],
           alert_rule_test: [
             // Replicas: not yet after 10 minutes, firing after 15, only for the one that is short.
-            { eval_time: '10m', alertname: 'PeerloadServedModelReplicasNotReady', exp_alerts: [] },
-            {
-              eval_time: '16m',
-              alertname: 'PeerloadServedModelReplicasNotReady',
-              exp_alerts: [
-                {
-                  exp_labels: {
-                    severity: 'warning',
-                    job: 'peerload-operator-metrics',
-                    namespace: 'ml',
-                    name: 'resnet',
-                  },
-                  exp_annotations: {
-                    summary: 'ServedModel ml/resnet is not ready on every replica',
-                    description:
-                      'ml/resnet has been READY on fewer replicas than found for 15 minutes. `kubectl get sm resnet -n ml -o wide` shows the reason and message.',
-                  },
-                },
-              ],
-            },
-            { eval_time: '2m', alertname: 'PeerloadPreheatFailing', exp_alerts: [] },
-            {
-              eval_time: '5m',
-              alertname: 'PeerloadPreheatFailing',
-              exp_alerts: [
-                {
-                  exp_labels: { severity: 'warning' },
-                  exp_annotations: {
-                    summary: 'Preheat jobs failed after all their retries',
-                    description:
-                      "1 preheat job(s) failed for good in the last 30 minutes. Find them with `kubectl get mph -A` (STATE FAILURE) and read the Ready condition's message.",
-                  },
-                },
-              ],
-            },
+            ...silentThenFiring(
+              'PeerloadServedModelReplicasNotReady',
+              '10m',
+              '16m',
+              { severity: 'warning', job: 'peerload-operator-metrics', namespace: 'ml', name: 'resnet' },
+              'ServedModel ml/resnet is not ready on every replica',
+              'ml/resnet has been READY on fewer replicas than found for 15 minutes. `kubectl get sm resnet -n ml -o wide` shows the reason and message.',
+            ),
+            ...silentThenFiring(
+              'PeerloadPreheatFailing',
+              '2m',
+              '5m',
+              { severity: 'warning' },
+              'Preheat jobs failed after all their retries',
+              "1 preheat job(s) failed for good in the last 30 minutes. Find them with `kubectl get mph -A` (STATE FAILURE) and read the Ready condition's message.",
+            ),
             // Leader lost at minute 9: fires 5 minutes later.
-            { eval_time: '12m', alertname: 'PeerloadLeaderMissing', exp_alerts: [] },
-            {
-              eval_time: '15m',
-              alertname: 'PeerloadLeaderMissing',
-              exp_alerts: [
-                {
-                  exp_labels: { severity: 'critical' },
-                  exp_annotations: {
-                    summary: 'No peerload operator replica is leading',
-                    description:
-                      'No replica of the peerload operator has held the Lease peerload-operator for 5 minutes, so no ModelPreheat or ServedModel is reconciled. Check the pods in peerload-system.',
-                  },
-                },
-              ],
-            },
+            ...silentThenFiring(
+              'PeerloadLeaderMissing',
+              '12m',
+              '15m',
+              { severity: 'critical' },
+              'No peerload operator replica is leading',
+              'No replica of the peerload operator has held the Lease peerload-operator for 5 minutes, so no ModelPreheat or ServedModel is reconciled. Check the pods in peerload-system.',
+            ),
             // servedmodel fails half of its reconciles (5 errors a minute over 10 successes); modelpreheat none.
-            { eval_time: '10m', alertname: 'PeerloadReconcileErrors', exp_alerts: [] },
-            {
-              eval_time: '25m',
-              alertname: 'PeerloadReconcileErrors',
-              exp_alerts: [
-                {
-                  exp_labels: { severity: 'warning', controller: 'servedmodel' },
-                  exp_annotations: {
-                    summary: 'The servedmodel controller fails more than 10 % of its reconciles',
-                    description:
-                      "50% of servedmodel reconciles failed over 15 minutes; the operator's log (reconcile failed; will retry) and the resources' Events say why.",
-                  },
-                },
-              ],
-            },
+            ...silentThenFiring(
+              'PeerloadReconcileErrors',
+              '10m',
+              '25m',
+              { severity: 'warning', controller: 'servedmodel' },
+              'The servedmodel controller fails more than 10 % of its reconciles',
+              "50% of servedmodel reconciles failed over 15 minutes; the operator's log (reconcile failed; will retry) and the resources' Events say why.",
+            ),
           ],
         },
       ],

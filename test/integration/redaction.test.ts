@@ -7,17 +7,17 @@
  * through success and failure paths; none of the values, in none of these forms, may appear in status, conditions,
  * Events or the operator's log at debug level.
  */
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import * as k8s from '@kubernetes/client-node';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { createNamespace, createSecret, kubeConfig, waitFor } from '../support/kube.ts';
+import { createSecret, waitFor } from '../support/kube.ts';
 import { startModelServerEmulator, type ModelServerEmulator } from '../support/modelserver-emulator.ts';
 import { ServiceEndpoints, loopbackDispatcher } from '../support/endpointslices.ts';
 import { capturedLogger, startManager, type RunningManager } from '../support/runtime-harness.ts';
 import { modelPreheatController } from '../../src/controllers/modelpreheat/index.ts';
 import { createServedModelController } from '../../src/controllers/index.ts';
-import { peerloadNamespace, type PeerloadNamespace } from '../support/resources.ts';
+import { testNamespace, type PeerloadNamespace } from '../support/resources.ts';
 
 // Planted in Secrets the operator reads.
 const ACCESS_KEY = 'AKIAPLANTEDACCESSKEY7';
@@ -155,9 +155,7 @@ async function startRecordedManager(): Promise<void> {
 const secret = (name: string, stringData: Record<string, string>) => createSecret(kc, ns, name, stringData);
 
 beforeAll(async () => {
-  kc = kubeConfig(inject('kubeconfigPath'));
-  ns = await createNamespace(kc, 'redact');
-  sms = peerloadNamespace(kc, ns);
+  ({ kc, ns, peerload: sms } = await testNamespace('redact'));
   await startRecordedManager();
   for (const i of [0, 1]) {
     replicas.push(

@@ -3,14 +3,13 @@
  * waiting for a slot) ends unregistered everywhere with its finalizer removed: no registration started or finished
  * by the operator lands after the deletion's unregister pass (the race of commit 8901d2c).
  */
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import * as k8s from '@kubernetes/client-node';
-import { createNamespace, kubeConfig, waitFor } from '../support/kube.ts';
+import { waitFor } from '../support/kube.ts';
 import { startModelServerFleet, type ModelServerFleet } from '../support/modelserver-emulator.ts';
-import { ServiceEndpoints, loopbackDispatcher } from '../support/endpointslices.ts';
-import { soloOperatorFlags, startManager, type RunningManager } from '../support/runtime-harness.ts';
-import { peerloadNamespace, type PeerloadNamespace } from '../support/resources.ts';
-import { createServedModelController } from '../../src/controllers/index.ts';
+import { ServiceEndpoints } from '../support/endpointslices.ts';
+import { startServedModelOperator, type RunningManager } from '../support/runtime-harness.ts';
+import { archiveServedModel, testNamespace, type PeerloadNamespace } from '../support/resources.ts';
 
 /** How long the emulated plugin takes for one download + registration. */
 const REGISTRATION_MS = 2_000;
@@ -22,16 +21,8 @@ let operator: RunningManager;
 let fleet: ModelServerFleet | undefined;
 
 beforeAll(async () => {
-  kc = kubeConfig(inject('kubeconfigPath'));
-  ns = await createNamespace(kc, 'smrace');
-  sms = peerloadNamespace(kc, ns);
-  operator = await startManager(
-    kc,
-    // Its own namespace only: objects other files leave behind (whose EndpointSlices may name ports this file's
-    // emulators reuse) are not this operator's to reconcile.
-    ['--namespace', ns, ...soloOperatorFlags('2s')],
-    [(ctx) => createServedModelController(ctx, { dispatcher: loopbackDispatcher() })],
-  );
+  ({ kc, ns, peerload: sms } = await testNamespace('smrace'));
+  operator = await startServedModelOperator(kc, ns, { maxBackoff: '2s' });
 });
 
 afterAll(async () => {
@@ -45,14 +36,14 @@ describe('ServedModel deleted mid-registration', () => {
   it('ends with the model registered on no replica and the finalizer removed', async () => {
     fleet = await startModelServerFleet(3, { registrationLatencyMs: REGISTRATION_MS, workerStartMs: 20 });
     await ServiceEndpoints.of(kc, ns, 'ts', fleet.urls);
-    await sms.createServedModel('race', {
-      modelName: 'resnet-18',
-      fileName: 'models/resnet-18.mar',
-      modelServer: { service: { name: 'ts' } },
-      // One at a time, the seed first: when the deletion comes, one registration runs, the others wait.
-      rollout: { maxConcurrent: 1, seedFirst: true },
-      deletion: { gracePeriod: '30s' },
-    });
+    await sms.createServedModel(
+      'race',
+      archiveServedModel('resnet-18', 'ts', {
+        // One at a time, the seed first: when the deletion comes, one registration runs, the others wait.
+        rollout: { maxConcurrent: 1, seedFirst: true },
+        deletion: { gracePeriod: '30s' },
+      }),
+    );
     const posted = () => fleet!.stats().registrationAttempts + fleet!.stats().pluginRegistrationsStarted;
     await waitFor('a registration POSTed', async () => posted() > 0, { timeoutMs: 20_000, intervalMs: 20 });
     const sm = await sms.getServedModel('race');

@@ -3,14 +3,13 @@
  * when it waits (condition + Event), and it is released within 10 s of its grace deadline, naming each replica it
  * let go of.
  */
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import * as k8s from '@kubernetes/client-node';
-import { createNamespace, kubeConfig, waitFor } from '../support/kube.ts';
+import { waitFor } from '../support/kube.ts';
 import { startModelServerFleet, type ModelServerFleet } from '../support/modelserver-emulator.ts';
-import { ServiceEndpoints, loopbackDispatcher } from '../support/endpointslices.ts';
-import { soloOperatorFlags, startManager, type RunningManager } from '../support/runtime-harness.ts';
-import { peerloadNamespace, type PeerloadNamespace } from '../support/resources.ts';
-import { createServedModelController } from '../../src/controllers/index.ts';
+import { ServiceEndpoints } from '../support/endpointslices.ts';
+import { startServedModelOperator, type RunningManager } from '../support/runtime-harness.ts';
+import { archiveServedModel, testNamespace, type PeerloadNamespace } from '../support/resources.ts';
 
 let kc: k8s.KubeConfig;
 let sms: PeerloadNamespace;
@@ -19,23 +18,12 @@ let operator: RunningManager;
 let fleet: ModelServerFleet | undefined;
 
 beforeAll(async () => {
-  kc = kubeConfig(inject('kubeconfigPath'));
-  ns = await createNamespace(kc, 'smdel');
-  sms = peerloadNamespace(kc, ns);
+  ({ kc, ns, peerload: sms } = await testNamespace('smdel'));
   // The operator's default grace is long: the 30 s below comes from the ServedModel's own spec.
-  operator = await startManager(
-    kc,
-    [
-      // Its own namespace only: objects other files leave behind (whose EndpointSlices may name ports this file's
-      // emulators reuse) are not this operator's to reconcile.
-      '--namespace',
-      ns,
-      ...soloOperatorFlags('5s'),
-      '--cleanup-grace-period',
-      '10m',
-    ],
-    [(ctx) => createServedModelController(ctx, { dispatcher: loopbackDispatcher() })],
-  );
+  operator = await startServedModelOperator(kc, ns, {
+    maxBackoff: '5s',
+    flags: ['--cleanup-grace-period', '10m'],
+  });
 });
 
 afterAll(async () => {
@@ -55,12 +43,10 @@ describe('ServedModel deletion', () => {
   it('10 replicas, 3 unreachable, grace 30 s: says so at once, released in 30-40 s naming each abandoned one', async () => {
     fleet = await startModelServerFleet(10, { workerStartMs: 20 });
     await ServiceEndpoints.of(kc, ns, 'ts', fleet.urls);
-    await sms.createServedModel('del', {
-      modelName: 'resnet-18',
-      fileName: 'models/resnet-18.mar',
-      modelServer: { service: { name: 'ts' } },
-      deletion: { gracePeriod: '30s' },
-    });
+    await sms.createServedModel(
+      'del',
+      archiveServedModel('resnet-18', 'ts', { deletion: { gracePeriod: '30s' } }),
+    );
     await waitFor('10/10 ready', async () => (await get('del')).status?.ready === '10/10', {
       timeoutMs: 60_000,
     });

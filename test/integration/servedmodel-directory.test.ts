@@ -5,10 +5,10 @@
  * with Registration.files (each file's key and path, the bucket without any credential, the preheat's filter), and
  * the ServedModel's listing digest is the ModelPreheat's.
  */
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import * as k8s from '@kubernetes/client-node';
-import { createNamespace, createSecret, kubeConfig } from '../support/kube.ts';
-import { conditionOf, peerloadNamespace, type PeerloadNamespace } from '../support/resources.ts';
+import { createSecret } from '../support/kube.ts';
+import { conditionOf, testNamespace, type PeerloadNamespace } from '../support/resources.ts';
 import { startManagerEmulator, type ManagerEmulator } from '../support/manager-emulator.ts';
 import { startMinIO, type MinIO } from '../support/minio.ts';
 import { startPeerProxy, type PeerProxy } from '../support/peer-proxy.ts';
@@ -37,9 +37,7 @@ let operator: RunningManager;
 const driver = new DirectoryDriver(ENDPOINTS);
 
 beforeAll(async () => {
-  kc = kubeConfig(inject('kubeconfigPath'));
-  ns = await createNamespace(kc, 'sm-dir');
-  resources = peerloadNamespace(kc, ns);
+  ({ kc, ns, peerload: resources } = await testNamespace('sm-dir'));
   minio = await startMinIO();
   await minio.createBucket(BUCKET);
   for (const [path, body] of Object.entries(FILES)) await minio.putObject(BUCKET, `llm/tiny/${path}`, body);

@@ -5,10 +5,15 @@
  * node scheduled later joins the batch with room in one job of its own; the manager's rate limit (lowered to one
  * creation per second here, so the two batches meet it) is waited out without a Warning Event or a failed status.
  */
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import * as k8s from '@kubernetes/client-node';
-import { createNamespace, createSecret, kubeConfig } from '../support/kube.ts';
-import { emulatedManagerPreheat, peerloadNamespace, type PeerloadNamespace } from '../support/resources.ts';
+import { createSecret } from '../support/kube.ts';
+import {
+  archiveServedModel,
+  emulatedManagerPreheat,
+  type PeerloadNamespace,
+  testNamespace,
+} from '../support/resources.ts';
 import { ServiceEndpoints, loopbackDispatcher } from '../support/endpointslices.ts';
 import { startManagerEmulator, type ManagerEmulator } from '../support/manager-emulator.ts';
 import { startModelServerFleet, type ModelServerFleet } from '../support/modelserver-emulator.ts';
@@ -31,10 +36,7 @@ const nodeNames: string[] = [];
 const ipOf = (i: number) => `10.77.${Math.floor(i / 200)}.${(i % 200) + 1}`;
 
 beforeAll(async () => {
-  kc = kubeConfig(inject('kubeconfigPath'));
-  core = kc.makeApiClient(k8s.CoreV1Api);
-  ns = await createNamespace(kc, 'smfleet');
-  peerload = peerloadNamespace(kc, ns);
+  ({ kc, ns, core, peerload } = await testNamespace('smfleet'));
   manager = await startManagerEmulator({
     version: 'v2.5.1',
     jobRateLimit: 1,
@@ -91,13 +93,13 @@ const untilReady = (ready: number) => peerload.untilReady('fleet', ready, { time
 
 describe('node targeting on more than 100 nodes', () => {
   it('splits the nodes into owned ModelPreheats of at most 100, one job each; the rate limit is no failure', async () => {
-    await peerload.createServedModel('fleet', {
-      modelName: 'fleet',
-      fileName: 'models/fleet.mar',
-      modelServer: { service: { name: 'fleet' } },
-      rollout: { maxConcurrent: 50 },
-      preheat: emulatedManagerPreheat(manager.url),
-    });
+    await peerload.createServedModel(
+      'fleet',
+      archiveServedModel('fleet', 'fleet', {
+        rollout: { maxConcurrent: 50 },
+        preheat: emulatedManagerPreheat(manager.url),
+      }),
+    );
     const ready = await untilReady(NODES);
     // Ready without waiting for the jobs' end: each replica's gate opened once its node's job was created.
     expect(ready.status!.nodePreheat!.nodes).toBe(NODES);

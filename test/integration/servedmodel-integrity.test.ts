@@ -16,12 +16,12 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import * as k8s from '@kubernetes/client-node';
 import { Agent } from 'undici';
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { ServedModel } from '../../src/api/index.ts';
 import { createServedModelController } from '../../src/controllers/index.ts';
 import { taskID } from '../../src/storage/taskid.ts';
-import { createNamespace, createSecret, kubeConfig, waitFor } from '../support/kube.ts';
-import { peerloadNamespace, type PeerloadNamespace } from '../support/resources.ts';
+import { createSecret, waitFor } from '../support/kube.ts';
+import { testNamespace, type PeerloadNamespace } from '../support/resources.ts';
 import {
   gzip,
   pushModel,
@@ -55,9 +55,7 @@ let emulated: EmulatedReplicas;
 let replicas: EmulatedReplica[] = [];
 
 beforeAll(async () => {
-  kc = kubeConfig(inject('kubeconfigPath'));
-  ns = await createNamespace(kc, 'sm-integrity');
-  sms = peerloadNamespace(kc, ns);
+  ({ kc, ns, peerload: sms } = await testNamespace('sm-integrity'));
   work = await mkdtemp(join(tmpdir(), 'peerload-sm-integrity-'));
   fake = await startFakeRegistry();
   await createSecret(kc, ns, 'agent-token', { token: TOKEN });

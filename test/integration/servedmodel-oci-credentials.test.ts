@@ -15,12 +15,12 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import * as k8s from '@kubernetes/client-node';
 import { Agent, request } from 'undici';
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { ServedModel } from '../../src/api/index.ts';
 import { createServedModelController } from '../../src/controllers/index.ts';
 import { modelPreheatController } from '../../src/controllers/modelpreheat/index.ts';
-import { createNamespace, createRegistrySecret, createSecret, kubeConfig } from '../support/kube.ts';
-import { conditionOf, peerloadNamespace, type PeerloadNamespace } from '../support/resources.ts';
+import { createRegistrySecret, createSecret } from '../support/kube.ts';
+import { conditionOf, testNamespace, type PeerloadNamespace } from '../support/resources.ts';
 import {
   modelManifest,
   pushModel,
@@ -70,9 +70,7 @@ let recorder: Server;
 const received: { method: string; path: string; body: string }[] = [];
 
 beforeAll(async () => {
-  kc = kubeConfig(inject('kubeconfigPath'));
-  ns = await createNamespace(kc, 'sm-oci-creds');
-  sms = peerloadNamespace(kc, ns);
+  ({ kc, ns, peerload: sms } = await testNamespace('sm-oci-creds'));
   work = await mkdtemp(join(tmpdir(), 'peerload-sm-oci-creds-'));
   tokens = await startTokenServer({ users: { alice: PASSWORD } });
   registry = await startRegistry({ tokens });

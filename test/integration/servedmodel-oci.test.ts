@@ -15,7 +15,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import * as k8s from '@kubernetes/client-node';
 import { Agent } from 'undici';
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { ServedModel } from '../../src/api/index.ts';
 import { createServedModelController } from '../../src/controllers/index.ts';
 import { modelPreheatController } from '../../src/controllers/modelpreheat/index.ts';
@@ -25,8 +25,8 @@ import { startManagerEmulator, type ManagerEmulator } from '../support/manager-e
 import { RegistryClient } from '../../src/oci/client.ts';
 import { parseReference } from '../../src/oci/reference.ts';
 import { parseHostRules } from '../../src/policy/reach.ts';
-import { createNamespace, createRegistrySecret, createSecret, kubeConfig, waitFor } from '../support/kube.ts';
-import { conditionOf, peerloadNamespace, type PeerloadNamespace } from '../support/resources.ts';
+import { createRegistrySecret, createSecret, waitFor } from '../support/kube.ts';
+import { conditionOf, testNamespace, type PeerloadNamespace } from '../support/resources.ts';
 import { modctl, pushTritonVersion, type Modctl } from '../support/modctl.ts';
 import {
   gzip,
@@ -69,9 +69,7 @@ let emulated: EmulatedReplicas;
 let replicas: EmulatedReplica[] = [];
 
 beforeAll(async () => {
-  kc = kubeConfig(inject('kubeconfigPath'));
-  ns = await createNamespace(kc, 'sm-oci');
-  sms = peerloadNamespace(kc, ns);
+  ({ kc, ns, peerload: sms } = await testNamespace('sm-oci'));
   work = await mkdtemp(join(tmpdir(), 'peerload-sm-oci-'));
   tokens = await startTokenServer({ users: { alice: PASSWORD } });
   registry = await startRegistry({ tokens });

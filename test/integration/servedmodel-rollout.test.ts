@@ -3,13 +3,13 @@
  * replica's phase while they run, and an operator restarted mid-download waits for the download it started
  * instead of starting another (the plugin's 202 DownloadInProgress).
  */
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import * as k8s from '@kubernetes/client-node';
-import { createNamespace, kubeConfig, waitFor } from '../support/kube.ts';
+import { waitFor } from '../support/kube.ts';
 import { startModelServerFleet, type ModelServerFleet } from '../support/modelserver-emulator.ts';
 import { ServiceEndpoints, loopbackDispatcher } from '../support/endpointslices.ts';
 import { startManager, type RunningManager } from '../support/runtime-harness.ts';
-import { peerloadNamespace, type PeerloadNamespace } from '../support/resources.ts';
+import { testNamespace, type PeerloadNamespace } from '../support/resources.ts';
 import { createServedModelController } from '../../src/controllers/index.ts';
 import type { ServedModel } from '../../src/api/index.ts';
 
@@ -20,9 +20,7 @@ const cleanups: (() => Promise<unknown>)[] = [];
 const dispatcher = loopbackDispatcher();
 
 beforeAll(async () => {
-  kc = kubeConfig(inject('kubeconfigPath'));
-  ns = await createNamespace(kc, 'smroll');
-  sms = peerloadNamespace(kc, ns);
+  ({ kc, ns, peerload: sms } = await testNamespace('smroll'));
 });
 
 afterAll(async () => {

@@ -4,14 +4,18 @@
  * Normal ScalingOut then ScaledOut, and no Warning is recorded; a replica that then loses the model turns Ready
  * False with a Warning NotReady.
  */
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import * as k8s from '@kubernetes/client-node';
-import { createNamespace, kubeConfig, waitFor } from '../support/kube.ts';
-import { conditionOf as condition, peerloadNamespace, type PeerloadNamespace } from '../support/resources.ts';
-import { ServiceEndpoints, loopbackDispatcher } from '../support/endpointslices.ts';
+import { waitFor } from '../support/kube.ts';
+import {
+  archiveServedModel,
+  conditionOf as condition,
+  type PeerloadNamespace,
+  testNamespace,
+} from '../support/resources.ts';
+import { ServiceEndpoints } from '../support/endpointslices.ts';
 import { startModelServerFleet, type ModelServerFleet } from '../support/modelserver-emulator.ts';
-import { soloOperatorFlags, startManager, type RunningManager } from '../support/runtime-harness.ts';
-import { createServedModelController } from '../../src/controllers/index.ts';
+import { startServedModelOperator, type RunningManager } from '../support/runtime-harness.ts';
 
 const BEFORE = 250;
 const AFTER = 270;
@@ -24,16 +28,10 @@ let svc: ServiceEndpoints;
 let operator: RunningManager;
 
 beforeAll(async () => {
-  kc = kubeConfig(inject('kubeconfigPath'));
-  ns = await createNamespace(kc, 'smscale');
-  peerload = peerloadNamespace(kc, ns);
+  ({ kc, ns, peerload } = await testNamespace('smscale'));
   fleet = await startModelServerFleet(AFTER, { registrationLatencyMs: 20, workerStartMs: 20 });
   svc = await ServiceEndpoints.of(kc, ns, 'fleet', fleet.urls.slice(0, BEFORE), 'pod');
-  operator = await startManager(
-    kc,
-    ['--namespace', ns, ...soloOperatorFlags()],
-    [(ctx) => createServedModelController(ctx, { dispatcher: loopbackDispatcher() })],
-  );
+  operator = await startServedModelOperator(kc, ns);
 }, 180_000);
 
 afterAll(async () => {
@@ -55,12 +53,10 @@ const untilReady = (replicas: number) =>
 
 describe('scale-out of a ServedModel on 250 replicas', () => {
   it('250 → 270 replicas: Ready stays True, Reconciling says ScalingOut, no Warning Event', async () => {
-    await peerload.createServedModel('fleet', {
-      modelName: 'fleet',
-      fileName: 'models/fleet.mar',
-      modelServer: { service: { name: 'fleet' } },
-      rollout: { maxConcurrent: 50 },
-    });
+    await peerload.createServedModel(
+      'fleet',
+      archiveServedModel('fleet', 'fleet', { rollout: { maxConcurrent: 50 } }),
+    );
     await untilReady(BEFORE);
     expect((await events()).filter((e) => e.startsWith('Normal/Ready'))).toHaveLength(1);
 

@@ -2,9 +2,9 @@
  * The ServedModel controller against the real apiserver, with EndpointSlices written by the test and
  * emulated model-server replicas.
  */
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import * as k8s from '@kubernetes/client-node';
-import { createNamespace, kubeConfig, waitFor } from '../support/kube.ts';
+import { waitFor } from '../support/kube.ts';
 import {
   startModelServerEmulator,
   startModelServerFleet,
@@ -12,7 +12,7 @@ import {
 } from '../support/modelserver-emulator.ts';
 import { ServiceEndpoints, loopbackDispatcher } from '../support/endpointslices.ts';
 import { startManager, type RunningManager } from '../support/runtime-harness.ts';
-import { peerloadNamespace, type PeerloadNamespace } from '../support/resources.ts';
+import { testNamespace, type PeerloadNamespace } from '../support/resources.ts';
 import { createServedModelController } from '../../src/controllers/index.ts';
 import type { ServedModel } from '../../src/api/index.ts';
 
@@ -29,11 +29,7 @@ const cleanups: (() => Promise<unknown>)[] = [];
 const dispatcher = loopbackDispatcher();
 
 beforeAll(async () => {
-  kc = kubeConfig(inject('kubeconfigPath'));
-  custom = kc.makeApiClient(k8s.CustomObjectsApi);
-  core = kc.makeApiClient(k8s.CoreV1Api);
-  ns = await createNamespace(kc, 'sm');
-  sms = peerloadNamespace(kc, ns);
+  ({ kc, ns, custom, core, peerload: sms } = await testNamespace('sm'));
   operator = await startManager(
     kc,
     ['--no-leader-elect', '--poll-backoff-start', '100ms', '--poll-backoff-max', '1s'],

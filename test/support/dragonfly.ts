@@ -15,16 +15,15 @@ import { randomBytes } from 'node:crypto';
 import { mkdir, mkdtemp, readFile, rename, rm, writeFile } from 'node:fs/promises';
 import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
-import { dirname, join, resolve } from 'node:path';
+import { dirname, join } from 'node:path';
 import { promisify } from 'node:util';
 import { dump } from 'js-yaml';
 import { redact } from '../../src/redact.ts';
 import { startOrigin } from './origin.ts';
 import { freePort } from './ports.ts';
-import { startProcess, waitFor, type ManagedProcess } from './process.ts';
+import { setUpTool, startProcess, waitFor, type ManagedProcess } from './process.ts';
 
 const run = promisify(execFile);
-const REPO_ROOT = resolve(import.meta.dirname, '../..');
 
 /** The Dragonfly release the harness runs; scripts/setup-dragonfly.sh builds the same. */
 export const DRAGONFLY_VERSION = 'v2.5.1';
@@ -114,13 +113,7 @@ export interface Dragonfly extends DragonflyView {
 }
 
 /** The bin directory with manager, scheduler and dfdaemon: $PEERLOAD_DRAGONFLY_BIN, else the set-up's. */
-export async function dragonflyBinDir(): Promise<string> {
-  if (process.env['PEERLOAD_DRAGONFLY_BIN']) return process.env['PEERLOAD_DRAGONFLY_BIN'];
-  const { stdout } = await run('bash', [join(REPO_ROOT, 'scripts/setup-dragonfly.sh')], {
-    maxBuffer: 16 << 20,
-  });
-  return stdout.trim().split('\n').pop()!;
-}
+export const dragonflyBinDir = () => setUpTool('setup-dragonfly.sh', 'PEERLOAD_DRAGONFLY_BIN');
 
 /** Picks `n` distinct 127.0.0.x addresses, from a random start so parallel runs rarely collide. */
 function loopbackAddresses(n: number): string[] {

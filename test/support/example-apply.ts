@@ -3,8 +3,9 @@
  * audit), and a server-side apply of rendered manifests into it that returns the apiserver's warnings.
  */
 import { randomBytes } from 'node:crypto';
+import { expect } from 'vitest';
 import type { KubeClient, KubeObject } from '../../src/runtime/index.ts';
-import { gvrOf, type Manifest } from './runtime-deploy.ts';
+import { gvrOf, serverSideApply, type Manifest } from './runtime-deploy.ts';
 
 /** A new namespace `<prefix>-<random>` whose Pod Security enforce, warn and audit levels are `level`. */
 export async function podSecurityNamespace(
@@ -38,15 +39,7 @@ export async function applyInto(
   const off = kube.onRequest((r) => warnings.push(...(r.warnings ?? [])));
   try {
     for (const m of ms) {
-      const gvr = gvrOf(m);
-      const namespace = gvr.namespaced ? (ns ?? m.metadata.namespace) : undefined;
-      const body = { ...m, metadata: { ...m.metadata, ...(namespace ? { namespace } : {}) } };
-      const r = await kube.resource(gvr).patch(namespace, m.metadata.name, body, {
-        type: 'apply',
-        fieldManager: 'peerload-tests',
-        force: true,
-        dryRun,
-      });
+      const r = await serverSideApply(kube, m, { namespace: ns, dryRun });
       if (r.metadata.name !== m.metadata.name)
         throw new Error(`applied ${m.kind} ${m.metadata.name} came back as ${r.metadata.name}`);
     }
@@ -63,4 +56,31 @@ export async function applyInto(
 export function podSecurityViolations(message: string): string[] | null {
   const m = /violates PodSecurity "restricted:latest": (.*)$/.exec(message);
   return m ? m[1]!.split(/\), (?=[a-zA-Z])/).map((v) => v.replace(/\)$/, '')) : null;
+}
+
+/**
+ * Checks that `applying` a hard-link example's pod is refused by `restricted` Pod Security for what such a pod needs
+ * and for nothing else: a node volume (hostPath, `volume`) and a root init container (`initContainer`) that hands
+ * the directory to the server's user.
+ */
+export async function expectHardLinkRefusal(
+  applying: Promise<unknown>,
+  initContainer: string,
+  volume: string,
+): Promise<void> {
+  const err = await applying.then(
+    () => new Error('admitted'),
+    (e: Error) => e,
+  );
+  // "check (detail), check (detail)": the checks and what each names.
+  const violations = podSecurityViolations(err.message)!;
+  expect(violations, err.message).not.toBeNull();
+  expect(violations.map((v) => v.split(' (')[0]).sort()).toEqual([
+    'restricted volume types',
+    'runAsNonRoot != true',
+    'runAsUser=0',
+    'unrestricted capabilities',
+  ]);
+  for (const v of violations)
+    expect(v).toMatch(new RegExp(`container "${initContainer}"|volume "${volume}"`));
 }

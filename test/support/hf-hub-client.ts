@@ -3,21 +3,16 @@
  * to. Each call is one Python process (test/support/hf-hub-client.py) that prints one JSON line.
  */
 import { execFile } from 'node:child_process';
-import { join, resolve } from 'node:path';
+import { join } from 'node:path';
 import { promisify } from 'node:util';
 
-const REPO_ROOT = resolve(import.meta.dirname, '../..');
+import { setUpTool } from './process.ts';
+
 const run = promisify(execFile);
 
 /** The virtualenv's python (scripts/setup-hf-hub.sh), or $PEERLOAD_HF_HUB_PYTHON. */
-export async function hfHubPython(): Promise<string> {
-  if (process.env.PEERLOAD_HF_HUB_PYTHON) return process.env.PEERLOAD_HF_HUB_PYTHON;
-  const { stdout } = await run('bash', [join(REPO_ROOT, 'scripts', 'setup-hf-hub.sh')], {
-    maxBuffer: 16 << 20,
-    timeout: 1_800_000,
-  });
-  return stdout.trim().split('\n').pop()!;
-}
+export const hfHubPython = () =>
+  setUpTool('setup-hf-hub.sh', 'PEERLOAD_HF_HUB_PYTHON', { timeoutMs: 1_800_000 });
 
 export type HfClientCall = 'snapshot_download' | 'model_info' | 'list_repo_tree';
 

@@ -3,18 +3,14 @@
  * scripts/setup-minio.sh. Started on a free loopback port with a temporary data directory and root credentials;
  * buckets and objects are created through the S3 API (@aws-sdk/client-s3), so no `mc` is needed.
  */
-import { execFile } from 'node:child_process';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
-import { promisify } from 'node:util';
+import { join } from 'node:path';
 import { CreateBucketCommand, PutObjectCommand, S3Client } from '@aws-sdk/client-s3';
 import type { S3Credentials } from '../../src/storage/credentials.ts';
 import type { StorageLocation } from '../../src/storage/objecturl.ts';
 import { freePort } from './ports.ts';
-import { startProcess, waitFor, type ManagedProcess } from './process.ts';
-
-const REPO_ROOT = resolve(import.meta.dirname, '../..');
+import { setUpTool, startProcess, waitFor, type ManagedProcess } from './process.ts';
 
 export interface MinIO {
   /** `http://127.0.0.1:<port>`: the `endpoint` of an s3 location (use `pathStyle: true`). */
@@ -37,13 +33,7 @@ export interface MinIO {
 }
 
 /** The MinIO bin directory: $PEERLOAD_MINIO_BIN, else what scripts/setup-minio.sh prints (building it once). */
-export async function minioBinDir(): Promise<string> {
-  if (process.env['PEERLOAD_MINIO_BIN']) return process.env['PEERLOAD_MINIO_BIN'];
-  const { stdout } = await promisify(execFile)('bash', [join(REPO_ROOT, 'scripts/setup-minio.sh')], {
-    maxBuffer: 1 << 20,
-  });
-  return stdout.trim().split('\n').pop()!;
-}
+export const minioBinDir = () => setUpTool('setup-minio.sh', 'PEERLOAD_MINIO_BIN');
 
 export async function startMinIO(
   opts: { accessKey?: string; secretKey?: string; region?: string } = {},

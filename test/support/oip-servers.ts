@@ -8,12 +8,11 @@
 import { execFile } from 'node:child_process';
 import { mkdir, mkdtemp, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
+import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { freePort } from './ports.ts';
-import { startProcess, waitFor, type ManagedProcess } from './process.ts';
+import { setUpTool, startProcess, waitFor, type ManagedProcess } from './process.ts';
 
-const REPO_ROOT = resolve(import.meta.dirname, '../..');
 const run = promisify(execFile);
 
 export interface OipServer {
@@ -34,19 +33,10 @@ export interface OipServerOptions {
   startTimeoutMs?: number;
 }
 
-async function setupBin(script: string, env: string): Promise<string> {
-  if (process.env[env]) return process.env[env];
-  const { stdout } = await run('bash', [join(REPO_ROOT, 'scripts', script)], {
-    maxBuffer: 16 << 20,
-    timeout: 3_600_000,
-  });
-  return stdout.trim().split('\n').pop()!;
-}
-
 /** The directory of Triton's wrapper (scripts/setup-triton.sh), or $PEERLOAD_TRITON_BIN. */
-export const tritonBinDir = () => setupBin('setup-triton.sh', 'PEERLOAD_TRITON_BIN');
+export const tritonBinDir = () => setUpTool('setup-triton.sh', 'PEERLOAD_TRITON_BIN');
 /** MLServer's virtualenv bin directory (scripts/setup-mlserver.sh), or $PEERLOAD_MLSERVER_BIN. */
-export const mlserverBinDir = () => setupBin('setup-mlserver.sh', 'PEERLOAD_MLSERVER_BIN');
+export const mlserverBinDir = () => setUpTool('setup-mlserver.sh', 'PEERLOAD_MLSERVER_BIN');
 
 async function ready(url: string, proc: ManagedProcess, timeoutMs: number): Promise<void> {
   let exited = false;

@@ -3,6 +3,7 @@
  * as a cluster runs it: nothing of the test process is shared with it but the kubeconfig and the flags.
  */
 import { readFile } from 'node:fs/promises';
+import { expect } from 'vitest';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { REPO_ROOT, waitFor } from './kube.ts';
@@ -85,4 +86,37 @@ export function sampleRSS(pid: number, everyMs = 50): { peak(): number; stop(): 
       .catch(() => undefined);
   }, everyMs);
   return { peak: () => peak, stop: () => clearInterval(timer) };
+}
+
+/**
+ * An operator process watched through a hostile load: its pid when the watch began (a restart would change it) and
+ * its RSS, sampled until stop().
+ */
+export function watchOperator(operator: OperatorProcess) {
+  const pid = operator.process.child.pid!;
+  const rss = sampleRSS(pid);
+  const exited = () => operator.process.child.exitCode !== null || operator.process.child.signalCode !== null;
+  return {
+    pid,
+    idleRSS: () => rssOf(pid),
+    peakRSS: rss.peak,
+    stop: rss.stop,
+    /** Throws, with the end of its log, once the operator has exited: a wait under the load stops there. */
+    async failIfExited(): Promise<void> {
+      if (exited()) throw new Error(`the operator exited:\n${(await operator.logs()).slice(-2_000)}`);
+    },
+    /**
+     * Checks that the operator came through the load unharmed: still the same process (never restarted), running,
+     * ready, and never out of heap. Returns its log, for the test's own checks of what it must not say.
+     */
+    async expectUnharmed(): Promise<string> {
+      expect(operator.process.child.exitCode).toBeNull();
+      expect(operator.process.child.signalCode).toBeNull();
+      expect(operator.process.child.pid).toBe(pid);
+      expect((await fetch(operator.url('/readyz'))).status).toBe(200);
+      const log = await operator.logs();
+      expect(log).not.toMatch(/heap limit|out of memory/i);
+      return log;
+    },
+  };
 }

@@ -91,3 +91,21 @@ export function runPeerload(
     }),
   );
 }
+
+/**
+ * What a tool's set-up script (scripts/`script`, which builds or downloads it once and caches it) prints on its last
+ * line, a directory or a path; `$env` names one already at hand and skips the script. Every external tool the tests
+ * start (MinIO, the registry, Dragonfly, TorchServe, Triton…) is found this way.
+ */
+export async function setUpTool(
+  script: string,
+  env: string,
+  o: { timeoutMs?: number } = {},
+): Promise<string> {
+  if (process.env[env]) return process.env[env];
+  const { stdout } = await promisify(execFile)('bash', [join(import.meta.dirname, '../../scripts', script)], {
+    maxBuffer: 16 << 20,
+    timeout: o.timeoutMs ?? 3_600_000,
+  });
+  return stdout.trim().split('\n').pop()!;
+}

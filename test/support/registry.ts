@@ -4,18 +4,13 @@
  * (registry-token.ts) it demands Bearer tokens and verifies them (signature against the server's JWKS, issuer,
  * audience, expiry, granted actions).
  */
-import { execFile } from 'node:child_process';
 import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
-import { promisify } from 'node:util';
+import { join } from 'node:path';
 import { dump } from 'js-yaml';
 import { freePort } from './ports.ts';
-import { startProcess, waitFor, type ManagedProcess } from './process.ts';
+import { setUpTool, startProcess, waitFor, type ManagedProcess } from './process.ts';
 import { TOKEN_ISSUER, TOKEN_SERVICE, type TokenServer } from './registry-token.ts';
-
-const run = promisify(execFile);
-const REPO_ROOT = resolve(import.meta.dirname, '../..');
 
 export const REGISTRY_VERSION = 'v3.1.2';
 
@@ -30,20 +25,10 @@ export interface Registry {
 }
 
 /** The directory with `registry`: $PEERLOAD_REGISTRY_BIN, else the set-up's (built on first use). */
-export async function registryBinDir(): Promise<string> {
-  if (process.env['PEERLOAD_REGISTRY_BIN']) return process.env['PEERLOAD_REGISTRY_BIN'];
-  const { stdout } = await run('bash', [join(REPO_ROOT, 'scripts/setup-registry.sh')], {
-    maxBuffer: 16 << 20,
-  });
-  return stdout.trim().split('\n').pop()!;
-}
+export const registryBinDir = () => setUpTool('setup-registry.sh', 'PEERLOAD_REGISTRY_BIN');
 
 /** The directory with `modctl`: $PEERLOAD_MODCTL_BIN, else the set-up's (built on first use). */
-export async function modctlBinDir(): Promise<string> {
-  if (process.env['PEERLOAD_MODCTL_BIN']) return process.env['PEERLOAD_MODCTL_BIN'];
-  const { stdout } = await run('bash', [join(REPO_ROOT, 'scripts/setup-modctl.sh')], { maxBuffer: 16 << 20 });
-  return stdout.trim().split('\n').pop()!;
-}
+export const modctlBinDir = () => setUpTool('setup-modctl.sh', 'PEERLOAD_MODCTL_BIN');
 
 export async function startRegistry(opts: { tokens?: TokenServer; host?: string } = {}): Promise<Registry> {
   const bin = await registryBinDir();

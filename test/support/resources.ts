@@ -4,6 +4,8 @@
  */
 import * as k8s from '@kubernetes/client-node';
 import type { Condition, ModelPreheat, ServedModel } from '../../src/api/index.ts';
+import { inject } from 'vitest';
+import { createNamespace, kubeConfig } from './kube.ts';
 import { waitFor } from './process.ts';
 
 export const GROUP = 'peerload.io';
@@ -36,6 +38,19 @@ export function emulatedManagerPreheat(managerURL: string) {
     },
     schedulerClusterIDs: [1],
     manager: { url: managerURL, signInSecretRef: { name: 'manager-user' } },
+  };
+}
+
+/**
+ * The spec of a ServedModel of one model archive, `models/<modelName>.mar`, registered on the replicas behind
+ * Service `service`; `extra` adds to it (rollout, deletion, preheat…).
+ */
+export function archiveServedModel(modelName: string, service: string, extra: object = {}) {
+  return {
+    modelName,
+    fileName: `models/${modelName}.mar`,
+    modelServer: { service: { name: service } },
+    ...extra,
   };
 }
 
@@ -159,6 +174,23 @@ export function peerloadNamespace(kc: k8s.KubeConfig, namespace: string) {
       ),
 
     /**
+     * The ServedModel once Ready is True with `ready` as its status.ready (`2/2`: ready on 2 of the 2 replicas
+     * found). While it is Stalled the wait goes on but records why, so that a time-out names its conditions.
+     */
+    untilReadyOn: (name: string, ready: string, o: Poll = {}) =>
+      until<ServedModel, ServedModel>(
+        'servedmodels',
+        name,
+        `Ready ${ready}`,
+        (sm) => {
+          if (conditionOf(sm, 'Stalled')?.status === 'True')
+            throw new Error(`Stalled: ${JSON.stringify(sm.status?.conditions)}`);
+          return conditionOf(sm, 'Ready')?.status === 'True' && sm.status?.ready === ready ? sm : undefined;
+        },
+        o,
+      ),
+
+    /**
      * The ServedModel once its condition Stalled is True (and, when `reason` is given, for that reason); its message
      * says why.
      */
@@ -197,3 +229,19 @@ export function peerloadNamespace(kc: k8s.KubeConfig, namespace: string) {
 }
 
 export type PeerloadNamespace = ReturnType<typeof peerloadNamespace>;
+
+/**
+ * A namespace of its own (`<prefix>-<random>`) on the test apiserver, for one integration or e2e file: the admin's
+ * KubeConfig and clients, and peerload's resources in it. namespace-cleanup.ts empties it after the file.
+ */
+export async function testNamespace(prefix: string) {
+  const kc = kubeConfig(inject('kubeconfigPath'));
+  const ns = await createNamespace(kc, prefix);
+  return {
+    kc,
+    ns,
+    core: kc.makeApiClient(k8s.CoreV1Api),
+    custom: kc.makeApiClient(k8s.CustomObjectsApi),
+    peerload: peerloadNamespace(kc, ns),
+  };
+}

@@ -2,7 +2,7 @@
 import { execFileSync } from 'node:child_process';
 import { join } from 'node:path';
 import { loadAll } from 'js-yaml';
-import type { Gvr } from '../../src/runtime/index.ts';
+import type { Gvr, KubeClient } from '../../src/runtime/index.ts';
 import { REPO_ROOT } from './kube.ts';
 
 export interface Manifest {
@@ -57,4 +57,25 @@ export function gvrOf(m: { apiVersion: string; kind: string }): Gvr {
   if (!r) throw new Error(`no resource known for kind ${m.kind}`);
   const [group, version] = m.apiVersion.includes('/') ? m.apiVersion.split('/') : ['', m.apiVersion];
   return { group: group!, version: version!, resource: r[0], namespaced: r[1], kind: m.kind };
+}
+
+/**
+ * Applies `m` server-side as `fieldManager` (default `peerload-tests`), taking over its fields as `kubectl apply
+ * --server-side --force-conflicts` does: into `namespace` when it is namespaced (default its own), in a dry run when
+ * `dryRun`. Resolves with the object as the apiserver made it.
+ */
+export function serverSideApply(
+  kube: KubeClient,
+  m: Manifest,
+  o: { namespace?: string; dryRun?: boolean; fieldManager?: string } = {},
+) {
+  const gvr = gvrOf(m);
+  const namespace = gvr.namespaced ? (o.namespace ?? m.metadata.namespace) : undefined;
+  const body = { ...m, metadata: { ...m.metadata, ...(namespace ? { namespace } : {}) } };
+  return kube.resource(gvr).patch(namespace, m.metadata.name, body, {
+    type: 'apply',
+    fieldManager: o.fieldManager ?? 'peerload-tests',
+    force: true,
+    dryRun: o.dryRun ?? false,
+  });
 }

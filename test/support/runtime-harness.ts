@@ -1,7 +1,8 @@
 /** In-process managers for runtime integration tests: config, request recording, start/stop. */
 import { Writable } from 'node:stream';
 import { loadConfig, type OperatorConfig } from '../../src/config.ts';
-import { OPERATOR_IDENTITY } from '../../src/controllers/index.ts';
+import { OPERATOR_IDENTITY, createServedModelController } from '../../src/controllers/index.ts';
+import { loopbackDispatcher } from './endpointslices.ts';
 import { loopbackOperatorFlags } from './loopback-profile.ts';
 import {
   KubeClient,
@@ -12,6 +13,7 @@ import {
   type RequestRecord,
 } from '../../src/runtime/index.ts';
 import type * as k8s from '@kubernetes/client-node';
+import type { LevelWithSilent } from 'pino';
 
 /**
  * Operator config for tests: flags as the CLI takes them, after the loopback profile (test/support/loopback-profile.ts:
@@ -117,8 +119,32 @@ export function rbacOf(r: RequestRecord): {
   return { verb, group, resource: sub ? `${resource}/${sub}` : resource, namespaced };
 }
 
-/** A debug logger whose lines are kept, for tests that look for what must never be logged (secrets). */
-export function capturedLogger(): { logger: Logger; text(): string } {
+/**
+ * The ServedModel controller alone, reconciling namespace `ns` only (objects other files leave behind, whose
+ * EndpointSlices may name ports this file's emulators reuse, are not its to reconcile) and reaching the emulated
+ * replicas on loopback. Retries grow to `maxBackoff`; `flags` come last.
+ */
+export function startServedModelOperator(
+  kc: k8s.KubeConfig,
+  ns: string,
+  o: { maxBackoff?: string; flags?: string[] } = {},
+): Promise<RunningManager> {
+  return startManager(
+    kc,
+    ['--namespace', ns, ...soloOperatorFlags(o.maxBackoff), ...(o.flags ?? [])],
+    [(ctx) => createServedModelController(ctx, { dispatcher: loopbackDispatcher() })],
+  );
+}
+
+/**
+ * A logger (debug unless `level` says otherwise) whose lines are kept, for tests that look for what must never be
+ * logged (secrets): `lines` one a record, `text()` all of them.
+ */
+export function capturedLogger(level: LevelWithSilent = 'debug'): {
+  logger: Logger;
+  lines: string[];
+  text(): string;
+} {
   const lines: string[] = [];
   const sink = new Writable({
     write(chunk, _enc, done) {
@@ -126,5 +152,5 @@ export function capturedLogger(): { logger: Logger; text(): string } {
       done();
     },
   });
-  return { logger: createLogger('debug', sink), text: () => lines.join('') };
+  return { logger: createLogger(level, sink), lines, text: () => lines.join('') };
 }

@@ -14,12 +14,11 @@
 import { execFile } from 'node:child_process';
 import { copyFile, mkdir, mkdtemp, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
-import { basename, dirname, join, resolve } from 'node:path';
+import { basename, dirname, join } from 'node:path';
 import { promisify } from 'node:util';
 import { freePort } from './ports.ts';
-import { startProcess, waitFor, type ManagedProcess } from './process.ts';
+import { setUpTool, startProcess, waitFor, type ManagedProcess } from './process.ts';
 
-const REPO_ROOT = resolve(import.meta.dirname, '../..');
 const run = promisify(execFile);
 
 export interface TorchServeKeys {
@@ -81,14 +80,7 @@ export interface TorchServe {
 }
 
 /** The TorchServe virtualenv's bin directory: $PEERLOAD_TORCHSERVE_BIN, else scripts/setup-torchserve.sh. */
-export async function torchServeBinDir(): Promise<string> {
-  if (process.env['PEERLOAD_TORCHSERVE_BIN']) return process.env['PEERLOAD_TORCHSERVE_BIN'];
-  const { stdout } = await run('bash', [join(REPO_ROOT, 'scripts/setup-torchserve.sh')], {
-    maxBuffer: 16 << 20,
-    timeout: 3_600_000,
-  });
-  return stdout.trim().split('\n').pop()!;
-}
+export const torchServeBinDir = () => setUpTool('setup-torchserve.sh', 'PEERLOAD_TORCHSERVE_BIN');
 
 /** setpriv's arguments that drop to `ids` before running what follows them. */
 function dropTo(ids: { uid: number; gid: number }): string[] {

@@ -33,6 +33,8 @@ afterAll(async () => {
 const run = (args: string[]) => runPeerload(args);
 
 const url = (p: string) => `${origin.url}${p}?X-Amz-Signature=${SIGNATURE}`;
+/** `peerload fetch` of model `m` as `spec` says, into `root`. */
+const fetchInto = (spec: string, root: string) => ['fetch', '--name', 'm', '--spec', spec, '--root', root];
 
 describe('peerload fetch', () => {
   it('downloads a version and prints one line; a second run finds it in place', async () => {
@@ -48,19 +50,7 @@ describe('peerload fetch', () => {
       }),
     );
     const root = join(dir, 'root');
-    const args = [
-      'fetch',
-      '--name',
-      'm',
-      '--spec',
-      spec,
-      '--root',
-      root,
-      '--proxy',
-      peer.url,
-      '--min-free-bytes',
-      '0',
-    ];
+    const args = [...fetchInto(spec, root), '--proxy', peer.url, '--min-free-bytes', '0'];
     const r = await run(args);
     expect(r.code).toBe(0);
     expect(r.stdout).toMatch(
@@ -76,17 +66,7 @@ describe('peerload fetch', () => {
   it('exits 1 with the reason when a file fails, without the signature', async () => {
     const spec = join(dir, 'bad.json');
     await writeFile(spec, JSON.stringify({ version: '1', files: [{ path: 'gone', url: url('/b/m/gone') }] }));
-    const r = await run([
-      'fetch',
-      '--name',
-      'm',
-      '--spec',
-      spec,
-      '--root',
-      join(dir, 'r2'),
-      '--proxy',
-      peer.url,
-    ]);
+    const r = await run([...fetchInto(spec, join(dir, 'r2')), '--proxy', peer.url]);
     expect(r.code).toBe(1);
     expect(r.stderr).toContain(
       'peerload fetch: DownloadFailed: download of m/1/gone through the peer proxy failed: HTTP 404',
@@ -97,17 +77,17 @@ describe('peerload fetch', () => {
   it('exits 2 on bad input, naming the flag or field', async () => {
     const spec = join(dir, 'invalid.json');
     await writeFile(spec, JSON.stringify({ version: '1', files: [] }));
-    const r = await run(['fetch', '--name', 'm', '--spec', spec, '--root', dir]);
+    const r = await run(fetchInto(spec, dir));
     expect(r.code).toBe(2);
     expect(r.stderr).toContain('--spec: files:');
     expect((await run(['fetch', '--name', 'm', '--spec', spec])).stderr).toContain('--root is required');
-    const cap = await run(['fetch', '--name', 'm', '--spec', spec, '--root', dir, '--max-bytes', 'lots']);
+    const cap = await run([...fetchInto(spec, dir), '--max-bytes', 'lots']);
     expect(cap.stderr).toContain('--max-bytes: must be a byte count such as 500Gi or 1Ti, got "lots"');
     const hosts = ['--allowed-storage-hosts', 'minio.svc,ftp://x'];
-    const bad = await run(['fetch', '--name', 'm', '--spec', spec, '--root', dir, ...hosts]);
+    const bad = await run([...fetchInto(spec, dir), ...hosts]);
     expect(bad.code).toBe(2);
     expect(bad.stderr).toContain('--allowed-storage-hosts: "ftp://x": the scheme may be http://');
-    const uid = await run(['fetch', '--name', 'm', '--spec', spec, '--root', dir, '--server-uid', 'triton']);
+    const uid = await run([...fetchInto(spec, dir), '--server-uid', 'triton']);
     expect(uid.code).toBe(2);
     expect(uid.stderr).toContain(
       `--server-uid: must be a uid such as 1000 (the model server's runAsUser), got "triton"`,

@@ -141,42 +141,31 @@ describe('readiness (what peerload wait reads)', () => {
     });
   });
 
+  /** What `peerload wait` reads of an object whose status is of its current generation. */
+  const observed = (status: object) => readiness(obj(1, { observedGeneration: 1, ...status }));
+
   it('Ready, Stalled (wins over Ready), Reconciling', () => {
-    expect(
-      readiness(
-        obj(1, {
-          observedGeneration: 1,
-          phase: 'SUCCESS',
-          conditions: [c('Ready', 'True', 'JobSucceeded', 'done')],
-        }),
-      ),
-    ).toEqual({
+    expect(observed({ phase: 'SUCCESS', conditions: [c('Ready', 'True', 'JobSucceeded', 'done')] })).toEqual({
       state: 'Ready',
       line: 'Ready: JobSucceeded: done [SUCCESS]',
     });
+    const notFound = 'Service ts not found';
     expect(
-      readiness(
-        obj(1, {
-          observedGeneration: 1,
-          ready: '0/0',
-          conditions: [
-            c('Ready', 'False', 'ServiceNotFound', 'm'),
-            c('Stalled', 'True', 'ServiceNotFound', 'Service ts not found'),
-          ],
-        }),
-      ),
-    ).toEqual({ state: 'Stalled', line: 'Stalled: ServiceNotFound: Service ts not found [0/0]' });
-    expect(
-      readiness(
-        obj(1, {
-          observedGeneration: 1,
-          phase: 'RETRYING',
-          conditions: [
-            c('Ready', 'Unknown', 'JobFailedWillRetry', 'r'),
-            c('Reconciling', 'True', 'JobFailedWillRetry', 'retrying in 30s'),
-          ],
-        }),
-      ),
-    ).toEqual({ state: 'InProgress', line: 'Reconciling: JobFailedWillRetry: retrying in 30s [RETRYING]' });
+      observed({
+        ready: '0/0',
+        conditions: [
+          c('Ready', 'False', 'ServiceNotFound', 'm'),
+          c('Stalled', 'True', 'ServiceNotFound', notFound),
+        ],
+      }),
+    ).toEqual({ state: 'Stalled', line: `Stalled: ServiceNotFound: ${notFound} [0/0]` });
+    const retrying = [
+      c('Ready', 'Unknown', 'JobFailedWillRetry', 'r'),
+      c('Reconciling', 'True', 'JobFailedWillRetry', 'retrying in 30s'),
+    ];
+    expect(observed({ phase: 'RETRYING', conditions: retrying })).toEqual({
+      state: 'InProgress',
+      line: 'Reconciling: JobFailedWillRetry: retrying in 30s [RETRYING]',
+    });
   });
 });

@@ -121,6 +121,22 @@ async function proxy(opts: Parameters<typeof startPeerProxy>[0] = {}): Promise<P
   return p;
 }
 
+/**
+ * A request for `path` through `p` while the origin holds its answer half-way, until the test opens it; the test
+ * destroys `agent` when done (close() would wait for a body a failed assertion left unread).
+ */
+function heldRequest(p: PeerProxy, path: string) {
+  const url = `${origin.url}${path}`;
+  origin.hold();
+  const agent = new ProxyAgent({ uri: p.url });
+  return {
+    url,
+    id: taskID({ url }),
+    agent,
+    response: () => within(2_000, request(url, { dispatcher: agent })),
+  };
+}
+
 beforeAll(async () => {
   origin = await startOrigin();
 });
@@ -386,12 +402,9 @@ describe('peer proxy emulator', () => {
 
   it('cut-through: the client gets the first bytes while the origin is still sending', async () => {
     const p = await proxy();
-    const url = `${origin.url}/gated.bin`;
-    const id = taskID({ url });
-    origin.hold();
-    const agent = new ProxyAgent({ uri: p.url });
+    const { id, agent, response } = heldRequest(p, '/gated.bin');
     try {
-      const res = await within(2_000, request(url, { dispatcher: agent }));
+      const res = await response();
       expect(res.statusCode).toBe(200);
       expect(res.headers['content-length']).toBe(String(GATED.length));
       expect(res.headers['content-type']).toBe('application/octet-stream');
@@ -420,12 +433,9 @@ describe('peer proxy emulator', () => {
 
   it('a failure mid-body breaks the client connection, caches nothing, and the next request goes to the origin', async () => {
     const p = await proxy();
-    const url = `${origin.url}/gated.bin`;
-    const id = taskID({ url });
-    origin.hold();
-    const agent = new ProxyAgent({ uri: p.url });
+    const { url, id, agent, response } = heldRequest(p, '/gated.bin');
     try {
-      const res = await within(2_000, request(url, { dispatcher: agent }));
+      const res = await response();
       const body = res.body[Symbol.asyncIterator]();
       await within(2_000, read(body, HALF));
       const joiner = fetchViaProxy(p.url, url);
@@ -496,12 +506,9 @@ describe('peer proxy emulator', () => {
   it('streams a remote-peer hit through as well', async () => {
     // The origin plays the parent: /peer/tasks/<id> answers GATED, held half-way.
     const leaf = await proxy({ parent: origin.url });
-    const url = `${origin.url}/model.mar`;
-    const id = taskID({ url });
-    origin.hold();
-    const agent = new ProxyAgent({ uri: leaf.url });
+    const { url, id, agent, response } = heldRequest(leaf, '/model.mar');
     try {
-      const res = await within(2_000, request(url, { dispatcher: agent }));
+      const res = await response();
       expect(res.headers['x-dragonfly-task-id']).toBe(id);
       const body = res.body[Symbol.asyncIterator]();
       const first = await within(2_000, read(body, HALF));

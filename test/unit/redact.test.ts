@@ -1,5 +1,4 @@
 import { afterEach, describe, expect, it } from 'vitest';
-import { Writable } from 'node:stream';
 import {
   forgetSecrets,
   redact,
@@ -12,7 +11,7 @@ import {
   rememberSecretData,
 } from '../../src/redact.ts';
 import { MAX_DETAIL, boundDetail } from '../../src/http/errors.ts';
-import { createLogger } from '../../src/runtime/logger.ts';
+import { capturedLogger } from '../support/runtime-harness.ts';
 
 afterEach(() => forgetSecrets());
 
@@ -98,19 +97,12 @@ describe('redactDeep', () => {
 describe('the logger', () => {
   it('redacts messages, fields and errors at every level', async () => {
     rememberSecret('log-secret-1');
-    const lines: string[] = [];
-    const sink = new Writable({
-      write(chunk, _enc, done) {
-        lines.push(String(chunk));
-        done();
-      },
-    });
-    const log = createLogger('debug', sink);
+    const { logger: log, lines, text } = capturedLogger('debug');
     log.debug({ url: 'https://h/x?X-Amz-Signature=SIGDEBUG' }, 'got log-secret-1');
     log.warn({ err: new Error('reach http://u:pw-777@h:1 failed') }, 'failure');
     log.info('plain https://h/y?token=TOK888');
     await new Promise((r) => setImmediate(r));
-    const all = lines.join('');
+    const all = text();
     expect(lines).toHaveLength(3);
     for (const s of ['SIGDEBUG', 'log-secret-1', 'pw-777', 'TOK888']) expect(all).not.toContain(s);
     expect(all).toContain('https://h/x?X-Amz-Signature=***');
@@ -181,20 +173,13 @@ describe('redaction closes its gaps', () => {
     const withToJSON = { toJSON: () => ({ echoed: 'class-secret-value-1' }) };
     const cyclic: Record<string, unknown> = { note: 'class-secret-value-1' };
     cyclic['self'] = cyclic;
-    const lines: string[] = [];
-    const sink = new Writable({
-      write(chunk, _enc, done) {
-        lines.push(String(chunk));
-        done();
-      },
-    });
-    const log = createLogger('info', sink);
+    const { logger: log, lines, text } = capturedLogger('info');
     log.error({ err: new DetailedError() }, 'one');
     log.warn({ creds: new Credentials(), reply: withToJSON, cyclic }, 'two');
     log.info({ url: new URL('https://h/x?X-Amz-Signature=URLSIG1') }, 'three');
     log.error(new DetailedError(), 'four');
     await new Promise((r) => setImmediate(r));
-    const all = lines.join('');
+    const all = text();
     expect(lines).toHaveLength(4);
     expect(all).not.toContain('class-secret-value-1');
     expect(all).not.toContain('URLSIG1');

@@ -112,13 +112,31 @@ describe('WorkQueue timers', () => {
   });
 });
 
+/** A loopback server that answers `ok`, and a GET to it through sendRequest with a time-out of `timeoutMs`. */
+async function okServer() {
+  const server: Server = createServer((_q, s) => s.end('ok'));
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  const origin = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  const dispatcher = new Pool(origin);
+  const toError = (init: HttpErrorInit) => new HttpError('test', init);
+  return {
+    get: async (timeoutMs: number) =>
+      (
+        await sendRequest(
+          { dispatcher, origin, path: '/', method: 'GET', headers: {}, timeoutMs, operation: 'get' },
+          toError,
+        )
+      ).text,
+    close: async () => {
+      await dispatcher.close();
+      await new Promise<void>((r) => server.close(() => r()));
+    },
+  };
+}
+
 describe('HTTP layer timers', () => {
   it("an exchange's time-out timer ends with the exchange: nothing of a 30 min time-out outlives the answer", async () => {
-    const server: Server = createServer((_q, s) => s.end('ok'));
-    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-    const origin = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
-    const dispatcher = new Pool(origin);
-    const toError = (init: HttpErrorInit) => new HttpError('test', init);
+    const server = await okServer();
     const armed = new Set<unknown>();
     const cleared = new Set<unknown>();
     const realSet = globalThis.setTimeout;
@@ -133,47 +151,21 @@ describe('HTTP layer timers', () => {
       realClear(t);
     }) as typeof clearTimeout);
     try {
-      for (let i = 0; i < 100; i++) {
-        const res = await sendRequest(
-          {
-            dispatcher,
-            origin,
-            path: '/',
-            method: 'GET',
-            headers: {},
-            timeoutMs: 30 * 60_000,
-            operation: 'get',
-          },
-          toError,
-        );
-        expect(res.text).toBe('ok');
-      }
+      for (let i = 0; i < 100; i++) expect(await server.get(30 * 60_000)).toBe('ok');
       expect(armed.size).toBe(100);
       expect([...armed].filter((t) => !cleared.has(t))).toEqual([]);
     } finally {
       vi.restoreAllMocks();
-      await dispatcher.close();
-      await new Promise<void>((r) => server.close(() => r()));
+      await server.close();
     }
   });
 
   it('a request time-out of 2m0.5ms or 2^40 ms is valid: the exchange completes', async () => {
-    const server: Server = createServer((_q, s) => s.end('ok'));
-    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-    const origin = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
-    const dispatcher = new Pool(origin);
-    const toError = (init: HttpErrorInit) => new HttpError('test', init);
+    const server = await okServer();
     try {
-      for (const timeoutMs of [120_000.5, 2 ** 40]) {
-        const res = await sendRequest(
-          { dispatcher, origin, path: '/', method: 'GET', headers: {}, timeoutMs, operation: 'get' },
-          toError,
-        );
-        expect(res.text).toBe('ok');
-      }
+      for (const timeoutMs of [120_000.5, 2 ** 40]) expect(await server.get(timeoutMs)).toBe('ok');
     } finally {
-      await dispatcher.close();
-      await new Promise<void>((r) => server.close(() => r()));
+      await server.close();
     }
   });
 });

@@ -236,6 +236,13 @@ function setup(opts: SetupOptions = {}) {
   return { api, driver, events, registrations, pass, idle, ready, cleanUps };
 }
 
+/** The ServedModel's Stalled condition, once checked to be True for `reason`. */
+function stalledFor(t: ReturnType<typeof setup>, reason: string) {
+  const stalled = t.api.stored.status!.conditions!.find((c) => c.type === 'Stalled');
+  expect(stalled).toMatchObject({ status: 'True', reason });
+  return stalled!;
+}
+
 const registeredEvents = (events: string[]) => events.filter((e) => e.includes('/ModelRegistered'));
 
 describe('ServedModelReconciler with a second (fake) model-server driver', () => {
@@ -436,8 +443,7 @@ describe('ServedModelReconciler with a model that is a directory (spec.files)', 
   it('a store outside --allowed-storage-hosts: Stalled (StorageEndpointNotAllowed), no Secret read, no listing, no replica asked', async () => {
     const { d, t } = outsideStorageList();
     await converge(t);
-    const stalled = t.api.stored.status!.conditions!.find((c) => c.type === 'Stalled')!;
-    expect(stalled).toMatchObject({ status: 'True', reason: 'StorageEndpointNotAllowed' });
+    const stalled = stalledFor(t, 'StorageEndpointNotAllowed');
     expect(stalled.message).toContain('spec.preheat.objectStorage.endpoint: host 127.0.0.1:9000');
     expect(stalled.message).toContain('--allowed-storage-hosts (*.s3.*.amazonaws.com)');
     expect(d.secretReads).toEqual([]);
@@ -464,8 +470,7 @@ describe('ServedModelReconciler with a model that is a directory (spec.files)', 
     const registered = [...t.driver.servers.values()].map((s) => s.registered.length);
     await t.pass();
     t.api.deliver();
-    const stalled = t.api.stored.status!.conditions!.find((c) => c.type === 'Stalled')!;
-    expect(stalled).toMatchObject({ status: 'True', reason: 'DirectoryNotListed' });
+    const stalled = stalledFor(t, 'DirectoryNotListed');
     expect(stalled.message).toMatch(
       /^spec\.files: the objects under prefix "models\/llama" changed since this generation listed them /,
     );
@@ -510,8 +515,7 @@ describe('ServedModelReconciler with a model that is a directory (spec.files)', 
     const d = directories();
     const t = setup({ spec: DIRECTORY_SPEC, preheat: succeededPreheat, directories: d.dirs });
     await t.pass();
-    const stalled = t.api.stored.status!.conditions!.find((c) => c.type === 'Stalled')!;
-    expect(stalled).toMatchObject({ status: 'True', reason: 'ModelLayoutUnsupported' });
+    const stalled = stalledFor(t, 'ModelLayoutUnsupported');
     expect(stalled.message).toBe(
       'the fake model server loads one archive, not a directory: set spec.fileName instead of spec.files',
     );
@@ -528,8 +532,7 @@ describe('ServedModelReconciler with a model that is a directory (spec.files)', 
       },
     });
     await t.pass();
-    const stalled = t.api.stored.status!.conditions!.find((c) => c.type === 'Stalled')!;
-    expect(stalled).toMatchObject({ status: 'True', reason: 'UnknownDriver' });
+    const stalled = stalledFor(t, 'UnknownDriver');
     expect(stalled.message).toBe(
       'spec.modelServer.driver: the operator has no model-server driver named tritonn; use one of fake',
     );

@@ -9,17 +9,22 @@ type Row = NonNullable<ServedModelStatus['replicas']>[number];
 const now = new Date('2026-11-26T17:00:00.000Z');
 const STATUS_LIMIT = 256 * 1024;
 
-/** A replica as a cluster names it: pod and node names of a managed cluster's length. */
-const row = (i: number, over: Partial<Row> = {}): Row => ({
-  endpoint: `http://10.244.${Math.floor(i / 250)}.${i % 250}:8081`,
-  pod: `llama-3-8b-torchserve-7d9f8b6c5d-${String(i).padStart(5, 'x')}`,
-  podUID: `0f4c2a9e-3b1d-4c8e-9a7f-${String(i).padStart(12, '0')}`,
+/** What the row of a replica serving the model says of it: what a compact row keeps, beside its endpoint. */
+const SERVING = {
   registered: true,
   version: '1.0',
   readyWorkers: 1,
   ready: true,
   phase: 'Ready',
   since: now.toISOString(),
+} as const;
+
+/** A replica as a cluster names it: pod and node names of a managed cluster's length. */
+const row = (i: number, over: Partial<Row> = {}): Row => ({
+  endpoint: `http://10.244.${Math.floor(i / 250)}.${i % 250}:8081`,
+  pod: `llama-3-8b-torchserve-7d9f8b6c5d-${String(i).padStart(5, 'x')}`,
+  podUID: `0f4c2a9e-3b1d-4c8e-9a7f-${String(i).padStart(12, '0')}`,
+  ...SERVING,
   node: `ip-10-0-${Math.floor(i / 250)}-${i % 250}.eu-west-1.compute.internal`,
   nodeIP: `10.0.${Math.floor(i / 250)}.${i % 250}`,
   localHit: true,
@@ -80,16 +85,7 @@ describe('status size of a ServedModel on 1,000 nodes', () => {
     expect(ServedModelStatus.safeParse(status).success).toBe(true);
     // What the next pass reads back is all there; where it runs is not.
     const first = status.replicas![0]!;
-    expect(first).toEqual({
-      endpoint: 'http://10.244.0.0:8081',
-      registered: true,
-      version: '1.0',
-      readyWorkers: 1,
-      ready: true,
-      phase: 'Ready',
-      since: now.toISOString(),
-      localHit: true,
-    });
+    expect(first).toEqual({ endpoint: 'http://10.244.0.0:8081', ...SERVING, localHit: true });
     expect(status.nodePreheat).toMatchObject({ batches: 10, nodes: 1000, failed: 10 });
   });
 

@@ -4,10 +4,12 @@ import {
   invalidSpecConditions,
   servedModelConditions,
   withServedModelConditions,
+  type ReplicaFailure,
   type ServedModelObservation,
 } from '../../src/controllers/servedmodel/conditions.ts';
 import { applyConditions, getCondition } from '../../src/runtime/conditions.ts';
 import type { Condition } from '../../src/api/index.ts';
+import { closedGate, gateClosedBy } from '../fixtures/gates.ts';
 
 const base: ServedModelObservation = {
   modelName: 'resnet',
@@ -21,6 +23,13 @@ const base: ServedModelObservation = {
 const conditions = (o: Partial<ServedModelObservation>, before?: Condition[]) =>
   applyConditions(before, servedModelConditions({ ...base, ...o }), 4, new Date('2026-01-01T00:00:00Z'));
 const get = (cs: Condition[], type: string) => getCondition(cs, type);
+/** Replica `replica` failing for `reason`; `retryable` when the next pass tries it again. */
+const failing = (replica: string, reason: ReplicaFailure['reason'], message: string, retryable: boolean) => ({
+  replica,
+  reason,
+  message,
+  retryable,
+});
 const empty: { observedGeneration?: number; conditions?: Condition[] } = {};
 /** Ready/Reconciling/Stalled as one string: the three conditions kstatus and `peerload wait` read. */
 const health = (cs: Condition[]) =>
@@ -50,13 +59,12 @@ describe('ServedModel conditions', () => {
     });
 
     it("new replicas waiting for their node's preheat are on their way too", () => {
-      const gate = {
-        state: 'closed',
-        preheatName: 'resnet-preheat',
-        reason: 'PreheatInProgress',
-        message: "20 of 270 replica(s) waiting for their node's preheat",
-        final: false,
-      } as const;
+      const gate = gateClosedBy(
+        'resnet-preheat',
+        'PreheatInProgress',
+        "20 of 270 replica(s) waiting for their node's preheat",
+        false,
+      );
       const cs = conditions({ ready: 250, desired: 270, wasReady: true, gate });
       expect(health(cs)).toBe('Ready=True/ScalingOut Reconciling=True/ScalingOut Stalled=-');
       expect(get(cs, 'Preheated')).toMatchObject({ status: 'Unknown', reason: 'PreheatInProgress' });
@@ -68,9 +76,7 @@ describe('ServedModel conditions', () => {
     });
 
     it('a failing replica (a new one included) turns Ready False, naming it', () => {
-      const failures = [
-        { replica: 'ts-270', reason: 'ModelServerUnavailable', message: 'refused', retryable: true },
-      ] as const;
+      const failures = [failing('ts-270', 'ModelServerUnavailable', 'refused', true)] as const;
       const cs = conditions({ ready: 250, desired: 270, wasReady: true, failures: [...failures] });
       expect(health(cs)).toBe(
         'Ready=False/ModelServerUnavailable Reconciling=True/ModelServerUnavailable Stalled=-',
@@ -84,13 +90,7 @@ describe('ServedModel conditions', () => {
       expect(health(conditions({ ready: 0, desired: 3, wasReady: true }))).toBe(
         'Ready=False/Progressing Reconciling=True/Progressing Stalled=-',
       );
-      const failed = {
-        state: 'closed',
-        preheatName: 'p',
-        reason: 'PreheatFailed',
-        message: 'ModelPreheat p failed',
-        final: true,
-      } as const;
+      const failed = gateClosedBy('p', 'PreheatFailed', 'ModelPreheat p failed', true);
       expect(health(conditions({ ready: 2, desired: 3, wasReady: true, gate: failed }))).toBe(
         'Ready=False/PreheatFailed Reconciling=- Stalled=True/PreheatFailed',
       );
@@ -106,14 +106,7 @@ describe('ServedModel conditions', () => {
   it('a dead replica is named as such (not "Progressing") and is retried: Reconciling, Degraded', () => {
     const cs = conditions({
       ready: 2,
-      failures: [
-        {
-          replica: 'ts-2',
-          reason: 'ModelServerUnavailable',
-          message: 'connect ECONNREFUSED',
-          retryable: true,
-        },
-      ],
+      failures: [failing('ts-2', 'ModelServerUnavailable', 'connect ECONNREFUSED', true)],
     });
     expect(health(cs)).toBe(
       'Ready=False/ModelServerUnavailable Reconciling=True/ModelServerUnavailable Stalled=-',
@@ -128,8 +121,8 @@ describe('ServedModel conditions', () => {
     const cs = conditions({
       ready: 1,
       failures: [
-        { replica: 'ts-1', reason: 'ModelServerAuthFailed', message: 'HTTP 401', retryable: false },
-        { replica: 'ts-2', reason: 'ModelServerAuthFailed', message: 'HTTP 401', retryable: false },
+        failing('ts-1', 'ModelServerAuthFailed', 'HTTP 401', false),
+        failing('ts-2', 'ModelServerAuthFailed', 'HTTP 401', false),
       ],
     });
     expect(health(cs)).toBe(
@@ -141,8 +134,8 @@ describe('ServedModel conditions', () => {
     const cs = conditions({
       ready: 1,
       failures: [
-        { replica: 'ts-1', reason: 'ModelServerAuthFailed', message: 'HTTP 401', retryable: false },
-        { replica: 'ts-2', reason: 'ModelServerUnavailable', message: 'timeout', retryable: true },
+        failing('ts-1', 'ModelServerAuthFailed', 'HTTP 401', false),
+        failing('ts-2', 'ModelServerUnavailable', 'timeout', true),
       ],
     });
     expect(health(cs)).toBe('Ready=False/ReplicaFailures Reconciling=True/ReplicaFailures Stalled=-');
@@ -150,13 +143,12 @@ describe('ServedModel conditions', () => {
 
   it('preheat failed after its retries: Stalled/PreheatFailed, not WaitingForPreheat', () => {
     const cs = conditions({
-      gate: {
-        state: 'closed',
-        preheatName: 'resnet-preheat',
-        reason: 'PreheatFailed',
-        message: 'ModelPreheat resnet-preheat failed: preheat failed after 4 attempt(s)',
-        final: true,
-      },
+      gate: gateClosedBy(
+        'resnet-preheat',
+        'PreheatFailed',
+        'ModelPreheat resnet-preheat failed: preheat failed after 4 attempt(s)',
+        true,
+      ),
     });
     expect(health(cs)).toBe('Ready=False/PreheatFailed Reconciling=- Stalled=True/PreheatFailed');
     expect(get(cs, 'Preheated')).toMatchObject({ status: 'False', reason: 'PreheatFailed' });
@@ -164,13 +156,12 @@ describe('ServedModel conditions', () => {
 
   it('a stalled (not yet final) preheat stalls the ServedModel too', () => {
     const cs = conditions({
-      gate: {
-        state: 'closed',
-        preheatName: 'p',
-        reason: 'PreheatStalled',
-        message: 'ModelPreheat p is stalled: manager refused the token',
-        final: false,
-      },
+      gate: gateClosedBy(
+        'p',
+        'PreheatStalled',
+        'ModelPreheat p is stalled: manager refused the token',
+        false,
+      ),
     });
     expect(health(cs)).toBe('Ready=False/PreheatStalled Reconciling=- Stalled=True/PreheatStalled');
     expect(get(cs, 'Preheated')?.status).toBe('Unknown');
@@ -178,13 +169,7 @@ describe('ServedModel conditions', () => {
 
   it('preheat running: Reconciling/WaitingForPreheat', () => {
     const cs = conditions({
-      gate: {
-        state: 'closed',
-        preheatName: 'p',
-        reason: 'PreheatInProgress',
-        message: 'waiting',
-        final: false,
-      },
+      gate: closedGate,
     });
     expect(health(cs)).toBe('Ready=False/WaitingForPreheat Reconciling=True/WaitingForPreheat Stalled=-');
   });
@@ -227,8 +212,8 @@ describe('ServedModel conditions', () => {
     const gates: ServedModelObservation['gate'][] = [
       { state: 'none' },
       { state: 'open', preheatName: 'p', message: 'ok' },
-      { state: 'closed', preheatName: 'p', reason: 'PreheatNotFound', message: 'm', final: false },
-      { state: 'closed', preheatName: 'p', reason: 'PreheatConflict', message: 'm', final: true },
+      gateClosedBy('p', 'PreheatNotFound', 'm', false),
+      gateClosedBy('p', 'PreheatConflict', 'm', true),
     ];
     for (const gate of gates)
       for (const desired of [0, 2])

@@ -61,18 +61,10 @@ describe('task id vectors (shared with the Java plugin)', () => {
 
 describe('daemon version -> task id rule', () => {
   it('takes the rule names and client versions compared with 1.5.3', () => {
-    expect(taskIdRule('1.4')).toBe('1.4');
-    expect(taskIdRule('1.5.3+')).toBe('1.5.3+');
-    expect(taskIdRule('1.4.2')).toBe('1.4');
-    expect(taskIdRule('v1.4.2')).toBe('1.4');
-    expect(taskIdRule('1.5')).toBe('1.4');
-    expect(taskIdRule('1.5.2')).toBe('1.4');
-    expect(taskIdRule('1.5.3')).toBe('1.5.3+');
-    expect(taskIdRule(' v1.5.3 ')).toBe('1.5.3+');
-    expect(taskIdRule('1.5.10')).toBe('1.5.3+');
-    expect(taskIdRule('1.6.0-rc.1')).toBe('1.5.3+');
-    expect(taskIdRule('2.0.0')).toBe('1.5.3+');
-    expect(taskIdRule('0.9.9')).toBe('1.4');
+    // A rule's own name stands for itself; a client below 1.5.3 takes 1.4, from 1.5.3 on 1.5.3+ (pre-release ignored).
+    for (const v of ['1.4', '1.4.2', 'v1.4.2', '1.5', '1.5.2', '0.9.9']) expect(taskIdRule(v), v).toBe('1.4');
+    for (const v of ['1.5.3+', '1.5.3', ' v1.5.3 ', '1.5.10', '1.6.0-rc.1', '2.0.0'])
+      expect(taskIdRule(v), v).toBe('1.5.3+');
   });
 
   it('reads exactly what the CRD pattern of spec.peerDaemonVersion admits', () => {

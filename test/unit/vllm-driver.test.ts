@@ -175,6 +175,10 @@ function replica(over: Partial<ReplicaAccess> = {}): { server: ReplicaServer; dr
 
 const call = { signal: AbortSignal.timeout(10_000) };
 
+/** Registers `modelName` at `version` on `server` with that version's files (fileName: the driver reads none). */
+const registerVersion = (server: ReplicaServer, modelName: string, version: string) =>
+  server.register({ fileName: 'x', modelName, version, files: files(version), options: {} }, call);
+
 describe('a LoRA adapter placed by the agent and loaded', () => {
   it('places the version, loads it from <root>/<name>/<version> and describes it by that version', async () => {
     const { server } = replica();
@@ -199,14 +203,8 @@ describe('a LoRA adapter placed by the agent and loaded', () => {
 
   it('rolls to a new version in place, then removes the old version the agent holds', async () => {
     const { server } = replica();
-    await server.register(
-      { fileName: 'x', modelName: 'sql', version: 'v1', files: files('v1'), options: {} },
-      call,
-    );
-    await server.register(
-      { fileName: 'x', modelName: 'sql', version: 'v2', files: files('v2'), options: {} },
-      call,
-    );
+    await registerVersion(server, 'sql', 'v1');
+    await registerVersion(server, 'sql', 'v2');
     const loads = vllm.calls
       .filter((c) => c.path === '/v1/load_lora_adapter')
       .map((c) => c.body.load_inplace);
@@ -226,31 +224,19 @@ describe('a LoRA adapter placed by the agent and loaded', () => {
 
   it('loads again after the server restarts, from the directory the agent kept (no second download)', async () => {
     const { server } = replica();
-    await server.register(
-      { fileName: 'x', modelName: 'sql', version: 'v1', files: files('v1'), options: {} },
-      call,
-    );
+    await registerVersion(server, 'sql', 'v1');
     const reads = bed.origin.stats.requests;
     vllm.adapters.clear(); // a restarted vLLM holds no adapter
     expect(await server.describe('sql', undefined, call)).toBeUndefined();
-    await server.register(
-      { fileName: 'x', modelName: 'sql', version: 'v1', files: files('v1'), options: {} },
-      call,
-    );
+    await registerVersion(server, 'sql', 'v1');
     expect(vllm.adapters.get('sql')).toBe(join(root, 'sql', 'v1'));
     expect(bed.origin.stats.requests).toBe(reads);
   });
 
   it('holds several adapters side by side and deletes one with all its versions', async () => {
     const { server } = replica();
-    await server.register(
-      { fileName: 'x', modelName: 'sql', version: 'v1', files: files('v1'), options: {} },
-      call,
-    );
-    await server.register(
-      { fileName: 'x', modelName: 'chat', version: 'v2', files: files('v2'), options: {} },
-      call,
-    );
+    await registerVersion(server, 'sql', 'v1');
+    await registerVersion(server, 'chat', 'v2');
     expect([...vllm.adapters.keys()].sort()).toEqual(['chat', 'sql']);
     await server.unregisterAll('sql', call);
     expect([...vllm.adapters.keys()]).toEqual(['chat']);
@@ -261,10 +247,7 @@ describe('a LoRA adapter placed by the agent and loaded', () => {
 
   it('has one worker, read from the server alone: a new driver (an operator restart) reports the same', async () => {
     const { server, driver } = replica();
-    await server.register(
-      { fileName: 'x', modelName: 'sql', version: 'v1', files: files('v1'), options: {} },
-      call,
-    );
+    await registerVersion(server, 'sql', 'v1');
     const one = { version: 'v1', minWorkers: 1, maxWorkers: 1, readyWorkers: 1 };
     expect(await server.describe('sql', 'v1', call)).toEqual(one);
     await server.scale('sql', 'v1', { min: 1, max: 1 }, call); // the one count: nothing to do
@@ -317,13 +300,7 @@ describe('failures', () => {
 
   it('an adapter without an agent or without a version is terminal and says what is missing', async () => {
     const { server, driver } = replica({ agent: undefined });
-    const noAgent = await failureOf(
-      server.register(
-        { fileName: 'x', modelName: 'sql', version: 'v1', files: files('v1'), options: {} },
-        call,
-      ),
-      driver,
-    );
+    const noAgent = await failureOf(registerVersion(server, 'sql', 'v1'), driver);
     expect(noAgent).toMatchObject({ kind: 'terminal', retryable: false });
     expect(noAgent?.message).toMatch(/names none/);
     const withAgent = replica();
@@ -337,12 +314,7 @@ describe('failures', () => {
   it("a name of vLLM's base model is the base model: its files are the ones fetched before start, nothing is placed", async () => {
     const { server } = replica();
     const reads = bed.origin.stats.requests;
-    expect(
-      await server.register(
-        { fileName: 'x', modelName: 'llama', version: 'v1', files: files('v1'), options: {} },
-        call,
-      ),
-    ).toEqual({ version: 'base-1' });
+    expect(await registerVersion(server, 'llama', 'v1')).toEqual({ version: 'base-1' });
     expect(bed.origin.stats.requests).toBe(reads);
     expect(await readdir(root)).toEqual([]);
   });
@@ -378,10 +350,7 @@ describe('failures', () => {
 
   it('an adapter registered without its files is terminal and says so', async () => {
     const { server, driver } = replica();
-    await server.register(
-      { fileName: 'x', modelName: 'sql', version: 'v1', files: files('v1'), options: {} },
-      call,
-    );
+    await registerVersion(server, 'sql', 'v1');
     const f = await failureOf(
       server.register({ fileName: 'x', modelName: 'sql', options: {} }, call),
       driver,
@@ -393,13 +362,7 @@ describe('failures', () => {
   it('a wrong agent token or API key is an auth failure that never shows the credential', async () => {
     secrets['agent/token'] = 'not-the-agent-token-xyz';
     const a = replica();
-    const f = await failureOf(
-      a.server.register(
-        { fileName: 'x', modelName: 'sql', version: 'v1', files: files('v1'), options: {} },
-        call,
-      ),
-      a.driver,
-    );
+    const f = await failureOf(registerVersion(a.server, 'sql', 'v1'), a.driver);
     expect(f).toMatchObject({ kind: 'auth', retryable: false });
     expect(f?.message).not.toContain('not-the-agent-token-xyz');
     vllm.apiKey = API_KEY;
