@@ -136,111 +136,122 @@ async function download(peer: DragonflyPeerView, url: string): Promise<{ localHi
   }
 }
 
-describe('node-targeted preheat on the real network', () => {
-  it('preheats the peers of the replicas’ nodes; each replica downloads as soon as its node’s job runs, a P2P hit', async () => {
-    const created = Date.now();
-    await peerload.createServedModel('tiny', {
-      modelName: 'tiny',
-      fileName: SM_KEY,
-      modelServer: { service: { name: 'models' } },
-      preheat: { create: true, objectStorage: storageLocation(), manager: manager() },
-    });
-    const sm = await peerload.untilReady('tiny', 2, { timeoutMs: 300_000, intervalMs: 250 });
-    const readyAfterMs = Date.now() - created;
-    const [p0, p1] = network.peers;
-    // Ready before the manager ended the job (its first poll is 30 s after the create): the replicas' gates opened
-    // when their nodes' job was created, and their downloads joined the task it runs on their nodes' peers.
-    const running = await peerload.getModelPreheat('tiny-preheat');
-    expect(running.status?.state, `Ready after ${readyAfterMs} ms`).not.toBe('SUCCESS');
-    expect(sm.status!.replicas!.every((r) => r.message === undefined || !/waiting/.test(r.message))).toBe(
-      true,
-    );
-    const preheat = await peerload.untilState('tiny-preheat', 'SUCCESS', {
-      timeoutMs: 180_000,
-      intervalMs: 1000,
-    });
-    expect(preheat.spec.scope).toBe('all_peers');
-    expect(preheat.spec.targets?.ips).toEqual([p0!.ip, p1!.ip].sort());
-    expect(preheat.status?.peers?.map((p) => [p.ip, p.state]).sort()).toEqual(
-      [
-        [p0!.ip, 'Preheated'],
-        [p1!.ip, 'Preheated'],
-      ].sort(),
-    );
-    expect((await managerJob(preheat.status!.jobID!)).args.ips?.sort()).toEqual([p0!.ip, p1!.ip].sort());
-    // Each replica downloaded through its own node's peer, with the preheat's task id; on a miss, say whose.
-    const taskID = preheat.status!.tasks![0]!.taskID;
-    const seen = JSON.stringify({
-      downloads: fleets.slice(0, 2).map((f) => f.instances[0]!.downloads),
-      replicas: sm.status!.replicas,
-      peers: preheat.status?.peers,
-    });
-    expect(sm.status!.replicas!.map((r) => r.nodeIP).sort(), seen).toEqual([p0!.ip, p1!.ip].sort());
-    expect(
-      fleets.slice(0, 2).flatMap((f) => f.instances[0]!.downloads.map((d) => d.taskID)),
-      seen,
-    ).toEqual([taskID, taskID]);
-    // A P2P hit each: neither node's daemon went to the origin for the task (the seed peer did, once).
-    for (const peer of [p0!, p1!])
-      expect(
-        (await peer.logs()).split('\n').filter((l) => l.includes(taskID) && l.includes('back to source')),
-        peer.name,
-      ).toEqual([]);
-    // The origin served the object about once: the seed peer's fetch (plus the daemons' 1-byte probes); never more
-    // than once per targeted peer.
-    expect(origin.bytesServed(SM_KEY)).toBeGreaterThanOrEqual(size);
-    expect(origin.bytesServed(SM_KEY)).toBeLessThan(3 * size);
-  });
-
-  it('warms up the node of a pod that is scheduled but not ready, in a job naming that node alone', async () => {
-    const p2 = network.peers[2]!;
-    const before = origin.bytesServed(SM_KEY);
-    await svc.add('pod-2', fleets[2]!.urls[0]!, false, `${ns}-node-2`);
-    const warmed = await waitFor(
-      'node 2 preheated',
+// Two threads that each wait for the real manager's job reads (30 s at least after a job's creation, a fixed delay
+// in v2.5.1): the replicas' nodes, one test building on the last, and the eviction, with its own key and preheat on
+// node 0's peer. They run side by side; within the first, the tests keep their order.
+describe.concurrent('node-targeted preheat on the real network', () => {
+  describe('the replicas’ nodes', { concurrent: true }, () => {
+    it.sequential(
+      'preheats the peers of the replicas’ nodes; each replica downloads as soon as its node’s job runs, a P2P hit',
       async () => {
-        const o = await peerload.getModelPreheat('tiny-preheat');
-        return o.status?.peers?.find((p) => p.ip === p2.ip && p.state === 'Preheated') ? o : undefined;
+        const created = Date.now();
+        await peerload.createServedModel('tiny', {
+          modelName: 'tiny',
+          fileName: SM_KEY,
+          modelServer: { service: { name: 'models' } },
+          preheat: { create: true, objectStorage: storageLocation(), manager: manager() },
+        });
+        const sm = await peerload.untilReady('tiny', 2, { timeoutMs: 300_000, intervalMs: 250 });
+        const readyAfterMs = Date.now() - created;
+        const [p0, p1] = network.peers;
+        // Ready before the manager ended the job (its first poll is 30 s after the create): the replicas' gates opened
+        // when their nodes' job was created, and their downloads joined the task it runs on their nodes' peers.
+        const running = await peerload.getModelPreheat('tiny-preheat');
+        expect(running.status?.state, `Ready after ${readyAfterMs} ms`).not.toBe('SUCCESS');
+        expect(sm.status!.replicas!.every((r) => r.message === undefined || !/waiting/.test(r.message))).toBe(
+          true,
+        );
+        const preheat = await peerload.untilState('tiny-preheat', 'SUCCESS', {
+          timeoutMs: 180_000,
+          intervalMs: 1000,
+        });
+        expect(preheat.spec.scope).toBe('all_peers');
+        expect(preheat.spec.targets?.ips).toEqual([p0!.ip, p1!.ip].sort());
+        expect(preheat.status?.peers?.map((p) => [p.ip, p.state]).sort()).toEqual(
+          [
+            [p0!.ip, 'Preheated'],
+            [p1!.ip, 'Preheated'],
+          ].sort(),
+        );
+        expect((await managerJob(preheat.status!.jobID!)).args.ips?.sort()).toEqual([p0!.ip, p1!.ip].sort());
+        // Each replica downloaded through its own node's peer, with the preheat's task id; on a miss, say whose.
+        const taskID = preheat.status!.tasks![0]!.taskID;
+        const seen = JSON.stringify({
+          downloads: fleets.slice(0, 2).map((f) => f.instances[0]!.downloads),
+          replicas: sm.status!.replicas,
+          peers: preheat.status?.peers,
+        });
+        expect(sm.status!.replicas!.map((r) => r.nodeIP).sort(), seen).toEqual([p0!.ip, p1!.ip].sort());
+        expect(
+          fleets.slice(0, 2).flatMap((f) => f.instances[0]!.downloads.map((d) => d.taskID)),
+          seen,
+        ).toEqual([taskID, taskID]);
+        // A P2P hit each: neither node's daemon went to the origin for the task (the seed peer did, once).
+        for (const peer of [p0!, p1!])
+          expect(
+            (await peer.logs()).split('\n').filter((l) => l.includes(taskID) && l.includes('back to source')),
+            peer.name,
+          ).toEqual([]);
+        // The origin served the object about once: the seed peer's fetch (plus the daemons' 1-byte probes); never more
+        // than once per targeted peer.
+        expect(origin.bytesServed(SM_KEY)).toBeGreaterThanOrEqual(size);
+        expect(origin.bytesServed(SM_KEY)).toBeLessThan(3 * size);
       },
-      { timeoutMs: 180_000, intervalMs: 1000 },
     );
-    // The new job named node 2 only: nodes 0 and 1 hold the content already.
-    expect((await managerJob(warmed!.status!.jobID!)).args.ips).toEqual([p2.ip]);
-    // No replica of it yet: the pod is not ready.
-    expect((await peerload.getServedModel('tiny')).status?.ready).toBe('2/2');
 
-    await svc.setReady('pod-2', true);
-    const sm = await peerload.untilReady('tiny', 3, { timeoutMs: 120_000, intervalMs: 1000 });
-    expect(sm!.status!.replicas!.find((r) => r.nodeIP === p2.ip)?.localHit).toBe(true);
-    // Node 2's peer got the model from the other peers, not from the origin.
-    expect(origin.bytesServed(SM_KEY) - before).toBeLessThan(size);
-  });
-
-  it('status.cache lists the peers that hold the task, on demand', async () => {
-    await peerload.patchModelPreheat('tiny-preheat', {
-      metadata: { annotations: { 'peerload.io/refresh-cache': 'now' } },
-    });
-    const preheat = await waitFor(
-      'cache observed',
+    it.sequential(
+      'warms up the node of a pod that is scheduled but not ready, in a job naming that node alone',
       async () => {
-        const o = await peerload.getModelPreheat('tiny-preheat');
-        return o.status?.cache?.observedAt && o.status.cache.requested === 'now' ? o : undefined;
+        const p2 = network.peers[2]!;
+        const before = origin.bytesServed(SM_KEY);
+        await svc.add('pod-2', fleets[2]!.urls[0]!, false, `${ns}-node-2`);
+        const warmed = await waitFor(
+          'node 2 preheated',
+          async () => {
+            const o = await peerload.getModelPreheat('tiny-preheat');
+            return o.status?.peers?.find((p) => p.ip === p2.ip && p.state === 'Preheated') ? o : undefined;
+          },
+          { timeoutMs: 180_000, intervalMs: 1000 },
+        );
+        // The new job named node 2 only: nodes 0 and 1 hold the content already.
+        expect((await managerJob(warmed!.status!.jobID!)).args.ips).toEqual([p2.ip]);
+        // No replica of it yet: the pod is not ready.
+        expect((await peerload.getServedModel('tiny')).status?.ready).toBe('2/2');
+
+        await svc.setReady('pod-2', true);
+        const sm = await peerload.untilReady('tiny', 3, { timeoutMs: 120_000, intervalMs: 1000 });
+        expect(sm!.status!.replicas!.find((r) => r.nodeIP === p2.ip)?.localHit).toBe(true);
+        // Node 2's peer got the model from the other peers, not from the origin.
+        expect(origin.bytesServed(SM_KEY) - before).toBeLessThan(size);
       },
-      { timeoutMs: 180_000, intervalMs: 1000 },
     );
-    const task = preheat!.status!.cache!.tasks[0]!;
-    expect(task.taskID).toBe(preheat!.status!.tasks![0]!.taskID);
-    const holders = task.peers.filter((p) => p.finished).map((p) => p.ip);
-    for (const peer of network.peers) expect(holders).toContain(peer.ip);
-    expect(task.peerCount).toBeGreaterThanOrEqual(3);
-    // The ServedModel shows the same.
-    await waitFor(
-      'ServedModel cache',
-      async () => (await peerload.getServedModel('tiny')).status?.cache?.observedAt,
-      {
-        timeoutMs: 30_000,
-      },
-    );
+
+    it.sequential('status.cache lists the peers that hold the task, on demand', async () => {
+      await peerload.patchModelPreheat('tiny-preheat', {
+        metadata: { annotations: { 'peerload.io/refresh-cache': 'now' } },
+      });
+      const preheat = await waitFor(
+        'cache observed',
+        async () => {
+          const o = await peerload.getModelPreheat('tiny-preheat');
+          return o.status?.cache?.observedAt && o.status.cache.requested === 'now' ? o : undefined;
+        },
+        { timeoutMs: 180_000, intervalMs: 1000 },
+      );
+      const task = preheat!.status!.cache!.tasks[0]!;
+      expect(task.taskID).toBe(preheat!.status!.tasks![0]!.taskID);
+      const holders = task.peers.filter((p) => p.finished).map((p) => p.ip);
+      for (const peer of network.peers) expect(holders).toContain(peer.ip);
+      expect(task.peerCount).toBeGreaterThanOrEqual(3);
+      // The ServedModel shows the same.
+      await waitFor(
+        'ServedModel cache',
+        async () => (await peerload.getServedModel('tiny')).status?.cache?.observedAt,
+        {
+          timeoutMs: 30_000,
+        },
+      );
+    });
   });
 
   it('evictOnDelete deletes the task from the network: the next download goes to the origin', async () => {
