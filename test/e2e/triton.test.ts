@@ -344,7 +344,10 @@ afterAll(async () => {
   if (work) await rm(work, { recursive: true, force: true });
 });
 
-describe('Triton on two replicas through the real network', () => {
+// The Triton and MLServer suites share nothing but the network and the store (their own keys, servers and peers'
+// tasks), and each waits for the real manager's reads of its preheat job: they run side by side, each suite's tests
+// in order.
+describe('Triton on two replicas through the real network', { concurrent: true }, () => {
   let pair: [Replica, Replica];
   const echo = subjectOf(TRITON, 'triton/echo', ECHO_FILES, {
     // A's registrations give the model's config (the registration's `config` option); B's server reads the
@@ -369,36 +372,42 @@ describe('Triton on two replicas through the real network', () => {
     await writeFile(join(b.root, 'echo/config.pbtxt'), ECHO_CONFIG_PBTXT);
   }, 300_000);
 
-  it('registers version 1 on both: local hits on the preheated node, the data file from MinIO once for both, ready, inferred', async () => {
-    await registerPreheated(echo, '1', pair, await preheatNode(echo, '1', pair[0].peer));
-  });
+  it.sequential(
+    'registers version 1 on both: local hits on the preheated node, the data file from MinIO once for both, ready, inferred',
+    async () => {
+      await registerPreheated(echo, '1', pair, await preheatNode(echo, '1', pair[0].peer));
+    },
+  );
 
-  it('rolls to version 2 beside 1, drops 1 (its directory too), scales the instances', async () => {
-    await rollOnBoth(echo, '1', '2', pair);
+  it.sequential(
+    'rolls to version 2 beside 1, drops 1 (its directory too), scales the instances',
+    async () => {
+      await rollOnBoth(echo, '1', '2', pair);
 
-    const server = driverReplica(echo.driver, pair[0]);
-    await server.scale('echo', '2', { min: 2, max: 2 }, {});
-    expect(await server.describe('echo', '2', {})).toEqual({
-      version: '2',
-      minWorkers: 2,
-      maxWorkers: 2,
-      readyWorkers: 2,
-    });
-    const answer = await infer(pair[0].server, 'echo', {
-      name: 'INPUT0',
-      datatype: 'FP32',
-      shape: [1],
-      data: [5],
-    });
-    expect(answer).toMatchObject({ model_version: '2', outputs: [{ data: [7] }] });
-  });
+      const server = driverReplica(echo.driver, pair[0]);
+      await server.scale('echo', '2', { min: 2, max: 2 }, {});
+      expect(await server.describe('echo', '2', {})).toEqual({
+        version: '2',
+        minWorkers: 2,
+        maxWorkers: 2,
+        readyWorkers: 2,
+      });
+      const answer = await infer(pair[0].server, 'echo', {
+        name: 'INPUT0',
+        datatype: 'FP32',
+        shape: [1],
+        data: [5],
+      });
+      expect(answer).toMatchObject({ model_version: '2', outputs: [{ data: [7] }] });
+    },
+  );
 
-  it('unregisters everything: nothing served, no version left on disk', async () => {
+  it.sequential('unregisters everything: nothing served, no version left on disk', async () => {
     await unregisterOnBoth(echo, '2', pair);
   });
 });
 
-describe('MLServer on two replicas through the real network', () => {
+describe('MLServer on two replicas through the real network', { concurrent: true }, () => {
   let pair: [Replica, Replica];
   const iris = subjectOf(MLSERVER, 'mlserver/iris', IRIS_FILES, {
     async inferOn(r, version) {
@@ -413,17 +422,20 @@ describe('MLServer on two replicas through the real network', () => {
     pair = await startPair('mlserver', startMLServer);
   }, 300_000);
 
-  it('registers v1 on both: local hits on the preheated node, the data file from MinIO once for both, ready, inferred', async () => {
-    const served = await registerPreheated(iris, 'v1', pair, await preheatNode(iris, 'v1', pair[0].peer));
-    console.log(`MinIO served ${served[IRIS_FILES.indexOf(WEIGHTS)]} bytes of v1's ${WEIGHTS}`);
-  });
+  it.sequential(
+    'registers v1 on both: local hits on the preheated node, the data file from MinIO once for both, ready, inferred',
+    async () => {
+      const served = await registerPreheated(iris, 'v1', pair, await preheatNode(iris, 'v1', pair[0].peer));
+      console.log(`MinIO served ${served[IRIS_FILES.indexOf(WEIGHTS)]} bytes of v1's ${WEIGHTS}`);
+    },
+  );
 
-  it('rolls to v2 beside v1 and drops v1 (its directory too)', async () => {
+  it.sequential('rolls to v2 beside v1 and drops v1 (its directory too)', async () => {
     const served = await rollOnBoth(iris, 'v1', 'v2', pair);
     console.log(`MinIO served ${served[IRIS_FILES.indexOf(WEIGHTS)]} bytes of v2's ${WEIGHTS}`);
   });
 
-  it('unregisters everything: nothing served, no version left on disk', async () => {
+  it.sequential('unregisters everything: nothing served, no version left on disk', async () => {
     await unregisterOnBoth(iris, 'v2', pair);
   });
 });
