@@ -13,9 +13,9 @@
 # Why a custom cargo profile: with the stock release profile the daemon takes about an hour on 2 cores, most of it
 # rocksdb's C++ at -O3. The daemon's rocksdb holds only task metadata, so it is built at -O1; the Rust code stays
 # optimised (opt-level 2) because it moves every byte of the model archives the benchmarks time. Measured
-# 2026-11-24 with this profile: 62 CPU-minutes user + 5 system (51 min wall on a 2-core machine shared with other
-# builds); 1,074 s on a fresh 2-core machine on 2026-11-26, inside a whole `.ci/run` of 2,655 s. The Go manager and
-# scheduler take about 130 s more.
+# 2026-11-29 with this profile (crates already downloaded): 2,968 CPU-seconds user + 200 system, so at least 26 min
+# with both cores of a 2-core machine to itself; 40 min in a fresh machine's whole set-up, beside the other builds.
+# The Go manager and scheduler take about 130 s more.
 source "$(dirname "$0")/lib.sh"
 
 DRAGONFLY_VERSION="${PEERLOAD_DRAGONFLY_VERSION:-v2.5.1}"
