@@ -26,8 +26,11 @@ import {
   clusterReport,
   importClusterImages,
   installDragonfly,
+  livePods,
+  podReady,
   rolledOut,
   type ClusterImages,
+  type ClusterPod,
   type InstalledDragonfly,
 } from '../support/cluster-install.ts';
 import { startCountingProxy, type CountingProxy } from '../support/counting-proxy.ts';
@@ -62,20 +65,7 @@ let minio: MinIO;
 let origin: CountingProxy;
 let work: string;
 
-interface Pod {
-  metadata: { name: string; deletionTimestamp?: string };
-  spec: { nodeName: string };
-  status: { podIP?: string; conditions?: { type: string; status: string }[] };
-}
-const ready = (p: Pod) =>
-  p.status.conditions?.some((c) => c.type === 'Ready' && c.status === 'True') ?? false;
-
-async function podsOf(ns: string, selector: string): Promise<Pod[]> {
-  const list = JSON.parse(await kubectl(['get', 'pods', '-n', ns, '-l', selector, '-o', 'json'])) as {
-    items: Pod[];
-  };
-  return list.items.filter((p) => !p.metadata.deletionTimestamp);
-}
+const podsOf = (ns: string, selector: string) => livePods(kubectl, ns, selector);
 const tritonPods = () => podsOf(NS, 'app.kubernetes.io/name=triton');
 
 interface ServedModel {
@@ -92,7 +82,7 @@ const atVersion = (sm: ServedModel, v: string) =>
   (sm.status?.replicas ?? []).filter((r) => r.ready && r.version === v).length;
 
 /** The ServedModel Ready at `version` on exactly the `n` Triton pods there are, every one of them Ready. */
-async function untilServed(n: number, version: string): Promise<Pod[]> {
+async function untilServed(n: number, version: string): Promise<ClusterPod[]> {
   return waitFor(
     `echo Ready at version ${version} on ${n} Triton pods`,
     async () => {
@@ -100,7 +90,7 @@ async function untilServed(n: number, version: string): Promise<Pod[]> {
       const isReady = sm.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True');
       if (!isReady || sm.status?.observedGeneration !== sm.metadata.generation) return undefined;
       const names = new Set((sm.status?.replicas ?? []).map((r) => r.pod));
-      const served = pods.length === n && pods.every((p) => ready(p) && names.has(p.metadata.name));
+      const served = pods.length === n && pods.every((p) => podReady(p) && names.has(p.metadata.name));
       return served && atVersion(sm, version) === n ? pods : undefined;
     },
     { timeoutMs: 240_000, intervalMs: 1_000 },
@@ -108,7 +98,7 @@ async function untilServed(n: number, version: string): Promise<Pod[]> {
 }
 
 /** Each pod answers an inference with `version` (offset = version), and serves no other version of echo. */
-async function expectAnswers(pods: Pod[], version: string): Promise<void> {
+async function expectAnswers(pods: ClusterPod[], version: string): Promise<void> {
   for (const pod of pods) {
     const server = { url: `http://${pod.status.podIP}:8000` };
     const v = Number(version);
@@ -121,7 +111,7 @@ async function expectAnswers(pods: Pod[], version: string): Promise<void> {
 }
 
 /** Each pod's weights of `version` are a hard link of a file in its own node daemon's cache. */
-async function expectLinked(pods: Pod[], version: string): Promise<void> {
+async function expectLinked(pods: ClusterPod[], version: string): Promise<void> {
   for (const pod of pods) {
     const placed = await stat(
       join(NODE_VOLUME, 'model-roots', pod.metadata.name, `echo/${version}/weights.bin`),
@@ -163,7 +153,7 @@ const servedModelEvents = async () =>
  * old version, the reload that sets the workers when they differ, the reload without the old version. A second
  * registration would load it beside itself again.
  */
-async function expectRegisteredOnce(pods: Pod[], version: string): Promise<void> {
+async function expectRegisteredOnce(pods: ClusterPod[], version: string): Promise<void> {
   const events = await servedModelEvents();
   for (const p of pods) {
     const registered = events

@@ -25,7 +25,10 @@ import {
   clusterReport,
   importClusterImages,
   installDragonfly,
+  livePods,
+  podReady,
   type ClusterImages,
+  type ClusterPod,
 } from '../support/cluster-install.ts';
 import { startCountingProxy, type CountingProxy } from '../support/counting-proxy.ts';
 import { KSERVE_NAMESPACE } from '../support/kserve-controller.ts';
@@ -64,25 +67,12 @@ let origin: CountingProxy;
 let work: string;
 
 type Obj = Record<string, any>;
-interface Pod {
-  metadata: { name: string; deletionTimestamp?: string };
-  spec: { nodeName: string; initContainers: Obj[]; containers: Obj[] };
-  status: {
-    podIP?: string;
-    conditions?: { type: string; status: string }[];
-    initContainerStatuses?: Obj[];
-  };
+interface Pod extends ClusterPod {
+  spec: ClusterPod['spec'] & { initContainers: Obj[]; containers: Obj[] };
+  status: ClusterPod['status'] & { initContainerStatuses?: Obj[] };
 }
-const ready = (p: Pod) =>
-  p.status.conditions?.some((c) => c.type === 'Ready' && c.status === 'True') ?? false;
 const sha256 = (b: Buffer) => createHash('sha256').update(b).digest('hex');
-
-async function predictorPods(): Promise<Pod[]> {
-  const list = JSON.parse(
-    await kubectl(['get', 'pods', '-n', NS, '-l', 'serving.kserve.io/inferenceservice=echo', '-o', 'json']),
-  ) as { items: Pod[] };
-  return list.items.filter((p) => !p.metadata.deletionTimestamp);
-}
+const predictorPods = () => livePods<Pod>(kubectl, NS, 'serving.kserve.io/inferenceservice=echo');
 
 beforeAll(async () => {
   info = inject('cluster');
@@ -197,7 +187,7 @@ describe('KServe v0.20.0 in a real two-node cluster with peerload as its storage
     const pod = JSON.parse(
       await kubectl(['get', 'pod', '-n', KSERVE_NAMESPACE, kserve.pod, '-o', 'json']),
     ) as Pod;
-    expect(ready(pod)).toBe(true);
+    expect(podReady(pod)).toBe(true);
     expect(pod.spec.containers.map((c) => c.image)).toEqual([images.tagOf('kserve/kserve-controller:')]);
     const config = JSON.parse(
       await kubectl([
@@ -278,7 +268,7 @@ describe('KServe v0.20.0 in a real two-node cluster with peerload as its storage
       'both predictor pods Ready',
       async () => {
         const p = await predictorPods();
-        return p.length === 2 && p.every(ready) ? p : undefined;
+        return p.length === 2 && p.every(podReady) ? p : undefined;
       },
       { timeoutMs: 300_000, intervalMs: 1_000 },
     );

@@ -53,6 +53,29 @@ export async function importClusterImages(info: ClusterInfo, extra: string[] = [
   return { archives, peerload: tagOf('ghcr.io/peerload/peerload:'), tagOf };
 }
 
+/** What the tests read of a pod; a test that reads more extends it. */
+export interface ClusterPod {
+  metadata: { name: string; deletionTimestamp?: string };
+  spec: { nodeName: string };
+  status: { podIP?: string; conditions?: { type: string; status: string }[] };
+}
+
+/** Whether the pod's Ready condition is True. */
+export const podReady = (p: ClusterPod): boolean =>
+  p.status.conditions?.some((c) => c.type === 'Ready' && c.status === 'True') ?? false;
+
+/** The pods of `ns` that `selector` matches, but those being deleted. */
+export async function livePods<P extends ClusterPod = ClusterPod>(
+  kubectl: Cluster['kubectl'],
+  ns: string,
+  selector: string,
+): Promise<P[]> {
+  const list = JSON.parse(await kubectl(['get', 'pods', '-n', ns, '-l', selector, '-o', 'json'])) as {
+    items: P[];
+  };
+  return list.items.filter((p) => !p.metadata.deletionTimestamp);
+}
+
 /** `kubectl rollout status` of each workload, in order. */
 export async function rolledOut(kubectl: Cluster['kubectl'], ns: string, workloads: string[]): Promise<void> {
   for (const w of workloads)
