@@ -114,9 +114,7 @@ function readmeSample(): RegExp[] {
     });
 }
 
-// The three runs are independent processes, each with its own control plane, servers and ports: side by side they
-// take about the longest one's time instead of the sum.
-describe.concurrent('npm run demo', () => {
+describe('npm run demo', () => {
   it("runs as a user runs it and prints the README's output", async () => {
     const run = await runDemo([]);
     expectDemoOutput(run, 4);
