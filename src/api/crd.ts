@@ -77,6 +77,20 @@ export const KINDS: KindInfo[] = [
     printerColumns: [
       { name: 'Model', type: 'string', jsonPath: '.spec.modelName' },
       { name: 'Version', type: 'string', jsonPath: '.status.servedVersion' },
+      {
+        name: 'Rollout',
+        type: 'string',
+        jsonPath: '.status.rollout.phase',
+        description:
+          'Where a Staged rollout is: Staging, Paused, Switching, Retiring, Complete, RollingBack, RolledBack.',
+      },
+      {
+        name: 'Switch-ms',
+        type: 'integer',
+        jsonPath: '.status.rollout.switchWindowMs',
+        description: 'How long the last Staged switch served two versions at once (ms).',
+        priority: 1,
+      },
       readyColumn,
       {
         name: 'Replicas',

@@ -33,6 +33,12 @@ export interface DriverDeclaration {
   scaling: Scaling;
   /** The spec fields only this server reads. */
   options: readonly DriverOption[];
+  /**
+   * Whether a replica can hold a new version registered and ready without serving it, and switch to it in one
+   * short call (`spec.rollout.strategy: Staged`); `false` with the reason, in the server's terms, for the API's
+   * refusal.
+   */
+  staging: true | { refused: string };
   /** One line for the API reference and the `driver` field's description. */
   summary: string;
 }
@@ -46,6 +52,8 @@ export const DRIVERS = {
     layouts: ['archive'],
     scaling: 'workers',
     options: ['registration'],
+    // Registered with workers, the default stays the old version; set-default is the switch.
+    staging: true,
     summary: 'archives (.mar), downloaded and registered by the endpoint plugin in TorchServe',
   },
   triton: {
@@ -55,6 +63,10 @@ export const DRIVERS = {
     layouts: ['directory'],
     scaling: 'instances',
     options: [],
+    staging: {
+      refused:
+        'Triton serves the newest loaded version, so loading the new one is already the switch (staging would need the agent to place the files without loading them)',
+    },
     summary:
       'model repository directories placed by the peerload agent, loaded through the Open Inference Protocol repository API',
   },
@@ -65,6 +77,10 @@ export const DRIVERS = {
     layouts: ['directory'],
     scaling: 'fixed',
     options: [],
+    staging: {
+      refused:
+        'MLServer serves every version it loads and a load loads every version placed, so there is no version held without serving it',
+    },
     summary:
       'model directories placed by the peerload agent, loaded through the Open Inference Protocol repository API',
   },
@@ -75,6 +91,9 @@ export const DRIVERS = {
     layouts: ['directory'],
     scaling: 'fixed',
     options: [],
+    staging: {
+      refused: 'vLLM holds one version of a name, and loading the new one in place is already the switch',
+    },
     summary:
       'LoRA adapters placed by the peerload agent and loaded at run time (the agent is needed for them); a base model is only checked ready',
   },
@@ -112,8 +131,8 @@ export const celDriver = (path: string): string => `(has(${path}) ? ${path} : '$
 /** The API reference's table of the drivers (docs/api.md). */
 export function driverTable(): string {
   const out = [
-    '| driver | server | needs | layouts | `spec.workers` | server-only fields |',
-    '|---|---|---|---|---|---|',
+    '| driver | server | needs | layouts | `spec.workers` | server-only fields | `Staged` rollout |',
+    '|---|---|---|---|---|---|---|',
   ];
   for (const name of DRIVER_NAMES) {
     const d: DriverDeclaration = DRIVERS[name];
@@ -128,8 +147,9 @@ export function driverTable(): string {
     ];
     const options = d.options.map((o) => `\`spec.${o}\``).join(', ') || '—';
     const dflt = name === DEFAULT_DRIVER ? ' (default)' : '';
+    const staging = d.staging === true ? 'yes' : `no: ${d.staging.refused}`;
     out.push(
-      `| \`${name}\`${dflt} | ${d.server}: ${d.summary} | ${needs} | ${d.layouts.join(', ')} | ${scaling} | ${options} |`,
+      `| \`${name}\`${dflt} | ${d.server}: ${d.summary} | ${needs} | ${d.layouts.join(', ')} | ${scaling} | ${options} | ${staging} |`,
     );
   }
   return out.join('\n');

@@ -31,12 +31,20 @@ import {
   celList,
   driversWhere,
   listed,
+  type DriverDeclaration,
 } from './drivers.ts';
 
 /** The drivers that need the peerload agent, and those whose server has no per-model worker count. */
 const AGENT_DRIVERS = driversWhere((d) => d.agent === 'required');
 const FIXED_DRIVERS = driversWhere((d) => d.scaling === 'fixed');
 const REGISTRATION_DRIVERS = driversWhere((d) => d.options.includes('registration'));
+/** The drivers whose replicas can hold a version without serving it (rollout strategy Staged). */
+const STAGING_DRIVERS = driversWhere((d) => d.staging === true);
+const NO_STAGING_DRIVERS = driversWhere((d) => d.staging !== true);
+const STAGED_REFUSALS = NO_STAGING_DRIVERS.map((n) => {
+  const d: DriverDeclaration = DRIVERS[n];
+  return `${n}: ${d.staging === true ? '' : d.staging.refused}`;
+}).join('; ');
 /** The drivers that load a directory the agent placed: what a spec.source becomes. */
 const DIRECTORY_DRIVERS = driversWhere((d) => d.agent !== 'unused' && d.layouts.includes('directory'));
 const NO_DIRECTORY_DRIVERS = driversWhere((d) => d.agent === 'unused' || !d.layouts.includes('directory'));
@@ -51,6 +59,13 @@ const SCALING_WORDS = (
   .join(', ');
 const has = (names: readonly string[], driver: string | undefined) =>
   names.includes(driver ?? DEFAULT_DRIVER);
+
+/** How a change of version reaches the replicas (spec.rollout.strategy). */
+export const ROLLOUT_STRATEGIES = ['Rolling', 'Staged'] as const;
+/** How long a Staged rollout may go without progress before it is rolled back, unless the spec says. */
+export const DEFAULT_PROGRESS_DEADLINE_SECONDS = 600;
+/** The annotation whose new value retries a rolled-back rollout (status.rollout.retry holds the value tried). */
+export const RETRY_ROLLOUT_ANNOTATION = 'peerload.io/retry-rollout';
 
 export const AgentRef = z.object({
   port: z.int().min(1).max(65535).meta({ description: "The agent's port on each replica's address." }),
@@ -320,9 +335,29 @@ export const ServedModelSpec = withRules(
         seedFirst: z.boolean().default(true).meta({
           description: 'Register on one replica first so the P2P network holds the model, then fan out.',
         }),
+        strategy: z
+          .enum(ROLLOUT_STRATEGIES)
+          .default('Rolling')
+          .meta({
+            description: `How a change of version reaches the replicas. Rolling (the default): replica by replica, each switching to the new version once it is ready there, then dropping the old ones. Staged: the new version registered and ready on every replica without serving it, then made the default on every replica at once (the mixed-version window is only that switch, in status.rollout), then the old version dropped; a new version that fails to load on any replica, or makes no progress within progressDeadlineSeconds, is rolled back on every replica (status.rollout, Degraded reason RolledBack). Needs spec.version and a driver that stages (${listed(STAGING_DRIVERS)}).`,
+          }),
+        progressDeadlineSeconds: z
+          .int()
+          .min(10)
+          .max(86_400)
+          .optional()
+          .meta({
+            description: `Staged only: a rollout that makes no progress (a replica staged or switched) for this long is rolled back (default ${DEFAULT_PROGRESS_DEADLINE_SECONDS}).`,
+          }),
+        paused: z.boolean().optional().meta({
+          description:
+            'Staged only: true holds a rollout where it is (no new version staged, no switch started; a switch under way is finished, a rollback goes on); the deadline is not counted while paused.',
+        }),
       })
-      .default({ maxConcurrent: 10, seedFirst: true })
-      .meta({ description: 'How registration fans out over the replicas.' }),
+      .default({ maxConcurrent: 10, seedFirst: true, strategy: 'Rolling' })
+      .meta({
+        description: 'How registration fans out over the replicas, and how a new version is rolled out.',
+      }),
     deletion: z
       .object({
         gracePeriod: durationBetween('0s', '24h').optional().meta({
@@ -386,6 +421,31 @@ export const ServedModelSpec = withRules(
       check: (s) =>
         !has(FIXED_DRIVERS, s.modelServer.driver) ||
         (s.workers.min === 1 && (s.workers.max === undefined || s.workers.max === 1)),
+    },
+    {
+      rule: `!has(self.rollout) || !has(self.rollout.strategy) || self.rollout.strategy != 'Staged' || !(${celDriver('self.modelServer.driver')} in ${celList(NO_STAGING_DRIVERS)})`,
+      message: `rollout.strategy Staged needs a server that can hold a new version without serving it (${listed(STAGING_DRIVERS)}); ${STAGED_REFUSALS}: set rollout.strategy to Rolling (or leave it unset)`,
+      fieldPath: '.rollout.strategy',
+      reason: 'FieldValueForbidden',
+      check: (s) => s.rollout.strategy !== 'Staged' || !has(NO_STAGING_DRIVERS, s.modelServer.driver),
+    },
+    {
+      rule: "!has(self.rollout) || !has(self.rollout.strategy) || self.rollout.strategy != 'Staged' || has(self.version)",
+      message:
+        'rollout.strategy Staged switches every replica from one version to another: set version (the version the archive registers)',
+      fieldPath: '.version',
+      reason: 'FieldValueRequired',
+      check: (s) => s.rollout.strategy !== 'Staged' || s.version !== undefined,
+    },
+    {
+      rule: "!has(self.rollout) || (has(self.rollout.strategy) && self.rollout.strategy == 'Staged') || (!has(self.rollout.paused) && !has(self.rollout.progressDeadlineSeconds))",
+      message:
+        'rollout.paused and rollout.progressDeadlineSeconds are read by rollout.strategy Staged only: set strategy to Staged or remove them',
+      fieldPath: '.rollout',
+      reason: 'FieldValueForbidden',
+      check: (s) =>
+        s.rollout.strategy === 'Staged' ||
+        (s.rollout.paused === undefined && s.rollout.progressDeadlineSeconds === undefined),
     },
     {
       rule: `!has(self.registration) || ${celDriver('self.modelServer.driver')} in ${celList(REGISTRATION_DRIVERS)}`,
@@ -462,6 +522,61 @@ export const NodePreheatStatus = z.object({
     .meta({ description: 'The first failed nodes.' }),
 });
 
+/** Where a Staged rollout is (status.rollout.phase). */
+export const ROLLOUT_PHASES = [
+  'Staging',
+  'Paused',
+  'Switching',
+  'Retiring',
+  'Complete',
+  'RollingBack',
+  'RolledBack',
+] as const;
+export const RolloutPhase = z.enum(ROLLOUT_PHASES);
+export type RolloutPhase = z.infer<typeof RolloutPhase>;
+
+export const RolloutStatus = z.object({
+  phase: RolloutPhase.meta({
+    description:
+      'Staging (the new version registered and ready on every replica, not served), Paused (spec.rollout.paused holds it), Switching (made the default on every replica at once), Retiring (the old version unregistered), Complete; RollingBack (every replica put back on previousVersion, the new one unregistered), RolledBack (until a new generation or a new value of the peerload.io/retry-rollout annotation).',
+  }),
+  version: z.string().meta({ description: 'The version rolled out (spec.version).' }),
+  previousVersion: z
+    .string()
+    .optional()
+    .meta({ description: 'The version the replicas served before: where a rollback puts them.' }),
+  attempt: z.string().meta({
+    description:
+      "Which try this is: the generation and the peerload.io/retry-rollout annotation's value it was started for.",
+  }),
+  replicas: z.int().min(0).meta({ description: 'Replicas serving the model when the rollout looked last.' }),
+  staged: z.int().min(0).meta({ description: 'Replicas with the new version registered and ready.' }),
+  switched: z.int().min(0).meta({ description: 'Replicas serving the new version as their default.' }),
+  reason: z.string().optional().meta({
+    description:
+      'Why it rolled back: LoadFailed (a replica could not load the new version) or ProgressDeadlineExceeded.',
+  }),
+  message: z
+    .string()
+    .max(1024)
+    .optional()
+    .meta({ description: 'What happened, naming the replica and the fix.' }),
+  startTime: Timestamp.meta({ description: 'When this try started.' }),
+  lastProgressTime: Timestamp.meta({
+    description: 'When a replica was last staged or switched (the progress deadline counts from here).',
+  }),
+  switchStartTime: Timestamp.optional().meta({ description: 'When the switch started.' }),
+  switchEndTime: Timestamp.optional().meta({
+    description: 'When every replica served the new version.',
+  }),
+  switchWindowMs: z.int().min(0).optional().meta({
+    description:
+      'How long replicas served different versions: from the first default switched to the last (ms).',
+  }),
+  completionTime: Timestamp.optional().meta({ description: 'When it completed or rolled back.' }),
+});
+export type RolloutStatus = z.infer<typeof RolloutStatus>;
+
 export const ServedModelStatus = z.object({
   observedGeneration: z
     .int()
@@ -500,6 +615,9 @@ export const ServedModelStatus = z.object({
   }),
   cache: CacheStatus.optional().meta({
     description: "Which peers hold the model (the ModelPreheat's status.cache).",
+  }),
+  rollout: RolloutStatus.optional().meta({
+    description: 'The last change of version under rollout.strategy Staged: where it is, or how it ended.',
   }),
   conditions: Conditions.optional(),
 });

@@ -153,6 +153,12 @@ export interface ModelServerDriver {
   /** What `spec.workers` means for its servers (absent: `workers`); a shipped driver's is its row of the
    *  declarations table (src/api/drivers.ts), as its layouts are. */
   readonly scaling?: Scaling | undefined;
+  /**
+   * Whether its replicas can hold a version registered and ready while another stays the default, and switch with
+   * {@link ReplicaServer.setDefault} (`spec.rollout.strategy: Staged`; absent: false). A shipped driver's is its
+   * row's `staging` (src/api/drivers.ts), which the API refuses Staged by.
+   */
+  readonly stages?: boolean | undefined;
   /** Why a layout it does not load is refused, in the server's own terms (default: {@link layoutRefusal}'s). */
   refuseLayout?(layout: ModelLayout): string;
   /** A client of one replica. Per-replica state it keeps (token sources) lives until {@link prune}. */

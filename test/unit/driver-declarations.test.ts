@@ -6,7 +6,13 @@
 import { readFileSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { DEFAULT_DRIVER, DRIVERS, DRIVER_NAMES, driverTable } from '../../src/api/drivers.ts';
+import {
+  DEFAULT_DRIVER,
+  DRIVERS,
+  DRIVER_NAMES,
+  driverTable,
+  type DriverDeclaration,
+} from '../../src/api/drivers.ts';
 import { ServedModelSpec } from '../../src/api/servedmodel.ts';
 import { modelServerDrivers } from '../../src/servers/index.ts';
 import { REPO_ROOT, imports, sourceFiles } from '../../scripts/source-shape.ts';
@@ -19,11 +25,16 @@ describe('the declarations table', () => {
     expect(shipped.defaultName).toBe(DEFAULT_DRIVER);
     for (const name of DRIVER_NAMES) {
       const d = shipped.get(name);
-      expect([d.name, d.layouts, d.scaling ?? 'workers'], name).toEqual([
+      const row: DriverDeclaration = DRIVERS[name];
+      expect([d.name, d.layouts, d.scaling ?? 'workers', d.stages ?? false], name).toEqual([
         name,
-        DRIVERS[name].layouts,
-        DRIVERS[name].scaling,
+        row.layouts,
+        row.scaling,
+        row.staging === true,
       ]);
+      // A driver that stages switches by making the new version the default.
+      const server = d.replica({ uid: 'u', namespace: 'n' }, {}, { endpoint: 'http://127.0.0.1:9' });
+      if (d.stages) expect(typeof server.setDefault, name).toBe('function');
     }
   });
 
@@ -84,6 +95,29 @@ describe('the ServedModel schema validates by the table', () => {
         name,
       ).not.toContainEqual(expect.stringMatching(/^workers/));
     }
+  });
+
+  it('refuses a Staged rollout for a server that cannot stage, naming the field, the reason and the fix', () => {
+    const staged = { version: '2', rollout: { strategy: 'Staged' } };
+    for (const name of DRIVER_NAMES) {
+      const row: DriverDeclaration = DRIVERS[name];
+      const refused = problems(spec({ driver: name, agent }, staged)).filter((p) =>
+        p.startsWith('rollout.strategy: '),
+      );
+      expect(refused.length, name).toBe(row.staging === true ? 0 : 1);
+      if (row.staging !== true) {
+        expect(refused[0]).toContain(`${name}: ${row.staging.refused}`);
+        expect(refused[0]).toMatch(/set rollout\.strategy to Rolling/);
+      }
+    }
+    // Staged needs the version it switches to; paused and the deadline are Staged's only.
+    expect(problems(spec({}, { rollout: { strategy: 'Staged' } }))).toContainEqual(
+      expect.stringMatching(/^version: .*set version/),
+    );
+    expect(problems(spec({}, { rollout: { paused: true } }))).toContainEqual(
+      expect.stringMatching(/^rollout: .*Staged only/),
+    );
+    expect(problems(spec({}, { ...staged, rollout: { ...staged.rollout, paused: true } }))).toEqual([]);
   });
 
   it("refuses a server's own options with another driver", () => {

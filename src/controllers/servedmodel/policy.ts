@@ -31,7 +31,7 @@ export const needsChange = (o: ReplicaOutcome): boolean =>
  * network yet (a preheat that succeeded, node targeting, or a replica that registered it before).
  */
 export function needsSeed(
-  spec: Pick<ServedModelSpec, 'rollout'>,
+  spec: { rollout: Pick<ServedModelSpec['rollout'], 'seedFirst'> },
   gate: Gate,
   nodeTargeting: boolean,
   previous: ReadonlyMap<string, ReplicaStatus>,

@@ -9,7 +9,7 @@
  * the token of `agent.tokenSecretRef` (`{pod}` in its key: a per-pod token).
  */
 import type { Dispatcher } from 'undici';
-import { DRIVERS } from '../../api/drivers.ts';
+import { DRIVERS, type DriverDeclaration } from '../../api/drivers.ts';
 import type {
   Failure,
   ModelServerDriver,
@@ -45,12 +45,14 @@ export class OipDriver implements ModelServerDriver {
   /** Both load model directories that the agent places: never one archive. */
   readonly layouts: ModelServerDriver['layouts'];
   readonly scaling: ModelServerDriver['scaling'];
+  readonly stages: boolean;
   private readonly opts: OipDriverOptions;
 
   constructor(flavour: OipFlavour, opts: OipDriverOptions) {
     this.name = flavour;
     this.layouts = DRIVERS[flavour].layouts;
     this.scaling = DRIVERS[flavour].scaling;
+    this.stages = (DRIVERS[flavour] as DriverDeclaration).staging === true;
     this.opts = opts;
   }
 

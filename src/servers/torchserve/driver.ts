@@ -46,6 +46,7 @@ export class TorchServeDriver implements ModelServerDriver {
   /** TorchServe registers model archives (.mar, .tar.gz), which the endpoint plugin downloads: never a directory. */
   readonly layouts = DRIVERS.torchserve.layouts;
   readonly scaling = DRIVERS.torchserve.scaling;
+  readonly stages = DRIVERS.torchserve.staging === true;
   private readonly clients: ReplicaClients;
 
   constructor(opts: TorchServeDriverOptions) {

@@ -13,7 +13,7 @@
  */
 import { posix } from 'node:path';
 import type { Dispatcher } from 'undici';
-import { DRIVERS } from '../../api/drivers.ts';
+import { DRIVERS, type DriverDeclaration } from '../../api/drivers.ts';
 import { AgentClient, agentClient, allLocal } from '../agent-client.ts';
 import {
   DEFAULT_MODEL_ROOT,
@@ -52,6 +52,7 @@ export class VllmDriver implements ModelServerDriver {
   /** Adapters are directories the agent places; a base model's directory is the one `peerload fetch` placed. */
   readonly layouts = DRIVERS.vllm.layouts;
   readonly scaling = DRIVERS.vllm.scaling;
+  readonly stages: boolean = (DRIVERS.vllm as DriverDeclaration).staging === true;
   private readonly opts: VllmDriverOptions;
 
   constructor(opts: VllmDriverOptions) {
