@@ -1,0 +1,307 @@
+/**
+ * The decisions of a Staged rollout (`spec.rollout.strategy: Staged`), as pure functions: from the spec's wanted
+ * version, the recorded `status.rollout` and what every replica reports this pass, which phase the rollout is in
+ * and what each replica may do now. The reconciler observes, asks {@link decideRollout}, and carries the actions out
+ * (staged.ts); every case is unit-tested (test/unit/servedmodel-rollout.test.ts).
+ *
+ * Level-triggered: the replicas are the truth and status.rollout only adds what they cannot say (when the try
+ * started, its last progress, which version was there before, whether it was rolled back). So an operator killed
+ * at any point resumes from what it observes:
+ * - no replica serves the new version yet: still staging (or rolling back), whatever status says;
+ * - some replicas serve it, others not: a switch was under way: it is finished (or, on a failure, undone), never
+ *   left half done;
+ * - every replica serves it: retiring the old version, then complete.
+ * A replica is never left without a version: a rollback makes the previous version the default before it
+ * unregisters anything, and a replica that no longer holds the previous version keeps the new one.
+ */
+import {
+  DEFAULT_PROGRESS_DEADLINE_SECONDS,
+  RETRY_ROLLOUT_ANNOTATION,
+  type RolloutPhase,
+  type RolloutStatus,
+  type ServedModelSpec,
+} from '../../api/index.ts';
+import type { ReplicaEvent } from './replica.ts';
+
+/** One replica as the pass observed it. */
+export interface ObservedReplica {
+  /** Pod name or endpoint, for messages. */
+  label: string;
+  /** False when it could not be described this pass: its state is unknown, so no switch starts. */
+  known: boolean;
+  /** The version a request without one reaches; undefined when the replica does not hold the model. */
+  default?: string | undefined;
+  /** Every version of the model it holds (the default included). */
+  versions: readonly string[];
+  /** The wanted version is registered with its workers READY. */
+  wantedReady: boolean;
+  /** Why the wanted version could not be loaded there, when retrying cannot fix it (the driver's terminal
+   *  failure); undefined otherwise. */
+  loadFailed?: string | undefined;
+}
+
+export interface RolloutInput {
+  /** spec.version. */
+  wanted: string;
+  /** This try: the generation and the retry annotation's value ({@link attemptOf}). */
+  attempt: string;
+  /** status.rollout as last written. */
+  prior: RolloutStatus | undefined;
+  paused: boolean;
+  deadlineMs: number;
+  now: number;
+  replicas: readonly ObservedReplica[];
+}
+
+/** What one replica may do this pass. */
+export type ReplicaAction =
+  /** Nothing of a rollout concerns it: the ordinary step (convergeReplica). */
+  | { kind: 'converge' }
+  /** Register the wanted version and start its workers, leaving the default as it is. */
+  | { kind: 'stage' }
+  /** Make the wanted version the default. */
+  | { kind: 'switch' }
+  /** Unregister every version but the wanted one (it is the default). */
+  | { kind: 'retire' }
+  /** Make `to` the default (when it is not), then unregister every other version. */
+  | { kind: 'rollback'; to: string }
+  /** Nothing this pass, and why (for its status message). */
+  | { kind: 'hold'; why: string };
+
+export interface RolloutDecision {
+  /** status.rollout to write; undefined: leave it as it is (no rollout concerns this pass). */
+  status: RolloutStatus | undefined;
+  /** One per replica, in the input's order. */
+  actions: ReplicaAction[];
+  /** The Event of a change of phase. */
+  events: ReplicaEvent[];
+}
+
+/** spec.rollout.progressDeadlineSeconds, or its default, in ms. */
+export const progressDeadlineMs = (spec: Pick<ServedModelSpec, 'rollout'>): number =>
+  (spec.rollout.progressDeadlineSeconds ?? DEFAULT_PROGRESS_DEADLINE_SECONDS) * 1000;
+
+/** Which try a rollout is: a new generation or a new value of the retry annotation is a new one. */
+export const attemptOf = (generation: number | undefined, retry: string | undefined): string =>
+  `${generation ?? 0}/${retry ?? ''}`;
+
+export const RolloutReason = {
+  LoadFailed: 'LoadFailed',
+  ProgressDeadlineExceeded: 'ProgressDeadlineExceeded',
+} as const;
+
+const iso = (ms: number) => new Date(ms).toISOString();
+
+/** The most frequent value (the first seen on a tie), or undefined. */
+function mostCommon(values: readonly string[]): string | undefined {
+  const counts = new Map<string, number>();
+  for (const v of values) counts.set(v, (counts.get(v) ?? 0) + 1);
+  let best: string | undefined;
+  for (const [v, n] of counts) if (best === undefined || n > counts.get(best)!) best = v;
+  return best;
+}
+
+export function decideRollout(i: RolloutInput): RolloutDecision {
+  const { wanted, now, replicas } = i;
+  const same = i.prior && i.prior.attempt === i.attempt && i.prior.version === wanted ? i.prior : undefined;
+  const serving = replicas.filter((r) => r.default !== undefined);
+  const holdsOther = (r: ObservedReplica) => r.versions.some((v) => v !== wanted);
+  const switched = serving.filter((r) => r.default === wanted).length;
+  const staged = serving.filter((r) => r.wantedReady).length;
+  const previousVersion =
+    same?.previousVersion ??
+    mostCommon(serving.map((r) => r.default!).filter((v) => v !== wanted)) ??
+    mostCommon(serving.flatMap((r) => r.versions).filter((v) => v !== wanted));
+  const counts = { replicas: serving.length, staged, switched };
+
+  const status = (phase: RolloutPhase, extra: Partial<RolloutStatus> = {}): RolloutStatus => {
+    const progressed =
+      !same || same.phase !== phase || staged > same.staged || switched > same.switched || phase === 'Paused';
+    const s: RolloutStatus = {
+      ...(same ?? {}),
+      phase,
+      version: wanted,
+      ...(previousVersion !== undefined ? { previousVersion } : {}),
+      attempt: i.attempt,
+      ...counts,
+      startTime: same?.startTime ?? iso(now),
+      lastProgressTime: progressed ? iso(now) : (same?.lastProgressTime ?? iso(now)),
+      ...extra,
+    };
+    if ((phase === 'Complete' || phase === 'RolledBack') && !s.completionTime) s.completionTime = iso(now);
+    return s;
+  };
+  const events = (next: RolloutStatus): ReplicaEvent[] => {
+    if (same?.phase === next.phase) return [];
+    const warning = next.phase === 'RollingBack' || next.phase === 'RolledBack';
+    return [{ type: warning ? 'Warning' : 'Normal', reason: `Rollout${next.phase}`, note: noteOf(next) }];
+  };
+  const decided = (s: RolloutStatus | undefined, actions: ReplicaAction[]): RolloutDecision => ({
+    status: s,
+    actions,
+    events: s ? events(s) : [],
+  });
+
+  // A try that is rolling back, or rolled back, stays so until a new try: the replicas are put back and held.
+  if (same && (same.phase === 'RollingBack' || same.phase === 'RolledBack'))
+    return rollingBack(same.reason ?? '', same.message ?? '');
+
+  // Nothing to roll out: no replica serves or holds another version (a first registration, or a finished try).
+  const pending = serving.some((r) => r.default !== wanted || holdsOther(r));
+  if (!pending) {
+    if (!same || same.phase === 'Complete')
+      return decided(
+        same,
+        replicas.map(() => ({ kind: 'converge' })),
+      );
+    return decided(
+      status('Complete'),
+      replicas.map(() => ({ kind: 'converge' })),
+    );
+  }
+
+  // Every replica serves the new version: the switch is over; the old versions go.
+  if (switched === serving.length) {
+    const s = status('Retiring', same?.switchEndTime ? {} : switchEnded(same, now));
+    return decided(
+      s,
+      replicas.map((r) =>
+        r.default === wanted && holdsOther(r) ? { kind: 'retire' } : { kind: 'converge' },
+      ),
+    );
+  }
+
+  // Before the old version goes, any failure puts every replica back on it.
+  const failed = serving.find((r) => r.loadFailed !== undefined && !r.wantedReady);
+  if (failed)
+    return rollingBack(
+      RolloutReason.LoadFailed,
+      `${failed.label} could not load ${wanted}: ${failed.loadFailed}`,
+    );
+  const begun = switched > 0;
+  const progressed = !same || staged > same.staged || switched > same.switched;
+  const lastProgress = progressed ? now : Date.parse(same.lastProgressTime);
+  // Paused before the switch, the deadline is not counted (each paused pass is progress).
+  if (!(i.paused && !begun) && now - lastProgress > i.deadlineMs)
+    return rollingBack(
+      RolloutReason.ProgressDeadlineExceeded,
+      `no replica was staged or switched for ${Math.round(i.deadlineMs / 1000)}s (spec.rollout.progressDeadlineSeconds); ${staged}/${serving.length} staged, ${switched} switched`,
+    );
+
+  // A switch under way is finished, paused or not: two versions served at once is what Staged avoids.
+  const allStaged = staged === serving.length && replicas.every((r) => r.known);
+  if (begun || (allStaged && !i.paused)) {
+    const s = status('Switching', same?.switchStartTime ? {} : { switchStartTime: iso(now) });
+    return decided(
+      s,
+      replicas.map((r): ReplicaAction => {
+        if (r.default === undefined)
+          return { kind: 'hold', why: `joins with ${wanted} once the switch is over` };
+        if (r.default === wanted) return { kind: 'hold', why: `serves ${wanted}; the others are switching` };
+        return r.wantedReady ? { kind: 'switch' } : { kind: 'stage' };
+      }),
+    );
+  }
+  if (i.paused)
+    return decided(
+      status('Paused'),
+      replicas.map(() => ({
+        kind: 'hold',
+        why: 'spec.rollout.paused holds the rollout: set it to false to go on',
+      })),
+    );
+  return decided(
+    status('Staging'),
+    replicas.map((r): ReplicaAction => {
+      if (r.default === undefined)
+        return { kind: 'hold', why: `joins with ${wanted} once the switch is over` };
+      if (!r.wantedReady) return { kind: 'stage' };
+      return { kind: 'hold', why: `${wanted} staged; ${staged}/${serving.length} replica(s) staged` };
+    }),
+  );
+
+  function rollingBack(reason: string, message: string): RolloutDecision {
+    const to = previousVersion;
+    const actions = replicas.map((r): ReplicaAction => {
+      const back = `rolled back to ${to ?? 'the previous version'} (status.rollout)`;
+      if (!r.versions.includes(wanted) && (to === undefined || r.versions.every((v) => v === to)))
+        return { kind: 'hold', why: back };
+      // Without the previous version the replica keeps the new one rather than none.
+      if (to === undefined || (r.default === wanted && !r.versions.includes(to)))
+        return {
+          kind: 'hold',
+          why: `cannot roll back: ${to ?? 'the previous version'} is not registered here`,
+        };
+      return { kind: 'rollback', to };
+    });
+    // Done once nothing is left to put back (a replica without the previous version keeps the new one: its
+    // status message says so).
+    const done = actions.every((a) => a.kind === 'hold') && replicas.every((r) => r.known);
+    const s = status(done ? 'RolledBack' : 'RollingBack', {
+      reason,
+      message:
+        `${message}; every replica goes back to ${to ?? 'the previous version'}: fix it and change the spec, or set the ${RETRY_ROLLOUT_ANNOTATION} annotation to a new value, to try again`.slice(
+          0,
+          1024,
+        ),
+    });
+    return decided(s, actions);
+  }
+}
+
+function switchEnded(same: RolloutStatus | undefined, now: number): Partial<RolloutStatus> {
+  const start = same?.switchStartTime ? Date.parse(same.switchStartTime) : now;
+  return { switchStartTime: iso(start), switchEndTime: iso(now), switchWindowMs: Math.max(0, now - start) };
+}
+
+/**
+ * The status once a pass's switch calls have answered: when every serving replica now serves the wanted version,
+ * the window is the calls' own (the first sent to the last answered), not the passes'.
+ */
+export function afterSwitch(
+  s: RolloutStatus,
+  switchedNow: number,
+  window: { start: number; end: number },
+): RolloutStatus {
+  if (s.phase !== 'Switching') return s;
+  // Switched by an earlier pass (or a process before a restart): the window started with that pass.
+  const start = s.switched > 0 && s.switchStartTime ? Date.parse(s.switchStartTime) : window.start;
+  const next = {
+    ...s,
+    switched: switchedNow,
+    switchStartTime: iso(start),
+    lastProgressTime: iso(window.end),
+  };
+  if (switchedNow < s.replicas) return next;
+  return {
+    ...next,
+    phase: 'Retiring',
+    switchEndTime: iso(window.end),
+    switchWindowMs: Math.max(0, window.end - start),
+  };
+}
+
+/** When a pass must look again at the latest: when the progress deadline would pass. */
+export function deadlineWakeMs(s: RolloutStatus | undefined, deadlineMs: number, now: number): number {
+  if (!s || !['Staging', 'Switching'].includes(s.phase)) return Infinity;
+  return Math.max(0, Date.parse(s.lastProgressTime) + deadlineMs - now) + 1;
+}
+
+function noteOf(s: RolloutStatus): string {
+  const from = s.previousVersion ?? 'the previous version';
+  switch (s.phase) {
+    case 'Staging':
+      return `staging ${s.version} on ${s.replicas} replica(s) without serving it (${from} serves)`;
+    case 'Paused':
+      return `rollout of ${s.version} paused (spec.rollout.paused): ${s.staged}/${s.replicas} staged`;
+    case 'Switching':
+      return `${s.version} is ready on every replica: switching all of them from ${from}`;
+    case 'Retiring':
+      return `every replica serves ${s.version}${s.switchWindowMs !== undefined ? ` (switch window ${s.switchWindowMs} ms)` : ''}; unregistering ${from}`;
+    case 'Complete':
+      return `rollout of ${s.version} complete`;
+    case 'RollingBack':
+    case 'RolledBack':
+      return `${s.phase === 'RollingBack' ? 'rolling back' : 'rolled back'} ${s.version} (${s.reason}): ${s.message ?? ''}`;
+  }
+}
