@@ -86,6 +86,8 @@ export abstract class EmulatorModels extends EmulatorAuth {
   /** ApiUtils.handleRegister: conflict check, insert (first version becomes default), initial workers. */
   protected async register(r: Registration): Promise<{ status: number; message: string }> {
     await sleep(this.opts.registrationLatencyMs ?? 0);
+    const rejected = this.opts.rejectArchive?.(r.fileName);
+    if (rejected !== undefined) throw new HttpError(400, 'InvalidModelException', rejected);
     const fileName = r.fileName.split('/').pop() ?? r.fileName;
     const name = r.modelName ?? (this.opts.modelName ?? defaultModelName)(r.fileName);
     const v = this.opts.modelVersion;

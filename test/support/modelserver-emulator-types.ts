@@ -27,6 +27,11 @@ export interface ModelServerEmulatorOptions {
   modelVersion?: string | ((fileName: string) => string);
   /** Model name when the request has no model_name (the archive's). Default: file name without `.mar`. */
   modelName?: (fileName: string) => string;
+  /**
+   * An archive this server cannot load: the message TorchServe's 400 InvalidModelException carries (as for a broken
+   * manifest or handler), or undefined to register it. Default: every archive loads.
+   */
+  rejectArchive?: (fileName: string) => string | undefined;
   /** Added to every registration (after the download). Benchmarks use 200 ms. Default 0. */
   registrationLatencyMs?: number;
   /** Time a worker shows UNLOADING before READY. Default 50 ms. */

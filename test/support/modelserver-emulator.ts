@@ -19,7 +19,8 @@
  *   only in the key file, see {@link ModelServerEmulator.keyFile}), 400 InvalidKeyException otherwise; like
  *   TorchServe, any request whose URI contains `/token` is treated as a token request;
  * - error bodies `{"code","type","message"}` with `Connection: close` for >= 400;
- * - registration latency, failure injection (down / HTTP errors / slow), `wipe()` (a restarted process), counters.
+ * - registration latency, failure injection (down / HTTP errors / slow), archives that do not load
+ *   (`rejectArchive`: 400 InvalidModelException), `wipe()` (a restarted process), counters.
  */
 import { randomUUID } from 'node:crypto';
 import { type IncomingMessage, type Server, type ServerResponse, createServer } from 'node:http';

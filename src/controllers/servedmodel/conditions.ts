@@ -55,6 +55,8 @@ export const ServedModelReason = {
   RegistryNotAllowed: 'RegistryNotAllowed',
   /** Being deleted: unregistering, or waiting for registrations under way or for unreachable replicas. */
   Deleting: 'Deleting',
+  /** A Staged rollout put every replica back on the previous version (status.rollout says why). */
+  RolledBack: 'RolledBack',
 } as const;
 
 /** Why one replica failed (replica.ts decides, from how the driver reads the model server's answer). */
@@ -260,6 +262,28 @@ export function servedModelConditions(o: ServedModelObservation): ServedModelCon
       { type: Stalled, absent: true },
     ];
   return [...out, ...notReady(R.Progressing, progress, false)];
+}
+
+/**
+ * The conditions of a Staged rollout that is rolling back or rolled back (`done`): Ready False and Degraded True with
+ * reason RolledBack and status.rollout's message; rolled back, it is Stalled until a new generation or a new value
+ * of the retry annotation. Replaces what the replicas alone would say.
+ */
+export function rolledBackConditions(
+  conditions: readonly ServedModelConditionChange[],
+  message: string,
+  done: boolean,
+): ServedModelConditionChange[] {
+  const { Ready, Reconciling, Stalled, Degraded } = ServedModelCondition;
+  const reason = ServedModelReason.RolledBack;
+  const replaced = new Set<string>([Ready, Reconciling, Stalled, Degraded]);
+  return [
+    ...conditions.filter((c) => !replaced.has(c.type)),
+    { type: Ready, status: 'False', reason, message },
+    { type: Degraded, status: 'True', reason, message },
+    done ? { type: Reconciling, absent: true } : { type: Reconciling, status: 'True', reason, message },
+    done ? { type: Stalled, status: 'True', reason, message } : { type: Stalled, absent: true },
+  ];
 }
 
 /** The `Preheated` condition of the gate (none without one). */

@@ -12,7 +12,9 @@
  */
 import {
   GVR,
+  RETRY_ROLLOUT_ANNOTATION,
   replicaAccess,
+  type RolloutStatus,
   type ModelPreheat,
   type ServedModel,
   type ServedModelSpec,
@@ -54,7 +56,15 @@ import { pool } from './pool.ts';
 import { needsSeed } from './policy.ts';
 import type { RegistrationRunner } from './registrations.ts';
 import { ServedModelReport, type PassFindings } from './report.ts';
-import { convergeReplica, registerAndStart, waiting, type ReplicaOutcome } from './replica.ts';
+import {
+  convergeReplica,
+  registerAndStart,
+  waiting,
+  type ReplicaEvent,
+  type ReplicaOutcome,
+} from './replica.ts';
+import { attemptOf, progressDeadlineMs } from './rollout.ts';
+import { convergeStaged } from './staged.ts';
 import { previousReplicas } from './replica-status.ts';
 import { discoverReplicas, type Discovery, type EndpointSlice, type Replica } from './replicas.ts';
 
@@ -117,6 +127,8 @@ interface Pass {
   dir?: ListedDirectory;
   source?: ResolvedSource<SourceReason>;
   outcomes?: ReplicaOutcome[];
+  /** A Staged rollout's status and Events (spec.rollout.strategy Staged). */
+  rollout?: { status: RolloutStatus | undefined; events: ReplicaEvent[] };
 }
 
 export class ServedModelReconciler {
@@ -339,18 +351,22 @@ export class ServedModelReconciler {
       return replicas.map((r) => waiting(r, previous.get(r.endpoint), gates.get(r.endpoint)!.message));
     const owner = { uid, namespace: sm.metadata.namespace! };
     const access = replicaAccess(spec);
-    const step = (r: Replica, mayRegister: boolean): Promise<ReplicaOutcome> => {
-      const g = gates.get(r.endpoint)!;
-      if (!g.open) return Promise.resolve(waiting(r, previous.get(r.endpoint), g.message));
+    const registrationOf = (r: Replica) => {
       const server = driver.replica(owner, access, r);
       const id = registrationId(key, uid, goal, r);
-      const registration = {
+      return {
         peek: () => registrations.peek(id),
         start: () =>
           registrations.ensure(id, spec.rollout.maxConcurrent, (signal, progress, stopping) =>
             registerAndStart(server, goal, { signal, progress, stopping }),
           ),
       };
+    };
+    const step = (r: Replica, mayRegister: boolean): Promise<ReplicaOutcome> => {
+      const g = gates.get(r.endpoint)!;
+      if (!g.open) return Promise.resolve(waiting(r, previous.get(r.endpoint), g.message));
+      const server = driver.replica(owner, access, r);
+      const registration = registrationOf(r);
       const failure = (err: unknown) => driver.failure(err);
       return convergeReplica(server, r, goal, previous.get(r.endpoint), {
         mayRegister,
@@ -359,6 +375,32 @@ export class ServedModelReconciler {
         failure,
       });
     };
+    if (spec.rollout.strategy === 'Staged' && goal.version !== undefined) {
+      const staged = await convergeStaged(
+        {
+          goal: { ...goal, version: goal.version },
+          prior: sm.status?.rollout,
+          attempt: attemptOf(sm.metadata.generation, sm.metadata.annotations?.[RETRY_ROLLOUT_ANNOTATION]),
+          paused: spec.rollout.paused === true,
+          deadlineMs: progressDeadlineMs(spec),
+          maxConcurrent: spec.rollout.maxConcurrent,
+          signal: rc.signal,
+          failure: (err) => driver.failure(err),
+          now: this.deps.now ?? Date.now,
+        },
+        replicas.map((r) => ({
+          replica: r,
+          server: driver.replica(owner, access, r),
+          registration: registrationOf(r),
+          previous: previous.get(r.endpoint),
+          gate: gates.get(r.endpoint)!,
+          converge: () => step(r, true),
+          forget: () => registrations.settle(registrationId(key, uid, goal, r)),
+        })),
+      );
+      pass.rollout = { status: staged.rollout, events: staged.events };
+      return staged.outcomes;
+    }
     const [seed, ...rest] = replicas;
     if (seed && needsSeed(spec, gate, gating!.nodeTargeting, previous)) {
       const first = await step(seed, true);
@@ -393,5 +435,6 @@ function findings(pass: Pass, spec: ServedModelSpec): PassFindings {
     source: pass.source?.status,
     previous: previousReplicas(sm.status),
     outcomes: pass.outcomes!,
+    rollout: pass.rollout,
   };
 }

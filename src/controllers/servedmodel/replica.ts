@@ -107,19 +107,27 @@ export async function convergeReplica(
     registered = true;
     return { ...(await rollOut(server, replica, goal, previous, current, target, events, call)), ended };
   } catch (err) {
-    const f = opts.failure(err);
-    if (f) {
-      // A failure of the bytes is not the server's: its own reason, and no model-server error kind.
-      const reason = f.integrity ? ReplicaFailureReason[f.integrity] : REASONS[f.kind];
-      const kind = f.integrity ? undefined : f.kind;
-      return { ...fail(replica, registered, reason, f.message, f.retryable, events, kind), ended };
-    }
-    const message = (err as Error).message ?? String(err);
-    return {
-      ...fail(replica, registered, ReplicaFailureReason.ReplicaError, message, true, events, 'other'),
-      ended,
-    };
+    return { ...failedStep(replica, registered, err, opts.failure, events), ended };
   }
+}
+
+/** The outcome of a step whose request to the replica threw: the driver's reading of the error, or ReplicaError. */
+export function failedStep(
+  replica: Replica,
+  registered: boolean,
+  err: unknown,
+  failure: (err: unknown) => Failure | undefined,
+  events: ReplicaEvent[] = [],
+): ReplicaOutcome {
+  const f = failure(err);
+  if (f) {
+    // A failure of the bytes is not the server's: its own reason, and no model-server error kind.
+    const reason = f.integrity ? ReplicaFailureReason[f.integrity] : REASONS[f.kind];
+    const kind = f.integrity ? undefined : f.kind;
+    return fail(replica, registered, reason, f.message, f.retryable, events, kind);
+  }
+  const message = (err as Error).message ?? String(err);
+  return fail(replica, registered, ReplicaFailureReason.ReplicaError, message, true, events, 'other');
 }
 
 const REASONS: Record<FailureKind, ReplicaFailureReason> = {
@@ -274,7 +282,7 @@ export async function registerAndStart(
   return result;
 }
 
-function base(r: Replica): Pick<ReplicaStatus, 'endpoint' | 'pod' | 'podUID'> {
+export function base(r: Replica): Pick<ReplicaStatus, 'endpoint' | 'pod' | 'podUID'> {
   return {
     endpoint: r.endpoint,
     ...(r.pod ? { pod: r.pod } : {}),
@@ -321,7 +329,7 @@ export function registeredEvent(goal: ReplicaGoal, replica: Replica, result: Reg
   };
 }
 
-const label = (r: Replica) => (r.pod ? `pod ${r.pod} (${r.endpoint})` : r.endpoint);
+export const label = (r: Replica): string => (r.pod ? `pod ${r.pod} (${r.endpoint})` : r.endpoint);
 
 /** A replica the preheat gate holds back. */
 export function waiting(r: Replica, previous: ReplicaStatus | undefined, why: string): ReplicaOutcome {

@@ -8,7 +8,13 @@
  * a status write holds its outcome, so a pass whose write is lost to a conflict (thrown: the whole reconcile runs
  * again on fresh data) or coalesced leaves it for the next.
  */
-import type { ServedModel, ServedModelSpec, ServedModelStatus, SourceStatus } from '../../api/index.ts';
+import type {
+  RolloutStatus,
+  ServedModel,
+  ServedModelSpec,
+  ServedModelStatus,
+  SourceStatus,
+} from '../../api/index.ts';
 import type { Registered } from '../../servers/driver.ts';
 import {
   getCondition,
@@ -18,12 +24,13 @@ import {
 } from '../../runtime/index.ts';
 import type { OperatorMetrics } from '../metrics.ts';
 import type { StatusWrite } from '../status.ts';
-import { ServedModelCondition, withServedModelConditions } from './conditions.ts';
+import { ServedModelCondition, rolledBackConditions, withServedModelConditions } from './conditions.ts';
 import type { ReplicaGating } from './gates.ts';
 import { registrationId, type ListedDirectory } from './goal.ts';
 import { coalescedLook, keepRegistration, nextLook, statusEvents, withWake, writeNow } from './policy.ts';
 import type { RegistrationRunner } from './registrations.ts';
-import { registeredEvent, type ReplicaGoal, type ReplicaOutcome } from './replica.ts';
+import { registeredEvent, type ReplicaEvent, type ReplicaGoal, type ReplicaOutcome } from './replica.ts';
+import { deadlineWakeMs, progressDeadlineMs } from './rollout.ts';
 import { summarize, withReplicas, type PassSummary, type ReplicaStatus } from './replica-status.ts';
 import type { Discovery } from './replicas.ts';
 
@@ -53,6 +60,8 @@ export interface PassFindings {
   source?: SourceStatus | undefined;
   previous: ReadonlyMap<string, ReplicaStatus>;
   outcomes: readonly ReplicaOutcome[];
+  /** A Staged rollout's status (undefined: left as it is) and the Events of its change of phase. */
+  rollout?: { status: RolloutStatus | undefined; events: readonly ReplicaEvent[] } | undefined;
 }
 
 export class ServedModelReport {
@@ -74,22 +83,29 @@ export class ServedModelReport {
     const before = sm.status?.conditions ?? [];
     const sinceWriteMs = this.deps.now() - (this.lastWrite.get(p.key) ?? 0);
     const next = withServedModelConditions(sm.status ?? {}, sm.metadata.generation, summary.conditions);
-    const now = writeNow({
-      generation: sm.metadata.generation,
-      observedGeneration: sm.status?.observedGeneration,
-      conditionsBefore: before,
-      conditionsAfter: next.conditions ?? [],
-      newLocalHits,
-      sinceWriteMs,
-    });
-    if (!now) return coalescedLook(this.look(p, summary, before), sinceWriteMs, gating.wakeInMs);
+    const rollout = p.rollout?.status;
+    const now =
+      (rollout !== undefined && rollout.phase !== sm.status?.rollout?.phase) ||
+      writeNow({
+        generation: sm.metadata.generation,
+        observedGeneration: sm.status?.observedGeneration,
+        conditionsBefore: before,
+        conditionsAfter: next.conditions ?? [],
+        newLocalHits,
+        sinceWriteMs,
+      });
+    const wakeInMs = Math.min(
+      gating.wakeInMs,
+      deadlineWakeMs(rollout, progressDeadlineMs(p.spec), this.deps.now()),
+    );
+    if (!now) return coalescedLook(this.look(p, summary, before), sinceWriteMs, wakeInMs);
     // A conflict throws: the reconcile runs again on fresh data, registrations not yet settled.
     const written = await this.deps.writeStatus(sm, (s) => statusOf(s, p, summary), rc.signal);
     if (written.written) this.lastWrite.set(p.key, this.deps.now());
     this.settle(p);
     const after = written.object.status?.conditions ?? [];
     for (const e of statusEvents(before, after)) this.deps.events.record(sm, e.type, e.reason, e.note);
-    return withWake(this.look(p, summary, after), gating.wakeInMs);
+    return withWake(this.look(p, summary, after), wakeInMs);
   }
 
   /** Drops the coalescing clock of an object that is gone. */
@@ -101,7 +117,7 @@ export class ServedModelReport {
   private summary(p: PassFindings): PassSummary {
     const { sm, spec, gating } = p;
     const ready = getCondition(sm.status?.conditions, ServedModelCondition.Ready);
-    const summary = summarize({
+    const summarized = summarize({
       modelName: spec.modelName,
       serviceName: spec.modelServer.service?.name,
       serviceFound: p.serviceFound,
@@ -113,6 +129,7 @@ export class ServedModelReport {
       wasReady: ready?.status === 'True' && ready.observedGeneration === sm.metadata.generation,
       now: new Date(this.deps.now()),
     });
+    const summary = withRollout(summarized, p);
     const { metrics } = this.deps;
     metrics.servedModelReplicas(sm.metadata.namespace!, sm.metadata.name, summary.ready, summary.desired);
     for (const o of summary.failed)
@@ -127,6 +144,7 @@ export class ServedModelReport {
   private record(p: PassFindings): void {
     const { registrations, events } = this.deps;
     const uid = p.sm.metadata.uid ?? p.key;
+    for (const e of p.rollout?.events ?? []) events.record(p.sm, e.type, e.reason, e.note);
     for (const [i, o] of p.outcomes.entries()) {
       for (const e of o.events) events.record(p.sm, e.type, e.reason, e.note);
       if (o.ended?.state !== 'done' || o.ended.reported) continue;
@@ -179,8 +197,20 @@ function statusOf(s: ServedModelStatus, p: PassFindings, summary: PassSummary): 
       files: dir && { count: dir.count, bytes: dir.bytes, digest: dir.digest },
       // What this pass resolved, else the recorded resolution; none once the spec has no source.
       source: p.spec.source ? (p.source ?? s.source) : undefined,
+      rollout: p.rollout?.status ?? s.rollout,
     },
     p.sm.metadata.generation,
     summary.conditions,
   );
+}
+
+/** A Staged rollout of this spec that rolls back says so in the conditions, whatever the replicas alone say. */
+function withRollout(summary: PassSummary, p: PassFindings): PassSummary {
+  const r = p.rollout?.status;
+  if (!r || (r.phase !== 'RollingBack' && r.phase !== 'RolledBack')) return summary;
+  const message = `${r.version} rolled back to ${r.previousVersion ?? 'the previous version'} (${r.reason}): ${r.message ?? ''}`;
+  return {
+    ...summary,
+    conditions: rolledBackConditions(summary.conditions, message.slice(0, 1024), r.phase === 'RolledBack'),
+  };
 }

@@ -1,0 +1,326 @@
+/**
+ * One pass of a Staged rollout (`spec.rollout.strategy: Staged`): every replica observed (its default, the versions
+ * it holds, the wanted version's registration), the phase and each replica's action decided by rollout.ts, and the
+ * actions carried out through the driver interface. Staging registers the new version in the background and starts
+ * its workers while the old version stays the default; the switch sends every replica's set-default at once and
+ * measures the window from the first request to the last answer; a rollback makes the previous version the default
+ * again before it unregisters anything. A replica no rollout concerns takes the ordinary step (convergeReplica).
+ */
+import type { RolloutStatus } from '../../api/index.ts';
+import type { Failure, ModelVersion, ReplicaServer } from '../../servers/driver.ts';
+import { pool } from './pool.ts';
+import {
+  base,
+  failedStep,
+  label,
+  underWay,
+  waiting,
+  type EndedRegistration,
+  type ReplicaEvent,
+  type ReplicaGoal,
+  type ReplicaOutcome,
+  type ReplicaRegistration,
+} from './replica.ts';
+import type { ReplicaStatus } from './replica-status.ts';
+import type { Replica } from './replicas.ts';
+import { afterSwitch, decideRollout, type ObservedReplica, type ReplicaAction } from './rollout.ts';
+
+/** One replica of the pass, with what the reconciler has for it. */
+export interface StagedReplica {
+  replica: Replica;
+  server: ReplicaServer;
+  registration: ReplicaRegistration;
+  previous: ReplicaStatus | undefined;
+  /** Its preheat gate: a closed one stages nothing. */
+  gate: { open: boolean; message: string };
+  /** Today's step, for a replica no rollout concerns (after the switch, or with nothing to roll out). */
+  converge(): Promise<ReplicaOutcome>;
+  /** Forgets its ended registration (one of an earlier try: a retry registers again). */
+  forget(): void;
+}
+
+export interface StagedPass {
+  goal: ReplicaGoal & { version: string };
+  prior: RolloutStatus | undefined;
+  attempt: string;
+  paused: boolean;
+  deadlineMs: number;
+  maxConcurrent: number;
+  signal: AbortSignal;
+  failure: (err: unknown) => Failure | undefined;
+  now: () => number;
+}
+
+export interface StagedResult {
+  outcomes: ReplicaOutcome[];
+  /** status.rollout to write; undefined: leave it. */
+  rollout: RolloutStatus | undefined;
+  events: ReplicaEvent[];
+}
+
+interface Seen {
+  observed: ObservedReplica;
+  versions: ModelVersion[];
+  /** The registration that ended before this pass (settled by the report). */
+  ended?: EndedRegistration | undefined;
+  /** Set when describing it failed: its outcome. */
+  error?: ReplicaOutcome | undefined;
+}
+
+export async function convergeStaged(
+  p: StagedPass,
+  replicas: readonly StagedReplica[],
+): Promise<StagedResult> {
+  const seen = await pool([...replicas], p.maxConcurrent, (r) => observe(p, r));
+  const decision = decideRollout({
+    wanted: p.goal.version,
+    attempt: p.attempt,
+    prior: p.prior,
+    paused: p.paused,
+    deadlineMs: p.deadlineMs,
+    now: p.now(),
+    replicas: seen.map((s) => s.observed),
+  });
+  const outcomes: (ReplicaOutcome | undefined)[] = replicas.map(() => undefined);
+  const switching: number[] = [];
+  await pool([...replicas.keys()], p.maxConcurrent, async (i) => {
+    const action = decision.actions[i]!;
+    if (action.kind === 'switch') return switching.push(i);
+    outcomes[i] = await act(p, replicas[i]!, seen[i]!, action);
+  });
+  let rollout = decision.status;
+  if (switching.length > 0) {
+    // Every switch at once: the window two versions are served is as long as the slowest answer.
+    const start = p.now();
+    const switched = await Promise.all(switching.map((i) => switchOne(p, replicas[i]!, seen[i]!)));
+    const end = p.now();
+    for (const [k, i] of switching.entries()) outcomes[i] = switched[k]!.outcome;
+    const ok = switched.filter((s) => s.ok).length;
+    if (rollout) rollout = afterSwitch(rollout, rollout.switched + ok, { start, end });
+  }
+  const events = [...decision.events];
+  if (rollout?.phase === 'Retiring' && decision.status?.phase === 'Switching')
+    events.push({
+      type: 'Normal',
+      reason: 'RolloutRetiring',
+      note: `every replica serves ${rollout.version} (switch window ${rollout.switchWindowMs} ms); unregistering ${rollout.previousVersion ?? 'the previous version'}`,
+    });
+  return {
+    outcomes: outcomes.map((o, i) => o ?? waiting(replicas[i]!.replica, undefined, '')),
+    rollout,
+    events,
+  };
+}
+
+/** What one replica holds and where the wanted version's registration is. */
+async function observe(p: StagedPass, r: StagedReplica): Promise<Seen> {
+  const { goal } = p;
+  const lbl = label(r.replica);
+  let reg = r.registration.peek();
+  // A failure from an earlier try: this try registers again.
+  const tryStart =
+    p.prior && p.prior.attempt === p.attempt && p.prior.version === goal.version
+      ? Date.parse(p.prior.startTime)
+      : Infinity;
+  if (reg && reg.state !== 'running' && reg.state === 'failed' && reg.since < tryStart) {
+    r.forget();
+    reg = undefined;
+  }
+  const ended = reg && reg.state !== 'running' ? reg : undefined;
+  let loadFailed: string | undefined;
+  if (reg?.state === 'failed') {
+    const f = p.failure(reg.error);
+    // Refused credentials and a lost answer (conflict) are not the version's failure; retryable ones are retried.
+    if (f && !f.retryable && f.kind !== 'auth' && f.kind !== 'conflict') loadFailed = f.message;
+  } else if (reg?.state === 'done' && reg.result.version !== undefined && reg.result.version !== goal.version)
+    loadFailed = `${goal.fileName} registers version ${reg.result.version}, but spec.version is ${goal.version}`;
+  try {
+    const call = { signal: p.signal };
+    const versions = await r.server.versions(goal.modelName, call);
+    const current =
+      versions.length > 0 ? await r.server.describe(goal.modelName, undefined, call) : undefined;
+    const wanted = versions.find((v) => v.version === goal.version);
+    return {
+      observed: {
+        label: lbl,
+        known: true,
+        default: current?.version,
+        versions: versions.map((v) => v.version),
+        wantedReady: wanted !== undefined && workersReady(wanted, goal),
+        loadFailed,
+      },
+      versions,
+      ended,
+    };
+  } catch (err) {
+    return {
+      observed: { label: lbl, known: false, versions: [], wantedReady: false, loadFailed },
+      versions: [],
+      ended,
+      error: failedStep(r.replica, r.previous?.registered ?? false, err, p.failure),
+    };
+  }
+}
+
+const workersReady = (v: ModelVersion, goal: ReplicaGoal) =>
+  v.readyWorkers >= goal.minWorkers && v.minWorkers === goal.minWorkers;
+
+async function act(p: StagedPass, r: StagedReplica, s: Seen, action: ReplicaAction): Promise<ReplicaOutcome> {
+  if (action.kind === 'converge') return r.converge();
+  if (s.error) return { ...s.error, ended: s.ended };
+  const call = { signal: p.signal };
+  const { goal } = p;
+  const events: ReplicaEvent[] = [];
+  try {
+    switch (action.kind) {
+      case 'hold':
+        return held(p, r, s, action.why, events);
+      case 'stage':
+        return await stage(p, r, s);
+      case 'retire':
+        for (const v of s.versions) {
+          if (v.version === goal.version) continue;
+          await r.server.unregister(goal.modelName, v.version, call);
+          events.push(removed(goal, r, v.version));
+        }
+        return {
+          status: { ...servingStatus(p, r, s, goal.version), phase: 'Ready' },
+          events,
+          ended: s.ended,
+        };
+      case 'rollback': {
+        if (s.observed.default !== action.to) {
+          await r.server.setDefault!(goal.modelName, action.to, call);
+          events.push({
+            type: 'Normal',
+            reason: 'VersionDefault',
+            note: `${goal.modelName} ${action.to} is the default on ${label(r.replica)} again (rollback)`,
+          });
+        }
+        for (const v of s.versions) {
+          if (v.version === action.to) continue;
+          await r.server.unregister(goal.modelName, v.version, call);
+          events.push(removed(goal, r, v.version));
+        }
+        const back = s.versions.find((v) => v.version === action.to);
+        return {
+          status: {
+            ...base(r.replica),
+            registered: true,
+            version: action.to,
+            readyWorkers: back?.readyWorkers ?? 0,
+            ready: false,
+            phase: 'Pending',
+            message: `rolled back to ${action.to} (status.rollout)`,
+          },
+          events,
+          ended: s.ended,
+        };
+      }
+    }
+  } catch (err) {
+    return { ...failedStep(r.replica, true, err, p.failure, events), ended: s.ended };
+  }
+  return r.converge();
+}
+
+/** The wanted version registered (in the background) and its workers started; the default left as it is. */
+async function stage(p: StagedPass, r: StagedReplica, s: Seen): Promise<ReplicaOutcome> {
+  const { goal } = p;
+  const target = s.versions.find((v) => v.version === goal.version);
+  if (target) {
+    if (target.minWorkers !== goal.minWorkers || target.maxWorkers !== goal.maxWorkers)
+      await r.server.scale(
+        goal.modelName,
+        goal.version,
+        { min: goal.minWorkers, max: goal.maxWorkers },
+        { signal: p.signal },
+      );
+    return held(
+      p,
+      r,
+      s,
+      `staging ${goal.version}: ${target.readyWorkers}/${goal.minWorkers} workers READY`,
+      [],
+    );
+  }
+  if (!r.gate.open) return waiting(r.replica, r.previous, r.gate.message);
+  const state = s.ended ?? r.registration.start();
+  if (state.state === 'running') return underWay(r.replica, state);
+  if (state.state === 'failed')
+    return { ...failedStep(r.replica, true, state.error, p.failure), ended: s.ended };
+  return held(p, r, s, `${goal.version} registered; describing it next pass`, []);
+}
+
+/** A replica the pass leaves as it is: what it serves, and why it waits. */
+function held(p: StagedPass, r: StagedReplica, s: Seen, why: string, events: ReplicaEvent[]): ReplicaOutcome {
+  const serving = s.observed.default;
+  const status = serving === undefined ? undefined : servingStatus(p, r, s, serving);
+  const ready = serving === p.goal.version && s.observed.wantedReady;
+  return {
+    status: {
+      ...base(r.replica),
+      registered: s.versions.length > 0,
+      ...(status?.version !== undefined ? { version: status.version } : {}),
+      readyWorkers: status?.readyWorkers ?? 0,
+      ready,
+      phase: ready ? 'Ready' : 'Pending',
+      ...(ready ? {} : { message: why }),
+    },
+    events,
+    ended: s.ended,
+  };
+}
+
+/** A replica serving `version`: its workers, and the version recorded (the wanted one once the others are gone). */
+function servingStatus(p: StagedPass, r: StagedReplica, s: Seen, version: string): ReplicaStatus {
+  const v = s.versions.find((x) => x.version === version);
+  const ready = version === p.goal.version && s.observed.wantedReady;
+  return {
+    ...base(r.replica),
+    registered: true,
+    version,
+    readyWorkers: v?.readyWorkers ?? 0,
+    ready,
+  };
+}
+
+async function switchOne(
+  p: StagedPass,
+  r: StagedReplica,
+  s: Seen,
+): Promise<{ ok: boolean; outcome: ReplicaOutcome }> {
+  const { goal } = p;
+  try {
+    await r.server.setDefault!(goal.modelName, goal.version, { signal: p.signal });
+    const event: ReplicaEvent = {
+      type: 'Normal',
+      reason: 'VersionDefault',
+      note: `${goal.modelName} ${goal.version} is the default on ${label(r.replica)}`,
+    };
+    const target = s.versions.find((v) => v.version === goal.version);
+    return {
+      ok: true,
+      outcome: {
+        status: {
+          ...base(r.replica),
+          registered: true,
+          version: goal.version,
+          readyWorkers: target?.readyWorkers ?? 0,
+          ready: true,
+          phase: 'Ready',
+        },
+        events: [event],
+        ended: s.ended,
+      },
+    };
+  } catch (err) {
+    return { ok: false, outcome: { ...failedStep(r.replica, true, err, p.failure), ended: s.ended } };
+  }
+}
+
+const removed = (goal: ReplicaGoal, r: StagedReplica, version: string): ReplicaEvent => ({
+  type: 'Normal',
+  reason: 'VersionRemoved',
+  note: `unregistered ${goal.modelName} ${version} from ${label(r.replica)}`,
+});
