@@ -8,7 +8,7 @@ import type { RolloutStatus } from '../../src/api/index.ts';
 import {
   afterSwitch,
   attemptOf,
-  deadlineWakeMs,
+  rolloutWakeMs,
   decideRollout,
   type ObservedReplica,
   type RolloutInput,
@@ -196,6 +196,8 @@ describe('rollback', () => {
     expect(d.events).toEqual([expect.objectContaining({ type: 'Warning', reason: 'RolloutRolledBack' })]);
     const later = decideRollout(input([onV1('a'), onV1('b')], { prior: d.status, now: T0 + 10 * DEADLINE }));
     expect(later.status?.phase).toBe('RolledBack');
+    // The recorded message is kept as it is, pass after pass.
+    expect(later.status?.message).toBe('b could not load 2');
     expect(kinds(later)).toEqual(['hold', 'hold']);
     expect(later.events).toEqual([]);
   });
@@ -292,12 +294,14 @@ describe('an operator restarted at any point', () => {
   });
 });
 
-describe('deadlineWakeMs', () => {
-  it('wakes the pass when the deadline would pass, only while staging or switching', () => {
+describe('rolloutWakeMs', () => {
+  it('looks again soon while a step follows by itself, at the deadline while staging, never otherwise', () => {
     const s = prior('Staging', { lastProgressTime: new Date(T0).toISOString() });
-    expect(deadlineWakeMs(s, DEADLINE, T0 + 10_000)).toBe(50_001);
-    expect(deadlineWakeMs(prior('Paused'), DEADLINE, T0)).toBe(Infinity);
-    expect(deadlineWakeMs(prior('RolledBack'), DEADLINE, T0)).toBe(Infinity);
-    expect(deadlineWakeMs(undefined, DEADLINE, T0)).toBe(Infinity);
+    expect(rolloutWakeMs(s, DEADLINE, T0 + 10_000, 100)).toBe(50_001);
+    for (const phase of ['Switching', 'Retiring', 'RollingBack'] as const)
+      expect(rolloutWakeMs(prior(phase), DEADLINE, T0, 100), phase).toBe(100);
+    for (const phase of ['Paused', 'Complete', 'RolledBack'] as const)
+      expect(rolloutWakeMs(prior(phase), DEADLINE, T0, 100), phase).toBe(Infinity);
+    expect(rolloutWakeMs(undefined, DEADLINE, T0, 100)).toBe(Infinity);
   });
 });

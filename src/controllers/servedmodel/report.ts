@@ -30,7 +30,7 @@ import { registrationId, type ListedDirectory } from './goal.ts';
 import { coalescedLook, keepRegistration, nextLook, statusEvents, withWake, writeNow } from './policy.ts';
 import type { RegistrationRunner } from './registrations.ts';
 import { registeredEvent, type ReplicaEvent, type ReplicaGoal, type ReplicaOutcome } from './replica.ts';
-import { deadlineWakeMs, progressDeadlineMs } from './rollout.ts';
+import { progressDeadlineMs, rolloutWakeMs } from './rollout.ts';
 import { summarize, withReplicas, type PassSummary, type ReplicaStatus } from './replica-status.ts';
 import type { Discovery } from './replicas.ts';
 
@@ -96,7 +96,7 @@ export class ServedModelReport {
       });
     const wakeInMs = Math.min(
       gating.wakeInMs,
-      deadlineWakeMs(rollout, progressDeadlineMs(p.spec), this.deps.now()),
+      rolloutWakeMs(rollout, progressDeadlineMs(p.spec), this.deps.now(), this.deps.config.pollBackoffStart),
     );
     if (!now) return coalescedLook(this.look(p, summary, before), sinceWriteMs, wakeInMs);
     // A conflict throws: the reconcile runs again on fresh data, registrations not yet settled.

@@ -144,7 +144,7 @@ export function decideRollout(i: RolloutInput): RolloutDecision {
 
   // A try that is rolling back, or rolled back, stays so until a new try: the replicas are put back and held.
   if (same && (same.phase === 'RollingBack' || same.phase === 'RolledBack'))
-    return rollingBack(same.reason ?? '', same.message ?? '');
+    return rollingBack(same.reason ?? '', same.message ?? '', true);
 
   // Nothing to roll out: no replica serves or holds another version (a first registration, or a finished try).
   const pending = serving.some((r) => r.default !== wanted || holdsOther(r));
@@ -220,7 +220,8 @@ export function decideRollout(i: RolloutInput): RolloutDecision {
     }),
   );
 
-  function rollingBack(reason: string, message: string): RolloutDecision {
+  /** `recorded`: the message is status.rollout's, already saying what to do. */
+  function rollingBack(reason: string, message: string, recorded = false): RolloutDecision {
     const to = previousVersion;
     const actions = replicas.map((r): ReplicaAction => {
       const back = `rolled back to ${to ?? 'the previous version'} (status.rollout)`;
@@ -239,11 +240,12 @@ export function decideRollout(i: RolloutInput): RolloutDecision {
     const done = actions.every((a) => a.kind === 'hold') && replicas.every((r) => r.known);
     const s = status(done ? 'RolledBack' : 'RollingBack', {
       reason,
-      message:
-        `${message}; every replica goes back to ${to ?? 'the previous version'}: fix it and change the spec, or set the ${RETRY_ROLLOUT_ANNOTATION} annotation to a new value, to try again`.slice(
-          0,
-          1024,
-        ),
+      message: recorded
+        ? message
+        : `${message}; every replica goes back to ${to ?? 'the previous version'}: fix it and change the spec, or set the ${RETRY_ROLLOUT_ANNOTATION} annotation to a new value, to try again`.slice(
+            0,
+            1024,
+          ),
     });
     return decided(s, actions);
   }
@@ -281,9 +283,20 @@ export function afterSwitch(
   };
 }
 
-/** When a pass must look again at the latest: when the progress deadline would pass. */
-export function deadlineWakeMs(s: RolloutStatus | undefined, deadlineMs: number, now: number): number {
-  if (!s || !['Staging', 'Switching'].includes(s.phase)) return Infinity;
+/**
+ * When a pass must look again at the latest: soon (`soonMs`) while a step follows by itself (the old version to
+ * retire, a switch or a rollback to finish: replicas that are READY wake nothing), else when the progress deadline
+ * would pass while staging.
+ */
+export function rolloutWakeMs(
+  s: RolloutStatus | undefined,
+  deadlineMs: number,
+  now: number,
+  soonMs: number,
+): number {
+  if (!s) return Infinity;
+  if (s.phase === 'Switching' || s.phase === 'Retiring' || s.phase === 'RollingBack') return soonMs;
+  if (s.phase !== 'Staging') return Infinity;
   return Math.max(0, Date.parse(s.lastProgressTime) + deadlineMs - now) + 1;
 }
 
