@@ -131,7 +131,7 @@ describe('defaults', () => {
       modelServer: { service: { name: 'ts' } },
     });
     expect(spec.workers).toEqual({ min: 1 });
-    expect(spec.rollout).toEqual({ maxConcurrent: 10, seedFirst: true });
+    expect(spec.rollout).toEqual({ maxConcurrent: 10, seedFirst: true, strategy: 'Rolling' });
     expect(spec.modelServer.pluginPath).toBe('p2p');
     expect(spec.modelServer.service?.port).toBe('management');
     const mph = ModelPreheatSpec.parse({ url: 'http://x/y' });
