@@ -11,6 +11,8 @@ const SERVED_MODEL_COLUMNS = [
   'Name',
   'Model',
   'Version',
+  'Rollout',
+  'Switch-ms',
   'Ready',
   'Replicas',
   'Reason',
@@ -126,6 +128,23 @@ describe('CRDs on the real apiserver', () => {
       const wide = t.columnDefinitions.map((c: { priority: number }) => c.priority > 0) as boolean[];
       return { names, wide, row: Object.fromEntries(names.map((n, i) => [n, t.rows[0].cells[i]])) };
     };
+    const at = '2026-01-01T00:00:00Z';
+    await failing(
+      'ServedModel',
+      'rolled-back',
+      { modelName: 'm', version: '2', fileName: 'm.mar', modelServer: { service: { name: 'ts' } } },
+      {
+        ready: '0/3',
+        rollout: {
+          ...{ phase: 'RolledBack', version: '2', previousVersion: '1', attempt: '2/', reason: 'LoadFailed' },
+          ...{ replicas: 3, staged: 2, switched: 0, startTime: at, lastProgressTime: at, completionTime: at },
+        },
+        conditions: conditions('RolledBack', '2 rolled back to 1 (LoadFailed): ts-2 could not load 2'),
+      },
+    );
+    const back = await table('servedmodels', 'rolled-back');
+    expect(back.row).toMatchObject({ Rollout: 'RolledBack', Reason: 'RolledBack', Ready: 'False' });
+    expect(back.wide[back.names.indexOf('Switch-ms')]).toBe(true);
     const sm = await table('servedmodels', 'no-service');
     expect(sm.names).toEqual(SERVED_MODEL_COLUMNS);
     expect(sm.row).toMatchObject({
