@@ -13,7 +13,7 @@ import {
   type ModelServerFleet,
 } from '../support/modelserver-emulator.ts';
 import { ServiceEndpoints, loopbackDispatcher } from '../support/endpointslices.ts';
-import { startManager } from '../support/runtime-harness.ts';
+import { startManager, type RunningManager } from '../support/runtime-harness.ts';
 import { testNamespace, type PeerloadNamespace } from '../support/resources.ts';
 import { createServedModelController } from '../../src/controllers/index.ts';
 import { RETRY_ROLLOUT_ANNOTATION, type RolloutStatus, type ServedModel } from '../../src/api/index.ts';
@@ -24,17 +24,29 @@ let ns = '';
 const cleanups: (() => Promise<unknown>)[] = [];
 const dispatcher = loopbackDispatcher();
 
-beforeAll(async () => {
-  ({ kc, ns, peerload: sms } = await testNamespace('smstaged'));
-  const m = await startManager(
+/** The operator under test: one at a time (as with leader election). */
+let operator: RunningManager | undefined;
+
+async function startOperator(): Promise<void> {
+  operator = await startManager(
     kc,
     ['--no-leader-elect', '--poll-backoff-start', '100ms', '--poll-backoff-max', '500ms'],
     [(ctx) => createServedModelController(ctx, { dispatcher, cleanupGraceMs: 2000 })],
   );
-  cleanups.push(() => m.stop());
+}
+
+async function stopOperator(): Promise<void> {
+  await operator?.stop();
+  operator = undefined;
+}
+
+beforeAll(async () => {
+  ({ kc, ns, peerload: sms } = await testNamespace('smstaged'));
+  await startOperator();
 });
 
 afterAll(async () => {
+  await stopOperator();
   for (const c of cleanups.reverse()) await c();
 });
 
@@ -224,10 +236,12 @@ describe('a Staged rollout', () => {
       const warnings = (await eventsOf('bad')).filter((e) => e.type === 'Warning').map((e) => e.reason);
       expect(warnings).toContain('RolloutRollingBack');
       expect(warnings).toContain('RolloutRolledBack');
-      // Rolled back stays so: nothing registers v2 again.
-      const attempts = f.stats().registrationAttempts;
+      // Rolled back stays so: nothing registers v2 again, and the held replicas are not polled (a look scheduled
+      // before, at most --poll-backoff-max 500ms away, may still come).
+      await new Promise((r) => setTimeout(r, 1_000));
+      const requests = f.stats().totalRequests;
       await new Promise((r) => setTimeout(r, 2_000));
-      expect(f.stats().registrationAttempts).toBe(attempts);
+      expect(f.stats().totalRequests).toBe(requests);
       expect((await get('bad')).status?.rollout?.phase).toBe('RolledBack');
     } finally {
       watch.stop();
@@ -290,5 +304,44 @@ describe('a Staged rollout', () => {
     await sms.patchServedModel('held', { spec: { rollout: { paused: false } } });
     await untilRollout('held', 'Complete');
     for (const e of f.instances) expect(e.defaultVersion('held')).toBe('2');
+  }, 60_000);
+
+  it('an operator killed mid-switch, before writing anything of it, finishes the switch from what the replicas say', async () => {
+    const f = await fleet(3, { registrationLatencyMs: 10 });
+    await onV1('resume', f);
+    // As kill -9: from here the operator writes nothing more.
+    await stopOperator();
+    await sms.patchServedModel('resume', { spec: { version: '2', fileName: 'models/resume-v2.mar' } });
+    // What it left mid-switch: v2 staged (READY) on every replica, and the default on the first one only.
+    const call = async (url: string, method: string) => {
+      const res = await fetch(url, { method });
+      expect(res.status, `${method} ${url}`).toBeLessThan(300);
+    };
+    for (const e of f.instances) {
+      await call(`${e.url}/p2p/models?file_name=models/resume-v2.mar&model_name=resume`, 'POST');
+      await call(`${e.url}/models/resume/2?min_worker=1&max_worker=1&synchronous=true`, 'PUT');
+    }
+    await call(`${f.instances[0]!.url}/models/resume/2/set-default`, 'PUT');
+    expect(f.instances.map((e) => e.defaultVersion('resume'))).toEqual(['2', '1', '1']);
+    for (const e of f.instances) e.resetStats();
+    const watch = watchDefaults(f, 'resume', '2');
+    try {
+      await startOperator();
+      const done = await untilRollout('resume', 'Complete');
+      watch.stop();
+      expect(watch.early).toEqual([]);
+      expect(done.status?.rollout).toMatchObject({ version: '2', previousVersion: '1', switched: 3 });
+      expect(done.status?.rollout?.switchWindowMs).toBeGreaterThanOrEqual(0);
+      const stats = f.stats();
+      // Only the two replicas not yet switched were; nothing was registered again; v1 went everywhere.
+      expect(stats.setDefaults).toBe(2);
+      expect(stats.registrationAttempts).toBe(0);
+      expect(stats.unregistrations).toBe(3);
+      for (const e of f.instances) expect(e.model('resume').map((m) => m.modelVersion)).toEqual(['2']);
+      const rolledBack = (await eventsOf('resume')).filter((e) => e.reason.startsWith('RolloutRoll'));
+      expect(rolledBack).toEqual([]);
+    } finally {
+      watch.stop();
+    }
   }, 60_000);
 });

@@ -110,6 +110,14 @@ describe('nextLook', () => {
   const failing = (retryable: boolean, kind?: 'auth' | 'terminal') =>
     outcome({ failure: { reason: 'RegistrationRejected', retryable, kind } });
 
+  it('a Staged rollout rolled back or paused: the slow re-check, not the poll of its held replicas', () => {
+    const held = [rs({ ready: false, phase: 'Pending', message: 'rolled back to 1 (status.rollout)' })];
+    expect(look({ replicas: held, allReady: false })).toEqual({ requeueAfter: 30_000 });
+    expect(look({ replicas: held, allReady: false, rolloutHeld: true })).toEqual({
+      requeueAfter: STALLED_RECHECK_MS,
+    });
+  });
+
   it('ready: nothing with a Service (its slices wake it); a slow jittered re-check with static endpoints', () => {
     expect(look({})).toBeUndefined();
     expect(look({ staticEndpoints: true })).toEqual({ requeueAfter: STATIC_RECHECK_MS });

@@ -87,6 +87,9 @@ export interface LookInput {
   now: number;
   /** In [0, 1): the jitter of slow re-checks. */
   random: number;
+  /** A Staged rollout that holds by itself until the spec or its retry annotation changes (rolled back, paused):
+   *  those changes wake the object, so its held replicas are not polled. */
+  rolloutHeld?: boolean | undefined;
 }
 
 /** When to look again: soon while converging (less often the longer it takes), rarely when done. */
@@ -96,6 +99,7 @@ export function nextLook(i: LookInput): ReconcileResult | undefined {
   if (i.allReady && i.failed.length === 0)
     return i.staticEndpoints ? { requeueAfter: jittered(STATIC_RECHECK_MS) } : undefined;
   if (i.gate.state === 'closed' && i.gate.final) return undefined;
+  if (i.rolloutHeld) return { requeueAfter: jittered(STALLED_RECHECK_MS) };
   // Every failure needs a change of the spec, the archive or the model server (a rejected archive, a version
   // mismatch): asking again at poll rate cannot help; a spec or endpoint change wakes the object, and a slow
   // re-check notices a fixed model server. Refused credentials stay on the poll: the Secret, which nothing

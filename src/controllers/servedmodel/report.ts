@@ -184,6 +184,7 @@ export class ServedModelReport {
       pollBackoffMax: this.deps.config.pollBackoffMax,
       now: this.deps.now(),
       random: this.deps.random(),
+      rolloutHeld: ['RolledBack', 'Paused'].includes(p.rollout?.status?.phase ?? ''),
     });
   }
 }
