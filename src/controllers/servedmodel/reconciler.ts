@@ -5,10 +5,11 @@
  * `reconcile` is the state machine: phase.ts says, from the object and what the pass has done, which phase the pass
  * is in; the `switch` runs that phase's step. A pass that serves the model goes through the finalizer, the preheat
  * gates, a directory's listing, one step on every replica (at most `rollout.maxConcurrent` at a time, each moved
- * by convergeReplica() through its model server's driver) and the report (report.ts: one status write, Ready and
- * its Events). Registrations (the plugin downloads the archive first, minutes for a large model) never run inside
- * a reconcile: they run in the background (registrations.ts), the pass starts them and reads their phase, and each
- * change of phase enqueues the ServedModel again.
+ * by convergeReplica() through its model server's driver; with `rollout.strategy: Staged`, staged.ts moves them
+ * together as rollout.ts decides) and the report (report.ts: one status write, Ready and its Events).
+ * Registrations (the plugin downloads the archive first, minutes for a large model) never run inside a reconcile:
+ * they run in the background (registrations.ts), the pass starts them and reads their phase, and each change of
+ * phase enqueues the ServedModel again.
  */
 import {
   GVR,

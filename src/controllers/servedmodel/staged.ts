@@ -105,11 +105,8 @@ export async function convergeStaged(
       reason: 'RolloutRetiring',
       note: `every replica serves ${rollout.version} (switch window ${rollout.switchWindowMs} ms); unregistering ${rollout.previousVersion ?? 'the previous version'}`,
     });
-  return {
-    outcomes: outcomes.map((o, i) => o ?? waiting(replicas[i]!.replica, undefined, '')),
-    rollout,
-    events,
-  };
+  // Every replica has its outcome by now: its action's, or its switch's.
+  return { outcomes: outcomes.map((o) => o!), rollout, events };
 }
 
 /** What one replica holds and where the wanted version's registration is. */
@@ -122,7 +119,7 @@ async function observe(p: StagedPass, r: StagedReplica): Promise<Seen> {
     p.prior && p.prior.attempt === p.attempt && p.prior.version === goal.version
       ? Date.parse(p.prior.startTime)
       : Infinity;
-  if (reg && reg.state !== 'running' && reg.state === 'failed' && reg.since < tryStart) {
+  if (reg?.state === 'failed' && reg.since < tryStart) {
     r.forget();
     reg = undefined;
   }
