@@ -11,10 +11,18 @@ import { parseHostRules, type HostRule } from '../../src/policy/reach.ts';
 import { modelSources } from '../../src/sources/index.ts';
 import { ModelServerDrivers, type ModelLayout, type ModelServerDriver } from '../../src/servers/driver.ts';
 
-const driver = (name: string, layouts: ModelLayout[]): ModelServerDriver =>
-  ({ name, layouts, replica: () => undefined, prune: () => undefined, failure: () => undefined }) as never;
+const driver = (name: string, layouts: ModelLayout[], stages = false): ModelServerDriver =>
+  ({
+    name,
+    layouts,
+    stages,
+    replica: () => undefined,
+    prune: () => undefined,
+    failure: () => undefined,
+  }) as never;
 const drivers = new ModelServerDrivers([
   driver('archives', ['archive']),
+  driver('staging', ['archive'], true),
   driver('dirs', ['directory']),
   driver('triton', ['directory']),
 ]);
@@ -215,7 +223,7 @@ describe('servedModelPhase: what stops a pass', () => {
     expect(servedModelPhase(input({ object: sm(spec) }))).toEqual({
       kind: 'unknownDriver',
       message:
-        'spec.modelServer.driver: the operator has no model-server driver named tritonn; use one of archives, dirs, triton',
+        'spec.modelServer.driver: the operator has no model-server driver named tritonn; use one of archives, staging, dirs, triton',
     });
     expect(kind({ object: sm(spec, deleted) })).toBe('unknownDriver');
   });
@@ -230,6 +238,19 @@ describe('servedModelPhase: what stops a pass', () => {
         object: sm({ ...DIRECTORY, modelServer: { service: { name: 'ts' }, driver: 'archives' } }, deleted),
       }),
     ).toBe('deleting');
+  });
+
+  it('invalid: a Staged rollout with a driver that cannot stage (not deleting, which unregisters as ever)', () => {
+    const staged = { ...ARCHIVE, version: '2', rollout: { strategy: 'Staged' } };
+    expect(servedModelPhase(input({ object: sm(staged) }))).toEqual({
+      kind: 'invalid',
+      message: expect.stringMatching(
+        /^spec\.rollout\.strategy: the archives model server .*set spec\.rollout\.strategy to Rolling$/,
+      ),
+    });
+    expect(kind({ object: sm(staged, deleted) })).toBe('deleting');
+    const stages = { ...staged, modelServer: { service: { name: 'ts' }, driver: 'staging' } };
+    expect(kind({ object: sm(stages) })).toBe('gating');
   });
 
   it('unsupportedLayout: a directory for a driver of archives, and an archive for one of directories', () => {

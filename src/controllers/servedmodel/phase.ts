@@ -5,7 +5,8 @@
  * unit-tested (test/unit/servedmodel-phase.test.ts).
  *
  * The order is the order of the questions that can stop a pass: an object that is gone or not yet ours to read,
- * a spec the operator will not act on (invalid, endpoints it may not reach, a driver it does not have), deletion,
+ * a spec the operator will not act on (invalid, endpoints it may not reach, a driver it does not have), deletion, a
+ * Staged rollout the driver cannot do,
  * a layout the driver cannot load; then the steps of a pass that serves the model: the finalizer, a source's
  * resolution (spec.source, before the gates, whose owned preheat is of the digest it resolved to), the preheat
  * gates, a directory's listing, one step on every replica, and the report (status, Ready, Events).
@@ -95,6 +96,12 @@ export function servedModelPhase(p: PhaseInput): ServedModelPhase {
         `use one of ${p.drivers.names().join(', ')}`,
     };
   if (isBeingDeleted(sm)) return { kind: 'deleting', spec };
+  // The API refuses Staged for the shipped drivers that cannot stage (their rows); this holds any driver to it.
+  if (spec.rollout.strategy === 'Staged' && driver.stages !== true)
+    return {
+      kind: 'invalid',
+      message: `spec.rollout.strategy: the ${driver.name} model server cannot hold a version without serving it (Staged): set spec.rollout.strategy to Rolling`,
+    };
   const refused = layoutRefusal(driver, spec.fileName === undefined ? 'directory' : 'archive');
   if (refused) return { kind: 'unsupportedLayout', message: refused };
   if (!p.done.finalizing && !hasFinalizer(sm, FINALIZER)) return { kind: 'finalizing', spec };
