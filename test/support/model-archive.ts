@@ -68,10 +68,13 @@ export interface ModelArchive {
   version: string;
 }
 
-/** Builds `<dir>/<modelName>.mar` with torch-model-archiver. */
+/**
+ * Builds `<dir>/<modelName>.mar` with torch-model-archiver; `handler` replaces the tiny classifier's source (a test
+ * that needs answers of its own, or a handler that fails).
+ */
 export async function buildModelArchive(
   dir: string,
-  opts: { modelName?: string; version?: string } = {},
+  opts: { modelName?: string; version?: string; handler?: string } = {},
 ): Promise<ModelArchive> {
   const bin = await torchServeBinDir();
   const modelName = opts.modelName ?? 'tiny';
@@ -79,7 +82,7 @@ export async function buildModelArchive(
   const work = await mkdtemp(join(tmpdir(), 'peerload-mar-'));
   try {
     const handler = join(work, 'tiny_handler.py');
-    await writeFile(handler, HANDLER);
+    await writeFile(handler, opts.handler ?? HANDLER);
     await run(
       join(bin, 'torch-model-archiver'),
       [
