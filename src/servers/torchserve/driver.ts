@@ -9,6 +9,8 @@ import type { Dispatcher } from 'undici';
 import type {
   Call,
   Failure,
+  InferenceAnswer,
+  InferenceRequest,
   ModelServerDriver,
   ModelVersion,
   RegisterCall,
@@ -47,6 +49,7 @@ export class TorchServeDriver implements ModelServerDriver {
   readonly layouts = DRIVERS.torchserve.layouts;
   readonly scaling = DRIVERS.torchserve.scaling;
   readonly stages = DRIVERS.torchserve.staging === true;
+  readonly probes = !('refused' in DRIVERS.torchserve.probe);
   private readonly clients: ReplicaClients;
 
   constructor(opts: TorchServeDriverOptions) {
@@ -147,6 +150,19 @@ export class TorchServeReplica implements ReplicaServer {
     await this.client.unregister(model, version, call);
   }
 
+  /** The predictions API of `version` on the inference port (the spec's probe.port, which the API requires). */
+  async probe(model: string, version: string, req: InferenceRequest, call: Call): Promise<InferenceAnswer> {
+    if (req.port === undefined)
+      throw new TypeError('a TorchServe probe needs the inference port (probe.port)');
+    const res = await this.client.predict(
+      model,
+      version,
+      { port: req.port, body: req.body, maxBytes: req.maxBytes },
+      call,
+    );
+    return { status: res.status, json: jsonOrUndefined(res.text) };
+  }
+
   /** Every version: the non-default ones first (TorchServe refuses to drop a default that has siblings). */
   async unregisterAll(model: string, call: Call): Promise<void> {
     const all = await this.client.describeIfPresent(model, 'all', call);
@@ -163,6 +179,14 @@ export class TorchServeReplica implements ReplicaServer {
         if (!(err instanceof ModelServerError && err.kind === 'notFound')) throw err;
       }
     }
+  }
+}
+
+function jsonOrUndefined(text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch {
+    return undefined;
   }
 }
 
