@@ -13,6 +13,7 @@ import {
   attemptOf,
   canaryCount,
   decideRollout,
+  rolloutChanged,
   rolloutWakeMs,
   type CanaryInput,
   type ObservedReplica,
@@ -240,6 +241,16 @@ describe('the canary of a Staged rollout', () => {
     expect(rolloutWakeMs(switching, 60_000, T0, 500)).toBe(500);
     expect(rolloutWakeMs(holding(T0 + HOLD), 60_000, T0, 500)).toBe(CANARY_PROBE_PERIOD_MS + 1);
     expect(rolloutWakeMs(holding(T0 + 1_000), 60_000, T0, 500)).toBe(1_001);
+  });
+
+  it("writes status now on a new phase or a change of the canary's record, not for counts the replicas say", () => {
+    const h = holding(T0 + HOLD);
+    expect(rolloutChanged(undefined, h)).toBe(true);
+    expect(rolloutChanged(h, { ...h, staged: 2, lastProgressTime: iso(T0) })).toBe(false);
+    expect(rolloutChanged(h, { ...h, canary: { ...h.canary!, passes: 1 } })).toBe(true);
+    const started = prior('Canary', { canary: { replicas: ['a'], switched: 1, passes: 0, failures: 0 } });
+    expect(rolloutChanged(started, h)).toBe(true);
+    expect(rolloutChanged(h, { ...h, phase: 'Switching' })).toBe(true);
   });
 
   it('has no canary without spec.rollout.canary: every replica switches at once', () => {

@@ -432,6 +432,16 @@ export function afterProbe(
 }
 
 /**
+ * Whether status.rollout must be written now rather than coalesced: a new phase, or the canary's record changed
+ * (its replicas, its hold's end, a probe's result): the next pass decides from it, so a hold must not restart and a
+ * probe must not be forgotten because a write waited.
+ */
+export function rolloutChanged(before: RolloutStatus | undefined, after: RolloutStatus): boolean {
+  if (before?.phase !== after.phase) return true;
+  return JSON.stringify(before.canary ?? null) !== JSON.stringify(after.canary ?? null);
+}
+
+/**
  * When a pass must look again at the latest: soon (`soonMs`) while a step follows by itself (the old version to
  * retire, a switch or a rollback to finish: replicas that are READY wake nothing), else when the progress deadline
  * would pass while staging.
