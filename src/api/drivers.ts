@@ -51,7 +51,7 @@ export interface DriverDeclaration {
 
 /** Why the Open Inference Protocol drivers refuse spec.rollout.canary.probe today. */
 const NO_PROBE =
-  'the driver sends no inference probe yet (an Open Inference Protocol POST /v2/models/{name}/versions/{version}/infer is the way); canary without probe checks the version is ready';
+  'the driver sends no inference probe yet (an Open Inference Protocol POST /v2/models/{name}/versions/{version}/infer is the way)';
 
 /** Every driver the operator ships; the first is the default of `modelServer.driver`. */
 export const DRIVERS = {
@@ -113,7 +113,7 @@ export const DRIVERS = {
     },
     probe: {
       refused:
-        'the vllm driver sends no inference probe yet (an OpenAI-compatible /v1/completions request naming the adapter is the way); canary without probe checks the version is ready',
+        'the driver sends no inference probe yet (an OpenAI-compatible /v1/completions request naming the adapter is the way)',
     },
     summary:
       'LoRA adapters placed by the peerload agent and loaded at run time (the agent is needed for them); a base model is only checked ready',

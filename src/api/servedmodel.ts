@@ -681,7 +681,7 @@ export type RolloutPhase = z.infer<typeof RolloutPhase>;
 
 export const CanaryStatus = z.object({
   replicas: z.array(z.string().max(512)).max(1000).meta({
-    description: 'The canaries (pod names, or endpoints): they switch first, the others after the hold.',
+    description: 'The canaries (pod and endpoint): they switch first, the others after the hold.',
   }),
   switched: z.int().min(0).meta({ description: 'Canaries serving the new version.' }),
   holdUntil: Timestamp.optional().meta({
