@@ -41,17 +41,20 @@ export interface DriverDeclaration {
   staging: true | { refused: string };
   /**
    * Whether the driver sends a canary's inference probe (`spec.rollout.canary.probe`, {@link ReplicaServer.probe} in
-   * src/servers/driver.ts): the request it makes of one version, and whether it needs `probe.port` (an inference
-   * port other than the management endpoint's); `false` with the reason, for the API's refusal.
+   * src/servers/driver.ts): the request it makes of one version, and whether it needs `probe.port` (`required`: an
+   * inference port other than the management endpoint's) or sends to the endpoint itself (`unused`); refused with
+   * the reason, for the API's refusal.
    */
-  probe: { request: string; needsPort: boolean } | { refused: string };
+  probe: { request: string; port: 'required' | 'unused' } | { refused: string };
   /** One line for the API reference and the `driver` field's description. */
   summary: string;
 }
 
-/** Why the Open Inference Protocol drivers refuse spec.rollout.canary.probe today. */
-const NO_PROBE =
-  'the driver sends no inference probe yet (an Open Inference Protocol POST /v2/models/{name}/versions/{version}/infer is the way)';
+/** The Open Inference Protocol servers answer inference on the endpoint their repository API is found at. */
+const OIP_PROBE = {
+  request: 'POST /v2/models/{model}/versions/{version}/infer on the endpoint (Open Inference Protocol)',
+  port: 'unused',
+} as const;
 
 /** Every driver the operator ships; the first is the default of `modelServer.driver`. */
 export const DRIVERS = {
@@ -67,7 +70,7 @@ export const DRIVERS = {
     // The predictions API is on the inference port, not the management one the replicas are found by.
     probe: {
       request: 'POST /predictions/{model}/{version} on probe.port (the inference API)',
-      needsPort: true,
+      port: 'required',
     },
     summary: 'archives (.mar), downloaded and registered by the endpoint plugin in TorchServe',
   },
@@ -82,7 +85,7 @@ export const DRIVERS = {
       refused:
         'Triton serves the newest loaded version, so loading the new one is already the switch (staging would need the agent to place the files without loading them)',
     },
-    probe: { refused: NO_PROBE },
+    probe: OIP_PROBE,
     summary:
       'model repository directories placed by the peerload agent, loaded through the Open Inference Protocol repository API',
   },
@@ -97,7 +100,7 @@ export const DRIVERS = {
       refused:
         'MLServer serves every version it loads and a load loads every version placed, so there is no version held without serving it',
     },
-    probe: { refused: NO_PROBE },
+    probe: OIP_PROBE,
     summary:
       'model directories placed by the peerload agent, loaded through the Open Inference Protocol repository API',
   },

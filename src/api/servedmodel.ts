@@ -47,7 +47,8 @@ const STAGED_REFUSALS = NO_STAGING_DRIVERS.map((n) => {
 }).join('; ');
 /** The drivers that send a canary's inference probe, those that need probe.port for it, and those that do not probe. */
 const PROBE_DRIVERS = driversWhere((d) => !('refused' in d.probe));
-const PROBE_PORT_DRIVERS = driversWhere((d) => !('refused' in d.probe) && d.probe.needsPort);
+const PROBE_PORT_DRIVERS = driversWhere((d) => !('refused' in d.probe) && d.probe.port === 'required');
+const PROBE_NO_PORT_DRIVERS = driversWhere((d) => !('refused' in d.probe) && d.probe.port === 'unused');
 const NO_PROBE_DRIVERS = driversWhere((d) => 'refused' in d.probe);
 const PROBE_REFUSALS = NO_PROBE_DRIVERS.map((n) => {
   const d: DriverDeclaration = DRIVERS[n];
@@ -124,7 +125,7 @@ export const CanaryProbe = z.object({
     .max(65535)
     .optional()
     .meta({
-      description: `The server's inference port on each replica's address, when it is not the management endpoint's (needed by ${listed(PROBE_PORT_DRIVERS)}: TorchServe's inference API, 8080 by default).`,
+      description: `The server's inference port on each replica's address, for servers whose inference API is not on the management endpoint (${listed(PROBE_PORT_DRIVERS)}, where it is required: TorchServe's inference API, 8080 by default); the others (${listed(PROBE_NO_PORT_DRIVERS)}) answer inference on the endpoint itself.`,
     }),
   body: JsonText.meta({
     description:
@@ -589,6 +590,14 @@ export const ServedModelSpec = withRules(
         s.rollout.canary?.probe === undefined ||
         !has(PROBE_PORT_DRIVERS, s.modelServer.driver) ||
         s.rollout.canary.probe.port !== undefined,
+    },
+    {
+      rule: `!has(self.rollout) || !has(self.rollout.canary) || !has(self.rollout.canary.probe) || !has(self.rollout.canary.probe.port) || !(${celDriver('self.modelServer.driver')} in ${celList(PROBE_NO_PORT_DRIVERS)})`,
+      message: `the ${listed(PROBE_NO_PORT_DRIVERS)} drivers send the probe to the replica's endpoint, which answers inference too: remove rollout.canary.probe.port`,
+      fieldPath: '.rollout.canary.probe.port',
+      reason: 'FieldValueForbidden',
+      check: (s) =>
+        s.rollout.canary?.probe?.port === undefined || !has(PROBE_NO_PORT_DRIVERS, s.modelServer.driver),
     },
     {
       rule: `!has(self.registration) || ${celDriver('self.modelServer.driver')} in ${celList(REGISTRATION_DRIVERS)}`,

@@ -197,6 +197,15 @@ export interface ModelServerDriver {
   failure(err: unknown): Failure | undefined;
 }
 
+/** A probe's answer from its status and body text: the JSON when the body is JSON. */
+export function inferenceAnswer(status: number, text: string): InferenceAnswer {
+  try {
+    return { status, json: JSON.parse(text) as unknown };
+  } catch {
+    return { status };
+  }
+}
+
 /** Why `driver` cannot serve a model of `layout`, or undefined when it can. */
 export function layoutRefusal(driver: ModelServerDriver, layout: ModelLayout): string | undefined {
   if ((driver.layouts ?? ['archive']).includes(layout)) return undefined;

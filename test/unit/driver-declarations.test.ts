@@ -133,7 +133,18 @@ describe('the ServedModel schema validates by the table', () => {
       expect(refused.length, name).toBe('refused' in row.probe ? 1 : 0);
       if ('refused' in row.probe) expect(refused[0]).toContain(`${name}: ${row.probe.refused}`);
       const port = all.filter((p) => p.startsWith('rollout.canary.probe.port: '));
-      expect(port.length, name).toBe(!('refused' in row.probe) && row.probe.needsPort ? 1 : 0);
+      expect(port.length, name).toBe(!('refused' in row.probe) && row.probe.port === 'required' ? 1 : 0);
+      // And refuses one where the driver sends to the endpoint itself.
+      const withPort = problems(
+        spec(
+          { driver: name, agent },
+          {
+            version: '2',
+            rollout: { strategy: 'Staged', canary: { replicas: 1, probe: { ...probe, port: 8080 } } },
+          },
+        ),
+      ).filter((p) => p.startsWith('rollout.canary.probe.port: '));
+      expect(withPort.length, name).toBe(!('refused' in row.probe) && row.probe.port === 'unused' ? 1 : 0);
     }
   });
 

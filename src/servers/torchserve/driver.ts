@@ -26,6 +26,7 @@ import type { RegisterRequest } from './types.ts';
 import type { ModelDescription } from './wire.ts';
 import { readyWorkers } from './workers.ts';
 import { DRIVERS } from '../../api/drivers.ts';
+import { inferenceAnswer } from '../driver.ts';
 import { failureOf } from '../failure.ts';
 import type { SecretValue } from '../secrets.ts';
 import { ModelServerError } from './errors.ts';
@@ -160,7 +161,7 @@ export class TorchServeReplica implements ReplicaServer {
       { port: req.port, body: req.body, maxBytes: req.maxBytes },
       call,
     );
-    return { status: res.status, json: jsonOrUndefined(res.text) };
+    return inferenceAnswer(res.status, res.text);
   }
 
   /** Every version: the non-default ones first (TorchServe refuses to drop a default that has siblings). */
@@ -179,14 +180,6 @@ export class TorchServeReplica implements ReplicaServer {
         if (!(err instanceof ModelServerError && err.kind === 'notFound')) throw err;
       }
     }
-  }
-}
-
-function jsonOrUndefined(text: string): unknown {
-  try {
-    return JSON.parse(text);
-  } catch {
-    return undefined;
   }
 }
 
