@@ -204,6 +204,24 @@ describe('the canary of a Staged rollout', () => {
     expect(kinds(d)).toEqual(['hold', 'probe', 'hold']);
   });
 
+  it('replaces a canary that is gone, and starts the hold again once the new one serves v2', () => {
+    // Canary a left (its pod went away); b, c and d remain, none switched.
+    const d = decideRollout(
+      input([staged('b'), staged('c'), staged('d')], { prior: holding(T0 + 1_000, { switched: 0 }) }),
+    );
+    expect(d.status?.canary).toMatchObject({ replicas: ['b'], switched: 0 });
+    expect(d.status?.canary?.holdUntil).toBeUndefined();
+    expect(kinds(d)).toEqual(['switch', 'hold', 'hold']);
+    const next = decideRollout(
+      input([switched('b'), staged('c'), staged('d')], {
+        prior: afterSwitch(d.status!, 1, { start: T0, end: T0 }),
+        now: T0 + 500,
+      }),
+    );
+    expect(next.status?.canary?.holdUntil).toBe(iso(T0 + 500 + HOLD));
+    expect(kinds(next)).toEqual(['probe', 'hold', 'hold']);
+  });
+
   it('resumes a canary whose switch was not recorded: the switched replica is the canary, the others wait', () => {
     // Stopped after the canary's set-default, before status said Canary.
     const d = decideRollout(input([staged('a'), staged('b'), switched('c')], { prior: prior('Staging') }));

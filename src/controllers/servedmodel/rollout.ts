@@ -287,8 +287,10 @@ export function decideRollout(i: RolloutInput): RolloutDecision {
     const isCanary = (r: ObservedReplica) => chosen.includes(r.label);
     const canariesSwitched = serving.filter((r) => isCanary(r) && r.default === wanted).length;
     const prev = same?.canary;
+    // The hold starts once every canary serves the new version, and again after a canary was replaced (gone from
+    // the replicas) and the new one switched: each canary is probed for the whole hold.
     const holdUntil =
-      prev?.holdUntil ?? (canariesSwitched === chosen.length ? iso(now + c.holdMs) : undefined);
+      canariesSwitched === chosen.length ? (prev?.holdUntil ?? iso(now + c.holdMs)) : undefined;
     const cs: CanaryStatus = {
       replicas: chosen,
       switched: canariesSwitched,
