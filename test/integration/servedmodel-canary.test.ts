@@ -3,7 +3,8 @@
  * their inference API: once every replica has v2 staged, only the canary serves it, probed with a real prediction
  * (POST /predictions/{name}/2 on the inference port) for the hold; then the others switch at once. A v2 that
  * answers wrongly is rolled back on every replica before any other replica served it, the status saying what the
- * probe got against what was expected; an operator restarted during the hold goes on with the same canary.
+ * probe got against what was expected; without a probe, a canary whose v2 stops being ready (its workers gone) is
+ * rolled back the same way; an operator restarted during the hold goes on with the same canary.
  *
  * Each replica listens on an address of its own (127.0.90.x), all at one inference port, as pods do: the probe's
  * port is one number in the spec.
@@ -255,6 +256,40 @@ describe('the canary of a Staged rollout', () => {
       expect(warnings.find((e) => e.reason === 'RolloutRolledBack')?.note).toContain('CanaryFailed');
     } finally {
       watch.stop();
+    }
+  }, 60_000);
+
+  it('without a probe, a canary whose v2 loses its workers during the hold is rolled back: the version-ready check', async () => {
+    const f = await fleet(3);
+    await onV1('ready', f, { replicas: 1, holdSeconds: 20 });
+    await sms.patchServedModel('ready', { spec: { version: '2', fileName: 'models/ready-v2.mar' } });
+    const holding = await untilRollout(
+      'ready',
+      (r) => r.phase === 'Canary' && !!r.canary?.holdUntil,
+      'holding',
+    );
+    const canaryIndex = f.instances.findIndex((e) => e.defaultVersion('ready') === '2');
+    // Its v2 workers go (as a crashed worker would leave it): the server says v2 is not ready there.
+    const res = await fetch(
+      `${f.urls[canaryIndex]}/models/ready/2?min_worker=0&max_worker=0&synchronous=true`,
+      {
+        method: 'PUT',
+      },
+    );
+    expect(res.status).toBeLessThan(300);
+    const back = await untilRollout('ready', inPhase('RolledBack'), 'RolledBack');
+    const r = back.status!.rollout!;
+    expect(r).toMatchObject({
+      reason: 'CanaryFailed',
+      canary: { replicas: holding.status!.rollout!.canary!.replicas },
+    });
+    expect(r.message).toContain('got 2 default with 0/1 workers READY, expected it the default and ready');
+    // Rolled back well before the hold's end; nothing else ever served v2, and no prediction was asked for.
+    expect(Date.parse(r.completionTime!)).toBeLessThan(Date.parse(r.canary!.holdUntil!));
+    for (const e of f.instances) {
+      expect(e.defaultVersion('ready')).toBe('1');
+      expect(e.model('ready').map((m) => m.modelVersion)).toEqual(['1']);
+      expect(e.stats.predictions).toEqual({});
     }
   }, 60_000);
 
