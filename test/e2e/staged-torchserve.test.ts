@@ -26,6 +26,7 @@ import { startPeerProxy, type PeerProxy } from '../support/peer-proxy.ts';
 import { minioPluginConfig, pluginJar, writePluginConfig } from '../support/plugin.ts';
 import { testNamespace, type PeerloadNamespace } from '../support/resources.ts';
 import { startTorchServe, type TorchServe } from '../support/torchserve.ts';
+import { mixedWindow, predictions, versionedHandler } from '../support/versioned-model.ts';
 import type { RolloutStatus, ServedModel } from '../../src/api/index.ts';
 
 /** Replicas: 4 by default (what this machine runs reliably beside other tests); PEERLOAD_STAGED_REPLICAS to change. */
@@ -45,40 +46,14 @@ const replicas: TorchServe[] = [];
 let hold: HoldingProxy;
 let operator: OperatorProcess | undefined;
 
-/**
- * The handler of `model` version `version`: answers `{"model", "version"}` to every request; when the replica's
- * PEERLOAD_E2E_BROKEN names `<model>-<version>`, its initialize raises (a worker that cannot load the model).
- */
-const handler = (model: string, version: string) => `
-import json
-import os
-
-
-class Versioned:
-    def __init__(self):
-        self.initialized = False
-
-    def initialize(self, context):
-        if os.environ.get("PEERLOAD_E2E_BROKEN") == "${model}-${version}":
-            raise RuntimeError("${model} ${version} cannot load on this replica")
-        self.initialized = True
-
-
-_service = Versioned()
-
-
-def handle(data, context):
-    if not _service.initialized:
-        _service.initialize(context)
-    if data is None:
-        return None
-    return [{"model": "${model}", "version": "${version}"} for _ in data]
-`;
-
 async function putArchive(model: string, version: string): Promise<void> {
   const dir = join(work, `${model}-v${version}`);
   await mkdir(dir, { recursive: true });
-  const mar = await buildModelArchive(dir, { modelName: model, version, handler: handler(model, version) });
+  const mar = await buildModelArchive(dir, {
+    modelName: model,
+    version,
+    handler: versionedHandler(model, version),
+  });
   await minio.putObject(BUCKET, `${model}/v${version}.mar`, await readFile(mar.path));
 }
 
@@ -137,56 +112,6 @@ async function startHoldingProxy(target: string): Promise<HoldingProxy> {
         server.close(() => r());
       }),
   };
-}
-
-interface Answer {
-  replica: number;
-  sent: number;
-  received: number;
-  status: number;
-  version?: string;
-  error?: string;
-}
-
-/** A client per replica sending a prediction every `everyMs` until stop(): what answered each, and when. */
-function predictions(model: string, everyMs = 25) {
-  const answers: Answer[] = [];
-  let running = true;
-  const loops = replicas.map(async (ts, replica) => {
-    while (running) {
-      const sent = performance.now();
-      try {
-        const res = await fetch(`${ts.inferenceURL}/predictions/${model}`, {
-          method: 'POST',
-          body: 'x',
-          signal: AbortSignal.timeout(30_000),
-        });
-        const text = await res.text();
-        const a: Answer = { replica, sent, received: performance.now(), status: res.status };
-        if (res.status === 200) a.version = (JSON.parse(text) as { version: string }).version;
-        else a.error = text.slice(0, 300);
-        answers.push(a);
-      } catch (err) {
-        answers.push({ replica, sent, received: performance.now(), status: 0, error: String(err) });
-      }
-      await new Promise((r) => setTimeout(r, everyMs));
-    }
-  });
-  return {
-    answers,
-    async stop() {
-      running = false;
-      await Promise.all(loops);
-      return answers;
-    },
-  };
-}
-
-/** ms during which the client met both versions: from the first v2 request sent to the last v1 answer received. */
-function mixedWindow(answers: Answer[], from: string, to: string): number {
-  const firstNew = Math.min(...answers.filter((a) => a.version === to).map((a) => a.sent));
-  const lastOld = Math.max(...answers.filter((a) => a.version === from).map((a) => a.received));
-  return Math.max(0, Math.round(lastOld - firstNew));
 }
 
 /**
@@ -369,7 +294,7 @@ afterAll(async () => {
 describe.sequential(`a Staged rollout on ${N} real TorchServe replicas`, () => {
   it('a good v2: no request fails, every replica switches, both versions answer only within the switch', async () => {
     await onV1('good');
-    const client = predictions('good');
+    const client = predictions(replicas, 'good');
     const defaults = sampleDefaults('good');
     try {
       await sms.patchServedModel('good', { spec: { version: '2', fileName: 'good/v2.mar' } });
@@ -415,7 +340,7 @@ describe.sequential(`a Staged rollout on ${N} real TorchServe replicas`, () => {
 
   it('a v2 that cannot load on one replica: every replica back on v1, no request fails, nothing read from the origin', async () => {
     await onV1('bad', { progressDeadlineSeconds: 20 });
-    const client = predictions('bad');
+    const client = predictions(replicas, 'bad');
     const defaults = sampleDefaults('bad');
     let rollingBack: number | undefined;
     const watch = setInterval(() => {
@@ -479,7 +404,7 @@ describe.sequential(`a Staged rollout on ${N} real TorchServe replicas`, () => {
 
   it('the operator killed with SIGKILL mid-switch: a new one finishes it, no replica ever without one default', async () => {
     await onV1('resume');
-    const client = predictions('resume');
+    const client = predictions(replicas, 'resume');
     const defaults = sampleDefaults('resume');
     try {
       // Replica 0's set-default held 8 s: the switch is under way when the operator dies.
