@@ -4,7 +4,7 @@
  *
  *   npm run bench -- --only 1,2 --reps 5
  *
- * Options: --only <list of 1..13>, --reps <n ≥ 1; default 3>, --out <json path>, --workers <n> (scenario 1),
+ * Options: --only <list of 1..14>, --reps <n ≥ 1; default 3>, --out <json path>, --workers <n> (scenario 1),
  * --size-mib <n> (scenarios 3 and 6; default 1024), --origin-mbps <MB/s> (scenario 4; default 50),
  * --idle-seconds <n> (scenario 5; default 60), --size8-mib <n> (scenario 8, one object per run; default 256),
  * --poll-ms <n> (scenario 9: real ms per simulated minute; default 2000), --size11-mib <n> (scenario 11, the model's
@@ -37,6 +37,7 @@ import { scenario10 } from './scenarios/s10-fleet.ts';
 import { scenario11 } from './scenarios/s11-directory.ts';
 import { scenario12 } from './scenarios/s12-oci-artifact.ts';
 import { scenario13 } from './scenarios/s13-seed-preheat.ts';
+import { scenario14 } from './scenarios/s14-staged.ts';
 
 const ROOT = resolve(import.meta.dirname, '..');
 
@@ -63,7 +64,7 @@ const { values } = parseArgs({
   strict: true,
 });
 const only = new Set(
-  (values.only ?? '1,2,3,4,5,6,7,8,9,10,11,12,13').split(',').map((s) => Number(s.trim())),
+  (values.only ?? '1,2,3,4,5,6,7,8,9,10,11,12,13,14').split(',').map((s) => Number(s.trim())),
 );
 const reps = Math.max(1, Number(values.reps ?? 3));
 const out = resolve(values.out ?? `${ROOT}/bench/results/latest.json`);
@@ -173,6 +174,8 @@ async function main(): Promise<number> {
     await attempt('13', () =>
       withControlPlane((cp) => scenario13(cp, { reps, sizeBytes: size13MiB * 2 ** 20 })),
     );
+
+  if (only.has(14)) await attempt('14', () => withControlPlane((cp) => scenario14(cp, { reps })));
 
   rows.sort((a, b) => a.id.localeCompare(b.id, 'en', { numeric: true }));
   const result = {
