@@ -34,7 +34,7 @@ def handle(data, context):
     return [{"model": "${model}", "version": "${version}"} for _ in data]
 `;
 
-export interface Answer {
+interface Answer {
   replica: number;
   sent: number;
   received: number;
