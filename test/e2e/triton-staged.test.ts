@@ -19,6 +19,7 @@
 import * as k8s from '@kubernetes/client-node';
 import { randomBytes } from 'node:crypto';
 import { mkdtemp, rm, stat, writeFile } from 'node:fs/promises';
+import { performance } from 'node:perf_hooks';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
@@ -297,6 +298,13 @@ describe('a Staged rollout on real Triton replicas, a client answering all throu
       expect(last?.version, `replica ${i}`).toBe('2');
     }
     expect(v2Reads()).toBe(readsBefore);
+    // Nothing at all was read from MinIO from the switch on: the switch loaded placed files, the rollback unloaded.
+    const since = Date.parse(r.switchStartTime!);
+    expect(
+      origin.requests
+        .filter((q) => performance.timeOrigin + (q.startedAt ?? 0) >= since)
+        .map((q) => `${q.method} ${q.url.split('?')[0]}`),
+    ).toEqual([]);
   });
 
   it('deleting the ServedModel unloads every replica', async () => {
