@@ -37,6 +37,7 @@ import { scenario10 } from './scenarios/s10-fleet.ts';
 import { scenario11 } from './scenarios/s11-directory.ts';
 import { scenario12 } from './scenarios/s12-oci-artifact.ts';
 import { scenario13 } from './scenarios/s13-seed-preheat.ts';
+import { scenario14 } from './scenarios/s14-staged-triton.ts';
 
 const ROOT = resolve(import.meta.dirname, '..');
 
@@ -59,11 +60,12 @@ const { values } = parseArgs({
     checksums12: { type: 'boolean' },
     hub12: { type: 'boolean' },
     'size13-mib': { type: 'string' },
+    'size14-mib': { type: 'string' },
   },
   strict: true,
 });
 const only = new Set(
-  (values.only ?? '1,2,3,4,5,6,7,8,9,10,11,12,13').split(',').map((s) => Number(s.trim())),
+  (values.only ?? '1,2,3,4,5,6,7,8,9,10,11,12,13,14').split(',').map((s) => Number(s.trim())),
 );
 const reps = Math.max(1, Number(values.reps ?? 3));
 const out = resolve(values.out ?? `${ROOT}/bench/results/latest.json`);
@@ -79,6 +81,7 @@ const n12 = (values.n12 ?? '1,2,4').split(',').map((s) => Number(s.trim()));
 const [backToSourceLimit, retryLimit] = (values.retries12 ?? '').split(',').map((s) => Number(s.trim()));
 const retries12 = backToSourceLimit && retryLimit ? { backToSourceLimit, limit: retryLimit } : undefined;
 const size13MiB = Number(values['size13-mib'] ?? 256);
+const size14MiB = Number(values['size14-mib'] ?? 128);
 
 function machine(): Record<string, unknown> {
   const sh = (cmd: string, args: string[]) => {
@@ -174,6 +177,11 @@ async function main(): Promise<number> {
       withControlPlane((cp) => scenario13(cp, { reps, sizeBytes: size13MiB * 2 ** 20 })),
     );
 
+  if (only.has(14))
+    await attempt('14', () =>
+      withControlPlane((cp) => scenario14(cp, { reps, sizeBytes: size14MiB * 2 ** 20 })),
+    );
+
   rows.sort((a, b) => a.id.localeCompare(b.id, 'en', { numeric: true }));
   const result = {
     date: new Date().toISOString(),
@@ -190,6 +198,7 @@ async function main(): Promise<number> {
       size11MiB,
       size12MiB,
       size13MiB,
+      size14MiB,
     },
     machine: info,
     rows,
