@@ -16,7 +16,16 @@ now_us() { local t=${EPOCHREALTIME/[.,]/}; printf '%s' "$((10#$t))"; }
 # cached, set up or failed) to FILE in one short write, as lanes running side by side share the file.
 step_time() {
   local tenths=$(( ($(now_us) - $3 + 50000) / 100000 ))
-  printf '%d.%d\t%s\t%s\n' $((tenths / 10)) $((tenths % 10)) "$2" "$4" >>"$1"
+  printf '%d.%d\t%s\t%s\t%s\n' $((tenths / 10)) $((tenths % 10)) "$2" "$4" "${5:-}" >>"$1"
+}
+
+# cpu_seconds FILE: writes the CPU time (user + system) of this shell and the children it waited for, in seconds
+# to a tenth, from bash's `times` ("0m1.250s 0m0.040s" for the shell, then for its children). `times` writes to
+# the file first: in a pipe or $(...) it would run in a fork of its own, whose times start at zero.
+cpu_seconds() {
+  times >"$1"
+  awk '{ for (i = 1; i <= 2; i++) { split($i, t, /[ms]/); s += t[1] * 60 + t[2] } } END { printf "%.1f", s }' "$1" >"$1.sum"
+  mv "$1.sum" "$1"
 }
 
 # timed_step FILE NAME CMD...: runs CMD and records its line in FILE: cached when CMD logged nothing (a script that
@@ -26,19 +35,24 @@ timed_step() {
   local file=$1 name=$2; shift 2
   local started worked status=0 state=cached
   started=$(now_us) worked="$file.$BASHPID.worked"
-  PEERLOAD_SETUP_WORKED=$worked "$@" || status=$?
+  # In a subshell of its own, so that `times` counts this step's processes alone: the CPU it needed, which on a
+  # shared machine says more than its wall time (the set-up's steps run side by side).
+  ( PEERLOAD_SETUP_WORKED=$worked "$@"; s=$?; cpu_seconds "$worked.cpu"; exit $s ) || status=$?
   if (( status )); then state=failed; elif [[ -e $worked ]]; then state='set up'; fi
-  rm -f "$worked"
-  step_time "$file" "$name" "$started" "$state"
+  local cpu; cpu=$(cat "$worked.cpu" 2>/dev/null || true)
+  rm -f "$worked" "$worked.cpu"
+  step_time "$file" "$name" "$started" "$state" "$cpu"
   return "$status"
 }
 
-# print_step_times FILE: one line per step, slowest first: "setup: the control plane 0.4 s (cached)".
+# print_step_times FILE: one line per step, slowest first: "setup: the control plane 412.3 s, 801 CPU-s (set up)",
+# then the CPU time of all steps together.
 print_step_times() {
   [[ -s $1 ]] || return 0
-  LC_ALL=C sort -t $'\t' -k1,1gr "$1" | while IFS=$'\t' read -r seconds name state; do
-    printf 'setup: %s %s s (%s)\n' "$name" "$seconds" "$state" >&2
+  LC_ALL=C sort -t $'\t' -k1,1gr "$1" | while IFS=$'\t' read -r seconds name state cpu; do
+    printf 'setup: %s %s s%s (%s)\n' "$name" "$seconds" "${cpu:+, $cpu CPU-s}" "$state" >&2
   done
+  awk -F '\t' '$4 != "" { s += $4; n++ } END { if (n) printf "setup: %.1f CPU-s in all steps (%.1f min of both cores of a 2-core machine)\n", s, s / 120 }' "$1" >&2
 }
 
 # "4m30s" from seconds.

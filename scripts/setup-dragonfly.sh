@@ -16,6 +16,10 @@
 # 2026-11-29 with this profile (crates already downloaded): 2,968 CPU-seconds user + 200 system, so at least 26 min
 # with both cores of a 2-core machine to itself; 40 min in a fresh machine's whole set-up, beside the other builds.
 # The Go manager and scheduler take about 130 s more.
+# Why not a lower opt-level for the tests' daemon: the Rust code is not where the time goes. Built at opt-level 1
+# with rocksdb at -O0 it took 2,973 CPU-seconds (2,764 user + 209 system), 6% less; cargo's --timings put the
+# longest units in C and C++ build scripts: rocksdb 1,256 s (two compile jobs), vendored OpenSSL 266 s, jemalloc
+# 250 s, zstd 86 s. Debian's rocksdb (7.8) is older than the 10.4 C API the rocksdb crate binds.
 source "$(dirname "$0")/lib.sh"
 
 DRAGONFLY_VERSION="${PEERLOAD_DRAGONFLY_VERSION:-v2.5.1}"

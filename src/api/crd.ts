@@ -82,7 +82,7 @@ export const KINDS: KindInfo[] = [
         type: 'string',
         jsonPath: '.status.rollout.phase',
         description:
-          'Where a Staged rollout is: Staging, Paused, Switching, Retiring, Complete, RollingBack, RolledBack.',
+          'Where a Staged rollout is: Staging, Paused, Canary, Switching, Retiring, Complete, RollingBack, RolledBack.',
       },
       {
         name: 'Switch-ms',

@@ -39,9 +39,22 @@ export interface DriverDeclaration {
    * refusal.
    */
   staging: true | { refused: string };
+  /**
+   * Whether the driver sends a canary's inference probe (`spec.rollout.canary.probe`, {@link ReplicaServer.probe} in
+   * src/servers/driver.ts): the request it makes of one version, and whether it needs `probe.port` (`required`: an
+   * inference port other than the management endpoint's) or sends to the endpoint itself (`unused`); refused with
+   * the reason, for the API's refusal.
+   */
+  probe: { request: string; port: 'required' | 'unused' } | { refused: string };
   /** One line for the API reference and the `driver` field's description. */
   summary: string;
 }
+
+/** The Open Inference Protocol servers answer inference on the endpoint their repository API is found at. */
+const OIP_PROBE = {
+  request: 'POST /v2/models/{model}/versions/{version}/infer on the endpoint (Open Inference Protocol)',
+  port: 'unused',
+} as const;
 
 /** Every driver the operator ships; the first is the default of `modelServer.driver`. */
 export const DRIVERS = {
@@ -54,6 +67,11 @@ export const DRIVERS = {
     options: ['registration'],
     // Registered with workers, the default stays the old version; set-default is the switch.
     staging: true,
+    // The predictions API is on the inference port, not the management one the replicas are found by.
+    probe: {
+      request: 'POST /predictions/{model}/{version} on probe.port (the inference API)',
+      port: 'required',
+    },
     summary: 'archives (.mar), downloaded and registered by the endpoint plugin in TorchServe',
   },
   triton: {
@@ -66,6 +84,7 @@ export const DRIVERS = {
     // The newest loaded version serves: the agent places the new version's files (staged), the switch loads them
     // beside the old one, which keeps serving while it loads (and when it fails to).
     staging: true,
+    probe: OIP_PROBE,
     summary:
       'model repository directories placed by the peerload agent, loaded through the Open Inference Protocol repository API',
   },
@@ -80,6 +99,7 @@ export const DRIVERS = {
       refused:
         "MLServer's load of a model loads every version placed in its directory and reloads the ones it serves, so the switch would reload the version served too: roll out with strategy Rolling",
     },
+    probe: OIP_PROBE,
     summary:
       'model directories placed by the peerload agent, loaded through the Open Inference Protocol repository API',
   },
@@ -92,6 +112,10 @@ export const DRIVERS = {
     options: [],
     staging: {
       refused: 'vLLM holds one version of a name, and loading the new one in place is already the switch',
+    },
+    probe: {
+      refused:
+        'the driver sends no inference probe yet (an OpenAI-compatible /v1/completions request naming the adapter is the way)',
     },
     summary:
       'LoRA adapters placed by the peerload agent and loaded at run time (the agent is needed for them); a base model is only checked ready',
@@ -130,8 +154,8 @@ export const celDriver = (path: string): string => `(has(${path}) ? ${path} : '$
 /** The API reference's table of the drivers (docs/api.md). */
 export function driverTable(): string {
   const out = [
-    '| driver | server | needs | layouts | `spec.workers` | server-only fields | `Staged` rollout |',
-    '|---|---|---|---|---|---|---|',
+    '| driver | server | needs | layouts | `spec.workers` | server-only fields | `Staged` rollout | canary probe |',
+    '|---|---|---|---|---|---|---|---|',
   ];
   for (const name of DRIVER_NAMES) {
     const d: DriverDeclaration = DRIVERS[name];
@@ -147,8 +171,9 @@ export function driverTable(): string {
     const options = d.options.map((o) => `\`spec.${o}\``).join(', ') || '—';
     const dflt = name === DEFAULT_DRIVER ? ' (default)' : '';
     const staging = d.staging === true ? 'yes' : `no: ${d.staging.refused}`;
+    const probe = 'refused' in d.probe ? `no: ${d.probe.refused}` : `yes: \`${d.probe.request}\``;
     out.push(
-      `| \`${name}\`${dflt} | ${d.server}: ${d.summary} | ${needs} | ${d.layouts.join(', ')} | ${scaling} | ${options} | ${staging} |`,
+      `| \`${name}\`${dflt} | ${d.server}: ${d.summary} | ${needs} | ${d.layouts.join(', ')} | ${scaling} | ${options} | ${staging} | ${probe} |`,
     );
   }
   return out.join('\n');

@@ -45,6 +45,15 @@ const STAGED_REFUSALS = NO_STAGING_DRIVERS.map((n) => {
   const d: DriverDeclaration = DRIVERS[n];
   return `${n}: ${d.staging === true ? '' : d.staging.refused}`;
 }).join('; ');
+/** The drivers that send a canary's inference probe, those that need probe.port for it, and those that do not probe. */
+const PROBE_DRIVERS = driversWhere((d) => !('refused' in d.probe));
+const PROBE_PORT_DRIVERS = driversWhere((d) => !('refused' in d.probe) && d.probe.port === 'required');
+const PROBE_NO_PORT_DRIVERS = driversWhere((d) => !('refused' in d.probe) && d.probe.port === 'unused');
+const NO_PROBE_DRIVERS = driversWhere((d) => 'refused' in d.probe);
+const PROBE_REFUSALS = NO_PROBE_DRIVERS.map((n) => {
+  const d: DriverDeclaration = DRIVERS[n];
+  return `${n}: ${'refused' in d.probe ? d.probe.refused : ''}`;
+}).join('; ');
 /** The drivers that load a directory the agent placed: what a spec.source becomes. */
 const DIRECTORY_DRIVERS = driversWhere((d) => d.agent !== 'unused' && d.layouts.includes('directory'));
 const NO_DIRECTORY_DRIVERS = driversWhere((d) => d.agent === 'unused' || !d.layouts.includes('directory'));
@@ -66,6 +75,111 @@ export const ROLLOUT_STRATEGIES = ['Rolling', 'Staged'] as const;
 export const DEFAULT_PROGRESS_DEADLINE_SECONDS = 600;
 /** The annotation whose new value retries a rolled-back rollout (status.rollout.retry holds the value tried). */
 export const RETRY_ROLLOUT_ANNOTATION = 'peerload.io/retry-rollout';
+
+/** How long a canary is probed before the others switch, unless the spec says. */
+export const DEFAULT_CANARY_HOLD_SECONDS = 60;
+/** How often a canary is probed during its hold. */
+export const CANARY_PROBE_PERIOD_SECONDS = 5;
+
+/** A JSON text (a probe's request body). */
+const JsonText = z
+  .string()
+  .min(2)
+  .max(16_384)
+  .refine(
+    (t) => {
+      try {
+        JSON.parse(t);
+        return true;
+      } catch {
+        return false;
+      }
+    },
+    { message: 'must be JSON text' },
+  );
+
+/** One field of a probe's expected answer. */
+export const ExpectedField = z.object({
+  path: z
+    .string()
+    .min(1)
+    .max(256)
+    .regex(
+      /^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$/,
+      'must be keys and indices joined by dots, e.g. outputs.0.data.0',
+    )
+    .meta({
+      description:
+        'Where in the JSON answer: object keys and array indices joined by dots (outputs.0.data.0; a number picks an array element).',
+    }),
+  equals: z.string().max(1024).meta({
+    description:
+      'The value expected there, as text: a string answer is compared as it is, any other value as its JSON (3, true, [1,2]).',
+  }),
+});
+
+export const CanaryProbe = z.object({
+  port: z
+    .int()
+    .min(1)
+    .max(65535)
+    .optional()
+    .meta({
+      description: `The server's inference port on each replica's address, for servers whose inference API is not on the management endpoint (${listed(PROBE_PORT_DRIVERS)}, where it is required: TorchServe's inference API, 8080 by default); the others (${listed(PROBE_NO_PORT_DRIVERS)}) answer inference on the endpoint itself.`,
+    }),
+  body: JsonText.meta({
+    description:
+      "The inference request's JSON body, as text, sent to the new version explicitly (the driver's request: api.md's drivers table), e.g. an Open Inference Protocol request or what a TorchServe handler reads.",
+  }),
+  expect: z
+    .object({
+      status: z
+        .int()
+        .min(100)
+        .max(599)
+        .default(200)
+        .meta({ description: 'The HTTP status expected (default 200).' }),
+      fields: z.array(ExpectedField).max(16).optional().meta({
+        description: 'Fields of the JSON answer and their expected values; all must match.',
+      }),
+    })
+    .default({ status: 200 })
+    .meta({ description: 'What a passing answer is.' }),
+});
+export type CanaryProbe = z.infer<typeof CanaryProbe>;
+
+export const Canary = withRules(
+  z.object({
+    replicas: z.int().min(1).max(1000).optional().meta({
+      description: 'How many replicas switch first (at most all of them). Set this or percent.',
+    }),
+    percent: z.int().min(1).max(100).optional().meta({
+      description:
+        'The share of the replicas that switch first, rounded up (at least one). Set this or replicas.',
+    }),
+    holdSeconds: z
+      .int()
+      .min(0)
+      .max(86_400)
+      .default(DEFAULT_CANARY_HOLD_SECONDS)
+      .meta({
+        description: `How long every canary must pass its probe, probed every ${CANARY_PROBE_PERIOD_SECONDS}s, before the others switch (default ${DEFAULT_CANARY_HOLD_SECONDS}).`,
+      }),
+    probe: CanaryProbe.optional().meta({
+      description: `A real inference request each canary must answer as expected (drivers: ${listed(PROBE_DRIVERS)}); without it the check is the server's own answer that the new version is ready.`,
+    }),
+  }),
+  [
+    {
+      rule: '[has(self.replicas), has(self.percent)].filter(x, x).size() == 1',
+      message: 'set exactly one of replicas and percent',
+      fieldPath: '.replicas',
+      reason: 'FieldValueInvalid',
+      check: (c) => countSet(c.replicas, c.percent) === 1,
+    },
+  ],
+);
+export type Canary = z.infer<typeof Canary>;
 
 export const AgentRef = z.object({
   port: z.int().min(1).max(65535).meta({ description: "The agent's port on each replica's address." }),
@@ -353,6 +467,10 @@ export const ServedModelSpec = withRules(
           description:
             'Staged only: true holds a rollout where it is (no new version staged, no switch started; a switch under way is finished, a rollback goes on); the deadline is not counted while paused.',
         }),
+        canary: Canary.optional().meta({
+          description:
+            'Staged only: once every replica has the new version staged, these replicas switch first and are probed (the version ready, and the probe answered as expected) for holdSeconds; then the others switch at once. A failed probe rolls every replica back before any other switched (status.rollout reason CanaryFailed).',
+        }),
       })
       .default({ maxConcurrent: 10, seedFirst: true, strategy: 'Rolling' })
       .meta({
@@ -448,6 +566,40 @@ export const ServedModelSpec = withRules(
         (s.rollout.paused === undefined && s.rollout.progressDeadlineSeconds === undefined),
     },
     {
+      // Rolling switches each replica as soon as it is ready there: there is no moment all are staged to hold at.
+      rule: "!has(self.rollout) || !has(self.rollout.canary) || (has(self.rollout.strategy) && self.rollout.strategy == 'Staged')",
+      message:
+        'rollout.canary switches a few replicas once every replica has the new version staged: set rollout.strategy to Staged or remove canary',
+      fieldPath: '.rollout.canary',
+      reason: 'FieldValueForbidden',
+      check: (s) => s.rollout.canary === undefined || s.rollout.strategy === 'Staged',
+    },
+    {
+      rule: `!has(self.rollout) || !has(self.rollout.canary) || !has(self.rollout.canary.probe) || !(${celDriver('self.modelServer.driver')} in ${celList(NO_PROBE_DRIVERS)})`,
+      message: `rollout.canary.probe needs a driver that sends inference probes (${listed(PROBE_DRIVERS)}); ${PROBE_REFUSALS}: remove probe (the canary is then checked by the server's version-ready answer)`,
+      fieldPath: '.rollout.canary.probe',
+      reason: 'FieldValueForbidden',
+      check: (s) => s.rollout.canary?.probe === undefined || !has(NO_PROBE_DRIVERS, s.modelServer.driver),
+    },
+    {
+      rule: `!has(self.rollout) || !has(self.rollout.canary) || !has(self.rollout.canary.probe) || !(${celDriver('self.modelServer.driver')} in ${celList(PROBE_PORT_DRIVERS)}) || has(self.rollout.canary.probe.port)`,
+      message: `the ${listed(PROBE_PORT_DRIVERS)} driver sends the probe to the server's inference port, not the management one: set rollout.canary.probe.port (TorchServe: 8080 by default)`,
+      fieldPath: '.rollout.canary.probe.port',
+      reason: 'FieldValueRequired',
+      check: (s) =>
+        s.rollout.canary?.probe === undefined ||
+        !has(PROBE_PORT_DRIVERS, s.modelServer.driver) ||
+        s.rollout.canary.probe.port !== undefined,
+    },
+    {
+      rule: `!has(self.rollout) || !has(self.rollout.canary) || !has(self.rollout.canary.probe) || !has(self.rollout.canary.probe.port) || !(${celDriver('self.modelServer.driver')} in ${celList(PROBE_NO_PORT_DRIVERS)})`,
+      message: `the ${listed(PROBE_NO_PORT_DRIVERS)} drivers send the probe to the replica's endpoint, which answers inference too: remove rollout.canary.probe.port`,
+      fieldPath: '.rollout.canary.probe.port',
+      reason: 'FieldValueForbidden',
+      check: (s) =>
+        s.rollout.canary?.probe?.port === undefined || !has(PROBE_NO_PORT_DRIVERS, s.modelServer.driver),
+    },
+    {
       rule: `!has(self.registration) || ${celDriver('self.modelServer.driver')} in ${celList(REGISTRATION_DRIVERS)}`,
       message: `registration is read by the ${listed(REGISTRATION_DRIVERS)} driver only: remove it`,
       fieldPath: '.registration',
@@ -526,6 +678,7 @@ export const NodePreheatStatus = z.object({
 export const ROLLOUT_PHASES = [
   'Staging',
   'Paused',
+  'Canary',
   'Switching',
   'Retiring',
   'Complete',
@@ -535,10 +688,26 @@ export const ROLLOUT_PHASES = [
 export const RolloutPhase = z.enum(ROLLOUT_PHASES);
 export type RolloutPhase = z.infer<typeof RolloutPhase>;
 
+export const CanaryStatus = z.object({
+  replicas: z.array(z.string().max(512)).max(1000).meta({
+    description: 'The canaries (pod and endpoint): they switch first, the others after the hold.',
+  }),
+  switched: z.int().min(0).meta({ description: 'Canaries serving the new version.' }),
+  holdUntil: Timestamp.optional().meta({
+    description:
+      'When the others switch if every probe passes (set once every canary serves the new version).',
+  }),
+  passes: z.int().min(0).meta({ description: 'Probes of a canary that passed.' }),
+  failures: z.int().min(0).meta({ description: 'Probes of a canary that failed (one rolls back).' }),
+  lastProbeTime: Timestamp.optional().meta({ description: 'When the canaries were last probed.' }),
+  promoted: z.boolean().optional().meta({ description: 'The hold passed: the others switch.' }),
+});
+export type CanaryStatus = z.infer<typeof CanaryStatus>;
+
 export const RolloutStatus = z.object({
   phase: RolloutPhase.meta({
     description:
-      'Staging (the new version staged on every replica, not served: registered and ready, or its files placed), Paused (spec.rollout.paused holds it), Switching (made the default, or loaded, on every replica at once), Retiring (the old version unregistered), Complete; RollingBack (every replica put back on previousVersion, the new one unregistered), RolledBack (until a new generation or a new value of the peerload.io/retry-rollout annotation).',
+      'Staging (the new version staged on every replica, not served: registered and ready, or its files placed), Paused (spec.rollout.paused holds it), Canary (spec.rollout.canary: the canaries switched and probed, the others waiting), Switching (made the default, or loaded, on every replica at once), Retiring (the old version unregistered), Complete; RollingBack (every replica put back on previousVersion, the new one unregistered), RolledBack (until a new generation or a new value of the peerload.io/retry-rollout annotation).',
   }),
   version: z.string().meta({ description: 'The version rolled out (spec.version).' }),
   previousVersion: z
@@ -554,7 +723,7 @@ export const RolloutStatus = z.object({
   switched: z.int().min(0).meta({ description: 'Replicas serving the new version as their default.' }),
   reason: z.string().optional().meta({
     description:
-      'Why it rolled back: LoadFailed (a replica could not load the new version) or ProgressDeadlineExceeded.',
+      'Why it rolled back: LoadFailed (a replica could not load the new version), ProgressDeadlineExceeded, or CanaryFailed (a canary failed its probe: the message says what it got and what was expected).',
   }),
   message: z
     .string()
@@ -574,6 +743,7 @@ export const RolloutStatus = z.object({
       'How long replicas served different versions: from the first default switched to the last (ms).',
   }),
   completionTime: Timestamp.optional().meta({ description: 'When it completed or rolled back.' }),
+  canary: CanaryStatus.optional().meta({ description: 'The canary, with spec.rollout.canary.' }),
 });
 export type RolloutStatus = z.infer<typeof RolloutStatus>;
 

@@ -212,6 +212,8 @@ export interface JsonCall {
   body?: unknown;
   timeoutMs?: number | undefined;
   signal?: AbortSignal | undefined;
+  /** Largest body read (an error answer cut to it); default {@link DEFAULT_MAX_RESPONSE_BYTES}. */
+  maxResponseBytes?: number | undefined;
 }
 
 /**
@@ -239,6 +241,7 @@ export async function sendJSON(
             : JSON.stringify(call.body),
       timeoutMs: call.timeoutMs ?? endpoint.timeoutMs,
       signal: call.signal,
+      maxResponseBytes: call.maxResponseBytes,
       operation: call.operation,
       secrets: endpoint.secrets,
     },

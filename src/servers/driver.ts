@@ -147,6 +147,12 @@ export interface ReplicaServer {
    * the switch {@link setDefault}.
    */
   staging?: Staging | undefined;
+  /**
+   * Sends one inference request to `version` explicitly (a canary's probe, `spec.rollout.canary.probe`) and returns
+   * the answer, read with {@link InferenceRequest.maxBytes} and time bounds; rejects only when no answer came (the
+   * driver's `failure` reads why). Absent: the driver sends no probe (its row's `probe` in src/api/drivers.ts).
+   */
+  probe?(model: string, version: string, req: InferenceRequest, call: Call): Promise<InferenceAnswer>;
 }
 
 /** A registration in two halves: see {@link ReplicaServer.staging}. */
@@ -161,6 +167,23 @@ export interface Staging {
    * of it afterwards leaves them as they were. A load that fails rejects with a `terminal` failure.
    */
   load(model: string, version: string, call: Call): Promise<void>;
+}
+
+/** A canary's inference request, server-neutral: the driver knows the path and the method. */
+export interface InferenceRequest {
+  /** The JSON body, as the spec wrote it. */
+  body: string;
+  /** The server's inference port on the replica's address, when it is not the management endpoint's. */
+  port?: number | undefined;
+  /** The largest answer read; past it the call rejects without holding more (an error answer is cut to it). */
+  maxBytes: number;
+}
+
+/** What the server answered: its status and, when the body was JSON, the parsed value. */
+export interface InferenceAnswer {
+  status: number;
+  /** The parsed JSON body; undefined when it was empty or not JSON. */
+  json?: unknown;
 }
 
 export interface ModelServerDriver {
@@ -181,6 +204,11 @@ export interface ModelServerDriver {
    * row's `staging` (src/api/drivers.ts), which the API refuses Staged by.
    */
   readonly stages?: boolean | undefined;
+  /**
+   * Whether its replicas send a canary's inference probe ({@link ReplicaServer.probe}; absent: false). A shipped
+   * driver's is its row's `probe` (src/api/drivers.ts), which the API refuses `spec.rollout.canary.probe` by.
+   */
+  readonly probes?: boolean | undefined;
   /** Why a layout it does not load is refused, in the server's own terms (default: {@link layoutRefusal}'s). */
   refuseLayout?(layout: ModelLayout): string;
   /** A client of one replica. Per-replica state it keeps (token sources) lives until {@link prune}. */
@@ -189,6 +217,15 @@ export interface ModelServerDriver {
   prune(uid: string, keep?: ReadonlySet<string>): void;
   /** How an error of one of its replicas' calls reads; undefined for an error that is not the server's. */
   failure(err: unknown): Failure | undefined;
+}
+
+/** A probe's answer from its status and body text: the JSON when the body is JSON. */
+export function inferenceAnswer(status: number, text: string): InferenceAnswer {
+  try {
+    return { status, json: JSON.parse(text) as unknown };
+  } catch {
+    return { status };
+  }
 }
 
 /** Why `driver` cannot serve a model of `layout`, or undefined when it can. */

@@ -103,12 +103,20 @@ export class ReplicaEndpoint {
     method: Dispatcher.HttpMethod,
     path: string,
     body: unknown,
-    call: Call,
+    call: Call & { maxResponseBytes?: number | undefined },
     authorized = true,
   ): Promise<HttpResponse> {
     return sendJSON(
       authorized ? this.json : { ...this.json, token: undefined },
-      { operation, method, path, body, timeoutMs: call.timeoutMs, signal: call.signal },
+      {
+        operation,
+        method,
+        path,
+        body,
+        timeoutMs: call.timeoutMs,
+        signal: call.signal,
+        maxResponseBytes: call.maxResponseBytes,
+      },
       {
         toError: (init) => new ReplicaError(this.subject, init),
         noToken: (m) => this.error(operation, 'auth', `no token for the ${this.opts.role}: ${m}`),

@@ -136,10 +136,27 @@ describe('CRDs on the real apiserver', () => {
       {
         ready: '0/3',
         rollout: {
-          ...{ phase: 'RolledBack', version: '2', previousVersion: '1', attempt: '2/', reason: 'LoadFailed' },
-          ...{ replicas: 3, staged: 2, switched: 0, startTime: at, lastProgressTime: at, completionTime: at },
+          ...{
+            phase: 'RolledBack',
+            version: '2',
+            previousVersion: '1',
+            attempt: '2/',
+            reason: 'CanaryFailed',
+          },
+          ...{ replicas: 3, staged: 3, switched: 0, startTime: at, lastProgressTime: at, completionTime: at },
+          canary: {
+            replicas: ['pod ts-0 (http://10.0.0.1:8081)'],
+            switched: 1,
+            holdUntil: at,
+            passes: 2,
+            failures: 1,
+            lastProbeTime: at,
+          },
         },
-        conditions: conditions('RolledBack', '2 rolled back to 1 (LoadFailed): ts-2 could not load 2'),
+        conditions: conditions(
+          'RolledBack',
+          '2 rolled back to 1 (CanaryFailed): canary pod ts-0 failed its probe: got HTTP 500, expected 200',
+        ),
       },
     );
     const back = await table('servedmodels', 'rolled-back');

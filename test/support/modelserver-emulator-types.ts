@@ -58,8 +58,21 @@ export interface ModelServerEmulatorOptions {
   auth?: boolean | ModelServerEmulatorAuth;
   /** Also write key_file.json here (mode 600) whenever it changes, like TorchServe in its working directory. */
   keyFilePath?: string;
-  /** Port to listen on (127.0.0.1). Default: any free port. */
+  /** Port to listen on. Default: any free port. */
   port?: number;
+  /** Loopback address to listen on (a replica of its own, e.g. 127.0.90.3, beside others at the same ports).
+   *  Default 127.0.0.1. */
+  host?: string;
+  /**
+   * Serve the inference API (`POST /predictions/{name}/{version}`) on this port of `host` (0: any free port), as
+   * TorchServe does on its inference address; absent: no inference API.
+   */
+  inferencePort?: number;
+  /**
+   * What the handler of a model answers to a prediction (the request's JSON body, undefined when not JSON): the JSON
+   * of a 200. Default `{model, version, input}`. A version answering wrongly is a function that says so by version.
+   */
+  predict?: (model: string, version: string, input: unknown) => unknown;
   now?: () => number;
 }
 
@@ -82,6 +95,8 @@ export interface ModelServerEmulatorStats {
   inProgressAnswers: number;
   /** p2p plugin: POSTs that started a download + registration (the others were refused or shared one). */
   pluginRegistrationsStarted: number;
+  /** Inference API: predictions asked for, by `name/version`. */
+  predictions: Record<string, number>;
 }
 
 export interface DownloadRecord {
@@ -120,6 +135,8 @@ export interface ModelServerEmulator {
   /** Management base URL, e.g. `http://127.0.0.1:41234`. */
   readonly url: string;
   readonly port: number;
+  /** The inference API's port (options.inferencePort); 0 without one. */
+  readonly inferencePort: number;
   readonly stats: ModelServerEmulatorStats;
   readonly downloads: DownloadRecord[];
   /** key_file.json as TorchServe writes it (pretty JSON); undefined when token auth is off. */
@@ -166,5 +183,6 @@ export function emptyStats(): ModelServerEmulatorStats {
     injectedFailures: 0,
     inProgressAnswers: 0,
     pluginRegistrationsStarted: 0,
+    predictions: {},
   };
 }

@@ -20,7 +20,10 @@
  *   TorchServe, any request whose URI contains `/token` is treated as a token request;
  * - error bodies `{"code","type","message"}` with `Connection: close` for >= 400;
  * - registration latency, failure injection (down / HTTP errors / slow), archives that do not load
- *   (`rejectArchive`: 400 InvalidModelException), `wipe()` (a restarted process), counters.
+ *   (`rejectArchive`: 400 InvalidModelException), `wipe()` (a restarted process), counters;
+ * - the inference API's predictions (`inferencePort`): `POST /predictions/{name}/{version}` answered by the
+ *   model's handler (`predict`, by version: a version can answer wrongly), 404 ModelNotFoundException for a
+ *   version not registered, 503 ServiceUnavailableException without a READY worker (InferenceRequestHandler).
  */
 import { randomUUID } from 'node:crypto';
 import { type IncomingMessage, type Server, type ServerResponse, createServer } from 'node:http';
@@ -65,7 +68,9 @@ export type {
 class Emulator extends EmulatorPlugins implements ModelServerEmulator {
   url = '';
   port = 0;
+  inferencePort = 0;
   private readonly server: Server;
+  private readonly inference: Server | undefined;
   private readonly sockets = new Set<Socket>();
   private failure: FailureInjection | undefined;
   private failureUses = 0;
@@ -78,19 +83,79 @@ class Emulator extends EmulatorPlugins implements ModelServerEmulator {
       this.sockets.add(s);
       s.on('close', () => this.sockets.delete(s));
     });
+    if (opts.inferencePort !== undefined) {
+      this.inference = createServer({ keepAliveTimeout: 5_000 }, (req, res) => void this.predict(req, res));
+      this.inference.on('connection', (s) => {
+        this.sockets.add(s);
+        s.on('close', () => this.sockets.delete(s));
+      });
+    }
+  }
+
+  /** The inference server's listener, once (it stays up across failure injection: that is the management API's). */
+  async listenInference(): Promise<void> {
+    const server = this.inference;
+    if (!server) return;
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', reject);
+      server.listen(this.opts.inferencePort, this.opts.host ?? '127.0.0.1', () => {
+        server.off('error', reject);
+        resolve();
+      });
+    });
+    this.inferencePort = (server.address() as AddressInfo).port;
+  }
+
+  /** `POST /predictions/{name}/{version}`: TorchServe's InferenceRequestHandler, with the handler's answer. */
+  private async predict(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const chunks: Buffer[] = [];
+    for await (const c of req) chunks.push(c as Buffer);
+    const segments = new URL(req.url ?? '/', 'http://emulator').pathname.split('/');
+    let reply: Reply;
+    try {
+      if (segments[1] !== 'predictions' || segments.length !== 4)
+        throw new HttpError(404, 'ResourceNotFoundException', NOT_FOUND_MESSAGE);
+      if (req.method !== 'POST') throw methodNotAllowed();
+      const name = decodeURIComponent(segments[2]!);
+      const version = decodeURIComponent(segments[3]!);
+      const key = `${name}/${version}`;
+      this.stats.predictions[key] = (this.stats.predictions[key] ?? 0) + 1;
+      const m = this.model(name).find((v) => v.modelVersion === version);
+      if (!m) throw new HttpError(404, 'ModelNotFoundException', `Model not found: ${name}`);
+      if (!m.workers.some((w) => w.readyAt <= Date.now()))
+        throw new HttpError(
+          503,
+          'ServiceUnavailableException',
+          `Model "${name}" has no worker to serve inference request. Please use scale workers API to add workers.`,
+        );
+      let input: unknown;
+      try {
+        input = JSON.parse(Buffer.concat(chunks).toString('utf8'));
+      } catch {
+        input = undefined;
+      }
+      const json = this.opts.predict
+        ? this.opts.predict(name, version, input)
+        : { model: name, version, input };
+      reply = { status: 200, json };
+    } catch (e) {
+      const err = e instanceof HttpError ? e : new HttpError(500, 'InternalServerException', String(e));
+      reply = { status: err.status, json: { code: err.status, type: err.type, message: err.message } };
+    }
+    this.send(res, reply);
   }
 
   async listen(port: number): Promise<void> {
     await new Promise<void>((resolve, reject) => {
       const onError = (e: Error) => reject(e);
       this.server.once('error', onError);
-      this.server.listen(port, '127.0.0.1', () => {
+      this.server.listen(port, this.opts.host ?? '127.0.0.1', () => {
         this.server.off('error', onError);
         resolve();
       });
     });
     this.port = (this.server.address() as AddressInfo).port;
-    this.url = `http://127.0.0.1:${this.port}`;
+    this.url = `http://${this.opts.host ?? '127.0.0.1'}:${this.port}`;
     this.listening = true;
   }
 
@@ -128,6 +193,12 @@ class Emulator extends EmulatorPlugins implements ModelServerEmulator {
 
   async close(): Promise<void> {
     await this.stopListening();
+    const inference = this.inference;
+    if (inference?.listening) {
+      const closed = new Promise<void>((r) => inference.close(() => r()));
+      for (const s of this.sockets) s.destroy();
+      await closed;
+    }
   }
 
   // ---- HTTP ----
@@ -237,6 +308,7 @@ export async function startModelServerEmulator(
 ): Promise<ModelServerEmulator> {
   const emu = new Emulator(opts);
   await emu.listen(opts.port ?? 0);
+  await emu.listenInference();
   return emu;
 }
 
@@ -257,9 +329,10 @@ export async function startModelServerFleet(
       const total = emptyStats();
       for (const e of instances) {
         for (const [k, v] of Object.entries(e.stats)) {
-          if (k === 'requests') {
+          if (k === 'requests' || k === 'predictions') {
+            const into = total[k];
             for (const [route, count] of Object.entries(v as Record<string, number>)) {
-              total.requests[route] = (total.requests[route] ?? 0) + count;
+              into[route] = (into[route] ?? 0) + count;
             }
           } else (total as unknown as Record<string, number>)[k]! += v as number;
         }

@@ -6,6 +6,9 @@
  * `model-settings.json` files anywhere under the root (name, `parameters.version`, `parameters.uri`). It runs no
  * model: a load fails only when told (`failLoad`), or, for MLServer, when the model's file is missing.
  * `failNext` makes the next request to a path answer a given status (failure injection for the driver's tests).
+ * Inference (`POST /v2/models/{name}/versions/{version}/infer`) answers as an identity model does, each input
+ * `INPUTn` back as `OUTPUTn`, for a version in state READY; `answerWith` makes one version answer something else
+ * (a version that answers wrongly).
  */
 import { existsSync, readFileSync, readdirSync, statSync } from 'node:fs';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
@@ -31,6 +34,8 @@ export interface OipEmulator {
   failNext(path: string, status: number, message: string): void;
   /** The config a Triton model was last loaded with. */
   configOf(model: string): Record<string, unknown> | undefined;
+  /** Inference of `model` `version` answers 200 with `answer` instead of the identity's outputs. */
+  answerWith(model: string, version: string, answer: unknown): void;
   close(): Promise<void>;
 }
 
@@ -260,11 +265,29 @@ async function readJSON(req: IncomingMessage): Promise<Record<string, unknown>> 
   return text ? (JSON.parse(text) as Record<string, unknown>) : {};
 }
 
+/** The identity model's answer: every input back, renamed INPUTn to OUTPUTn (Triton's and MLServer's shape). */
+function identity(model: string, version: string, body: Record<string, unknown>): Reply {
+  const inputs = Array.isArray(body['inputs']) ? (body['inputs'] as Record<string, unknown>[]) : [];
+  return json(200, {
+    model_name: model,
+    model_version: version,
+    outputs: inputs.map((i) => ({ ...i, name: String(i['name'] ?? '').replace(/^INPUT/, 'OUTPUT') })),
+  });
+}
+
+/** Whether `version` of `model` serves. */
+function serves(t: TritonRepo | MLServerRepo, model: string, version: string): boolean {
+  return t instanceof TritonRepo
+    ? t.states.get(model)?.get(version)?.state === 'READY'
+    : (t.loaded.get(model)?.has(version) ?? false);
+}
+
 function route(
   t: TritonRepo | MLServerRepo,
   method: string,
   path: string,
   body: Record<string, unknown>,
+  answers: ReadonlyMap<string, unknown>,
 ): Reply {
   if (method === 'GET' && path === '/v2/health/ready') return { status: 200, body: '' };
   if (method === 'POST' && path === '/v2/repository/index') return t.index();
@@ -277,6 +300,16 @@ function route(
   const ready = /^\/v2\/models\/([^/]+)(?:\/versions\/([^/]+))?\/ready$/.exec(path);
   if (method === 'GET' && ready)
     return t.ready(decodeURIComponent(ready[1]!), ready[2] && decodeURIComponent(ready[2]));
+  const infer = /^\/v2\/models\/([^/]+)\/versions\/([^/]+)\/infer$/.exec(path);
+  if (method === 'POST' && infer) {
+    const [model, version] = [decodeURIComponent(infer[1]!), decodeURIComponent(infer[2]!)];
+    if (!serves(t, model, version))
+      return t instanceof TritonRepo
+        ? error(400, `Request for unknown model: '${model}' version ${version} is not at ready state`)
+        : error(404, `Model ${model} with version ${version} not found`);
+    const key = `${model}/${version}`;
+    return answers.has(key) ? json(200, answers.get(key)) : identity(model, version, body);
+  }
   const config = /^\/v2\/models\/([^/]+)\/config$/.exec(path);
   if (method === 'GET' && config && t instanceof TritonRepo) return t.config(decodeURIComponent(config[1]!));
   return t instanceof TritonRepo
@@ -291,6 +324,7 @@ export async function startOipEmulator(
 ): Promise<OipEmulator> {
   const repo = flavour === 'triton' ? new TritonRepo(repository) : new MLServerRepo(repository);
   const injected = new Map<string, { status: number; message: string }>();
+  const answers = new Map<string, unknown>();
   const requests: string[] = [];
   const server = createServer((req, res: ServerResponse) => {
     const path = new URL(req.url ?? '/', 'http://oip').pathname;
@@ -301,7 +335,7 @@ export async function startOipEmulator(
         if (inject) injected.delete(path);
         const reply = inject
           ? error(inject.status, inject.message)
-          : route(repo, req.method ?? 'GET', path, body);
+          : route(repo, req.method ?? 'GET', path, body, answers);
         res.writeHead(reply.status, reply.type ? { 'content-type': reply.type } : {});
         res.end(reply.body);
       })
@@ -320,6 +354,7 @@ export async function startOipEmulator(
     failLoad: (model, reason) => repo.failures.set(model, reason),
     failNext: (path, status, message) => injected.set(path, { status, message }),
     configOf: (model) => (repo instanceof TritonRepo ? repo.configs.get(model) : undefined),
+    answerWith: (model, version, answer) => answers.set(`${model}/${version}`, answer),
     close: () => new Promise<void>((r) => server.close(() => r())),
   };
 }

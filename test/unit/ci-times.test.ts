@@ -38,19 +38,33 @@ describe('the set-up step times (scripts/lib.sh)', () => {
       timed_step "$f" "the OCI registry" built
       timed_step "$f" "modctl" bash -c 'source "${LIB}"; log building; exit 3' || echo "status $?"
       timed_step "$f" "helm" true
+      timed_step "$f" "promtool" bash -c 'i=0; while (( i < 400000 )); do (( i++ )); done'
       ls "${dir}"
       print_step_times "$f"`);
-    // The marker a logging step leaves is gone afterwards; only the times file remains.
+    // The markers a step leaves (logged, CPU time) are gone afterwards; only the times file remains.
     expect(out).toBe('status 3\ncache\ntimes\n');
-    const lines = err
-      .split('\n')
-      .filter((l) => l.startsWith('setup: '))
-      .map((l) => /^setup: (.+) (\d+\.\d) s \((cached|set up|failed)\)$/.exec(l)!);
+    const all = err.split('\n').filter((l) => l.startsWith('setup: '));
+    const total =
+      /^setup: (\d+\.\d) CPU-s in all steps \((\d+\.\d) min of both cores of a 2-core machine\)$/.exec(
+        all.pop()!,
+      );
+    const lines = all.map((l) =>
+      /^setup: (.+) (\d+\.\d) s, (\d+\.\d) CPU-s \((cached|set up|failed)\)$/.exec(l)!,
+    );
     expect(lines.every((m) => m !== null)).toBe(true);
     const steps = Object.fromEntries(
-      lines.map(([, name, s, state]) => [name, { seconds: Number(s), state }]),
+      lines.map(([, name, s, cpu, state]) => [name, { seconds: Number(s), cpu: Number(cpu), state }]),
     );
-    expect(Object.keys(steps).sort()).toEqual(['helm', 'modctl', 'the OCI registry', 'the control plane']);
+    expect(Object.keys(steps).sort()).toEqual(
+      ['helm', 'modctl', 'the OCI registry', 'the control plane', 'promtool'].sort(),
+    );
+    // CPU time is the step's own processes': a busy loop in a child process counts, a sleep does not.
+    expect(steps['promtool']!.cpu).toBeGreaterThan(0.2);
+    expect(steps['the control plane']!.cpu).toBeLessThan(0.1);
+    const sum = Object.values(steps).reduce((s, v) => s + v.cpu, 0);
+    expect(total).not.toBeNull();
+    expect(Number(total![1])).toBeCloseTo(sum, 0);
+    expect(Number(total![2])).toBeCloseTo(Number(total![1]) / 120, 1);
     expect(steps['the control plane']).toMatchObject({ state: 'cached' });
     expect(steps['the OCI registry']).toMatchObject({ state: 'set up' });
     expect(steps['modctl']).toMatchObject({ state: 'failed' });
@@ -65,14 +79,15 @@ describe('the set-up step times (scripts/lib.sh)', () => {
   it('orders by seconds as numbers, with minutes-long steps', async () => {
     const { err } = await bash(`
       f="${dir}/long"
-      printf '9.5\\tTriton\\tset up\\n1074.2\\tthe real Dragonfly network\\tset up\\n130.0\\tMinIO\\tcached\\n' >"$f"
+      printf '9.5\\tTriton\\tset up\\t6.0\\n1074.2\\tthe real Dragonfly network\\tset up\\t2000.0\\n130.0\\tMinIO\\tcached\\t\\n' >"$f"
       print_step_times "$f"
       print_step_times "${dir}/none"`);
     expect(err).toBe(
       [
-        'setup: the real Dragonfly network 1074.2 s (set up)',
+        'setup: the real Dragonfly network 1074.2 s, 2000.0 CPU-s (set up)',
         'setup: MinIO 130.0 s (cached)',
-        'setup: Triton 9.5 s (set up)',
+        'setup: Triton 9.5 s, 6.0 CPU-s (set up)',
+        'setup: 2006.0 CPU-s in all steps (16.7 min of both cores of a 2-core machine)',
         '',
       ].join('\n'),
     );

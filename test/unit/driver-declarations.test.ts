@@ -26,18 +26,17 @@ describe('the declarations table', () => {
     for (const name of DRIVER_NAMES) {
       const d = shipped.get(name);
       const row: DriverDeclaration = DRIVERS[name];
-      expect([d.name, d.layouts, d.scaling ?? 'workers', d.stages ?? false], name).toEqual([
-        name,
-        row.layouts,
-        row.scaling,
-        row.staging === true,
-      ]);
+      expect([d.name, d.layouts, d.scaling ?? 'workers', d.stages ?? false, d.probes ?? false], name).toEqual(
+        [name, row.layouts, row.scaling, row.staging === true, !('refused' in row.probe)],
+      );
       // A driver that stages switches by making the new version the default, or (a server that serves the newest
       // loaded version) places the files and loads them at the switch.
       const server = d.replica({ uid: 'u', namespace: 'n' }, {}, { endpoint: 'http://127.0.0.1:9' });
       if (d.stages)
         expect(typeof server.setDefault === 'function' || server.staging !== undefined, name).toBe(true);
       expect(server.staging === undefined || d.stages === true, name).toBe(true);
+      // A driver that probes has the seam's probe; one that does not has none a canary could call.
+      expect(typeof server.probe, name).toBe(d.probes ? 'function' : 'undefined');
     }
   });
 
@@ -121,6 +120,35 @@ describe('the ServedModel schema validates by the table', () => {
       expect.stringMatching(/^rollout: .*Staged only/),
     );
     expect(problems(spec({}, { ...staged, rollout: { ...staged.rollout, paused: true } }))).toEqual([]);
+  });
+
+  it('refuses a canary probe for a driver that sends none, and asks for the port where the driver needs one', () => {
+    const probe = { body: '{}' };
+    for (const name of DRIVER_NAMES) {
+      const row: DriverDeclaration = DRIVERS[name];
+      const all = problems(
+        spec(
+          { driver: name, agent },
+          { version: '2', rollout: { strategy: 'Staged', canary: { replicas: 1, probe } } },
+        ),
+      );
+      const refused = all.filter((p) => p.startsWith('rollout.canary.probe: '));
+      expect(refused.length, name).toBe('refused' in row.probe ? 1 : 0);
+      if ('refused' in row.probe) expect(refused[0]).toContain(`${name}: ${row.probe.refused}`);
+      const port = all.filter((p) => p.startsWith('rollout.canary.probe.port: '));
+      expect(port.length, name).toBe(!('refused' in row.probe) && row.probe.port === 'required' ? 1 : 0);
+      // And refuses one where the driver sends to the endpoint itself.
+      const withPort = problems(
+        spec(
+          { driver: name, agent },
+          {
+            version: '2',
+            rollout: { strategy: 'Staged', canary: { replicas: 1, probe: { ...probe, port: 8080 } } },
+          },
+        ),
+      ).filter((p) => p.startsWith('rollout.canary.probe.port: '));
+      expect(withPort.length, name).toBe(!('refused' in row.probe) && row.probe.port === 'unused' ? 1 : 0);
+    }
   });
 
   it("refuses a server's own options with another driver", () => {

@@ -11,11 +11,12 @@ import { parseHostRules, type HostRule } from '../../src/policy/reach.ts';
 import { modelSources } from '../../src/sources/index.ts';
 import { ModelServerDrivers, type ModelLayout, type ModelServerDriver } from '../../src/servers/driver.ts';
 
-const driver = (name: string, layouts: ModelLayout[], stages = false): ModelServerDriver =>
+const driver = (name: string, layouts: ModelLayout[], stages = false, probes = false): ModelServerDriver =>
   ({
     name,
     layouts,
     stages,
+    probes,
     replica: () => undefined,
     prune: () => undefined,
     failure: () => undefined,
@@ -23,6 +24,7 @@ const driver = (name: string, layouts: ModelLayout[], stages = false): ModelServ
 const drivers = new ModelServerDrivers([
   driver('archives', ['archive']),
   driver('staging', ['archive'], true),
+  driver('probing', ['archive'], true, true),
   driver('dirs', ['directory']),
   driver('triton', ['directory']),
 ]);
@@ -223,7 +225,7 @@ describe('servedModelPhase: what stops a pass', () => {
     expect(servedModelPhase(input({ object: sm(spec) }))).toEqual({
       kind: 'unknownDriver',
       message:
-        'spec.modelServer.driver: the operator has no model-server driver named tritonn; use one of archives, staging, dirs, triton',
+        'spec.modelServer.driver: the operator has no model-server driver named tritonn; use one of archives, staging, probing, dirs, triton',
     });
     expect(kind({ object: sm(spec, deleted) })).toBe('unknownDriver');
   });
@@ -251,6 +253,25 @@ describe('servedModelPhase: what stops a pass', () => {
     expect(kind({ object: sm(staged, deleted) })).toBe('deleting');
     const stages = { ...staged, modelServer: { service: { name: 'ts' }, driver: 'staging' } };
     expect(kind({ object: sm(stages) })).toBe('gating');
+  });
+
+  it('invalid: a canary probe with a driver that sends none; a canary without probe needs none', () => {
+    const canary = (driver: string, probe?: object) =>
+      sm({
+        ...ARCHIVE,
+        version: '2',
+        modelServer: { service: { name: 'ts' }, driver },
+        rollout: { strategy: 'Staged', canary: { replicas: 1, ...(probe ? { probe } : {}) } },
+      });
+    const probe = { port: 8080, body: '{}' };
+    expect(servedModelPhase(input({ object: canary('staging', probe) }))).toEqual({
+      kind: 'invalid',
+      message: expect.stringMatching(
+        /^spec\.rollout\.canary\.probe: the staging driver sends no inference probe/,
+      ),
+    });
+    expect(kind({ object: canary('staging') })).toBe('gating');
+    expect(kind({ object: canary('probing', probe) })).toBe('gating');
   });
 
   it('unsupportedLayout: a directory for a driver of archives, and an archive for one of directories', () => {

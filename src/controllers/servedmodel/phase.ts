@@ -102,6 +102,12 @@ export function servedModelPhase(p: PhaseInput): ServedModelPhase {
       kind: 'invalid',
       message: `spec.rollout.strategy: the ${driver.name} model server cannot hold a version without serving it (Staged): set spec.rollout.strategy to Rolling`,
     };
+  // Likewise a canary's probe, which a driver without it could only fail (rolling every new version back).
+  if (spec.rollout.canary?.probe && driver.probes !== true)
+    return {
+      kind: 'invalid',
+      message: `spec.rollout.canary.probe: the ${driver.name} driver sends no inference probe: remove probe (the canary is then checked by the server's version-ready answer)`,
+    };
   const refused = layoutRefusal(driver, spec.fileName === undefined ? 'directory' : 'archive');
   if (refused) return { kind: 'unsupportedLayout', message: refused };
   if (!p.done.finalizing && !hasFinalizer(sm, FINALIZER)) return { kind: 'finalizing', spec };

@@ -65,7 +65,7 @@ import {
   type ReplicaEvent,
   type ReplicaOutcome,
 } from './replica.ts';
-import { attemptOf, progressDeadlineMs } from './rollout.ts';
+import { attemptOf, canaryOf, progressDeadlineMs } from './rollout.ts';
 import { convergeStaged } from './staged.ts';
 import { previousReplicas } from './replica-status.ts';
 import { discoverReplicas, type Discovery, type EndpointSlice, type Replica } from './replicas.ts';
@@ -388,6 +388,8 @@ export class ServedModelReconciler {
           attempt: attemptOf(sm.metadata.generation, sm.metadata.annotations?.[RETRY_ROLLOUT_ANNOTATION]),
           paused: spec.rollout.paused === true,
           deadlineMs: progressDeadlineMs(spec),
+          canary: canaryOf(spec),
+          probe: spec.rollout.canary?.probe,
           maxConcurrent: spec.rollout.maxConcurrent,
           signal: rc.signal,
           failure: (err) => driver.failure(err),

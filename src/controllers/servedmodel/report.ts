@@ -30,7 +30,7 @@ import { registrationId, type ListedDirectory } from './goal.ts';
 import { coalescedLook, keepRegistration, nextLook, statusEvents, withWake, writeNow } from './policy.ts';
 import type { RegistrationRunner } from './registrations.ts';
 import { registeredEvent, type ReplicaEvent, type ReplicaGoal, type ReplicaOutcome } from './replica.ts';
-import { progressDeadlineMs, rolloutWakeMs } from './rollout.ts';
+import { progressDeadlineMs, rolloutChanged, rolloutWakeMs } from './rollout.ts';
 import { summarize, withReplicas, type PassSummary, type ReplicaStatus } from './replica-status.ts';
 import type { Discovery } from './replicas.ts';
 
@@ -85,7 +85,7 @@ export class ServedModelReport {
     const next = withServedModelConditions(sm.status ?? {}, sm.metadata.generation, summary.conditions);
     const rollout = p.rollout?.status;
     const now =
-      (rollout !== undefined && rollout.phase !== sm.status?.rollout?.phase) ||
+      (rollout !== undefined && rolloutChanged(sm.status?.rollout, rollout)) ||
       writeNow({
         generation: sm.metadata.generation,
         observedGeneration: sm.status?.observedGeneration,

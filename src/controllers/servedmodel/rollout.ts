@@ -15,8 +15,11 @@
  * unregisters anything, and a replica that no longer holds the previous version keeps the new one.
  */
 import {
+  CANARY_PROBE_PERIOD_SECONDS,
+  DEFAULT_CANARY_HOLD_SECONDS,
   DEFAULT_PROGRESS_DEADLINE_SECONDS,
   RETRY_ROLLOUT_ANNOTATION,
+  type CanaryStatus,
   type RolloutPhase,
   type RolloutStatus,
   type ServedModelSpec,
@@ -56,6 +59,34 @@ export interface RolloutInput {
   deadlineMs: number;
   now: number;
   replicas: readonly ObservedReplica[];
+  /** spec.rollout.canary: how many switch first ({@link canaryOf}), and how long they are probed. */
+  canary?: CanaryInput | undefined;
+}
+
+export interface CanaryInput {
+  replicas?: number | undefined;
+  percent?: number | undefined;
+  holdMs: number;
+}
+
+/** spec.rollout.canary as the decisions read it; undefined without one. */
+export const canaryOf = (spec: Pick<ServedModelSpec, 'rollout'>): CanaryInput | undefined => {
+  const c = spec.rollout.canary;
+  if (!c) return undefined;
+  return {
+    replicas: c.replicas,
+    percent: c.percent,
+    holdMs: (c.holdSeconds ?? DEFAULT_CANARY_HOLD_SECONDS) * 1000,
+  };
+};
+
+/** How often a canary is probed during its hold, in ms. */
+export const CANARY_PROBE_PERIOD_MS = CANARY_PROBE_PERIOD_SECONDS * 1000;
+
+/** How many of `serving` replicas are canaries: at least one, at most all. */
+export function canaryCount(c: CanaryInput, serving: number): number {
+  const n = c.replicas ?? Math.ceil((serving * (c.percent ?? 0)) / 100);
+  return Math.max(1, Math.min(serving, n));
 }
 
 /** What one replica may do this pass. */
@@ -66,6 +97,8 @@ export type ReplicaAction =
   | { kind: 'stage' }
   /** Make the wanted version the default. */
   | { kind: 'switch' }
+  /** A canary serving the wanted version: check it is ready and send the probe (spec.rollout.canary.probe). */
+  | { kind: 'probe' }
   /** Unregister every version but the wanted one (it is the default). */
   | { kind: 'retire' }
   /** Make `to` the default (when it is not), then unregister every other version. */
@@ -93,7 +126,15 @@ export const attemptOf = (generation: number | undefined, retry: string | undefi
 export const RolloutReason = {
   LoadFailed: 'LoadFailed',
   ProgressDeadlineExceeded: 'ProgressDeadlineExceeded',
+  CanaryFailed: 'CanaryFailed',
 } as const;
+
+/** A rollback's status message: what happened, where the replicas go, and how to try again. */
+const rollbackMessage = (message: string, to: string | undefined): string =>
+  `${message}; every replica goes back to ${to ?? 'the previous version'}: fix it and change the spec, or set the ${RETRY_ROLLOUT_ANNOTATION} annotation to a new value, to try again`.slice(
+    0,
+    1024,
+  );
 
 const iso = (ms: number) => new Date(ms).toISOString();
 
@@ -165,8 +206,18 @@ export function decideRollout(i: RolloutInput): RolloutDecision {
     );
   }
 
+  // The canary (spec.rollout.canary) is under way until it is promoted: begun when every replica is staged, or
+  // found begun by a restarted operator (a few replicas switched, no more than the canaries, none promoted).
+  const canaryN = i.canary ? canaryCount(i.canary, serving.length) : 0;
+  const inCanary =
+    i.canary !== undefined &&
+    same?.canary?.promoted !== true &&
+    same?.phase !== 'Switching' &&
+    same?.phase !== 'Retiring' &&
+    (same?.phase === 'Canary' || (switched > 0 && switched <= canaryN));
+
   // Every replica serves the new version: the switch is over; the old versions go.
-  if (switched === serving.length) {
+  if (switched === serving.length && !inCanary) {
     const s = status('Retiring', same?.switchEndTime ? {} : switchEnded(same, now));
     return decided(
       s,
@@ -195,8 +246,10 @@ export function decideRollout(i: RolloutInput): RolloutDecision {
       `no replica was staged or switched for ${Math.round(i.deadlineMs / 1000)}s (spec.rollout.progressDeadlineSeconds); ${staged}/${serving.length} staged, ${switched} switched`,
     );
 
-  // A switch under way is finished, paused or not: two versions served at once is what Staged avoids.
   const allStaged = staged === serving.length && replicas.every((r) => r.known);
+  if (i.canary && (inCanary || (!begun && allStaged && !i.paused && same?.canary?.promoted !== true)))
+    return canary(i.canary);
+  // A switch under way is finished, paused or not: two versions served at once is what Staged avoids.
   if (begun || (allStaged && !i.paused)) {
     const s = status('Switching', same?.switchStartTime ? {} : { switchStartTime: iso(now) });
     return decided(
@@ -227,6 +280,48 @@ export function decideRollout(i: RolloutInput): RolloutDecision {
     }),
   );
 
+  /**
+   * The canaries switch first and are probed each pass (the probe actions; staged.ts sends them and
+   * {@link afterProbe} promotes or rolls back); the others hold. The canaries are the recorded ones still serving,
+   * topped up with replicas already switched (a restart before status was written), then in the input's order.
+   */
+  function canary(c: CanaryInput): RolloutDecision {
+    const n = canaryCount(c, serving.length);
+    const labels = new Set(serving.map((r) => r.label));
+    const chosen = (same?.canary?.replicas ?? []).filter((l) => labels.has(l)).slice(0, n);
+    for (const r of [...serving.filter((r) => r.default === wanted), ...serving])
+      if (chosen.length < n && !chosen.includes(r.label)) chosen.push(r.label);
+    const isCanary = (r: ObservedReplica) => chosen.includes(r.label);
+    const canariesSwitched = serving.filter((r) => isCanary(r) && r.default === wanted).length;
+    const prev = same?.canary;
+    // The hold starts once every canary serves the new version, and again after a canary was replaced (gone from
+    // the replicas) and the new one switched: each canary is probed for the whole hold.
+    const holdUntil =
+      canariesSwitched === chosen.length ? (prev?.holdUntil ?? iso(now + c.holdMs)) : undefined;
+    const cs: CanaryStatus = {
+      replicas: chosen,
+      switched: canariesSwitched,
+      ...(holdUntil !== undefined ? { holdUntil } : {}),
+      passes: prev?.passes ?? 0,
+      failures: prev?.failures ?? 0,
+      ...(prev?.lastProbeTime !== undefined ? { lastProbeTime: prev.lastProbeTime } : {}),
+    };
+    const wait = `waits for the canary (${chosen.join(', ')})${holdUntil ? ` until ${holdUntil} at the earliest` : ''}`;
+    return decided(
+      status('Canary', { canary: cs }),
+      replicas.map((r): ReplicaAction => {
+        if (r.default === undefined)
+          return { kind: 'hold', why: `joins with ${wanted} once the switch is over` };
+        if (!isCanary(r)) return { kind: 'hold', why: wait };
+        if (r.default !== wanted) return r.wantedReady ? { kind: 'switch' } : { kind: 'stage' };
+        // Probed from the pass after the last canary switched: the hold starts then.
+        return holdUntil !== undefined
+          ? { kind: 'probe' }
+          : { kind: 'hold', why: `canary: serves ${wanted}` };
+      }),
+    );
+  }
+
   /** `recorded`: the message is status.rollout's, already saying what to do. */
   function rollingBack(reason: string, message: string, recorded = false): RolloutDecision {
     const to = previousVersion;
@@ -247,12 +342,7 @@ export function decideRollout(i: RolloutInput): RolloutDecision {
     const done = actions.every((a) => a.kind === 'hold') && replicas.every((r) => r.known);
     const s = status(done ? 'RolledBack' : 'RollingBack', {
       reason,
-      message: recorded
-        ? message
-        : `${message}; every replica goes back to ${to ?? 'the previous version'}: fix it and change the spec, or set the ${RETRY_ROLLOUT_ANNOTATION} annotation to a new value, to try again`.slice(
-            0,
-            1024,
-          ),
+      message: recorded ? message : rollbackMessage(message, to),
     });
     return decided(s, actions);
   }
@@ -272,6 +362,15 @@ export function afterSwitch(
   switchedNow: number,
   window: { start: number; end: number },
 ): RolloutStatus {
+  if (s.phase === 'Canary' && s.canary) {
+    const now = switchedNow - s.switched;
+    return {
+      ...s,
+      switched: switchedNow,
+      canary: { ...s.canary, switched: s.canary.switched + now },
+      lastProgressTime: iso(window.end),
+    };
+  }
   if (s.phase !== 'Switching') return s;
   // Switched by an earlier pass (or a process before a restart): the window started with that pass.
   const start = s.switched > 0 && s.switchStartTime ? Date.parse(s.switchStartTime) : window.start;
@@ -290,6 +389,67 @@ export function afterSwitch(
   };
 }
 
+/** One canary's probe this pass: whether it passed, and what it got (against what was expected) when not. */
+export interface ProbeResult {
+  label: string;
+  ok: boolean;
+  /** Bounded and without credentials (canary.ts). */
+  detail: string;
+}
+
+/**
+ * The status once a pass's probes have answered: one failure rolls back (reason CanaryFailed, the next pass puts
+ * every replica back: none but the canaries switched); every probe passing once the hold is over promotes (the
+ * others switch next pass), unless paused. A pass of probes is progress (the deadline does not run out during the
+ * hold).
+ */
+export function afterProbe(
+  s: RolloutStatus,
+  results: readonly ProbeResult[],
+  now: number,
+  paused: boolean,
+): { status: RolloutStatus; events: ReplicaEvent[] } {
+  if (s.phase !== 'Canary' || !s.canary || results.length === 0) return { status: s, events: [] };
+  const failed = results.filter((r) => !r.ok);
+  const canary: CanaryStatus = {
+    ...s.canary,
+    passes: s.canary.passes + results.length - failed.length,
+    failures: s.canary.failures + failed.length,
+    lastProbeTime: iso(now),
+  };
+  if (failed.length > 0) {
+    const f = failed[0]!;
+    const next: RolloutStatus = {
+      ...s,
+      canary,
+      phase: 'RollingBack',
+      reason: RolloutReason.CanaryFailed,
+      message: rollbackMessage(`canary ${f.label} failed its probe: ${f.detail}`, s.previousVersion),
+      lastProgressTime: iso(now),
+    };
+    return { status: next, events: [{ type: 'Warning', reason: 'RolloutRollingBack', note: noteOf(next) }] };
+  }
+  const over = s.canary.holdUntil !== undefined && now >= Date.parse(s.canary.holdUntil);
+  if (!over || paused) return { status: { ...s, canary, lastProgressTime: iso(now) }, events: [] };
+  const next: RolloutStatus = {
+    ...s,
+    canary: { ...canary, promoted: true },
+    phase: 'Switching',
+    lastProgressTime: iso(now),
+  };
+  return { status: next, events: [{ type: 'Normal', reason: 'RolloutSwitching', note: noteOf(next) }] };
+}
+
+/**
+ * Whether status.rollout must be written now rather than coalesced: a new phase, or the canary's record changed
+ * (its replicas, its hold's end, a probe's result): the next pass decides from it, so a hold must not restart and a
+ * probe must not be forgotten because a write waited.
+ */
+export function rolloutChanged(before: RolloutStatus | undefined, after: RolloutStatus): boolean {
+  if (before?.phase !== after.phase) return true;
+  return JSON.stringify(before.canary ?? null) !== JSON.stringify(after.canary ?? null);
+}
+
 /**
  * When a pass must look again at the latest: soon (`soonMs`) while a step follows by itself (the old version to
  * retire, a switch or a rollback to finish: replicas that are READY wake nothing), else when the progress deadline
@@ -302,6 +462,11 @@ export function rolloutWakeMs(
   soonMs: number,
 ): number {
   if (!s) return Infinity;
+  if (s.phase === 'Canary') {
+    // Canaries still to switch: soon; then a probe every period, and one as the hold ends.
+    if (!s.canary?.holdUntil) return soonMs;
+    return Math.max(0, Math.min(CANARY_PROBE_PERIOD_MS, Date.parse(s.canary.holdUntil) - now)) + 1;
+  }
   if (s.phase === 'Switching' || s.phase === 'Retiring' || s.phase === 'RollingBack') return soonMs;
   if (s.phase !== 'Staging') return Infinity;
   return Math.max(0, Date.parse(s.lastProgressTime) + deadlineMs - now) + 1;
@@ -314,8 +479,12 @@ function noteOf(s: RolloutStatus): string {
       return `staging ${s.version} on ${s.replicas} replica(s) without serving it (${from} serves)`;
     case 'Paused':
       return `rollout of ${s.version} paused (spec.rollout.paused): ${s.staged}/${s.replicas} staged`;
+    case 'Canary':
+      return `${s.version} is ready on every replica: switching the canary (${s.canary?.replicas.join(', ') ?? ''}) from ${from} and probing it`;
     case 'Switching':
-      return `${s.version} is ready on every replica: switching all of them from ${from}`;
+      return s.canary?.promoted
+        ? `the canary passed its probes: switching the other replicas from ${from}`
+        : `${s.version} is ready on every replica: switching all of them from ${from}`;
     case 'Retiring':
       return `every replica serves ${s.version}${s.switchWindowMs !== undefined ? ` (switch window ${s.switchWindowMs} ms)` : ''}; unregistering ${from}`;
     case 'Complete':

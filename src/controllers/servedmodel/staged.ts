@@ -11,7 +11,7 @@
  * replica back in the same pass (the replicas that loaded it already serve it), and a rollback is unregistering the
  * new version (the previous one is then the newest served), placed files included.
  */
-import type { RolloutStatus } from '../../api/index.ts';
+import type { CanaryProbe, RolloutStatus } from '../../api/index.ts';
 import type { Failure, ModelVersion, ReplicaServer } from '../../servers/driver.ts';
 import { pool } from './pool.ts';
 import {
@@ -28,7 +28,16 @@ import {
 } from './replica.ts';
 import type { ReplicaStatus } from './replica-status.ts';
 import type { Replica } from './replicas.ts';
-import { afterSwitch, decideRollout, type ObservedReplica, type ReplicaAction } from './rollout.ts';
+import { probeOnce } from './canary.ts';
+import {
+  afterProbe,
+  afterSwitch,
+  decideRollout,
+  type CanaryInput,
+  type ObservedReplica,
+  type ProbeResult,
+  type ReplicaAction,
+} from './rollout.ts';
 
 /** One replica of the pass, with what the reconciler has for it. */
 export interface StagedReplica {
@@ -51,6 +60,9 @@ export interface StagedPass {
   attempt: string;
   paused: boolean;
   deadlineMs: number;
+  /** spec.rollout.canary, and its probe (undefined: the canary is checked by the version's readiness only). */
+  canary?: CanaryInput | undefined;
+  probe?: CanaryProbe | undefined;
   maxConcurrent: number;
   signal: AbortSignal;
   failure: (err: unknown) => Failure | undefined;
@@ -90,17 +102,36 @@ export async function convergeStaged(
       deadlineMs: p.deadlineMs,
       now: p.now(),
       replicas: observed.map((s) => s.observed),
+      canary: p.canary,
     });
   const decision = decide(p.prior, seen);
   const outcomes: (ReplicaOutcome | undefined)[] = replicas.map(() => undefined);
   const switching: number[] = [];
+  const probes: ProbeResult[] = [];
   await pool([...replicas.keys()], p.maxConcurrent, async (i) => {
     const action = decision.actions[i]!;
     if (action.kind === 'switch') return switching.push(i);
+    if (action.kind === 'probe') {
+      const result = await probeCanary(p, replicas[i]!, seen[i]!);
+      probes.push(result);
+      outcomes[i] = held(
+        p,
+        replicas[i]!,
+        seen[i]!,
+        `canary: ${result.ok ? 'probe passed' : result.detail}`,
+        [],
+      );
+      return;
+    }
     outcomes[i] = await act(p, replicas[i]!, seen[i]!, action);
   });
   let rollout = decision.status;
   const events = [...decision.events];
+  if (rollout && probes.length > 0) {
+    const probed = afterProbe(rollout, probes, p.now(), p.paused);
+    rollout = probed.status;
+    events.push(...probed.events);
+  }
   const failedSwitches = new Map<number, string>();
   if (switching.length > 0) {
     // Every switch at once: the window two versions are served is as long as the slowest answer.
@@ -194,6 +225,29 @@ async function observe(p: StagedPass, r: StagedReplica): Promise<Seen> {
       error: failedStep(r.replica, r.previous?.registered ?? false, err, p.failure),
     };
   }
+}
+
+/**
+ * One canary's check: the server says the wanted version is its default and ready (the observation of this pass),
+ * then, with a probe, the inference request answered as expected.
+ */
+async function probeCanary(p: StagedPass, r: StagedReplica, s: Seen): Promise<ProbeResult> {
+  const { goal } = p;
+  const lbl = label(r.replica);
+  if (s.error) return { label: lbl, ok: false, detail: 'could not be described this pass' };
+  const v = s.versions.find((x) => x.version === goal.version);
+  if (s.observed.default !== goal.version || !s.observed.wantedReady)
+    return {
+      label: lbl,
+      ok: false,
+      detail: `got ${goal.version} ${s.observed.default === goal.version ? 'default' : 'not the default'} with ${v?.readyWorkers ?? 0}/${goal.minWorkers} workers READY, expected it the default and ready`,
+    };
+  if (!p.probe) return { label: lbl, ok: true, detail: '' };
+  const detail = await probeOnce(
+    { server: r.server, model: goal.modelName, version: goal.version, signal: p.signal, failure: p.failure },
+    p.probe,
+  );
+  return detail === undefined ? { label: lbl, ok: true, detail: '' } : { label: lbl, ok: false, detail };
 }
 
 const workersReady = (v: ModelVersion, goal: ReplicaGoal) =>

@@ -5,6 +5,7 @@
  */
 import { z } from 'zod';
 import { parseBody } from '../../http/body.ts';
+import { SerializedJSON } from '../../http/request.ts';
 import type { Call } from '../driver.ts';
 import type { ReplicaEndpoint } from '../endpoint.ts';
 
@@ -78,6 +79,26 @@ export class OipClient {
     if (res.status === 200) return true;
     if (res.status === 400 || res.status === 404) return false;
     throw this.server.failure(operation, res);
+  }
+
+  /**
+   * `POST /v2/models/{name}/versions/{version}/infer` with `body` (JSON text, sent as it is): a canary's probe. Any
+   * status is an answer; the body is read up to `maxBytes`.
+   */
+  async infer(
+    model: string,
+    version: string,
+    body: string,
+    maxBytes: number,
+    call: Call,
+  ): Promise<{ status: number; text: string }> {
+    const operation = `infer ${model} ${version}`;
+    const path = `/v2/models/${encodeURIComponent(model)}/versions/${encodeURIComponent(version)}/infer`;
+    const res = await this.server.send(operation, 'POST', path, new SerializedJSON(body), {
+      ...call,
+      maxResponseBytes: maxBytes,
+    });
+    return { status: res.status, text: res.text };
   }
 
   /** Triton's config of a loaded model; undefined when the model is not loaded (404). */

@@ -46,6 +46,8 @@ export class OipDriver implements ModelServerDriver {
   readonly layouts: ModelServerDriver['layouts'];
   readonly scaling: ModelServerDriver['scaling'];
   readonly stages: boolean;
+  /** Both answer the Open Inference Protocol's infer of one version (OipReplica.probe). */
+  readonly probes: boolean;
   private readonly opts: OipDriverOptions;
 
   constructor(flavour: OipFlavour, opts: OipDriverOptions) {
@@ -53,6 +55,7 @@ export class OipDriver implements ModelServerDriver {
     this.layouts = DRIVERS[flavour].layouts;
     this.scaling = DRIVERS[flavour].scaling;
     this.stages = (DRIVERS[flavour] as DriverDeclaration).staging === true;
+    this.probes = !('refused' in (DRIVERS[flavour] as DriverDeclaration).probe);
     this.opts = opts;
   }
 

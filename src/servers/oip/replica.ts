@@ -4,7 +4,17 @@
  * peer), then loads it; the server's flavour (triton.ts, mlserver.ts) decides how a version is loaded, scaled and
  * dropped.
  */
-import type { Call, ModelVersion, RegisterCall, Registered, Registration, ReplicaServer } from '../driver.ts';
+import {
+  inferenceAnswer,
+  type Call,
+  type InferenceAnswer,
+  type InferenceRequest,
+  type ModelVersion,
+  type RegisterCall,
+  type Registered,
+  type Registration,
+  type ReplicaServer,
+} from '../driver.ts';
 import type { AgentClient } from '../agent-client.ts';
 import type { IndexEntry, OipClient } from './client.ts';
 import type { HttpErrorKind } from '../../http/errors.ts';
@@ -62,6 +72,15 @@ export abstract class OipReplica implements ReplicaServer {
     return entries
       .filter((e: IndexEntry) => e.name === model && e.version !== undefined && e.state === 'READY')
       .map((e) => e.version!);
+  }
+
+  /**
+   * A canary's probe: the Open Inference Protocol's infer of `version` on the replica's endpoint (the HTTP port
+   * serves inference beside the repository API, so the spec gives no port).
+   */
+  async probe(model: string, version: string, req: InferenceRequest, call: Call): Promise<InferenceAnswer> {
+    const res = await this.client.infer(model, version, req.body, req.maxBytes, call);
+    return inferenceAnswer(res.status, res.text);
   }
 
   async versions(model: string, call: Call): Promise<ModelVersion[]> {

@@ -265,6 +265,40 @@ export class ModelServerClient {
     return { httpStatus: res.status, status: this.parse(operation, res, StatusBody).status };
   }
 
+  /**
+   * `POST /predictions/{name}/{version}` on the inference API (`port` on the replica's host): a canary's probe. No
+   * management key is sent (the inference API has its own, which the operator does not hold). Any status is an
+   * answer; the body is read up to `maxBytes` (an error answer cut, a 2xx one refused past it).
+   */
+  async predict(
+    name: string,
+    version: string,
+    req: { port: number; body: string; maxBytes: number },
+    call?: CallOptions,
+  ): Promise<{ status: number; text: string }> {
+    const url = new URL(this.origin);
+    url.port = String(req.port);
+    const operation = `predict ${name}/${version}`;
+    const res = await sendRequest(
+      {
+        dispatcher: this.dispatcher,
+        origin: url.origin,
+        path: `/predictions/${encodeURIComponent(name)}/${encodeURIComponent(version)}`,
+        method: 'POST',
+        headers: { accept: 'application/json', 'content-type': 'application/json', 'user-agent': USER_AGENT },
+        body: req.body,
+        timeoutMs: call?.timeoutMs ?? this.timeoutMs,
+        signal: call?.signal,
+        maxResponseBytes: req.maxBytes,
+        operation,
+        secrets: this.secrets(),
+      },
+      (init: HttpErrorInit) =>
+        new ModelServerError({ ...init, serverMessage: init.detail, endpoint: url.origin }),
+    );
+    return { status: res.status, text: res.text };
+  }
+
   // -------------------------------------------------------------------------------------------------------------
 
   /** `GET /token?type=management` with the API key: the server rotates the key and rewrites its key file. */

@@ -9,6 +9,8 @@ import type { Dispatcher } from 'undici';
 import type {
   Call,
   Failure,
+  InferenceAnswer,
+  InferenceRequest,
   ModelServerDriver,
   ModelVersion,
   RegisterCall,
@@ -24,6 +26,7 @@ import type { RegisterRequest } from './types.ts';
 import type { ModelDescription } from './wire.ts';
 import { readyWorkers } from './workers.ts';
 import { DRIVERS } from '../../api/drivers.ts';
+import { inferenceAnswer } from '../driver.ts';
 import { failureOf } from '../failure.ts';
 import type { SecretValue } from '../secrets.ts';
 import { ModelServerError } from './errors.ts';
@@ -47,6 +50,7 @@ export class TorchServeDriver implements ModelServerDriver {
   readonly layouts = DRIVERS.torchserve.layouts;
   readonly scaling = DRIVERS.torchserve.scaling;
   readonly stages = DRIVERS.torchserve.staging === true;
+  readonly probes = !('refused' in DRIVERS.torchserve.probe);
   private readonly clients: ReplicaClients;
 
   constructor(opts: TorchServeDriverOptions) {
@@ -145,6 +149,19 @@ export class TorchServeReplica implements ReplicaServer {
 
   async unregister(model: string, version: string, call: Call): Promise<void> {
     await this.client.unregister(model, version, call);
+  }
+
+  /** The predictions API of `version` on the inference port (the spec's probe.port, which the API requires). */
+  async probe(model: string, version: string, req: InferenceRequest, call: Call): Promise<InferenceAnswer> {
+    if (req.port === undefined)
+      throw new TypeError('a TorchServe probe needs the inference port (probe.port)');
+    const res = await this.client.predict(
+      model,
+      version,
+      { port: req.port, body: req.body, maxBytes: req.maxBytes },
+      call,
+    );
+    return inferenceAnswer(res.status, res.text);
   }
 
   /** Every version: the non-default ones first (TorchServe refuses to drop a default that has siblings). */
