@@ -4,7 +4,7 @@
  *
  *   npm run bench -- --only 1,2 --reps 5
  *
- * Options: --only <list of 1..14>, --reps <n ≥ 1; default 3>, --out <json path>, --workers <n> (scenario 1),
+ * Options: --only <list of 1..15>, --reps <n ≥ 1; default 3>, --out <json path>, --workers <n> (scenario 1),
  * --size-mib <n> (scenarios 3 and 6; default 1024), --origin-mbps <MB/s> (scenario 4; default 50),
  * --idle-seconds <n> (scenario 5; default 60), --size8-mib <n> (scenario 8, one object per run; default 256),
  * --poll-ms <n> (scenario 9: real ms per simulated minute; default 2000), --size11-mib <n> (scenario 11, the model's
@@ -37,7 +37,8 @@ import { scenario10 } from './scenarios/s10-fleet.ts';
 import { scenario11 } from './scenarios/s11-directory.ts';
 import { scenario12 } from './scenarios/s12-oci-artifact.ts';
 import { scenario13 } from './scenarios/s13-seed-preheat.ts';
-import { scenario14 } from './scenarios/s14-staged.ts';
+import { scenario14 } from './scenarios/s14-staged-triton.ts';
+import { scenario15 } from './scenarios/s15-staged-torchserve.ts';
 
 const ROOT = resolve(import.meta.dirname, '..');
 
@@ -60,11 +61,12 @@ const { values } = parseArgs({
     checksums12: { type: 'boolean' },
     hub12: { type: 'boolean' },
     'size13-mib': { type: 'string' },
+    'size14-mib': { type: 'string' },
   },
   strict: true,
 });
 const only = new Set(
-  (values.only ?? '1,2,3,4,5,6,7,8,9,10,11,12,13,14').split(',').map((s) => Number(s.trim())),
+  (values.only ?? '1,2,3,4,5,6,7,8,9,10,11,12,13,14,15').split(',').map((s) => Number(s.trim())),
 );
 const reps = Math.max(1, Number(values.reps ?? 3));
 const out = resolve(values.out ?? `${ROOT}/bench/results/latest.json`);
@@ -80,6 +82,7 @@ const n12 = (values.n12 ?? '1,2,4').split(',').map((s) => Number(s.trim()));
 const [backToSourceLimit, retryLimit] = (values.retries12 ?? '').split(',').map((s) => Number(s.trim()));
 const retries12 = backToSourceLimit && retryLimit ? { backToSourceLimit, limit: retryLimit } : undefined;
 const size13MiB = Number(values['size13-mib'] ?? 256);
+const size14MiB = Number(values['size14-mib'] ?? 128);
 
 function machine(): Record<string, unknown> {
   const sh = (cmd: string, args: string[]) => {
@@ -175,7 +178,12 @@ async function main(): Promise<number> {
       withControlPlane((cp) => scenario13(cp, { reps, sizeBytes: size13MiB * 2 ** 20 })),
     );
 
-  if (only.has(14)) await attempt('14', () => withControlPlane((cp) => scenario14(cp, { reps })));
+  if (only.has(14))
+    await attempt('14', () =>
+      withControlPlane((cp) => scenario14(cp, { reps, sizeBytes: size14MiB * 2 ** 20 })),
+    );
+
+  if (only.has(15)) await attempt('15', () => withControlPlane((cp) => scenario15(cp, { reps })));
 
   rows.sort((a, b) => a.id.localeCompare(b.id, 'en', { numeric: true }));
   const result = {
@@ -193,6 +201,7 @@ async function main(): Promise<number> {
       size11MiB,
       size12MiB,
       size13MiB,
+      size14MiB,
     },
     machine: info,
     rows,

@@ -81,10 +81,9 @@ export const DRIVERS = {
     layouts: ['directory'],
     scaling: 'instances',
     options: [],
-    staging: {
-      refused:
-        'Triton serves the newest loaded version, so loading the new one is already the switch (staging would need the agent to place the files without loading them)',
-    },
+    // The newest loaded version serves: the agent places the new version's files (staged), the switch loads them
+    // beside the old one, which keeps serving while it loads (and when it fails to).
+    staging: true,
     probe: OIP_PROBE,
     summary:
       'model repository directories placed by the peerload agent, loaded through the Open Inference Protocol repository API',
@@ -98,7 +97,7 @@ export const DRIVERS = {
     options: [],
     staging: {
       refused:
-        'MLServer serves every version it loads and a load loads every version placed, so there is no version held without serving it',
+        "MLServer's load of a model loads every version placed in its directory and reloads the ones it serves, so the switch would reload the version served too: roll out with strategy Rolling",
     },
     probe: OIP_PROBE,
     summary:

@@ -453,7 +453,7 @@ export const ServedModelSpec = withRules(
           .enum(ROLLOUT_STRATEGIES)
           .default('Rolling')
           .meta({
-            description: `How a change of version reaches the replicas. Rolling (the default): replica by replica, each switching to the new version once it is ready there, then dropping the old ones. Staged: the new version registered and ready on every replica without serving it, then made the default on every replica at once (the mixed-version window is only that switch, in status.rollout), then the old version dropped; a new version that fails to load on any replica, or makes no progress within progressDeadlineSeconds, is rolled back on every replica (status.rollout, Degraded reason RolledBack). Needs spec.version and a driver that stages (${listed(STAGING_DRIVERS)}).`,
+            description: `How a change of version reaches the replicas. Rolling (the default): replica by replica, each switching to the new version once it is ready there, then dropping the old ones. Staged: the new version staged on every replica without serving it (TorchServe: registered and ready; Triton: its files placed by the agent), then switched on every replica at once (TorchServe: made the default; Triton: loaded beside the old one, the load time included) (the mixed-version window is only that switch, in status.rollout), then the old version dropped; a new version that fails to load on any replica, or makes no progress within progressDeadlineSeconds, is rolled back on every replica (status.rollout, Degraded reason RolledBack). Needs spec.version and a driver that stages (${listed(STAGING_DRIVERS)}).`,
           }),
         progressDeadlineSeconds: z
           .int()
@@ -707,7 +707,7 @@ export type CanaryStatus = z.infer<typeof CanaryStatus>;
 export const RolloutStatus = z.object({
   phase: RolloutPhase.meta({
     description:
-      'Staging (the new version registered and ready on every replica, not served), Paused (spec.rollout.paused holds it), Canary (spec.rollout.canary: the canaries switched and probed, the others waiting), Switching (made the default on every replica at once), Retiring (the old version unregistered), Complete; RollingBack (every replica put back on previousVersion, the new one unregistered), RolledBack (until a new generation or a new value of the peerload.io/retry-rollout annotation).',
+      'Staging (the new version staged on every replica, not served: registered and ready, or its files placed), Paused (spec.rollout.paused holds it), Canary (spec.rollout.canary: the canaries switched and probed, the others waiting), Switching (made the default, or loaded, on every replica at once), Retiring (the old version unregistered), Complete; RollingBack (every replica put back on previousVersion, the new one unregistered), RolledBack (until a new generation or a new value of the peerload.io/retry-rollout annotation).',
   }),
   version: z.string().meta({ description: 'The version rolled out (spec.version).' }),
   previousVersion: z

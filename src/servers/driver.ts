@@ -141,11 +141,32 @@ export interface ReplicaServer {
   /** Unregisters every version (deletion), in the order the server needs; a model not there is fine. */
   unregisterAll(model: string, call: Call): Promise<void>;
   /**
+   * For a server that serves a version as soon as it is loaded (Triton: the newest loaded version answers requests
+   * without one), the halves of a registration apart, so that a Staged rollout holds a version without serving it:
+   * staging places its files, the switch loads it. Absent: staging is {@link register} with the workers started,
+   * the switch {@link setDefault}.
+   */
+  staging?: Staging | undefined;
+  /**
    * Sends one inference request to `version` explicitly (a canary's probe, `spec.rollout.canary.probe`) and returns
    * the answer, read with {@link InferenceRequest.maxBytes} and time bounds; rejects only when no answer came (the
    * driver's `failure` reads why). Absent: the driver sends no probe (its row's `probe` in src/api/drivers.ts).
    */
   probe?(model: string, version: string, req: InferenceRequest, call: Call): Promise<InferenceAnswer>;
+}
+
+/** A registration in two halves: see {@link ReplicaServer.staging}. */
+export interface Staging {
+  /** Places the version's files beside the server (through its agent), loading nothing; resolves once placed. */
+  place(reg: Registration, call: RegisterCall): Promise<Registered>;
+  /** The versions of the model whose files are in place, loaded or not. */
+  placed(model: string, call: Call): Promise<string[]>;
+  /**
+   * Loads a placed version beside the versions served: once it answers, requests without a version reach it.
+   * The versions served before keep serving while it loads and when it fails to; {@link ReplicaServer.unregister}
+   * of it afterwards leaves them as they were. A load that fails rejects with a `terminal` failure.
+   */
+  load(model: string, version: string, call: Call): Promise<void>;
 }
 
 /** A canary's inference request, server-neutral: the driver knows the path and the method. */
@@ -177,8 +198,9 @@ export interface ModelServerDriver {
    *  declarations table (src/api/drivers.ts), as its layouts are. */
   readonly scaling?: Scaling | undefined;
   /**
-   * Whether its replicas can hold a version registered and ready while another stays the default, and switch with
-   * {@link ReplicaServer.setDefault} (`spec.rollout.strategy: Staged`; absent: false). A shipped driver's is its
+   * Whether its replicas can hold a version without serving it and switch to it in one call: registered and ready
+   * while another stays the default, switched with {@link ReplicaServer.setDefault}, or placed and loaded at the
+   * switch ({@link ReplicaServer.staging}) (`spec.rollout.strategy: Staged`; absent: false). A shipped driver's is its
    * row's `staging` (src/api/drivers.ts), which the API refuses Staged by.
    */
   readonly stages?: boolean | undefined;

@@ -48,6 +48,8 @@ export interface TritonFleetOptions {
   models: string[];
   /** More Secrets of the namespace, beside `agent-token` and `manager-user`. */
   secrets?: Record<string, Record<string, string>>;
+  /** The agents' object-storage keys, for models of `files` (default: none, a source's files need none). */
+  agentCredentials?: { accessKey: string; secretKey: string } | undefined;
   /** Operator flags beside leader election off, the manager and its allowed host, and a brisk poll. */
   flags: string[];
 }
@@ -66,8 +68,8 @@ export async function startTritonFleet(o: TritonFleetOptions): Promise<TritonFle
         dir: join(o.work, `${label}-${i}`),
         port,
         token: o.agentToken,
-        // No bucket here: the agent's storage keys are never used for a source's files.
-        credentials: { accessKey: 'unused', secretKey: 'unused-secret' },
+        // Without a bucket: the agent's storage keys are never used for a source's files.
+        credentials: o.agentCredentials ?? { accessKey: 'unused', secretKey: 'unused-secret' },
         dispatcher,
         start,
       });

@@ -185,6 +185,37 @@ describe('Triton', () => {
     await expect(stat(join(root, 'echo/2'))).rejects.toThrow(/ENOENT/);
   });
 
+  it('stages for a Staged rollout: places version 2 without loading it, loads it at the switch; refuses one below the served', async () => {
+    const { driver, server } = replica(TRITON);
+    await mkdir(join(root, 'echo'), { recursive: true });
+    await writeFile(join(root, 'echo/config.pbtxt'), 'instance_group [ { count: 1, kind: KIND_CPU } ]\n');
+    await server.register(registration('echo', '1', ECHO), {});
+    const staging = server.staging!;
+    const v2 = registration('echo', '2', ECHO);
+    expect(await staging.place(v2, {})).toEqual({ version: '2', localHit: false });
+    // Placed, not loaded: version 1 alone serves (and answers requests without a version).
+    expect((await stat(join(root, 'echo/2/model.py'))).isFile()).toBe(true);
+    expect((await server.versions('echo', {})).map((v) => v.version)).toEqual(['1']);
+    expect((await staging.placed('echo', {})).sort()).toEqual(['1', '2']);
+    // The switch: loaded beside 1, the newest serves.
+    await staging.load('echo', '2', {});
+    expect((await server.versions('echo', {})).map((v) => v.version)).toEqual(['1', '2']);
+    expect(emulator.configOf('echo')).toMatchObject({ version_policy: { specific: { versions: [1, 2] } } });
+    expect((await server.describe('echo', undefined, {}))?.version).toBe('2');
+    // The rollback: 2 unregistered, 1 serves again, 2's files gone.
+    await server.unregister('echo', '2', {});
+    expect((await server.describe('echo', undefined, {}))?.version).toBe('1');
+    await expect(stat(join(root, 'echo/2'))).rejects.toThrow(/ENOENT/);
+    // Triton would go on serving a higher version: staging one below it is refused before anything is placed.
+    await staging.load('echo', '1', {});
+    await server.register(registration('echo', '2', ECHO), {});
+    const below = await failureOf(driver, staging.place(registration('echo', '1', ECHO), {}));
+    expect(below).toMatchObject({ kind: 'terminal', retryable: false });
+    expect(below.message).toMatch(
+      /2 is above 1: a Staged rollout needs a version numbered above the one served/,
+    );
+  });
+
   it("loads with the registration's config, and a preheated version is every file a local hit", async () => {
     const { server } = replica(TRITON);
     for (const p of ECHO) await bed.peer.preheat(`${bed.origin.url}/m/echo/1/${p}`);

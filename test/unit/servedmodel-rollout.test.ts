@@ -231,6 +231,30 @@ describe('rollback', () => {
     expect(d.actions).toEqual([{ kind: 'rollback', to: '1' }, expect.objectContaining({ kind: 'hold' })]);
   });
 
+  it('a switch that failed (a server that loads at the switch): every replica back, the placed files too', () => {
+    // v2 placed everywhere (staged), loaded on a, its load failed on b: b still serves v1 with v2 placed.
+    const d = decideRollout(
+      input(
+        [switched('a'), { ...staged('b'), switchFailed: 'version 2 is at UNAVAILABLE state' }, staged('c')],
+        {
+          prior: prior('Switching', { staged: 3, switched: 1 }),
+        },
+      ),
+    );
+    expect(d.status).toMatchObject({ phase: 'RollingBack', reason: 'LoadFailed' });
+    expect(d.status?.message).toMatch(
+      /^b could not load 2: version 2 is at UNAVAILABLE state; every replica goes/,
+    );
+    // a: v2 goes (v1 serves again); b and c: the placed v2 goes.
+    expect(d.actions).toEqual([0, 1, 2].map(() => ({ kind: 'rollback', to: '1' })));
+    expect(d.events).toEqual([expect.objectContaining({ type: 'Warning', reason: 'RolloutRollingBack' })]);
+    // A staged replica with a stale registration failure and v2 ready is no failure: only a switch's is.
+    const notFailed = decideRollout(
+      input([staged('a'), { ...staged('b'), loadFailed: 'stale' }], { prior: prior('Staging') }),
+    );
+    expect(notFailed.status?.phase).toBe('Switching');
+  });
+
   it('never leaves a replica without a version: one that no longer holds v1 keeps v2', () => {
     const d = decideRollout(
       input([rep('a', '2', ['2'], true), { ...onV1('b'), loadFailed: 'rejected' }], {

@@ -2,7 +2,9 @@
  * convergeStaged: one pass of a Staged rollout against fake model servers behind the driver interface that keep
  * their models in memory and record every call: staging never touches a default, the switch sends every
  * set-default at once (whatever rollout.maxConcurrent), a rollback makes the previous version the default before it
- * unregisters anything, and a failure of an earlier try is forgotten so a retry registers again.
+ * unregisters anything, and a failure of an earlier try is forgotten so a retry registers again. A server that loads
+ * at the switch (`ReplicaServer.staging`, as Triton): staged is placed, the switch is every load at once, and a load
+ * that fails on one replica puts every replica back in the same pass, the placed files removed.
  */
 import { describe, expect, it } from 'vitest';
 import type { RolloutStatus } from '../../src/api/index.ts';
@@ -10,7 +12,7 @@ import type { RegistrationState } from '../../src/controllers/servedmodel/regist
 import type { ReplicaGoal, ReplicaOutcome } from '../../src/controllers/servedmodel/replica.ts';
 import { attemptOf } from '../../src/controllers/servedmodel/rollout.ts';
 import { convergeStaged, type StagedReplica } from '../../src/controllers/servedmodel/staged.ts';
-import type { Failure, ModelVersion, Registered, ReplicaServer } from '../../src/servers/driver.ts';
+import type { Failure, ModelVersion, Registered, ReplicaServer, Staging } from '../../src/servers/driver.ts';
 
 const goal: ReplicaGoal & { version: string } = {
   modelName: 'm',
@@ -86,8 +88,73 @@ class FakeReplica implements ReplicaServer {
   }
 }
 
+/**
+ * An in-memory server that serves the newest loaded version (as Triton): versions are placed, then loaded; no
+ * default to set; unregistering a version reloads without it and removes its files.
+ */
+class FakeLoadingReplica implements ReplicaServer {
+  readonly loaded: string[];
+  readonly placedVersions: string[];
+  private readonly log: string[];
+  private readonly name: string;
+  private readonly flight: { now: number; max: number };
+  /** A load of this version fails (terminal). */
+  failLoad: string | undefined;
+  readonly staging: Staging;
+
+  constructor(name: string, loaded: string[], placed: string[], log: string[], flight = { now: 0, max: 0 }) {
+    this.name = name;
+    this.loaded = loaded;
+    this.placedVersions = placed;
+    this.log = log;
+    this.flight = flight;
+    this.staging = {
+      place: () => Promise.reject(new Error('placements go through the runner in these tests')),
+      placed: () => Promise.resolve([...this.placedVersions]),
+      load: async (_m, version) => {
+        this.flight.now++;
+        this.flight.max = Math.max(this.flight.max, this.flight.now);
+        await new Promise((r) => setTimeout(r, 5));
+        this.flight.now--;
+        if (version === this.failLoad) {
+          this.log.push(`${this.name} load ${version} failed`);
+          throw new Rejected(`load failed for model 'm': version ${version} is at UNAVAILABLE state`);
+        }
+        this.loaded.push(version);
+        this.log.push(`${this.name} load ${version}`);
+      },
+    };
+  }
+
+  private of(version: string): ModelVersion {
+    return { version, minWorkers: 1, maxWorkers: 1, readyWorkers: 1 };
+  }
+  describe(_m: string, version: string | undefined): Promise<ModelVersion | undefined> {
+    const v = version ?? [...this.loaded].sort().at(-1);
+    return Promise.resolve(v !== undefined && this.loaded.includes(v) ? this.of(v) : undefined);
+  }
+  versions(): Promise<ModelVersion[]> {
+    return Promise.resolve(this.loaded.map((v) => this.of(v)));
+  }
+  register(): Promise<Registered> {
+    throw new Error('registrations go through the runner in these tests');
+  }
+  scale(): Promise<void> {
+    return Promise.resolve();
+  }
+  unregister(_m: string, version: string): Promise<void> {
+    if (this.loaded.includes(version)) this.loaded.splice(this.loaded.indexOf(version), 1);
+    this.placedVersions.splice(this.placedVersions.indexOf(version), 1);
+    this.log.push(`${this.name} unregister ${version}`);
+    return Promise.resolve();
+  }
+  unregisterAll(): Promise<void> {
+    return Promise.resolve();
+  }
+}
+
 interface Setup {
-  servers: FakeReplica[];
+  servers: ReplicaServer[];
   /** Each replica's registration state (undefined: none). */
   registrations?: (RegistrationState<Registered> | undefined)[];
 }
@@ -206,5 +273,63 @@ describe('a Staged pass', () => {
     expect(r.forgotten).toEqual(['ts-0']);
     expect(r.started).toEqual(['ts-0']);
     expect(r.rollout?.phase).toBe('Staging');
+  });
+
+  it('a server that loads at the switch: staging places, nothing loads; the switch is every load at once', async () => {
+    const log: string[] = [];
+    const flight = { now: 0, max: 0 };
+    const servers = [0, 1, 2].map((i) => new FakeLoadingReplica(`t-${i}`, ['1'], ['1'], log, flight));
+    const staging = await pass({ servers });
+    expect(staging.rollout?.phase).toBe('Staging');
+    expect(staging.started).toEqual(['ts-0', 'ts-1', 'ts-2']);
+    expect(log).toEqual([]);
+    // Placed on two: still staging, nothing loaded, every request still reaches v1.
+    servers[0]!.placedVersions.push('2');
+    servers[1]!.placedVersions.push('2');
+    const placed: RegistrationState<Registered> = { state: 'done', since: T0, result: { version: '2' } };
+    const two = await pass({ servers, registrations: [placed, placed, undefined] }, staging.rollout);
+    expect(two.rollout).toMatchObject({ phase: 'Staging', staged: 2, switched: 0 });
+    expect(log).toEqual([]);
+    servers[2]!.placedVersions.push('2');
+    const r = await pass({ servers }, two.rollout, 1);
+    expect(flight.max).toBe(3);
+    expect(log.sort()).toEqual(['t-0 load 2', 't-1 load 2', 't-2 load 2']);
+    expect(r.rollout).toMatchObject({ phase: 'Retiring', switched: 3, switchWindowMs: 1 });
+    expect(r.events.map((e) => e.reason)).toEqual(['RolloutSwitching', 'RolloutRetiring']);
+    expect(r.outcomes.every((o) => o.status.ready && o.status.version === '2')).toBe(true);
+    log.length = 0;
+    const next = await pass({ servers }, r.rollout);
+    expect(log).toEqual(['t-0 unregister 1', 't-1 unregister 1', 't-2 unregister 1']);
+    expect(servers.map((s) => [s.loaded, s.placedVersions])).toEqual([0, 1, 2].map(() => [['2'], ['2']]));
+    expect(next.rollout?.phase).toBe('Retiring');
+  });
+
+  it('a load that fails on one replica puts every replica back in the same pass, the placed files removed', async () => {
+    const log: string[] = [];
+    const servers = [0, 1, 2].map((i) => new FakeLoadingReplica(`t-${i}`, ['1'], ['1', '2'], log));
+    servers[1]!.failLoad = '2';
+    const r = await pass({ servers });
+    expect(r.rollout).toMatchObject({ phase: 'RollingBack', reason: 'LoadFailed', switched: 2 });
+    expect(r.rollout?.message).toMatch(
+      /ts-1 .*could not load 2: load failed for model 'm': version 2 is at UNAVAILABLE/,
+    );
+    expect(r.events.map((e) => e.reason)).toEqual(['RolloutSwitching', 'RolloutRollingBack']);
+    // Two loaded v2 (and served it) until their rollback; the third never served it.
+    expect(log.filter((l) => l.includes('load')).sort()).toEqual([
+      't-0 load 2',
+      't-1 load 2 failed',
+      't-2 load 2',
+    ]);
+    expect(log.filter((l) => l.includes('unregister')).sort()).toEqual([
+      't-0 unregister 2',
+      't-1 unregister 2',
+      't-2 unregister 2',
+    ]);
+    expect(servers.map((s) => [s.loaded, s.placedVersions])).toEqual([0, 1, 2].map(() => [['1'], ['1']]));
+    expect(r.outcomes.map((o) => o.status.version)).toEqual(['1', '1', '1']);
+    const after = await pass({ servers }, r.rollout);
+    expect(after.rollout?.phase).toBe('RolledBack');
+    expect(after.events.map((e) => e.reason)).toEqual(['RolloutRolledBack']);
+    expect(after.started).toEqual([]);
   });
 });

@@ -59,6 +59,7 @@ import type { RegistrationRunner } from './registrations.ts';
 import { ServedModelReport, type PassFindings } from './report.ts';
 import {
   convergeReplica,
+  placeStaged,
   registerAndStart,
   waiting,
   type ReplicaEvent,
@@ -352,14 +353,17 @@ export class ServedModelReconciler {
       return replicas.map((r) => waiting(r, previous.get(r.endpoint), gates.get(r.endpoint)!.message));
     const owner = { uid, namespace: sm.metadata.namespace! };
     const access = replicaAccess(spec);
-    const registrationOf = (r: Replica) => {
+    /** `staged`: a Staged rollout's staging, which on a server that loads at the switch only places the files. */
+    const registrationOf = (r: Replica, staged = false) => {
       const server = driver.replica(owner, access, r);
       const id = registrationId(key, uid, goal, r);
       return {
         peek: () => registrations.peek(id),
         start: () =>
           registrations.ensure(id, spec.rollout.maxConcurrent, (signal, progress, stopping) =>
-            registerAndStart(server, goal, { signal, progress, stopping }),
+            staged && server.staging
+              ? placeStaged(server.staging, goal, { signal, progress, stopping })
+              : registerAndStart(server, goal, { signal, progress, stopping }),
           ),
       };
     };
@@ -394,7 +398,7 @@ export class ServedModelReconciler {
         replicas.map((r) => ({
           replica: r,
           server: driver.replica(owner, access, r),
-          registration: registrationOf(r),
+          registration: registrationOf(r, true),
           previous: previous.get(r.endpoint),
           gate: gates.get(r.endpoint)!,
           converge: () => step(r, true),

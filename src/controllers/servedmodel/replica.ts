@@ -13,8 +13,10 @@ import type {
   ModelFiles,
   ModelVersion,
   Registered,
+  Registration,
   ReplicaServer,
   RegisterCall,
+  Staging,
 } from '../../servers/driver.ts';
 import type { RegistrationState } from './registrations.ts';
 import type { Replica } from './replicas.ts';
@@ -252,19 +254,26 @@ async function rollOut(
  * the next pass (they take longest); the pass checks the counts and scales again should this fail. A version other
  * than the wanted one is the pass's to report. `stopping` (being deleted): nothing follows the registration.
  */
+/** What the driver is asked to register for `goal`. */
+const registrationFor = (goal: ReplicaGoal): Registration => ({
+  fileName: goal.fileName,
+  ...(goal.files ? { files: goal.files } : {}),
+  modelName: goal.modelName,
+  version: goal.version,
+  options: goal.options,
+});
+
+/** A Staged rollout's staging on a server that loads at the switch (`ReplicaServer.staging`): the files placed only. */
+export function placeStaged(staging: Staging, goal: ReplicaGoal, call: RegisterCall): Promise<Registered> {
+  return staging.place(registrationFor(goal), call);
+}
+
 export async function registerAndStart(
   server: ReplicaServer,
   goal: ReplicaGoal,
   call: RegisterCall & { signal: AbortSignal },
 ): Promise<Registered> {
-  const reg = {
-    fileName: goal.fileName,
-    ...(goal.files ? { files: goal.files } : {}),
-    modelName: goal.modelName,
-    version: goal.version,
-    options: goal.options,
-  };
-  const result = await server.register(reg, call);
+  const result = await server.register(registrationFor(goal), call);
   const registered = result.version ?? goal.version;
   if (
     !call.stopping?.aborted &&

@@ -34,13 +34,18 @@ export interface ObservedReplica {
   known: boolean;
   /** The version a request without one reaches; undefined when the replica does not hold the model. */
   default?: string | undefined;
-  /** Every version of the model it holds (the default included). */
+  /** Every version of the model it holds (the default included): registered, or (a server that loads at the
+   *  switch) with its files placed. */
   versions: readonly string[];
-  /** The wanted version is registered with its workers READY. */
+  /** The wanted version is staged, ready for the switch: registered with its workers READY, or (a server that
+   *  loads at the switch) its files placed. */
   wantedReady: boolean;
-  /** Why the wanted version could not be loaded there, when retrying cannot fix it (the driver's terminal
+  /** Why the wanted version could not be staged there, when retrying cannot fix it (the driver's terminal
    *  failure); undefined otherwise. */
   loadFailed?: string | undefined;
+  /** Why the switch to the wanted version failed there this pass, when retrying cannot fix it (a server that loads
+   *  at the switch: the load); undefined otherwise. */
+  switchFailed?: string | undefined;
 }
 
 export interface RolloutInput {
@@ -223,11 +228,13 @@ export function decideRollout(i: RolloutInput): RolloutDecision {
   }
 
   // Before the old version goes, any failure puts every replica back on it.
-  const failed = serving.find((r) => r.loadFailed !== undefined && !r.wantedReady);
+  const failed = serving.find(
+    (r) => (r.loadFailed !== undefined && !r.wantedReady) || r.switchFailed !== undefined,
+  );
   if (failed)
     return rollingBack(
       RolloutReason.LoadFailed,
-      `${failed.label} could not load ${wanted}: ${failed.loadFailed}`,
+      `${failed.label} could not load ${wanted}: ${failed.switchFailed ?? failed.loadFailed}`,
     );
   const begun = switched > 0;
   const progressed = !same || staged > same.staged || switched > same.switched;

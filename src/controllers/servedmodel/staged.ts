@@ -5,6 +5,11 @@
  * its workers while the old version stays the default; the switch sends every replica's set-default at once and
  * measures the window from the first request to the last answer; a rollback makes the previous version the default
  * again before it unregisters anything. A replica no rollout concerns takes the ordinary step (convergeReplica).
+ *
+ * A server that serves a version as soon as it is loaded (`ReplicaServer.staging`, Triton) stages by placing the
+ * files only, and its switch is the load (so the window includes the load time); a load that fails there puts every
+ * replica back in the same pass (the replicas that loaded it already serve it), and a rollback is unregistering the
+ * new version (the previous one is then the newest served), placed files included.
  */
 import type { CanaryProbe, RolloutStatus } from '../../api/index.ts';
 import type { Failure, ModelVersion, ReplicaServer } from '../../servers/driver.ts';
@@ -40,7 +45,8 @@ export interface StagedReplica {
   server: ReplicaServer;
   registration: ReplicaRegistration;
   previous: ReplicaStatus | undefined;
-  /** Its preheat gate: a closed one stages nothing. */
+  /** Its preheat gate: a closed one stages nothing. The registration's run stages: with
+   *  `server.staging`, it places the files only. */
   gate: { open: boolean; message: string };
   /** Today's step, for a replica no rollout concerns (after the switch, or with nothing to roll out). */
   converge(): Promise<ReplicaOutcome>;
@@ -72,7 +78,10 @@ export interface StagedResult {
 
 interface Seen {
   observed: ObservedReplica;
+  /** The versions registered (served). */
   versions: ModelVersion[];
+  /** Versions whose files are placed but not loaded (a server with `staging`). */
+  placedOnly: string[];
   /** The registration that ended before this pass (settled by the report). */
   ended?: EndedRegistration | undefined;
   /** Set when describing it failed: its outcome. */
@@ -84,16 +93,18 @@ export async function convergeStaged(
   replicas: readonly StagedReplica[],
 ): Promise<StagedResult> {
   const seen = await pool([...replicas], p.maxConcurrent, (r) => observe(p, r));
-  const decision = decideRollout({
-    wanted: p.goal.version,
-    attempt: p.attempt,
-    prior: p.prior,
-    paused: p.paused,
-    deadlineMs: p.deadlineMs,
-    now: p.now(),
-    replicas: seen.map((s) => s.observed),
-    canary: p.canary,
-  });
+  const decide = (prior: RolloutStatus | undefined, observed: readonly Seen[]) =>
+    decideRollout({
+      wanted: p.goal.version,
+      attempt: p.attempt,
+      prior,
+      paused: p.paused,
+      deadlineMs: p.deadlineMs,
+      now: p.now(),
+      replicas: observed.map((s) => s.observed),
+      canary: p.canary,
+    });
+  const decision = decide(p.prior, seen);
   const outcomes: (ReplicaOutcome | undefined)[] = replicas.map(() => undefined);
   const switching: number[] = [];
   const probes: ProbeResult[] = [];
@@ -121,14 +132,32 @@ export async function convergeStaged(
     rollout = probed.status;
     events.push(...probed.events);
   }
+  const failedSwitches = new Map<number, string>();
   if (switching.length > 0) {
     // Every switch at once: the window two versions are served is as long as the slowest answer.
     const start = p.now();
     const switched = await Promise.all(switching.map((i) => switchOne(p, replicas[i]!, seen[i]!)));
     const end = p.now();
-    for (const [k, i] of switching.entries()) outcomes[i] = switched[k]!.outcome;
+    for (const [k, i] of switching.entries()) {
+      outcomes[i] = switched[k]!.outcome;
+      if (switched[k]!.failed !== undefined) failedSwitches.set(i, switched[k]!.failed!);
+    }
     const ok = switched.filter((s) => s.ok).length;
     if (rollout) rollout = afterSwitch(rollout, rollout.switched + ok, { start, end });
+  }
+  if (failedSwitches.size > 0 && rollout) {
+    // A switch that cannot succeed (a load that fails): the replicas are observed again (some serve the new version
+    // now) and put back in this pass, rather than left serving two versions until the next.
+    const again = await pool([...replicas], p.maxConcurrent, (r) => observe(p, r));
+    for (const [i, why] of failedSwitches) again[i]!.observed = { ...again[i]!.observed, switchFailed: why };
+    const undo = decide(rollout, again);
+    await pool([...replicas.keys()], p.maxConcurrent, async (i) => {
+      const action = undo.actions[i]!;
+      if (action.kind === 'rollback' || (action.kind === 'hold' && failedSwitches.has(i)))
+        outcomes[i] = await act(p, replicas[i]!, again[i]!, action);
+    });
+    rollout = undo.status;
+    events.push(...undo.events);
   }
   if (rollout?.phase === 'Retiring' && decision.status?.phase === 'Switching')
     events.push({
@@ -156,6 +185,7 @@ async function observe(p: StagedPass, r: StagedReplica): Promise<Seen> {
   }
   const ended = reg && reg.state !== 'running' ? reg : undefined;
   let loadFailed: string | undefined;
+  const staging = r.server.staging;
   if (reg?.state === 'failed') {
     const f = p.failure(reg.error);
     // Refused credentials and a lost answer (conflict) are not the version's failure; retryable ones are retried.
@@ -168,22 +198,29 @@ async function observe(p: StagedPass, r: StagedReplica): Promise<Seen> {
     const current =
       versions.length > 0 ? await r.server.describe(goal.modelName, undefined, call) : undefined;
     const wanted = versions.find((v) => v.version === goal.version);
+    const loaded = versions.map((v) => v.version);
+    const placedOnly = staging
+      ? (await staging.placed(goal.modelName, call)).filter((v) => !loaded.includes(v))
+      : [];
     return {
       observed: {
         label: lbl,
         known: true,
         default: current?.version,
-        versions: versions.map((v) => v.version),
-        wantedReady: wanted !== undefined && workersReady(wanted, goal),
+        versions: [...loaded, ...placedOnly],
+        // Staged: registered with its workers READY, or placed for a server that loads at the switch.
+        wantedReady: wanted ? workersReady(wanted, goal) : placedOnly.includes(goal.version),
         loadFailed,
       },
       versions,
+      placedOnly,
       ended,
     };
   } catch (err) {
     return {
       observed: { label: lbl, known: false, versions: [], wantedReady: false, loadFailed },
       versions: [],
+      placedOnly: [],
       ended,
       error: failedStep(r.replica, r.previous?.registered ?? false, err, p.failure),
     };
@@ -229,10 +266,10 @@ async function act(p: StagedPass, r: StagedReplica, s: Seen, action: ReplicaActi
       case 'stage':
         return await stage(p, r, s);
       case 'retire':
-        for (const v of s.versions) {
-          if (v.version === goal.version) continue;
-          await r.server.unregister(goal.modelName, v.version, call);
-          events.push(removed(goal, r, v.version));
+        for (const v of heldVersions(s)) {
+          if (v === goal.version) continue;
+          await r.server.unregister(goal.modelName, v, call);
+          events.push(removed(goal, r, v));
         }
         return {
           status: { ...servingStatus(p, r, s, goal.version), phase: 'Ready' },
@@ -240,18 +277,20 @@ async function act(p: StagedPass, r: StagedReplica, s: Seen, action: ReplicaActi
           ended: s.ended,
         };
       case 'rollback': {
-        if (s.observed.default !== action.to) {
-          await r.server.setDefault!(goal.modelName, action.to, call);
+        // A server that loads at the switch has no default to set: the newest served answers, which the previous
+        // version is again once the new one is unregistered below.
+        if (s.observed.default !== action.to && r.server.setDefault) {
+          await r.server.setDefault(goal.modelName, action.to, call);
           events.push({
             type: 'Normal',
             reason: 'VersionDefault',
             note: `${goal.modelName} ${action.to} is the default on ${label(r.replica)} again (rollback)`,
           });
         }
-        for (const v of s.versions) {
-          if (v.version === action.to) continue;
-          await r.server.unregister(goal.modelName, v.version, call);
-          events.push(removed(goal, r, v.version));
+        for (const v of heldVersions(s)) {
+          if (v === action.to) continue;
+          await r.server.unregister(goal.modelName, v, call);
+          events.push(removed(goal, r, v));
         }
         const back = s.versions.find((v) => v.version === action.to);
         return {
@@ -336,14 +375,20 @@ function servingStatus(p: StagedPass, r: StagedReplica, s: Seen, version: string
   };
 }
 
+/** Every version the replica holds, served or placed: what a retirement or a rollback unregisters. */
+const heldVersions = (s: Seen): string[] => [...s.versions.map((v) => v.version), ...s.placedOnly];
+
+/** One replica's switch; `failed` says why, when retrying cannot fix it. */
 async function switchOne(
   p: StagedPass,
   r: StagedReplica,
   s: Seen,
-): Promise<{ ok: boolean; outcome: ReplicaOutcome }> {
+): Promise<{ ok: boolean; outcome: ReplicaOutcome; failed?: string | undefined }> {
   const { goal } = p;
   try {
-    await r.server.setDefault!(goal.modelName, goal.version, { signal: p.signal });
+    const call = { signal: p.signal };
+    if (r.server.staging) await r.server.staging.load(goal.modelName, goal.version, call);
+    else await r.server.setDefault!(goal.modelName, goal.version, call);
     const event: ReplicaEvent = {
       type: 'Normal',
       reason: 'VersionDefault',
@@ -366,7 +411,12 @@ async function switchOne(
       },
     };
   } catch (err) {
-    return { ok: false, outcome: { ...failedStep(r.replica, true, err, p.failure), ended: s.ended } };
+    const f = p.failure(err);
+    return {
+      ok: false,
+      outcome: { ...failedStep(r.replica, true, err, p.failure), ended: s.ended },
+      failed: f && !f.retryable && f.kind !== 'auth' ? f.message : undefined,
+    };
   }
 }
 

@@ -36,11 +36,12 @@ export abstract class OipReplica implements ReplicaServer {
     ready: readonly string[],
     call: Call,
   ): Promise<ModelVersion[]>;
-  /** A version whose files are in place: make the server serve it (beside the versions it serves). */
+  /** A version whose files are in place: make the server serve it (beside the versions it serves); `reg` is the
+   *  registration's when there is one (a staged version is loaded without). */
   protected abstract loadVersion(
     model: string,
     version: string,
-    reg: Registration,
+    reg: Registration | undefined,
     call: Call,
   ): Promise<void>;
   /** A problem with a version name the server cannot have, or undefined. */
@@ -95,6 +96,22 @@ export abstract class OipReplica implements ReplicaServer {
   }
 
   async register(reg: Registration, call: RegisterCall): Promise<Registered> {
+    const { version, localHit } = await this.place(reg, call);
+    if (call.stopping?.aborted)
+      throw new Error(`registration of ${reg.modelName} stopped: the ServedModel is being deleted`);
+    call.progress?.(`loading ${reg.modelName} ${version}`);
+    const short = { signal: call.signal };
+    try {
+      await this.loadPlaced(reg.modelName, version, reg, short);
+    } catch (err) {
+      await this.loadFailed(reg.modelName, version, short).catch(() => undefined);
+      throw err;
+    }
+    return { version, localHit };
+  }
+
+  /** The version's files placed by the agent, nothing loaded (the first half of a registration). */
+  protected async place(reg: Registration, call: RegisterCall): Promise<Registered & { version: string }> {
     const operation = `register ${reg.modelName}`;
     if (!reg.files)
       throw this.error(
@@ -108,23 +125,28 @@ export abstract class OipReplica implements ReplicaServer {
     const problem = this.versionProblem(version);
     if (problem) throw this.error('terminal', operation, problem);
     const placed = await this.agent.place(reg.modelName, version, reg.files, call);
-    if (call.stopping?.aborted)
-      throw new Error(`registration of ${reg.modelName} stopped: the ServedModel is being deleted`);
-    call.progress?.(`loading ${reg.modelName} ${version}`);
-    const short = { signal: call.signal };
-    try {
-      await this.loadVersion(reg.modelName, version, reg, short);
-      if (!(await this.client.ready(reg.modelName, version, short)))
-        throw this.error(
-          'terminal',
-          operation,
-          `${reg.modelName} was loaded but its version ${version} does not serve: ${this.notServedHint()}`,
-        );
-    } catch (err) {
-      await this.loadFailed(reg.modelName, version, short).catch(() => undefined);
-      throw err;
-    }
     return { version, localHit: placed.localHit };
+  }
+
+  /** A placed version loaded, and serving (the second half). */
+  protected async loadPlaced(
+    model: string,
+    version: string,
+    reg: Registration | undefined,
+    call: Call,
+  ): Promise<void> {
+    await this.loadVersion(model, version, reg, call);
+    if (!(await this.client.ready(model, version, call)))
+      throw this.error(
+        'terminal',
+        `load ${model}`,
+        `${model} was loaded but its version ${version} does not serve: ${this.notServedHint()}`,
+      );
+  }
+
+  /** The versions of `model` whose files the agent holds in full. */
+  protected async placedVersions(model: string, call: Call): Promise<string[]> {
+    return (await this.agent.versions(model, call)).filter((v) => v.state === 'Ready').map((v) => v.version);
   }
 
   /** A placed version that did not load: what must go so the model's other versions keep loading. */

@@ -3,13 +3,41 @@
  * subdirectories, and which of them serve is the config's `version_policy`, set by every load (triton-config.ts).
  * A rollout loads the new version beside the old one; the old one goes by a reload without it; the last one by an
  * unload. Worker counts are the instance group's count, set by a reload with the edited config.
+ *
+ * The newest loaded version answers requests without a version, so a load is a switch: a Staged rollout has the agent
+ * place the new version's files only (`staging.place`) and loads them at the switch (`staging.load`); Triton keeps
+ * the loaded versions serving while the new one loads, and when it fails to (the failed version shows UNAVAILABLE
+ * with its reason in the index).
  */
-import type { Call, ModelVersion, Registration } from '../driver.ts';
+import type { Call, ModelVersion, Registration, Staging } from '../driver.ts';
 import type { TritonConfig } from './client.ts';
 import { OipReplica } from './replica.ts';
-import { TRITON_VERSION, configOption, withVersions, withWorkers, workersOf } from './triton-config.ts';
+import {
+  TRITON_VERSION,
+  compareVersions,
+  configOption,
+  withVersions,
+  withWorkers,
+  workersOf,
+} from './triton-config.ts';
 
 export class TritonReplica extends OipReplica {
+  readonly staging: Staging = {
+    place: async (reg, call) => {
+      // The newest loaded version serves: one numbered below a served one would never be switched to.
+      const newer = reg.version === undefined ? [] : await this.servedAbove(reg.modelName, reg.version, call);
+      if (newer.length > 0)
+        throw this.error(
+          'terminal',
+          `stage ${reg.modelName} ${reg.version}`,
+          `Triton serves the newest loaded version, and ${newer.join(', ')} is above ${reg.version}: a Staged rollout needs a version numbered above the one served (or roll out with strategy Rolling)`,
+        );
+      return this.place(reg, call);
+    },
+    placed: (model, call) => this.placedVersions(model, call),
+    load: (model, version, call) => this.loadPlaced(model, version, undefined, call),
+  };
+
   protected async describeAll(model: string, ready: readonly string[], call: Call): Promise<ModelVersion[]> {
     const workers = workersOf(await this.client.config(model, call));
     return ready.map((version) => ({
@@ -18,6 +46,11 @@ export class TritonReplica extends OipReplica {
       maxWorkers: workers.max,
       readyWorkers: workers.max,
     }));
+  }
+
+  private async servedAbove(model: string, version: string, call: Call): Promise<string[]> {
+    if (!TRITON_VERSION.test(version)) return [];
+    return (await this.readyVersions(model, call)).filter((v) => compareVersions(v, version) > 0);
   }
 
   protected versionProblem(version: string): string | undefined {
@@ -42,7 +75,12 @@ export class TritonReplica extends OipReplica {
     return option;
   }
 
-  protected async loadVersion(model: string, version: string, reg: Registration, call: Call): Promise<void> {
+  protected async loadVersion(
+    model: string,
+    version: string,
+    reg: Registration | undefined,
+    call: Call,
+  ): Promise<void> {
     const ready = await this.readyVersions(model, call);
     let base: TritonConfig | undefined = await this.baseConfig(model, reg, call);
     if (!base) {

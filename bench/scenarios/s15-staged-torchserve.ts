@@ -1,14 +1,14 @@
 /**
- * Scenario 14 (a Staged rollout on real TorchServe 0.12.0 with the endpoint plugin): 4 replicas named as static
+ * Scenario 15 (a Staged rollout on real TorchServe 0.12.0 with the endpoint plugin): 4 replicas named as static
  * endpoints, archives from MinIO behind a counting proxy through the peer-proxy emulator, the operator in-process, a
  * client sending predictions to every replica throughout (each archive's handler answers with its version).
  * Each repetition:
- *   - 14a: version 1 → 2 (good): status.rollout.switchWindowMs, and the client-side window in which both versions
+ *   - 15a: version 1 → 2 (good): status.rollout.switchWindowMs, and the client-side window in which both versions
  *          answered (first v2 request sent → last v1 answer received);
- *   - 14b: version 1 → 2 whose handler raises at load on the last replica, progressDeadlineSeconds 10: the rollback
+ *   - 15b: version 1 → 2 whose handler raises at load on the last replica, progressDeadlineSeconds 10: the rollback
  *          (the status first seen RollingBack → first seen RolledBack, 100 ms looks), with what the origin served
  *          during it.
- * Targets: 14a both windows < 1 s, no failed prediction; 14b rollback < 5 s, nothing read from the origin, no failed
+ * Targets: 15a both windows < 1 s, no failed prediction; 15b rollback < 5 s, nothing read from the origin, no failed
  * prediction, every answer v1.
  */
 import { mkdir, mkdtemp, readFile, rm } from 'node:fs/promises';
@@ -33,7 +33,7 @@ import { progress, sleep, stat, type Row } from '../lib/report.ts';
 const N = 4;
 const BUCKET = 'models';
 
-export interface S14Options {
+export interface S15Options {
   reps: number;
 }
 
@@ -50,10 +50,10 @@ interface Run {
   badNotV1: number;
 }
 
-export async function scenario14(cp: ControlPlane, o: S14Options): Promise<{ rows: Row[]; raw: unknown }> {
+export async function scenario15(cp: ControlPlane, o: S15Options): Promise<{ rows: Row[]; raw: unknown }> {
   const cleanup: (() => Promise<unknown>)[] = [];
   try {
-    const work = await mkdtemp(join(tmpdir(), 'peerload-bench14-'));
+    const work = await mkdtemp(join(tmpdir(), 'peerload-bench15-'));
     cleanup.push(() => rm(work, { recursive: true, force: true }));
     const jar = pluginJar();
     const minio = await startMinIO();
@@ -100,7 +100,7 @@ export async function scenario14(cp: ControlPlane, o: S14Options): Promise<{ row
 
     const kube = benchClient(cp);
     const kc = kubeConfig(cp.kubeconfigPath);
-    const ns = await newNamespace(kube, 'bench14');
+    const ns = await newNamespace(kube, 'bench15');
     const operator = await startManager(
       kc,
       ['--namespace', ns, ...soloOperatorFlags(), '--allowed-endpoint-hosts', '127.0.0.1'],
@@ -169,7 +169,7 @@ export async function scenario14(cp: ControlPlane, o: S14Options): Promise<{ row
         badNotV1: bad.filter((a) => a.status === 200 && a.version !== '1').length,
       };
       runs.push(r);
-      progress(`s14 ${JSON.stringify(r)}`);
+      progress(`s15 ${JSON.stringify(r)}`);
       await deleteServedModelAndWait(kube, ns, 'bad');
       // The replicas unregister as the ServedModel goes: wait for it before the next repetition registers again.
       await sleep(2_000);
@@ -177,8 +177,8 @@ export async function scenario14(cp: ControlPlane, o: S14Options): Promise<{ row
 
     const rows: Row[] = [
       {
-        id: '14a',
-        scenario: `14 Staged rollout, ${N} real TorchServe replicas, a client predicting throughout`,
+        id: '15a',
+        scenario: `15 Staged rollout, ${N} real TorchServe replicas, a client predicting throughout`,
         metric: 'switch window (status.rollout.switchWindowMs)',
         unit: 'ms',
         value: stat(runs.map((r) => r.switchWindowMs)),
@@ -189,8 +189,8 @@ export async function scenario14(cp: ControlPlane, o: S14Options): Promise<{ row
         notes: `predictions per run ${runs.map((r) => `${r.goodPredictions} (${r.goodFailed} failed)`).join(', ')}`,
       },
       {
-        id: '14b',
-        scenario: `14 Staged rollback, ${N} real TorchServe replicas, v2's handler raises at load on one`,
+        id: '15b',
+        scenario: `15 Staged rollback, ${N} real TorchServe replicas, v2's handler raises at load on one`,
         metric: 'rollback (RollingBack seen → RolledBack seen, 100 ms looks)',
         unit: 'ms',
         value: stat(runs.map((r) => r.rollbackMs)),
