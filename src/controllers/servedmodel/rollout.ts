@@ -148,113 +148,135 @@ function mostCommon(values: readonly string[]): string | undefined {
 }
 
 export function decideRollout(i: RolloutInput): RolloutDecision {
-  const { wanted, now, replicas } = i;
-  const same = i.prior && i.prior.attempt === i.attempt && i.prior.version === wanted ? i.prior : undefined;
-  const serving = replicas.filter((r) => r.default !== undefined);
-  const holdsOther = (r: ObservedReplica) => r.versions.some((v) => v !== wanted);
-  const switched = serving.filter((r) => r.default === wanted).length;
-  const staged = serving.filter((r) => r.wantedReady).length;
-  const previousVersion =
-    same?.previousVersion ??
-    mostCommon(serving.map((r) => r.default!).filter((v) => v !== wanted)) ??
-    mostCommon(serving.flatMap((r) => r.versions).filter((v) => v !== wanted));
-  const counts = { replicas: serving.length, staged, switched };
+  return new RolloutPass(i).decide();
+}
 
-  const status = (phase: RolloutPhase, extra: Partial<RolloutStatus> = {}): RolloutStatus => {
-    const progressed =
-      !same || same.phase !== phase || staged > same.staged || switched > same.switched || phase === 'Paused';
-    const s: RolloutStatus = {
-      ...(same ?? {}),
-      phase,
-      version: wanted,
-      ...(previousVersion !== undefined ? { previousVersion } : {}),
-      attempt: i.attempt,
-      ...counts,
-      startTime: same?.startTime ?? iso(now),
-      lastProgressTime: progressed ? iso(now) : (same?.lastProgressTime ?? iso(now)),
-      ...extra,
-    };
-    if ((phase === 'Complete' || phase === 'RolledBack') && !s.completionTime) s.completionTime = iso(now);
-    return s;
-  };
-  const events = (next: RolloutStatus): ReplicaEvent[] => {
-    if (same?.phase === next.phase) return [];
-    const warning = next.phase === 'RollingBack' || next.phase === 'RolledBack';
-    return [{ type: warning ? 'Warning' : 'Normal', reason: `Rollout${next.phase}`, note: noteOf(next) }];
-  };
-  const decided = (s: RolloutStatus | undefined, actions: ReplicaAction[]): RolloutDecision => ({
-    status: s,
-    actions,
-    events: s ? events(s) : [],
-  });
+/** One pass's decision: what every phase shares (this try's recorded status, the counts) is worked out once. */
+class RolloutPass {
+  private readonly i: RolloutInput;
+  /** status.rollout when it is of this try (same attempt, same version). */
+  private readonly same: RolloutStatus | undefined;
+  /** The replicas that hold the model (a replica without it joins after the switch). */
+  private readonly serving: readonly ObservedReplica[];
+  private readonly switched: number;
+  private readonly staged: number;
+  private readonly previousVersion: string | undefined;
 
-  // A try that is rolling back, or rolled back, stays so until a new try: the replicas are put back and held.
-  if (same && (same.phase === 'RollingBack' || same.phase === 'RolledBack'))
-    return rollingBack(same.reason ?? '', same.message ?? '', true);
+  constructor(i: RolloutInput) {
+    const { wanted } = i;
+    this.i = i;
+    this.same = i.prior && i.prior.attempt === i.attempt && i.prior.version === wanted ? i.prior : undefined;
+    this.serving = i.replicas.filter((r) => r.default !== undefined);
+    this.switched = this.serving.filter((r) => r.default === wanted).length;
+    this.staged = this.serving.filter((r) => r.wantedReady).length;
+    this.previousVersion =
+      this.same?.previousVersion ??
+      mostCommon(this.serving.map((r) => r.default!).filter((v) => v !== wanted)) ??
+      mostCommon(this.serving.flatMap((r) => r.versions).filter((v) => v !== wanted));
+  }
 
-  // Nothing to roll out: no replica serves or holds another version (a first registration, or a finished try).
-  const pending = serving.some((r) => r.default !== wanted || holdsOther(r));
-  if (!pending) {
-    if (!same || same.phase === 'Complete')
-      return decided(
-        same,
-        replicas.map(() => ({ kind: 'converge' })),
+  /** The phases in the order they are checked: the first that applies decides the pass. */
+  decide(): RolloutDecision {
+    const { i, same, serving, switched, staged } = this;
+    const { wanted, replicas } = i;
+    // A try that is rolling back, or rolled back, stays so until a new try: the replicas are put back and held.
+    if (same && (same.phase === 'RollingBack' || same.phase === 'RolledBack'))
+      return this.rollingBack(same.reason ?? '', same.message ?? '', true);
+    // Nothing to roll out: no replica serves or holds another version (a first registration, or a finished try).
+    if (!serving.some((r) => r.default !== wanted || this.holdsOther(r))) {
+      const converge = replicas.map((): ReplicaAction => ({ kind: 'converge' }));
+      return this.decided(!same || same.phase === 'Complete' ? same : this.status('Complete'), converge);
+    }
+    const inCanary = this.inCanary();
+    // Every replica serves the new version: the switch is over; the old versions go.
+    if (switched === serving.length && !inCanary) return this.retiring();
+    const failed = this.failed();
+    if (failed) return failed;
+    const begun = switched > 0;
+    const allStaged = staged === serving.length && replicas.every((r) => r.known);
+    if (i.canary && (inCanary || (!begun && allStaged && !i.paused && same?.canary?.promoted !== true)))
+      return this.canary(i.canary);
+    // A switch under way is finished, paused or not: two versions served at once is what Staged avoids.
+    if (begun || (allStaged && !i.paused)) return this.switching();
+    if (i.paused)
+      return this.decided(
+        this.status('Paused'),
+        replicas.map(() => ({
+          kind: 'hold',
+          why: 'spec.rollout.paused holds the rollout: set it to false to go on',
+        })),
       );
-    return decided(
-      status('Complete'),
-      replicas.map(() => ({ kind: 'converge' })),
+    return this.decided(
+      this.status('Staging'),
+      replicas.map((r): ReplicaAction => {
+        if (r.default === undefined)
+          return { kind: 'hold', why: `joins with ${wanted} once the switch is over` };
+        if (!r.wantedReady) return { kind: 'stage' };
+        return { kind: 'hold', why: `${wanted} staged; ${staged}/${serving.length} replica(s) staged` };
+      }),
     );
   }
 
-  // The canary (spec.rollout.canary) is under way until it is promoted: begun when every replica is staged, or
-  // found begun by a restarted operator (a few replicas switched, no more than the canaries, none promoted).
-  const canaryN = i.canary ? canaryCount(i.canary, serving.length) : 0;
-  const inCanary =
-    i.canary !== undefined &&
-    same?.canary?.promoted !== true &&
-    same?.phase !== 'Switching' &&
-    same?.phase !== 'Retiring' &&
-    (same?.phase === 'Canary' || (switched > 0 && switched <= canaryN));
+  private holdsOther(r: ObservedReplica): boolean {
+    return r.versions.some((v) => v !== this.i.wanted);
+  }
 
-  // Every replica serves the new version: the switch is over; the old versions go.
-  if (switched === serving.length && !inCanary) {
-    const s = status('Retiring', same?.switchEndTime ? {} : switchEnded(same, now));
-    return decided(
+  /**
+   * The canary (spec.rollout.canary) is under way until it is promoted: begun when every replica is staged, or
+   * found begun by a restarted operator (a few replicas switched, no more than the canaries, none promoted).
+   */
+  private inCanary(): boolean {
+    const { i, same, switched } = this;
+    const canaryN = i.canary ? canaryCount(i.canary, this.serving.length) : 0;
+    return (
+      i.canary !== undefined &&
+      same?.canary?.promoted !== true &&
+      same?.phase !== 'Switching' &&
+      same?.phase !== 'Retiring' &&
+      (same?.phase === 'Canary' || (switched > 0 && switched <= canaryN))
+    );
+  }
+
+  /** Before the old version goes, a failure to load, or no progress for the deadline, puts every replica back. */
+  private failed(): RolloutDecision | undefined {
+    const { i, same, serving, switched, staged } = this;
+    const failed = serving.find(
+      (r) => (r.loadFailed !== undefined && !r.wantedReady) || r.switchFailed !== undefined,
+    );
+    if (failed)
+      return this.rollingBack(
+        RolloutReason.LoadFailed,
+        `${failed.label} could not load ${i.wanted}: ${failed.switchFailed ?? failed.loadFailed}`,
+      );
+    const progressed = !same || staged > same.staged || switched > same.switched;
+    const lastProgress = progressed ? i.now : Date.parse(same.lastProgressTime);
+    // Paused before the switch, the deadline is not counted (each paused pass is progress).
+    if (!(i.paused && switched === 0) && i.now - lastProgress > i.deadlineMs)
+      return this.rollingBack(
+        RolloutReason.ProgressDeadlineExceeded,
+        `no replica was staged or switched for ${Math.round(i.deadlineMs / 1000)}s (spec.rollout.progressDeadlineSeconds); ${staged}/${serving.length} staged, ${switched} switched`,
+      );
+    return undefined;
+  }
+
+  private retiring(): RolloutDecision {
+    const { i, same } = this;
+    const s = this.status('Retiring', same?.switchEndTime ? {} : switchEnded(same, i.now));
+    return this.decided(
       s,
-      replicas.map((r) =>
-        r.default === wanted && holdsOther(r) ? { kind: 'retire' } : { kind: 'converge' },
+      i.replicas.map((r) =>
+        r.default === i.wanted && this.holdsOther(r) ? { kind: 'retire' } : { kind: 'converge' },
       ),
     );
   }
 
-  // Before the old version goes, any failure puts every replica back on it.
-  const failed = serving.find(
-    (r) => (r.loadFailed !== undefined && !r.wantedReady) || r.switchFailed !== undefined,
-  );
-  if (failed)
-    return rollingBack(
-      RolloutReason.LoadFailed,
-      `${failed.label} could not load ${wanted}: ${failed.switchFailed ?? failed.loadFailed}`,
-    );
-  const begun = switched > 0;
-  const progressed = !same || staged > same.staged || switched > same.switched;
-  const lastProgress = progressed ? now : Date.parse(same.lastProgressTime);
-  // Paused before the switch, the deadline is not counted (each paused pass is progress).
-  if (!(i.paused && !begun) && now - lastProgress > i.deadlineMs)
-    return rollingBack(
-      RolloutReason.ProgressDeadlineExceeded,
-      `no replica was staged or switched for ${Math.round(i.deadlineMs / 1000)}s (spec.rollout.progressDeadlineSeconds); ${staged}/${serving.length} staged, ${switched} switched`,
-    );
-
-  const allStaged = staged === serving.length && replicas.every((r) => r.known);
-  if (i.canary && (inCanary || (!begun && allStaged && !i.paused && same?.canary?.promoted !== true)))
-    return canary(i.canary);
-  // A switch under way is finished, paused or not: two versions served at once is what Staged avoids.
-  if (begun || (allStaged && !i.paused)) {
-    const s = status('Switching', same?.switchStartTime ? {} : { switchStartTime: iso(now) });
-    return decided(
+  private switching(): RolloutDecision {
+    const { i, same } = this;
+    const { wanted } = i;
+    const s = this.status('Switching', same?.switchStartTime ? {} : { switchStartTime: iso(i.now) });
+    return this.decided(
       s,
-      replicas.map((r): ReplicaAction => {
+      i.replicas.map((r): ReplicaAction => {
         if (r.default === undefined)
           return { kind: 'hold', why: `joins with ${wanted} once the switch is over` };
         if (r.default === wanted) return { kind: 'hold', why: `serves ${wanted}; the others are switching` };
@@ -262,30 +284,48 @@ export function decideRollout(i: RolloutInput): RolloutDecision {
       }),
     );
   }
-  if (i.paused)
-    return decided(
-      status('Paused'),
-      replicas.map(() => ({
-        kind: 'hold',
-        why: 'spec.rollout.paused holds the rollout: set it to false to go on',
-      })),
-    );
-  return decided(
-    status('Staging'),
-    replicas.map((r): ReplicaAction => {
-      if (r.default === undefined)
-        return { kind: 'hold', why: `joins with ${wanted} once the switch is over` };
-      if (!r.wantedReady) return { kind: 'stage' };
-      return { kind: 'hold', why: `${wanted} staged; ${staged}/${serving.length} replica(s) staged` };
-    }),
-  );
+
+  private status(phase: RolloutPhase, extra: Partial<RolloutStatus> = {}): RolloutStatus {
+    const { i, same, staged, switched, previousVersion } = this;
+    const progressed =
+      !same || same.phase !== phase || staged > same.staged || switched > same.switched || phase === 'Paused';
+    const s: RolloutStatus = {
+      ...(same ?? {}),
+      phase,
+      version: i.wanted,
+      ...(previousVersion !== undefined ? { previousVersion } : {}),
+      attempt: i.attempt,
+      replicas: this.serving.length,
+      staged,
+      switched,
+      startTime: same?.startTime ?? iso(i.now),
+      lastProgressTime: progressed ? iso(i.now) : (same?.lastProgressTime ?? iso(i.now)),
+      ...extra,
+    };
+    if ((phase === 'Complete' || phase === 'RolledBack') && !s.completionTime) s.completionTime = iso(i.now);
+    return s;
+  }
+
+  /** The decision, with the Event of a change of phase. */
+  private decided(s: RolloutStatus | undefined, actions: ReplicaAction[]): RolloutDecision {
+    if (!s || this.same?.phase === s.phase) return { status: s, actions, events: [] };
+    const warning = s.phase === 'RollingBack' || s.phase === 'RolledBack';
+    const event: ReplicaEvent = {
+      type: warning ? 'Warning' : 'Normal',
+      reason: `Rollout${s.phase}`,
+      note: noteOf(s),
+    };
+    return { status: s, actions, events: [event] };
+  }
 
   /**
    * The canaries switch first and are probed each pass (the probe actions; staged.ts sends them and
    * {@link afterProbe} promotes or rolls back); the others hold. The canaries are the recorded ones still serving,
    * topped up with replicas already switched (a restart before status was written), then in the input's order.
    */
-  function canary(c: CanaryInput): RolloutDecision {
+  private canary(c: CanaryInput): RolloutDecision {
+    const { i, same, serving } = this;
+    const { wanted, now, replicas } = i;
     const n = canaryCount(c, serving.length);
     const labels = new Set(serving.map((r) => r.label));
     const chosen = (same?.canary?.replicas ?? []).filter((l) => labels.has(l)).slice(0, n);
@@ -307,8 +347,8 @@ export function decideRollout(i: RolloutInput): RolloutDecision {
       ...(prev?.lastProbeTime !== undefined ? { lastProbeTime: prev.lastProbeTime } : {}),
     };
     const wait = `waits for the canary (${chosen.join(', ')})${holdUntil ? ` until ${holdUntil} at the earliest` : ''}`;
-    return decided(
-      status('Canary', { canary: cs }),
+    return this.decided(
+      this.status('Canary', { canary: cs }),
       replicas.map((r): ReplicaAction => {
         if (r.default === undefined)
           return { kind: 'hold', why: `joins with ${wanted} once the switch is over` };
@@ -323,8 +363,9 @@ export function decideRollout(i: RolloutInput): RolloutDecision {
   }
 
   /** `recorded`: the message is status.rollout's, already saying what to do. */
-  function rollingBack(reason: string, message: string, recorded = false): RolloutDecision {
-    const to = previousVersion;
+  private rollingBack(reason: string, message: string, recorded = false): RolloutDecision {
+    const { replicas, wanted } = this.i;
+    const to = this.previousVersion;
     const actions = replicas.map((r): ReplicaAction => {
       const back = `rolled back to ${to ?? 'the previous version'} (status.rollout)`;
       if (!r.versions.includes(wanted) && (to === undefined || r.versions.every((v) => v === to)))
@@ -340,11 +381,11 @@ export function decideRollout(i: RolloutInput): RolloutDecision {
     // Done once nothing is left to put back (a replica without the previous version keeps the new one: its
     // status message says so).
     const done = actions.every((a) => a.kind === 'hold') && replicas.every((r) => r.known);
-    const s = status(done ? 'RolledBack' : 'RollingBack', {
+    const s = this.status(done ? 'RolledBack' : 'RollingBack', {
       reason,
       message: recorded ? message : rollbackMessage(message, to),
     });
-    return decided(s, actions);
+    return this.decided(s, actions);
   }
 }
 
