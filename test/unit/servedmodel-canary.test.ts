@@ -10,7 +10,6 @@ import {
   CANARY_PROBE_PERIOD_MS,
   afterProbe,
   afterSwitch,
-  attemptOf,
   canaryCount,
   decideRollout,
   rolloutChanged,
@@ -19,55 +18,21 @@ import {
   type ObservedReplica,
   type RolloutInput,
 } from '../../src/controllers/servedmodel/rollout.ts';
+import { T0, iso, kinds, recorded, rep, rolloutInput, staged, switched } from '../support/rollout-cases.ts';
 
-const T0 = Date.parse('2026-11-29T10:00:00.000Z');
 const HOLD = 30_000;
-const attempt = attemptOf(2, undefined);
-const iso = (ms: number) => new Date(ms).toISOString();
-
-const rep = (name: string, def: string | undefined, versions: string[], ready = false): ObservedReplica => ({
-  label: name,
-  known: true,
-  default: def,
-  versions,
-  wantedReady: ready,
-});
-const staged = (n: string) => rep(n, '1', ['1', '2'], true);
-const switched = (n: string) => rep(n, '2', ['1', '2'], true);
 const back = (n: string) => rep(n, '1', ['1']);
 
 const one: CanaryInput = { replicas: 1, holdMs: HOLD };
 
-function input(replicas: ObservedReplica[], more: Partial<RolloutInput> = {}): RolloutInput {
-  return {
-    wanted: '2',
-    attempt,
-    prior: undefined,
-    paused: false,
-    deadlineMs: 60_000,
-    now: T0,
-    replicas,
-    canary: one,
-    ...more,
-  };
-}
+/** A pass with a one-replica canary unless `more` says. */
+const input = (replicas: ObservedReplica[], more: Partial<RolloutInput> = {}): RolloutInput =>
+  rolloutInput(replicas, { canary: one, ...more });
 
-function prior(phase: RolloutStatus['phase'], more: Partial<RolloutStatus> = {}): RolloutStatus {
-  return {
-    phase,
-    version: '2',
-    previousVersion: '1',
-    attempt,
-    replicas: 3,
-    staged: 3,
-    switched: 0,
-    startTime: iso(T0 - 10_000),
-    lastProgressTime: iso(T0 - 1_000),
-    ...more,
-  };
-}
+/** Every replica staged, last progress 1 s before T0, unless `more` says. */
+const prior = (phase: RolloutStatus['phase'], more: Partial<RolloutStatus> = {}): RolloutStatus =>
+  recorded(phase, { staged: 3, lastProgressTime: iso(T0 - 1_000), ...more });
 
-const kinds = (d: ReturnType<typeof decideRollout>) => d.actions.map((a) => a.kind);
 const ok = (label: string) => ({ label, ok: true, detail: '' });
 
 /** The status of a canary `a` switched and held until `holdUntil`. */

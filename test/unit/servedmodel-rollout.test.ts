@@ -4,58 +4,27 @@
  * restarted at any point resuming from what the replicas report (with or without the status it last wrote).
  */
 import { describe, expect, it } from 'vitest';
-import type { RolloutStatus } from '../../src/api/index.ts';
 import {
   afterSwitch,
   attemptOf,
   rolloutWakeMs,
   decideRollout,
-  type ObservedReplica,
-  type RolloutInput,
 } from '../../src/controllers/servedmodel/rollout.ts';
+import {
+  T0,
+  done,
+  kinds,
+  onV1,
+  recorded,
+  rep,
+  rolloutInput,
+  staged,
+  switched,
+} from '../support/rollout-cases.ts';
 
-const T0 = Date.parse('2026-11-29T10:00:00.000Z');
 const DEADLINE = 60_000;
-const attempt = attemptOf(2, undefined);
-
-/** A replica serving `def`, holding `versions`; `ready`: v2's workers READY. */
-function rep(name: string, def: string | undefined, versions: string[], ready = false): ObservedReplica {
-  return { label: name, known: true, default: def, versions, wantedReady: ready };
-}
-const onV1 = (n: string) => rep(n, '1', ['1']);
-const staged = (n: string) => rep(n, '1', ['1', '2'], true);
-const switched = (n: string) => rep(n, '2', ['1', '2'], true);
-const done = (n: string) => rep(n, '2', ['2'], true);
-
-function input(replicas: ObservedReplica[], more: Partial<RolloutInput> = {}): RolloutInput {
-  return {
-    wanted: '2',
-    attempt,
-    prior: undefined,
-    paused: false,
-    deadlineMs: DEADLINE,
-    now: T0,
-    replicas,
-    ...more,
-  };
-}
-
-function prior(phase: RolloutStatus['phase'], more: Partial<RolloutStatus> = {}): RolloutStatus {
-  return {
-    phase,
-    version: '2',
-    previousVersion: '1',
-    attempt,
-    replicas: 3,
-    staged: 0,
-    switched: 0,
-    startTime: new Date(T0 - 10_000).toISOString(),
-    lastProgressTime: new Date(T0 - 10_000).toISOString(),
-    ...more,
-  };
-}
-
-const kinds = (d: ReturnType<typeof decideRollout>) => d.actions.map((a) => a.kind);
+const input = rolloutInput;
+const prior = recorded;
 
 describe('a Staged rollout', () => {
   it('has nothing to do when no replica serves another version (a first registration): every replica converges', () => {
