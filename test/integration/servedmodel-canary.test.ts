@@ -13,14 +13,14 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import * as k8s from '@kubernetes/client-node';
 import { waitFor } from '../support/kube.ts';
 import {
+  marVersion,
   startModelServerEmulator,
   type ModelServerEmulator,
   type ModelServerEmulatorOptions,
 } from '../support/modelserver-emulator.ts';
 import { ServiceEndpoints, loopbackDispatcher } from '../support/endpointslices.ts';
-import { startManager, type RunningManager } from '../support/runtime-harness.ts';
+import { restartableServedModelOperator, type RestartableOperator } from '../support/runtime-harness.ts';
 import { testNamespace, type PeerloadNamespace } from '../support/resources.ts';
-import { createServedModelController } from '../../src/controllers/index.ts';
 import type { RolloutStatus, ServedModel } from '../../src/api/index.ts';
 
 let kc: k8s.KubeConfig;
@@ -31,32 +31,19 @@ const services: ServiceEndpoints[] = [];
 /** Slice addresses to the replicas' own loopback addresses. */
 const dispatcher = loopbackDispatcher((a) => services.map((s) => s.hostOf(a)).find((h) => h !== undefined));
 
-let operator: RunningManager | undefined;
-
-async function startOperator(): Promise<void> {
-  operator = await startManager(
-    kc,
-    ['--no-leader-elect', '--poll-backoff-start', '100ms', '--poll-backoff-max', '500ms'],
-    [(ctx) => createServedModelController(ctx, { dispatcher, cleanupGraceMs: 2000 })],
-  );
-}
-
-async function stopOperator(): Promise<void> {
-  await operator?.stop();
-  operator = undefined;
-}
+let operator: RestartableOperator;
 
 beforeAll(async () => {
   ({ kc, ns, peerload: sms } = await testNamespace('smcanary'));
-  await startOperator();
+  operator = restartableServedModelOperator(kc, dispatcher);
+  await operator.start();
 });
 
 afterAll(async () => {
-  await stopOperator();
+  await operator.stop();
   for (const c of cleanups.reverse()) await c();
 });
 
-const versionOf = (fileName: string) => /-v(\d+)\.mar$/.exec(fileName)?.[1] ?? '0';
 /** Each fleet on addresses of its own: 127.0.90.1-4, 127.0.90.11-14, ... */
 let nextHost = 1;
 
@@ -73,7 +60,7 @@ async function fleet(n: number, opts: Partial<ModelServerEmulatorOptions> = {}):
   const instances: ModelServerEmulator[] = [];
   for (let i = 0; i < n; i++) {
     const e = await startModelServerEmulator({
-      modelVersion: versionOf,
+      modelVersion: marVersion,
       workerStartMs: 50,
       registrationLatencyMs: 50,
       host: `127.0.90.${base + i}`,
@@ -304,12 +291,12 @@ describe('the canary of a Staged rollout', () => {
       (r) => r.phase === 'Canary' && !!r.canary?.holdUntil,
       'holding',
     );
-    await stopOperator();
+    await operator.stop();
     const chosen = holding.status!.rollout!.canary!.replicas;
     // Stopped: nothing moves. Restarted past the hold's end, it probes once more and promotes.
     await new Promise((r) => setTimeout(r, 4_500));
     expect(f.instances.map((e) => e.defaultVersion('resume')).filter((v) => v === '2')).toHaveLength(1);
-    await startOperator();
+    await operator.start();
     const done = await untilRollout('resume', inPhase('Complete'), 'Complete');
     expect(done.status!.rollout!.canary).toMatchObject({ replicas: chosen, promoted: true, failures: 0 });
     const setDefaults = f.instances.reduce((n, e) => n + e.stats.setDefaults, 0);

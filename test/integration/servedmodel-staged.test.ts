@@ -8,14 +8,14 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import * as k8s from '@kubernetes/client-node';
 import { waitFor } from '../support/kube.ts';
 import {
+  marVersion,
   startModelServerFleet,
   type ModelServerEmulator,
   type ModelServerFleet,
 } from '../support/modelserver-emulator.ts';
 import { ServiceEndpoints, loopbackDispatcher } from '../support/endpointslices.ts';
-import { startManager, type RunningManager } from '../support/runtime-harness.ts';
+import { restartableServedModelOperator, type RestartableOperator } from '../support/runtime-harness.ts';
 import { testNamespace, type PeerloadNamespace } from '../support/resources.ts';
-import { createServedModelController } from '../../src/controllers/index.ts';
 import { RETRY_ROLLOUT_ANNOTATION, type RolloutStatus, type ServedModel } from '../../src/api/index.ts';
 
 let kc: k8s.KubeConfig;
@@ -25,40 +25,25 @@ const cleanups: (() => Promise<unknown>)[] = [];
 const dispatcher = loopbackDispatcher();
 
 /** The operator under test: one at a time (as with leader election). */
-let operator: RunningManager | undefined;
-
-async function startOperator(): Promise<void> {
-  operator = await startManager(
-    kc,
-    ['--no-leader-elect', '--poll-backoff-start', '100ms', '--poll-backoff-max', '500ms'],
-    [(ctx) => createServedModelController(ctx, { dispatcher, cleanupGraceMs: 2000 })],
-  );
-}
-
-async function stopOperator(): Promise<void> {
-  await operator?.stop();
-  operator = undefined;
-}
+let operator: RestartableOperator;
 
 beforeAll(async () => {
   ({ kc, ns, peerload: sms } = await testNamespace('smstaged'));
-  await startOperator();
+  operator = restartableServedModelOperator(kc, dispatcher);
+  await operator.start();
 });
 
 afterAll(async () => {
-  await stopOperator();
+  await operator.stop();
   for (const c of cleanups.reverse()) await c();
 });
-
-/** The archive `models/<name>-v<N>.mar` registers version N. */
-const versionOf = (fileName: string) => /-v(\d+)\.mar$/.exec(fileName)?.[1] ?? '0';
 
 async function fleet(
   n: number,
   opts: Parameters<typeof startModelServerFleet>[1] = {},
 ): Promise<ModelServerFleet> {
   const f = await startModelServerFleet(n, (i) => ({
-    modelVersion: versionOf,
+    modelVersion: marVersion,
     workerStartMs: 50,
     ...(typeof opts === 'function' ? opts(i) : opts),
   }));
@@ -310,7 +295,7 @@ describe('a Staged rollout', () => {
     const f = await fleet(3, { registrationLatencyMs: 10 });
     await onV1('resume', f);
     // As kill -9: from here the operator writes nothing more.
-    await stopOperator();
+    await operator.stop();
     await sms.patchServedModel('resume', { spec: { version: '2', fileName: 'models/resume-v2.mar' } });
     // What it left mid-switch: v2 staged (READY) on every replica, and the default on the first one only.
     const call = async (url: string, method: string) => {
@@ -326,7 +311,7 @@ describe('a Staged rollout', () => {
     for (const e of f.instances) e.resetStats();
     const watch = watchDefaults(f, 'resume', '2');
     try {
-      await startOperator();
+      await operator.start();
       const done = await untilRollout('resume', 'Complete');
       watch.stop();
       expect(watch.early).toEqual([]);

@@ -344,3 +344,7 @@ export async function startModelServerFleet(
     },
   };
 }
+
+/** The version an archive named `<name>-v<N>.mar` registers (`modelVersion` of a fleet whose archives say it): N,
+ *  or 0 without one. */
+export const marVersion = (fileName: string): string => /-v(\d+)\.mar$/.exec(fileName)?.[1] ?? '0';

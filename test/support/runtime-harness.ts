@@ -14,6 +14,7 @@ import {
 } from '../../src/runtime/index.ts';
 import type * as k8s from '@kubernetes/client-node';
 import type { LevelWithSilent } from 'pino';
+import type { Agent } from 'undici';
 
 /**
  * Operator config for tests: flags as the CLI takes them, after the loopback profile (test/support/loopback-profile.ts:
@@ -134,6 +135,30 @@ export function startServedModelOperator(
     ['--namespace', ns, ...soloOperatorFlags(o.maxBackoff), ...(o.flags ?? [])],
     [(ctx) => createServedModelController(ctx, { dispatcher: loopbackDispatcher() })],
   );
+}
+
+/** A ServedModel operator a rollout test stops and starts again (an operator restarted mid-rollout): quick
+ *  backoff, replicas reached through `dispatcher`. */
+export interface RestartableOperator {
+  start(): Promise<void>;
+  stop(): Promise<void>;
+}
+
+export function restartableServedModelOperator(kc: k8s.KubeConfig, dispatcher: Agent): RestartableOperator {
+  let running: RunningManager | undefined;
+  return {
+    async start() {
+      running = await startManager(
+        kc,
+        ['--no-leader-elect', '--poll-backoff-start', '100ms', '--poll-backoff-max', '500ms'],
+        [(ctx) => createServedModelController(ctx, { dispatcher, cleanupGraceMs: 2000 })],
+      );
+    },
+    async stop() {
+      await running?.stop();
+      running = undefined;
+    },
+  };
 }
 
 /**
