@@ -229,7 +229,7 @@ describe('a Staged pass', () => {
     expect(next.rollout?.phase).toBe('Retiring');
   });
 
-  it('rolls back a switched replica by making v1 the default before it unregisters v2', async () => {
+  it('rolls back a switched replica by making v1 the default, then unregistering v2 the pass after', async () => {
     const log: string[] = [];
     const servers = [new FakeReplica('ts-0', ['1', '2'], '2', log), new FakeReplica('ts-1', ['1'], '1', log)];
     const failed: RegistrationState<Registered> = {
@@ -251,12 +251,20 @@ describe('a Staged pass', () => {
     const r = await pass({ servers, registrations: [undefined, failed] }, prior);
     expect(r.rollout).toMatchObject({ phase: 'RollingBack', reason: 'LoadFailed' });
     expect(r.rollout?.message).toMatch(/ts-1 .*could not load 2: InvalidModelException: handler failed/);
+    // v2 stays registered (no longer the default) for a pass: what it accepted before the default moved is answered.
+    expect(log).toEqual(['ts-0 default 1']);
+    expect(servers.map((s) => [s.default, s.versionsHeld])).toEqual([
+      ['1', ['1', '2']],
+      ['1', ['1']],
+    ]);
+    const next = await pass({ servers }, r.rollout);
     expect(log).toEqual(['ts-0 default 1', 'ts-0 unregister 2']);
+    expect(next.rollout?.phase).toBe('RollingBack');
     expect(servers.map((s) => [s.default, s.versionsHeld])).toEqual([
       ['1', ['1']],
       ['1', ['1']],
     ]);
-    const after = await pass({ servers }, r.rollout);
+    const after = await pass({ servers }, next.rollout);
     expect(after.rollout?.phase).toBe('RolledBack');
     expect(after.started).toEqual([]);
   });

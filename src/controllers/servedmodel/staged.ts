@@ -4,7 +4,7 @@
  * actions carried out through the driver interface. Staging registers the new version in the background and starts
  * its workers while the old version stays the default; the switch sends every replica's set-default at once and
  * measures the window from the first request to the last answer; a rollback makes the previous version the default
- * again before it unregisters anything. A replica no rollout concerns takes the ordinary step (convergeReplica).
+ * again and unregisters the new one a pass later. A replica no rollout concerns takes the ordinary step (convergeReplica).
  *
  * A server that serves a version as soon as it is loaded (`ReplicaServer.staging`, Triton) stages by placing the
  * files only, and its switch is the load (so the window includes the load time); a load that fails there puts every
@@ -279,15 +279,18 @@ async function act(p: StagedPass, r: StagedReplica, s: Seen, action: ReplicaActi
       case 'rollback': {
         // A server that loads at the switch has no default to set: the newest served answers, which the previous
         // version is again once the new one is unregistered below.
-        if (s.observed.default !== action.to && r.server.setDefault) {
-          await r.server.setDefault(goal.modelName, action.to, call);
+        // A server with a default: the new version goes a pass after the default is back, as a retirement waits a
+        // pass after the switch, so requests it accepted before the default moved are answered, not dropped.
+        const setBack = s.observed.default !== action.to && r.server.setDefault !== undefined;
+        if (setBack) {
+          await r.server.setDefault!(goal.modelName, action.to, call);
           events.push({
             type: 'Normal',
             reason: 'VersionDefault',
             note: `${goal.modelName} ${action.to} is the default on ${label(r.replica)} again (rollback)`,
           });
         }
-        for (const v of heldVersions(s)) {
+        for (const v of setBack ? [] : heldVersions(s)) {
           if (v === action.to) continue;
           await r.server.unregister(goal.modelName, v, call);
           events.push(removed(goal, r, v));
