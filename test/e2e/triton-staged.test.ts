@@ -18,7 +18,7 @@
  *   - version 4, Staged with a canary (one replica) probed with a real inference of version 4 whose output must be
  *     version 2's (the echo adds its version: 4 answers 5 where 2 answered 3): only the canary ever answers 4, it
  *     is rolled back at its first probe, before any other replica loaded 4, CanaryFailed saying what the probe got
- *     against what was expected, 0 failed requests, nothing read from MinIO from the canary on.
+ *     against what was expected, 0 failed requests, nothing read from MinIO from the hold's start on.
  */
 import * as k8s from '@kubernetes/client-node';
 import { randomBytes } from 'node:crypto';
