@@ -359,7 +359,8 @@ describe('peerload installed with Helm in a real two-node cluster', () => {
 
     // What the README shows: the columns, and the events of a rollout.
     const table = await kubectl(['get', 'servedmodels', '-n', NS]);
-    expect(table).toMatch(/^NAME\s+MODEL\s+VERSION\s+READY\s+REPLICAS\s+REASON\s+/);
+    expect(table).toMatch(/^NAME\s+MODEL\s+VERSION\s+ROLLOUT\s+READY\s+REPLICAS\s+REASON\s+/);
+    // A rollout no Staged strategy touched has no phase: the Rollout cell is empty.
     expect(table).toMatch(/\necho\s+echo\s+1\s+True\s+2\/2\s+AllReplicasReady\s/);
     const described = await kubectl(['describe', 'servedmodel', 'echo', '-n', NS]);
     expect(described).toMatch(/Normal\s+ModelRegistered\s+.*registered echo 1 on pod triton-\S+ \(http:\/\//);
