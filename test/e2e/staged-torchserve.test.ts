@@ -7,7 +7,13 @@
  * - a v2 whose handler raises at load on one replica: every replica back on v1, no request fails, RolledBack in
  *   status and Events, and the rollback reads nothing from the origin (MinIO behind a counting proxy) nor the peer;
  * - the operator killed with SIGKILL while a replica's set-default is held up (a proxy in front of that replica's
- *   management port delays it): a new operator finishes the switch, and no replica is ever without a default.
+ *   management port delays it): a new operator finishes the switch, and no replica is ever without a default;
+ * - a canary (spec.rollout.canary, one replica, probed with a real prediction of v2 on the inference port) whose v2
+ *   answers as v1 does: it alone serves v2 for the hold, then the others switch at once;
+ * - a canary whose v2 loads but answers wrongly (a label v1 never gave): rolled back before any other replica
+ *   served v2, CanaryFailed saying what the probe got, no request failed, nothing read from the origin.
+ * Each replica listens on a loopback address of its own (127.0.0.1 to 127.0.0.N), all at one inference port, as
+ * pods do: a probe's port is one number in the spec, sent to the canary's own address.
  * The replicas download through the peer-proxy emulator: the P2P network adds nothing to these claims.
  */
 import { mkdir, mkdtemp, readFile, rm } from 'node:fs/promises';
@@ -18,6 +24,7 @@ import { join } from 'node:path';
 import * as k8s from '@kubernetes/client-node';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { startCountingProxy, type CountingProxy } from '../support/counting-proxy.ts';
+import { freePort } from '../support/ports.ts';
 import { waitFor } from '../support/kube.ts';
 import { startMinIO, type MinIO } from '../support/minio.ts';
 import { buildModelArchive } from '../support/model-archive.ts';
@@ -45,14 +52,23 @@ let peer: PeerProxy;
 const replicas: TorchServe[] = [];
 let hold: HoldingProxy;
 let operator: OperatorProcess | undefined;
+/** Every replica's inference port, each on its own address. */
+let inferencePort = 0;
 
-async function putArchive(model: string, version: string): Promise<void> {
+/** Replica i's loopback address. */
+const hostOf = (i: number) => `127.0.0.${i + 1}`;
+
+async function putArchive(
+  model: string,
+  version: string,
+  fields: Record<string, string> = {},
+): Promise<void> {
   const dir = join(work, `${model}-v${version}`);
   await mkdir(dir, { recursive: true });
   const mar = await buildModelArchive(dir, {
     modelName: model,
     version,
-    handler: versionedHandler(model, version),
+    handler: versionedHandler(model, version, fields),
   });
   await minio.putObject(BUCKET, `${model}/v${version}.mar`, await readFile(mar.path));
 }
@@ -178,7 +194,7 @@ async function startOperator(): Promise<OperatorProcess> {
     '--namespace',
     ns,
     '--allowed-endpoint-hosts',
-    '127.0.0.1',
+    '127.0.0.0/24',
     '--poll-backoff-start',
     '200ms',
     '--poll-backoff-max',
@@ -197,6 +213,29 @@ const spec = (model: string, version: string, rollout: Record<string, unknown> =
   workers: { min: 1 },
   rollout: { seedFirst: false, maxConcurrent: N, strategy: 'Staged', ...rollout },
 });
+
+/**
+ * spec.rollout.canary: one replica, held `holdSeconds`, probed with a prediction of the new version on the
+ * inference port whose answer must carry v1's label.
+ */
+const canaryRollout = (holdSeconds: number) => ({
+  canary: {
+    replicas: 1,
+    holdSeconds,
+    probe: {
+      port: inferencePort,
+      body: '{"data": [1]}',
+      expect: { status: 200, fields: [{ path: 'label', equals: 'cat' }] },
+    },
+  },
+});
+
+/** The replica a status label (its endpoint) names. */
+function replicaOf(label: string): number {
+  const i = endpoints().findIndex((e) => label.includes(e));
+  expect(i, `the replica of ${label}`).toBeGreaterThanOrEqual(0);
+  return i;
+}
 
 const get = (name: string) => sms.getServedModel(name);
 const condition = (o: ServedModel, type: string) => o.status?.conditions?.find((c) => c.type === type);
@@ -254,6 +293,14 @@ beforeAll(async () => {
     ['resume', '2'],
   ] as const)
     await putArchive(m, v);
+  // The canaries' probe checks the label: the promoted v2 answers as v1, the wrong one does not.
+  for (const [m, v, label] of [
+    ['promote', '1', 'cat'],
+    ['promote', '2', 'cat'],
+    ['wrong', '1', 'cat'],
+    ['wrong', '2', 'dog'],
+  ] as const)
+    await putArchive(m, v, { label });
   const config = join(work, 'p2p-endpoint.json');
   // The object storage reached through the counting proxy: every byte the replicas read from the origin counted.
   await writePluginConfig(config, {
@@ -264,14 +311,19 @@ beforeAll(async () => {
     },
   });
   const jarPath = await jar;
+  inferencePort = await freePort();
   // One after another: the JVMs' start is most of the machine's two cores.
   for (let i = 0; i < N; i++)
     replicas.push(
       await startTorchServe({
         pluginJars: [jarPath],
         tokenAuth: false,
-        // Retiring the old version and rolling back unregister (DELETE /models/...): 405 in 0.12 without it.
-        config: { enable_model_api: 'true' },
+        config: {
+          // Retiring the old version and rolling back unregister (DELETE /models/...): 405 in 0.12 without it.
+          enable_model_api: 'true',
+          inference_address: `http://${hostOf(i)}:${inferencePort}`,
+          management_address: `http://${hostOf(i)}:${await freePort(hostOf(i))}`,
+        },
         vmargs: '-Xmx256m -XX:+UseSerialGC -XX:+ExitOnOutOfMemoryError',
         env: {
           P2P_ENDPOINT_CONFIG: config,
@@ -454,5 +506,125 @@ describe.sequential(`a Staged rollout on ${N} real TorchServe replicas`, () => {
       await client.stop();
       await defaults.stop();
     }
+    await remove('resume');
+  }, 600_000);
+
+  it('a canary whose v2 passes its probes: it alone serves v2 for the hold, then the others switch at once', async () => {
+    const holdMs = 5_000;
+    await onV1('promote', canaryRollout(holdMs / 1000));
+    const client = predictions(replicas, 'promote');
+    try {
+      await sms.patchServedModel('promote', { spec: { version: '2', fileName: 'promote/v2.mar' } });
+      const done = await untilRollout('promote', 'Complete');
+      // A few answers of v2 on every replica after the end.
+      await new Promise((r) => setTimeout(r, 1_000));
+      const answers = await client.stop();
+      const r = done.status!.rollout!;
+      expect(r).toMatchObject({ version: '2', previousVersion: '1', switched: N });
+      expect(r.canary).toMatchObject({ failures: 0, promoted: true });
+      expect(r.canary!.replicas).toHaveLength(1);
+      // Probed as the hold began and as it ended at least.
+      expect(r.canary!.passes).toBeGreaterThanOrEqual(2);
+      const c = replicaOf(r.canary!.replicas[0]!);
+      const failed = answers.filter((a) => a.status !== 200);
+      expect(failed, JSON.stringify(failed.slice(0, 5))).toEqual([]);
+      // The client's clock (performance.now) against the operator's holdUntil: the same machine's clock.
+      const holdUntil = Date.parse(r.canary!.holdUntil!) - performance.timeOrigin;
+      const firstV2 = replicas.map(
+        (_, i) => answers.find((a) => a.replica === i && a.version === '2')?.received,
+      );
+      for (let i = 0; i < N; i++) {
+        const mine = answers.filter((a) => a.replica === i);
+        expect(firstV2[i], `replica ${i}`).toBeDefined();
+        const first = mine.findIndex((a) => a.version === '2');
+        expect(
+          mine.slice(first).every((a) => a.version === '2'),
+          `replica ${i}: once v2, never v1 again`,
+        ).toBe(true);
+        expect(await versionsOn(i, 'promote'), `replica ${i}`).toEqual(['2']);
+        if (i === c) continue;
+        // The others served v1 until the hold was over: no answer of v2 sent before holdUntil.
+        expect(
+          mine.filter((a) => a.version === '2' && a.sent < holdUntil - 50),
+          `replica ${i}`,
+        ).toEqual([]);
+        expect(firstV2[i]! - firstV2[c]!, `replica ${i}`).toBeGreaterThanOrEqual(holdMs - 250);
+      }
+      const others = firstV2.filter((_, i) => i !== c) as number[];
+      const reasons = (await eventsOf('promote')).map((e) => e.reason);
+      for (const reason of ['RolloutCanary', 'RolloutSwitching', 'RolloutComplete'])
+        expect(reasons).toContain(reason);
+      console.log(
+        `promote: ${N} replicas, canary replica ${c} (${r.canary!.replicas[0]}), ${r.canary!.passes} probes passed; ` +
+          `${answers.length} predictions, 0 failed; the canary's first v2 answer ${Math.round(holdUntil - firstV2[c]!)} ms ` +
+          `before holdUntil, the others' ${Math.round(Math.min(...others) - holdUntil)} to ` +
+          `${Math.round(Math.max(...others) - holdUntil)} ms after it; switchWindowMs ${r.switchWindowMs}`,
+      );
+    } finally {
+      await client.stop();
+    }
+    await remove('promote');
+  }, 600_000);
+
+  it('a v2 that answers wrongly to the canary probe: rolled back before any other replica served it, no request fails, nothing read from the origin', async () => {
+    await onV1('wrong', canaryRollout(30));
+    const client = predictions(replicas, 'wrong');
+    try {
+      const patched = performance.now();
+      await sms.patchServedModel('wrong', { spec: { version: '2', fileName: 'wrong/v2.mar' } });
+      // Staged on every replica (its archive read from the origin) before the canary switches.
+      await waitFor(
+        'wrong v2 registered on every replica',
+        async () =>
+          (await Promise.all(replicas.map((_, i) => versionsOn(i, 'wrong')))).every((v) => v.includes('2')),
+        // Often: the canary switches, fails and is rolled back within a few passes of the last registration.
+        { timeoutMs: 120_000, intervalMs: 50 },
+      );
+      const originBefore = origin.requests.length;
+      const peerBefore = peer.requests.length;
+      const back = await untilRollout('wrong', 'RolledBack', 120_000);
+      // A few answers after the rollback.
+      await new Promise((r) => setTimeout(r, 500));
+      const answers = await client.stop();
+      const r = back.status!.rollout!;
+      expect(r).toMatchObject({ version: '2', previousVersion: '1', reason: 'CanaryFailed' });
+      expect(r.canary).toMatchObject({ passes: 0, failures: 1 });
+      expect(r.canary!.replicas).toHaveLength(1);
+      const label = r.canary!.replicas[0]!;
+      const c = replicaOf(label);
+      expect(r.message).toContain(`canary ${label} failed its probe: got label = "dog", expected "cat"`);
+      // At the first probe, not at the hold's end.
+      expect(Date.parse(r.completionTime!)).toBeLessThan(Date.parse(r.canary!.holdUntil!));
+      // The rollback read nothing: not from the origin, not through the peer (v1 never left the replicas).
+      expect(origin.requests.slice(originBefore)).toEqual([]);
+      expect(peer.requests.length - peerBefore).toBe(0);
+      const failed = answers.filter((a) => a.status !== 200);
+      expect(failed, JSON.stringify(failed.slice(0, 5))).toEqual([]);
+      // Only the canary ever answered v2, and for a while only; every replica's last answer is v1's.
+      const v2 = replicas.map((_, i) => answers.filter((a) => a.replica === i && a.version === '2'));
+      for (let i = 0; i < N; i++) {
+        if (i === c) expect(v2[i]!.length, 'the canary served v2').toBeGreaterThan(0);
+        else expect(v2[i], `replica ${i}`).toEqual([]);
+        expect(answers.filter((a) => a.replica === i).at(-1)?.version, `replica ${i}`).toBe('1');
+        expect(await defaultOn(i, 'wrong'), `replica ${i}`).toBe('1');
+        expect(await versionsOn(i, 'wrong'), `replica ${i}`).toEqual(['1']);
+      }
+      expect(condition(back, 'Degraded')).toMatchObject({ status: 'True', reason: 'RolledBack' });
+      expect(condition(back, 'Ready')).toMatchObject({ status: 'False', reason: 'RolledBack' });
+      const warnings = (await eventsOf('wrong')).filter((e) => e.type === 'Warning');
+      expect(warnings.map((e) => e.reason)).toContain('RolloutRollingBack');
+      expect(warnings.find((e) => e.reason === 'RolloutRolledBack')?.note).toContain('CanaryFailed');
+      const canaryV2 = v2[c]!;
+      console.log(
+        `wrong: ${N} replicas, canary replica ${c}; ${r.message}; ${answers.length} predictions, 0 failed; ` +
+          `the canary answered v2 ${canaryV2.length} times over ${Math.round(canaryV2.at(-1)!.received - canaryV2[0]!.sent)} ms, ` +
+          `the others 0; RolledBack ${Math.round(Date.parse(r.completionTime!) - performance.timeOrigin - patched)} ms after the patch, ` +
+          `${Math.round(Date.parse(r.canary!.holdUntil!) - Date.parse(r.completionTime!))} ms before the hold's end; ` +
+          `0 origin and 0 peer reads from the staging's end on`,
+      );
+    } finally {
+      await client.stop();
+    }
+    await remove('wrong');
   }, 600_000);
 });

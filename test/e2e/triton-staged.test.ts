@@ -14,7 +14,11 @@
  *     directory, as a node without what the version needs): the switch's load fails there, every replica is back on
  *     2 (the ones that loaded 3 unload it), 3's placed files are removed, RolledBack with LoadFailed in status and
  *     Warning Events, 0 failed requests, and the rollback read nothing from MinIO (version 2's files were not read
- *     again: they never left the replicas).
+ *     again: they never left the replicas);
+ *   - version 4, Staged with a canary (one replica) probed with a real inference of version 4 whose output must be
+ *     version 2's (the echo adds its version: 4 answers 5 where 2 answered 3): only the canary ever answers 4, it
+ *     is rolled back at its first probe, before any other replica loaded 4, CanaryFailed saying what the probe got
+ *     against what was expected, 0 failed requests, nothing read from MinIO from the hold's start on.
  */
 import * as k8s from '@kubernetes/client-node';
 import { randomBytes } from 'node:crypto';
@@ -66,7 +70,7 @@ beforeAll(async () => {
   minio = await startMinIO();
   await minio.createBucket(BUCKET);
   origin = await startCountingProxy(minio.endpoint);
-  for (const v of ['1', '2', '3']) {
+  for (const v of ['1', '2', '3', '4']) {
     const objects: Record<string, Buffer> = {
       'model.py': Buffer.from(v === '3' ? REFUSING_MODEL_PY : ECHO_MODEL_PY),
       'offset.json': Buffer.from(JSON.stringify({ offset: Number(v) })),
@@ -305,6 +309,76 @@ describe('a Staged rollout on real Triton replicas, a client answering all throu
         .filter((q) => performance.timeOrigin + (q.startedAt ?? 0) >= since)
         .map((q) => `${q.method} ${q.url.split('?')[0]}`),
     ).toEqual([]);
+  });
+
+  it('version 4 answers wrongly to the canary probe: rolled back before any other replica served it, 0 failed requests, nothing read from MinIO', async () => {
+    const holdMs = 30_000;
+    const v2Files = await Promise.all(fleet.replicas.map((r) => stat(join(r.root, 'echo/2/weights.bin'))));
+    const traffic = client();
+    await peerload.patchServedModel('echo', {
+      spec: {
+        version: '4',
+        files: { prefix: prefixOf('4') },
+        rollout: {
+          canary: {
+            replicas: 1,
+            holdSeconds: holdMs / 1000,
+            // What version 2 answers to INPUT0 [1]; version 4's echo answers [5].
+            probe: {
+              body: JSON.stringify({
+                inputs: [{ name: 'INPUT0', datatype: 'FP32', shape: [1], data: [1] }],
+              }),
+              expect: { status: 200, fields: [{ path: 'outputs.0.data', equals: '[3]' }] },
+            },
+          },
+        },
+      },
+    });
+    const sm = await rollout('echo rolled back from 4', (o) => o.status?.rollout?.phase === 'RolledBack');
+    await new Promise((res) => setTimeout(res, 1000));
+    const answers = await traffic.stop();
+    const r = sm.status!.rollout!;
+    expect(r).toMatchObject({ version: '4', previousVersion: '2', reason: 'CanaryFailed' });
+    expect(r.canary).toMatchObject({ passes: 0, failures: 1 });
+    expect(r.canary!.replicas).toHaveLength(1);
+    const label = r.canary!.replicas[0]!;
+    const c = Number(/^pod triton-(\d+) /.exec(label)?.[1]);
+    expect(c, label).toBeGreaterThanOrEqual(0);
+    expect(r.message).toContain(
+      `canary ${label} failed its probe: got outputs.0.data = "[5]", expected "[3]"`,
+    );
+    // At its first probe, not at the hold's end.
+    expect(Date.parse(r.completionTime!)).toBeLessThan(Date.parse(r.canary!.holdUntil!));
+    for (const x of ['Ready', 'Degraded'])
+      expect(sm.status?.conditions?.find((y) => y.type === x)?.reason, x).toBe('RolledBack');
+    expect((await eventsOf('RolloutRollingBack')).map((e) => e.type)).toContain('Warning');
+    const rolledBack = (await eventsOf('RolloutRolledBack')).filter((e) => e.note?.includes('CanaryFailed'));
+    expect(rolledBack.map((e) => e.type)).toEqual(['Warning']);
+    // Every request answered; only the canary ever answered 4; every replica's last answer is 2's.
+    expect(failuresOf(answers)).toEqual(fleet.replicas.map(() => []));
+    const v4 = fleet.replicas.map((_, i) => answers.filter((a) => a.replica === i && a.version === '4'));
+    for (const [i, rep] of fleet.replicas.entries()) {
+      if (i === c) expect(v4[i]!.length, 'the canary answered 4').toBeGreaterThan(0);
+      else expect(v4[i], `replica ${i}`).toEqual([]);
+      expect(answers.filter((a) => a.replica === i).at(-1)?.version, `replica ${i}`).toBe('2');
+      expect(await servedVersions(rep.server, 'echo'), `replica ${i}`).toEqual(['2']);
+      expect(await absent(join(rep.root, 'echo/4')), `replica ${i}: 4's files removed`).toBe(true);
+      const now = await stat(join(rep.root, 'echo/2/weights.bin'));
+      expect([now.ino, now.mtimeMs], `replica ${i}`).toEqual([v2Files[i]!.ino, v2Files[i]!.mtimeMs]);
+    }
+    // Nothing read from MinIO from the hold's start on (the canary's load had answered): the probe, and the
+    // rollback (4 unloaded, its placed files removed).
+    const holdStart = Date.parse(r.canary!.holdUntil!) - holdMs;
+    expect(
+      origin.requests
+        .filter((q) => performance.timeOrigin + (q.startedAt ?? 0) >= holdStart)
+        .map((q) => `${q.method} ${q.url.split('?')[0]}`),
+    ).toEqual([]);
+    console.log(
+      `canary of 4 rolled back: status.rollout ${JSON.stringify(r)}; the canary (replica ${c}) answered 4 ${v4[c]!.length} times, ` +
+        `from ${v4[c]![0]!.at - holdStart} to ${v4[c]!.at(-1)!.at - holdStart} ms after the hold's start; the others 0; ` +
+        `${answers.length} answers, 0 failed; RolledBack ${Date.parse(r.completionTime!) - holdStart} ms after the hold's start`,
+    );
   });
 
   it('deleting the ServedModel unloads every replica', async () => {

@@ -4,11 +4,16 @@
  * client's side.
  */
 
+/** The answer as a Python literal: a JSON object of strings is one. */
+const answerOf = (model: string, version: string, fields: Record<string, string>): string =>
+  JSON.stringify({ model, version, ...fields });
+
 /**
- * The handler of `model` version `version`: answers `{"model", "version"}` to every request; when the replica's
- * PEERLOAD_E2E_BROKEN names `<model>-<version>`, its initialize raises (a worker that cannot load the model).
+ * The handler of `model` version `version`: answers `{"model", "version"}` and `fields` to every request (e.g. a
+ * label a canary's probe checks, which a wrong version changes); when the replica's PEERLOAD_E2E_BROKEN names
+ * `<model>-<version>`, its initialize raises (a worker that cannot load the model).
  */
-export const versionedHandler = (model: string, version: string) => `
+export const versionedHandler = (model: string, version: string, fields: Record<string, string> = {}) => `
 import json
 import os
 
@@ -31,7 +36,7 @@ def handle(data, context):
         _service.initialize(context)
     if data is None:
         return None
-    return [{"model": "${model}", "version": "${version}"} for _ in data]
+    return [${answerOf(model, version, fields)} for _ in data]
 `;
 
 interface Answer {
