@@ -155,8 +155,9 @@ export async function startTorchServe(opts: TorchServeOptions = {}): Promise<Tor
   await Promise.all([tmp, modelStore, pluginsDir, logsDir].map((d) => mkdir(d, { recursive: true })));
   for (const jar of opts.pluginJars ?? []) await copyFile(jar, join(pluginsDir, basename(jar)));
 
+  // Distinct from the ports the caller's config names: a free port the caller chose is free until the server binds it.
   const [inference, management, metrics, workerPort, grpcInference, grpcManagement] =
-    await distinctFreePorts(6);
+    await distinctFreePorts(6, portsNamedIn(opts.config ?? {}));
   const tokenAuth = opts.tokenAuth ?? true;
   const config: Record<string, string> = {
     inference_address: `http://127.0.0.1:${inference}`,
@@ -313,8 +314,21 @@ export async function startTorchServe(opts: TorchServeOptions = {}): Promise<Tor
   };
 }
 
-async function distinctFreePorts(n: number): Promise<number[]> {
+async function distinctFreePorts(n: number, avoid: Set<number>): Promise<number[]> {
   const ports = new Set<number>();
-  while (ports.size < n) ports.add(await freePort());
+  while (ports.size < n) {
+    const port = await freePort();
+    if (!avoid.has(port)) ports.add(port);
+  }
   return [...ports];
+}
+
+/** The ports a TorchServe config names: in its addresses (`http://host:port`) and its `*_port` keys. */
+function portsNamedIn(config: Record<string, string>): Set<number> {
+  const ports = new Set<number>();
+  for (const [key, value] of Object.entries(config)) {
+    const port = key.endsWith('_port') ? Number(value) : Number(/:(\d+)\/?$/.exec(value)?.[1]);
+    if (Number.isInteger(port) && port > 0) ports.add(port);
+  }
+  return ports;
 }
