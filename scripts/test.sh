@@ -3,26 +3,33 @@
 # kube-apiserver, e2e with real TorchServe and object stores, cluster on a real two-node cluster) and the plugin's
 # JUnit suite.
 #
-# With no arguments the `cluster` project runs in a vitest process of its own, beside the JUnit suite and the other
-# projects rather than after them: it has a machine of its own (its own apiserver, bridge, node addresses and
-# containerd), and its four minutes are mostly waiting for pods. Vitest cannot do that itself: it runs every project
-# whose files go one at a time in one queue. Its output is printed whole once it ends. With arguments (a file, a
-# project, a filter) one vitest process runs them as given.
+# With no arguments JUnit runs, then three vitest processes side by side: the e2e project in front (its output as
+# it goes), and beside it the cluster project and unit + integration, each printed whole once it ends. On two
+# cores the tests mostly wait (on servers, pods and pollers: about 0.7 of a core in a warm run one file at a time),
+# so the queues overlap rather than queue: the cluster has a machine of its own (its own apiserver, bridge, node
+# addresses and containerd), unit + integration get their own control plane, and the e2e project keeps one file at
+# a time on the real network. Vitest cannot do that itself: it runs every project whose files go one at a time in
+# one queue. With arguments (a file, a project, a filter) one vitest process runs them as given.
 source "$(dirname "$0")/lib.sh"
 cd "$REPO_ROOT"
 bash scripts/setup.sh --all
 export PATH="$REPO_ROOT/node_modules/.bin:$PATH"
 status=0
-cluster_pid=
-if (( $# == 0 )); then
-  cluster_log="$(mktemp -t peerload-cluster-project.XXXXXX)"
-  log "vitest: the cluster project, beside the rest (its output follows theirs)"
-  node node_modules/vitest/vitest.mjs run --project cluster >"$cluster_log" 2>&1 &
-  cluster_pid=$!
-  # An interrupted run stops the cluster's vitest too: its teardown stops the cluster.
-  # Every command in it may fail harmlessly: under `set -e` a failing command in an EXIT trap becomes the exit status.
-  trap 'if [[ -n $cluster_pid ]]; then kill -INT "$cluster_pid" 2>/dev/null || true; wait "$cluster_pid" 2>/dev/null || true; fi' EXIT
-fi
+# The processes beside the front one: name, pid and log, in the order they are reported.
+side_names=() side_pids=() side_logs=()
+beside() {
+  local name=$1 log_file
+  shift
+  log_file="$(mktemp -t peerload-side.XXXXXX)"
+  log "vitest: $name, beside the rest (its output follows theirs)"
+  node node_modules/vitest/vitest.mjs run "$@" >"$log_file" 2>&1 &
+  side_names+=("$name") side_pids+=($!) side_logs+=("$log_file")
+}
+stop_beside() {
+  local pid
+  for pid in "${side_pids[@]}"; do kill -INT "$pid" 2>/dev/null || true; done
+  for pid in "${side_pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+}
 log "plugin: JUnit (Maven Surefire)"
 junit_started=$(now_us)
 bash scripts/build-plugin.sh >/dev/null || status=1
@@ -35,17 +42,25 @@ for path in glob.glob('plugin/target/surefire-reports/TEST-*.xml') + glob.glob('
     t += int(r.get('tests', 0)); f += int(r.get('failures', 0)); e += int(r.get('errors', 0)); s += int(r.get('skipped', 0))
 print(f"JUnit: {t - f - e - s} passed, {f + e} failed, {s} skipped in {os.environ['JUNIT_SECONDS']} s")
 PY
-if [[ -n $cluster_pid ]]; then
-  log "vitest: unit, integration, e2e"
-  node node_modules/vitest/vitest.mjs run --project unit --project integration --project e2e || status=1
-  cluster_status=0
-  wait "$cluster_pid" || cluster_status=$?
-  cluster_pid=
-  # Its own time is the Duration line of its report: it may have ended long before the rest.
-  log "vitest: the cluster project (ran beside the rest; exit $cluster_status)"
-  cat "$cluster_log"
-  rm -f "$cluster_log"
-  (( cluster_status == 0 )) || status=1
+if (( $# == 0 )); then
+  # After JUnit: its `mvn verify` rewrites plugin/target, which the e2e and cluster projects read.
+  beside "the cluster project" --project cluster
+  beside "unit and integration" --project unit --project integration
+  # An interrupted run stops the side processes too: the cluster's teardown stops the cluster.
+  # Every command in it may fail harmlessly: under `set -e` a failing command in an EXIT trap becomes the exit status.
+  trap 'stop_beside' EXIT
+  log "vitest: e2e"
+  node node_modules/vitest/vitest.mjs run --project e2e || status=1
+  for k in "${!side_pids[@]}"; do
+    side_status=0
+    wait "${side_pids[$k]}" || side_status=$?
+    # Its own time is the Duration line of its report: it may have ended long before the e2e project.
+    log "vitest: ${side_names[$k]} (ran beside the e2e project; exit $side_status)"
+    cat "${side_logs[$k]}"
+    rm -f "${side_logs[$k]}"
+    (( side_status == 0 )) || status=1
+  done
+  side_pids=()
 else
   log "vitest: $*"
   node node_modules/vitest/vitest.mjs run "$@" || status=1

@@ -1,10 +1,9 @@
 /**
  * Vitest's own order puts the projects whose files go one at a time in alphabetical order (cluster, e2e,
  * integration). This keeps its order within a project and runs the projects as `vitest.config.ts` declares them:
- * unit, integration, e2e, cluster. `npm test` runs the cluster project beside the others (scripts/test.sh), so what
- * runs while the cluster's pods start is the integration project, whose timing claims compare a tenant's time alone
- * with its time under load in the same minute, rather than the e2e files' budgets on the real network; and a
- * change's cheaper failures show first.
+ * unit, integration, e2e, cluster, so one vitest process given several projects runs the cheaper failures first.
+ * A whole `npm test` runs the projects in three processes side by side (scripts/test.sh): the e2e project, the
+ * cluster project, and unit + integration in this order.
  */
 import { BaseSequencer, type TestSpecification } from 'vitest/node';
 
