@@ -156,8 +156,10 @@ export async function startTorchServe(opts: TorchServeOptions = {}): Promise<Tor
   for (const jar of opts.pluginJars ?? []) await copyFile(jar, join(pluginsDir, basename(jar)));
 
   // Distinct from the ports the caller's config names: a free port the caller chose is free until the server binds it.
-  const [inference, management, metrics, workerPort, grpcInference, grpcManagement] =
-    await distinctFreePorts(6, portsNamedIn(opts.config ?? {}));
+  const [inference, management, metrics, workerPort, grpcInference, grpcManagement] = await distinctFreePorts(
+    6,
+    portsNamedIn(opts.config ?? {}),
+  );
   const tokenAuth = opts.tokenAuth ?? true;
   const config: Record<string, string> = {
     inference_address: `http://127.0.0.1:${inference}`,
