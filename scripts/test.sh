@@ -3,13 +3,13 @@
 # kube-apiserver, e2e with real TorchServe and object stores, cluster on a real two-node cluster) and the plugin's
 # JUnit suite.
 #
-# With no arguments JUnit runs, then three vitest processes side by side: the e2e project in front (its output as
-# it goes), and beside it the cluster project and unit + integration, each printed whole once it ends. On two
+# With no arguments JUnit runs, then two vitest processes side by side: the e2e project in front (its output as it
+# goes) and beside it unit + integration (their own control plane), printed whole once the e2e project ends; then
+# the cluster project (a real two-node cluster: its own apiserver, bridge, node addresses and containerd). On two
 # cores the tests mostly wait (on servers, pods and pollers: about 0.7 of a core in a warm run one file at a time),
-# so the queues overlap rather than queue: the cluster has a machine of its own (its own apiserver, bridge, node
-# addresses and containerd), unit + integration get their own control plane, and the e2e project keeps one file at
-# a time on the real network. Vitest cannot do that itself: it runs every project whose files go one at a time in
-# one queue. With arguments (a file, a project, a filter) one vitest process runs them as given.
+# so the two queues overlap rather than queue; the e2e project keeps one file at a time on the real network. Vitest
+# cannot do that itself: it runs every project whose files go one at a time in one queue. With arguments (a file,
+# a project, a filter) one vitest process runs them as given.
 source "$(dirname "$0")/lib.sh"
 cd "$REPO_ROOT"
 bash scripts/setup.sh --all
@@ -44,9 +44,8 @@ print(f"JUnit: {t - f - e - s} passed, {f + e} failed, {s} skipped in {os.enviro
 PY
 if (( $# == 0 )); then
   # After JUnit: its `mvn verify` rewrites plugin/target, which the e2e and cluster projects read.
-  beside "the cluster project" --project cluster
   beside "unit and integration" --project unit --project integration
-  # An interrupted run stops the side processes too: the cluster's teardown stops the cluster.
+  # An interrupted run stops the side process too.
   # Every command in it may fail harmlessly: under `set -e` a failing command in an EXIT trap becomes the exit status.
   trap 'stop_beside' EXIT
   log "vitest: e2e"
@@ -61,6 +60,11 @@ if (( $# == 0 )); then
     (( side_status == 0 )) || status=1
   done
   side_pids=()
+  # The cluster project last, on the machine alone: beside the e2e project and unit + integration, the install
+  # e2e's two Triton pods once both read the weights from the origin (the real scheduler sent the second peer
+  # back to the source), where it claims one read.
+  log "vitest: the cluster project"
+  node node_modules/vitest/vitest.mjs run --project cluster || status=1
 else
   log "vitest: $*"
   node node_modules/vitest/vitest.mjs run "$@" || status=1

@@ -2,8 +2,8 @@
  * Vitest's own order puts the projects whose files go one at a time in alphabetical order (cluster, e2e,
  * integration). This keeps its order within a project and runs the projects as `vitest.config.ts` declares them:
  * unit, integration, e2e, cluster, so one vitest process given several projects runs the cheaper failures first.
- * A whole `npm test` runs the projects in three processes side by side (scripts/test.sh): the e2e project, the
- * cluster project, and unit + integration in this order.
+ * A whole `npm test` runs the e2e project with unit + integration beside it (in this order), then the cluster
+ * project (scripts/test.sh).
  */
 import { BaseSequencer, type TestSpecification } from 'vitest/node';
 
