@@ -4,7 +4,8 @@
  * actions carried out through the driver interface. Staging registers the new version in the background and starts
  * its workers while the old version stays the default; the switch sends every replica's set-default at once and
  * measures the window from the first request to the last answer; a rollback makes the previous version the default
- * again and unregisters the new one a pass later. A replica no rollout concerns takes the ordinary step (convergeReplica).
+ * again and unregisters the new one a pass later. A replica no rollout concerns takes the ordinary step
+ * (convergeReplica).
  *
  * A server that serves a version as soon as it is loaded (`ReplicaServer.staging`, Triton) stages by placing the
  * files only, and its switch is the load (so the window includes the load time); a load that fails there puts every
@@ -277,13 +278,14 @@ async function act(p: StagedPass, r: StagedReplica, s: Seen, action: ReplicaActi
           ended: s.ended,
         };
       case 'rollback': {
-        // A server that loads at the switch has no default to set: the newest served answers, which the previous
-        // version is again once the new one is unregistered below.
         // A server with a default: the new version goes a pass after the default is back, as a retirement waits a
-        // pass after the switch, so requests it accepted before the default moved are answered, not dropped.
-        const setBack = s.observed.default !== action.to && r.server.setDefault !== undefined;
+        // pass after the switch, so requests it accepted before the default moved are answered, not dropped. A
+        // server that loads at the switch has no default to set: the newest served answers, which the previous
+        // version is again once the new one is unregistered below.
+        const setDefault = r.server.setDefault?.bind(r.server);
+        const setBack = s.observed.default !== action.to && setDefault !== undefined;
         if (setBack) {
-          await r.server.setDefault!(goal.modelName, action.to, call);
+          await setDefault(goal.modelName, action.to, call);
           events.push({
             type: 'Normal',
             reason: 'VersionDefault',
